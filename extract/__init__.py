@@ -1,0 +1,1 @@
+"""kvprobe.extract: placeholder package; see README architecture."""

@@ -1,0 +1,1 @@
+"""kvprobe.interventions: placeholder package; see README architecture."""

@@ -1,0 +1,142 @@
+"""Access conditions: which history positions later tokens may read.
+
+An access condition never changes the stored K/V. It only decides, for every
+token after the history (question, candidate and generated tokens), which
+history keys its attention may read. ``Full`` reads everything; ``Mask`` sets
+the attention logit of every token in its spans to -inf (the dtype minimum, as
+transformers does) in the chosen layers.
+
+Layer selection: by default every attention layer (full and sliding). Sliding
+layers keep their native window; a mask only removes further edges. Recurrent
+layers of hybrid models have no keys and are never masked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+import torch
+
+from .prompts import SpanError, TokenSpan, merge_spans
+
+if TYPE_CHECKING:
+    from .arch import ArchSummary
+    from .history import History
+
+
+@dataclass(frozen=True)
+class Access:
+    """Base class: full access to every history position."""
+
+    name: str = "full"
+
+    def hidden_positions(self, history_len: int) -> torch.Tensor:
+        """Bool[T]: history positions hidden from later tokens."""
+        return torch.zeros(history_len, dtype=torch.bool)
+
+    def layers_for(self, arch: "ArchSummary") -> tuple[int, ...]:
+        """Layers in which the hidden positions are hidden."""
+        return ()
+
+    def validate(self, history_len: int, arch: "ArchSummary") -> None:
+        """Raise ``SpanError`` if the condition does not fit a history of this length."""
+
+
+@dataclass(frozen=True)
+class Full(Access):
+    """Full access: every later token may read every history position."""
+
+    name: str = "full"
+
+
+@dataclass(frozen=True, init=False)
+class Mask(Access):
+    """Hard mask: hide ``spans`` from every token after the history.
+
+    Args:
+        spans: one ``TokenSpan`` or several (history coordinates).
+        layers: layer indices to mask; ``None`` means every attention layer.
+        name: label used in results and reports.
+    """
+
+    spans: tuple[TokenSpan, ...] = ()
+    layers: tuple[int, ...] | None = None
+
+    def __init__(
+        self,
+        spans: TokenSpan | Iterable[TokenSpan],
+        layers: Sequence[int] | None = None,
+        name: str = "mask",
+    ) -> None:
+        spans = (spans,) if isinstance(spans, TokenSpan) else tuple(spans)
+        if not spans:
+            raise SpanError("Mask needs at least one span; use Full() for no mask")
+        for s in spans:
+            if not isinstance(s, TokenSpan):
+                raise SpanError(f"Mask spans must be TokenSpan objects, got {type(s).__name__}")
+        object.__setattr__(self, "spans", tuple(merge_spans(spans)))
+        object.__setattr__(self, "layers", None if layers is None else tuple(sorted(set(layers))))
+        object.__setattr__(self, "name", name)
+
+    @property
+    def n_tokens(self) -> int:
+        """Number of hidden history tokens."""
+        return sum(len(s) for s in self.spans)
+
+    def hidden_positions(self, history_len: int) -> torch.Tensor:
+        hidden = torch.zeros(history_len, dtype=torch.bool)
+        for s in self.spans:
+            hidden[s.start : s.end] = True
+        return hidden
+
+    def layers_for(self, arch: "ArchSummary") -> tuple[int, ...]:
+        attention = arch.attention_layers
+        return attention if self.layers is None else tuple(i for i in self.layers if i in attention)
+
+    def validate(self, history_len: int, arch: "ArchSummary") -> None:
+        for s in self.spans:
+            if s.end > history_len:
+                raise SpanError(f"{self.name}: {s!r} lies outside the history of {history_len} tokens")
+        if self.layers is not None:
+            bad = [i for i in self.layers if not 0 <= i < arch.num_layers]
+            if bad:
+                raise SpanError(f"{self.name}: layers {bad} do not exist (model has {arch.num_layers})")
+            if not self.layers_for(arch):
+                raise SpanError(f"{self.name}: none of layers {list(self.layers)} is an attention layer")
+
+
+def matched_control(
+    history: "History",
+    masked: Mask | TokenSpan,
+    segment: str = "note",
+    skip: int = 0,
+    name: str | None = None,
+) -> Mask:
+    """The equal-token control of a mask: as many tokens from the start of a neutral segment.
+
+    Args:
+        history: the prefilled history holding both spans.
+        masked: the mask (or span) to match in token count.
+        segment: the neutral segment whose first tokens are hidden instead.
+        skip: tokens of the segment to skip before the control starts (the paper's
+            Llama control starts one token into the note; default 0).
+        name: label, default ``"<mask name>-control"``.
+
+    Raises ``SpanError`` when the control would be longer than the segment or
+    would overlap any masked span.
+    """
+    mask = masked if isinstance(masked, Mask) else Mask(masked)
+    seg = history.span(segment)
+    n = mask.n_tokens
+    start = seg.start + skip
+    if start + n > seg.end:
+        raise SpanError(
+            f"control of {n} tokens (+{skip} skipped) is longer than segment {segment!r} "
+            f"({len(seg)} tokens, {seg!r})"
+        )
+    control = TokenSpan(start, start + n, f"{segment}-control")
+    for s in mask.spans:
+        if control.overlaps(s):
+            raise SpanError(f"control {control!r} overlaps the masked span {s!r}")
+    return Mask(control, layers=mask.layers, name=name or f"{mask.name}-control")

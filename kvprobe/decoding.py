@@ -1,0 +1,170 @@
+"""Candidate scoring and greedy generation after a history, under access conditions.
+
+Both functions take a list of *requests* (question, access condition) on one
+history and run them together as one batch: each request is one row (one row
+per candidate when scoring), each row a fork of the history cache with its own
+hidden columns. Question tokens are placed right after the history with
+explicit positions ``T, T+1, ...``; shorter rows are left-padded inside the
+question block and their padding slots are never read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+
+from .access import Access
+from .engine import Rows, fork_rows, pad_suffix_block, traced_forward
+
+if TYPE_CHECKING:
+    from .history import History
+    from .model import Model
+
+
+@dataclass(frozen=True)
+class Request:
+    """One question asked of a history under one access condition."""
+
+    question: str
+    access: Access
+
+
+@dataclass(frozen=True)
+class CandidateScores:
+    """Teacher-forced summed log-probabilities (nats) of candidate strings.
+
+    ``logprobs[i]`` is the sum over candidate i's tokens, no length
+    normalization and no EOS; ``n_tokens[i]`` its token count.
+    """
+
+    candidates: tuple[str, ...]
+    logprobs: tuple[float, ...]
+    n_tokens: tuple[int, ...]
+    access: str
+
+    def __getitem__(self, i: int) -> float:
+        return self.logprobs[i]
+
+    def margin(self, current: int = 0, old: int = 1) -> float:
+        """m = logp(current) - logp(old)."""
+        return self.logprobs[current] - self.logprobs[old]
+
+
+def margin_change(scores: CandidateScores, reference: CandidateScores, current: int = 0, old: int = 1) -> float:
+    """Delta m = m(scores) - m(reference), e.g. source mask minus its matched control."""
+    return scores.margin(current, old) - reference.margin(current, old)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A greedy continuation.
+
+    Attributes:
+        text: decoded text without the stopping EOS token.
+        token_ids: generated ids, including the EOS token when one stopped it.
+        stop_reason: ``"eos"`` or ``"cap"`` (token budget reached first).
+        n_tokens: number of generated tokens (len(token_ids)).
+        access: name of the access condition.
+    """
+
+    text: str
+    token_ids: tuple[int, ...]
+    stop_reason: str
+    n_tokens: int
+    access: str
+
+
+def _fork_for(model: "Model", history: "History", accesses: Sequence[Access]) -> Rows:
+    rows = []
+    for access in accesses:
+        access.validate(len(history), model.arch)
+        rows.append((access.hidden_positions(len(history)), access.layers_for(model.arch)))
+    return fork_rows(history.kv, history.positions, rows)
+
+
+def suffix_ids(model: "Model", history: "History", question: str) -> list[int]:
+    """Token ids of one question's suffix (question + template tail)."""
+    if not question:
+        raise ValueError("empty question")
+    return model.tokenizer(history.rendered.suffix(question), add_special_tokens=False)["input_ids"]
+
+
+def score_candidates(
+    model: "Model",
+    history: "History",
+    requests: Sequence[Request],
+    candidates: Sequence[str],
+) -> list[CandidateScores]:
+    """Score every candidate after every request's question, in one batch."""
+    candidates = tuple(candidates)
+    if not candidates or any(not c for c in candidates):
+        raise ValueError("candidates must be a non-empty list of non-empty strings")
+    cand_ids = [model.tokenizer(c, add_special_tokens=False)["input_ids"] for c in candidates]
+    sequences, accesses = [], []
+    for req in requests:
+        q = suffix_ids(model, history, req.question)
+        for c in cand_ids:
+            sequences.append(q + c)
+            accesses.append(req.access)
+    rows = _fork_for(model, history, accesses)
+    ids, valid = pad_suffix_block(sequences, model.pad_id)
+    out = traced_forward(model, rows, ids, valid)
+    logprobs = torch.log_softmax(out.logits.float(), dim=-1)
+    L = ids.shape[1]
+    results, r = [], 0
+    for req in requests:
+        sums = []
+        for c in cand_ids:
+            cols = torch.arange(L - len(c), L)
+            lp = logprobs[r, cols - 1, torch.tensor(c)]
+            sums.append(float(lp.sum()))
+            r += 1
+        results.append(
+            CandidateScores(candidates, tuple(sums), tuple(len(c) for c in cand_ids), req.access.name)
+        )
+    return results
+
+
+def generate_greedy(
+    model: "Model",
+    history: "History",
+    requests: Sequence[Request],
+    max_new_tokens: int = 40,
+) -> list[Generation]:
+    """Greedy decoding of every request in one batch; each row stops at EOS or the cap."""
+    if max_new_tokens < 1:
+        raise ValueError("max_new_tokens must be at least 1")
+    rows = _fork_for(model, history, [r.access for r in requests])
+    ids, valid = pad_suffix_block([suffix_ids(model, history, r.question) for r in requests], model.pad_id)
+    B = len(requests)
+    generated: list[list[int]] = [[] for _ in range(B)]
+    done = torch.zeros(B, dtype=torch.bool)
+    eos = torch.tensor(sorted(model.eos_ids), dtype=torch.long)
+    step_ids, step_valid = ids, valid
+    for _ in range(max_new_tokens):
+        out = traced_forward(model, rows, step_ids, step_valid, logits_to_keep=1)
+        nxt = out.logits[:, -1].argmax(dim=-1)
+        for b in range(B):
+            if not done[b]:
+                generated[b].append(int(nxt[b]))
+        done |= torch.isin(nxt, eos)
+        if bool(done.all()):
+            break
+        step_ids, step_valid = nxt[:, None], torch.ones(B, 1, dtype=torch.bool)
+    results = []
+    for b, req in enumerate(requests):
+        toks = generated[b]
+        stopped = bool(toks) and toks[-1] in model.eos_ids
+        text_ids = toks[:-1] if stopped else toks
+        results.append(
+            Generation(
+                text=model.tokenizer.decode(text_ids),
+                token_ids=tuple(toks),
+                stop_reason="eos" if stopped else "cap",
+                n_tokens=len(toks),
+                access=req.access.name,
+            )
+        )
+    return results

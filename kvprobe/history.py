@@ -1,0 +1,123 @@
+"""Histories: a prompt prefix prefilled once, its cache, tokens and spans.
+
+A :class:`History` is immutable in use: every access condition, score and
+generation works on its own fork of the cache (``kvprobe.engine.fork_rows``).
+``digest`` is a SHA-256 over every stored K and V byte, taken at prefill;
+:meth:`History.check_digest` proves no condition changed the shared prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from .prompts import Prompt, RenderedPrompt, SpanError, TokenSpan, char_span_to_tokens, find_occurrences
+
+if TYPE_CHECKING:
+    from .model import Model
+
+
+def kv_digest(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> str:
+    """SHA-256 of the bytes of every K and V tensor, in layer order."""
+    h = hashlib.sha256()
+    for k, v in kv:
+        for t in (k, v):
+            h.update(t.detach().contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+@dataclass(eq=False)
+class History:
+    """A prefilled history.
+
+    Attributes:
+        model: the model that prefilled it.
+        prompt: the segments it was built from.
+        rendered: the rendered text and segment character ranges.
+        input_ids: Long[T] history tokens.
+        offsets: per token, its (start, end) characters in ``rendered.history_text``.
+        kv: per layer (K, V), shapes [1, kv_heads, T, head_dim]; K as cached (after RoPE).
+        positions: Long[T] RoPE position of every history slot (0..T-1 after a prefill).
+        digest: SHA-256 of ``kv`` at prefill time.
+    """
+
+    model: "Model"
+    prompt: Prompt
+    rendered: RenderedPrompt
+    input_ids: torch.Tensor
+    offsets: list[tuple[int, int]]
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+    positions: torch.Tensor
+    digest: str
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def text(self) -> str:
+        """The rendered history text."""
+        return self.rendered.history_text
+
+    def check_digest(self) -> bool:
+        """True if the stored K/V still hash to the digest taken at prefill."""
+        return kv_digest(self.kv) == self.digest
+
+    def span(
+        self,
+        segment: str,
+        text: str | None = None,
+        *,
+        occurrence: int | None = None,
+        chars: tuple[int, int] | None = None,
+        strict: bool = True,
+    ) -> TokenSpan:
+        """Token span of a segment, or of a piece of it.
+
+        Args:
+            segment: segment name.
+            text: a substring of the segment to map instead of the whole segment
+                (e.g. the old number ``"12"``); it must occur once unless
+                ``occurrence`` picks one (0-based).
+            chars: a character range relative to the segment start, instead of ``text``.
+            strict: refuse tokens that extend past the range over non-whitespace.
+        """
+        if segment not in self.rendered.segments:
+            raise SpanError(f"no segment {segment!r}; segments are {list(self.rendered.segments)}")
+        seg_start, seg_end = self.rendered.segments[segment]
+        seg_text = self.text[seg_start:seg_end]
+        label = segment
+        if text is not None and chars is not None:
+            raise SpanError("give either text= or chars=, not both")
+        if text is not None:
+            if not text:
+                raise SpanError(f"empty text for a span in segment {segment!r}")
+            hits = find_occurrences(seg_text, text)
+            if not hits:
+                raise SpanError(f"{text!r} does not occur in segment {segment!r}")
+            if occurrence is None and len(hits) > 1:
+                raise SpanError(f"{text!r} occurs {len(hits)} times in segment {segment!r}; pass occurrence=")
+            k = occurrence or 0
+            if not 0 <= k < len(hits):
+                raise SpanError(f"occurrence {k} of {text!r} requested; segment {segment!r} has {len(hits)}")
+            chars = (hits[k], hits[k] + len(text))
+            label = f"{segment}:{text}"
+        if chars is not None:
+            lo, hi = chars
+            if not 0 <= lo < hi <= len(seg_text):
+                raise SpanError(
+                    f"chars [{lo}, {hi}) are empty or outside segment {segment!r} ({len(seg_text)} chars)"
+                )
+            start, end = seg_start + lo, seg_start + hi
+            label = label if text is not None else f"{segment}[{lo}:{hi}]"
+        else:
+            start, end = seg_start, seg_end
+        return char_span_to_tokens(self.offsets, self.text, start, end, strict=strict, label=label)
+
+    def token_text(self, span: TokenSpan) -> str:
+        """Decoded text of the history tokens in ``span``."""
+        if span.end > len(self):
+            raise SpanError(f"{span!r} lies outside the history of {len(self)} tokens")
+        return self.model.tokenizer.decode(self.input_ids[span.start : span.end])

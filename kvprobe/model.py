@@ -1,0 +1,169 @@
+"""The loaded model: transformers model + tokenizer + nnsight wrapper + architecture summary."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import nnsight
+import torch
+
+from .access import Access, Full
+from .arch import ArchSummary
+from .decoding import CandidateScores, Generation, Request, generate_greedy, score_candidates
+from .engine import empty_rows, traced_forward
+from .history import History, kv_digest
+from .prompts import Prompt, SpanError
+
+
+class Model:
+    """A causal LM ready for prefill, scoring and generation under access conditions.
+
+    Attributes:
+        hf: the transformers model (eval mode, eager attention by default).
+        tokenizer: its fast tokenizer.
+        nn: the nnsight wrapper used for every intervention.
+        arch: :class:`ArchSummary` (layers, heads, head dim, RoPE, layer types).
+        name, source, weight_hash: where the weights came from.
+    """
+
+    def __init__(self, hf: Any, tokenizer: Any, *, name: str = "", source: str = "", weight_hash: str = ""):
+        if not getattr(tokenizer, "is_fast", False):
+            raise TypeError(f"model {name!r}: kvprobe needs a fast tokenizer (character offsets)")
+        self.hf = hf.eval()
+        self.tokenizer = tokenizer
+        self.name, self.source, self.weight_hash = name, source, weight_hash
+        self.arch = ArchSummary.from_config(hf.config)
+        self.nn = nnsight.NNsight(self.hf)
+        self._layers = self.nn.model.layers
+
+    # -- facts ---------------------------------------------------------------
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.hf.parameters()).dtype
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        """Every token id that ends generation (generation config and tokenizer)."""
+        ids: set[int] = set()
+        cfg = getattr(self.hf, "generation_config", None)
+        for source in (getattr(cfg, "eos_token_id", None), self.tokenizer.eos_token_id):
+            if source is None:
+                continue
+            ids.update(source if isinstance(source, (list, tuple)) else [source])
+        return frozenset(int(i) for i in ids)
+
+    @property
+    def pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(pad if pad is not None else min(self.eos_ids))
+
+    def attention_envoy(self, layer: int) -> Any:
+        """The nnsight envoy of layer ``layer``'s attention module."""
+        return self._layers[layer].self_attn
+
+    def __repr__(self) -> str:
+        return f"Model({self.name!r}, {self.arch.describe()})"
+
+    # -- prefill -------------------------------------------------------------
+    def prefill(self, prompt: Prompt) -> History:
+        """Tokenize and prefill a prompt's history once; returns the :class:`History`."""
+        rendered = prompt.render(self.tokenizer)
+        enc = self.tokenizer(
+            rendered.history_text,
+            add_special_tokens=rendered.add_special_tokens,
+            return_offsets_mapping=True,
+        )
+        ids = torch.tensor(enc["input_ids"], dtype=torch.long)
+        if ids.numel() == 0:
+            raise SpanError("the prompt's history tokenizes to nothing")
+        rows = empty_rows(1)
+        traced_forward(self, rows, ids[None], logits_to_keep=1)
+        kv = [(layer.keys.clone(), layer.values.clone()) for layer in rows.cache.layers]
+        return History(
+            model=self,
+            prompt=prompt,
+            rendered=rendered,
+            input_ids=ids,
+            offsets=[tuple(o) for o in enc["offset_mapping"]],
+            kv=kv,
+            positions=torch.arange(ids.shape[0]),
+            digest=kv_digest(kv),
+        )
+
+    # -- scoring and generation ----------------------------------------------
+    def score(
+        self,
+        history: History,
+        question: str,
+        candidates: Sequence[str],
+        access: Access | Mapping[str, Access] | None = None,
+    ) -> CandidateScores | dict[str, CandidateScores]:
+        """Teacher-forced summed log-probabilities (nats) of ``candidates`` after ``question``.
+
+        With a single access condition returns one :class:`CandidateScores`; with a
+        mapping ``name -> Access`` scores all conditions in one batch and returns a dict.
+        """
+        conditions = _conditions(access)
+        requests = [Request(question, a) for a in conditions.values()]
+        scores = score_candidates(self, history, requests, candidates)
+        if not isinstance(access, Mapping):
+            return scores[0]
+        return dict(zip(conditions, scores))
+
+    def generate(
+        self,
+        history: History,
+        question: str | Sequence[str],
+        access: Access | Mapping[str, Access] | None = None,
+        max_new_tokens: int = 40,
+    ) -> Generation | dict[str, Generation] | dict[str, list[Generation]]:
+        """Greedy answers to one or several questions under one or several access conditions.
+
+        All (condition, question) pairs decode together as one batch. Returns a
+        :class:`Generation` for one question and one condition; a dict
+        ``condition -> Generation`` for one question and a mapping; a dict
+        ``condition -> [Generation per question]`` for several questions.
+        """
+        conditions = _conditions(access)
+        questions = [question] if isinstance(question, str) else list(question)
+        requests = [Request(q, a) for a in conditions.values() for q in questions]
+        outs = generate_greedy(self, history, requests, max_new_tokens=max_new_tokens)
+        per_condition = {
+            name: outs[i * len(questions) : (i + 1) * len(questions)] for i, name in enumerate(conditions)
+        }
+        if isinstance(question, str):
+            if not isinstance(access, Mapping):
+                return per_condition[next(iter(conditions))][0]
+            return {k: v[0] for k, v in per_condition.items()}
+        return per_condition
+
+    def run(self, history: History, requests: Sequence[Request], max_new_tokens: int = 40) -> list[Generation]:
+        """Low-level batched generation: one :class:`Generation` per :class:`Request`."""
+        return generate_greedy(self, history, list(requests), max_new_tokens=max_new_tokens)
+
+
+def _conditions(access: Access | Mapping[str, Access] | None) -> dict[str, Access]:
+    if access is None:
+        return {"full": Full()}
+    if isinstance(access, Access):
+        return {access.name: access}
+    if isinstance(access, Mapping):
+        if not access:
+            raise ValueError("empty mapping of access conditions")
+        for name, a in access.items():
+            if not isinstance(a, Access):
+                raise TypeError(f"condition {name!r} is not an Access object")
+        return dict(access)
+    raise TypeError(f"access must be an Access or a mapping of them, got {type(access).__name__}")
+
+
+def load_model(name: str = "smollm2-135m-instruct", **kwargs: Any) -> Model:
+    """Load a model by registry name, Hub id, local directory, ``.gguf`` file or tiny-model name.
+
+    Keyword arguments (``dtype``, ``attn_implementation``, ``device``) go to
+    :func:`kvprobe.loading.load_weights`.
+    """
+    from .loading import load_weights
+
+    w = load_weights(name, **kwargs)
+    return Model(w.hf, w.tokenizer, name=w.name, source=w.source, weight_hash=w.weight_hash)

@@ -1,0 +1,84 @@
+"""Independent reference computations: plain transformers forwards, no cache, no nnsight.
+
+Used by ``kvprobe verify`` and the tests to check the traced, cached path.
+Each function runs the *whole* token sequence (history + suffix [+ generated])
+through ``model.hf`` in one call, with an explicit 4-D additive mask per layer
+type in which rows after the history cannot see the hidden history columns.
+Hiding here is folded into the mask for every attention layer, so these
+references cover conditions that mask all attention layers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+
+from .masks import layer_type_masks
+
+if TYPE_CHECKING:
+    from .model import Model
+
+
+def reference_logits(
+    model: "Model",
+    history_ids: Sequence[int],
+    suffix: Sequence[int],
+    hidden: torch.Tensor | None = None,
+    explicit_mask: bool = True,
+) -> torch.Tensor:
+    """Logits Float[len(suffix), V] of the suffix rows of one uncached forward.
+
+    Args:
+        history_ids: the history tokens (length T).
+        suffix: tokens after the history (question, candidate, generated...).
+        hidden: Bool[T] history positions hidden from suffix rows (all attention layers).
+        explicit_mask: if false (and nothing hidden), pass no mask at all so
+            transformers builds its own native causal / sliding-window masks.
+    """
+    ids = torch.tensor([list(history_ids) + list(suffix)], dtype=torch.long)
+    T, N = len(history_ids), ids.shape[1]
+    kwargs = {}
+    if explicit_mask or (hidden is not None and bool(hidden.any())):
+        pos = torch.arange(N)[None]
+        row_hidden = torch.zeros(1, N, N, dtype=torch.bool)
+        if hidden is not None:
+            row_hidden[0, T:, :T] = hidden[None, :]
+        masks = {}
+        for layer_type, m in layer_type_masks(
+            model.arch, pos, pos, torch.ones(1, N, dtype=torch.bool), model.dtype
+        ).items():
+            masks[layer_type] = m.masked_fill(row_hidden[:, None], torch.finfo(model.dtype).min)
+        kwargs["attention_mask"] = masks if len(masks) > 1 else next(iter(masks.values()))
+    with torch.inference_mode():
+        logits = model.hf(input_ids=ids, use_cache=False, **kwargs).logits
+    return logits[0, T:]
+
+
+def reference_score(
+    model: "Model", history_ids: Sequence[int], suffix: Sequence[int], candidate: Sequence[int],
+    hidden: torch.Tensor | None = None,
+) -> float:
+    """Summed log-probability (nats) of ``candidate`` after ``suffix``, uncached."""
+    logits = reference_logits(model, history_ids, list(suffix) + list(candidate), hidden)
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    n = len(suffix)
+    return float(sum(logprobs[n - 1 + j, t] for j, t in enumerate(candidate)))
+
+
+def reference_generate(
+    model: "Model",
+    history_ids: Sequence[int],
+    suffix: Sequence[int],
+    hidden: torch.Tensor | None = None,
+    max_new_tokens: int = 20,
+) -> list[int]:
+    """Greedy tokens, recomputing the whole sequence at every step (no cache)."""
+    out: list[int] = []
+    for _ in range(max_new_tokens):
+        logits = reference_logits(model, history_ids, list(suffix) + out, hidden)
+        tok = int(logits[-1].argmax())
+        out.append(tok)
+        if tok in model.eos_ids:
+            break
+    return out

@@ -1,0 +1,239 @@
+"""Tiny random causal LMs built in-process, for fast tests (no download).
+
+Three families, each covering an architecture feature the interventions must
+handle:
+
+- ``tiny-llama``  -- Llama, grouped-query attention (4 query / 2 KV heads).
+- ``tiny-qwen3``  -- Qwen3, adds QK-norm (RMSNorm on q and k per head).
+- ``tiny-gemma3`` -- Gemma 3 text, QK-norm, mixed sliding-window (window 16)
+  and full-attention layers with per-layer-type RoPE bases, so native sliding
+  windows actually bite on ~100-token prompts.
+
+Weights are drawn with a fixed seed inside :func:`torch.random.fork_rng`, so
+two builds are bit-identical and the caller's RNG state is untouched.  The
+random init is scaled up (``initializer_range=0.2``) so that attention is far
+from uniform and masking a span visibly changes the logits.
+
+The tokenizer is a byte-level BPE trained with the ``tokenizers`` library on a
+small built-in English corpus (deterministic; ~1000 tokens) with ChatML special
+tokens and chat template.  Being byte-level, it encodes any text, and its
+offsets (``trim_offsets=False``) partition the text exactly.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import torch
+
+__all__ = ["TINY_MODELS", "TINY_SEED", "build_tiny", "tiny_tokenizer", "tiny_config"]
+
+TINY_MODELS: tuple[str, ...] = ("tiny-llama", "tiny-qwen3", "tiny-gemma3")
+TINY_SEED = 0
+TINY_VOCAB_SIZE = 1000
+TINY_INIT_RANGE = 0.2
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+# ChatML, as used by SmolLM2 / Qwen (without a default system prompt).
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# --------------------------------------------------------------------------- corpus
+
+_BASE_SENTENCES = """\
+The record for the unit was updated yesterday, and the new value replaces the old one.
+Please note that the duration is measured in hours, not in minutes or seconds.
+The current color of the box is blue; earlier it was red, and before that green.
+A correction was issued: the weight of the package is twelve kilograms.
+The meeting moved from Monday to Thursday at three o'clock in the afternoon.
+What is the capital of France? The capital of France is Paris.
+The temperature today is 21 degrees Celsius, colder than last week.
+Alice owns a yellow bicycle. Bob owns a purple car. Carol owns a white boat.
+The price was 45 dollars, but after the update it is 52 dollars.
+Note: the previous entry was wrong. The correct distance is 300 meters.
+He said the answer is seven. She confirmed that the answer is still seven.
+Numbers: zero, one, two, three, four, five, six, seven, eight, nine, ten, 0 1 2 3 4 5 6 7 8 9 10 100 1000.
+Colors: red, orange, yellow, green, blue, indigo, violet, black, white, gray, brown, pink.
+Units: meters, kilometers, grams, kilograms, liters, seconds, minutes, hours, days, weeks, years.
+The system keeps a history of every change, so a reader can tell a replacement from a confirmation.
+"Is the value still the same?" asked the user. "Yes, it has not changed," said the assistant.
+Question: which city hosts the annual festival? Answer: the festival is held in Berlin.
+The file contains 1,234 lines; the last line ends with a newline character.
+The library opens at nine in the morning and closes at six in the evening on weekdays.
+Students borrowed forty books last month; most of them were novels, histories and science guides.
+A small village near the mountains grows apples, pears, cherries and plums every summer.
+The engineer checked the bridge, measured the cables, and wrote a short report about safety.
+Our kitchen has a wooden table, four chairs, a silver kettle and a shelf of spices.
+During the storm, the electricity failed, so everyone lit candles and told stories.
+The children played football in the park until the sun went down behind the hills.
+Scientists observed that the comet returns every seventy-six years, bright and quiet.
+My neighbor repairs old clocks; his workshop is full of gears, springs and tiny screws.
+The museum displays ancient coins, painted vases, bronze statues and maps of forgotten kingdoms.
+Travelers crossed the desert by camel, carrying water, dates, blankets and a compass.
+The orchestra rehearsed the symphony twice before the concert on Saturday night.
+Farmers harvest wheat in August, then plant winter crops after the first autumn rain.
+The doctor advised rest, plenty of water, and a walk outside whenever the weather is mild.
+In the harbor, fishing boats unload their catch while seagulls circle above the market.
+Remember: always save your work, check the numbers twice, and label every chart clearly.
+"""
+
+_SUBJECTS = ("The record", "The unit", "The account", "The sensor", "The project", "The station",
+             "The library", "The train", "The garden", "The river")
+_ATTRS = (("color", ("red", "blue", "green", "yellow", "purple", "orange")),
+          ("duration", ("3 hours", "18 hours", "45 minutes", "2 days", "90 seconds", "1 week")),
+          ("weight", ("12 kilograms", "300 grams", "7 kilograms", "1.5 tons", "40 pounds", "9 ounces")),
+          ("location", ("Paris", "London", "Tokyo", "Berlin", "Madrid", "Cairo")),
+          ("owner", ("Alice", "Bob", "Carol", "David", "Erin", "Frank")))
+_VERBS = ("was changed to", "is now", "has been confirmed as", "remains", "was updated to",
+          "used to be")
+
+
+def tiny_corpus() -> str:
+    """The fixed English training text of the tiny tokenizer."""
+    lines = [_BASE_SENTENCES]
+    for i, (subj, (attr, values), verb) in enumerate(
+            itertools.product(_SUBJECTS, _ATTRS, _VERBS)):
+        value = values[i % len(values)]
+        lines.append(f"{subj}'s {attr} {verb} {value}.")
+        if i % 4 == 0:
+            lines.append(f"Question: what is the {attr} of {subj.lower()}? Answer: {value}.")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------ tokenizer
+
+
+@functools.lru_cache(maxsize=1)
+def _tokenizer_json() -> str:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    # trim_offsets=False: a token "Ġword" is mapped to " word", so the offsets
+    # of consecutive tokens partition the text exactly.
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=TINY_VOCAB_SIZE,
+        min_frequency=1,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(tiny_corpus().splitlines(keepends=True), trainer=trainer)
+    return tok.to_str()
+
+
+def tiny_tokenizer():
+    """A fresh fast tokenizer (byte-level BPE, ChatML). Training is cached per process."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_tokenizer_json()),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+        additional_special_tokens=["<|im_start|>"],
+        clean_up_tokenization_spaces=False,
+        model_max_length=4096,
+    )
+    fast.chat_template = CHATML_TEMPLATE
+    return fast
+
+
+# --------------------------------------------------------------------------- models
+
+
+def tiny_config(name: str, tokenizer=None):
+    """The ``PretrainedConfig`` of tiny model ``name`` (vocab from the tiny tokenizer)."""
+    if name not in TINY_MODELS:
+        raise ValueError(f"unknown tiny model {name!r}; choose one of {', '.join(TINY_MODELS)}")
+    tok = tokenizer if tokenizer is not None else tiny_tokenizer()
+    ids = dict(
+        vocab_size=len(tok),
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.pad_token_id,  # no BOS is prepended; <|endoftext|> stands in
+    )
+    common = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=2048,
+        initializer_range=TINY_INIT_RANGE,
+        tie_word_embeddings=False,
+        **ids,
+    )
+    if name == "tiny-llama":
+        from transformers import LlamaConfig
+
+        return LlamaConfig(num_hidden_layers=4, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                           rms_norm_eps=1e-6, **common)
+    if name == "tiny-qwen3":
+        from transformers import Qwen3Config
+
+        return Qwen3Config(num_hidden_layers=4, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                           rms_norm_eps=1e-6, use_sliding_window=False, **common)
+    from transformers import Gemma3TextConfig
+
+    n_layers = 6
+    layer_types = ["full_attention" if (i + 1) % 3 == 0 else "sliding_attention" for i in range(n_layers)]
+    return Gemma3TextConfig(
+        num_hidden_layers=n_layers,
+        layer_types=layer_types,
+        sliding_window=16,
+        query_pre_attn_scalar=16,
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+        },
+        rms_norm_eps=1e-6,
+        **{**common, "tie_word_embeddings": True},
+    )
+
+
+def build_tiny(name: str, *, dtype: torch.dtype = torch.float32, attn_implementation: str = "eager"):
+    """Build tiny model ``name`` -> ``(model, tokenizer)``; deterministic, eval mode, no grads."""
+    if name not in TINY_MODELS:
+        raise ValueError(f"unknown tiny model {name!r}; choose one of {', '.join(TINY_MODELS)}")
+    from transformers import Gemma3ForCausalLM, LlamaForCausalLM, Qwen3ForCausalLM
+
+    tok = tiny_tokenizer()
+    config = tiny_config(name, tok)
+    config._attn_implementation = attn_implementation
+    cls = {"tiny-llama": LlamaForCausalLM, "tiny-qwen3": Qwen3ForCausalLM,
+           "tiny-gemma3": Gemma3ForCausalLM}[name]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(TINY_SEED)
+        model = cls(config)
+    _sharpen_qk_norm(model, name)
+    model = model.to(dtype)
+    model.eval()
+    model.requires_grad_(False)
+    model.name_or_path = name
+    model.config.name_or_path = name
+    return model, tok
+
+
+# QK-norm rescales q and k to unit RMS, which with a random init leaves the
+# attention almost uniform; a larger norm gain (2.5 -> logits ~6x larger)
+# gives peaked attention, like a trained model's.
+QK_NORM_GAIN = 2.5
+
+
+@torch.no_grad()
+def _sharpen_qk_norm(model, name: str) -> None:
+    for mod_name, module in model.named_modules():
+        if mod_name.endswith(("q_norm", "k_norm")):
+            # Gemma's RMSNorm scales by (1 + weight); Qwen3's by weight.
+            module.weight.fill_(QK_NORM_GAIN - 1.0 if name == "tiny-gemma3" else QK_NORM_GAIN)

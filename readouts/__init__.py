@@ -1,0 +1,1 @@
+"""kvprobe.readouts: placeholder package; see README architecture."""

@@ -1,0 +1,1 @@
+"""kvprobe.studies: placeholder package; see README architecture."""

@@ -1,0 +1,56 @@
+"""Exact strings of the quantity task, quoted verbatim from the paper.
+
+Source: "Positions Are Not Facts" (../shared/seed), appendix "Exact source and
+response examples" (paper lines 3766-3815, spec partC section 1.2). Strings the
+paper does not give are marked UNCLEAR and are parameters of the generator.
+"""
+
+# Common system instruction (paper L3775-3781).
+SYSTEM = (
+    "Use the ordered authoritative records, each valid at its stated reference time. "
+    "A later entry changes only the entity and attribute it concerns. For a historical question, "
+    "report the value at the requested reference time. Return exactly one JSON string field: "
+    '{"answer": "complete queried value"}. Quantities must include their measurement unit. '
+    "Do not convert units. If the requested value cannot be determined, return "
+    '{"answer": "UNKNOWN"}.'
+)
+
+# Record A (paper L3784-3785).
+RECORD_A = (
+    "Reference time T1. Certified specification for {entity}: {attribute} = {old_num} {unit}. "
+    "This is its single approved value at T1."
+)
+
+# Record B, B states the complete quantity (paper L3796-3797).
+RECORD_B_UNIT_STATED = (
+    "Reference time T2, after T1. The certified {attribute} of {entity} is {new_num} {unit}. "
+    "This entry is effective at T2."
+)
+
+# Record B, B refers to A for its unit (paper L3810-3812).
+RECORD_B_UNIT_FROM_A = (
+    "Reference time T2, after T1. The certified {attribute} of {entity} is {new_num}. "
+    "The measurement unit is the same as in record A at T1. This entry is effective at T2."
+)
+
+# Inspection record (paper L3788).
+INSPECTION_RECORD = "The inspection label on {envelope} is {color}."
+
+# Neutral note: six repetitions (paper L3771-3772).
+NOTE_SENTENCE = "A square seal is printed beside a blank signature box. The cover is gray and the folder is closed."
+NOTE_REPETITIONS = 6
+
+# Current question (paper L3789-3790).
+CURRENT_QUESTION = "At T2, what is the current {attribute} of {entity}? Return the complete quantity including its unit."
+
+# Unrelated question (paper L3800-3801).
+UNRELATED_QUESTION = "What is the inspection label on {envelope}? Return only the label in the answer field."
+
+
+def neutral_note(sentence: str = NOTE_SENTENCE, repetitions: int = NOTE_REPETITIONS) -> str:
+    """The neutral note: ``repetitions`` copies of ``sentence`` joined by single spaces.
+
+    UNCLEAR: the paper does not state the joiner between repetitions; a single
+    space matches its quoted 31-token window (L3804-3806).
+    """
+    return " ".join([sentence] * repetitions)
