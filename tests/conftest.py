@@ -1,0 +1,36 @@
+"""Shared fixtures: tiny random models (built in-process) and a small record history."""
+
+from __future__ import annotations
+
+import pytest
+
+import kvprobe
+from kvprobe.tiny import TINY_MODELS
+
+SEGMENTS = [
+    ("A", "Record A, Monday: the weekly planning meeting is held in Room 12 on the third floor."),
+    ("note", "A square seal is printed beside a blank signature box. The cover is gray and the folder is closed."),
+    ("B", "Record B, Friday: the weekly planning meeting moves to Room 18 on the fifth floor."),
+]
+QUESTIONS = ["Which room is the weekly planning meeting in now?", "What is gray?"]
+
+
+@pytest.fixture(scope="session", params=TINY_MODELS)
+def tiny_model(request) -> kvprobe.Model:
+    """Each tiny model family in turn."""
+    return kvprobe.load_model(request.param)
+
+
+@pytest.fixture(scope="session")
+def llama() -> kvprobe.Model:
+    return kvprobe.load_model("tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def gemma() -> kvprobe.Model:
+    return kvprobe.load_model("tiny-gemma3")
+
+
+def make_history(model: kvprobe.Model, **kwargs) -> kvprobe.History:
+    """Prefill the shared three-segment chat history on ``model``."""
+    return model.prefill(kvprobe.Prompt(SEGMENTS, system="Answer from the records.", **kwargs))

