@@ -4,6 +4,7 @@ Subcommands:
   verify   prove mask equivalences on a model (exit status 1 if any check fails)
   models   list registry models and what is installed; pull a registry model
   demo     the quantity example under five access conditions (the quick-start job)
+  bench    benchmarks written to artifacts/bench
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         return 0
     for entry in list_models():
         mark = "installed" if entry["installed"] else "not installed"
-        print(f"{entry['name']:<30} {entry['kind']:<8} {mark:<14} {entry['description']}")
+        print(f"{entry['name']:<30} {entry['kind']:<12} {mark:<14} {entry['description']}")
     return 0
 
 
@@ -68,6 +69,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(format_table(rows))
         print("\nmargin = logp(right answer) - logp(other answer), nats; current query: new vs old value, "
               "unrelated query: label vs UNKNOWN.")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .bench import format_core_markdown, run_core_bench
+
+    model = _load(args.model, False)
+    result = run_core_bench(model, Path(args.out), steps=args.steps)
+    print(format_core_markdown(result))
     return 0
 
 
@@ -105,6 +117,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="use the B record that states the unit (default: B refers to A for its unit)")
     p.add_argument("--json", action="store_true", help="print rows as JSON instead of a table")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("bench", help="benchmarks (writes JSON and markdown under artifacts/bench)",
+                       description="`kvprobe bench core`: nnsight masked decode step vs plain forward with the "
+                       "same 4-D mask, batched vs one-at-a-time conditions, peak memory.")
+    p.add_argument("suite", choices=["core"], help="which benchmark to run")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
+    p.add_argument("--steps", type=int, default=40, help="interleaved decode steps to time (default 40)")
+    p.add_argument("--out", default="artifacts/bench", help="output directory (default artifacts/bench)")
+    p.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -1,0 +1,173 @@
+"""``kvprobe bench core``: cost of the traced mask path and of batching conditions.
+
+Measured side by side in one run (this machine is noisy, so ratios matter more
+than absolute times):
+
+1. per-step masked decode time through the nnsight path (``traced_forward``
+   with a hidden span) vs a plain transformers forward given the same 4-D mask,
+   batch 1, interleaved step by step, medians;
+2. sequences per second when the conditions of one history decode as one
+   batch vs one at a time;
+3. peak resident memory against weight bytes + KV bytes.
+
+Writes ``<out>/core.json`` and ``<out>/core.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import resource
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from .access import Full, Mask, matched_control
+from .decoding import suffix_ids
+from .engine import fork_rows, pad_suffix_block, traced_forward
+from .masks import layer_type_masks
+from .model import Model
+
+
+def _history(model: Model):
+    from studies.quantity.demo import build_prompt
+
+    return model.prefill(build_prompt())
+
+
+def bench_decode_step(model: Model, history, steps: int = 40) -> dict[str, Any]:
+    """Median per-step time of masked decoding: nnsight path vs plain forward with the same 4-D mask."""
+    mask = Mask(history.span("A"), name="source")
+    T = len(history)
+    q = suffix_ids(model, history, "What is the current cycle duration?")
+    hidden = mask.hidden_positions(T)
+
+    rows = fork_rows(history.kv, history.positions, [(hidden, mask.layers_for(model.arch))])
+    ids, valid = pad_suffix_block([q], model.pad_id)
+    traced_forward(model, rows, ids, valid, logits_to_keep=1)
+
+    cache = DynamicCache(ddp_cache_data=[(k.clone(), v.clone()) for k, v in history.kv])
+    with torch.inference_mode():
+        model.hf(input_ids=torch.tensor([q]), position_ids=torch.arange(T, T + len(q))[None],
+                 attention_mask=_plain_mask(model, T, len(q), 0, hidden), past_key_values=cache, use_cache=True)
+    L = T + len(q)
+    traced, plain = [], []
+    token = torch.tensor([[q[-1]]])
+    for step in range(steps):
+        t0 = time.perf_counter()
+        traced_forward(model, rows, token, logits_to_keep=1)
+        traced.append(time.perf_counter() - t0)
+        pos = L + step
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            model.hf(input_ids=token, position_ids=torch.tensor([[pos]]),
+                     attention_mask=_plain_mask(model, T, 1, pos - T, hidden),
+                     past_key_values=cache, use_cache=True, logits_to_keep=1)
+        plain.append(time.perf_counter() - t0)
+    t_med, p_med = statistics.median(traced), statistics.median(plain)
+    return {"steps": steps, "history_tokens": T, "traced_ms": 1e3 * t_med, "plain_ms": 1e3 * p_med,
+            "ratio": t_med / p_med, "goal_ratio_at_most": 1.10}
+
+
+def _plain_mask(model: Model, T: int, n_new: int, offset: int, hidden: torch.Tensor):
+    """Explicit 4-D mask for ``n_new`` tokens at positions T+offset.. with ``hidden`` history columns."""
+    S = T + offset + n_new
+    q_pos = torch.arange(T + offset, S)[None]
+    k_pos = torch.arange(S)[None]
+    h = torch.cat([hidden, torch.zeros(S - T, dtype=torch.bool)])[None]
+    masks = layer_type_masks(model.arch, q_pos, k_pos, torch.ones(1, S, dtype=torch.bool), model.dtype, hidden=h)
+    return masks if len(masks) > 1 else next(iter(masks.values()))
+
+
+QUESTIONS = (
+    "At T2, what is the current cycle duration of Assembly-TEST-000? Return the complete quantity including its unit.",
+    "What was the cycle duration of Assembly-TEST-000 at T1? Return the complete quantity including its unit.",
+    "What is the inspection label on Envelope-TEST-000? Return only the label in the answer field.",
+)
+
+
+def bench_batching(model: Model, history, n_questions: int, max_new_tokens: int = 24) -> dict[str, Any]:
+    """Sequences per second: 5 conditions x ``n_questions`` decoded as one batch vs one at a time."""
+    source = Mask(history.span("A"), name="source")
+    conds = {"full": Full(), "source": source, "source-control": matched_control(history, source, "note"),
+             "number": Mask(history.span("A", "159"), name="number")}
+    conds["number-control"] = matched_control(history, conds["number"], "note")
+    questions = list(QUESTIONS[:n_questions])
+    t0 = time.perf_counter()
+    batched = model.generate(history, questions, access=conds, max_new_tokens=max_new_tokens)
+    t_batched = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    single = {name: [model.generate(history, q, access=a, max_new_tokens=max_new_tokens) for q in questions]
+              for name, a in conds.items()}
+    t_single = time.perf_counter() - t0
+    same = all(batched[n][i].token_ids == single[n][i].token_ids for n in conds for i in range(len(questions)))
+    n_seq = len(conds) * len(questions)
+    tokens = sum(g.n_tokens for gs in batched.values() for g in gs)
+    return {"conditions": len(conds), "questions": len(questions), "sequences": n_seq,
+            "max_new_tokens": max_new_tokens, "generated_tokens": tokens,
+            "batched_seq_per_s": n_seq / t_batched, "one_at_a_time_seq_per_s": n_seq / t_single,
+            "speedup": t_single / t_batched, "goal_speedup_at_least": 3.0, "identical_outputs": same}
+
+
+def run_core_bench(model: Model, out_dir: Path, steps: int = 40) -> dict[str, Any]:
+    """Run both benchmarks and write ``core.json`` and ``core.md`` under ``out_dir``."""
+    history = _history(model)
+    decode = bench_decode_step(model, history, steps=steps)
+    batching = [bench_batching(model, history, n) for n in (1, 3)]
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.hf.parameters())
+    kv_bytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in history.kv)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    result = {
+        "model": model.name,
+        "machine": {"cpus": torch.get_num_threads(), "platform": platform.platform(),
+                    "processor": platform.processor() or platform.machine(), "torch": torch.__version__},
+        "dtype": str(model.dtype),
+        "decode_step": decode,
+        "batching": batching,
+        "memory": {"weight_bytes": weight_bytes, "history_kv_bytes": kv_bytes, "peak_rss_bytes": peak,
+                   "peak_over_weights_plus_kv": peak / (weight_bytes + kv_bytes)},
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _atomic_write(out_dir / "core.json", json.dumps(result, indent=2) + "\n")
+    _atomic_write(out_dir / "core.md", format_core_markdown(result))
+    return result
+
+
+def format_core_markdown(r: dict[str, Any]) -> str:
+    """The short markdown table quoted by the README."""
+    d, m = r["decode_step"], r["memory"]
+    mb = 1024 * 1024
+    batch_rows = []
+    for b in r["batching"]:
+        what = f"{b['conditions']} conditions x {b['questions']} question(s) = {b['sequences']} sequences"
+        batch_rows += [
+            f"| {what}, one batch | {b['batched_seq_per_s']:.2f} seq/s | |",
+            f"| {what}, one at a time | {b['one_at_a_time_seq_per_s']:.2f} seq/s | |",
+            f"| batching speedup, {b['sequences']} sequences (identical outputs: {b['identical_outputs']}) "
+            f"| {b['speedup']:.2f}x | >= {b['goal_speedup_at_least']:.0f}x |",
+        ]
+    return "\n".join([
+        f"# Core benchmark: {r['model']} ({r['dtype']}, {r['machine']['cpus']} threads, {r['machine']['processor']})",
+        "",
+        "| measure | value | goal |",
+        "|---|---|---|",
+        f"| masked decode step, nnsight path | {d['traced_ms']:.1f} ms | |",
+        f"| masked decode step, plain forward + same 4-D mask | {d['plain_ms']:.1f} ms | |",
+        f"| ratio nnsight / plain ({d['steps']} interleaved steps, medians, {d['history_tokens']}-token history) "
+        f"| {d['ratio']:.3f}x | <= {d['goal_ratio_at_most']:.2f}x |",
+        *batch_rows,
+        f"| peak RSS vs weights + history KV | {m['peak_rss_bytes'] / mb:.0f} MiB vs "
+        f"{m['weight_bytes'] / mb:.0f} + {m['history_kv_bytes'] / mb:.1f} MiB "
+        f"({m['peak_over_weights_plus_kv']:.1f}x) | |",
+        "",
+    ])
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
