@@ -29,8 +29,8 @@ from transformers import DynamicCache
 from .access import Full, Mask, matched_control
 from .decoding import suffix_ids
 from .engine import fork_rows, pad_suffix_block, traced_forward
-from .masks import layer_type_masks
 from .model import Model
+from .reference import explicit_cached_mask
 
 
 def _history(model: Model):
@@ -53,7 +53,7 @@ def bench_decode_step(model: Model, history, steps: int = 40) -> dict[str, Any]:
     cache = DynamicCache(ddp_cache_data=[(k.clone(), v.clone()) for k, v in history.kv])
     with torch.inference_mode():
         model.hf(input_ids=torch.tensor([q]), position_ids=torch.arange(T, T + len(q))[None],
-                 attention_mask=_plain_mask(model, T, len(q), 0, hidden), past_key_values=cache, use_cache=True)
+                 attention_mask=explicit_cached_mask(model, T, T, len(q), hidden), past_key_values=cache, use_cache=True)
     L = T + len(q)
     traced, plain = [], []
     token = torch.tensor([[q[-1]]])
@@ -65,22 +65,12 @@ def bench_decode_step(model: Model, history, steps: int = 40) -> dict[str, Any]:
         t0 = time.perf_counter()
         with torch.inference_mode():
             model.hf(input_ids=token, position_ids=torch.tensor([[pos]]),
-                     attention_mask=_plain_mask(model, T, 1, pos - T, hidden),
+                     attention_mask=explicit_cached_mask(model, T, pos, 1, hidden),
                      past_key_values=cache, use_cache=True, logits_to_keep=1)
         plain.append(time.perf_counter() - t0)
     t_med, p_med = statistics.median(traced), statistics.median(plain)
     return {"steps": steps, "history_tokens": T, "traced_ms": 1e3 * t_med, "plain_ms": 1e3 * p_med,
             "ratio": t_med / p_med, "goal_ratio_at_most": 1.10}
-
-
-def _plain_mask(model: Model, T: int, n_new: int, offset: int, hidden: torch.Tensor):
-    """Explicit 4-D mask for ``n_new`` tokens at positions T+offset.. with ``hidden`` history columns."""
-    S = T + offset + n_new
-    q_pos = torch.arange(T + offset, S)[None]
-    k_pos = torch.arange(S)[None]
-    h = torch.cat([hidden, torch.zeros(S - T, dtype=torch.bool)])[None]
-    masks = layer_type_masks(model.arch, q_pos, k_pos, torch.ones(1, S, dtype=torch.bool), model.dtype, hidden=h)
-    return masks if len(masks) > 1 else next(iter(masks.values()))
 
 
 QUESTIONS = (

@@ -55,6 +55,24 @@ def reference_logits(
     return logits[0, T:]
 
 
+def explicit_cached_mask(
+    model: "Model", history_len: int, start: int, n_new: int, hidden: torch.Tensor
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The 4-D mask(s) for ``n_new`` tokens at positions ``start..`` after a cache of ``start`` slots.
+
+    ``hidden`` (Bool[history_len]) history columns are hidden from the new rows in
+    every attention layer. Returns what transformers takes as ``attention_mask``:
+    one tensor, or a dict per layer type for models with several.
+    """
+    S = start + n_new
+    q_pos = torch.arange(start, S)[None]
+    k_pos = torch.arange(S)[None]
+    full_hidden = torch.cat([hidden, torch.zeros(S - history_len, dtype=torch.bool)])[None]
+    masks = layer_type_masks(model.arch, q_pos, k_pos, torch.ones(1, S, dtype=torch.bool), model.dtype,
+                             hidden=full_hidden)
+    return masks if len(masks) > 1 else next(iter(masks.values()))
+
+
 def reference_score(
     model: "Model", history_ids: Sequence[int], suffix: Sequence[int], candidate: Sequence[int],
     hidden: torch.Tensor | None = None,

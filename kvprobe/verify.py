@@ -20,12 +20,13 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+from transformers import DynamicCache
 
 from .access import Access, Full, Mask, matched_control
 from .decoding import suffix_ids
 from .engine import fork_rows, pad_suffix_block, traced_forward
 from .prompts import Prompt
-from .reference import reference_logits
+from .reference import explicit_cached_mask, reference_logits
 
 if TYPE_CHECKING:
     from .history import History
@@ -131,22 +132,13 @@ def verify_model(model: "Model", history: "History | None" = None) -> list[Check
 
 def _cached_explicit_logits(model: "Model", history: "History", q_ids: list[int], hidden: torch.Tensor) -> torch.Tensor:
     """Suffix logits from a plain transformers forward on a cache copy with an explicit 4-D mask."""
-    from transformers import DynamicCache
-
-    from .masks import layer_type_masks
-
     T, L = len(history), len(q_ids)
     cache = DynamicCache(ddp_cache_data=[(k.clone(), v.clone()) for k, v in history.kv])
-    q_pos = torch.arange(T, T + L)[None]
-    k_pos = torch.arange(T + L)[None]
-    full_hidden = torch.cat([hidden, torch.zeros(L, dtype=torch.bool)])[None]
-    masks = layer_type_masks(model.arch, q_pos, k_pos, torch.ones(1, T + L, dtype=torch.bool), model.dtype,
-                             hidden=full_hidden)
     with torch.inference_mode():
         return model.hf(
             input_ids=torch.tensor([q_ids]),
-            attention_mask=masks if len(masks) > 1 else next(iter(masks.values())),
-            position_ids=q_pos,
+            attention_mask=explicit_cached_mask(model, T, T, L, hidden),
+            position_ids=torch.arange(T, T + L)[None],
             past_key_values=cache,
             use_cache=True,
         ).logits[0]
