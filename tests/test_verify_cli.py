@@ -59,3 +59,21 @@ def test_cli_help_explains_options():
     proc = _cli("verify", "--help")
     assert proc.returncode == 0
     assert "--json" in proc.stdout and "registry name" in proc.stdout
+
+
+def test_verify_detects_an_off_by_one_mask(monkeypatch):
+    """Shift every hidden column by one token: the checks against references must fail."""
+    import torch
+
+    import kvprobe
+    import kvprobe.verify as verify
+
+    real = verify.fork_rows
+
+    def shifted(kv, key_pos, hidden_rows):
+        return real(kv, key_pos, [(torch.roll(h, 1), layers) for h, layers in hidden_rows])
+
+    monkeypatch.setattr(verify, "fork_rows", shifted)
+    results = {r.check: r for r in verify_model(kvprobe.load_model("tiny-llama"))}
+    failed = {name for name, r in results.items() if not r.passed}
+    assert failed == {"nnsight_mask_equals_explicit_4d", "masked_attention_zero", "cached_equals_one_pass"}
