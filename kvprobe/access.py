@@ -22,14 +22,42 @@ from .prompts import SpanError, TokenSpan, merge_spans
 
 if TYPE_CHECKING:
     from .arch import ArchSummary
+    from .engine import RowState
     from .history import History
+    from .model import Model
+
+
+def slots_in_state(state: "RowState", positions: torch.Tensor) -> torch.Tensor:
+    """Bool[S]: the slots of ``state`` holding the history positions marked in Bool[T] ``positions``.
+
+    Positions an operation removed have no slot and are skipped.
+    """
+    slots = torch.zeros(state.length, dtype=torch.bool)
+    kept = state.slot_of[positions]
+    slots[kept[kept >= 0]] = True
+    return slots
 
 
 @dataclass(frozen=True)
 class Access:
-    """Base class: full access to every history position."""
+    """Base class of access conditions and cache operations (default: full access).
+
+    A condition turns a history into the :class:`RowState` one batch row starts
+    from: :meth:`prepare` validates it, then :meth:`apply` edits the unedited
+    state. Cache operations (``interventions``) subclass this too, so any of
+    them can be batched with, and composed with, the masks here.
+    """
 
     name: str = "full"
+
+    def prepare(self, model: "Model", history: "History", question: str = "") -> "RowState":
+        """The row state this condition gives ``question`` on ``history``."""
+        self.validate(len(history), model.arch)
+        return self.apply(model, history, history.base_state(), question)
+
+    def apply(self, model: "Model", history: "History", state: "RowState", question: str = "") -> "RowState":
+        """Edit ``state`` (a row state of ``history``); the base class changes nothing."""
+        return state
 
     def hidden_positions(self, history_len: int) -> torch.Tensor:
         """Bool[T]: history positions hidden from later tokens."""
@@ -41,6 +69,28 @@ class Access:
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
         """Raise ``SpanError`` if the condition does not fit a history of this length."""
+
+
+@dataclass(frozen=True, init=False)
+class Compose(Access):
+    """Apply several conditions in order (e.g. a cache operation, then a mask)."""
+
+    parts: tuple[Access, ...] = ()
+
+    def __init__(self, *parts: Access, name: str | None = None) -> None:
+        if not parts:
+            raise ValueError("Compose needs at least one condition")
+        object.__setattr__(self, "parts", tuple(parts))
+        object.__setattr__(self, "name", name or "+".join(p.name for p in parts))
+
+    def validate(self, history_len: int, arch: "ArchSummary") -> None:
+        for p in self.parts:
+            p.validate(history_len, arch)
+
+    def apply(self, model: "Model", history: "History", state: "RowState", question: str = "") -> "RowState":
+        for p in self.parts:
+            state = p.apply(model, history, state, question)
+        return state
 
 
 @dataclass(frozen=True)
@@ -93,6 +143,9 @@ class Mask(Access):
     def layers_for(self, arch: "ArchSummary") -> tuple[int, ...]:
         attention = arch.attention_layers
         return attention if self.layers is None else tuple(i for i in self.layers if i in attention)
+
+    def apply(self, model: "Model", history: "History", state: "RowState", question: str = "") -> "RowState":
+        return state.hide(slots_in_state(state, self.hidden_positions(len(history))), self.layers_for(model.arch))
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
         for s in self.spans:

@@ -28,7 +28,7 @@ from transformers import DynamicCache
 
 from .access import Full, Mask, matched_control
 from .decoding import suffix_ids
-from .engine import fork_rows, pad_suffix_block, traced_forward
+from .engine import RowState, fork_rows, pad_suffix_block, traced_forward
 from .model import Model
 from .reference import explicit_cached_mask
 
@@ -46,7 +46,7 @@ def bench_decode_step(model: Model, history, steps: int = 40) -> dict[str, Any]:
     q = suffix_ids(model, history, "What is the current cycle duration?")
     hidden = mask.hidden_positions(T)
 
-    rows = fork_rows(history.kv, history.positions, [(hidden, mask.layers_for(model.arch))])
+    rows = fork_rows([mask.prepare(model, history)])
     ids, valid = pad_suffix_block([q], model.pad_id)
     traced_forward(model, rows, ids, valid, logits_to_keep=1)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from .access import Access
-from .engine import Rows, fork_rows, pad_suffix_block, traced_forward
+from .engine import RowState, fork_rows, pad_suffix_block, traced_forward
 
 if TYPE_CHECKING:
     from .history import History
@@ -76,12 +76,9 @@ class Generation:
     access: str
 
 
-def _fork_for(model: "Model", history: "History", accesses: Sequence[Access]) -> Rows:
-    rows = []
-    for access in accesses:
-        access.validate(len(history), model.arch)
-        rows.append((access.hidden_positions(len(history)), access.layers_for(model.arch)))
-    return fork_rows(history.kv, history.positions, rows)
+def prepare_states(model: "Model", history: "History", requests: Sequence[Request]) -> list[RowState]:
+    """Each request's row state (its condition applied to its own view of the history)."""
+    return [req.access.prepare(model, history, req.question) for req in requests]
 
 
 def suffix_ids(model: "Model", history: "History", question: str) -> list[int]:
@@ -102,13 +99,13 @@ def score_candidates(
     if not candidates or any(not c for c in candidates):
         raise ValueError("candidates must be a non-empty list of non-empty strings")
     cand_ids = [model.tokenizer(c, add_special_tokens=False)["input_ids"] for c in candidates]
-    sequences, accesses = [], []
-    for req in requests:
+    sequences, states = [], []
+    for req, state in zip(requests, prepare_states(model, history, requests)):
         q = suffix_ids(model, history, req.question)
         for c in cand_ids:
             sequences.append(q + c)
-            accesses.append(req.access)
-    rows = _fork_for(model, history, accesses)
+            states.append(state)
+    rows = fork_rows(states)
     ids, valid = pad_suffix_block(sequences, model.pad_id)
     out = traced_forward(model, rows, ids, valid)
     logprobs = torch.log_softmax(out.logits.float(), dim=-1)
@@ -136,7 +133,7 @@ def generate_greedy(
     """Greedy decoding of every request in one batch; each row stops at EOS or the cap."""
     if max_new_tokens < 1:
         raise ValueError("max_new_tokens must be at least 1")
-    rows = _fork_for(model, history, [r.access for r in requests])
+    rows = fork_rows(prepare_states(model, history, requests))
     ids, valid = pad_suffix_block([suffix_ids(model, history, r.question) for r in requests], model.pad_id)
     B = len(requests)
     generated: list[list[int]] = [[] for _ in range(B)]

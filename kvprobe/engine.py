@@ -14,7 +14,7 @@ per layer the key slots that row's condition hides.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -27,20 +27,76 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class RowState:
+    """What one row of a batch starts from: a (possibly edited) cache and what later tokens may read.
+
+    Access conditions and cache operations produce a ``RowState`` from a
+    history; the engine stacks several into a batch. Tensors here are never
+    modified by the engine (every batch copies them).
+
+    Attributes:
+        kv: per layer (K, V), shapes [1, kv_heads, S, head_dim]; K as cached (after RoPE).
+        key_pos: Long[S] RoPE position of every slot.
+        key_valid: Bool[S] false for slots that must never be read.
+        hidden: layer -> Bool[S] slots hidden from every later token in that layer.
+        bias: layer -> Float[S] additive attention-logit bias for later tokens in that layer.
+        slot_of: Long[T] for each position of the *original* history, its slot here
+            (-1 if the operation removed it); lets access conditions written in history
+            coordinates apply after a cache operation.
+        input_ids: Long[S] the token in each slot (for inspection and references).
+        info: free-form facts an operation reports (rows freed, prefix reused...).
+    """
+
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+    key_pos: torch.Tensor
+    key_valid: torch.Tensor
+    input_ids: torch.Tensor
+    slot_of: torch.Tensor
+    hidden: dict[int, torch.Tensor] = field(default_factory=dict)
+    bias: dict[int, torch.Tensor] = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+
+    @property
+    def length(self) -> int:
+        """Number of slots."""
+        return int(self.key_pos.shape[0])
+
+    def hide(self, slots: torch.Tensor, layers: tuple[int, ...]) -> "RowState":
+        """A copy with Bool[S] ``slots`` also hidden in ``layers``."""
+        hidden = dict(self.hidden)
+        for layer in layers:
+            hidden[layer] = hidden[layer] | slots if layer in hidden else slots.clone()
+        return replace(self, hidden=hidden)
+
+    def add_bias(self, values: torch.Tensor, layers: tuple[int, ...]) -> "RowState":
+        """A copy with Float[S] ``values`` added to the logit bias of ``layers``."""
+        bias = dict(self.bias)
+        for layer in layers:
+            bias[layer] = bias[layer] + values if layer in bias else values.clone()
+        return replace(self, bias=bias)
+
+    def kv_bytes(self) -> int:
+        """Bytes of stored K and V."""
+        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.kv)
+
+
+@dataclass
 class Rows:
-    """Per-row state of a batch of sequences extending one history.
+    """Per-row state of a batch of sequences.
 
     Attributes:
         cache: transformers cache with B rows (each row its own copy).
         key_pos: Long[B, S] RoPE position of every key slot.
         key_valid: Bool[B, S] false for padding slots.
         hidden: layer index -> Bool[B, S] key slots hidden in that layer.
+        bias: layer index -> Float[B, S] additive logit bias in that layer.
     """
 
     cache: DynamicCache
     key_pos: torch.Tensor
     key_valid: torch.Tensor
     hidden: dict[int, torch.Tensor] = field(default_factory=dict)
+    bias: dict[int, torch.Tensor] = field(default_factory=dict)
 
     @property
     def batch_size(self) -> int:
@@ -55,47 +111,62 @@ class Rows:
         """Register Q new key slots per row (called before the forward that writes them)."""
         self.key_pos = torch.cat([self.key_pos, query_pos], dim=1)
         self.key_valid = torch.cat([self.key_valid, query_valid], dim=1)
-        new = torch.zeros_like(query_valid)
-        grown: dict[int, torch.Tensor] = {}
-        for layer, h in self.hidden.items():
-            key = id(h)
-            if key not in grown:  # layers usually share one tensor; grow it once
-                grown[key] = torch.cat([h, new], dim=1)
-            self.hidden[layer] = grown[key]
+        for table in (self.hidden, self.bias):
+            grown: dict[int, torch.Tensor] = {}
+            for layer, t in table.items():
+                if id(t) not in grown:  # layers usually share one tensor; grow it once
+                    grown[id(t)] = torch.cat([t, t.new_zeros(t.shape[0], query_pos.shape[1])], dim=1)
+                table[layer] = grown[id(t)]
 
 
-def fork_rows(
-    kv: list[tuple[torch.Tensor, torch.Tensor]],
-    key_pos: torch.Tensor,
-    hidden_rows: list[tuple[torch.Tensor, tuple[int, ...]]],
-) -> Rows:
-    """Make a batch of forks of one history, one row per (hidden positions, layers) pair.
+def fork_rows(states: list[RowState]) -> Rows:
+    """Stack row states into one batch; every row gets its own copy of its cache.
 
-    Args:
-        kv: per layer (K, V) of the history, shapes [1, kv_heads, T, head_dim].
-        key_pos: Long[T] positions of the history slots.
-        hidden_rows: per row, Bool[T] hidden history positions and the layers hiding them.
+    Rows with fewer slots are padded at the end with invalid slots, which no
+    token ever reads.
     """
-    n = len(hidden_rows)
-    data = [(k.expand(n, -1, -1, -1).clone(), v.expand(n, -1, -1, -1).clone()) for k, v in kv]
-    T = key_pos.shape[0]
-    hidden: dict[int, torch.Tensor] = {}
-    layers = sorted({layer for _, ls in hidden_rows for layer in ls})
-    cache_by_selection: dict[tuple[int, ...], torch.Tensor] = {}
-    for layer in layers:
-        selection = tuple(i for i, (_, ls) in enumerate(hidden_rows) if layer in ls)
-        if selection not in cache_by_selection:
-            h = torch.zeros(n, T, dtype=torch.bool)
-            for i in selection:
-                h[i] = hidden_rows[i][0]
-            cache_by_selection[selection] = h
-        hidden[layer] = cache_by_selection[selection]
+    n, S = len(states), max(s.length for s in states)
+    n_layers = len(states[0].kv)
+    data = []
+    for layer in range(n_layers):
+        ks, vs = [], []
+        for s in states:
+            k, v = s.kv[layer]
+            pad = S - k.shape[2]
+            ks.append(torch.nn.functional.pad(k, (0, 0, 0, pad)) if pad else k)
+            vs.append(torch.nn.functional.pad(v, (0, 0, 0, pad)) if pad else v)
+        data.append((torch.cat(ks), torch.cat(vs)))
+    key_pos = torch.zeros(n, S, dtype=torch.long)
+    key_valid = torch.zeros(n, S, dtype=torch.bool)
+    for i, s in enumerate(states):
+        key_pos[i, : s.length] = s.key_pos
+        key_valid[i, : s.length] = s.key_valid
     return Rows(
         cache=DynamicCache(ddp_cache_data=data),
-        key_pos=key_pos[None].expand(n, -1).clone(),
-        key_valid=torch.ones(n, T, dtype=torch.bool),
-        hidden={k: v for k, v in hidden.items() if v.any()},
+        key_pos=key_pos,
+        key_valid=key_valid,
+        hidden=_stack_per_layer([s.hidden for s in states], n, S, torch.bool),
+        bias=_stack_per_layer([s.bias for s in states], n, S, torch.float32),
     )
+
+
+def _stack_per_layer(tables: list[dict[int, torch.Tensor]], n: int, S: int, dtype) -> dict[int, torch.Tensor]:
+    """Stack per-row ``layer -> [S_i]`` tables into ``layer -> [n, S]``, sharing identical stacks."""
+    out: dict[int, torch.Tensor] = {}
+    by_content: dict[tuple, torch.Tensor] = {}
+    for layer in sorted({layer for t in tables for layer in t}):
+        key = tuple(id(t.get(layer)) if layer in t else None for t in tables)
+        if key not in by_content:
+            stacked = torch.zeros(n, S, dtype=dtype)
+            for i, t in enumerate(tables):
+                if layer in t:
+                    stacked[i, : t[layer].shape[0]] = t[layer]
+            by_content[key] = stacked
+        # All-false hidden tables are dropped; bias tables are kept even when zero so
+        # that a zero bias really runs through the intervention.
+        if dtype != torch.bool or by_content[key].any():
+            out[layer] = by_content[key]
+    return out
 
 
 def empty_rows(batch_size: int) -> Rows:
@@ -123,6 +194,7 @@ def traced_forward(
     query_pos: torch.Tensor | None = None,
     capture_attention: tuple[int, ...] = (),
     logits_to_keep: int = 0,
+    affected_rows: torch.Tensor | None = None,
 ) -> ForwardOutput:
     """Run Q new tokens per row through the model, appending them to ``rows``.
 
@@ -135,6 +207,8 @@ def traced_forward(
             over its valid tokens.
         capture_attention: layers whose attention probabilities to return.
         logits_to_keep: if > 0, only the last that many positions' logits are computed.
+        affected_rows: Bool[B, Q] query tokens the hidden slots and biases apply to
+            (default all; rebuilding states exempts the hidden record's own tokens).
     """
     B, Q = input_ids.shape
     if query_valid is None:
@@ -155,7 +229,7 @@ def traced_forward(
     )
     if logits_to_keep:
         kwargs["logits_to_keep"] = logits_to_keep
-    touched = sorted(set(rows.hidden) | set(capture_attention))
+    touched = sorted(set(rows.hidden) | set(rows.bias) | set(capture_attention))
     with torch.inference_mode():
         if not touched:
             logits = model.hf(**kwargs).logits
@@ -165,15 +239,34 @@ def traced_forward(
         with model.nn.trace(**kwargs):
             for layer in touched:
                 attn = model.attention_envoy(layer)
-                if layer in rows.hidden:
+                if layer in rows.hidden or layer in rows.bias:
                     args, kw = attn.inputs
-                    hide = rows.hidden[layer][:, None, None, :]
-                    kw["attention_mask"] = kw["attention_mask"].masked_fill(hide, minimum)
+                    kw["attention_mask"] = _edit_mask(
+                        kw["attention_mask"], rows.hidden.get(layer), rows.bias.get(layer), affected_rows, minimum
+                    )
                     attn.inputs = (args, kw)
                 if layer in capture_attention:
                     captured[layer] = attn.output[1].save()
             logits = model.nn.output.logits.save()
     return ForwardOutput(logits=logits, attention=dict(captured))
+
+
+def _edit_mask(
+    mask: torch.Tensor,
+    hidden: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    affected_rows: torch.Tensor | None,
+    minimum: float,
+) -> torch.Tensor:
+    """Add the logit bias to, then hide slots from, a layer's [B, 1, Q, S] additive mask."""
+    rows = None if affected_rows is None else affected_rows[:, None, :, None]
+    if bias is not None:
+        b = bias[:, None, None, :].to(mask.dtype)
+        mask = mask + (b if rows is None else b * rows)
+    if hidden is not None:
+        hide = hidden[:, None, None, :]
+        mask = mask.masked_fill(hide if rows is None else hide & rows, minimum)
+    return mask
 
 
 def pad_suffix_block(

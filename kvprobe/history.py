@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .engine import RowState
 from .prompts import Prompt, RenderedPrompt, SpanError, TokenSpan, char_span_to_tokens, find_occurrences
 
 if TYPE_CHECKING:
@@ -60,6 +61,17 @@ class History:
     def text(self) -> str:
         """The rendered history text."""
         return self.rendered.history_text
+
+    def base_state(self) -> RowState:
+        """The unedited cache as a :class:`RowState` (nothing hidden, no bias)."""
+        T = len(self)
+        return RowState(
+            kv=self.kv,
+            key_pos=self.positions,
+            key_valid=torch.ones(T, dtype=torch.bool),
+            input_ids=self.input_ids,
+            slot_of=torch.arange(T),
+        )
 
     def check_digest(self) -> bool:
         """True if the stored K/V still hash to the digest taken at prefill."""

@@ -57,11 +57,7 @@ class CheckResult:
 
 def _suffix_logits(model: "Model", history: "History", question: str, accesses: list[Access],
                    capture: tuple[int, ...] = ()):
-    rows = fork_rows(
-        history.kv,
-        history.positions,
-        [(a.hidden_positions(len(history)), a.layers_for(model.arch)) for a in accesses],
-    )
+    rows = fork_rows([a.prepare(model, history, question) for a in accesses])
     q = suffix_ids(model, history, question)
     ids, valid = pad_suffix_block([q] * len(accesses), model.pad_id)
     return traced_forward(model, rows, ids, valid, capture_attention=capture), rows
@@ -94,7 +90,7 @@ def verify_model(model: "Model", history: "History | None" = None) -> list[Check
     record("nnsight_mask_equals_explicit_4d", diff_a)
 
     # (b) an intervention that hides nothing, in every attention layer, equals full access exactly.
-    rows = fork_rows(history.kv, history.positions, [(torch.zeros(len(history), dtype=torch.bool), ())])
+    rows = fork_rows([history.base_state()])
     rows.hidden = {layer: torch.zeros(1, len(history), dtype=torch.bool) for layer in model.arch.attention_layers}
     ids, valid = pad_suffix_block([q_ids], model.pad_id)
     empty = traced_forward(model, rows, ids, valid).logits[0]

@@ -70,8 +70,10 @@ def test_verify_detects_an_off_by_one_mask(monkeypatch):
 
     real = verify.fork_rows
 
-    def shifted(kv, key_pos, hidden_rows):
-        return real(kv, key_pos, [(torch.roll(h, 1), layers) for h, layers in hidden_rows])
+    def shifted(states):
+        for s in states:
+            s.hidden = {layer: torch.roll(h, 1) for layer, h in s.hidden.items()}
+        return real(states)
 
     monkeypatch.setattr(verify, "fork_rows", shifted)
     results = {r.check: r for r in verify_model(kvprobe.load_model("tiny-llama"))}
