@@ -1,1 +1,47 @@
-"""kvprobe.interventions: placeholder package; see README architecture."""
+"""Cache operations and access changes beyond hard masks, each a validated condition object.
+
+Every class here is a ``kvprobe.Access``: pass it wherever a mask goes
+(``model.score``, ``model.generate``, ``Request``), batch it with other
+conditions, or chain it with ``kvprobe.Compose(op, mask)``. Each works on the
+condition's own copy of the cache; the shared history is never modified.
+
+| operation | what changes |
+|---|---|
+| ``Zero(spans, "k"/"v"/"kv", layers)`` | stored rows overwritten with 0; positions and length kept |
+| ``SoftBias`` / ``SessionOrderBias`` | additive logit bias for question and generated tokens |
+| ``Rebuild(spans)`` | rows after the first masked position recomputed with the spans hidden |
+| ``SelectiveRefresh(span, full=False)`` | rows after record A recomputed with A hidden (``full``: from 0) |
+| ``OnlineMask(old, replacement)`` | rows after the replacement recomputed with the old record hidden |
+| ``Compact(spans)`` | rows deleted, later keys re-rotated, positions shortened |
+| ``Drop(spans, positions=...)`` | rows deleted without re-rotation |
+| ``TextRecompute(segments, stored_prefix=False)`` | text deleted, retokenized, prefilled again |
+
+``parse_condition`` builds any of them (and masks) from a short string, for the CLI.
+"""
+
+from ._base import OperationError
+from .bias import SessionOrderBias, SoftBias, session_gate
+from .compaction import Compact, Drop
+from .recompute import OnlineMask, Rebuild, SelectiveRefresh, recompute_hidden
+from .registry import OPERATIONS, parse_condition
+from .rope import rotate_keys
+from .text import TextRecompute
+from .zeroing import Zero
+
+__all__ = [
+    "OPERATIONS",
+    "Compact",
+    "Drop",
+    "OnlineMask",
+    "OperationError",
+    "Rebuild",
+    "SelectiveRefresh",
+    "SessionOrderBias",
+    "SoftBias",
+    "TextRecompute",
+    "Zero",
+    "parse_condition",
+    "recompute_hidden",
+    "rotate_keys",
+    "session_gate",
+]

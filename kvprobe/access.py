@@ -14,7 +14,7 @@ layers of hybrid models have no keys and are never masked.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, ClassVar, Iterable, Sequence
 
 import torch
 
@@ -49,6 +49,9 @@ class Access:
     """
 
     name: str = "full"
+    #: Whether the row state depends on the question (e.g. a gated bias); states of
+    #: question-independent conditions are computed once per batch.
+    question_dependent: ClassVar[bool] = False
 
     def prepare(self, model: "Model", history: "History", question: str = "") -> "RowState":
         """The row state this condition gives ``question`` on ``history``."""
@@ -81,6 +84,7 @@ class Compose(Access):
         if not parts:
             raise ValueError("Compose needs at least one condition")
         object.__setattr__(self, "parts", tuple(parts))
+        object.__setattr__(self, "question_dependent", any(p.question_dependent for p in parts))
         object.__setattr__(self, "name", name or "+".join(p.name for p in parts))
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:

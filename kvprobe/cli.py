@@ -36,7 +36,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"{model.name}: {model.arch.describe()}")
         for r in results:
             status = "PASS" if r.passed else "FAIL"
-            print(f"  {status}  {r.check:<34} value {r.value:.3g}  (tolerance {r.tolerance:g})")
+            print(f"  {status}  {r.check:<42} value {r.value:.3g}  (tolerance {r.tolerance:g})")
     return 0 if all(r.passed for r in results) else 1
 
 

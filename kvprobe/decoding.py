@@ -77,8 +77,19 @@ class Generation:
 
 
 def prepare_states(model: "Model", history: "History", requests: Sequence[Request]) -> list[RowState]:
-    """Each request's row state (its condition applied to its own view of the history)."""
-    return [req.access.prepare(model, history, req.question) for req in requests]
+    """Each request's row state (its condition applied to its own view of the history).
+
+    Conditions whose state does not depend on the question (all but gated biases)
+    are prepared once per batch, so a recompute runs once for all its questions.
+    """
+    states: list[RowState] = []
+    done: dict[int, RowState] = {}
+    for req in requests:
+        key = id(req.access)
+        if req.access.question_dependent or key not in done:
+            done[key] = req.access.prepare(model, history, req.question)
+        states.append(done[key])
+    return states
 
 
 def suffix_ids(model: "Model", history: "History", question: str) -> list[int]:

@@ -26,6 +26,11 @@ if TYPE_CHECKING:
     from .model import Model
 
 
+#: Default number of history tokens per forward when prefilling or recomputing
+#: (bounds eager attention memory; the paper used 512-token prefill chunks).
+CHUNK_SIZE = 512
+
+
 @dataclass
 class RowState:
     """What one row of a batch starts from: a (possibly edited) cache and what later tokens may read.
@@ -107,15 +112,22 @@ class Rows:
         masked = torch.where(self.key_valid, self.key_pos, torch.full_like(self.key_pos, -1))
         return masked.max(dim=1).values + 1
 
-    def append_slots(self, query_pos: torch.Tensor, query_valid: torch.Tensor) -> None:
-        """Register Q new key slots per row (called before the forward that writes them)."""
+    def append_slots(
+        self, query_pos: torch.Tensor, query_valid: torch.Tensor, new_hidden: torch.Tensor | None = None
+    ) -> None:
+        """Register Q new key slots per row (called before the forward that writes them).
+
+        ``new_hidden`` (Bool[B, Q]) marks new slots hidden in every layer that already
+        hides something (used when history states are rebuilt with a record hidden).
+        """
         self.key_pos = torch.cat([self.key_pos, query_pos], dim=1)
         self.key_valid = torch.cat([self.key_valid, query_valid], dim=1)
-        for table in (self.hidden, self.bias):
+        for table, new in ((self.hidden, new_hidden), (self.bias, None)):
             grown: dict[int, torch.Tensor] = {}
             for layer, t in table.items():
                 if id(t) not in grown:  # layers usually share one tensor; grow it once
-                    grown[id(t)] = torch.cat([t, t.new_zeros(t.shape[0], query_pos.shape[1])], dim=1)
+                    extra = new if new is not None else t.new_zeros(t.shape[0], query_pos.shape[1])
+                    grown[id(t)] = torch.cat([t, extra.to(t.dtype)], dim=1)
                 table[layer] = grown[id(t)]
 
 
@@ -169,15 +181,6 @@ def _stack_per_layer(tables: list[dict[int, torch.Tensor]], n: int, S: int, dtyp
     return out
 
 
-def empty_rows(batch_size: int) -> Rows:
-    """Rows with no history (for prefill)."""
-    return Rows(
-        cache=DynamicCache(),
-        key_pos=torch.zeros(batch_size, 0, dtype=torch.long),
-        key_valid=torch.zeros(batch_size, 0, dtype=torch.bool),
-    )
-
-
 @dataclass
 class ForwardOutput:
     """Logits of one traced forward and any captured attention probabilities."""
@@ -195,6 +198,7 @@ def traced_forward(
     capture_attention: tuple[int, ...] = (),
     logits_to_keep: int = 0,
     affected_rows: torch.Tensor | None = None,
+    new_hidden: torch.Tensor | None = None,
 ) -> ForwardOutput:
     """Run Q new tokens per row through the model, appending them to ``rows``.
 
@@ -209,6 +213,7 @@ def traced_forward(
         logits_to_keep: if > 0, only the last that many positions' logits are computed.
         affected_rows: Bool[B, Q] query tokens the hidden slots and biases apply to
             (default all; rebuilding states exempts the hidden record's own tokens).
+        new_hidden: Bool[B, Q] new slots to hide from later tokens in every hiding layer.
     """
     B, Q = input_ids.shape
     if query_valid is None:
@@ -217,7 +222,7 @@ def traced_forward(
         start = rows.next_positions() if rows.key_pos.shape[1] else torch.zeros(B, dtype=torch.long)
         offsets = torch.cumsum(query_valid.long(), dim=1) - 1
         query_pos = start[:, None] + offsets.clamp(min=0)
-    rows.append_slots(query_pos, query_valid)
+    rows.append_slots(query_pos, query_valid, new_hidden)
     masks = layer_type_masks(model.arch, query_pos, rows.key_pos, rows.key_valid, model.dtype)
     mask_arg = masks if len(masks) > 1 else next(iter(masks.values()))
     kwargs = dict(
@@ -249,6 +254,38 @@ def traced_forward(
                     captured[layer] = attn.output[1].save()
             logits = model.nn.output.logits.save()
     return ForwardOutput(logits=logits, attention=dict(captured))
+
+
+def extend_state(
+    model: "Model",
+    prefix: RowState,
+    ids: torch.Tensor,
+    positions: torch.Tensor,
+    chunk_size: int = CHUNK_SIZE,
+    hidden: torch.Tensor | None = None,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Run history tokens ``ids`` (at ``positions``) after ``prefix`` in chunks; return the full K/V.
+
+    With Bool[len(ids)] ``hidden`` (and a prefix whose hidden slots are set in
+    ``prefix.hidden``), hidden tokens are invisible to every later token that is not
+    itself hidden.
+    """
+    rows = fork_rows([prefix])
+    if hidden is not None:
+        shared = next(iter(prefix.hidden.values()))[None].clone()
+        rows.hidden = {layer: shared for layer in prefix.hidden}
+    for lo in range(0, int(ids.shape[0]), chunk_size):
+        hi = min(lo + chunk_size, int(ids.shape[0]))
+        traced_forward(
+            model,
+            rows,
+            ids[lo:hi][None],
+            query_pos=positions[lo:hi][None],
+            affected_rows=None if hidden is None else ~hidden[lo:hi][None],
+            new_hidden=None if hidden is None else hidden[lo:hi][None],
+            logits_to_keep=1,
+        )
+    return [(layer.keys, layer.values) for layer in rows.cache.layers]
 
 
 def _edit_mask(

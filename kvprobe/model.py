@@ -10,7 +10,7 @@ import torch
 from .access import Access, Full
 from .arch import ArchSummary
 from .decoding import CandidateScores, Generation, Request, generate_greedy, score_candidates
-from .engine import empty_rows, traced_forward
+from .engine import CHUNK_SIZE, RowState, extend_state
 from .history import History, kv_digest
 from .prompts import Prompt, SpanError
 
@@ -65,8 +65,8 @@ class Model:
         return f"Model({self.name!r}, {self.arch.describe()})"
 
     # -- prefill -------------------------------------------------------------
-    def prefill(self, prompt: Prompt) -> History:
-        """Tokenize and prefill a prompt's history once; returns the :class:`History`."""
+    def prefill(self, prompt: Prompt, chunk_size: int = CHUNK_SIZE) -> History:
+        """Tokenize and prefill a prompt's history once (in chunks of ``chunk_size`` tokens)."""
         rendered = prompt.render(self.tokenizer)
         enc = self.tokenizer(
             rendered.history_text,
@@ -76,9 +76,17 @@ class Model:
         ids = torch.tensor(enc["input_ids"], dtype=torch.long)
         if ids.numel() == 0:
             raise SpanError("the prompt's history tokenizes to nothing")
-        rows = empty_rows(1)
-        traced_forward(self, rows, ids[None], logits_to_keep=1)
-        kv = [(layer.keys.clone(), layer.values.clone()) for layer in rows.cache.layers]
+        T = int(ids.shape[0])
+        empty = RowState(
+            kv=[(torch.zeros(1, self.arch.num_kv_heads, 0, self.arch.head_dim, dtype=self.dtype),) * 2
+                for _ in range(self.arch.num_layers)],
+            key_pos=torch.zeros(0, dtype=torch.long),
+            key_valid=torch.zeros(0, dtype=torch.bool),
+            input_ids=ids[:0],
+            slot_of=torch.zeros(0, dtype=torch.long),
+        )
+        # Clone out of inference mode so the stored history is an ordinary tensor.
+        kv = [(k.clone(), v.clone()) for k, v in extend_state(self, empty, ids, torch.arange(T), chunk_size)]
         return History(
             model=self,
             prompt=prompt,

@@ -12,6 +12,9 @@ d. ``masked_attention_zero``: attention probability on masked keys is 0 in every
 e. ``cached_equals_one_pass``: cached history + question equals one uncached forward over
    the whole text with the same mask (and, with no mask, transformers' own native masks).
 f. ``condition_order_invariant``: running the conditions in another order changes nothing.
+
+Then one check per cache operation (``interventions.checks``): compaction,
+rebuild, selective refresh, online mask, text recompute, drop, zero bias, zero K.
 """
 
 from __future__ import annotations
@@ -63,8 +66,9 @@ def _suffix_logits(model: "Model", history: "History", question: str, accesses: 
     return traced_forward(model, rows, ids, valid, capture_attention=capture), rows
 
 
-def verify_model(model: "Model", history: "History | None" = None) -> list[CheckResult]:
-    """Run checks (a)-(f) on ``model`` and return their results."""
+def verify_model(model: "Model", history: "History | None" = None, operations: bool = True) -> list[CheckResult]:
+    """Run checks (a)-(f) on ``model``, then (with ``operations``) the cache-operation checks
+    of ``interventions.checks``; return all results."""
     if history is None:
         chat = getattr(model.tokenizer, "chat_template", None) is not None
         history = model.prefill(Prompt(VERIFY_SEGMENTS, chat=chat, system="Answer from the records."))
@@ -119,11 +123,19 @@ def verify_model(model: "Model", history: "History | None" = None) -> list[Check
     diff_f = max(float((out.logits[i] - out_r.logits[n - 1 - i]).abs().max()) for i in range(n))
     record("condition_order_invariant", diff_f)
 
+    op_results: list[CheckResult] = []
+    if operations:
+        # The operations live in the interventions package, which builds on this one;
+        # verify loads their checks on demand.
+        from interventions.checks import verify_operations
+
+        op_results = verify_operations(model, history, question)
     # (c) the shared prefix is bit-identical after everything above.
     record("prefix_digest_unchanged", 0.0 if history.check_digest() else 1.0, 0.0)
     order = ["nnsight_mask_equals_explicit_4d", "empty_mask_equals_full", "prefix_digest_unchanged",
              "masked_attention_zero", "cached_equals_one_pass", "condition_order_invariant"]
-    return sorted(results, key=lambda r: order.index(r.check))
+    results = sorted(results, key=lambda r: order.index(r.check))
+    return results + op_results
 
 
 def _cached_explicit_logits(model: "Model", history: "History", q_ids: list[int], hidden: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,136 @@
+"""Soft additive attention-logit bias on history keys, for question and generated tokens only.
+
+``SoftBias`` adds arbitrary per-position values to every attention logit that
+addresses those keys, in the chosen layers (default all attention layers), for
+tokens after the history; the history itself is prefilled without bias.
+
+``SessionOrderBias`` is the paper's session-order rule (partD section 10,
+"guarded validation"): with session index s(j) in 0..S-1 (S > 1),
+``r_j = (S-1-s(j)) / (S-1)`` and ``b_j(q) = log(w) * g(q) * r_j`` with
+``w = 1/2`` (oldest session x 1/2, newest x 1; the paper's ``-log(2)``).
+Tokens outside every session (headers, question, generated tokens) get r = 0.
+The gate g(q) is 0 when the question names an earlier time (gate words below),
+else 1.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Mapping, Sequence
+
+import torch
+
+from kvprobe.access import Access, slots_in_state
+from kvprobe.engine import RowState
+from kvprobe.prompts import SpanError, TokenSpan
+
+from ._base import check_layers, check_spans, select_layers
+
+if TYPE_CHECKING:
+    from kvprobe.arch import ArchSummary
+    from kvprobe.history import History
+    from kvprobe.model import Model
+
+# Gate words, paper partD section 10 (matched case-insensitively as whole words).
+GATE_WORDS = (
+    "before", "previous", "previously", "earlier", "first", "original", "originally", "initial",
+    "initially", "ago", "between", "since", "when", "started", "starting", "began", "beginning",
+)
+MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
+          "october", "november", "december")
+# UNCLEAR in the paper: the exact "how many/long/much days/weeks/months/years" regex.
+# We accept "how many|long|much" followed within three words by a time unit.
+_HOW_LONG = r"\bhow\s+(?:many|long|much)\b(?:\s+\w+){0,3}?\s+(?:days?|weeks?|months?|years?)\b"
+_GATE_RE = re.compile(
+    r"\b(?:" + "|".join(GATE_WORDS + MONTHS) + r")\b|" + _HOW_LONG + r"|\b(?:19|20)\d{2}\b",
+    re.IGNORECASE,
+)
+
+
+def session_gate(question: str) -> int:
+    """g(q): 0 if the question refers to an earlier time (gate words, months, years), else 1."""
+    return 0 if _GATE_RE.search(question) else 1
+
+
+@dataclass(frozen=True, init=False)
+class SoftBias(Access):
+    """Add ``values[position]`` to the attention logits of later tokens addressing that history key."""
+
+    values: tuple[tuple[int, float], ...] = ()
+    layers: tuple[int, ...] | None = None
+
+    def __init__(self, values: Mapping[int, float] | Sequence[tuple[TokenSpan, float]],
+                 layers: Sequence[int] | None = None, name: str = "bias"):
+        items: dict[int, float] = {}
+        if isinstance(values, Mapping):
+            items = {int(p): float(b) for p, b in values.items()}
+        else:
+            for span, b in values:
+                for p in span.positions():
+                    items[p] = float(b)
+        for p, b in items.items():
+            if not math.isfinite(b):
+                raise ValueError(f"bias at position {p} is not finite ({b}); use Mask to hide keys")
+        object.__setattr__(self, "values", tuple(sorted(items.items())))
+        object.__setattr__(self, "layers", None if layers is None else tuple(sorted(set(layers))))
+        object.__setattr__(self, "name", name)
+
+    def bias_vector(self, history_len: int, question: str = "") -> torch.Tensor:
+        """Float[T] bias over history positions."""
+        b = torch.zeros(history_len, dtype=torch.float32)
+        for p, value in self.values:
+            b[p] = value
+        return b
+
+    def validate(self, history_len: int, arch: "ArchSummary") -> None:
+        bad = [p for p, _ in self.values if not 0 <= p < history_len]
+        if bad:
+            raise SpanError(f"{self.name}: positions {bad[:5]} lie outside the history of {history_len} tokens")
+        check_layers(self.name, self.layers, arch)
+
+    def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
+        per_position = self.bias_vector(len(history), question)
+        slots = torch.zeros(state.length, dtype=torch.float32)
+        kept = state.slot_of >= 0
+        slots[state.slot_of[kept]] = per_position[kept]
+        return state.add_bias(slots, select_layers(self.layers, model.arch))
+
+
+@dataclass(frozen=True, init=False)
+class SessionOrderBias(SoftBias):
+    """The paper's session-order rule over ordered session spans (oldest first)."""
+
+    sessions: tuple[TokenSpan, ...] = ()
+    oldest_weight: float = 0.5
+    gated: bool = True
+    question_dependent: ClassVar[bool] = True
+
+    def __init__(self, sessions: Sequence[TokenSpan], oldest_weight: float = 0.5, gated: bool = True,
+                 layers: Sequence[int] | None = None, name: str = "session-bias"):
+        sessions = tuple(sessions)
+        if not 0 < oldest_weight <= 1:
+            raise ValueError(f"oldest_weight must be in (0, 1], got {oldest_weight}")
+        for a, b in zip(sessions, sessions[1:]):
+            if a.overlaps(b) or b.start < a.start:
+                raise SpanError(f"sessions must be ordered and disjoint: {a!r} then {b!r}")
+        super().__init__({}, layers=layers, name=name)
+        object.__setattr__(self, "sessions", sessions)
+        object.__setattr__(self, "oldest_weight", float(oldest_weight))
+        object.__setattr__(self, "gated", gated)
+
+    def bias_vector(self, history_len: int, question: str = "") -> torch.Tensor:
+        b = torch.zeros(history_len, dtype=torch.float32)
+        S = len(self.sessions)
+        gate = session_gate(question) if self.gated else 1
+        if S < 2 or gate == 0:
+            return b
+        for s, span in enumerate(self.sessions):
+            r = (S - 1 - s) / (S - 1)
+            b[span.start : span.end] = math.log(self.oldest_weight) * gate * r
+        return b
+
+    def validate(self, history_len: int, arch: "ArchSummary") -> None:
+        check_spans(self.name, self.sessions, history_len)
+        check_layers(self.name, self.layers, arch)

@@ -1,0 +1,106 @@
+"""Delete cache rows: compact (with RoPE re-rotation) and drop (without).
+
+**Compact rows** (paper L4519-4521, L4540): delete the masked K/V rows in every
+attention layer; a surviving key at original position ``p`` with ``g(p)``
+removed rows before it is re-rotated by ``-g(p)`` (``k' = R(-g) k``) and moves
+to position ``p - g(p)``; values are unchanged; decoding continues at
+``T - n_removed``. The surviving rows keep the content they were computed with
+(the source was visible then).
+
+**Drop rows**: the same deletion without re-rotation. ``positions="shortened"``
+(default) continues at ``T - n_removed`` with the stored keys still rotated for
+their old positions, as a serving cache that simply loses rows would;
+``positions="original"`` keeps every surviving slot's original position and
+continues at ``T``, which is numerically the same as masking the rows (a check
+of ``kvprobe verify``) but frees their memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+import torch
+
+from kvprobe.access import Access
+from kvprobe.engine import RowState
+from kvprobe.prompts import SpanError, TokenSpan
+
+from ._base import as_spans, check_spans, positions_of, require_attention_only, require_unedited
+from .rope import inv_freq_for_layer, rotate_keys
+
+if TYPE_CHECKING:
+    from kvprobe.arch import ArchSummary
+    from kvprobe.history import History
+    from kvprobe.model import Model
+
+
+def delete_rows(model: "Model", history: "History", removed: torch.Tensor, rerotate: bool,
+                shorten_positions: bool) -> RowState:
+    """Delete Bool[T] ``removed`` positions from every layer's cache."""
+    T = len(history)
+    kept = ~removed
+    if not bool(kept.any()):
+        raise SpanError("the operation would delete every history row")
+    gap = torch.cumsum(removed.long(), dim=0) - removed.long()  # removed rows strictly before p
+    kv = []
+    for layer, (k, v) in enumerate(history.kv):
+        k_kept, v_kept = k[:, :, kept], v[:, :, kept]
+        if rerotate and layer in model.arch.attention_layers:
+            k_kept = rotate_keys(k_kept, -gap[kept], inv_freq_for_layer(model, layer))
+        kv.append((k_kept, v_kept))
+    positions = history.positions[kept] - (gap[kept] if shorten_positions else 0)
+    slot_of = torch.full((T,), -1, dtype=torch.long)
+    slot_of[kept] = torch.arange(int(kept.sum()))
+    freed = sum((k.numel() + v.numel()) * k.element_size() for k, v in history.kv) - sum(
+        (k.numel() + v.numel()) * k.element_size() for k, v in kv
+    )
+    return RowState(
+        kv=kv,
+        key_pos=positions,
+        key_valid=torch.ones(int(kept.sum()), dtype=torch.bool),
+        input_ids=history.input_ids[kept],
+        slot_of=slot_of,
+        info={"removed_rows": int(removed.sum()), "freed_bytes": int(freed)},
+    )
+
+
+@dataclass(frozen=True, init=False)
+class _RowDeletion(Access):
+    spans: tuple[TokenSpan, ...] = ()
+
+    def validate(self, history_len: int, arch: "ArchSummary") -> None:
+        check_spans(self.name, self.spans, history_len)
+        require_attention_only(self.name, arch)
+
+
+@dataclass(frozen=True, init=False)
+class Compact(_RowDeletion):
+    """Delete the spans' rows, re-rotate later keys back by the rows removed before them."""
+
+    def __init__(self, spans: TokenSpan | Iterable[TokenSpan], name: str = "compact"):
+        object.__setattr__(self, "spans", as_spans(spans, "Compact"))
+        object.__setattr__(self, "name", name)
+
+    def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
+        require_unedited(self.name, history, state)
+        return delete_rows(model, history, positions_of(self.spans, len(history)), True, True)
+
+
+@dataclass(frozen=True, init=False)
+class Drop(_RowDeletion):
+    """Delete the spans' rows without re-rotating (see module docstring for ``positions``)."""
+
+    positions: str = "shortened"
+
+    def __init__(self, spans: TokenSpan | Iterable[TokenSpan], positions: str = "shortened", name: str = "drop"):
+        if positions not in ("shortened", "original"):
+            raise ValueError(f"Drop positions must be 'shortened' or 'original', got {positions!r}")
+        object.__setattr__(self, "spans", as_spans(spans, "Drop"))
+        object.__setattr__(self, "positions", positions)
+        object.__setattr__(self, "name", name)
+
+    def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
+        require_unedited(self.name, history, state)
+        removed = positions_of(self.spans, len(history))
+        return delete_rows(model, history, removed, False, self.positions == "shortened")

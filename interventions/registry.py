@@ -1,0 +1,90 @@
+"""Conditions by name: ``parse_condition("compact:A", history)`` for the CLI and configs.
+
+Grammar: ``NAME`` or ``NAME:ARG``, where ARG names segments of the history
+(``A`` or ``A,B``), or for ``online-mask`` the superseded and replacement
+segments as ``A>B``, or for ``bias`` segment=value pairs (``A=-0.69,B=0``).
+Masks accept an optional ``@layers`` suffix (``mask:A@0-3,7``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from kvprobe.access import Access, Full, Mask, matched_control
+from kvprobe.prompts import SpanError
+
+from .bias import SoftBias
+from .compaction import Compact, Drop
+from .recompute import OnlineMask, Rebuild, SelectiveRefresh
+from .text import TextRecompute
+from .zeroing import Zero
+
+if TYPE_CHECKING:
+    from kvprobe.history import History
+
+
+def _spans(h: "History", arg: str):
+    if not arg:
+        raise SpanError("this condition needs segment names, e.g. NAME:A")
+    return [h.span(s.strip()) for s in arg.split(",")]
+
+
+def _layers(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def _online(h: "History", arg: str) -> Access:
+    old, sep, new = arg.partition(">")
+    if not sep:
+        raise SpanError("online-mask needs OLD>NEW segment names, e.g. online-mask:A>B")
+    return OnlineMask(h.span(old.strip()), h.span(new.strip()))
+
+
+def _bias(h: "History", arg: str) -> Access:
+    pairs = []
+    for item in arg.split(","):
+        seg, sep, value = item.partition("=")
+        if not sep:
+            raise SpanError("bias needs SEGMENT=VALUE pairs, e.g. bias:A=-0.69")
+        pairs.append((h.span(seg.strip()), float(value)))
+    return SoftBias(pairs)
+
+
+#: name -> (builder(history, arg) -> Access, one-line description)
+OPERATIONS: dict[str, tuple[Callable[["History", str], Access], str]] = {
+    "full": (lambda h, a: Full(), "full access"),
+    "mask": (lambda h, a: Mask(_spans(h, a), name="mask"), "hard mask on segments (-inf logits)"),
+    "control": (lambda h, a: matched_control(h, Mask(_spans(h, a)), "note"),
+                "equal-token control from the start of segment 'note'"),
+    "zero-k": (lambda h, a: Zero(_spans(h, a), "k"), "zero stored keys"),
+    "zero-v": (lambda h, a: Zero(_spans(h, a), "v"), "zero stored values"),
+    "zero-kv": (lambda h, a: Zero(_spans(h, a), "kv"), "zero stored keys and values"),
+    "bias": (_bias, "additive logit bias per segment (SEG=VALUE,...)"),
+    "rebuild": (lambda h, a: Rebuild(_spans(h, a)), "recompute later states with the segments hidden"),
+    "refresh": (lambda h, a: SelectiveRefresh(_spans(h, a)), "selective refresh after record A"),
+    "refresh-full": (lambda h, a: SelectiveRefresh(_spans(h, a), full=True), "full-recompute comparator"),
+    "online-mask": (_online, "hide OLD from every token after NEW was read (OLD>NEW)"),
+    "compact": (lambda h, a: Compact(_spans(h, a)), "delete rows, re-rotate later keys"),
+    "drop": (lambda h, a: Drop(_spans(h, a)), "delete rows without re-rotation"),
+    "recompute": (lambda h, a: TextRecompute([s.strip() for s in a.split(",")]), "delete text, prefill again"),
+    "recompute-prefix": (lambda h, a: TextRecompute([s.strip() for s in a.split(",")], stored_prefix=True),
+                         "delete text, reuse the cached prefix, prefill the rest"),
+}
+
+
+def parse_condition(spec: str, history: "History") -> Access:
+    """Build a condition from ``NAME[:ARG][@LAYERS]`` on ``history`` (see module docstring)."""
+    name, _, arg = spec.partition(":")
+    arg, _, layers = arg.partition("@")
+    if name not in OPERATIONS:
+        raise SpanError(f"unknown condition {name!r}; known: {', '.join(OPERATIONS)}")
+    access = OPERATIONS[name][0](history, arg)
+    if layers:
+        if not isinstance(access, Mask):
+            raise SpanError(f"@layers is supported for mask conditions only, not {name!r}")
+        access = Mask(access.spans, layers=_layers(layers), name=access.name)
+    return access

@@ -1,0 +1,150 @@
+"""Text recomputation: delete the source text, retokenize, and prefill again (paper L4540, L1101-1104).
+
+``TextRecompute(["A"])`` removes whole prompt segments (with their separator)
+from the history text and prefills the edited text:
+
+* ``stored_prefix=False`` (full recompute) re-encodes all retained text;
+* ``stored_prefix=True`` reuses the cached rows of every token before the first
+  deleted character whose retokenization is identical (same ids, same
+  offsets) and prefills the rest at the shifted positions. If the boundary
+  tokens changed, it reuses only the identical ones and records
+  ``info["prefix_identical"] = False`` (and warns). UNCLEAR in the paper: how
+  the boundary is tokenized; this is our rule.
+
+The question suffix is unchanged. Original history positions map to the new
+slots through character offsets, so masks written in original coordinates
+still apply to the retained tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+import torch
+
+from kvprobe.access import Access
+from kvprobe.engine import CHUNK_SIZE, RowState, extend_state
+from kvprobe.prompts import SpanError
+
+from ._base import require_unedited
+
+if TYPE_CHECKING:
+    from kvprobe.arch import ArchSummary
+    from kvprobe.history import History
+    from kvprobe.model import Model
+
+
+def deleted_ranges(history: "History", segments: tuple[str, ...]) -> list[tuple[int, int]]:
+    """Character ranges of the history text removed when ``segments`` are deleted (with separators)."""
+    rendered = history.rendered
+    names = list(rendered.segments)
+    unknown = [s for s in segments if s not in rendered.segments]
+    if unknown:
+        raise SpanError(f"no segment {unknown[0]!r}; segments are {names}")
+    if len(set(segments)) == len(names):
+        raise SpanError("text recompute cannot delete every segment")
+    ranges = []
+    for name in segments:
+        i = names.index(name)
+        start, end = rendered.segments[name]
+        if i + 1 < len(names):
+            ranges.append((start, rendered.segments[names[i + 1]][0]))
+        else:
+            ranges.append((rendered.segments[names[i - 1]][1], end))
+    return sorted(ranges)
+
+
+def _char_map(length: int, ranges: list[tuple[int, int]]) -> torch.Tensor:
+    """Long[length]: new index of every original character, -1 if deleted."""
+    keep = torch.ones(length, dtype=torch.bool)
+    for lo, hi in ranges:
+        keep[lo:hi] = False
+    new = torch.cumsum(keep.long(), dim=0) - 1
+    return torch.where(keep, new, torch.full_like(new, -1))
+
+
+@dataclass(frozen=True, init=False)
+class TextRecompute(Access):
+    """Delete whole segments from the text and prefill the retained history again."""
+
+    segments: tuple[str, ...] = ()
+    stored_prefix: bool = False
+    chunk_size: int = CHUNK_SIZE
+
+    def __init__(self, segments: str | Iterable[str], stored_prefix: bool = False, name: str | None = None,
+                 chunk_size: int = CHUNK_SIZE):
+        segments = (segments,) if isinstance(segments, str) else tuple(segments)
+        if not segments:
+            raise SpanError("TextRecompute needs at least one segment name")
+        object.__setattr__(self, "segments", segments)
+        object.__setattr__(self, "stored_prefix", stored_prefix)
+        object.__setattr__(self, "name", name or ("recompute-prefix" if stored_prefix else "recompute"))
+        object.__setattr__(self, "chunk_size", chunk_size)
+
+    def validate(self, history_len: int, arch: "ArchSummary") -> None:
+        other = sorted(set(arch.layer_types) - {"full_attention", "sliding_attention"})
+        if other and self.stored_prefix:
+            # Recurrent states after the cut would need the state at the cut; not kept yet.
+            raise SpanError(f"{self.name}: stored-prefix recompute is not supported with {other} layers")
+
+    def edited_prompt(self, history: "History"):
+        """The history's prompt without the deleted segments."""
+        kept = [(n, t) for n, t in history.prompt.segments if n not in self.segments]
+        return dataclasses.replace(history.prompt, segments=kept)
+
+    def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
+        require_unedited(self.name, history, state)
+        ranges = deleted_ranges(history, self.segments)
+        prompt = self.edited_prompt(history)
+        rendered = prompt.render(model.tokenizer)
+        char_map = _char_map(len(history.text), ranges)
+        expected = "".join(c for c, m in zip(history.text, char_map.tolist()) if m >= 0)
+        if rendered.history_text != expected:
+            raise SpanError("the chat template changed text outside the deleted segments; cannot recompute")
+        enc = model.tokenizer(rendered.history_text, add_special_tokens=rendered.add_special_tokens,
+                              return_offsets_mapping=True)
+        new_ids = torch.tensor(enc["input_ids"], dtype=torch.long)
+        new_offsets = [tuple(o) for o in enc["offset_mapping"]]
+        first_deleted = ranges[0][0]
+        reused, identical = 0, True
+        if self.stored_prefix:
+            before = [i for i, (s, e) in enumerate(history.offsets) if e <= first_deleted]
+            for i in before:
+                if i < len(new_ids) and int(new_ids[i]) == int(history.input_ids[i]) and \
+                        new_offsets[i] == history.offsets[i]:
+                    reused += 1
+                else:
+                    break
+            identical = reused == len(before)
+            if not identical:
+                warnings.warn(f"{self.name}: tokens before the deleted text retokenized differently; "
+                              f"reusing {reused} of {len(before)} cached prefix rows", stacklevel=2)
+        T_new = int(new_ids.shape[0])
+        prefix = RowState(
+            kv=[(k[:, :, :reused], v[:, :, :reused]) for k, v in history.kv],
+            key_pos=torch.arange(reused),
+            key_valid=torch.ones(reused, dtype=torch.bool),
+            input_ids=new_ids[:reused],
+            slot_of=torch.arange(reused),
+        )
+        kv = extend_state(model, prefix, new_ids[reused:], torch.arange(reused, T_new), self.chunk_size)
+        # Original position -> new slot, through character offsets and token identity.
+        new_index = {(s, e, int(t)): j for j, ((s, e), t) in enumerate(zip(new_offsets, new_ids.tolist()))}
+        slot_of = torch.full((len(history),), -1, dtype=torch.long)
+        for i, ((s, e), t) in enumerate(zip(history.offsets, history.input_ids.tolist())):
+            if e > s and char_map[s] >= 0 and char_map[e - 1] >= 0:
+                j = new_index.get((int(char_map[s]), int(char_map[e - 1]) + 1, t))
+                if j is not None:
+                    slot_of[i] = j
+        return RowState(
+            kv=kv,
+            key_pos=torch.arange(T_new),
+            key_valid=torch.ones(T_new, dtype=torch.bool),
+            input_ids=new_ids,
+            slot_of=slot_of,
+            info={"reused_tokens": reused, "recomputed_tokens": T_new - reused, "prefix_identical": identical,
+                  "history_tokens": T_new},
+        )
