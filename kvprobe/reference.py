@@ -26,6 +26,7 @@ def reference_logits(
     suffix: Sequence[int],
     hidden: torch.Tensor | None = None,
     explicit_mask: bool = True,
+    hidden_from: int | None = None,
 ) -> torch.Tensor:
     """Logits Float[len(suffix), V] of the suffix rows of one uncached forward.
 
@@ -35,6 +36,9 @@ def reference_logits(
         hidden: Bool[T] history positions hidden from suffix rows (all attention layers).
         explicit_mask: if false (and nothing hidden), pass no mask at all so
             transformers builds its own native causal / sliding-window masks.
+        hidden_from: first row that cannot see the hidden positions (default T: only
+            the suffix). Earlier values model rebuilt history states; hidden rows
+            themselves always keep ordinary causal attention.
     """
     ids = torch.tensor([list(history_ids) + list(suffix)], dtype=torch.long)
     T, N = len(history_ids), ids.shape[1]
@@ -43,7 +47,11 @@ def reference_logits(
         pos = torch.arange(N)[None]
         row_hidden = torch.zeros(1, N, N, dtype=torch.bool)
         if hidden is not None:
-            row_hidden[0, T:, :T] = hidden[None, :]
+            start = T if hidden_from is None else hidden_from
+            rows = torch.zeros(N, dtype=torch.bool)
+            rows[start:] = True
+            rows[:T] &= ~hidden
+            row_hidden[0, :, :T] = rows[:, None] & hidden[None, :]
         masks = {}
         for layer_type, m in layer_type_masks(
             model.arch, pos, pos, torch.ones(1, N, dtype=torch.bool), model.dtype
@@ -90,11 +98,12 @@ def reference_generate(
     suffix: Sequence[int],
     hidden: torch.Tensor | None = None,
     max_new_tokens: int = 20,
+    hidden_from: int | None = None,
 ) -> list[int]:
     """Greedy tokens, recomputing the whole sequence at every step (no cache)."""
     out: list[int] = []
     for _ in range(max_new_tokens):
-        logits = reference_logits(model, history_ids, list(suffix) + out, hidden)
+        logits = reference_logits(model, history_ids, list(suffix) + out, hidden, hidden_from=hidden_from)
         tok = int(logits[-1].argmax())
         out.append(tok)
         if tok in model.eos_ids:
