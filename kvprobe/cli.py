@@ -78,6 +78,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import format_core_markdown, run_core_bench
 
     model = _load(args.model, False)
+    if args.suite == "operations":
+        # The operations live in the interventions package; loaded on demand.
+        from interventions.bench import format_markdown, run_operations_bench
+
+        lengths = tuple(int(x) for x in args.lengths.split(","))
+        fractions = tuple(float(x) for x in args.fractions.split(","))
+        result = run_operations_bench(model, Path(args.out), Path(args.data), lengths=lengths, fractions=fractions,
+                                      warmups=args.warmups, repeats=args.repeats)
+        print(format_markdown(result))
+        return 0
     result = run_core_bench(model, Path(args.out), steps=args.steps)
     print(format_core_markdown(result))
     return 0
@@ -120,11 +130,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks (writes JSON and markdown under artifacts/bench)",
                        description="`kvprobe bench core`: nnsight masked decode step vs plain forward with the "
-                       "same 4-D mask, batched vs one-at-a-time conditions, peak memory.")
-    p.add_argument("suite", choices=["core"], help="which benchmark to run")
+                       "same 4-D mask, batched vs one-at-a-time conditions, peak memory. "
+                       "`kvprobe bench operations`: time of every cache operation and of the first answer "
+                       "token after it on long PG-19 histories.")
+    p.add_argument("suite", choices=["core", "operations"], help="which benchmark to run")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
     p.add_argument("--steps", type=int, default=40, help="interleaved decode steps to time (default 40)")
     p.add_argument("--out", default="artifacts/bench", help="output directory (default artifacts/bench)")
+    p.add_argument("--lengths", default="512,1024,2048,4096,8192",
+                   help="operations: history lengths in tokens, comma-separated")
+    p.add_argument("--fractions", default="0.1,0.5,0.9",
+                   help="operations: where record A sits, as fractions of the history")
+    p.add_argument("--warmups", type=int, default=3, help="operations: warm-up runs per cell (default 3)")
+    p.add_argument("--repeats", type=int, default=9,
+                   help="operations: timed runs per cell, median reported (default 9; 1+3 from 4096 tokens)")
+    p.add_argument("--data", default="../shared/data", help="operations: folder holding pg19/ (default ../shared/data)")
     p.set_defaults(func=cmd_bench)
     return parser
 

@@ -1,0 +1,216 @@
+"""``kvprobe bench operations``: what each cache operation costs, on real long histories.
+
+Histories of ``lengths`` tokens are PG-19 filler text (one public-domain book,
+read from ``../shared/data/pg19``) with the quantity task's record A placed at
+10 %, 50 % and 90 % of the history and record B at the end. For each
+(length, position) cell and each operation we time, separately,
+
+* the operation: building the condition's row state from the prefilled history
+  (``Access.prepare``: nothing for retain, a hidden vector for mask, copies and
+  rotations for zero/drop/compact, recomputation for rebuild and recompute);
+* the first answer token after it: forking the cache, prefilling the question
+  under the condition and computing the first token's logits.
+
+Warm-ups are discarded and the median of the repeats is reported, with each
+operation's ratio to masking and the KV bytes it holds and frees. The paper's
+protocol is 3 warm-ups and a median of 9 (partE E5); on a 2-core CPU the
+longest histories use fewer repeats (``--repeats-long``), recorded per cell.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+import kvprobe
+from kvprobe.access import Access, Full, Mask
+from kvprobe.decoding import suffix_ids
+from kvprobe.engine import fork_rows, pad_suffix_block, traced_forward
+
+from .compaction import Compact, Drop
+from .recompute import Rebuild
+from .text import TextRecompute
+from .zeroing import Zero
+
+RECORD_A = ("Reference time T1. Certified specification for Assembly-TEST-000: cycle duration = 159 minutes. "
+            "This is its single approved value at T1.")
+RECORD_B = ("Reference time T2, after T1. The certified cycle duration of Assembly-TEST-000 is 628. "
+            "The measurement unit is the same as in record A at T1. This entry is effective at T2.")
+QUESTION = "At T2, what is the current cycle duration of Assembly-TEST-000? Return the complete quantity including its unit."
+
+OPERATIONS: dict[str, Callable[[kvprobe.History], Access]] = {
+    "retain": lambda h: Full(name="retain"),
+    "mask": lambda h: Mask(h.span("A"), name="mask"),
+    "zero": lambda h: Zero(h.span("A"), "kv"),
+    "drop": lambda h: Drop(h.span("A")),
+    "compact": lambda h: Compact(h.span("A")),
+    "rebuild": lambda h: Rebuild(h.span("A")),
+    "recompute": lambda h: TextRecompute("A"),
+    "recompute-prefix": lambda h: TextRecompute("A", stored_prefix=True),
+}
+
+
+def book_tokens(model: kvprobe.Model, data_dir: Path) -> list[int]:
+    """Token ids of the PG-19 book (its first file under ``data_dir/pg19``)."""
+    books = sorted((data_dir / "pg19").glob("*.txt"))
+    if not books:
+        raise FileNotFoundError(f"no PG-19 text under {data_dir / 'pg19'}")
+    return model.tokenizer(books[0].read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"]
+
+
+def build_history(model: kvprobe.Model, book: list[int], length: int, fraction: float) -> kvprobe.History:
+    """A chat history of about ``length`` tokens: filler, record A at ``fraction``, filler, record B."""
+    overhead = len(model.tokenizer(RECORD_A + RECORD_B, add_special_tokens=False)["input_ids"]) + 40
+    filler = max(length - overhead, 2)
+    pre_n = int(filler * fraction)
+    pre = model.tokenizer.decode(book[:pre_n]).strip() or "."
+    post = model.tokenizer.decode(book[pre_n:filler]).strip() or "."
+    prompt = kvprobe.Prompt([("pre", pre), ("A", RECORD_A), ("post", post), ("B", RECORD_B)],
+                            system="Answer from the records.")
+    return model.prefill(prompt)
+
+
+def _median_time(fn: Callable[[], Any], warmups: int, repeats: int) -> tuple[float, Any]:
+    result = None
+    for _ in range(warmups):
+        result = fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), result
+
+
+def first_token(model: kvprobe.Model, history: kvprobe.History, state) -> int:
+    """Fork the state, prefill the question, return the first answer token."""
+    rows = fork_rows([state])
+    ids, valid = pad_suffix_block([suffix_ids(model, history, QUESTION)], model.pad_id)
+    return int(traced_forward(model, rows, ids, valid, logits_to_keep=1).logits[0, -1].argmax())
+
+
+def run_operations_bench(
+    model: kvprobe.Model,
+    out_dir: Path,
+    data_dir: Path,
+    lengths: tuple[int, ...] = (512, 1024, 2048, 4096, 8192),
+    fractions: tuple[float, ...] = (0.1, 0.5, 0.9),
+    warmups: int = 3,
+    repeats: int = 9,
+    long_from: int = 4096,
+    warmups_long: int = 1,
+    repeats_long: int = 3,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run the grid and write ``operations.json``, ``operations.md`` and ``operations.png``."""
+    book = book_tokens(model, data_dir)
+    cells = []
+    for length in lengths:
+        w, r = (warmups_long, repeats_long) if length >= long_from else (warmups, repeats)
+        for fraction in fractions:
+            history = build_history(model, book, length, fraction)
+            full_bytes = history.base_state().kv_bytes()
+            cell = {"target_length": length, "history_tokens": len(history), "fraction": fraction,
+                    "span": [history.span("A").start, history.span("A").end], "warmups": w, "repeats": r,
+                    "operations": {}}
+            for name, make in OPERATIONS.items():
+                op = make(history)
+                op_s, state = _median_time(lambda: op.prepare(model, history, QUESTION), w, r)
+                tok_s, token = _median_time(lambda: first_token(model, history, state), w, r)
+                held = state.kv_bytes()
+                cell["operations"][name] = {"op_ms": 1e3 * op_s, "first_token_ms": 1e3 * tok_s,
+                                            "total_ms": 1e3 * (op_s + tok_s), "kv_bytes_held": held,
+                                            "kv_bytes_freed": full_bytes - held, "first_token": token}
+                if progress:
+                    print(f"  T={len(history):5d} A@{fraction:.0%} {name:<17} op {1e3 * op_s:9.2f} ms  "
+                          f"first token {1e3 * tok_s:8.1f} ms", flush=True)
+            mask_total = cell["operations"]["mask"]["total_ms"]
+            for entry in cell["operations"].values():
+                entry["total_over_mask"] = entry["total_ms"] / mask_total
+            cells.append(cell)
+            if not history.check_digest():
+                raise RuntimeError("an operation changed the shared history cache")
+    result = {
+        "model": model.name,
+        "dtype": str(model.dtype),
+        "threads": torch.get_num_threads(),
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "weight_bytes": sum(p.numel() * p.element_size() for p in model.hf.parameters()),
+        "cells": cells,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _write(out_dir / "operations.json", json.dumps(result, indent=2) + "\n")
+    _write(out_dir / "operations.md", format_markdown(result))
+    plot(result, out_dir / "operations.png")
+    return result
+
+
+def format_markdown(result: dict[str, Any]) -> str:
+    """Per (length, position): total time (operation + first token) and its ratio to the mask."""
+    names = list(OPERATIONS)
+    lines = [
+        f"# Cache-operation cost: {result['model']} ({result['dtype']}, {result['threads']} threads)",
+        "",
+        "Total = operation + first answer token, median ms (ratio to mask). "
+        "Operation time alone and KV bytes are in operations.json.",
+        "",
+        "| tokens | A at | reps | " + " | ".join(names) + " |",
+        "|---|---|---|" + "---|" * len(names),
+    ]
+    for c in result["cells"]:
+        ops = c["operations"]
+        row = [f"{ops[n]['total_ms']:.0f} ({ops[n]['total_over_mask']:.2f}x)" for n in names]
+        lines.append(f"| {c['history_tokens']} | {c['fraction']:.0%} | {c['warmups']}+{c['repeats']} | "
+                     + " | ".join(row) + " |")
+    lines += ["", "KV bytes freed (MiB) at the longest history, A at 50 %:", ""]
+    longest = [c for c in result["cells"] if c["target_length"] == max(x["target_length"] for x in result["cells"])]
+    mid = min(longest, key=lambda c: abs(c["fraction"] - 0.5))
+    lines.append("| " + " | ".join(names) + " |")
+    lines.append("|" + "---|" * len(names))
+    lines.append("| " + " | ".join(f"{mid['operations'][n]['kv_bytes_freed'] / 2**20:.2f}" for n in names) + " |")
+    mb = 2**20
+    lines += ["", f"Peak RSS {result['peak_rss_bytes'] / mb:.0f} MiB; weights {result['weight_bytes'] / mb:.0f} MiB.", ""]
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Total time vs history length per operation (A at 50 %), log-log; skipped without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # optional dependency (pip install kvprobe[plots])
+        return
+    mids = {}
+    for c in result["cells"]:
+        if abs(c["fraction"] - 0.5) < 1e-9:
+            mids[c["history_tokens"]] = c["operations"]
+    xs = sorted(mids)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name in OPERATIONS:
+        ax.plot(xs, [mids[x][name]["total_ms"] for x in xs], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("history tokens (record A at 50 %)")
+    ax.set_ylabel("operation + first answer token (ms, median)")
+    ax.set_title(f"Cache-operation cost, {result['model']}, CPU")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
