@@ -5,6 +5,7 @@ Subcommands:
   models   list registry models and what is installed; pull a registry model
   demo     the quantity example under five access conditions (the quick-start job)
   bench    benchmarks written to artifacts/bench
+  conditions  names of access conditions and cache operations
 """
 
 from __future__ import annotations
@@ -56,12 +57,21 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_conditions(args: argparse.Namespace) -> int:
+    from interventions import OPERATIONS
+
+    for name, (_, description) in OPERATIONS.items():
+        print(f"{name:<18} {description}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     # The demo is a study; kvprobe's core never imports studies except here, on demand.
     from studies.quantity.demo import format_table, run_demo
 
     model = _load(args.model, args.json)
-    rows = run_demo(model, max_new_tokens=args.max_new_tokens, unit_from_a=not args.unit_stated)
+    extra = tuple(c for c in (args.conditions or "").split(",") if c)
+    rows = run_demo(model, max_new_tokens=args.max_new_tokens, unit_from_a=not args.unit_stated, extra=extra)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -125,8 +135,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=40, help="generation budget per answer (default 40)")
     p.add_argument("--unit-stated", action="store_true",
                    help="use the B record that states the unit (default: B refers to A for its unit)")
+    p.add_argument("--conditions", default="",
+                   help="extra conditions by name, comma-separated, on segments A, inspection, note, B "
+                   "(e.g. compact:A,rebuild:A,recompute:A,zero-k:A); see `kvprobe conditions`")
     p.add_argument("--json", action="store_true", help="print rows as JSON instead of a table")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("conditions", help="list access conditions and cache operations usable by name",
+                       description="Names accepted by --conditions and interventions.parse_condition: "
+                       "NAME:SEGMENTS, online-mask:OLD>NEW, bias:SEG=VALUE, mask:SEG@LAYERS.")
+    p.set_defaults(func=cmd_conditions)
 
     p = sub.add_parser("bench", help="benchmarks (writes JSON and markdown under artifacts/bench)",
                        description="`kvprobe bench core`: nnsight masked decode step vs plain forward with the "

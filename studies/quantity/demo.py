@@ -68,10 +68,20 @@ def conditions(history: kvprobe.History, example: dict[str, str] = EXAMPLE) -> d
     }
 
 
-def run_demo(model: kvprobe.Model, max_new_tokens: int = 40, unit_from_a: bool = True) -> list[dict[str, Any]]:
-    """Rows (query x condition) with candidate log-probabilities, margin and greedy answer."""
+def run_demo(model: kvprobe.Model, max_new_tokens: int = 40, unit_from_a: bool = True,
+             extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Rows (query x condition) with candidate log-probabilities, margin and greedy answer.
+
+    ``extra`` adds conditions by name (``interventions.parse_condition``), e.g.
+    ``("compact:A", "rebuild:A", "recompute:A")``.
+    """
     history = model.prefill(build_prompt(unit_from_a))
     conds = conditions(history)
+    if extra:
+        from interventions import parse_condition
+
+        for spec in extra:
+            conds[spec] = parse_condition(spec, history)
     e = EXAMPLE
     queries = {
         "current": (strings.CURRENT_QUESTION.format(**e), f"{e['new_num']} {e['unit']}", f"{e['old_num']} {e['unit']}"),
@@ -88,7 +98,7 @@ def run_demo(model: kvprobe.Model, max_new_tokens: int = 40, unit_from_a: bool =
             rows.append({
                 "query": query,
                 "condition": name,
-                "masked_tokens": getattr(access, "n_tokens", 0),
+                "masked_tokens": getattr(access, "n_tokens", 0) if isinstance(access, kvprobe.Mask) else 0,
                 "logp_right": round(scores[name][0], 4),
                 "logp_other": round(scores[name][1], 4),
                 "margin": round(scores[name].margin(), 4),
@@ -104,13 +114,13 @@ def run_demo(model: kvprobe.Model, max_new_tokens: int = 40, unit_from_a: bool =
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     """A fixed-width table a person can scan."""
-    header = f"{'query':<10} {'condition':<15} {'hidden':>6} {'margin':>8} {'d vs full':>9} {'stop':<4}  answer"
+    header = f"{'query':<10} {'condition':<18} {'hidden':>6} {'margin':>8} {'d vs full':>9} {'stop':<4}  answer"
     lines = [header, "-" * len(header)]
     for r in rows:
         answer = r["answer"].replace("\n", " ")
         answer = answer if len(answer) <= 60 else answer[:57] + "..."
         lines.append(
-            f"{r['query']:<10} {r['condition']:<15} {r['masked_tokens']:>6} {r['margin']:>8.3f} "
+            f"{r['query']:<10} {r['condition']:<18} {r['masked_tokens']:>6} {r['margin']:>8.3f} "
             f"{r['margin_change_vs_full']:>9.3f} {r['stop']:<4}  {answer}"
         )
     return "\n".join(lines)
