@@ -31,11 +31,10 @@ import sys
 from typing import TYPE_CHECKING
 
 import torch
-from transformers import DynamicCache
 
 from kvprobe.access import Full, Mask
 from kvprobe.decoding import suffix_ids
-from kvprobe.engine import fork_rows, pad_suffix_block, traced_forward
+from kvprobe.engine import fork_rows, mask_argument, pad_suffix_block, traced_forward
 from kvprobe.masks import layer_type_masks
 from kvprobe.verify import LOGIT_TOLERANCE, CheckResult
 
@@ -98,11 +97,13 @@ def reference_hidden_kv(model: "Model", history: "History", hidden: torch.Tensor
         t: m.masked_fill(block[:, None], torch.finfo(model.dtype).min)
         for t, m in layer_type_masks(model.arch, pos, pos, torch.ones(1, T, dtype=torch.bool), model.dtype).items()
     }
-    cache = DynamicCache()
+    # An empty cache that keeps every row (transformers' own would trim sliding layers).
+    cache = fork_rows([model.empty_state()]).cache
     with torch.inference_mode():
-        model.hf(input_ids=history.input_ids[None], attention_mask=masks if len(masks) > 1 else next(iter(masks.values())),
+        model.hf(input_ids=history.input_ids[None], attention_mask=mask_argument(model.arch, masks),
                  position_ids=pos, past_key_values=cache, use_cache=True)
-    return [(layer.keys, layer.values) for layer in cache.layers]
+    return [(layer.keys, layer.values) if i in model.arch.attention_layers else (None, None)
+            for i, layer in enumerate(cache.layers)]
 
 
 def _max_kv_diff(a, b, layers) -> float:

@@ -48,32 +48,21 @@ def recompute_hidden(
 ) -> RowState:
     """Keep rows ``[0, start)``, recompute ``[start, T)`` with Bool[T] ``hidden`` positions invisible.
 
-    Hidden positions are invisible to every recomputed token that is not itself
-    hidden, in every attention layer; the returned state hides them from later
-    tokens too. Positions and length are unchanged.
+    Hidden positions are invisible to every recomputed token at or after ``start``
+    that is not itself hidden, in every attention layer; the returned state hides
+    them from later tokens too. Positions and length are unchanged.
     """
     T = len(history)
     if not 0 <= start <= T:
         raise SpanError(f"recompute start {start} outside the history of {T} tokens")
     layers = model.arch.attention_layers
-    prefix = RowState(
-        kv=[(k[:, :, :start], v[:, :, :start]) for k, v in history.kv],
-        key_pos=history.positions[:start],
-        key_valid=torch.ones(start, dtype=torch.bool),
-        input_ids=history.input_ids[:start],
-        slot_of=torch.arange(start),
-        hidden={layer: hidden[:start] for layer in layers},
-    )
-    kv = extend_state(model, prefix, history.input_ids[start:], history.positions[start:], chunk_size,
-                      hidden=hidden[start:])
-    state = RowState(
-        kv=kv,
-        key_pos=history.positions,
-        key_valid=torch.ones(T, dtype=torch.bool),
-        input_ids=history.input_ids,
-        slot_of=torch.arange(T),
-        info={"recomputed_tokens": T - start, "reused_tokens": start},
-    )
+    # Recurrent layers keep their state only after the whole history, so hybrid
+    # models recompute from position 0; rows before ``start`` come out unchanged.
+    begin = 0 if model.arch.recurrent_layers else start
+    affected = (history.positions[begin:] >= start) & ~hidden[begin:]
+    state = extend_state(model, history.prefix_state(begin), history.input_ids[begin:],
+                         history.positions[begin:], chunk_size, hidden=hidden, affected=affected)
+    state.info = {"recomputed_tokens": T - begin, "reused_tokens": begin}
     return state.hide(hidden, layers)
 
 

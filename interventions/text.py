@@ -19,6 +19,7 @@ still apply to the retained tokens.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
@@ -123,14 +124,8 @@ class TextRecompute(Access):
                 warnings.warn(f"{self.name}: tokens before the deleted text retokenized differently; "
                               f"reusing {reused} of {len(before)} cached prefix rows", stacklevel=2)
         T_new = int(new_ids.shape[0])
-        prefix = RowState(
-            kv=[(k[:, :, :reused], v[:, :, :reused]) for k, v in history.kv],
-            key_pos=torch.arange(reused),
-            key_valid=torch.ones(reused, dtype=torch.bool),
-            input_ids=new_ids[:reused],
-            slot_of=torch.arange(reused),
-        )
-        kv = extend_state(model, prefix, new_ids[reused:], torch.arange(reused, T_new), self.chunk_size)
+        prefix = replace(history.prefix_state(reused), input_ids=new_ids[:reused])
+        state = extend_state(model, prefix, new_ids[reused:], torch.arange(reused, T_new), self.chunk_size)
         # Original position -> new slot, through character offsets and token identity.
         new_index = {(s, e, int(t)): j for j, ((s, e), t) in enumerate(zip(new_offsets, new_ids.tolist()))}
         slot_of = torch.full((len(history),), -1, dtype=torch.long)
@@ -139,11 +134,8 @@ class TextRecompute(Access):
                 j = new_index.get((int(char_map[s]), int(char_map[e - 1]) + 1, t))
                 if j is not None:
                     slot_of[i] = j
-        return RowState(
-            kv=kv,
-            key_pos=torch.arange(T_new),
-            key_valid=torch.ones(T_new, dtype=torch.bool),
-            input_ids=new_ids,
+        return replace(
+            state,
             slot_of=slot_of,
             info={"reused_tokens": reused, "recomputed_tokens": T_new - reused, "prefix_identical": identical,
                   "history_tokens": T_new},

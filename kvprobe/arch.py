@@ -85,6 +85,11 @@ class ArchSummary:
         return tuple(i for i, t in enumerate(self.layer_types) if t in ATTENTION_LAYER_TYPES)
 
     @property
+    def recurrent_layers(self) -> tuple[int, ...]:
+        """Indices of layers without attention K/V (linear attention, state-space...)."""
+        return tuple(i for i, t in enumerate(self.layer_types) if t not in ATTENTION_LAYER_TYPES)
+
+    @property
     def distinct_layer_types(self) -> tuple[str, ...]:
         """Layer types present, in first-seen order."""
         return tuple(dict.fromkeys(self.layer_types))

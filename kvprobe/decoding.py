@@ -99,6 +99,21 @@ def suffix_ids(model: "Model", history: "History", question: str) -> list[int]:
     return model.tokenizer(history.rendered.suffix(question), add_special_tokens=False)["input_ids"]
 
 
+def batches(model: "Model", lengths: Sequence[int]) -> list[list[int]]:
+    """Row indices to run together.
+
+    One batch for attention-only models (shorter rows are left-padded and the
+    padding is never read). Hybrid models run one batch per length: padding
+    tokens would pass through their recurrent states.
+    """
+    if not model.arch.recurrent_layers:
+        return [list(range(len(lengths)))]
+    groups: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        groups.setdefault(n, []).append(i)
+    return list(groups.values())
+
+
 def score_candidates(
     model: "Model",
     history: "History",
@@ -110,29 +125,28 @@ def score_candidates(
     if not candidates or any(not c for c in candidates):
         raise ValueError("candidates must be a non-empty list of non-empty strings")
     cand_ids = [model.tokenizer(c, add_special_tokens=False)["input_ids"] for c in candidates]
-    sequences, states = [], []
+    sequences, states, targets = [], [], []
     for req, state in zip(requests, prepare_states(model, history, requests)):
         q = suffix_ids(model, history, req.question)
         for c in cand_ids:
             sequences.append(q + c)
             states.append(state)
-    rows = fork_rows(states)
-    ids, valid = pad_suffix_block(sequences, model.pad_id)
-    out = traced_forward(model, rows, ids, valid)
-    logprobs = torch.log_softmax(out.logits.float(), dim=-1)
-    L = ids.shape[1]
-    results, r = [], 0
-    for req in requests:
-        sums = []
-        for c in cand_ids:
+            targets.append(c)
+    sums = [0.0] * len(sequences)
+    for group in batches(model, [len(s) for s in sequences]):
+        rows = fork_rows([states[i] for i in group])
+        ids, valid = pad_suffix_block([sequences[i] for i in group], model.pad_id)
+        logprobs = torch.log_softmax(traced_forward(model, rows, ids, valid).logits.float(), dim=-1)
+        L = ids.shape[1]
+        for r, i in enumerate(group):
+            c = targets[i]
             cols = torch.arange(L - len(c), L)
-            lp = logprobs[r, cols - 1, torch.tensor(c)]
-            sums.append(float(lp.sum()))
-            r += 1
-        results.append(
-            CandidateScores(candidates, tuple(sums), tuple(len(c) for c in cand_ids), req.access.name)
-        )
-    return results
+            sums[i] = float(logprobs[r, cols - 1, torch.tensor(c)].sum())
+    k = len(cand_ids)
+    return [
+        CandidateScores(candidates, tuple(sums[j * k : (j + 1) * k]), tuple(len(c) for c in cand_ids), req.access.name)
+        for j, req in enumerate(requests)
+    ]
 
 
 def generate_greedy(
@@ -144,9 +158,34 @@ def generate_greedy(
     """Greedy decoding of every request in one batch; each row stops at EOS or the cap."""
     if max_new_tokens < 1:
         raise ValueError("max_new_tokens must be at least 1")
-    rows = fork_rows(prepare_states(model, history, requests))
-    ids, valid = pad_suffix_block([suffix_ids(model, history, r.question) for r in requests], model.pad_id)
-    B = len(requests)
+    states = prepare_states(model, history, requests)
+    suffixes = [suffix_ids(model, history, r.question) for r in requests]
+    generated: list[list[int]] = [[] for _ in requests]
+    for group in batches(model, [len(s) for s in suffixes]):
+        tokens = _greedy(model, [states[i] for i in group], [suffixes[i] for i in group], max_new_tokens)
+        for i, toks in zip(group, tokens):
+            generated[i] = toks
+    results = []
+    for toks, req in zip(generated, requests):
+        stopped = bool(toks) and toks[-1] in model.eos_ids
+        text_ids = toks[:-1] if stopped else toks
+        results.append(
+            Generation(
+                text=model.tokenizer.decode(text_ids),
+                token_ids=tuple(toks),
+                stop_reason="eos" if stopped else "cap",
+                n_tokens=len(toks),
+                access=req.access.name,
+            )
+        )
+    return results
+
+
+def _greedy(model: "Model", states: list[RowState], suffixes: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    """Greedy tokens of one batch of rows (stopping EOS included)."""
+    rows = fork_rows(states)
+    ids, valid = pad_suffix_block(suffixes, model.pad_id)
+    B = len(states)
     generated: list[list[int]] = [[] for _ in range(B)]
     done = torch.zeros(B, dtype=torch.bool)
     eos = torch.tensor(sorted(model.eos_ids), dtype=torch.long)
@@ -161,18 +200,4 @@ def generate_greedy(
         if bool(done.all()):
             break
         step_ids, step_valid = nxt[:, None], torch.ones(B, 1, dtype=torch.bool)
-    results = []
-    for b, req in enumerate(requests):
-        toks = generated[b]
-        stopped = bool(toks) and toks[-1] in model.eos_ids
-        text_ids = toks[:-1] if stopped else toks
-        results.append(
-            Generation(
-                text=model.tokenizer.decode(text_ids),
-                token_ids=tuple(toks),
-                stop_reason="eos" if stopped else "cap",
-                n_tokens=len(toks),
-                access=req.access.name,
-            )
-        )
-    return results
+    return generated

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import LinearAttentionLayer
 
 from .masks import layer_type_masks
 
@@ -49,6 +50,10 @@ class RowState:
             (-1 if the operation removed it); lets access conditions written in history
             coordinates apply after a cache operation.
         input_ids: Long[S] the token in each slot (for inspection and references).
+        recurrent: layer -> (conv state, recurrent state) of recurrent (linear-attention)
+            layers of hybrid models, batch 1, ``None`` before any token; their ``kv``
+            entries are ``(None, None)``. Masks never touch these layers; rows carry
+            their own copies.
         info: free-form facts an operation reports (rows freed, prefix reused...).
     """
 
@@ -59,6 +64,7 @@ class RowState:
     slot_of: torch.Tensor
     hidden: dict[int, torch.Tensor] = field(default_factory=dict)
     bias: dict[int, torch.Tensor] = field(default_factory=dict)
+    recurrent: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = field(default_factory=dict)
     info: dict = field(default_factory=dict)
 
     @property
@@ -81,8 +87,8 @@ class RowState:
         return replace(self, bias=bias)
 
     def kv_bytes(self) -> int:
-        """Bytes of stored K and V."""
-        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.kv)
+        """Bytes of stored K and V (recurrent states not included)."""
+        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.kv if k is not None)
 
 
 @dataclass
@@ -131,6 +137,16 @@ class Rows:
                 table[layer] = grown[id(t)]
 
 
+def mask_argument(arch, masks: dict[str, torch.Tensor]):
+    """What transformers takes as ``attention_mask``: one 4-D mask, or a dict per layer type.
+
+    Recurrent layer types get ``None`` (they read no mask; batches never pad inside them).
+    """
+    if len(arch.distinct_layer_types) == 1:
+        return next(iter(masks.values()))
+    return {t: masks.get(t) for t in arch.distinct_layer_types}
+
+
 def fork_rows(states: list[RowState]) -> Rows:
     """Stack row states into one batch; every row gets its own copy of its cache.
 
@@ -141,6 +157,9 @@ def fork_rows(states: list[RowState]) -> Rows:
     n_layers = len(states[0].kv)
     data = []
     for layer in range(n_layers):
+        if states[0].kv[layer][0] is None:  # recurrent layer: no K/V
+            data.append((None, None))
+            continue
         ks, vs = [], []
         for s in states:
             k, v = s.kv[layer]
@@ -153,13 +172,36 @@ def fork_rows(states: list[RowState]) -> Rows:
     for i, s in enumerate(states):
         key_pos[i, : s.length] = s.key_pos
         key_valid[i, : s.length] = s.key_valid
+    cache = DynamicCache(ddp_cache_data=data)
+    for layer in states[0].recurrent:
+        cache.layers[layer] = _recurrent_layer([s.recurrent[layer] for s in states])
     return Rows(
-        cache=DynamicCache(ddp_cache_data=data),
+        cache=cache,
         key_pos=key_pos,
         key_valid=key_valid,
         hidden=_stack_per_layer([s.hidden for s in states], n, S, torch.bool),
         bias=_stack_per_layer([s.bias for s in states], n, S, torch.float32),
     )
+
+
+def _recurrent_layer(per_row: list[tuple[torch.Tensor | None, torch.Tensor | None]]) -> LinearAttentionLayer:
+    """A transformers linear-attention cache layer holding every row's own copy of its states."""
+    layer = LinearAttentionLayer()
+    conv, rec = per_row[0]
+    if conv is None:  # nothing read yet: the model initializes the layer on its first forward
+        return layer
+    layer.conv_states[0] = torch.cat([c for c, _ in per_row])
+    layer.recurrent_states[0] = torch.cat([r for _, r in per_row])
+    layer.conv_kernel_size[0] = conv.shape[-1]
+    layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = True
+    layer.has_previous_state[0] = True
+    layer.dtype, layer.device = conv.dtype, conv.device
+    return layer
+
+
+def recurrent_states(rows: "Rows", layers) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """The conv and recurrent states a batch holds now, per recurrent layer (all rows)."""
+    return {i: (rows.cache.layers[i].conv_states[0], rows.cache.layers[i].recurrent_states[0]) for i in layers}
 
 
 def _stack_per_layer(tables: list[dict[int, torch.Tensor]], n: int, S: int, dtype) -> dict[int, torch.Tensor]:
@@ -224,7 +266,7 @@ def traced_forward(
         query_pos = start[:, None] + offsets.clamp(min=0)
     rows.append_slots(query_pos, query_valid, new_hidden)
     masks = layer_type_masks(model.arch, query_pos, rows.key_pos, rows.key_valid, model.dtype)
-    mask_arg = masks if len(masks) > 1 else next(iter(masks.values()))
+    mask_arg = mask_argument(model.arch, masks)
     kwargs = dict(
         input_ids=input_ids,
         attention_mask=mask_arg,
@@ -263,29 +305,45 @@ def extend_state(
     positions: torch.Tensor,
     chunk_size: int = CHUNK_SIZE,
     hidden: torch.Tensor | None = None,
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Run history tokens ``ids`` (at ``positions``) after ``prefix`` in chunks; return the full K/V.
+    affected: torch.Tensor | None = None,
+) -> RowState:
+    """Run history tokens ``ids`` (at ``positions``) after ``prefix``, in chunks; return the grown state.
 
-    With Bool[len(ids)] ``hidden`` (and a prefix whose hidden slots are set in
-    ``prefix.hidden``), hidden tokens are invisible to every later token that is not
-    itself hidden.
+    Args:
+        hidden: Bool[prefix + n] slots (prefix and new) hidden, in every attention
+            layer, from the ``affected`` new tokens.
+        affected: Bool[n] new tokens that cannot see ``hidden`` (default: those not hidden).
+    The returned state hides nothing; callers decide what later tokens may read.
     """
-    rows = fork_rows([prefix])
+    n = int(ids.shape[0])
+    P = prefix.length
+    rows = fork_rows([replace(prefix, hidden={}, bias={})])
     if hidden is not None:
-        shared = next(iter(prefix.hidden.values()))[None].clone()
-        rows.hidden = {layer: shared for layer in prefix.hidden}
-    for lo in range(0, int(ids.shape[0]), chunk_size):
-        hi = min(lo + chunk_size, int(ids.shape[0]))
+        shared = hidden[None, :P].clone()  # one tensor for all layers, grown once per chunk
+        rows.hidden = {layer: shared for layer in model.arch.attention_layers}
+        if affected is None:
+            affected = ~hidden[P:]
+    for lo in range(0, n, chunk_size):
+        hi = min(lo + chunk_size, n)
         traced_forward(
             model,
             rows,
             ids[lo:hi][None],
             query_pos=positions[lo:hi][None],
-            affected_rows=None if hidden is None else ~hidden[lo:hi][None],
-            new_hidden=None if hidden is None else hidden[lo:hi][None],
+            affected_rows=None if hidden is None else affected[lo:hi][None],
+            new_hidden=None if hidden is None else hidden[P + lo : P + hi][None],
             logits_to_keep=1,
         )
-    return [(layer.keys, layer.values) for layer in rows.cache.layers]
+    kv = [(None, None) if layer in prefix.recurrent else (cache_layer.keys, cache_layer.values)
+          for layer, cache_layer in enumerate(rows.cache.layers)]
+    return RowState(
+        kv=kv,
+        key_pos=torch.cat([prefix.key_pos, positions]),
+        key_valid=torch.ones(P + n, dtype=torch.bool),
+        input_ids=torch.cat([prefix.input_ids, ids]),
+        slot_of=torch.arange(P + n),
+        recurrent=recurrent_states(rows, prefix.recurrent),
+    )
 
 
 def _edit_mask(

@@ -9,7 +9,7 @@ generation works on its own fork of the cache (``kvprobe.engine.fork_rows``).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -21,12 +21,14 @@ if TYPE_CHECKING:
     from .model import Model
 
 
-def kv_digest(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> str:
-    """SHA-256 of the bytes of every K and V tensor, in layer order."""
+def kv_digest(kv: list[tuple[torch.Tensor | None, torch.Tensor | None]],
+              recurrent: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None) -> str:
+    """SHA-256 of the bytes of every K and V tensor (and recurrent state), in layer order."""
     h = hashlib.sha256()
-    for k, v in kv:
-        for t in (k, v):
-            h.update(t.detach().contiguous().cpu().numpy().tobytes())
+    tensors = [t for pair in kv for t in pair if t is not None]
+    tensors += [t for _, pair in sorted((recurrent or {}).items()) for t in pair if t is not None]
+    for t in tensors:
+        h.update(t.detach().contiguous().cpu().numpy().tobytes())
     return h.hexdigest()
 
 
@@ -42,7 +44,9 @@ class History:
         offsets: per token, its (start, end) characters in ``rendered.history_text``.
         kv: per layer (K, V), shapes [1, kv_heads, T, head_dim]; K as cached (after RoPE).
         positions: Long[T] RoPE position of every history slot (0..T-1 after a prefill).
-        digest: SHA-256 of ``kv`` at prefill time.
+        digest: SHA-256 of ``kv`` (and recurrent states) at prefill time.
+        recurrent: per recurrent layer of a hybrid model, its (conv, recurrent) state
+            after the history; ``kv`` holds ``(None, None)`` for those layers.
     """
 
     model: "Model"
@@ -53,6 +57,7 @@ class History:
     kv: list[tuple[torch.Tensor, torch.Tensor]]
     positions: torch.Tensor
     digest: str
+    recurrent: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -71,11 +76,35 @@ class History:
             key_valid=torch.ones(T, dtype=torch.bool),
             input_ids=self.input_ids,
             slot_of=torch.arange(T),
+            recurrent=self.recurrent,
+        )
+
+    def prefix_state(self, n: int) -> RowState:
+        """The cached rows of the first ``n`` tokens as a :class:`RowState`.
+
+        Hybrid models keep recurrent states only after the whole history, so for them
+        ``n`` must be 0 (start afresh) or ``len(self)``.
+        """
+        T = len(self)
+        if not 0 <= n <= T:
+            raise SpanError(f"prefix of {n} tokens requested from a history of {T}")
+        if n == T:
+            return self.base_state()
+        if self.recurrent and n > 0:
+            raise SpanError("recurrent layers keep their state only after the whole history; "
+                            "a prefix of a hybrid model's history must be empty")
+        return RowState(
+            kv=[(None, None) if k is None else (k[:, :, :n], v[:, :, :n]) for k, v in self.kv],
+            key_pos=self.positions[:n],
+            key_valid=torch.ones(n, dtype=torch.bool),
+            input_ids=self.input_ids[:n],
+            slot_of=torch.arange(n),
+            recurrent={layer: (None, None) for layer in self.recurrent},
         )
 
     def check_digest(self) -> bool:
         """True if the stored K/V still hash to the digest taken at prefill."""
-        return kv_digest(self.kv) == self.digest
+        return kv_digest(self.kv, self.recurrent) == self.digest
 
     def span(
         self,

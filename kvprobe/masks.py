@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .arch import SLIDING_ATTENTION, ArchSummary
+from .arch import ATTENTION_LAYER_TYPES, SLIDING_ATTENTION, ArchSummary
 
 #: Type alias documentation: Bool[B, S] tensors index key slots, Long[B, Q] query rows.
 
@@ -63,6 +63,8 @@ def layer_type_masks(
     """
     masks = {}
     for layer_type in arch.distinct_layer_types:
+        if layer_type not in ATTENTION_LAYER_TYPES:
+            continue
         window = arch.sliding_window if layer_type == SLIDING_ATTENTION else None
         allowed = visibility(query_pos, key_pos, key_valid, window)
         if hidden is not None:

@@ -77,16 +77,10 @@ class Model:
         if ids.numel() == 0:
             raise SpanError("the prompt's history tokenizes to nothing")
         T = int(ids.shape[0])
-        empty = RowState(
-            kv=[(torch.zeros(1, self.arch.num_kv_heads, 0, self.arch.head_dim, dtype=self.dtype),) * 2
-                for _ in range(self.arch.num_layers)],
-            key_pos=torch.zeros(0, dtype=torch.long),
-            key_valid=torch.zeros(0, dtype=torch.bool),
-            input_ids=ids[:0],
-            slot_of=torch.zeros(0, dtype=torch.long),
-        )
-        # Clone out of inference mode so the stored history is an ordinary tensor.
-        kv = [(k.clone(), v.clone()) for k, v in extend_state(self, empty, ids, torch.arange(T), chunk_size)]
+        state = extend_state(self, self.empty_state(), ids, torch.arange(T), chunk_size)
+        # Clone out of inference mode so the stored history is made of ordinary tensors.
+        kv = [(None, None) if k is None else (k.clone(), v.clone()) for k, v in state.kv]
+        recurrent = {i: (c.clone(), r.clone()) for i, (c, r) in state.recurrent.items()}
         return History(
             model=self,
             prompt=prompt,
@@ -95,7 +89,23 @@ class Model:
             offsets=[tuple(o) for o in enc["offset_mapping"]],
             kv=kv,
             positions=torch.arange(ids.shape[0]),
-            digest=kv_digest(kv),
+            digest=kv_digest(kv, recurrent),
+            recurrent=recurrent,
+        )
+
+    def empty_state(self) -> RowState:
+        """A row state with no tokens (what a prefill starts from)."""
+        kv = []
+        for layer in range(self.arch.num_layers):
+            empty = torch.zeros(1, self.arch.num_kv_heads, 0, self.arch.head_dim, dtype=self.dtype)
+            kv.append((empty, empty) if layer in self.arch.attention_layers else (None, None))
+        return RowState(
+            kv=kv,
+            key_pos=torch.zeros(0, dtype=torch.long),
+            key_valid=torch.zeros(0, dtype=torch.bool),
+            input_ids=torch.zeros(0, dtype=torch.long),
+            slot_of=torch.zeros(0, dtype=torch.long),
+            recurrent={layer: (None, None) for layer in self.arch.recurrent_layers},
         )
 
     # -- scoring and generation ----------------------------------------------

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
+from .engine import mask_argument
 from .masks import layer_type_masks
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def reference_logits(
             model.arch, pos, pos, torch.ones(1, N, dtype=torch.bool), model.dtype
         ).items():
             masks[layer_type] = m.masked_fill(row_hidden[:, None], torch.finfo(model.dtype).min)
-        kwargs["attention_mask"] = masks if len(masks) > 1 else next(iter(masks.values()))
+        kwargs["attention_mask"] = mask_argument(model.arch, masks)
     with torch.inference_mode():
         logits = model.hf(input_ids=ids, use_cache=False, **kwargs).logits
     return logits[0, T:]
@@ -78,7 +79,7 @@ def explicit_cached_mask(
     full_hidden = torch.cat([hidden, torch.zeros(S - history_len, dtype=torch.bool)])[None]
     masks = layer_type_masks(model.arch, q_pos, k_pos, torch.ones(1, S, dtype=torch.bool), model.dtype,
                              hidden=full_hidden)
-    return masks if len(masks) > 1 else next(iter(masks.values()))
+    return mask_argument(model.arch, masks)
 
 
 def reference_score(

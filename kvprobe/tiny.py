@@ -29,7 +29,7 @@ import torch
 
 __all__ = ["TINY_MODELS", "TINY_SEED", "build_tiny", "tiny_tokenizer", "tiny_config"]
 
-TINY_MODELS: tuple[str, ...] = ("tiny-llama", "tiny-qwen3", "tiny-gemma3")
+TINY_MODELS: tuple[str, ...] = ("tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-qwen3.5")
 TINY_SEED = 0
 TINY_VOCAB_SIZE = 1000
 TINY_INIT_RANGE = 0.2
@@ -184,6 +184,20 @@ def tiny_config(name: str, tokenizer=None):
 
         return Qwen3Config(num_hidden_layers=4, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                            rms_norm_eps=1e-6, use_sliding_window=False, **common)
+    if name == "tiny-qwen3.5":
+        # Hybrid: Gated DeltaNet (linear attention with conv + recurrent states) beside
+        # full attention with QK-norm, gated queries and partial RoPE (25 % of head dim).
+        from transformers import Qwen3_5TextConfig
+
+        return Qwen3_5TextConfig(
+            num_hidden_layers=4,
+            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+            linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
+            linear_conv_kernel_dim=4,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+            rms_norm_eps=1e-6,
+            **common,
+        )
     from transformers import Gemma3TextConfig
 
     n_layers = 6
@@ -206,13 +220,13 @@ def build_tiny(name: str, *, dtype: torch.dtype = torch.float32, attn_implementa
     """Build tiny model ``name`` -> ``(model, tokenizer)``; deterministic, eval mode, no grads."""
     if name not in TINY_MODELS:
         raise ValueError(f"unknown tiny model {name!r}; choose one of {', '.join(TINY_MODELS)}")
-    from transformers import Gemma3ForCausalLM, LlamaForCausalLM, Qwen3ForCausalLM
+    from transformers import Gemma3ForCausalLM, LlamaForCausalLM, Qwen3_5ForCausalLM, Qwen3ForCausalLM
 
     tok = tiny_tokenizer()
     config = tiny_config(name, tok)
     config._attn_implementation = attn_implementation
     cls = {"tiny-llama": LlamaForCausalLM, "tiny-qwen3": Qwen3ForCausalLM,
-           "tiny-gemma3": Gemma3ForCausalLM}[name]
+           "tiny-gemma3": Gemma3ForCausalLM, "tiny-qwen3.5": Qwen3_5ForCausalLM}[name]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(TINY_SEED)
         model = cls(config)
@@ -235,5 +249,5 @@ QK_NORM_GAIN = 2.5
 def _sharpen_qk_norm(model, name: str) -> None:
     for mod_name, module in model.named_modules():
         if mod_name.endswith(("q_norm", "k_norm")):
-            # Gemma's RMSNorm scales by (1 + weight); Qwen3's by weight.
-            module.weight.fill_(QK_NORM_GAIN - 1.0 if name == "tiny-gemma3" else QK_NORM_GAIN)
+            # Gemma's and Qwen3.5's RMSNorm scale by (1 + weight); Qwen3's by weight.
+            module.weight.fill_(QK_NORM_GAIN - 1.0 if name in ("tiny-gemma3", "tiny-qwen3.5") else QK_NORM_GAIN)

@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import DynamicCache
 
 from .access import Access, Full, Mask, matched_control
 from .decoding import suffix_ids
@@ -141,7 +140,7 @@ def verify_model(model: "Model", history: "History | None" = None, operations: b
 def _cached_explicit_logits(model: "Model", history: "History", q_ids: list[int], hidden: torch.Tensor) -> torch.Tensor:
     """Suffix logits from a plain transformers forward on a cache copy with an explicit 4-D mask."""
     T, L = len(history), len(q_ids)
-    cache = DynamicCache(ddp_cache_data=[(k.clone(), v.clone()) for k, v in history.kv])
+    cache = fork_rows([history.base_state()]).cache  # a plain copy of the history cache
     with torch.inference_mode():
         return model.hf(
             input_ids=torch.tensor([q_ids]),

@@ -7,6 +7,9 @@ import pytest
 import kvprobe
 from kvprobe.tiny import TINY_MODELS
 
+#: Tiny families whose every layer is attention (the hybrid has its own tests).
+ATTENTION_MODELS = tuple(m for m in TINY_MODELS if m != "tiny-qwen3.5")
+
 SEGMENTS = [
     ("A", "Record A, Monday: the weekly planning meeting is held in Room 12 on the third floor."),
     ("note", "A square seal is printed beside a blank signature box. The cover is gray and the folder is closed."),
@@ -15,15 +18,21 @@ SEGMENTS = [
 QUESTIONS = ["Which room is the weekly planning meeting in now?", "What is gray?"]
 
 
-@pytest.fixture(scope="session", params=TINY_MODELS)
+@pytest.fixture(scope="session", params=ATTENTION_MODELS)
 def tiny_model(request) -> kvprobe.Model:
-    """Each tiny model family in turn."""
+    """Each attention-only tiny model family in turn."""
     return kvprobe.load_model(request.param)
 
 
 @pytest.fixture(scope="session")
 def llama() -> kvprobe.Model:
     return kvprobe.load_model("tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def hybrid() -> kvprobe.Model:
+    """Qwen3.5-style hybrid: Gated DeltaNet layers beside full attention."""
+    return kvprobe.load_model("tiny-qwen3.5")
 
 
 @pytest.fixture(scope="session")
