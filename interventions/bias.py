@@ -22,11 +22,10 @@ from typing import TYPE_CHECKING, ClassVar, Mapping, Sequence
 
 import torch
 
-from kvprobe.access import Access, slots_in_state
+from kvprobe.access import Access, check_layers, check_spans, select_layers
 from kvprobe.engine import RowState
 from kvprobe.prompts import SpanError, TokenSpan
 
-from ._base import check_layers, check_spans, select_layers
 
 if TYPE_CHECKING:
     from kvprobe.arch import ArchSummary

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Iterable
 
 import torch
 
-from kvprobe.access import Access
+from kvprobe.access import Access, as_spans, check_spans, positions_of
 from kvprobe.engine import RowState
 from kvprobe.prompts import SpanError, TokenSpan
 
-from ._base import as_spans, check_spans, positions_of, require_attention_only, require_unedited
+from ._base import require_attention_only, require_unedited
 from .rope import inv_freq_for_layer, rotate_keys
 
 if TYPE_CHECKING:

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import torch
 
-from kvprobe.access import Access
+from kvprobe.access import Access, as_spans, check_spans, positions_of
 from kvprobe.engine import CHUNK_SIZE, RowState, extend_state
 from kvprobe.prompts import SpanError, TokenSpan
 
-from ._base import as_spans, check_spans, positions_of, require_unedited
+from ._base import require_unedited
 
 if TYPE_CHECKING:
     from kvprobe.arch import ArchSummary

@@ -13,11 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-from kvprobe.access import Access, slots_in_state
+from kvprobe.access import Access, as_spans, check_layers, check_spans, positions_of, select_layers, slots_in_state
 from kvprobe.engine import RowState
 from kvprobe.prompts import TokenSpan
 
-from ._base import as_spans, check_layers, check_spans, positions_of, select_layers
 
 if TYPE_CHECKING:
     from kvprobe.arch import ArchSummary

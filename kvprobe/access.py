@@ -13,7 +13,7 @@ layers of hybrid models have no keys and are never masked.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterable, Sequence
 
 import torch
@@ -25,6 +25,49 @@ if TYPE_CHECKING:
     from .engine import RowState
     from .history import History
     from .model import Model
+
+
+def as_spans(spans: TokenSpan | Iterable[TokenSpan], what: str) -> tuple[TokenSpan, ...]:
+    """Normalize one span or several into a sorted, merged tuple (at least one)."""
+    spans = (spans,) if isinstance(spans, TokenSpan) else tuple(spans)
+    if not spans:
+        raise SpanError(f"{what} needs at least one span")
+    for s in spans:
+        if not isinstance(s, TokenSpan):
+            raise SpanError(f"{what} spans must be TokenSpan objects, got {type(s).__name__}")
+    return tuple(merge_spans(spans))
+
+
+def positions_of(spans: Sequence[TokenSpan], history_len: int) -> torch.Tensor:
+    """Bool[T] marking every position of ``spans``."""
+    marked = torch.zeros(history_len, dtype=torch.bool)
+    for s in spans:
+        marked[s.start : s.end] = True
+    return marked
+
+
+def check_spans(name: str, spans: Sequence[TokenSpan], history_len: int) -> None:
+    """Raise ``SpanError`` if a span lies outside a history of ``history_len`` tokens."""
+    for s in spans:
+        if s.end > history_len:
+            raise SpanError(f"{name}: {s!r} lies outside the history of {history_len} tokens")
+
+
+def select_layers(layers: Sequence[int] | None, arch: "ArchSummary") -> tuple[int, ...]:
+    """The attention layers among ``layers`` (all attention layers when ``None``)."""
+    attention = arch.attention_layers
+    return attention if layers is None else tuple(i for i in sorted(set(layers)) if i in attention)
+
+
+def check_layers(name: str, layers: Sequence[int] | None, arch: "ArchSummary") -> None:
+    """Raise ``SpanError`` if explicit layer indices do not exist or include no attention layer."""
+    if layers is None:
+        return
+    bad = [i for i in layers if not 0 <= i < arch.num_layers]
+    if bad:
+        raise SpanError(f"{name}: layers {bad} do not exist (model has {arch.num_layers})")
+    if not select_layers(layers, arch):
+        raise SpanError(f"{name}: none of layers {list(layers)} is an attention layer")
 
 
 def slots_in_state(state: "RowState", positions: torch.Tensor) -> torch.Tensor:
@@ -123,13 +166,7 @@ class Mask(Access):
         layers: Sequence[int] | None = None,
         name: str = "mask",
     ) -> None:
-        spans = (spans,) if isinstance(spans, TokenSpan) else tuple(spans)
-        if not spans:
-            raise SpanError("Mask needs at least one span; use Full() for no mask")
-        for s in spans:
-            if not isinstance(s, TokenSpan):
-                raise SpanError(f"Mask spans must be TokenSpan objects, got {type(s).__name__}")
-        object.__setattr__(self, "spans", tuple(merge_spans(spans)))
+        object.__setattr__(self, "spans", as_spans(spans, "Mask (use Full() for no mask)"))
         object.__setattr__(self, "layers", None if layers is None else tuple(sorted(set(layers))))
         object.__setattr__(self, "name", name)
 
@@ -139,28 +176,17 @@ class Mask(Access):
         return sum(len(s) for s in self.spans)
 
     def hidden_positions(self, history_len: int) -> torch.Tensor:
-        hidden = torch.zeros(history_len, dtype=torch.bool)
-        for s in self.spans:
-            hidden[s.start : s.end] = True
-        return hidden
+        return positions_of(self.spans, history_len)
 
     def layers_for(self, arch: "ArchSummary") -> tuple[int, ...]:
-        attention = arch.attention_layers
-        return attention if self.layers is None else tuple(i for i in self.layers if i in attention)
+        return select_layers(self.layers, arch)
 
     def apply(self, model: "Model", history: "History", state: "RowState", question: str = "") -> "RowState":
         return state.hide(slots_in_state(state, self.hidden_positions(len(history))), self.layers_for(model.arch))
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
-        for s in self.spans:
-            if s.end > history_len:
-                raise SpanError(f"{self.name}: {s!r} lies outside the history of {history_len} tokens")
-        if self.layers is not None:
-            bad = [i for i in self.layers if not 0 <= i < arch.num_layers]
-            if bad:
-                raise SpanError(f"{self.name}: layers {bad} do not exist (model has {arch.num_layers})")
-            if not self.layers_for(arch):
-                raise SpanError(f"{self.name}: none of layers {list(self.layers)} is an attention layer")
+        check_spans(self.name, self.spans, history_len)
+        check_layers(self.name, self.layers, arch)
 
 
 def matched_control(

@@ -28,7 +28,7 @@ from transformers import DynamicCache
 
 from .access import Full, Mask, matched_control
 from .decoding import suffix_ids
-from .engine import RowState, fork_rows, pad_suffix_block, traced_forward
+from .engine import fork_rows, pad_suffix_block, traced_forward
 from .model import Model
 from .reference import explicit_cached_mask
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 import kvprobe
 from kvprobe import Full, Mask, SpanError, TokenSpan, matched_control

@@ -12,7 +12,7 @@ import kvprobe
 from kvprobe import Compose, Full, Mask, SpanError
 from kvprobe.decoding import suffix_ids
 from kvprobe.engine import fork_rows, pad_suffix_block, traced_forward
-from kvprobe.reference import reference_generate, reference_logits
+from kvprobe.reference import reference_generate
 from interventions import (
     Compact, Drop, OnlineMask, OperationError, Rebuild, SelectiveRefresh, SessionOrderBias, SoftBias,
     TextRecompute, Zero, parse_condition, rotate_keys, session_gate,
