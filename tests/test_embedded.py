@@ -30,15 +30,15 @@ def test_verify_passes_on_embedded_model(smol):
 
 
 def test_quantity_demo_masks_and_matches_reference(smol):
-    from studies.quantity.demo import build_prompt, conditions
-    from studies.quantity import strings
-    from studies.quantity.demo import EXAMPLE
+    from studies.quantity import tasks
+    from studies.quantity.demo import example_case
 
-    h = smol.prefill(build_prompt())
-    conds = conditions(h)
+    case = example_case()
+    h = smol.prefill(tasks.build_prompt(case))
+    conds = tasks.study_conditions(h, case, operations=False)
     assert h.token_text(conds["number"].spans[0]).strip() == "159"
     assert conds["source-control"].n_tokens == conds["source"].n_tokens
-    question = strings.CURRENT_QUESTION.format(**EXAMPLE)
+    question = tasks.queries(case)[0].question
     out = smol.generate(h, question, access=conds, max_new_tokens=16)
     for name in ("full", "source"):
         ref = reference_generate(smol, h.input_ids.tolist(), suffix_ids(smol, h, question),

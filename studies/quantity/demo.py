@@ -14,58 +14,34 @@ from typing import Any
 
 import kvprobe
 
-from . import strings
+from . import tasks
+from .tasks import Case, Group
 
-# The worked example's fields (paper L3795-3815).
-EXAMPLE = {
-    "entity": "Assembly-TEST-000",
-    "attribute": "cycle duration",
-    "old_num": "159",
-    "new_num": "628",
-    "unit": "minutes",
-    "envelope": "Envelope-TEST-000",
-    "color": "amber",
-}
-# UNCLEAR (paper): user-message layout and record order; we use A, inspection record,
-# neutral note, B, separated by blank lines.
-SEGMENT_ORDER = ("A", "inspection", "note", "B")
-# Paper section 1.3: template date fixed to 16 Sep 2026, thinking disabled.
-TEMPLATE_KWARGS = {"enable_thinking": False, "date_string": "16 Sep 2026"}
+# The worked example (paper L3795-3815): Llama-3.2-3B, test-000.
+EXAMPLE = Group(
+    group_id="paper-test-000",
+    split="test",
+    relation="replacement",
+    unit="minutes",
+    attribute="cycle duration",
+    entity="Assembly-TEST-000",
+    old_num="159",
+    new_num="628",
+    envelope="Envelope-TEST-000",
+    color="amber",
+    b_entity="Assembly-TEST-000",
+    b_attribute="cycle duration",
+)
 
 
-def build_prompt(unit_from_a: bool = True, example: dict[str, str] = EXAMPLE) -> kvprobe.Prompt:
+def example_case(unit_from_a: bool = True) -> Case:
+    """The worked example in one information condition."""
+    return Case(EXAMPLE, "unit_from_a" if unit_from_a else "unit_stated")
+
+
+def build_prompt(unit_from_a: bool = True) -> kvprobe.Prompt:
     """The example history as a chat prompt with segments A, inspection, note, B."""
-    b_template = strings.RECORD_B_UNIT_FROM_A if unit_from_a else strings.RECORD_B_UNIT_STATED
-    texts = {
-        "A": strings.RECORD_A.format(**example),
-        "inspection": strings.INSPECTION_RECORD.format(**example),
-        "note": strings.neutral_note(),
-        "B": b_template.format(**example),
-    }
-    return kvprobe.Prompt(
-        [(name, texts[name]) for name in SEGMENT_ORDER],
-        chat=True,
-        system=strings.SYSTEM,
-        template_kwargs=TEMPLATE_KWARGS,
-    )
-
-
-def conditions(history: kvprobe.History, example: dict[str, str] = EXAMPLE) -> dict[str, kvprobe.Access]:
-    """Full, whole-source mask + control, number-only mask + control (all layers)."""
-    source = kvprobe.Mask(history.span("A"), name="source")
-    # Number-only: the old number followed by its unit; digits inside the entity id are
-    # never matched because the search text includes the unit.
-    number_with_unit = f"{example['old_num']} {example['unit']}"
-    a_text = history.text[slice(*history.rendered.segments["A"])]
-    lo = a_text.index(number_with_unit)
-    number = kvprobe.Mask(history.span("A", chars=(lo, lo + len(example["old_num"]))), name="number")
-    return {
-        "full": kvprobe.Full(),
-        "source": source,
-        "source-control": kvprobe.matched_control(history, source, "note"),
-        "number": number,
-        "number-control": kvprobe.matched_control(history, number, "note"),
-    }
+    return tasks.build_prompt(example_case(unit_from_a))
 
 
 def run_demo(model: kvprobe.Model, max_new_tokens: int = 40, unit_from_a: bool = True,
@@ -75,23 +51,20 @@ def run_demo(model: kvprobe.Model, max_new_tokens: int = 40, unit_from_a: bool =
     ``extra`` adds conditions by name (``interventions.parse_condition``), e.g.
     ``("compact:A", "rebuild:A", "recompute:A")``.
     """
-    history = model.prefill(build_prompt(unit_from_a))
-    conds = conditions(history)
+    case = example_case(unit_from_a)
+    history = model.prefill(tasks.build_prompt(case))
+    conds = tasks.study_conditions(history, case, operations=False)
     if extra:
         from interventions import parse_condition
 
         for spec in extra:
             conds[spec] = parse_condition(spec, history)
-    e = EXAMPLE
-    queries = {
-        "current": (strings.CURRENT_QUESTION.format(**e), f"{e['new_num']} {e['unit']}", f"{e['old_num']} {e['unit']}"),
-        "unrelated": (strings.UNRELATED_QUESTION.format(**e), e["color"], "UNKNOWN"),
-    }
-    gens = model.generate(history, [q for q, _, _ in queries.values()], access=conds, max_new_tokens=max_new_tokens)
+    asked = [q for q in tasks.queries(case) if q.role in ("current", "unrelated")]
+    gens = model.generate(history, [q.question for q in asked], access=conds, max_new_tokens=max_new_tokens)
     rows = []
-    for qi, (query, (question, right, other)) in enumerate(queries.items()):
-        cands = [f'{{"answer": "{right}"}}', f'{{"answer": "{other}"}}']
-        scores = model.score(history, question, cands, access=conds)
+    for qi, q in enumerate(asked):
+        query = q.role
+        scores = model.score(history, q.question, list(q.candidates), access=conds)
         full_margin = scores["full"].margin()
         for name, access in conds.items():
             g = gens[name][qi]

@@ -1,0 +1,583 @@
+"""Answer classification for the quantity task (paper section "Answer classification").
+
+Source: spec ``/work/shared/spec/partC.md`` section 2 (paper L3419-3429,
+L4023-4052, L4420-4442, L4817-4825). The model is asked for exactly one JSON
+string field ``{"answer": "<value>"}`` (system string in
+:mod:`studies.quantity.strings`, spec section 1.2). References are complete
+quantities ``"{num} {plural unit}"`` (e.g. ``"233 hours"``) or a color label.
+
+Rules implemented here
+----------------------
+* **EOS precondition.** An output whose ``stop_reason`` is ``"cap"`` is never
+  complete, even when its prefix holds a correct JSON answer (L4035-4038). It
+  gets the category ``"capped"`` plus the capped-output diagnostics.
+* **Strict parse** (:func:`parse_strict`). After stripping surrounding
+  whitespace (our choice: whitespace is not "text"), the whole response must be
+  one JSON object with exactly one key ``answer`` whose value is a string.
+  Rejected: invalid JSON (incl. unquoted ``{"answer": UNKNOWN}``), duplicate
+  keys, extra fields, a non-string value (``{"answer": 628}``), several
+  objects, any text outside. ``strict_single_field`` records validity without
+  any fence allowance (L4820-4825).
+* **Fenced complete** (L4031-4035). Exactly one outer Markdown code fence
+  (```` ``` ```` or ```` ```json ````) around the object is also allowed.
+  Two fences, an unclosed fence or text beside the fence are format failures.
+* **Exact rule** (pre-specified primary): the answer field equals the reference
+  after :func:`normalize` (casefold, collapse whitespace). ``261 liter``,
+  ``628 min`` and ``181 V`` are not complete under it.
+* **Equivalent rule** (post hoc): the answer is ``<number> <unit form>`` with
+  the number numerically equal to the reference number (compared as
+  :class:`decimal.Decimal`, thousands commas removed) and the unit form in
+  :data:`UNIT_ALIASES` of the reference unit. No conversion ever: ``kg`` for
+  grams is a wrong unit. One trailing period (``628 min.``) is tolerated.
+* **Lenient criterion** (:func:`lenient_quantity`): the first complete quantity
+  (number + unit form of one of the six task units) anywhere in the output
+  after stripping JSON syntax; digits inside IDs such as ``TEST-011`` or ``T2``
+  never count as a number. ``lenient_complete`` requires that quantity to match
+  the reference under the *equivalent* rule **and** EOS (our decision: capped
+  outputs are not lenient-complete either, keeping the EOS precondition).
+
+Category precedence (the paper does not give one, spec says UNCLEAR; ours)::
+
+    capped > format_failure > unknown > complete > missing_unit > generic_unit
+           > wrong_unit > old_value > auxiliary_value > other_value
+
+* ``missing_unit``: the answer is a bare number (any magnitude).
+* ``generic_unit``: number followed by ``unit``/``units``.
+* ``wrong_unit``: number followed by any other unit text that is not an
+  accepted form of the reference unit under the active rule (``628 days`` for
+  hours, ``628 kg`` for grams; under the exact rule also ``628 min``).
+* ``old_value``/``auxiliary_value``/``other_value``: accepted unit form but
+  wrong magnitude, split by matching the old number, then the auxiliary
+  number; an answer string that does not start with a number is also
+  ``other_value``. Magnitudes compare as number strings under the exact rule
+  (``628.0`` is not ``628``) and numerically under the equivalent rule.
+
+Labels (unrelated questions) use exact normalized label match with the same
+strict/fence/EOS rules; categories capped > format_failure > unknown >
+complete > other_value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any, Callable, Iterable
+
+__all__ = [
+    "UNIT_ALIASES",
+    "CASE_SENSITIVE_FORMS",
+    "GENERIC_UNITS",
+    "CATEGORIES",
+    "LABEL_CATEGORIES",
+    "ParseResult",
+    "Grade",
+    "normalize",
+    "parse_strict",
+    "first_answer",
+    "find_answers",
+    "unit_canonical",
+    "lenient_quantity",
+    "classify_answer",
+    "grade_quantity",
+    "grade_label",
+]
+
+# --------------------------------------------------------------------------
+# Unit aliases
+# --------------------------------------------------------------------------
+
+#: Accepted equivalent forms per canonical plural unit (equivalent rule).
+#: OUR CHOICE: the paper says "a fixed list of standard symbols plus singular
+#: and plural names, following NIST SP 811" but does not publish it (UNCLEAR).
+#: Symbols are the NIST SP 811 ones (min, h, m, L/l, g, V) plus the common
+#: non-SI abbreviations hr/hrs/mins; names include British spellings.
+UNIT_ALIASES: dict[str, tuple[str, ...]] = {
+    "minutes": ("minutes", "minute", "min", "mins"),
+    "hours": ("hours", "hour", "h", "hr", "hrs"),
+    "meters": ("meters", "meter", "metres", "metre", "m"),
+    "liters": ("liters", "liter", "litres", "litre", "L", "l"),
+    "grams": ("grams", "gram", "g"),
+    "volts": ("volts", "volt", "V"),
+}
+
+#: Single-letter symbols are matched case-sensitively (``H`` is henry, ``G``
+#: and ``M`` are prefixes, ``v`` is not a NIST symbol). Every other form
+#: (names and multi-letter abbreviations) matches case-insensitively.
+CASE_SENSITIVE_FORMS: frozenset[str] = frozenset({"h", "m", "L", "l", "g", "V"})
+
+#: Generic unit words: a number followed by one of these is ``generic_unit``.
+GENERIC_UNITS: frozenset[str] = frozenset({"unit", "units"})
+
+CATEGORIES: tuple[str, ...] = (
+    "capped",
+    "format_failure",
+    "unknown",
+    "complete",
+    "missing_unit",
+    "generic_unit",
+    "wrong_unit",
+    "old_value",
+    "auxiliary_value",
+    "other_value",
+)
+LABEL_CATEGORIES: tuple[str, ...] = ("capped", "format_failure", "unknown", "complete", "other_value")
+
+UNKNOWN = "unknown"  # normalized form of the UNKNOWN answer
+STOP_EOS = "eos"
+STOP_CAP = "cap"
+
+_NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+_LEADING_NUMBER_RE = re.compile(rf"\A\s*(?P<num>{_NUMBER})(?P<rest>.*)\Z", re.DOTALL)
+_RECHECK_RE = re.compile(r"\bwait\b|\bre-?read\b|\bmisread\b", re.IGNORECASE)
+_MISSING_REFERENT_RE = re.compile(r"\bnot specified\b|\bdoes not mention\b|\bmissing\b", re.IGNORECASE)
+_FENCE = "```"
+_FENCE_RE = re.compile(r"\A```(?:[jJ][sS][oO][nN])?[ \t]*\n?(?P<body>.*?)\s*```\Z", re.DOTALL)
+
+
+def normalize(s: str) -> str:
+    """Casefold, collapse runs of whitespace to one space, and strip."""
+    return " ".join(s.casefold().split())
+
+
+def _number(s: str) -> Decimal | None:
+    """Numeric value of a number string (thousands commas removed), or None."""
+    try:
+        return Decimal(s.replace(",", ""))
+    except InvalidOperation:
+        return None
+
+
+def unit_canonical(form: str, units: Iterable[str] | None = None) -> str | None:
+    """Canonical plural unit for a unit form (see :data:`UNIT_ALIASES`), or None.
+
+    Single-letter symbols match case-sensitively, everything else
+    case-insensitively. ``units`` restricts the candidate canonical units
+    (default: all six). A canonical unit outside the table accepts only its own
+    name, case-insensitively.
+    """
+    form = form.strip()
+    for canon in units if units is not None else UNIT_ALIASES:
+        for alias in UNIT_ALIASES.get(canon, (canon,)):
+            if alias in CASE_SENSITIVE_FORMS:
+                if form == alias:
+                    return canon
+            elif normalize(form) == normalize(alias):
+                return canon
+    return None
+
+
+def _split_quantity(q: str) -> tuple[str | None, str]:
+    """Split ``"628 minutes"`` into (``"628"``, ``"minutes"``); (None, q) if no leading number."""
+    m = _LEADING_NUMBER_RE.match(q)
+    if not m:
+        return None, q.strip()
+    return m.group("num"), " ".join(m.group("rest").split())
+
+
+# --------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    """Result of :func:`parse_strict`.
+
+    Attributes:
+        ok: the response is valid under the requested rule.
+        answer: the string answer when ``ok``, else None.
+        reason: ``"ok"`` or why it failed: ``"empty"``, ``"not_json"``,
+            ``"not_object"``, ``"text_outside"``, ``"multiple_objects"``,
+            ``"duplicate_keys"``, ``"missing_answer"``, ``"extra_fields"``,
+            ``"non_string"``, ``"fenced"`` (fence present, not allowed),
+            ``"multiple_fences"``, ``"unclosed_fence"``.
+        fenced: one outer code fence was present and removed.
+        strict_single_field: valid without any fence allowance.
+    """
+
+    ok: bool
+    answer: str | None
+    reason: str
+    fenced: bool
+    strict_single_field: bool
+
+
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    keys = [k for k, _ in pairs]
+    if len(keys) != len(set(keys)):
+        raise _DuplicateKeyError(keys)
+    return dict(pairs)
+
+
+_STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates)
+_PLAIN_DECODER = json.JSONDecoder()
+
+
+def _fail(reason: str, fenced: bool = False) -> ParseResult:
+    return ParseResult(ok=False, answer=None, reason=reason, fenced=fenced, strict_single_field=False)
+
+
+def _parse_body(body: str, fenced: bool) -> ParseResult:
+    """Strictly parse an unfenced body that should be exactly one answer object."""
+    if not body:
+        return _fail("empty", fenced)
+    if not body.startswith("{"):
+        try:
+            _PLAIN_DECODER.decode(body)
+            return _fail("not_object", fenced)
+        except json.JSONDecodeError:
+            pass
+        return _fail("text_outside" if find_answers(body) else "not_json", fenced)
+    try:
+        obj, end = _STRICT_DECODER.raw_decode(body)
+    except _DuplicateKeyError:
+        return _fail("duplicate_keys", fenced)
+    except json.JSONDecodeError:
+        return _fail("not_json", fenced)
+    rest = body[end:].strip()
+    if rest:
+        if rest.startswith("{"):
+            try:
+                _PLAIN_DECODER.raw_decode(rest)
+                return _fail("multiple_objects", fenced)
+            except json.JSONDecodeError:
+                pass
+        return _fail("text_outside", fenced)
+    assert isinstance(obj, dict)
+    if "answer" not in obj:
+        return _fail("missing_answer", fenced)
+    if len(obj) != 1:
+        return _fail("extra_fields", fenced)
+    if not isinstance(obj["answer"], str):
+        return _fail("non_string", fenced)
+    return ParseResult(ok=True, answer=obj["answer"], reason="ok", fenced=fenced, strict_single_field=not fenced)
+
+
+def parse_strict(text: str, allow_fence: bool = True) -> ParseResult:
+    """Strict single-string-field parse of a whole response.
+
+    The stripped response must be exactly ``{"answer": "<string>"}`` (any JSON
+    whitespace, no other key, no duplicate key, nothing else). With
+    ``allow_fence`` (the "fenced complete" rule) exactly one outer Markdown code
+    fence (```` ``` ```` or ```` ```json ````) may wrap it; the result then has
+    ``fenced=True`` and ``strict_single_field=False``.
+    """
+    s = text.strip()
+    n_fences = s.count(_FENCE)
+    if n_fences == 0:
+        return _parse_body(s, fenced=False)
+    if n_fences > 2:
+        return _fail("multiple_fences", fenced=True)
+    m = _FENCE_RE.fullmatch(s)
+    if m is None:
+        return _fail("unclosed_fence" if n_fences == 1 else "text_outside", fenced=True)
+    if not allow_fence:
+        return _fail("fenced", fenced=True)
+    return _parse_body(m.group("body").strip(), fenced=True)
+
+
+def find_answers(text: str) -> list[tuple[str, int, int]]:
+    """Every JSON object in ``text`` with a string ``answer`` field, in order.
+
+    Scans with :meth:`json.JSONDecoder.raw_decode` from each ``{``; objects
+    nested in an already found answer object are skipped. Returns
+    ``(answer, start_char, end_char)`` triples. Duplicate keys and extra fields
+    are tolerated here (last duplicate wins, as in :mod:`json`).
+    """
+    found: list[tuple[str, int, int]] = []
+    i = text.find("{")
+    while i != -1:
+        try:
+            obj, end = _PLAIN_DECODER.raw_decode(text, i)
+        except json.JSONDecodeError:
+            i = text.find("{", i + 1)
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("answer"), str):
+            found.append((obj["answer"], i, end))
+            i = text.find("{", end)
+        else:
+            i = text.find("{", i + 1)
+    return found
+
+
+def first_answer(text: str) -> str | None:
+    """The ``answer`` string of the first JSON object anywhere in ``text`` that has one."""
+    found = find_answers(text)
+    return found[0][0] if found else None
+
+
+# --------------------------------------------------------------------------
+# Lenient quantity
+# --------------------------------------------------------------------------
+
+
+def _unit_pattern(units: Iterable[str]) -> str:
+    forms: list[str] = []
+    for canon in units:
+        forms.extend(UNIT_ALIASES.get(canon, (canon,)))
+    forms.sort(key=len, reverse=True)  # longest first: "minutes" before "min" before "m"
+    alts = [re.escape(f) if f in CASE_SENSITIVE_FORMS else f"(?i:{re.escape(f)})" for f in forms]
+    return "|".join(alts)
+
+
+def _strip_json_syntax(text: str) -> str:
+    """Drop code fences, the ``"answer":`` key and JSON punctuation from ``text``."""
+    s = text.replace(_FENCE, " ")
+    s = re.sub(r'"answer"\s*:', " ", s)
+    return re.sub(r'[{}\[\]"`]', " ", s)
+
+
+def lenient_quantity(text: str, units: Iterable[str] | None = None) -> tuple[str, str] | None:
+    """First complete quantity stated anywhere in ``text`` (lenient criterion).
+
+    A quantity is a number followed (after optional whitespace or one hyphen)
+    by a unit form of one of ``units`` (canonical names; default all six), not
+    followed by a letter. A number glued to a preceding letter, digit, period,
+    hyphen or underscore (``TEST-011``, ``T2``) is not a number. JSON syntax is
+    stripped first. Returns ``(number_string, canonical_unit)`` or None.
+    """
+    units = tuple(units) if units is not None else tuple(UNIT_ALIASES)
+    pattern = re.compile(rf"(?<![\w.\-])(?P<num>{_NUMBER})(?![\d])(?:\s*|-)(?P<unit>{_unit_pattern(units)})(?![A-Za-z])")
+    m = pattern.search(_strip_json_syntax(text))
+    if m is None:
+        return None
+    canon = unit_canonical(m.group("unit"), units)
+    assert canon is not None
+    return m.group("num"), canon
+
+
+# --------------------------------------------------------------------------
+# Grading
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Grade:
+    """Classification of one output.
+
+    Attributes:
+        category: one of :data:`CATEGORIES` (labels: :data:`LABEL_CATEGORIES`).
+        complete: strict parse (one outer fence allowed) + category complete + EOS.
+        lenient_complete: EOS and the first lenient quantity (labels: first
+            answer field, else the label as a whole word) matches the
+            reference under the equivalent rule.
+        answer: the strictly parsed answer string, or None.
+        strict_single_field: valid single string field without fence allowance.
+        fenced: the response had one outer code fence.
+        parse_reason: :attr:`ParseResult.reason` of the fenced-allowed parse.
+        rule: ``"exact"`` or ``"equivalent"`` (labels: ``"exact"``).
+        magnitude: for quantity answers with a leading number: ``"reference"``,
+            ``"old"``, ``"auxiliary"`` or ``"other"``; else None.
+        lenient_quantity: result of :func:`lenient_quantity` (quantities only).
+        first_answer: :func:`first_answer` of the text.
+        first_answer_end: character offset where the first answer object ends.
+        first_answer_correct: the first answer is right (number + accepted
+            unit under the equivalent rule; labels: normalized match).
+        recheck_phrase: ``Wait``, ``re-read``/``reread`` or ``misread`` occurs
+            (word-bounded, case-insensitive).
+        missing_referent_phrase: ``not specified``, ``does not mention`` or
+            ``missing`` occurs (word-bounded, case-insensitive).
+        second_different_answer: a later answer object differs (normalized)
+            from the first.
+    """
+
+    category: str
+    complete: bool
+    lenient_complete: bool
+    answer: str | None
+    strict_single_field: bool
+    fenced: bool
+    parse_reason: str
+    rule: str
+    magnitude: str | None
+    lenient_quantity: tuple[str, str] | None
+    first_answer: str | None
+    first_answer_end: int | None
+    first_answer_correct: bool
+    recheck_phrase: bool
+    missing_referent_phrase: bool
+    second_different_answer: bool
+
+
+def _check_stop(stop_reason: str) -> bool:
+    """True if the output ended with EOS; ValueError for unknown stop reasons."""
+    if stop_reason not in (STOP_EOS, STOP_CAP):
+        raise ValueError(f"stop_reason must be {STOP_EOS!r} or {STOP_CAP!r}, got {stop_reason!r}")
+    return stop_reason == STOP_EOS
+
+
+def classify_answer(
+    answer: str,
+    reference: str,
+    old: str | None = None,
+    auxiliary: str | None = None,
+    rule: str = "equivalent",
+) -> tuple[str, str | None]:
+    """Category of a parsed answer string against a reference quantity.
+
+    Returns ``(category, magnitude)`` where category is one of ``unknown``,
+    ``complete``, ``missing_unit``, ``generic_unit``, ``wrong_unit``,
+    ``old_value``, ``auxiliary_value``, ``other_value`` (precedence in that
+    order) and magnitude is described on :class:`Grade`.
+    """
+    if rule not in ("exact", "equivalent"):
+        raise ValueError(f"rule must be 'exact' or 'equivalent', got {rule!r}")
+    if normalize(answer) == UNKNOWN:
+        return "unknown", None
+    ref_num, ref_unit = _split_quantity(reference)
+    if ref_num is None or not ref_unit:
+        raise ValueError(f"reference must be '<number> <unit>', got {reference!r}")
+    ref_canon = unit_canonical(ref_unit) or ref_unit
+
+    num, unit = _split_quantity(answer)
+    if num is None:
+        return ("complete", "reference") if normalize(answer) == normalize(reference) else ("other_value", None)
+
+    def same(a: str, b: str | None) -> bool:
+        if b is None:
+            return False
+        if rule == "exact":
+            return a == b
+        va, vb = _number(a), _number(b)
+        return va is not None and va == vb
+
+    def magnitude() -> str:
+        if same(num, ref_num):
+            return "reference"
+        if old is not None and same(num, _split_quantity(old)[0]):
+            return "old"
+        if auxiliary is not None and same(num, _split_quantity(auxiliary)[0]):
+            return "auxiliary"
+        return "other"
+
+    mag = magnitude()
+    if normalize(answer) == normalize(reference):
+        return "complete", "reference"
+    if not unit:
+        return "missing_unit", mag
+    if normalize(unit) in GENERIC_UNITS:
+        return "generic_unit", mag
+    if rule == "exact":
+        unit_ok = normalize(unit) == normalize(ref_unit)
+    else:
+        unit_ok = unit_canonical(unit, (ref_canon,)) is not None or (
+            unit.endswith(".") and unit_canonical(unit[:-1], (ref_canon,)) is not None
+        )
+    if not unit_ok:
+        return "wrong_unit", mag
+    if mag == "reference":
+        return "complete", mag
+    return f"{mag}_value", mag
+
+
+def _diagnostics(text: str, correct: Callable[[str], bool]) -> dict[str, Any]:
+    """Capped-output diagnostics (paper L4420-4442), computed for every output."""
+    answers = find_answers(text)
+    first = answers[0] if answers else None
+    return {
+        "first_answer": first[0] if first else None,
+        "first_answer_end": first[2] if first else None,
+        "first_answer_correct": bool(first and correct(first[0])),
+        "recheck_phrase": bool(_RECHECK_RE.search(text)),
+        "missing_referent_phrase": bool(_MISSING_REFERENT_RE.search(text)),
+        "second_different_answer": bool(first and any(normalize(a) != normalize(first[0]) for a, _, _ in answers[1:])),
+    }
+
+
+def grade_quantity(
+    text: str,
+    stop_reason: str,
+    reference: str,
+    old: str | None = None,
+    auxiliary: str | None = None,
+    rule: str = "equivalent",
+) -> Grade:
+    """Grade a quantity answer (current or historical question).
+
+    ``reference``/``old``/``auxiliary`` are quantities like ``"628 minutes"``;
+    ``stop_reason`` is ``"eos"`` or ``"cap"``; ``rule`` is ``"exact"`` or
+    ``"equivalent"``. Precedence: capped > format_failure > unknown > complete
+    > missing_unit > generic_unit > wrong_unit > old_value > auxiliary_value >
+    other_value (module docstring).
+    """
+    if rule not in ("exact", "equivalent"):
+        raise ValueError(f"rule must be 'exact' or 'equivalent', got {rule!r}")
+    eos = _check_stop(stop_reason)
+    parsed = parse_strict(text, allow_fence=True)
+    if parsed.ok:
+        assert parsed.answer is not None
+        category, mag = classify_answer(parsed.answer, reference, old, auxiliary, rule)
+    else:
+        category, mag = "format_failure", None
+    if not eos:
+        category = "capped"
+
+    ref_num, ref_unit = _split_quantity(reference)
+    ref_canon = unit_canonical(ref_unit) or ref_unit
+    units = tuple(dict.fromkeys((*UNIT_ALIASES, ref_canon)))
+    lq = lenient_quantity(text, units)
+    lenient_ok = eos and lq is not None and lq[1] == ref_canon and _number(lq[0]) == _number(ref_num or "")
+
+    def correct(a: str) -> bool:
+        return classify_answer(a, reference, old, auxiliary, "equivalent")[0] == "complete"
+
+    return Grade(
+        category=category,
+        complete=category == "complete",
+        lenient_complete=bool(lenient_ok),
+        answer=parsed.answer,
+        strict_single_field=parsed.strict_single_field,
+        fenced=parsed.fenced,
+        parse_reason=parsed.reason,
+        rule=rule,
+        magnitude=mag,
+        lenient_quantity=lq,
+        **_diagnostics(text, correct),
+    )
+
+
+def grade_label(text: str, stop_reason: str, reference_label: str) -> Grade:
+    """Grade an unrelated-question answer: exact label match after :func:`normalize`.
+
+    Same strict/fence/EOS rules as :func:`grade_quantity`. Categories: capped >
+    format_failure > unknown > complete > other_value. ``lenient_complete``
+    (our choice): EOS and the first answer field anywhere matches the label, or,
+    when there is no answer object, the label occurs as a whole word.
+    """
+    eos = _check_stop(stop_reason)
+    ref = normalize(reference_label)
+    parsed = parse_strict(text, allow_fence=True)
+    if not parsed.ok:
+        category = "format_failure"
+    else:
+        assert parsed.answer is not None
+        a = normalize(parsed.answer)
+        category = "unknown" if a == UNKNOWN else "complete" if a == ref else "other_value"
+    if not eos:
+        category = "capped"
+
+    fa = first_answer(text)
+    if fa is not None:
+        lenient_ok = normalize(fa) == ref
+    else:
+        lenient_ok = bool(re.search(rf"(?<![\w-]){re.escape(ref)}(?![\w-])", normalize(text)))
+
+    return Grade(
+        category=category,
+        complete=category == "complete",
+        lenient_complete=eos and lenient_ok,
+        answer=parsed.answer,
+        strict_single_field=parsed.strict_single_field,
+        fenced=parsed.fenced,
+        parse_reason=parsed.reason,
+        rule="exact",
+        magnitude=None,
+        lenient_quantity=None,
+        **_diagnostics(text, lambda a: normalize(a) == ref),
+    )
