@@ -6,6 +6,7 @@ Subcommands:
   demo     the quantity example under five access conditions (the quick-start job)
   bench    benchmarks written to artifacts/bench
   conditions  names of access conditions and cache operations
+  run      a study (resumable): results.jsonl, summary.json, report.md
 """
 
 from __future__ import annotations
@@ -103,6 +104,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    # Studies build on the core; the CLI loads them on demand.
+    from studies.quantity.study import QuantityStudy
+    from studies.quantity.summary import write_summary
+    from studies.runner import run_study
+
+    model = _load(args.model, args.quiet)
+    study = QuantityStudy(seed=args.seed, n_groups=args.groups, dev=args.dev, max_new_tokens=args.max_new_tokens,
+                          operations=not args.no_operations)
+    out = args.out or f"runs/quantity/{model.name}"
+    info = run_study(study, model, out, progress=not args.quiet)
+    timing = {"seconds": info.seconds, "cases_run": info.cases_run, "cases_skipped": info.cases_skipped,
+              "rows_written": info.rows_written}
+    write_summary(out, timing=timing, seed=args.seed)
+    if not args.quiet:
+        print(f"{info.cases_run} cases run, {info.cases_skipped} already done; results in {out}/ "
+              "(config.json, results.jsonl, summary.json, report.md)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvprobe",
@@ -140,6 +161,22 @@ def build_parser() -> argparse.ArgumentParser:
                    "(e.g. compact:A,rebuild:A,recompute:A,zero-k:A); see `kvprobe conditions`")
     p.add_argument("--json", action="store_true", help="print rows as JSON instead of a table")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("run", help="run a study (resumable) and write results, summary and report",
+                       description="Run a study case by case into --out: config.json, results.jsonl (one row per "
+                       "case x condition x query), summary.json and report.md. Rerunning the same command "
+                       "resumes where it stopped.")
+    p.add_argument("study", choices=["quantity"], help="which study")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
+    p.add_argument("--groups", type=int, default=None, help="run only the first N groups (default: all 120)")
+    p.add_argument("--dev", action="store_true", help="use the 18 development groups instead of the test groups")
+    p.add_argument("--seed", type=int, default=20260916, help="generator and bootstrap seed (default 20260916)")
+    p.add_argument("--max-new-tokens", type=int, default=40, help="answer budget (default 40, as in the paper)")
+    p.add_argument("--no-operations", action="store_true",
+                   help="only the five access conditions (skip recompute, rebuild and compact)")
+    p.add_argument("--out", default=None, help="output directory (default runs/quantity/MODEL)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or messages")
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("conditions", help="list access conditions and cache operations usable by name",
                        description="Names accepted by --conditions and interventions.parse_condition: "

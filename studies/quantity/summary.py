@@ -1,0 +1,131 @@
+"""Summary statistics and report of a quantity run, recomputed from ``results.jsonl`` alone.
+
+For every (information, query, condition) cell: complete answers under the
+strict equivalent-unit rule, the exact rule and the lenient rule; corrections,
+reversals and net change against full access and (for the two masks) against
+their matched controls; and the mean margin change against full access and
+against the control. Intervals: paired group bootstrap (paper partC 6) with
+10,000 seeded draws of groups, the same draws for every cell, percentile 95 %.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..runner import read_rows
+
+DRAWS = 10_000
+#: Report order of conditions (unknown names sort after these, alphabetically).
+CONDITION_ORDER = ("full", "source", "source-control", "number", "number-control", "recompute", "rebuild", "compact")
+QUERY_ORDER = ("current", "historical", "unrelated")
+
+
+def _cell_order(key: tuple[str, str, str]) -> tuple:
+    info, query, cond = key
+    q = QUERY_ORDER.index(query) if query in QUERY_ORDER else len(QUERY_ORDER)
+    c = CONDITION_ORDER.index(cond) if cond in CONDITION_ORDER else len(CONDITION_ORDER)
+    return (info, q, query, c, cond)
+RULES = ("complete", "complete_exact", "lenient_complete")
+
+
+def _interval(values: np.ndarray, draws: np.ndarray) -> list[float]:
+    boot = values[draws].mean(axis=1)
+    return [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))]
+
+
+def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[str, Any]:
+    """Recompute the summary from the rows on disk (streamed)."""
+    cells: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
+    groups: set[str] = set()
+    for row in read_rows(out_dir):
+        cells[(row["information"], row["query"], row["condition"])][row["group_id"]] = row
+        groups.add(row["group_id"])
+    order = sorted(groups)
+    index = {g: i for i, g in enumerate(order)}
+    rng = np.random.default_rng(seed)
+    sample = rng.integers(0, len(order), size=(draws, len(order)))
+
+    def vector(cell: dict[str, dict[str, Any]], key: str) -> np.ndarray:
+        v = np.full(len(order), np.nan)
+        for g, row in cell.items():
+            value = row[key]
+            v[index[g]] = np.nan if value is None else float(value)
+        return v
+
+    summary: dict[str, Any] = {"groups": len(order), "draws": draws, "seed": seed, "cells": []}
+    for (info, query, cond), cell in sorted(cells.items(), key=lambda kv: _cell_order(kv[0])):
+        full = cells[(info, query, "full")]
+        entry: dict[str, Any] = {"information": info, "query": query, "condition": cond, "n": len(cell)}
+        for rule in RULES:
+            mine, base = vector(cell, rule), vector(full, rule)
+            entry[rule] = int(np.nansum(mine))
+            corrections, reversals = (mine == 1) & (base == 0), (mine == 0) & (base == 1)
+            net = corrections.astype(float) - reversals.astype(float)
+            entry[f"{rule}_vs_full"] = {"corrections": int(corrections.sum()), "reversals": int(reversals.sum()),
+                                        "net": float(net.mean()), "net_ci": _interval(net, sample)}
+            control = cells.get((info, query, f"{cond}-control"))
+            if control is not None:
+                ctrl = vector(control, rule)
+                c, r = (mine == 1) & (ctrl == 0), (mine == 0) & (ctrl == 1)
+                net_c = c.astype(float) - r.astype(float)
+                entry[f"{rule}_vs_control"] = {"corrections": int(c.sum()), "reversals": int(r.sum()),
+                                               "net": float(net_c.mean()), "net_ci": _interval(net_c, sample)}
+        for key in ("margin_change_vs_full", "margin_change_vs_control"):
+            v = vector(cell, key)
+            if not np.isnan(v).any():
+                entry[key] = {"mean": float(v.mean()), "ci": _interval(v, sample)}
+        summary["cells"].append(entry)
+    return summary
+
+
+def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
+    """A markdown report: one table per information condition and query."""
+    model = config.get("model", {}).get("name", "?")
+    lines = [f"# Quantity study: {model}", "",
+             f"{summary['groups']} groups; paired group bootstrap, {summary['draws']} draws, 95 % percentile "
+             "intervals. complete = strict JSON, equivalent units, EOS; lenient = first complete quantity "
+             "anywhere in the answer, EOS. Net = (corrections - reversals) / groups.", ""]
+    if timing:
+        lines += [f"Run time {timing['seconds']:.0f} s for {timing['cases_run']} cases "
+                  f"({timing['rows_written']} rows).", ""]
+    by_table: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for c in summary["cells"]:
+        by_table[(c["information"], c["query"])].append(c)
+    for (info, query), entries in by_table.items():
+        lines += [f"## {info}, {query} query", "",
+                  "| condition | complete | exact | lenient | lenient net vs full [95% CI] | "
+                  "margin change vs full | margin change vs control |",
+                  "|---|---|---|---|---|---|---|"]
+        for c in entries:
+            net = c["lenient_complete_vs_full"]
+            mf = c.get("margin_change_vs_full")
+            mc = c.get("margin_change_vs_control")
+
+            def fmt(m: dict[str, Any] | None) -> str:
+                return "" if m is None else f"{m['mean']:+.2f} [{m['ci'][0]:+.2f}, {m['ci'][1]:+.2f}]"
+
+            lines.append(f"| {c['condition']} | {c['complete']}/{c['n']} | {c['complete_exact']}/{c['n']} | "
+                         f"{c['lenient_complete']}/{c['n']} | {net['net']:+.3f} [{net['net_ci'][0]:+.3f}, "
+                         f"{net['net_ci'][1]:+.3f}] | {fmt(mf)} | {fmt(mc)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_summary(out_dir: Path | str, timing: dict[str, Any] | None = None, seed: int = 0) -> dict[str, Any]:
+    """Write ``summary.json`` and ``report.md`` next to ``results.jsonl``."""
+    out = Path(out_dir)
+    summary = summarize(out, seed=seed)
+    config = json.loads((out / "config.json").read_text())
+    if timing:
+        summary["timing"] = timing
+    for name, text in (("summary.json", json.dumps(summary, indent=2) + "\n"),
+                       ("report.md", format_report(summary, config, timing))):
+        tmp = out / (name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(out / name)
+    return summary

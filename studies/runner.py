@@ -1,0 +1,158 @@
+"""A resumable study runner: cases in, one JSON row per (case, condition, query) out.
+
+A *study* is an object with
+
+* ``name``: a short identifier;
+* ``config() -> dict``: every parameter that decides the rows (seed, sizes, budgets...);
+* ``cases() -> list``: the cases, each with a unique ``case_id``;
+* ``run_case(model, case) -> list[dict]``: the rows of one case.
+
+``run_study`` writes into ``out_dir``:
+
+* ``config.json``: the study config, the model (name, source, weight hash), package
+  versions and the number of cases. A directory that already holds a different
+  config is refused, so results of two configs never mix.
+* ``results.jsonl``: one row per line, keys sorted, written case by case and
+  flushed to disk after each case. On a rerun, cases already complete are
+  skipped; a line cut off by a kill is dropped and its case redone. A crash loses
+  at most the case in flight. Rows carry no timings, so the same config on the
+  same machine reproduces the file byte for byte.
+
+Timing and throughput go to the returned ``RunInfo`` (and the study's summary).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Protocol
+
+import kvprobe
+
+RESULTS = "results.jsonl"
+CONFIG = "config.json"
+
+
+class Study(Protocol):
+    name: str
+
+    def config(self) -> dict[str, Any]: ...
+
+    def cases(self) -> list[Any]: ...
+
+    def run_case(self, model: kvprobe.Model, case: Any) -> list[dict[str, Any]]: ...
+
+
+class ConfigMismatchError(ValueError):
+    """The output directory holds results of a different configuration."""
+
+
+@dataclass
+class RunInfo:
+    """What one invocation of :func:`run_study` did."""
+
+    cases_total: int
+    cases_skipped: int
+    cases_run: int
+    rows_written: int
+    seconds: float
+
+
+def versions() -> dict[str, str]:
+    """Versions of the packages that decide the numbers."""
+    import nnsight
+    import torch
+    import transformers
+
+    return {"kvprobe": kvprobe.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "nnsight": getattr(nnsight, "__version__", "unknown"), "python": platform.python_version()}
+
+
+def full_config(study: Study, model: kvprobe.Model) -> dict[str, Any]:
+    """The config written to ``config.json``."""
+    return {
+        "study": study.name,
+        "study_config": study.config(),
+        "model": {"name": model.name, "source": model.source, "weight_hash": model.weight_hash,
+                  "dtype": str(model.dtype), "architecture": model.arch.describe()},
+        "versions": versions(),
+    }
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def completed_cases(path: Path) -> set[str]:
+    """Case ids whose rows are complete in ``results.jsonl``; drops a trailing cut-off line."""
+    if not path.exists():
+        return set()
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):  # killed mid-write: drop the partial line
+        data = data[: data.rfind(b"\n") + 1]
+        with open(path, "wb") as f:
+            f.write(data)
+    rows = [json.loads(line) for line in data.decode().splitlines() if line]
+    done: dict[str, bool] = {}
+    for row in rows:
+        done[row["case_id"]] = done.get(row["case_id"], True) and bool(row.get("case_complete", True))
+    return {case_id for case_id, ok in done.items() if ok}
+
+
+def read_rows(out_dir: Path | str) -> Iterable[dict[str, Any]]:
+    """Stream the rows of ``results.jsonl`` (nothing held in memory)."""
+    with open(Path(out_dir) / RESULTS) as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
+
+
+def run_study(study: Study, model: kvprobe.Model, out_dir: Path | str, progress: bool = True) -> RunInfo:
+    """Run every case not yet in ``out_dir/results.jsonl``, appending its rows case by case."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config = full_config(study, model)
+    cases = study.cases()
+    config["cases"] = len(cases)
+    config_path = out / CONFIG
+    if config_path.exists():
+        existing = json.loads(config_path.read_text())
+        mine = {k: v for k, v in config.items() if k != "versions"}
+        theirs = {k: v for k, v in existing.items() if k != "versions"}
+        if mine != theirs:
+            raise ConfigMismatchError(
+                f"{out} holds results of another configuration ({config_path}); use a new --out directory")
+    else:
+        _atomic_write(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    ids = [c.case_id for c in cases]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"study {study.name!r} has duplicate case ids")
+    results = out / RESULTS
+    done = completed_cases(results)
+    todo = [c for c in cases if c.case_id not in done]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(cases), initial=len(cases) - len(todo), desc=f"{study.name} on {model.name}",
+                   unit="case")
+    start, written = time.perf_counter(), 0
+    with open(results, "a") as f:
+        for case in todo:
+            rows = study.run_case(model, case)
+            text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+            written += len(rows)
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+    return RunInfo(len(cases), len(cases) - len(todo), len(todo), written, time.perf_counter() - start)
