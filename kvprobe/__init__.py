@@ -11,7 +11,7 @@ Core vocabulary::
     out = m.generate(h, "What is ...?", access=old, max_new_tokens=40)
 """
 
-from .access import Access, Compose, Full, Mask, matched_control
+from .access import Access, Compose, Full, Mask, Prepared, matched_control
 from .arch import ArchSummary
 from .decoding import CandidateScores, Generation, Request, margin_change
 from .history import History
@@ -30,6 +30,7 @@ __all__ = [
     "History",
     "Mask",
     "Model",
+    "Prepared",
     "Prompt",
     "Request",
     "SpanError",

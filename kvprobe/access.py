@@ -140,6 +140,31 @@ class Compose(Access):
         return state
 
 
+@dataclass(frozen=True, init=False, eq=False)
+class Prepared(Access):
+    """A condition whose row state was already prepared (reuse a costly recompute across calls).
+
+    ``Prepared.of(model, history, condition)`` prepares once; every later score or
+    generate call with the result reuses that state. Only for question-independent
+    conditions.
+    """
+
+    state: "RowState | None" = None
+
+    def __init__(self, state: "RowState", name: str) -> None:
+        object.__setattr__(self, "state", state)
+        object.__setattr__(self, "name", name)
+
+    @classmethod
+    def of(cls, model: "Model", history: "History", condition: "Access") -> "Prepared":
+        if condition.question_dependent:
+            raise ValueError(f"{condition.name}: a question-dependent condition cannot be prepared once")
+        return cls(condition.prepare(model, history), condition.name)
+
+    def apply(self, model: "Model", history: "History", state: "RowState", question: str = "") -> "RowState":
+        return self.state
+
+
 @dataclass(frozen=True)
 class Full(Access):
     """Full access: every later token may read every history position."""

@@ -364,3 +364,14 @@ def test_parse_condition(llama):
         parse_condition("squash:A", h)
     with pytest.raises(SpanError, match="OLD>NEW"):
         parse_condition("online-mask:A", h)
+
+
+def test_prepared_condition_reuses_the_same_state(llama):
+    h = make_history(llama)
+    op = Rebuild(h.span("A"))
+    prepared = kvprobe.Prepared.of(llama, h, op)
+    direct = llama.score(h, QUESTIONS[0], ["Room 18", "Room 12"], access=op)
+    reused = llama.score(h, QUESTIONS[0], ["Room 18", "Room 12"], access=prepared)
+    assert direct.logprobs == reused.logprobs and reused.access == "rebuild"
+    with pytest.raises(ValueError, match="question-dependent"):
+        kvprobe.Prepared.of(llama, h, SessionOrderBias([h.span("A"), h.span("B")]))

@@ -52,11 +52,13 @@ class QuantityStudy:
     def run_case(self, model: kvprobe.Model, case: tasks.Case) -> list[dict[str, Any]]:
         history = model.prefill(tasks.build_prompt(case))
         conds = tasks.study_conditions(history, case, operations=self.operations)
+        spans = {name: [[s.start, s.end] for s in c.spans] for name, c in conds.items()
+                 if isinstance(c, kvprobe.Mask)}
+        # Prepare every condition once (recompute and rebuild are costly) for all calls below.
+        conds = {name: kvprobe.Prepared.of(model, history, c) for name, c in conds.items()}
         asked = tasks.queries(case)
         outputs = model.generate(history, [q.question for q in asked], access=conds,
                                  max_new_tokens=self.max_new_tokens)
-        spans = {name: [[s.start, s.end] for s in c.spans] for name, c in conds.items()
-                 if isinstance(c, kvprobe.Mask)}
         prompt_hash = history.rendered.sha256
         g = case.group
         rows = []
