@@ -182,22 +182,24 @@ def generate_greedy(
 
 
 def _greedy(model: "Model", states: list[RowState], suffixes: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-    """Greedy tokens of one batch of rows (stopping EOS included)."""
+    """Greedy tokens of one batch of rows (stopping EOS included); finished rows leave the batch."""
     rows = fork_rows(states)
     ids, valid = pad_suffix_block(suffixes, model.pad_id)
-    B = len(states)
-    generated: list[list[int]] = [[] for _ in range(B)]
-    done = torch.zeros(B, dtype=torch.bool)
+    generated: list[list[int]] = [[] for _ in states]
+    active = torch.arange(len(states))  # original index of each row still decoding
     eos = torch.tensor(sorted(model.eos_ids), dtype=torch.long)
     step_ids, step_valid = ids, valid
     for _ in range(max_new_tokens):
         out = traced_forward(model, rows, step_ids, step_valid, logits_to_keep=1)
         nxt = out.logits[:, -1].argmax(dim=-1)
-        for b in range(B):
-            if not done[b]:
-                generated[b].append(int(nxt[b]))
-        done |= torch.isin(nxt, eos)
-        if bool(done.all()):
+        for b, i in enumerate(active.tolist()):
+            generated[i].append(int(nxt[b]))
+        going = ~torch.isin(nxt, eos)
+        if not bool(going.any()):
             break
-        step_ids, step_valid = nxt[:, None], torch.ones(B, 1, dtype=torch.bool)
+        if not bool(going.all()):
+            keep = torch.nonzero(going).flatten()
+            rows.select(keep)
+            active, nxt = active[keep], nxt[keep]
+        step_ids, step_valid = nxt[:, None], torch.ones(len(active), 1, dtype=torch.bool)
     return generated

@@ -118,6 +118,24 @@ class Rows:
         masked = torch.where(self.key_valid, self.key_pos, torch.full_like(self.key_pos, -1))
         return masked.max(dim=1).values + 1
 
+    def select(self, keep: torch.Tensor) -> None:
+        """Keep only the rows ``keep`` (Long[B']) of the batch, in that order (e.g. drop finished rows)."""
+        for layer in self.cache.layers:
+            if isinstance(layer, LinearAttentionLayer):
+                for states in (layer.conv_states, layer.recurrent_states):
+                    for i, t in states.items():
+                        if t is not None:
+                            states[i] = t[keep]
+            elif getattr(layer, "keys", None) is not None:
+                layer.keys, layer.values = layer.keys[keep], layer.values[keep]
+        self.key_pos, self.key_valid = self.key_pos[keep], self.key_valid[keep]
+        for table in (self.hidden, self.bias):
+            picked: dict[int, torch.Tensor] = {}
+            for layer, t in table.items():
+                if id(t) not in picked:
+                    picked[id(t)] = t[keep]
+                table[layer] = picked[id(t)]
+
     def append_slots(
         self, query_pos: torch.Tensor, query_valid: torch.Tensor, new_hidden: torch.Tensor | None = None
     ) -> None:

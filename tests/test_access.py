@@ -149,3 +149,20 @@ def test_low_level_requests(llama):
     outs = llama.run(h, reqs, max_new_tokens=5)
     assert [o.access for o in outs] == ["full", "mask"]
     assert outs[0].token_ids == llama.generate(h, QUESTIONS[0], max_new_tokens=5).token_ids
+
+
+def test_rows_that_stop_early_leave_the_batch_without_changing_others(llama, monkeypatch):
+    """Make a token that one row generates early an extra EOS, so rows stop at different steps."""
+    h = make_history(llama)
+    conds = _conditions(h)
+    free = llama.generate(h, QUESTIONS, access=conds, max_new_tokens=10)
+    stop_token = free["source"][0].token_ids[2]
+    monkeypatch.setattr(llama.hf.generation_config, "eos_token_id", [llama.tokenizer.eos_token_id, stop_token])
+    batched = llama.generate(h, QUESTIONS, access=conds, max_new_tokens=10)
+    lengths = {g.n_tokens for gs in batched.values() for g in gs}
+    assert len(lengths) > 1  # rows really stopped at different steps
+    assert batched["source"][0].stop_reason == "eos" and batched["source"][0].n_tokens <= 3
+    for name, cond in conds.items():
+        for qi, q in enumerate(QUESTIONS):
+            alone = llama.generate(h, q, access=cond, max_new_tokens=10)
+            assert alone.token_ids == batched[name][qi].token_ids

@@ -86,3 +86,15 @@ def test_verify_on_hybrid_names_the_upstream_fallback_discrepancy(hybrid):
         two = hybrid.hf(input_ids=ids[:, 170:], past_key_values=cache, use_cache=True).logits[0]
     upstream = float((two - one).abs().max())
     assert results["cached_equals_one_pass"].value <= max(10 * upstream, 1e-4)
+
+
+def test_early_stopping_rows_keep_recurrent_states_aligned(hybrid, monkeypatch):
+    h = make_history(hybrid)
+    conds = {"full": Full(), "mask": Mask(h.span("A")), "zero": Zero(h.span("A"), "v")}
+    free = hybrid.generate(h, QUESTIONS[0], access=conds, max_new_tokens=8)
+    stop_token = free["mask"].token_ids[1]
+    monkeypatch.setattr(hybrid.hf.generation_config, "eos_token_id", [hybrid.tokenizer.eos_token_id, stop_token])
+    batched = hybrid.generate(h, QUESTIONS[0], access=conds, max_new_tokens=8)
+    assert batched["mask"].n_tokens <= 2
+    for name, cond in conds.items():
+        assert hybrid.generate(h, QUESTIONS[0], access=cond, max_new_tokens=8).token_ids == batched[name].token_ids
