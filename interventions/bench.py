@@ -180,14 +180,12 @@ def format_markdown(result: dict[str, Any]) -> str:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    """Total time vs history length per operation (A at 50 %), log-log; skipped without matplotlib."""
-    try:
-        import matplotlib
+    """Total time vs history length per operation (A at 50 %), log-log."""
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # optional dependency (pip install kvprobe[plots])
-        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     mids = {}
     for c in result["cells"]:
         if abs(c["fraction"] - 0.5) < 1e-9:

@@ -69,6 +69,7 @@ def test_summary_recomputes_from_rows(llama, tmp_path):
     lo, hi = cell["margin_change_vs_control"]["ci"]
     assert lo <= mean <= hi
     assert summarize(tmp_path)["cells"] == summary["cells"]  # seeded bootstrap
+    assert (tmp_path / "figure.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (tmp_path / "report.md").read_text()
     assert "## unit_from_a, current query" in report and "| source |" in report
 

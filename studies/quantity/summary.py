@@ -117,15 +117,18 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
 
 
 def write_summary(out_dir: Path | str, timing: dict[str, Any] | None = None, seed: int = 0) -> dict[str, Any]:
-    """Write ``summary.json`` and ``report.md`` next to ``results.jsonl``."""
+    """Write ``summary.json``, ``report.md`` and ``figure.png`` next to ``results.jsonl``."""
     out = Path(out_dir)
     summary = summarize(out, seed=seed)
     config = json.loads((out / "config.json").read_text())
     if timing:
         summary["timing"] = timing
-    for name, text in (("summary.json", json.dumps(summary, indent=2) + "\n"),
-                       ("report.md", format_report(summary, config, timing))):
+    report = format_report(summary, config, timing) + "\n![complete answers and margin change](figure.png)\n"
+    for name, text in (("summary.json", json.dumps(summary, indent=2) + "\n"), ("report.md", report)):
         tmp = out / (name + ".tmp")
         tmp.write_text(text)
         tmp.replace(out / name)
+    from .figure import plot_summary
+
+    plot_summary(summary, out / "figure.png", model=config.get("model", {}).get("name", ""))
     return summary

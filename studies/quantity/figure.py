@@ -1,0 +1,60 @@
+"""The quantity study's figure, in the spirit of the paper's Figure 2.
+
+Left: complete answers per condition (strict and lenient rule) with counts, for
+the current query in each information condition. Right: margin change against
+full access with 95 % paired-bootstrap intervals. Drawn from ``summary.json``
+only, so it always matches the report.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def plot_summary(summary: dict[str, Any], path: Path | str, model: str = "", query: str = "current") -> Path:
+    """Write the two-panel figure for ``query`` to ``path`` (PNG); returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = [c for c in summary["cells"] if c["query"] == query]
+    infos = sorted({c["information"] for c in cells})
+    fig, axes = plt.subplots(len(infos), 2, figsize=(11, 3.2 * len(infos)), squeeze=False)
+    for row, info in enumerate(infos):
+        mine = [c for c in cells if c["information"] == info]
+        names = [c["condition"] for c in mine]
+        y = list(range(len(mine)))[::-1]
+        ax = axes[row][0]
+        strict = [c["complete"] for c in mine]
+        lenient = [c["lenient_complete"] for c in mine]
+        ax.barh([v + 0.2 for v in y], lenient, height=0.4, label="lenient", color="#8fb3d9")
+        ax.barh([v - 0.2 for v in y], strict, height=0.4, label="strict JSON", color="#1f4e79")
+        for yi, s, l, c in zip(y, strict, lenient, mine):
+            ax.text(max(s, l) + 0.3, yi, f"{s} / {l} of {c['n']}", va="center", fontsize=8)
+        ax.set_yticks(y, names)
+        ax.set_xlim(0, max(c["n"] for c in mine) * 1.35)
+        ax.set_xlabel("complete answers (strict / lenient)")
+        ax.set_title(f"{info}, {query} query")
+        ax.legend(fontsize=8, loc="lower right")
+        ax = axes[row][1]
+        for yi, c in zip(y, mine):
+            m = c.get("margin_change_vs_full")
+            if m is None:
+                continue
+            lo, hi = m["ci"]
+            ax.errorbar(m["mean"], yi, xerr=[[m["mean"] - lo], [hi - m["mean"]]], fmt="o", color="#1f4e79",
+                        capsize=3)
+        ax.axvline(0, color="gray", lw=0.8)
+        ax.set_yticks(y, names)
+        ax.set_xlabel("margin change vs full access (nats, 95% CI)")
+        ax.set_title("log p(current) - log p(other), change")
+    fig.suptitle(f"Quantity study{': ' + model if model else ''} ({summary['groups']} groups)")
+    fig.tight_layout()
+    path = Path(path)
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
