@@ -85,3 +85,16 @@ def test_cli_run_quantity(tmp_path):
     assert len(rows) == 2 * 3 * 5
     config = json.loads((out / "config.json").read_text())
     assert config["study_config"]["operations"] is False and config["model"]["name"] == "tiny-llama"
+
+
+def test_auc_and_zero_failure_bound():
+    import numpy as np
+
+    from studies.quantity.summary import auc, zero_failure_bound
+
+    assert auc(np.array([3.0, 4.0]), np.array([1.0, 2.0])) == 1.0
+    assert auc(np.array([1.0]), np.array([1.0])) == 0.5
+    assert auc(np.array([1.0, 3.0]), np.array([2.0])) == 0.5
+    assert np.isnan(auc(np.array([]), np.array([1.0])))
+    assert zero_failure_bound(60) == pytest.approx(0.0487, abs=1e-4)  # paper partC 6: 4.87 %
+    assert zero_failure_bound(20) == pytest.approx(0.1391, abs=1e-4)  # 13.91 %

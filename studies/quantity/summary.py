@@ -38,6 +38,55 @@ def _interval(values: np.ndarray, draws: np.ndarray) -> list[float]:
     return [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))]
 
 
+def auc(scores_pos: np.ndarray, scores_neg: np.ndarray) -> float:
+    """Probability that a positive outranks a negative, ties counted one half (Mann-Whitney)."""
+    if len(scores_pos) == 0 or len(scores_neg) == 0:
+        return float("nan")
+    diff = scores_pos[:, None] - scores_neg[None, :]
+    return float(((diff > 0).sum() + 0.5 * (diff == 0).sum()) / diff.size)
+
+
+def zero_failure_bound(n: int, alpha: float = 0.05) -> float:
+    """One-sided upper bound on a rate with zero observed failures in n trials: 1 - alpha^(1/n)."""
+    return 1.0 - alpha ** (1.0 / n) if n > 0 else float("nan")
+
+
+def warning_signal(cells, order: list[str], sample: np.ndarray, rule: str = "lenient_complete") -> dict[str, Any]:
+    """How well D_c = -(logp_current(source) - logp_current(control)) ranks lost above kept answers.
+
+    Lost: complete under full access, incomplete under the whole-source mask; kept:
+    complete under both; cases incomplete under full access are excluded (partC 5).
+    Current query, replacement groups, per information condition; bootstrap draws with
+    an empty class are dropped and counted.
+    """
+    out: dict[str, Any] = {}
+    index = {g: i for i, g in enumerate(order)}
+    for info in sorted({k[0] for k in cells}):
+        full, src, ctrl = (cells.get((info, "current", c), {}) for c in ("full", "source", "source-control"))
+        label = np.full(len(order), np.nan)
+        d_c = np.full(len(order), np.nan)
+        for g, row in src.items():
+            if row["relation"] != "replacement" or g not in full or g not in ctrl or not full[g][rule]:
+                continue
+            label[index[g]] = 0.0 if row[rule] else 1.0  # 1 = lost
+            d_c[index[g]] = -(row["logp_right"] - ctrl[g]["logp_right"])
+        ok = ~np.isnan(label)
+        pos, neg = d_c[ok & (label == 1)], d_c[ok & (label == 0)]
+        boot, kept = [], 0
+        for idx in sample:
+            lab, dc = label[idx], d_c[idx]
+            p_, n_ = dc[lab == 1], dc[lab == 0]
+            if len(p_) and len(n_):
+                boot.append(auc(p_, n_))
+                kept += 1
+        value = auc(pos, neg)
+        out[info] = {"rule": rule, "lost": int(len(pos)), "kept": int(len(neg)),
+                     "auc": None if np.isnan(value) else value,  # undefined with an empty class
+                     "auc_ci": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))] if boot else None,
+                     "draws_kept": kept}
+    return out
+
+
 def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[str, Any]:
     """Recompute the summary from the rows on disk (streamed)."""
     cells: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
@@ -79,7 +128,11 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
             v = vector(cell, key)
             if not np.isnan(v).any():
                 entry[key] = {"mean": float(v.mean()), "ci": _interval(v, sample)}
+        reversals = entry["lenient_complete_vs_full"]["reversals"]
+        if reversals == 0 and cond != "full":
+            entry["zero_reversal_upper_bound"] = zero_failure_bound(len(cell))
         summary["cells"].append(entry)
+    summary["warning_signal"] = warning_signal(cells, order, sample)
     return summary
 
 
@@ -93,6 +146,15 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     if timing:
         lines += [f"Run time {timing['seconds']:.0f} s for {timing['cases_run']} cases "
                   f"({timing['rows_written']} rows).", ""]
+    warn = summary.get("warning_signal", {})
+    if warn:
+        lines += ["## Warning signal: D_c = drop of log p(current) under the source mask vs its control", "",
+                  "| information | lost | kept | AUC (lost ranked above kept) [95% CI] |", "|---|---|---|---|"]
+        for info, w in warn.items():
+            ci = "" if not w["auc_ci"] else f" [{w['auc_ci'][0]:.2f}, {w['auc_ci'][1]:.2f}]"
+            value = "undefined (a class is empty)" if w["auc"] is None else f"{w['auc']:.2f}{ci}"
+            lines.append(f"| {info} | {w['lost']} | {w['kept']} | {value} |")
+        lines.append("")
     by_table: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for c in summary["cells"]:
         by_table[(c["information"], c["query"])].append(c)
