@@ -24,6 +24,7 @@ from transformers.cache_utils import LinearAttentionLayer
 from .masks import layer_type_masks
 
 if TYPE_CHECKING:
+    from .arch import ArchSummary
     from .model import Model
 
 
@@ -75,15 +76,17 @@ class RowState:
     def hide(self, slots: torch.Tensor, layers: tuple[int, ...]) -> "RowState":
         """A copy with Bool[S] ``slots`` also hidden in ``layers``."""
         hidden = dict(self.hidden)
+        shared = slots.clone()  # one tensor for every layer that hid nothing before (batched once)
         for layer in layers:
-            hidden[layer] = hidden[layer] | slots if layer in hidden else slots.clone()
+            hidden[layer] = hidden[layer] | slots if layer in hidden else shared
         return replace(self, hidden=hidden)
 
     def add_bias(self, values: torch.Tensor, layers: tuple[int, ...]) -> "RowState":
         """A copy with Float[S] ``values`` added to the logit bias of ``layers``."""
         bias = dict(self.bias)
+        shared = values.clone()
         for layer in layers:
-            bias[layer] = bias[layer] + values if layer in bias else values.clone()
+            bias[layer] = bias[layer] + values if layer in bias else shared
         return replace(self, bias=bias)
 
     def kv_bytes(self) -> int:
@@ -155,7 +158,7 @@ class Rows:
                 table[layer] = grown[id(t)]
 
 
-def mask_argument(arch, masks: dict[str, torch.Tensor]):
+def mask_argument(arch: "ArchSummary", masks: dict[str, torch.Tensor]) -> "torch.Tensor | dict[str, torch.Tensor | None]":
     """What transformers takes as ``attention_mask``: one 4-D mask, or a dict per layer type.
 
     Recurrent layer types get ``None`` (they read no mask; batches never pad inside them).
