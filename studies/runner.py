@@ -78,7 +78,8 @@ def full_config(study: Study, model: kvprobe.Model) -> dict[str, Any]:
         "study": study.name,
         "study_config": study.config(),
         "model": {"name": model.name, "source": model.source, "weight_hash": model.weight_hash,
-                  "dtype": str(model.dtype), "architecture": model.arch.describe()},
+                  "dtype": str(model.dtype), "architecture": model.arch.describe(),
+                  "attn_implementation": model.hf.config._attn_implementation},
         "versions": versions(),
     }
 

@@ -166,3 +166,15 @@ def test_rows_that_stop_early_leave_the_batch_without_changing_others(llama, mon
         for qi, q in enumerate(QUESTIONS):
             alone = llama.generate(h, q, access=cond, max_new_tokens=10)
             assert alone.token_ids == batched[name][qi].token_ids
+
+
+def test_sdpa_attention_computes_the_same_masked_scores(llama):
+    """The mask intervention edits the attention_mask input, so it works under sdpa too."""
+    sdpa = kvprobe.load_model("tiny-llama", attn_implementation="sdpa")
+    h_e, h_s = make_history(llama), make_history(sdpa)
+    conds_e, conds_s = _conditions(h_e), _conditions(h_s)
+    e = llama.score(h_e, QUESTIONS[0], CANDIDATES, access=conds_e)
+    s = sdpa.score(h_s, QUESTIONS[0], CANDIDATES, access=conds_s)
+    for name in conds_e:
+        assert s[name].logprobs == pytest.approx(e[name].logprobs, abs=TOL)
+    assert abs(s["source"][0] - s["full"][0]) > 1e-3

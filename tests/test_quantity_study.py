@@ -77,7 +77,7 @@ def test_summary_recomputes_from_rows(llama, tmp_path):
 def test_cli_run_quantity(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "kvprobe.cli", "run", "quantity", "--model", "tiny-llama", "--groups", "1",
-           "--max-new-tokens", "4", "--no-operations", "--out", str(out), "--quiet"]
+           "--max-new-tokens", "4", "--no-operations", "--out", str(out), "--quiet", "--attn", "sdpa"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert {p.name for p in out.iterdir()} >= {"config.json", "results.jsonl", "summary.json", "report.md"}
@@ -85,6 +85,7 @@ def test_cli_run_quantity(tmp_path):
     assert len(rows) == 2 * 3 * 5
     config = json.loads((out / "config.json").read_text())
     assert config["study_config"]["operations"] is False and config["model"]["name"] == "tiny-llama"
+    assert config["model"]["attn_implementation"] == "sdpa"
 
 
 def test_auc_and_zero_failure_bound():
