@@ -30,8 +30,8 @@ import torch
 
 import kvprobe
 from kvprobe.access import Access, Full, Mask
-from kvprobe.decoding import suffix_ids
-from kvprobe.engine import fork_rows, pad_suffix_block, traced_forward
+from kvprobe.decoding import question_logits
+from kvprobe.files import atomic_write_text
 
 from .compaction import Compact, Drop
 from .recompute import Rebuild
@@ -90,9 +90,8 @@ def _median_time(fn: Callable[[], Any], warmups: int, repeats: int) -> tuple[flo
 
 def first_token(model: kvprobe.Model, history: kvprobe.History, state) -> int:
     """Fork the state, prefill the question, return the first answer token."""
-    rows = fork_rows([state])
-    ids, valid = pad_suffix_block([suffix_ids(model, history, QUESTION)], model.pad_id)
-    return int(traced_forward(model, rows, ids, valid, logits_to_keep=1).logits[0, -1].argmax())
+    out = question_logits(model, history, QUESTION, [kvprobe.Prepared(state, "op")], logits_to_keep=1)
+    return int(out.logits[0, -1].argmax())
 
 
 def run_operations_bench(
@@ -145,8 +144,8 @@ def run_operations_bench(
         "cells": cells,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    _write(out_dir / "operations.json", json.dumps(result, indent=2) + "\n")
-    _write(out_dir / "operations.md", format_markdown(result))
+    atomic_write_text(out_dir / "operations.json", json.dumps(result, indent=2) + "\n")
+    atomic_write_text(out_dir / "operations.md", format_markdown(result))
     plot(result, out_dir / "operations.png")
     return result
 
@@ -205,10 +204,4 @@ def plot(result: dict[str, Any], path: Path) -> None:
     tmp = path.with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=120)
     plt.close(fig)
-    tmp.replace(path)
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
     tmp.replace(path)

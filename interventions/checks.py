@@ -33,9 +33,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from kvprobe.access import Full, Mask
-from kvprobe.decoding import suffix_ids
-from kvprobe.engine import fork_rows, mask_argument, pad_suffix_block, traced_forward
-from kvprobe.masks import layer_type_masks
+from kvprobe.decoding import question_logits
+from kvprobe.reference import reference_hidden_kv
 from kvprobe.verify import LOGIT_TOLERANCE, CheckResult
 
 from .bias import SoftBias
@@ -84,38 +83,12 @@ def rope_with_model(model: "Model", layer: int, keys: torch.Tensor, positions: t
     return k
 
 
-def reference_hidden_kv(model: "Model", history: "History", hidden: torch.Tensor, start: int):
-    """K/V of one uncached forward where rows >= start outside ``hidden`` cannot see ``hidden``."""
-    T = len(history)
-    pos = torch.arange(T)[None]
-    block = torch.zeros(1, T, T, dtype=torch.bool)
-    rows = torch.zeros(T, dtype=torch.bool)
-    rows[start:] = True
-    rows &= ~hidden
-    block[0] = rows[:, None] & hidden[None, :]
-    masks = {
-        t: m.masked_fill(block[:, None], torch.finfo(model.dtype).min)
-        for t, m in layer_type_masks(model.arch, pos, pos, torch.ones(1, T, dtype=torch.bool), model.dtype).items()
-    }
-    # An empty cache that keeps every row (transformers' own would trim sliding layers).
-    cache = fork_rows([model.empty_state()]).cache
-    with torch.inference_mode():
-        model.hf(input_ids=history.input_ids[None], attention_mask=mask_argument(model.arch, masks),
-                 position_ids=pos, past_key_values=cache, use_cache=True)
-    return [(layer.keys, layer.values) if i in model.arch.attention_layers else (None, None)
-            for i, layer in enumerate(cache.layers)]
-
-
 def _max_kv_diff(a, b, layers) -> float:
     return max(max(float((a[i][0] - b[i][0]).abs().max()), float((a[i][1] - b[i][1]).abs().max())) for i in layers)
 
 
 def _logits(model: "Model", history: "History", question: str, conditions: list["Access"]) -> torch.Tensor:
-    states = [c.prepare(model, history, question) for c in conditions]
-    rows = fork_rows(states)
-    q = suffix_ids(model, history, question)
-    ids, valid = pad_suffix_block([q] * len(conditions), model.pad_id)
-    return traced_forward(model, rows, ids, valid).logits
+    return question_logits(model, history, question, conditions).logits
 
 
 def verify_operations(model: "Model", history: "History", question: str,
@@ -155,7 +128,7 @@ def verify_operations(model: "Model", history: "History", question: str,
         ("online_mask_equals_one_pass", OnlineMask(span, replacement), replacement.end),
     ]:
         state = op.prepare(model, history)
-        ref = reference_hidden_kv(model, history, hidden, start)
+        ref = reference_hidden_kv(model, history.input_ids, hidden, start)
         record(check, _max_kv_diff(state.kv, ref, layers), LOGIT_TOLERANCE)
 
     if not set(model.arch.layer_types) - {"full_attention", "sliding_attention"}:

@@ -28,6 +28,7 @@ from transformers import DynamicCache
 
 from .access import Full, Mask, matched_control
 from .decoding import suffix_ids
+from .files import atomic_write_text
 from .engine import fork_rows, pad_suffix_block, traced_forward
 from .model import Model
 from .reference import explicit_cached_mask
@@ -122,8 +123,8 @@ def run_core_bench(model: Model, out_dir: Path, steps: int = 40) -> dict[str, An
                    "peak_over_weights_plus_kv": peak / (weight_bytes + kv_bytes)},
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out_dir / "core.json", json.dumps(result, indent=2) + "\n")
-    _atomic_write(out_dir / "core.md", format_core_markdown(result))
+    atomic_write_text(out_dir / "core.json", json.dumps(result, indent=2) + "\n")
+    atomic_write_text(out_dir / "core.md", format_core_markdown(result))
     return result
 
 
@@ -155,9 +156,3 @@ def format_core_markdown(r: dict[str, Any]) -> str:
         f"({m['peak_over_weights_plus_kv']:.1f}x) | |",
         "",
     ])
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from .access import Access
-from .engine import RowState, fork_rows, pad_suffix_block, traced_forward
+from .engine import ForwardOutput, RowState, fork_rows, pad_suffix_block, traced_forward
 
 if TYPE_CHECKING:
     from .history import History
@@ -97,6 +97,25 @@ def suffix_ids(model: "Model", history: "History", question: str) -> list[int]:
     if not question:
         raise ValueError("empty question")
     return model.tokenizer(history.rendered.suffix(question), add_special_tokens=False)["input_ids"]
+
+
+def question_logits(
+    model: "Model",
+    history: "History",
+    question: str,
+    conditions: Sequence[Access],
+    capture_attention: tuple[int, ...] = (),
+    logits_to_keep: int = 0,
+) -> ForwardOutput:
+    """One traced forward of ``question``'s suffix under each condition (one row each).
+
+    The building block of checks and benchmarks: logits Float[len(conditions), L, V]
+    and any captured attention probabilities.
+    """
+    rows = fork_rows(prepare_states(model, history, [Request(question, c) for c in conditions]))
+    ids, valid = pad_suffix_block([suffix_ids(model, history, question)] * len(conditions), model.pad_id)
+    return traced_forward(model, rows, ids, valid, capture_attention=capture_attention,
+                          logits_to_keep=logits_to_keep)
 
 
 def batches(model: "Model", lengths: Sequence[int]) -> list[list[int]]:

@@ -47,6 +47,8 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
+from .files import atomic_write_text
+
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -123,19 +125,6 @@ def cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "kvprobe"
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _sha256_stream(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -159,7 +148,7 @@ def file_sha256(path: Path | str) -> str:
         pass
     digest = _sha256_stream(path)
     try:
-        _atomic_write_text(record, json.dumps({**ident, "sha256": digest}))
+        atomic_write_text(record, json.dumps({**ident, "sha256": digest}))
     except OSError:  # read-only cache: still correct, just slower next time
         pass
     return digest
@@ -292,7 +281,7 @@ class RegistryEntry:
         try:
             st = target.stat()
             key = hashlib.sha256(str(target.resolve()).encode()).hexdigest()[:32]
-            _atomic_write_text(
+            atomic_write_text(
                 cache_dir() / "hashes" / f"{key}.json",
                 json.dumps({"path": str(target.resolve()), "size": st.st_size,
                             "mtime_ns": st.st_mtime_ns, "sha256": digest}),
@@ -536,8 +525,8 @@ def _save_cache(hf, tok, wdir: Path, gguf_sha: str, gguf_path: Path) -> None:
         cfg = json.loads((tmp / "config.json").read_text())
         if "quantization_config" in cfg:  # belt and braces: never keep the GGUF marker
             cfg.pop("quantization_config")
-            _atomic_write_text(tmp / "config.json", json.dumps(cfg, indent=2, sort_keys=True))
-        _atomic_write_text(tmp / _CACHE_META, json.dumps({
+            atomic_write_text(tmp / "config.json", json.dumps(cfg, indent=2, sort_keys=True))
+        atomic_write_text(tmp / _CACHE_META, json.dumps({
             "format": CACHE_FORMAT,
             "gguf_sha256": gguf_sha,
             "gguf_file": str(gguf_path.resolve()),

@@ -21,6 +21,32 @@ if TYPE_CHECKING:
     from .model import Model
 
 
+def uncached_mask(
+    model: "Model", n_tokens: int, history_len: int, hidden: torch.Tensor | None, hidden_from: int | None = None
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The explicit 4-D mask(s) of one uncached forward over ``n_tokens`` tokens.
+
+    Rows from ``hidden_from`` on (default: the first row after the history) that are
+    not themselves hidden cannot see the Bool[history_len] ``hidden`` positions, in
+    every attention layer; hidden rows keep ordinary causal attention.
+    """
+    pos = torch.arange(n_tokens)[None]
+    row_hidden = torch.zeros(1, n_tokens, n_tokens, dtype=torch.bool)
+    if hidden is not None:
+        start = history_len if hidden_from is None else hidden_from
+        rows = torch.zeros(n_tokens, dtype=torch.bool)
+        rows[start:] = True
+        rows[:history_len] &= ~hidden
+        row_hidden[0, :, :history_len] = rows[:, None] & hidden[None, :]
+    masks = {
+        layer_type: m.masked_fill(row_hidden[:, None], torch.finfo(model.dtype).min)
+        for layer_type, m in layer_type_masks(
+            model.arch, pos, pos, torch.ones(1, n_tokens, dtype=torch.bool), model.dtype
+        ).items()
+    }
+    return mask_argument(model.arch, masks)
+
+
 def reference_logits(
     model: "Model",
     history_ids: Sequence[int],
@@ -45,23 +71,27 @@ def reference_logits(
     T, N = len(history_ids), ids.shape[1]
     kwargs = {}
     if explicit_mask or (hidden is not None and bool(hidden.any())):
-        pos = torch.arange(N)[None]
-        row_hidden = torch.zeros(1, N, N, dtype=torch.bool)
-        if hidden is not None:
-            start = T if hidden_from is None else hidden_from
-            rows = torch.zeros(N, dtype=torch.bool)
-            rows[start:] = True
-            rows[:T] &= ~hidden
-            row_hidden[0, :, :T] = rows[:, None] & hidden[None, :]
-        masks = {}
-        for layer_type, m in layer_type_masks(
-            model.arch, pos, pos, torch.ones(1, N, dtype=torch.bool), model.dtype
-        ).items():
-            masks[layer_type] = m.masked_fill(row_hidden[:, None], torch.finfo(model.dtype).min)
-        kwargs["attention_mask"] = mask_argument(model.arch, masks)
+        kwargs["attention_mask"] = uncached_mask(model, N, T, hidden, hidden_from)
     with torch.inference_mode():
         logits = model.hf(input_ids=ids, use_cache=False, **kwargs).logits
     return logits[0, T:]
+
+
+def reference_hidden_kv(
+    model: "Model", history_ids: torch.Tensor, hidden: torch.Tensor, start: int
+) -> list[tuple[torch.Tensor | None, torch.Tensor | None]]:
+    """Per layer K/V of one uncached forward over the history where rows from ``start`` on
+    (outside ``hidden``) cannot see ``hidden``; ``(None, None)`` for recurrent layers."""
+    from .engine import fork_rows
+
+    T = int(history_ids.shape[0])
+    # An empty cache that keeps every row (transformers' own would trim sliding layers).
+    cache = fork_rows([model.empty_state()]).cache
+    with torch.inference_mode():
+        model.hf(input_ids=history_ids[None], attention_mask=uncached_mask(model, T, T, hidden, start),
+                 position_ids=torch.arange(T)[None], past_key_values=cache, use_cache=True)
+    return [(layer.keys, layer.values) if i in model.arch.attention_layers else (None, None)
+            for i, layer in enumerate(cache.layers)]
 
 
 def explicit_cached_mask(

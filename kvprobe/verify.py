@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .access import Access, Full, Mask, matched_control
-from .decoding import suffix_ids
+from .decoding import question_logits, suffix_ids
 from .engine import fork_rows, pad_suffix_block, traced_forward
 from .prompts import Prompt
 from .reference import explicit_cached_mask, reference_logits
@@ -57,14 +57,6 @@ class CheckResult:
     tolerance: float
 
 
-def _suffix_logits(model: "Model", history: "History", question: str, accesses: list[Access],
-                   capture: tuple[int, ...] = ()):
-    rows = fork_rows([a.prepare(model, history, question) for a in accesses])
-    q = suffix_ids(model, history, question)
-    ids, valid = pad_suffix_block([q] * len(accesses), model.pad_id)
-    return traced_forward(model, rows, ids, valid, capture_attention=capture), rows
-
-
 def verify_model(model: "Model", history: "History | None" = None, operations: bool = True) -> list[CheckResult]:
     """Run checks (a)-(f) on ``model``, then (with ``operations``) the cache-operation checks
     of ``interventions.checks``; return all results."""
@@ -84,7 +76,7 @@ def verify_model(model: "Model", history: "History | None" = None, operations: b
         results.append(CheckResult(check, name, bool(value <= tolerance), float(value), tolerance))
 
     # (a) nnsight intervention vs the same explicit 4-D mask given to transformers directly.
-    out, _ = _suffix_logits(model, history, question, conditions)
+    out = question_logits(model, history, question, conditions)
     diff_a = 0.0
     for i, access in enumerate(conditions):
         hidden = access.hidden_positions(len(history))
@@ -101,7 +93,7 @@ def verify_model(model: "Model", history: "History | None" = None, operations: b
 
     # (d) attention probability on masked keys is zero in every masked layer.
     layers = source.layers_for(model.arch)
-    att, _ = _suffix_logits(model, history, question, [source], capture=layers)
+    att = question_logits(model, history, question, [source], capture_attention=layers)
     hidden = source.hidden_positions(len(history))
     worst = max(float(att.attention[layer][0][..., : len(history)][..., hidden].max()) for layer in layers)
     record("masked_attention_zero", worst, 0.0)
@@ -117,7 +109,7 @@ def verify_model(model: "Model", history: "History | None" = None, operations: b
 
     # (f) condition order.
     reordered = list(reversed(conditions))
-    out_r, _ = _suffix_logits(model, history, question, reordered)
+    out_r = question_logits(model, history, question, reordered)
     n = len(conditions)
     diff_f = max(float((out.logits[i] - out_r.logits[n - 1 - i]).abs().max()) for i in range(n))
     record("condition_order_invariant", diff_f)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable, Protocol
 
 import kvprobe
+from kvprobe.files import atomic_write_text
 
 RESULTS = "results.jsonl"
 CONFIG = "config.json"
@@ -84,11 +85,6 @@ def full_config(study: Study, model: kvprobe.Model) -> dict[str, Any]:
     }
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
 
 def completed_cases(path: Path) -> set[str]:
     """Case ids whose rows are complete in ``results.jsonl``; drops a trailing cut-off line."""
@@ -130,7 +126,7 @@ def run_study(study: Study, model: kvprobe.Model, out_dir: Path | str, progress:
             raise ConfigMismatchError(
                 f"{out} holds results of another configuration ({config_path}); use a new --out directory")
     else:
-        _atomic_write(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+        atomic_write_text(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
     ids = [c.case_id for c in cases]
     if len(set(ids)) != len(ids):
         raise ValueError(f"study {study.name!r} has duplicate case ids")

@@ -10,8 +10,8 @@ from transformers import DynamicCache
 
 import kvprobe
 from kvprobe import Compose, Full, Mask, SpanError
-from kvprobe.decoding import suffix_ids
-from kvprobe.engine import fork_rows, pad_suffix_block, traced_forward
+from kvprobe.access import positions_of
+from kvprobe.decoding import question_logits, suffix_ids
 from kvprobe.reference import reference_generate
 from interventions import (
     Compact, Drop, OnlineMask, OperationError, Rebuild, SelectiveRefresh, SessionOrderBias, SoftBias,
@@ -26,15 +26,11 @@ STEPS = 10
 
 
 def _hidden(h, span):
-    hidden = torch.zeros(len(h), dtype=torch.bool)
-    hidden[span.start : span.end] = True
-    return hidden
+    return positions_of([span], len(h))
 
 
 def _logits(model, h, conditions, question=QUESTIONS[0]):
-    rows = fork_rows([c.prepare(model, h, question) for c in conditions])
-    ids, valid = pad_suffix_block([suffix_ids(model, h, question)] * len(conditions), model.pad_id)
-    return traced_forward(model, rows, ids, valid).logits
+    return question_logits(model, h, question, conditions).logits
 
 
 # --------------------------------------------------------------------------- zeroing
@@ -60,9 +56,7 @@ def test_zeroed_keys_stay_in_the_normalizer_unlike_masked_keys(tiny_model):
     h = make_history(tiny_model)
     span = h.span("A")
     layers = tuple(i for i, t in enumerate(tiny_model.arch.layer_types) if t == "full_attention")
-    rows = fork_rows([Zero(span, "k").prepare(tiny_model, h), Mask(span).prepare(tiny_model, h)])
-    ids, valid = pad_suffix_block([suffix_ids(tiny_model, h, QUESTIONS[0])] * 2, tiny_model.pad_id)
-    out = traced_forward(tiny_model, rows, ids, valid, capture_attention=layers)
+    out = question_logits(tiny_model, h, QUESTIONS[0], [Zero(span, "k"), Mask(span)], capture_attention=layers)
     zero_mass = min(float(out.attention[l][0][..., span.start : span.end].sum(-1).min()) for l in layers)
     mask_mass = max(float(out.attention[l][1][..., span.start : span.end].max()) for l in layers)
     assert zero_mass > 0.0

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from kvprobe.files import atomic_write_text
+
 from ..runner import read_rows
 
 DRAWS = 10_000
@@ -186,10 +188,8 @@ def write_summary(out_dir: Path | str, timing: dict[str, Any] | None = None, see
     if timing:
         summary["timing"] = timing
     report = format_report(summary, config, timing) + "\n![complete answers and margin change](figure.png)\n"
-    for name, text in (("summary.json", json.dumps(summary, indent=2) + "\n"), ("report.md", report)):
-        tmp = out / (name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(out / name)
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    atomic_write_text(out / "report.md", report)
     from .figure import plot_summary
 
     plot_summary(summary, out / "figure.png", model=config.get("model", {}).get("name", ""))

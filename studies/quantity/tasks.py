@@ -240,16 +240,18 @@ def queries(case: Case) -> list[Query]:
     def json_answer(value: str) -> str:
         return json.dumps({"answer": value})
 
+    def contrast(right: str, preferred: str) -> tuple[str, str]:
+        """(right, other) answers; when the preferred contrast equals the right answer
+        (confirmations), score against a value no record states."""
+        other = preferred if preferred != right else f"{int(g.old_num) + 1} {g.unit}"
+        return json_answer(right), json_answer(other)
+
     current, old = g.current_value, g.old_value
-    other = g.b_value if g.relation != "replacement" else old
-    if other == current:  # confirmation: score against a value B does not state
-        other = f"{int(g.old_num) + 1} {g.unit}"
     return [
         Query("current", strings.CURRENT_QUESTION.format(attribute=g.attribute, entity=g.entity), current,
-              (json_answer(current), json_answer(other)), "quantity"),
+              contrast(current, old if g.relation == "replacement" else g.b_value), "quantity"),
         Query("historical", HISTORICAL_QUESTION.format(attribute=g.attribute, entity=g.entity), old,
-              (json_answer(old), json_answer(g.b_value if g.b_value != old else f"{int(g.old_num) + 1} {g.unit}")),
-              "quantity"),
+              contrast(old, g.b_value), "quantity"),
         Query("unrelated", strings.UNRELATED_QUESTION.format(envelope=g.envelope), g.color,
               (json_answer(g.color), json_answer("UNKNOWN")), "label"),
     ]
