@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from .access import Access
-from .engine import ForwardOutput, RowState, fork_rows, pad_suffix_block, traced_forward
+from .engine import ForwardOutput, Rows, RowState, fork_rows, pad_suffix_block, traced_forward
 
 if TYPE_CHECKING:
     from .history import History
@@ -76,16 +76,24 @@ class Generation:
     access: str
 
 
-def prepare_states(model: "Model", history: "History", requests: Sequence[Request]) -> list[RowState]:
-    """Each request's row state (its condition applied to its own view of the history).
+@dataclass(frozen=True)
+class Answer:
+    """What :func:`answer` returns for one (history, request): candidate scores and/or a generation."""
+
+    scores: CandidateScores | None
+    generation: Generation | None
+
+
+def prepare_states(model: "Model", items: Sequence[tuple["History", Request]]) -> list[RowState]:
+    """Each request's row state (its condition applied to its own view of its history).
 
     Conditions whose state does not depend on the question (all but gated biases)
-    are prepared once per batch, so a recompute runs once for all its questions.
+    are prepared once per history, so a recompute runs once for all its questions.
     """
     states: list[RowState] = []
-    done: dict[int, RowState] = {}
-    for req in requests:
-        key = id(req.access)
+    done: dict[tuple[int, int], RowState] = {}
+    for history, req in items:
+        key = (id(history), id(req.access))
         if req.access.question_dependent or key not in done:
             done[key] = req.access.prepare(model, history, req.question)
         states.append(done[key])
@@ -112,7 +120,7 @@ def question_logits(
     The building block of checks and benchmarks: logits Float[len(conditions), L, V]
     and any captured attention probabilities.
     """
-    rows = fork_rows(prepare_states(model, history, [Request(question, c) for c in conditions]))
+    rows = fork_rows(prepare_states(model, [(history, Request(question, c)) for c in conditions]))
     ids, valid = pad_suffix_block([suffix_ids(model, history, question)] * len(conditions), model.pad_id)
     return traced_forward(model, rows, ids, valid, capture_attention=capture_attention,
                           logits_to_keep=logits_to_keep)
@@ -133,6 +141,58 @@ def batches(model: "Model", lengths: Sequence[int]) -> list[list[int]]:
     return list(groups.values())
 
 
+def answer(
+    model: "Model",
+    items: Sequence[tuple["History", Request]],
+    candidates: Sequence[Sequence[str]] | None = None,
+    max_new_tokens: int = 0,
+) -> list[Answer]:
+    """Score candidates after, and/or greedily answer, every (history, request) in one batch.
+
+    Each row runs its question's suffix once; the candidates are scored from
+    copies of that row's cache and the greedy answer continues from it, so
+    scoring costs only the candidate tokens. Rows may come from different
+    histories (shorter caches are padded with slots nobody reads).
+
+    Args:
+        items: (history, request) pairs, one row each.
+        candidates: per item, the strings to score (None: no scoring).
+        max_new_tokens: answer budget (0: no generation).
+    """
+    if candidates is None and max_new_tokens < 1:
+        raise ValueError("nothing to do: give candidates to score and/or max_new_tokens >= 1")
+    if max_new_tokens < 0:
+        raise ValueError("max_new_tokens must be at least 0")
+    if candidates is not None:
+        if len(candidates) != len(items):
+            raise ValueError(f"{len(candidates)} candidate lists for {len(items)} requests")
+        for cands in candidates:
+            if not cands or any(not c for c in cands):
+                raise ValueError("candidates must be a non-empty list of non-empty strings")
+    states = prepare_states(model, items)
+    suffixes = [suffix_ids(model, h, r.question) for h, r in items]
+    token_ids: dict[str, list[int]] = {}
+    cand_ids = None if candidates is None else [
+        [token_ids.setdefault(c, model.tokenizer(c, add_special_tokens=False)["input_ids"]) for c in cands]
+        for cands in candidates
+    ]
+    scores: list[CandidateScores | None] = [None] * len(items)
+    generations: list[Generation | None] = [None] * len(items)
+    for group in batches(model, [len(s) for s in suffixes]):
+        rows = fork_rows([states[i] for i in group])
+        ids, valid = pad_suffix_block([suffixes[i] for i in group], model.pad_id)
+        last = traced_forward(model, rows, ids, valid, logits_to_keep=1).logits[:, -1].float()
+        if cand_ids is not None:
+            sums = _candidate_logprobs(model, rows, last, [cand_ids[i] for i in group])
+            for r, i in enumerate(group):
+                scores[i] = CandidateScores(tuple(candidates[i]), tuple(sums[r]),
+                                            tuple(len(c) for c in cand_ids[i]), items[i][1].access.name)
+        if max_new_tokens:
+            for i, toks in zip(group, _greedy_from(model, rows, last, max_new_tokens)):
+                generations[i] = _generation(model, toks, items[i][1].access.name)
+    return [Answer(s, g) for s, g in zip(scores, generations)]
+
+
 def score_candidates(
     model: "Model",
     history: "History",
@@ -140,32 +200,8 @@ def score_candidates(
     candidates: Sequence[str],
 ) -> list[CandidateScores]:
     """Score every candidate after every request's question, in one batch."""
-    candidates = tuple(candidates)
-    if not candidates or any(not c for c in candidates):
-        raise ValueError("candidates must be a non-empty list of non-empty strings")
-    cand_ids = [model.tokenizer(c, add_special_tokens=False)["input_ids"] for c in candidates]
-    sequences, states, targets = [], [], []
-    for req, state in zip(requests, prepare_states(model, history, requests)):
-        q = suffix_ids(model, history, req.question)
-        for c in cand_ids:
-            sequences.append(q + c)
-            states.append(state)
-            targets.append(c)
-    sums = [0.0] * len(sequences)
-    for group in batches(model, [len(s) for s in sequences]):
-        rows = fork_rows([states[i] for i in group])
-        ids, valid = pad_suffix_block([sequences[i] for i in group], model.pad_id)
-        logprobs = torch.log_softmax(traced_forward(model, rows, ids, valid).logits.float(), dim=-1)
-        L = ids.shape[1]
-        for r, i in enumerate(group):
-            c = targets[i]
-            cols = torch.arange(L - len(c), L)
-            sums[i] = float(logprobs[r, cols - 1, torch.tensor(c)].sum())
-    k = len(cand_ids)
-    return [
-        CandidateScores(candidates, tuple(sums[j * k : (j + 1) * k]), tuple(len(c) for c in cand_ids), req.access.name)
-        for j, req in enumerate(requests)
-    ]
+    answers = answer(model, [(history, r) for r in requests], [tuple(candidates)] * len(requests))
+    return [a.scores for a in answers]
 
 
 def generate_greedy(
@@ -177,48 +213,82 @@ def generate_greedy(
     """Greedy decoding of every request in one batch; each row stops at EOS or the cap."""
     if max_new_tokens < 1:
         raise ValueError("max_new_tokens must be at least 1")
-    states = prepare_states(model, history, requests)
-    suffixes = [suffix_ids(model, history, r.question) for r in requests]
-    generated: list[list[int]] = [[] for _ in requests]
-    for group in batches(model, [len(s) for s in suffixes]):
-        tokens = _greedy(model, [states[i] for i in group], [suffixes[i] for i in group], max_new_tokens)
-        for i, toks in zip(group, tokens):
-            generated[i] = toks
-    results = []
-    for toks, req in zip(generated, requests):
-        stopped = bool(toks) and toks[-1] in model.eos_ids
-        text_ids = toks[:-1] if stopped else toks
-        results.append(
-            Generation(
-                text=model.tokenizer.decode(text_ids),
-                token_ids=tuple(toks),
-                stop_reason="eos" if stopped else "cap",
-                n_tokens=len(toks),
-                access=req.access.name,
-            )
-        )
-    return results
+    return [a.generation for a in answer(model, [(history, r) for r in requests], max_new_tokens=max_new_tokens)]
 
 
-def _greedy(model: "Model", states: list[RowState], suffixes: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-    """Greedy tokens of one batch of rows (stopping EOS included); finished rows leave the batch."""
-    rows = fork_rows(states)
-    ids, valid = pad_suffix_block(suffixes, model.pad_id)
-    generated: list[list[int]] = [[] for _ in states]
-    active = torch.arange(len(states))  # original index of each row still decoding
+def _candidate_logprobs(
+    model: "Model", rows: Rows, last: torch.Tensor, cands: list[list[list[int]]]
+) -> list[list[float]]:
+    """Summed log-probabilities of each row's candidates (token lists) after its question.
+
+    ``last`` Float[B, V] holds each row's logits after its question: they score
+    every candidate's first token. The remaining tokens of candidate j run as
+    one block appended to every row, which is then truncated back to the
+    question (rows without a candidate j get an all-padding block). Hybrid
+    models cannot roll recurrent states back: their candidates run on copies of
+    the rows, batched by candidate length.
+    """
+    first = torch.log_softmax(last, dim=-1)
+    sums = [[float(first[r, c[0]]) for c in row] for r, row in enumerate(cands)]
+    question_end = rows.length
+    for j in range(max(len(row) for row in cands)):
+        longer = [r for r, row in enumerate(cands) if j < len(row) and len(row[j]) > 1]
+        if rows.can_truncate:
+            # Append candidate j to every row in place, read it, then roll the rows back.
+            groups = [list(range(len(longer)))] if longer else []
+        else:
+            groups = batches(model, [len(cands[r][j]) for r in longer])
+        for sub in groups:
+            members = [longer[x] for x in sub]
+            seqs = [cands[r][j][:-1] if r in members else [] for r in range(len(cands))]
+            fork = rows
+            if not rows.can_truncate:  # recurrent states: score on copies of the member rows
+                fork, seqs = rows.take(torch.tensor(members)), [seqs[r] for r in members]
+            ids, valid = pad_suffix_block(seqs, model.pad_id)
+            logprobs = torch.log_softmax(traced_forward(model, fork, ids, valid).logits.float(), dim=-1)
+            L = ids.shape[1]
+            for r in members:
+                b = r if fork is rows else members.index(r)
+                c = cands[r][j]
+                cols = torch.arange(L - len(c) + 1, L)  # column of c[t] predicts c[t + 1]
+                sums[r][j] += float(logprobs[b, cols, torch.tensor(c[1:])].sum())
+            if fork is rows:
+                rows.truncate(question_end)
+    return sums
+
+
+def _generation(model: "Model", toks: list[int], access: str) -> Generation:
+    stopped = bool(toks) and toks[-1] in model.eos_ids
+    return Generation(
+        text=model.tokenizer.decode(toks[:-1] if stopped else toks),
+        token_ids=tuple(toks),
+        stop_reason="eos" if stopped else "cap",
+        n_tokens=len(toks),
+        access=access,
+    )
+
+
+def _greedy_from(model: "Model", rows: Rows, last: torch.Tensor, max_new_tokens: int) -> list[list[int]]:
+    """Greedy tokens of a batch whose question already ran (``last``: its logits Float[B, V]).
+
+    Stopping EOS included; finished rows leave the batch. ``rows`` is consumed.
+    """
+    B = last.shape[0]
+    generated: list[list[int]] = [[] for _ in range(B)]
+    active = torch.arange(B)  # original index of each row still decoding
     eos = torch.tensor(sorted(model.eos_ids), dtype=torch.long)
-    step_ids, step_valid = ids, valid
-    for _ in range(max_new_tokens):
-        out = traced_forward(model, rows, step_ids, step_valid, logits_to_keep=1)
-        nxt = out.logits[:, -1].argmax(dim=-1)
+    nxt = last.argmax(dim=-1)
+    for step in range(max_new_tokens):
         for b, i in enumerate(active.tolist()):
             generated[i].append(int(nxt[b]))
         going = ~torch.isin(nxt, eos)
-        if not bool(going.any()):
+        if step == max_new_tokens - 1 or not bool(going.any()):
             break
         if not bool(going.all()):
             keep = torch.nonzero(going).flatten()
             rows.select(keep)
             active, nxt = active[keep], nxt[keep]
-        step_ids, step_valid = nxt[:, None], torch.ones(len(active), 1, dtype=torch.bool)
+        out = traced_forward(model, rows, nxt[:, None], torch.ones(len(active), 1, dtype=torch.bool),
+                             logits_to_keep=1)
+        nxt = out.logits[:, -1].argmax(dim=-1)
     return generated

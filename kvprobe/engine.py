@@ -22,6 +22,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import LinearAttentionLayer
 
 from .masks import layer_type_masks
+from .slots import SlotLayer
 
 if TYPE_CHECKING:
     from .arch import ArchSummary
@@ -121,23 +122,46 @@ class Rows:
         masked = torch.where(self.key_valid, self.key_pos, torch.full_like(self.key_pos, -1))
         return masked.max(dim=1).values + 1
 
+    def take(self, indices: torch.Tensor) -> "Rows":
+        """A new batch of the rows ``indices`` (Long[B'], repeats allowed), each with its own cache copy."""
+        cache = DynamicCache()
+        cache.layers = [_take_layer(layer, indices) for layer in self.cache.layers]
+        tables = []
+        for table in (self.hidden, self.bias):
+            picked: dict[int, torch.Tensor] = {}  # layers sharing one tensor keep sharing it
+            tables.append({layer: picked.setdefault(id(t), t[indices]) for layer, t in table.items()})
+        return Rows(cache, self.key_pos[indices], self.key_valid[indices], tables[0], tables[1])
+
+    @property
+    def length(self) -> int:
+        """Number of key slots (the same for every row)."""
+        return int(self.key_pos.shape[1])
+
+    @property
+    def can_truncate(self) -> bool:
+        """Whether :meth:`truncate` works (recurrent states cannot be rolled back)."""
+        return all(isinstance(layer, SlotLayer) for layer in self.cache.layers)
+
+    def truncate(self, length: int) -> None:
+        """Forget every slot from ``length`` on (undo forwards run since the batch had ``length`` slots).
+
+        Attention-only batches; recurrent layers keep no history to roll back to.
+        """
+        if not self.can_truncate:
+            raise ValueError("a batch with recurrent layers cannot be truncated; take a copy of its rows instead")
+        for layer in self.cache.layers:
+            layer.truncate(length)
+        self.key_pos, self.key_valid = self.key_pos[:, :length], self.key_valid[:, :length]
+        for table in (self.hidden, self.bias):
+            cut: dict[int, torch.Tensor] = {}
+            for layer, t in table.items():
+                table[layer] = cut.setdefault(id(t), t[:, :length])
+
     def select(self, keep: torch.Tensor) -> None:
         """Keep only the rows ``keep`` (Long[B']) of the batch, in that order (e.g. drop finished rows)."""
-        for layer in self.cache.layers:
-            if isinstance(layer, LinearAttentionLayer):
-                for states in (layer.conv_states, layer.recurrent_states):
-                    for i, t in states.items():
-                        if t is not None:
-                            states[i] = t[keep]
-            elif getattr(layer, "keys", None) is not None:
-                layer.keys, layer.values = layer.keys[keep], layer.values[keep]
-        self.key_pos, self.key_valid = self.key_pos[keep], self.key_valid[keep]
-        for table in (self.hidden, self.bias):
-            picked: dict[int, torch.Tensor] = {}
-            for layer, t in table.items():
-                if id(t) not in picked:
-                    picked[id(t)] = t[keep]
-                table[layer] = picked[id(t)]
+        taken = self.take(keep)
+        self.cache, self.key_pos, self.key_valid = taken.cache, taken.key_pos, taken.key_valid
+        self.hidden, self.bias = taken.hidden, taken.bias
 
     def append_slots(
         self, query_pos: torch.Tensor, query_valid: torch.Tensor, new_hidden: torch.Tensor | None = None
@@ -175,25 +199,17 @@ def fork_rows(states: list[RowState]) -> Rows:
     token ever reads.
     """
     n, S = len(states), max(s.length for s in states)
-    n_layers = len(states[0].kv)
-    data = []
-    for layer in range(n_layers):
-        if states[0].kv[layer][0] is None:  # recurrent layer: no K/V
-            data.append((None, None))
-            continue
-        ks, vs = [], []
-        for s in states:
-            k, v = s.kv[layer]
-            pad = S - k.shape[2]
-            ks.append(torch.nn.functional.pad(k, (0, 0, 0, pad)) if pad else k)
-            vs.append(torch.nn.functional.pad(v, (0, 0, 0, pad)) if pad else v)
-        data.append((torch.cat(ks), torch.cat(vs)))
+    cache = DynamicCache()
+    cache.layers = [
+        LinearAttentionLayer() if states[0].kv[layer][0] is None  # recurrent layer: replaced below
+        else SlotLayer([s.kv[layer][0] for s in states], [s.kv[layer][1] for s in states])
+        for layer in range(len(states[0].kv))
+    ]
     key_pos = torch.zeros(n, S, dtype=torch.long)
     key_valid = torch.zeros(n, S, dtype=torch.bool)
     for i, s in enumerate(states):
         key_pos[i, : s.length] = s.key_pos
         key_valid[i, : s.length] = s.key_valid
-    cache = DynamicCache(ddp_cache_data=data)
     for layer in states[0].recurrent:
         cache.layers[layer] = _recurrent_layer([s.recurrent[layer] for s in states])
     return Rows(
@@ -203,6 +219,18 @@ def fork_rows(states: list[RowState]) -> Rows:
         hidden=_stack_per_layer([s.hidden for s in states], n, S, torch.bool),
         bias=_stack_per_layer([s.bias for s in states], n, S, torch.float32),
     )
+
+
+def _take_layer(layer, indices: torch.Tensor):
+    """A copy of one cache layer holding the rows ``indices``."""
+    if isinstance(layer, SlotLayer):
+        return layer.take(indices)
+    if isinstance(layer, LinearAttentionLayer):
+        if layer.conv_states.get(0) is None:  # nothing read yet
+            return LinearAttentionLayer()
+        conv, rec = layer.conv_states[0], layer.recurrent_states[0]
+        return _recurrent_layer([(conv[i : i + 1], rec[i : i + 1]) for i in indices.tolist()])
+    raise TypeError(f"unexpected cache layer {type(layer).__name__}")
 
 
 def _recurrent_layer(per_row: list[tuple[torch.Tensor | None, torch.Tensor | None]]) -> LinearAttentionLayer:
@@ -355,7 +383,8 @@ def extend_state(
             new_hidden=None if hidden is None else hidden[P + lo : P + hi][None],
             logits_to_keep=1,
         )
-    kv = [(None, None) if layer in prefix.recurrent else (cache_layer.keys, cache_layer.values)
+    # Compact copies: a history keeps no spare capacity of the batch's buffers.
+    kv = [(None, None) if layer in prefix.recurrent else (cache_layer.keys.clone(), cache_layer.values.clone())
           for layer, cache_layer in enumerate(rows.cache.layers)]
     return RowState(
         kv=kv,

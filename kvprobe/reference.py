@@ -1,6 +1,7 @@
 """Independent reference computations: plain transformers forwards, no cache, no nnsight.
 
 Used by ``kvprobe verify`` and the tests to check the traced, cached path.
+They run transformers' own eager attention (see :func:`transformers_eager`).
 Each function runs the *whole* token sequence (history + suffix [+ generated])
 through ``model.hf`` in one call, with an explicit 4-D additive mask per layer
 type in which rows after the history cannot see the hidden history columns.
@@ -10,7 +11,8 @@ references cover conditions that mask all attention layers.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import torch
 
@@ -19,6 +21,27 @@ from .masks import layer_type_masks
 
 if TYPE_CHECKING:
     from .model import Model
+
+
+@contextmanager
+def transformers_eager(model: "Model") -> Iterator[None]:
+    """Run ``model.hf`` under transformers' own eager attention inside the block.
+
+    kvprobe's default attention (``kvprobe.attention``) is an exact regrouping of
+    eager; references switch back so every check compares the two implementations.
+    Models loaded with another implementation (``sdpa``...) keep it.
+    """
+    from .attention import GROUPED_EAGER
+
+    impl = model.hf.config._attn_implementation
+    if impl != GROUPED_EAGER:
+        yield
+        return
+    model.hf.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        model.hf.set_attn_implementation(impl)
 
 
 def uncached_mask(
@@ -72,7 +95,7 @@ def reference_logits(
     kwargs = {}
     if explicit_mask or (hidden is not None and bool(hidden.any())):
         kwargs["attention_mask"] = uncached_mask(model, N, T, hidden, hidden_from)
-    with torch.inference_mode():
+    with torch.inference_mode(), transformers_eager(model):
         logits = model.hf(input_ids=ids, use_cache=False, **kwargs).logits
     return logits[0, T:]
 
@@ -87,7 +110,7 @@ def reference_hidden_kv(
     T = int(history_ids.shape[0])
     # An empty cache that keeps every row (transformers' own would trim sliding layers).
     cache = fork_rows([model.empty_state()]).cache
-    with torch.inference_mode():
+    with torch.inference_mode(), transformers_eager(model):
         model.hf(input_ids=history_ids[None], attention_mask=uncached_mask(model, T, T, hidden, start),
                  position_ids=torch.arange(T)[None], past_key_values=cache, use_cache=True)
     return [(layer.keys, layer.values) if i in model.arch.attention_layers else (None, None)

@@ -27,6 +27,8 @@ import itertools
 
 import torch
 
+from .attention import GROUPED_EAGER
+
 __all__ = ["TINY_MODELS", "TINY_SEED", "build_tiny", "tiny_tokenizer", "tiny_config"]
 
 TINY_MODELS: tuple[str, ...] = ("tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-qwen3.5")
@@ -216,7 +218,7 @@ def tiny_config(name: str, tokenizer=None):
     )
 
 
-def build_tiny(name: str, *, dtype: torch.dtype = torch.float32, attn_implementation: str = "eager"):
+def build_tiny(name: str, *, dtype: torch.dtype = torch.float32, attn_implementation: str = GROUPED_EAGER):
     """Build tiny model ``name`` -> ``(model, tokenizer)``; deterministic, eval mode, no grads."""
     if name not in TINY_MODELS:
         raise ValueError(f"unknown tiny model {name!r}; choose one of {', '.join(TINY_MODELS)}")

@@ -28,7 +28,7 @@ from .access import Access, Full, Mask, matched_control
 from .decoding import question_logits, suffix_ids
 from .engine import fork_rows, pad_suffix_block, traced_forward
 from .prompts import Prompt
-from .reference import explicit_cached_mask, reference_logits
+from .reference import explicit_cached_mask, reference_logits, transformers_eager
 
 if TYPE_CHECKING:
     from .history import History
@@ -133,7 +133,7 @@ def _cached_explicit_logits(model: "Model", history: "History", q_ids: list[int]
     """Suffix logits from a plain transformers forward on a cache copy with an explicit 4-D mask."""
     T, L = len(history), len(q_ids)
     cache = fork_rows([history.base_state()]).cache  # a plain copy of the history cache
-    with torch.inference_mode():
+    with torch.inference_mode(), transformers_eager(model):
         return model.hf(
             input_ids=torch.tensor([q_ids]),
             attention_mask=explicit_cached_mask(model, T, T, L, hidden),

@@ -5,7 +5,10 @@ A *study* is an object with
 * ``name``: a short identifier;
 * ``config() -> dict``: every parameter that decides the rows (seed, sizes, budgets...);
 * ``cases() -> list``: the cases, each with a unique ``case_id``;
-* ``run_case(model, case) -> list[dict]``: the rows of one case.
+* ``cases_per_batch``: how many consecutive cases run together (larger batches
+  use the CPU better); part of the config, since batch composition can move
+  results by float rounding;
+* ``run_cases(model, cases) -> list[list[dict]]``: the rows of each case of one batch.
 
 ``run_study`` writes into ``out_dir``:
 
@@ -15,8 +18,10 @@ A *study* is an object with
 * ``results.jsonl``: one row per line, keys sorted, written case by case and
   flushed to disk after each case. On a rerun, cases already complete are
   skipped; a line cut off by a kill is dropped and its case redone. A crash loses
-  at most the case in flight. Rows carry no timings, so the same config on the
-  same machine reproduces the file byte for byte.
+  at most the batch in flight. Batches are a fixed partition of the case list
+  (a batch with any case missing reruns whole, writing only the missing cases),
+  and rows carry no timings, so the same config on the same machine reproduces
+  the file byte for byte, resumed or not.
 
 Timing and throughput go to the returned ``RunInfo`` (and the study's summary).
 """
@@ -43,9 +48,11 @@ class Study(Protocol):
 
     def config(self) -> dict[str, Any]: ...
 
+    cases_per_batch: int
+
     def cases(self) -> list[Any]: ...
 
-    def run_case(self, model: kvprobe.Model, case: Any) -> list[dict[str, Any]]: ...
+    def run_cases(self, model: kvprobe.Model, cases: list[Any]) -> list[list[dict[str, Any]]]: ...
 
 
 class ConfigMismatchError(ValueError):
@@ -111,7 +118,7 @@ def read_rows(out_dir: Path | str) -> Iterable[dict[str, Any]]:
 
 
 def run_study(study: Study, model: kvprobe.Model, out_dir: Path | str, progress: bool = True) -> RunInfo:
-    """Run every case not yet in ``out_dir/results.jsonl``, appending its rows case by case."""
+    """Run every case not yet in ``out_dir/results.jsonl``, appending its rows case by case after each batch."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = full_config(study, model)
@@ -133,6 +140,8 @@ def run_study(study: Study, model: kvprobe.Model, out_dir: Path | str, progress:
     results = out / RESULTS
     done = completed_cases(results)
     todo = [c for c in cases if c.case_id not in done]
+    size = max(1, int(study.cases_per_batch))
+    batches = [cases[i : i + size] for i in range(0, len(cases), size)]
     bar = None
     if progress:
         from tqdm import tqdm
@@ -141,15 +150,18 @@ def run_study(study: Study, model: kvprobe.Model, out_dir: Path | str, progress:
                    unit="case")
     start, written = time.perf_counter(), 0
     with open(results, "a") as f:
-        for case in todo:
-            rows = study.run_case(model, case)
-            text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-            written += len(rows)
-            if bar is not None:
-                bar.update(1)
+        for batch in batches:
+            if all(c.case_id in done for c in batch):
+                continue
+            for case, rows in zip(batch, study.run_cases(model, batch)):
+                if case.case_id in done:
+                    continue
+                f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+                f.flush()
+                os.fsync(f.fileno())
+                written += len(rows)
+                if bar is not None:
+                    bar.update(1)
     if bar is not None:
         bar.close()
     return RunInfo(len(cases), len(cases) - len(todo), len(todo), written, time.perf_counter() - start)
