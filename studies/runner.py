@@ -23,7 +23,8 @@ A *study* is an object with
   and rows carry no timings, so the same config on the same machine reproduces
   the file byte for byte, resumed or not.
 
-Timing and throughput go to the returned ``RunInfo`` (and the study's summary).
+Timing goes to the returned ``RunInfo`` and to ``timing.json`` (one entry per
+invocation that ran cases, with the machine), which reports read.
 """
 
 from __future__ import annotations
@@ -36,11 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Protocol
 
+import torch
+
 import kvprobe
 from kvprobe.files import atomic_write_text
 
 RESULTS = "results.jsonl"
 CONFIG = "config.json"
+TIMING = "timing.json"
 
 
 class Study(Protocol):
@@ -164,4 +168,32 @@ def run_study(study: Study, model: kvprobe.Model, out_dir: Path | str, progress:
                     bar.update(1)
     if bar is not None:
         bar.close()
-    return RunInfo(len(cases), len(cases) - len(todo), len(todo), written, time.perf_counter() - start)
+    info = RunInfo(len(cases), len(cases) - len(todo), len(todo), written, time.perf_counter() - start)
+    if info.cases_run:
+        _record_timing(out, info, size)
+    return info
+
+
+def _record_timing(out: Path, info: RunInfo, cases_per_batch: int) -> None:
+    path = out / TIMING
+    runs = json.loads(path.read_text())["invocations"] if path.exists() else []
+    runs.append({"seconds": round(info.seconds, 1), "cases_run": info.cases_run, "rows_written": info.rows_written,
+                 "cases_per_batch": cases_per_batch, "threads": torch.get_num_threads(),
+                 "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+                 "platform": platform.platform()})
+    atomic_write_text(path, json.dumps({"invocations": runs}, indent=2) + "\n")
+
+
+def read_timing(out_dir: Path | str) -> dict[str, Any] | None:
+    """Totals over the invocations in ``timing.json`` (None if there is none)."""
+    path = Path(out_dir) / TIMING
+    if not path.exists():
+        return None
+    runs = json.loads(path.read_text())["invocations"]
+    seconds = sum(r["seconds"] for r in runs)
+    cases = sum(r["cases_run"] for r in runs)
+    rows = sum(r["rows_written"] for r in runs)
+    return {"seconds": seconds, "cases_run": cases, "rows_written": rows, "invocations": len(runs),
+            "seconds_per_case": seconds / cases if cases else None, "rows_per_second": rows / seconds if seconds else None,
+            "machine": {k: runs[-1][k] for k in ("threads", "cpus", "processor", "platform")},
+            "cases_per_batch": runs[-1]["cases_per_batch"]}

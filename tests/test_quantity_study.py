@@ -33,6 +33,10 @@ def test_rows_cover_the_grid_and_resume_reproduces_bytes(llama, tmp_path):
         assert s1 - s0 == c1 - c0 and (c0 >= s1 or c1 <= s0)
 
     # Kill simulation: keep the first case and half a line of the second, then resume.
+    # Batches of 3 cases: the first batch reruns whole and writes only its missing cases.
+    study = QuantityStudy(**STUDY, cases_per_batch=3)
+    first = tmp_path / "a3"
+    run_study(study, llama, first, progress=False)
     second = tmp_path / "b"
     run_study(study, llama, second, progress=False)
     lines = (second / "results.jsonl").read_text().splitlines(keepends=True)
@@ -44,6 +48,18 @@ def test_rows_cover_the_grid_and_resume_reproduces_bytes(llama, tmp_path):
     assert (second / "results.jsonl").read_bytes() == (first / "results.jsonl").read_bytes()
     again = run_study(study, llama, second, progress=False)
     assert again.cases_run == 0
+
+
+def test_batch_composition_moves_numbers_only_by_rounding(llama, tmp_path):
+    one = QuantityStudy(**STUDY, operations=False, cases_per_batch=1)
+    four = QuantityStudy(**STUDY, operations=False, cases_per_batch=4)
+    a = one.run_cases(llama, one.cases())
+    b = four.run_cases(llama, four.cases())
+    for rows_a, rows_b in zip(a, b):
+        for ra, rb in zip(rows_a, rows_b):
+            assert (ra["case_id"], ra["condition"], ra["query"]) == (rb["case_id"], rb["condition"], rb["query"])
+            assert ra["output"] == rb["output"]
+            assert ra["margin"] == pytest.approx(rb["margin"], abs=1e-4)
 
 
 def test_a_different_config_is_refused(llama, tmp_path):

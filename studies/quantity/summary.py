@@ -146,8 +146,13 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
              "intervals. complete = strict JSON, equivalent units, EOS; lenient = first complete quantity "
              "anywhere in the answer, EOS. Net = (corrections - reversals) / groups.", ""]
     if timing:
-        lines += [f"Run time {timing['seconds']:.0f} s for {timing['cases_run']} cases "
-                  f"({timing['rows_written']} rows).", ""]
+        m = timing["machine"]
+        lines += [f"Run time {timing['seconds']:.0f} s ({timing['seconds'] / 60:.1f} min) for "
+                  f"{timing['cases_run']} cases and {timing['rows_written']} rows (each row: one greedy answer "
+                  f"and two candidate scores): {timing['seconds_per_case']:.2f} s per case, "
+                  f"{timing['rows_per_second']:.2f} rows/s; {timing['cases_per_batch']} cases per batch, "
+                  f"{config.get('model', {}).get('attn_implementation', '?')} attention, {m['threads']} threads "
+                  f"on {m['cpus']} CPUs ({m['processor']}), {timing['invocations']} invocation(s).", ""]
     warn = summary.get("warning_signal", {})
     if warn:
         lines += ["## Warning signal: D_c = drop of log p(current) under the source mask vs its control", "",
@@ -180,11 +185,17 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     return "\n".join(lines)
 
 
-def write_summary(out_dir: Path | str, timing: dict[str, Any] | None = None, seed: int = 0) -> dict[str, Any]:
-    """Write ``summary.json``, ``report.md`` and ``figure.png`` next to ``results.jsonl``."""
+def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
+    """Write ``summary.json``, ``report.md`` and ``figure.png`` next to ``results.jsonl``.
+
+    Run time comes from the runner's ``timing.json`` when present.
+    """
+    from studies.runner import read_timing
+
     out = Path(out_dir)
     summary = summarize(out, seed=seed)
     config = json.loads((out / "config.json").read_text())
+    timing = read_timing(out)
     if timing:
         summary["timing"] = timing
     report = format_report(summary, config, timing) + "\n![complete answers and margin change](figure.png)\n"

@@ -1,0 +1,162 @@
+"""The fast paths against the plain ones: grouped attention vs transformers' eager,
+preallocated cache slots vs concatenation, and one batch over several histories
+vs each history alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+import kvprobe
+from kvprobe import Full, Mask, matched_control
+from kvprobe.attention import GROUPED_EAGER, grouped_eager_attention
+from kvprobe.decoding import Request, answer, suffix_ids
+from kvprobe.engine import fork_rows, pad_suffix_block, traced_forward
+from kvprobe.reference import reference_score, transformers_eager
+from kvprobe.slots import SPARE_SLOTS, SlotLayer
+from kvprobe.tiny import TINY_MODELS
+from transformers.models.llama.modeling_llama import eager_attention_forward
+
+from conftest import QUESTIONS, SEGMENTS, make_history
+
+TOL = 1e-5  # fp32: grouping the heads only reorders float additions
+CANDIDATES = ['{"answer": "Room 18"}', '{"answer": "Room 12"}']
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+def test_grouped_attention_equals_transformers_eager(name):
+    """Masked logits of a whole forward: same weights, the two attention implementations."""
+    model = kvprobe.load_model(name)
+    assert model.hf.config._attn_implementation == GROUPED_EAGER  # kvprobe's default
+    h = make_history(model)
+    q = suffix_ids(model, h, QUESTIONS[0])
+    ids = torch.tensor([h.input_ids.tolist() + q])
+    from kvprobe.reference import uncached_mask
+
+    hidden = torch.zeros(len(h), dtype=torch.bool)
+    hidden[h.span("A").start : h.span("A").end] = True
+    mask = uncached_mask(model, ids.shape[1], len(h), hidden)
+    with torch.inference_mode():
+        grouped = model.hf(input_ids=ids, attention_mask=mask, use_cache=False).logits
+        with transformers_eager(model):
+            assert model.hf.config._attn_implementation == "eager"
+            eager = model.hf(input_ids=ids, attention_mask=mask, use_cache=False).logits
+    assert model.hf.config._attn_implementation == GROUPED_EAGER  # restored
+    assert (grouped - eager).abs().max().item() <= TOL
+    assert (grouped - eager).abs().max().item() < (grouped[0, -1] - grouped[0, -2]).abs().max().item()
+
+
+def test_grouped_attention_function_matches_eager_with_softcap_and_head_masks(llama):
+    """The function itself, on random inputs: probabilities, outputs, softcap, a per-head mask."""
+    torch.manual_seed(0)
+    module = llama.hf.model.layers[0].self_attn
+    B, H, KVH, Q, S, D = 2, module.config.num_attention_heads, module.config.num_key_value_heads, 3, 7, 16
+    module.num_key_value_groups = H // KVH
+    q, k, v = torch.randn(B, H, Q, D), torch.randn(B, KVH, S, D), torch.randn(B, KVH, S, D)
+    for mask in (torch.randn(B, 1, Q, S), torch.randn(B, H, Q, S)):
+        out, probs = grouped_eager_attention(module, q, k, v, mask, scaling=0.25)
+        ref_out, ref_probs = eager_attention_forward(module, q, k, v, mask, scaling=0.25)
+        assert torch.allclose(out, ref_out, atol=TOL) and torch.allclose(probs, ref_probs, atol=TOL)
+    from transformers.models.gemma3.modeling_gemma3 import eager_attention_forward as gemma_eager
+
+    out, probs = grouped_eager_attention(module, q, k, v, None, scaling=0.25, softcap=2.0)
+    ref_out, ref_probs = gemma_eager(module, q, k, v, None, scaling=0.25, softcap=2.0)
+    assert torch.allclose(out, ref_out, atol=TOL) and torch.allclose(probs, ref_probs, atol=TOL)
+    with pytest.raises(NotImplementedError, match="attention sinks"):
+        grouped_eager_attention(module, q, k, v, None, scaling=0.25, s_aux=torch.zeros(H))
+
+
+def test_slot_cache_equals_concatenating_cache_beyond_its_capacity(llama):
+    """Writing into preallocated slots (growing past the spare capacity) computes what torch.cat does."""
+    h = make_history(llama)
+    state = h.base_state()
+    rows = fork_rows([state])
+    plain = DynamicCache(ddp_cache_data=[(k.clone(), v.clone()) for k, v in state.kv])
+    n = SPARE_SLOTS + 40  # forces the buffers to grow
+    ids = torch.randint(5, 900, (1, n))
+    got = []
+    with torch.inference_mode():
+        for t in range(0, n, 17):  # uneven blocks
+            block = ids[:, t : t + 17]
+            got.append(traced_forward(llama, rows, block).logits)
+        ref = llama.hf(input_ids=ids, position_ids=torch.arange(len(h), len(h) + n)[None],
+                       past_key_values=plain, use_cache=True).logits
+    assert torch.allclose(torch.cat(got, dim=1), ref, atol=TOL)
+    layer = rows.cache.layers[0]
+    assert isinstance(layer, SlotLayer) and layer.keys.shape[2] == len(h) + n
+    assert torch.equal(layer.keys, plain.layers[0].keys)
+
+
+def test_truncate_rolls_back_and_take_copies(llama):
+    h = make_history(llama)
+    rows = fork_rows([h.base_state(), h.base_state()])
+    q = torch.tensor([suffix_ids(llama, h, QUESTIONS[0])] * 2)
+    first = traced_forward(llama, rows, q).logits
+    copy = rows.take(torch.tensor([1, 1, 0]))
+    end = rows.length
+    traced_forward(llama, rows, torch.randint(5, 900, (2, 9)))
+    rows.truncate(end)
+    assert rows.length == end and rows.cache.layers[0].keys.shape[2] == end
+    step = torch.tensor([[42], [42]])
+    again = traced_forward(llama, rows, step).logits
+    from_copy = traced_forward(llama, copy, torch.tensor([[42], [42], [42]])).logits
+    assert torch.allclose(again, from_copy[[2, 0]], atol=TOL)  # the copy was not touched by the rollback
+    assert first.shape[0] == 2
+    with pytest.raises(ValueError, match="truncate"):
+        rows.cache.layers[0].truncate(rows.length + 5)
+
+
+def test_one_batch_over_several_histories_equals_each_alone(llama):
+    """Rows of different histories (different lengths, padded caches) in one batch."""
+    short = make_history(llama)
+    long = llama.prefill(kvprobe.Prompt(SEGMENTS + [("extra", "The archive room is locked on Sundays.")],
+                                        system="Answer from the records."))
+    assert len(long) > len(short)
+    items, cands = [], []
+    for h in (long, short):
+        source = Mask(h.span("A"), name="source")
+        for cond in (Full(), source, matched_control(h, source, "note")):
+            for question in QUESTIONS:
+                items.append((h, Request(question, cond)))
+                cands.append(CANDIDATES)
+    together = answer(llama, items, cands, max_new_tokens=8)
+    for (h, req), got in zip(items, together):
+        alone = answer(llama, [(h, req)], [CANDIDATES], max_new_tokens=8)[0]
+        assert got.generation.token_ids == alone.generation.token_ids
+        assert got.scores.logprobs == pytest.approx(alone.scores.logprobs, abs=1e-4)
+        q = suffix_ids(llama, h, req.question)
+        c = llama.tokenizer(CANDIDATES[1], add_special_tokens=False)["input_ids"]
+        ref = reference_score(llama, h.input_ids.tolist(), q, c, req.access.hidden_positions(len(h)))
+        assert got.scores[1] == pytest.approx(ref, abs=1e-4)
+    assert short.check_digest() and long.check_digest()
+
+
+def test_hybrid_candidates_are_scored_on_copies(hybrid):
+    """Recurrent states cannot roll back: candidates of different lengths run on copies."""
+    h = make_history(hybrid)
+    cands = ['{"answer": "Room 18"}', "12"]
+    scores = hybrid.score(h, QUESTIONS[0], cands, access={"full": Full(), "mask": Mask(h.span("A"))})
+    q = suffix_ids(hybrid, h, QUESTIONS[0])
+    hidden = {"full": None, "mask": Mask(h.span("A")).hidden_positions(len(h))}
+    for name in ("full", "mask"):
+        for i, cand in enumerate(cands):
+            c = hybrid.tokenizer(cand, add_special_tokens=False)["input_ids"]
+            ref = reference_score(hybrid, h.input_ids.tolist(), q, c, hidden[name])
+            # 1e-3: transformers' chunked vs recurrent Gated DeltaNet kernels differ (see test_hybrid.py)
+            assert scores[name][i] == pytest.approx(ref, abs=1e-3)
+    assert abs(scores["mask"][0] - scores["full"][0]) > 1e-2
+    assert h.check_digest()
+
+
+def test_answer_refuses_bad_requests(llama):
+    h = make_history(llama)
+    item = [(h, Request(QUESTIONS[0], Full()))]
+    with pytest.raises(ValueError, match="nothing to do"):
+        answer(llama, item)
+    with pytest.raises(ValueError, match="candidate lists"):
+        answer(llama, item, [CANDIDATES, CANDIDATES])
+    with pytest.raises(ValueError, match="non-empty"):
+        answer(llama, item, [["", "x"]])
+    ids, valid = pad_suffix_block([[1, 2], []], llama.pad_id)
+    assert valid.sum() == 2
