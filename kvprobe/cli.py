@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Sequence
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -123,6 +124,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from studies.quantity.summary import write_summary
+    from studies.quantity.threshold import format_thresholds, write_thresholds
+
+    for run_dir in args.runs:
+        if not (Path(run_dir) / "results.jsonl").is_file():
+            raise FileNotFoundError(f"{run_dir}: no results.jsonl (not a `kvprobe run` output directory)")
+    if len(args.runs) == 1:
+        write_summary(args.runs[0], seed=args.seed)
+        if not args.quiet:
+            print(f"rewrote summary.json, report.md and figure.png in {args.runs[0]}/")
+        return 0
+    if not args.out:
+        raise ValueError("several runs: give --out DIR for the held-out-model thresholds")
+    rows = write_thresholds(args.runs, args.out)
+    if not args.quiet:
+        print(format_thresholds(rows))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvprobe",
@@ -188,6 +209,18 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Names accepted by --conditions and interventions.parse_condition: "
                        "NAME:SEGMENTS, online-mask:OLD>NEW, bias:SEG=VALUE, mask:SEG@LAYERS.")
     p.set_defaults(func=cmd_conditions)
+
+    p = sub.add_parser("report", help="rewrite a run's report, or compare runs of several models",
+                       description="With one run directory: recompute summary.json, report.md and figure.png "
+                       "from its results.jsonl. With several (one model each): fit the warning threshold tau on "
+                       "all models but one and test it on that one, for each model in turn; writes "
+                       "thresholds.json and thresholds.md under --out.")
+    p.add_argument("study", choices=["quantity"], help="which study")
+    p.add_argument("runs", nargs="+", help="output directories of `kvprobe run`")
+    p.add_argument("--out", default=None, help="where to write thresholds.{json,md} (several runs)")
+    p.add_argument("--seed", type=int, default=20260916, help="bootstrap seed (default 20260916)")
+    p.add_argument("--quiet", action="store_true", help="print nothing on success")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("bench", help="benchmarks (writes JSON and markdown under artifacts/bench)",
                        description="`kvprobe bench core`: nnsight masked decode step vs plain forward with the "
