@@ -8,7 +8,11 @@ than absolute times):
    batch 1, interleaved step by step, medians;
 2. sequences per second when the conditions of one history decode as one
    batch vs one at a time;
-3. peak resident memory against weight bytes + KV bytes.
+3. the fast paths: a decode step of a study-sized batch (15 and 60 rows, the
+   five conditions of one and of four histories' worth of rows) under
+   transformers' eager attention with its concatenating cache vs kvprobe's
+   grouped attention with preallocated slots, interleaved, medians;
+4. peak resident memory against weight bytes + KV bytes.
 
 Writes ``<out>/core.json`` and ``<out>/core.md``.
 """
@@ -31,7 +35,7 @@ from .decoding import suffix_ids
 from .files import atomic_write_text
 from .engine import fork_rows, pad_suffix_block, traced_forward
 from .model import Model
-from .reference import explicit_cached_mask
+from .reference import explicit_cached_mask, transformers_eager
 
 
 def _history(model: Model):
@@ -104,11 +108,48 @@ def bench_batching(model: Model, history, n_questions: int, max_new_tokens: int 
             "speedup": t_single / t_batched, "goal_speedup_at_least": 3.0, "identical_outputs": same}
 
 
+def bench_fast_paths(model: Model, history, rows_per_batch: int, steps: int = 20) -> dict[str, Any]:
+    """Median decode step: transformers eager + concatenating cache vs grouped attention + slot cache."""
+    source = Mask(history.span("A"), name="source")
+    conds = [Full(), source, matched_control(history, source, "note"), Mask(history.span("A", "159"))]
+    conds.append(matched_control(history, conds[-1], "note"))
+    states = [c.prepare(model, history) for c in conds]
+    states = [states[i % len(states)] for i in range(rows_per_batch)]
+    q = suffix_ids(model, history, QUESTIONS[0])
+    ids, valid = pad_suffix_block([q] * rows_per_batch, model.pad_id)
+    token = torch.full((rows_per_batch, 1), q[-1])
+
+    def start(plain: bool):
+        rows = fork_rows(states)
+        if plain:  # the layout transformers' DynamicCache grows by torch.cat
+            rows.cache = DynamicCache(ddp_cache_data=[(layer.keys.contiguous(), layer.values.contiguous())
+                                                      for layer in rows.cache.layers])
+        return rows
+
+    plain_rows, fast_rows = start(True), start(False)
+    with transformers_eager(model):
+        traced_forward(model, plain_rows, ids, valid, logits_to_keep=1)
+    traced_forward(model, fast_rows, ids, valid, logits_to_keep=1)
+    plain, fast = [], []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        with transformers_eager(model):
+            traced_forward(model, plain_rows, token, logits_to_keep=1)
+        plain.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        traced_forward(model, fast_rows, token, logits_to_keep=1)
+        fast.append(time.perf_counter() - t0)
+    p_med, f_med = statistics.median(plain), statistics.median(fast)
+    return {"rows": rows_per_batch, "steps": steps, "history_tokens": len(history),
+            "eager_concat_ms": 1e3 * p_med, "grouped_slots_ms": 1e3 * f_med, "speedup": p_med / f_med}
+
+
 def run_core_bench(model: Model, out_dir: Path, steps: int = 40) -> dict[str, Any]:
     """Run both benchmarks and write ``core.json`` and ``core.md`` under ``out_dir``."""
     history = _history(model)
     decode = bench_decode_step(model, history, steps=steps)
     batching = [bench_batching(model, history, n) for n in (1, 3)]
+    fast = [bench_fast_paths(model, history, n) for n in (15, 60)]
     weight_bytes = sum(p.numel() * p.element_size() for p in model.hf.parameters())
     kv_bytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in history.kv)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -119,6 +160,7 @@ def run_core_bench(model: Model, out_dir: Path, steps: int = 40) -> dict[str, An
         "dtype": str(model.dtype),
         "decode_step": decode,
         "batching": batching,
+        "fast_paths": fast,
         "memory": {"weight_bytes": weight_bytes, "history_kv_bytes": kv_bytes, "peak_rss_bytes": peak,
                    "peak_over_weights_plus_kv": peak / (weight_bytes + kv_bytes)},
     }
@@ -151,6 +193,9 @@ def format_core_markdown(r: dict[str, Any]) -> str:
         f"| ratio nnsight / plain ({d['steps']} interleaved steps, medians, {d['history_tokens']}-token history) "
         f"| {d['ratio']:.3f}x | <= {d['goal_ratio_at_most']:.2f}x |",
         *batch_rows,
+        *[f"| decode step, {f['rows']} rows: transformers eager + torch.cat cache / grouped attention + slots "
+          f"| {f['eager_concat_ms']:.0f} / {f['grouped_slots_ms']:.0f} ms = {f['speedup']:.2f}x | |"
+          for f in r.get("fast_paths", [])],
         f"| peak RSS vs weights + history KV | {m['peak_rss_bytes'] / mb:.0f} MiB vs "
         f"{m['weight_bytes'] / mb:.0f} + {m['history_kv_bytes'] / mb:.1f} MiB "
         f"({m['peak_over_weights_plus_kv']:.1f}x) | |",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Sequence
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -127,10 +126,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from studies.quantity.summary import write_summary
     from studies.quantity.threshold import format_thresholds, write_thresholds
+    from studies.runner import results_file
 
     for run_dir in args.runs:
-        if not (Path(run_dir) / "results.jsonl").is_file():
-            raise FileNotFoundError(f"{run_dir}: no results.jsonl (not a `kvprobe run` output directory)")
+        results_file(run_dir)  # a clear error before anything is written
     if len(args.runs) == 1:
         write_summary(args.runs[0], seed=args.seed)
         if not args.quiet:

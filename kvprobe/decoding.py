@@ -1,11 +1,15 @@
 """Candidate scoring and greedy generation after a history, under access conditions.
 
-Both functions take a list of *requests* (question, access condition) on one
-history and run them together as one batch: each request is one row (one row
-per candidate when scoring), each row a fork of the history cache with its own
-hidden columns. Question tokens are placed right after the history with
-explicit positions ``T, T+1, ...``; shorter rows are left-padded inside the
-question block and their padding slots are never read.
+:func:`answer` takes (history, request) pairs, a request being a question and
+an access condition, and runs them together as one batch: each pair is one row,
+a fork of its history's cache with its own hidden columns (rows of different
+histories share a batch; shorter caches are padded with slots nobody reads).
+Question tokens are placed right after the history with explicit positions
+``T, T+1, ...``; shorter questions are left-padded inside the question block
+and their padding slots are never read. Each row's question runs once: the
+candidates are scored from it (appended, read, rolled back) and the greedy
+answer continues from it. :func:`score_candidates` and :func:`generate_greedy`
+are the one-history forms used by ``Model.score`` and ``Model.generate``.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ invocation that ran cases, with the machine), which reports read.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import platform
@@ -113,9 +114,21 @@ def completed_cases(path: Path) -> set[str]:
     return {case_id for case_id, ok in done.items() if ok}
 
 
+def results_file(out_dir: Path | str) -> Path:
+    """``results.jsonl``, or its gzip copy ``results.jsonl.gz`` (how committed runs are stored)."""
+    plain = Path(out_dir) / RESULTS
+    packed = plain.with_name(RESULTS + ".gz")
+    if plain.exists() or not packed.exists():
+        if not plain.exists():
+            raise FileNotFoundError(f"{out_dir}: no {RESULTS} (not a `kvprobe run` output directory)")
+        return plain
+    return packed
+
+
 def read_rows(out_dir: Path | str) -> Iterable[dict[str, Any]]:
-    """Stream the rows of ``results.jsonl`` (nothing held in memory)."""
-    with open(Path(out_dir) / RESULTS) as f:
+    """Stream the rows of ``results.jsonl`` or ``results.jsonl.gz`` (nothing held in memory)."""
+    path = results_file(out_dir)
+    with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
         for line in f:
             if line.strip():
                 yield json.loads(line)

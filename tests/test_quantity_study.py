@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -85,6 +86,11 @@ def test_summary_recomputes_from_rows(llama, tmp_path):
     lo, hi = cell["margin_change_vs_control"]["ci"]
     assert lo <= mean <= hi
     assert summarize(tmp_path)["cells"] == summary["cells"]  # seeded bootstrap
+    packed = tmp_path / "packed"  # committed runs store results.jsonl gzipped
+    packed.mkdir()
+    (packed / "config.json").write_bytes((tmp_path / "config.json").read_bytes())
+    (packed / "results.jsonl.gz").write_bytes(gzip.compress((tmp_path / "results.jsonl").read_bytes()))
+    assert summarize(packed)["cells"] == summary["cells"]
     assert (tmp_path / "figure.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (tmp_path / "report.md").read_text()
     assert "## unit_from_a, current query" in report and "| source |" in report
