@@ -65,8 +65,15 @@ class Model:
         return f"Model({self.name!r}, {self.arch.describe()})"
 
     # -- prefill -------------------------------------------------------------
-    def prefill(self, prompt: Prompt, chunk_size: int = CHUNK_SIZE) -> History:
-        """Tokenize and prefill a prompt's history once (in chunks of ``chunk_size`` tokens)."""
+    def prefill(self, prompt: Prompt, chunk_size: int = CHUNK_SIZE, reuse: History | None = None) -> History:
+        """Tokenize and prefill a prompt's history once (in chunks of ``chunk_size`` tokens).
+
+        ``reuse``: an earlier history of this model whose leading tokens this one
+        shares (e.g. the same records up to a different last record); the shared
+        prefix's K/V are copied from it and only the rest is computed. The result
+        equals a fresh prefill up to float rounding (tested). Hybrid models reuse
+        only a whole history (their recurrent states exist only at its end).
+        """
         rendered = prompt.render(self.tokenizer)
         enc = self.tokenizer(
             rendered.history_text,
@@ -77,7 +84,16 @@ class Model:
         if ids.numel() == 0:
             raise SpanError("the prompt's history tokenizes to nothing")
         T = int(ids.shape[0])
-        state = extend_state(self, self.empty_state(), ids, torch.arange(T), chunk_size)
+        start = self.empty_state()
+        if reuse is not None:
+            if reuse.model is not self:
+                raise ValueError("reuse= takes a history prefilled by this same model")
+            n = min(_common_prefix(ids, reuse.input_ids), T - 1)  # at least one token runs
+            if reuse.recurrent and n < len(reuse):
+                n = 0
+            start = reuse.prefix_state(n)
+        n = start.length
+        state = extend_state(self, start, ids[n:], torch.arange(n, T), chunk_size)
         # Clone out of inference mode so the stored history is made of ordinary tensors.
         kv = [(None, None) if k is None else (k.clone(), v.clone()) for k, v in state.kv]
         recurrent = {i: (c.clone(), r.clone()) for i, (c, r) in state.recurrent.items()}
@@ -158,6 +174,13 @@ class Model:
     def run(self, history: History, requests: Sequence[Request], max_new_tokens: int = 40) -> list[Generation]:
         """Low-level batched generation: one :class:`Generation` per :class:`Request`."""
         return generate_greedy(self, history, list(requests), max_new_tokens=max_new_tokens)
+
+
+def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Number of leading tokens two id sequences share."""
+    n = min(len(a), len(b))
+    differ = torch.nonzero(a[:n] != b[:n])
+    return int(differ[0]) if len(differ) else n
 
 
 def _conditions(access: Access | Mapping[str, Access] | None) -> dict[str, Access]:

@@ -155,6 +155,8 @@ def run_study(study: Study, model: kvprobe.Model, out_dir: Path | str, progress:
     if len(set(ids)) != len(ids):
         raise ValueError(f"study {study.name!r} has duplicate case ids")
     results = out / RESULTS
+    if not results.exists() and results.with_name(RESULTS + ".gz").exists():
+        raise FileExistsError(f"{out} holds a packed {RESULTS}.gz; run `gunzip -k {results}.gz` first to extend it")
     done = completed_cases(results)
     todo = [c for c in cases if c.case_id not in done]
     size = max(1, int(study.cases_per_batch))

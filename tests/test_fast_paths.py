@@ -160,3 +160,33 @@ def test_answer_refuses_bad_requests(llama):
         answer(llama, item, [["", "x"]])
     ids, valid = pad_suffix_block([[1, 2], []], llama.pad_id)
     assert valid.sum() == 2
+
+
+def test_prefill_reusing_a_shared_prefix_equals_a_fresh_prefill(tiny_model):
+    first = make_history(tiny_model)
+    other = SEGMENTS[:2] + [("B", "Record B, Friday: the weekly planning meeting moves to Room 31 downstairs.")]
+    prompt = kvprobe.Prompt(other, system="Answer from the records.")
+    fresh = tiny_model.prefill(prompt)
+    reused = tiny_model.prefill(prompt, reuse=first)
+    assert torch.equal(reused.input_ids, fresh.input_ids)
+    shared = int((fresh.input_ids[: len(first)] == first.input_ids[: len(fresh)]).cumprod(0).sum())
+    assert 0 < shared < len(fresh)
+    for (k, v), (k2, v2), (k1, _) in zip(reused.kv, fresh.kv, first.kv):
+        assert torch.equal(k[:, :, :shared], k1[:, :, :shared])  # copied, not recomputed
+        # fp32 rounding of different matmul shapes, relative to the K/V scale
+        assert (k - k2).abs().max() <= TOL * k2.abs().max() and (v - v2).abs().max() <= TOL * v2.abs().max()
+    q = QUESTIONS[0]
+    assert tiny_model.score(reused, q, CANDIDATES)[0] == pytest.approx(tiny_model.score(fresh, q, CANDIDATES)[0],
+                                                                       abs=1e-4)
+    with pytest.raises(ValueError, match="same model"):
+        kvprobe.load_model("tiny-llama" if tiny_model.name != "tiny-llama" else "tiny-qwen3").prefill(
+            prompt, reuse=first)
+
+
+def test_hybrid_prefill_reuse_starts_afresh_unless_the_whole_history_is_shared(hybrid):
+    first = make_history(hybrid)
+    prompt = kvprobe.Prompt(SEGMENTS[:2] + [("B", "Record B moves to Room 31.")], system="Answer from the records.")
+    reused = hybrid.prefill(prompt, reuse=first)
+    fresh = hybrid.prefill(prompt)
+    for (c, r), (c2, r2) in zip(reused.recurrent.values(), fresh.recurrent.values()):
+        assert torch.equal(c, c2) and torch.equal(r, r2)  # recomputed from token 0, identically

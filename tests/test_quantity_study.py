@@ -76,8 +76,12 @@ def test_summary_recomputes_from_rows(llama, tmp_path):
     summary = write_summary(tmp_path)
     assert json.loads((tmp_path / "summary.json").read_text())["cells"] == summary["cells"]
     rows = list(read_rows(tmp_path))
-    cell = next(c for c in summary["cells"] if (c["information"], c["query"], c["condition"]) ==
-                ("unit_from_a", "current", "source"))
+    cell = next(c for c in summary["cells"] if (c["relation"], c["information"], c["query"], c["condition"]) ==
+                ("all", "unit_from_a", "current", "source"))
+    for relation in {r["relation"] for r in rows}:  # per-relation cells count only their groups
+        sub = next(c for c in summary["cells"] if (c["relation"], c["information"], c["query"], c["condition"]) ==
+                   (relation, "unit_from_a", "current", "source"))
+        assert sub["n"] == len({r["group_id"] for r in rows if r["relation"] == relation})
     mine = [r for r in rows if (r["information"], r["query"], r["condition"]) == ("unit_from_a", "current", "source")]
     assert cell["n"] == len(mine) == 2
     assert cell["complete"] == sum(r["complete"] for r in mine)
@@ -93,7 +97,7 @@ def test_summary_recomputes_from_rows(llama, tmp_path):
     assert summarize(packed)["cells"] == summary["cells"]
     assert (tmp_path / "figure.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (tmp_path / "report.md").read_text()
-    assert "## unit_from_a, current query" in report and "| source |" in report
+    assert "## All 2 groups, unit_from_a, historical query" in report and "| source |" in report
 
 
 def test_cli_run_quantity(tmp_path):

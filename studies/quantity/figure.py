@@ -12,14 +12,20 @@ from pathlib import Path
 from typing import Any
 
 
-def plot_summary(summary: dict[str, Any], path: Path | str, model: str = "", query: str = "current") -> Path:
-    """Write the two-panel figure for ``query`` to ``path`` (PNG); returns the path."""
+def plot_summary(summary: dict[str, Any], path: Path | str, model: str = "", query: str = "current",
+                 relation: str = "replacement") -> Path:
+    """Write the two-panel figure for ``query`` and ``relation`` to ``path`` (PNG); returns the path.
+
+    ``relation`` falls back to ``"all"`` when the run has no group of that relation.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cells = [c for c in summary["cells"] if c["query"] == query]
+    if not any(c["relation"] == relation for c in summary["cells"]):
+        relation = "all"
+    cells = [c for c in summary["cells"] if c["query"] == query and c["relation"] == relation]
     infos = sorted({c["information"] for c in cells})
     fig, axes = plt.subplots(len(infos), 2, figsize=(11, 3.2 * len(infos)), squeeze=False)
     for row, info in enumerate(infos):
@@ -36,7 +42,7 @@ def plot_summary(summary: dict[str, Any], path: Path | str, model: str = "", que
         ax.set_yticks(y, names)
         ax.set_xlim(0, max(c["n"] for c in mine) * 1.35)
         ax.set_xlabel("complete answers (strict / lenient)")
-        ax.set_title(f"{info}, {query} query")
+        ax.set_title(f"{relation}, {info}, {query} query")
         ax.legend(fontsize=8, loc="lower right")
         ax = axes[row][1]
         for yi, c in zip(y, mine):
@@ -50,7 +56,8 @@ def plot_summary(summary: dict[str, Any], path: Path | str, model: str = "", que
         ax.set_yticks(y, names)
         ax.set_xlabel("margin change vs full access (nats, 95% CI)")
         ax.set_title("log p(current) - log p(other), change")
-    fig.suptitle(f"Quantity study{': ' + model if model else ''} ({summary['groups']} groups)")
+    n = cells[0]["n"] if cells else 0
+    fig.suptitle(f"Quantity study{': ' + model if model else ''} ({relation}: {n} groups)")
     fig.tight_layout()
     path = Path(path)
     tmp = path.with_name(path.stem + ".tmp.png")

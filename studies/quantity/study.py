@@ -58,8 +58,13 @@ class QuantityStudy:
     def run_cases(self, model: kvprobe.Model, cases: list[tasks.Case]) -> list[list[dict[str, Any]]]:
         """The rows of each case; every (case, query, condition) row runs in one batch."""
         prepared = []
+        previous: tuple[str, kvprobe.History] | None = None
         for case in cases:
-            history = model.prefill(tasks.build_prompt(case))
+            # The information conditions of a group differ only in record B, the last
+            # segment: the second one reuses the first one's K/V up to B.
+            same_group = previous is not None and previous[0] == case.group.group_id
+            history = model.prefill(tasks.build_prompt(case), reuse=previous[1] if same_group else None)
+            previous = (case.group.group_id, history)
             conds = tasks.study_conditions(history, case, operations=self.operations)
             spans = {name: [[s.start, s.end] for s in c.spans] for name, c in conds.items()
                      if isinstance(c, kvprobe.Mask)}

@@ -23,6 +23,7 @@ from ..runner import read_rows
 
 DRAWS = 10_000
 #: Report order of conditions (unknown names sort after these, alphabetically).
+RELATION_ORDER = ("replacement", "confirmation", "other_attribute", "other_entity")
 CONDITION_ORDER = ("full", "source", "source-control", "number", "number-control", "recompute", "rebuild", "compact")
 QUERY_ORDER = ("current", "historical", "unrelated")
 
@@ -36,7 +37,8 @@ RULES = ("complete", "complete_exact", "lenient_complete")
 
 
 def _interval(values: np.ndarray, draws: np.ndarray) -> list[float]:
-    boot = values[draws].mean(axis=1)
+    """Percentile 95 % interval of the mean of ``values`` (NaN = not in the cell) over bootstrap draws."""
+    boot = np.nanmean(values[draws], axis=1)
     return [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))]
 
 
@@ -58,11 +60,12 @@ def warning_signal(cells, order: list[str], sample: np.ndarray, rule: str = "len
 
     Lost: complete under full access, incomplete under the whole-source mask; kept:
     complete under both; cases incomplete under full access are excluded (partC 5).
-    Current query, replacement groups, per information condition; bootstrap draws with
-    an empty class are dropped and counted.
+    Current query, replacement groups, per information condition and pooled over
+    both (``"both"``: each drawn group brings its cases of both conditions);
+    bootstrap draws with an empty class are dropped and counted.
     """
-    out: dict[str, Any] = {}
     index = {g: i for i, g in enumerate(order)}
+    per_info: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for info in sorted({k[0] for k in cells}):
         full, src, ctrl = (cells.get((info, "current", c), {}) for c in ("full", "source", "source-control"))
         label = np.full(len(order), np.nan)
@@ -72,11 +75,16 @@ def warning_signal(cells, order: list[str], sample: np.ndarray, rule: str = "len
                 continue
             label[index[g]] = 0.0 if row[rule] else 1.0  # 1 = lost
             d_c[index[g]] = -(row["logp_right"] - ctrl[g]["logp_right"])
-        ok = ~np.isnan(label)
-        pos, neg = d_c[ok & (label == 1)], d_c[ok & (label == 0)]
+        per_info[info] = (label[None], d_c[None])
+    if len(per_info) > 1:
+        per_info["both"] = (np.concatenate([v[0] for v in per_info.values()]),
+                            np.concatenate([v[1] for v in per_info.values()]))
+    out: dict[str, Any] = {}
+    for info, (label, d_c) in per_info.items():  # label, d_c: Float[k, groups]
+        pos, neg = d_c[label == 1], d_c[label == 0]
         boot, kept = [], 0
         for idx in sample:
-            lab, dc = label[idx], d_c[idx]
+            lab, dc = label[:, idx], d_c[:, idx]
             p_, n_ = dc[lab == 1], dc[lab == 0]
             if len(p_) and len(n_):
                 boot.append(auc(p_, n_))
@@ -85,66 +93,117 @@ def warning_signal(cells, order: list[str], sample: np.ndarray, rule: str = "len
         out[info] = {"rule": rule, "lost": int(len(pos)), "kept": int(len(neg)),
                      "auc": None if np.isnan(value) else value,  # undefined with an empty class
                      "auc_ci": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))] if boot else None,
-                     "draws_kept": kept}
+                     "draws_kept": kept,
+                     "mean_d_c_lost": float(pos.mean()) if len(pos) else None,
+                     "mean_d_c_kept": float(neg.mean()) if len(neg) else None}
     return out
 
 
+def stratified_draws(order: list[str], stratum_of: dict[str, str], draws: int, seed: int) -> np.ndarray:
+    """Long[draws, n] bootstrap draws of groups, resampled within each stratum (relation).
+
+    Every draw holds as many groups of each stratum as the data, so a statistic
+    restricted to one stratum sees a full resample of it (paper partC 6).
+    """
+    rng = np.random.default_rng(seed)
+    columns = []
+    for stratum in sorted(set(stratum_of.values())):
+        members = np.array([i for i, g in enumerate(order) if stratum_of[g] == stratum])
+        columns.append(members[rng.integers(0, len(members), size=(draws, len(members)))])
+    return np.concatenate(columns, axis=1)
+
+
 def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[str, Any]:
-    """Recompute the summary from the rows on disk (streamed)."""
+    """Recompute the summary from the rows on disk (streamed).
+
+    Cells are (relation, information, query, condition); relation ``"all"`` pools
+    the four relations, the others restrict to one (the paper's headline is the
+    replacements' current query).
+    """
     cells: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
-    groups: set[str] = set()
+    relation_of: dict[str, str] = {}
     for row in read_rows(out_dir):
         cells[(row["information"], row["query"], row["condition"])][row["group_id"]] = row
-        groups.add(row["group_id"])
-    order = sorted(groups)
+        relation_of[row["group_id"]] = row["relation"]
+    order = sorted(relation_of)
     index = {g: i for i, g in enumerate(order)}
-    rng = np.random.default_rng(seed)
-    sample = rng.integers(0, len(order), size=(draws, len(order)))
+    sample = stratified_draws(order, relation_of, draws, seed)
+    relations = ("all",) + tuple(r for r in RELATION_ORDER if r in relation_of.values())
 
-    def vector(cell: dict[str, dict[str, Any]], key: str) -> np.ndarray:
+    def vector(cell: dict[str, dict[str, Any]], key: str, members: np.ndarray) -> np.ndarray:
         v = np.full(len(order), np.nan)
         for g, row in cell.items():
             value = row[key]
             v[index[g]] = np.nan if value is None else float(value)
-        return v
+        return np.where(members, v, np.nan)
 
-    summary: dict[str, Any] = {"groups": len(order), "draws": draws, "seed": seed, "cells": []}
+    def versus(mine: np.ndarray, base: np.ndarray, members: np.ndarray) -> dict[str, Any]:
+        corrections, reversals = (mine == 1) & (base == 0), (mine == 0) & (base == 1)
+        net = np.where(members, corrections.astype(float) - reversals.astype(float), np.nan)
+        return {"corrections": int(corrections.sum()), "reversals": int(reversals.sum()),
+                "net": float(np.nanmean(net)), "net_ci": _interval(net, sample)}
+
+    summary: dict[str, Any] = {"groups": len(order), "draws": draws, "seed": seed,
+                               "groups_per_relation": {r: sum(v == r for v in relation_of.values())
+                                                       for r in relations[1:]},
+                               "cells": []}
     for (info, query, cond), cell in sorted(cells.items(), key=lambda kv: _cell_order(kv[0])):
         full = cells[(info, query, "full")]
-        entry: dict[str, Any] = {"information": info, "query": query, "condition": cond, "n": len(cell)}
-        for rule in RULES:
-            mine, base = vector(cell, rule), vector(full, rule)
-            entry[rule] = int(np.nansum(mine))
-            corrections, reversals = (mine == 1) & (base == 0), (mine == 0) & (base == 1)
-            net = corrections.astype(float) - reversals.astype(float)
-            entry[f"{rule}_vs_full"] = {"corrections": int(corrections.sum()), "reversals": int(reversals.sum()),
-                                        "net": float(net.mean()), "net_ci": _interval(net, sample)}
-            control = cells.get((info, query, f"{cond}-control"))
-            if control is not None:
-                ctrl = vector(control, rule)
-                c, r = (mine == 1) & (ctrl == 0), (mine == 0) & (ctrl == 1)
-                net_c = c.astype(float) - r.astype(float)
-                entry[f"{rule}_vs_control"] = {"corrections": int(c.sum()), "reversals": int(r.sum()),
-                                               "net": float(net_c.mean()), "net_ci": _interval(net_c, sample)}
-        for key in ("margin_change_vs_full", "margin_change_vs_control"):
-            v = vector(cell, key)
-            if not np.isnan(v).any():
-                entry[key] = {"mean": float(v.mean()), "ci": _interval(v, sample)}
-        reversals = entry["lenient_complete_vs_full"]["reversals"]
-        if reversals == 0 and cond != "full":
-            entry["zero_reversal_upper_bound"] = zero_failure_bound(len(cell))
-        summary["cells"].append(entry)
+        control = cells.get((info, query, f"{cond}-control"))
+        for relation in relations:
+            members = np.array([g in cell and relation in ("all", relation_of[g]) for g in order])
+            entry: dict[str, Any] = {"relation": relation, "information": info, "query": query,
+                                     "condition": cond, "n": int(members.sum())}
+            for rule in RULES:
+                mine, base = vector(cell, rule, members), vector(full, rule, members)
+                entry[rule] = int(np.nansum(mine))
+                entry[f"{rule}_vs_full"] = versus(mine, base, members)
+                if control is not None:
+                    entry[f"{rule}_vs_control"] = versus(mine, vector(control, rule, members), members)
+            for key in ("margin_change_vs_full", "margin_change_vs_control"):
+                v = vector(cell, key, members)
+                if not np.isnan(v[members]).any():
+                    entry[key] = {"mean": float(np.nanmean(v)), "ci": _interval(v, sample)}
+            if entry["lenient_complete_vs_full"]["reversals"] == 0 and cond != "full":
+                entry["zero_reversal_upper_bound"] = zero_failure_bound(entry["n"])
+            summary["cells"].append(entry)
     summary["warning_signal"] = warning_signal(cells, order, sample)
     return summary
 
 
+def _cells(summary: dict[str, Any], relation: str, info: str, query: str) -> list[dict[str, Any]]:
+    return [c for c in summary["cells"] if (c["relation"], c["information"], c["query"]) == (relation, info, query)]
+
+
+def _table(entries: list[dict[str, Any]]) -> list[str]:
+    def fmt(m: dict[str, Any] | None) -> str:
+        return "" if m is None else f"{m['mean']:+.2f} [{m['ci'][0]:+.2f}, {m['ci'][1]:+.2f}]"
+
+    def net(v: dict[str, Any] | None) -> str:
+        if v is None:
+            return ""
+        return f"{v['corrections']}/{v['reversals']}, {v['net']:+.3f} [{v['net_ci'][0]:+.3f}, {v['net_ci'][1]:+.3f}]"
+
+    lines = ["| condition | strict | exact | lenient | lenient C/R, net vs full [95% CI] | "
+             "lenient C/R, net vs control | margin change vs full | margin change vs control |",
+             "|---|---|---|---|---|---|---|---|"]
+    for c in entries:
+        lines.append(f"| {c['condition']} | {c['complete']}/{c['n']} | {c['complete_exact']}/{c['n']} | "
+                     f"{c['lenient_complete']}/{c['n']} | {net(c['lenient_complete_vs_full'])} | "
+                     f"{net(c.get('lenient_complete_vs_control'))} | {fmt(c.get('margin_change_vs_full'))} | "
+                     f"{fmt(c.get('margin_change_vs_control'))} |")
+    return lines + [""]
+
+
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
-    """A markdown report: one table per information condition and query."""
+    """A markdown report: replacements' current query first (the paper's headline), then the warning
+    signal, the other relations, and all groups for the historical and unrelated queries."""
     model = config.get("model", {}).get("name", "?")
     lines = [f"# Quantity study: {model}", "",
              f"{summary['groups']} groups; paired group bootstrap, {summary['draws']} draws, 95 % percentile "
              "intervals. complete = strict JSON, equivalent units, EOS; lenient = first complete quantity "
-             "anywhere in the answer, EOS. Net = (corrections - reversals) / groups.", ""]
+             "anywhere in the answer, EOS. C/R = corrections / reversals; net = (C - R) / groups. Bootstrap "
+             "draws resample groups within each relation.", ""]
     if timing:
         m = timing["machine"]
         lines += [f"Run time {timing['seconds']:.0f} s ({timing['seconds'] / 60:.1f} min) for "
@@ -153,35 +212,45 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
                   f"{timing['rows_per_second']:.2f} rows/s; {timing['cases_per_batch']} cases per batch, "
                   f"{config.get('model', {}).get('attn_implementation', '?')} attention, {m['threads']} threads "
                   f"on {m['cpus']} CPUs ({m['processor']}), {timing['invocations']} invocation(s).", ""]
+    per_relation = summary.get("groups_per_relation", {})
+    infos = sorted({c["information"] for c in summary["cells"]})
+    for info in infos:
+        head = _cells(summary, "replacement", info, "current")
+        if head:
+            lines += [f"## Replacements ({per_relation.get('replacement', '?')} groups), {info}, current query", ""]
+            lines += _table(head)
     warn = summary.get("warning_signal", {})
     if warn:
         lines += ["## Warning signal: D_c = drop of log p(current) under the source mask vs its control", "",
-                  "| information | lost | kept | AUC (lost ranked above kept) [95% CI] |", "|---|---|---|---|"]
+                  "Replacements, current query, lenient rule; cases complete under full access.", "",
+                  "| information | lost | kept | mean D_c lost / kept | AUC (lost ranked above kept) [95% CI] |",
+                  "|---|---|---|---|---|"]
         for info, w in warn.items():
             ci = "" if not w["auc_ci"] else f" [{w['auc_ci'][0]:.2f}, {w['auc_ci'][1]:.2f}]"
             value = "undefined (a class is empty)" if w["auc"] is None else f"{w['auc']:.2f}{ci}"
-            lines.append(f"| {info} | {w['lost']} | {w['kept']} | {value} |")
+            means = " / ".join("-" if w.get(k) is None else f"{w[k]:+.2f}" for k in ("mean_d_c_lost", "mean_d_c_kept"))
+            lines.append(f"| {info} | {w['lost']} | {w['kept']} | {means} | {value} |")
         lines.append("")
-    by_table: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for c in summary["cells"]:
-        by_table[(c["information"], c["query"])].append(c)
-    for (info, query), entries in by_table.items():
-        lines += [f"## {info}, {query} query", "",
-                  "| condition | complete | exact | lenient | lenient net vs full [95% CI] | "
-                  "margin change vs full | margin change vs control |",
-                  "|---|---|---|---|---|---|---|"]
-        for c in entries:
-            net = c["lenient_complete_vs_full"]
-            mf = c.get("margin_change_vs_full")
-            mc = c.get("margin_change_vs_control")
-
-            def fmt(m: dict[str, Any] | None) -> str:
-                return "" if m is None else f"{m['mean']:+.2f} [{m['ci'][0]:+.2f}, {m['ci'][1]:+.2f}]"
-
-            lines.append(f"| {c['condition']} | {c['complete']}/{c['n']} | {c['complete_exact']}/{c['n']} | "
-                         f"{c['lenient_complete']}/{c['n']} | {net['net']:+.3f} [{net['net_ci'][0]:+.3f}, "
-                         f"{net['net_ci'][1]:+.3f}] | {fmt(mf)} | {fmt(mc)} |")
+    others = [r for r in RELATION_ORDER[1:] if r in per_relation]
+    if others:
+        lines += ["## Other relations, current query: lenient complete answers", "",
+                  "| condition | " + " | ".join(f"{r}, {i}" for i in infos for r in others) + " |",
+                  "|---|" + "---|" * (len(others) * len(infos))]
+        conds = [c["condition"] for c in _cells(summary, others[0], infos[0], "current")]
+        for cond in conds:
+            counts = []
+            for info in infos:
+                for r in others:
+                    c = next(c for c in _cells(summary, r, info, "current") if c["condition"] == cond)
+                    counts.append(f"{c['lenient_complete']}/{c['n']}")
+            lines.append(f"| {cond} | " + " | ".join(counts) + " |")
         lines.append("")
+    for query in QUERY_ORDER[1:]:
+        for info in infos:
+            entries = _cells(summary, "all", info, query)
+            if entries:
+                lines += [f"## All {summary['groups']} groups, {info}, {query} query", ""]
+                lines += _table(entries)
     return "\n".join(lines)
 
 
