@@ -43,7 +43,6 @@ def plot_summary(summary: dict[str, Any], path: Path | str, model: str = "", que
         ax.set_xlim(0, max(c["n"] for c in mine) * 1.35)
         ax.set_xlabel("complete answers (strict / lenient)")
         ax.set_title(f"{relation}, {info}, {query} query")
-        ax.legend(fontsize=8, loc="lower right")
         ax = axes[row][1]
         for yi, c in zip(y, mine):
             m = c.get("margin_change_vs_full")
@@ -56,9 +55,11 @@ def plot_summary(summary: dict[str, Any], path: Path | str, model: str = "", que
         ax.set_yticks(y, names)
         ax.set_xlabel("margin change vs full access (nats, 95% CI)")
         ax.set_title("log p(current) - log p(other), change")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
     n = cells[0]["n"] if cells else 0
     fig.suptitle(f"Quantity study{': ' + model if model else ''} ({relation}: {n} groups)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     path = Path(path)
     tmp = path.with_name(path.stem + ".tmp.png")
     fig.savefig(tmp, dpi=110)
