@@ -85,12 +85,18 @@ QUESTIONS = (
 )
 
 
+def five_conditions(history) -> dict:
+    """The study's five access conditions on the demo history: full, whole-source mask,
+    its control, number-only mask, its control."""
+    source = Mask(history.span("A"), name="source")
+    number = Mask(history.span("A", "159"), name="number")
+    return {"full": Full(), "source": source, "source-control": matched_control(history, source, "note"),
+            "number": number, "number-control": matched_control(history, number, "note")}
+
+
 def bench_batching(model: Model, history, n_questions: int, max_new_tokens: int = 24) -> dict[str, Any]:
     """Sequences per second: 5 conditions x ``n_questions`` decoded as one batch vs one at a time."""
-    source = Mask(history.span("A"), name="source")
-    conds = {"full": Full(), "source": source, "source-control": matched_control(history, source, "note"),
-             "number": Mask(history.span("A", "159"), name="number")}
-    conds["number-control"] = matched_control(history, conds["number"], "note")
+    conds = five_conditions(history)
     questions = list(QUESTIONS[:n_questions])
     t0 = time.perf_counter()
     batched = model.generate(history, questions, access=conds, max_new_tokens=max_new_tokens)
@@ -110,10 +116,7 @@ def bench_batching(model: Model, history, n_questions: int, max_new_tokens: int 
 
 def bench_fast_paths(model: Model, history, rows_per_batch: int, steps: int = 20) -> dict[str, Any]:
     """Median decode step: transformers eager + concatenating cache vs grouped attention + slot cache."""
-    source = Mask(history.span("A"), name="source")
-    conds = [Full(), source, matched_control(history, source, "note"), Mask(history.span("A", "159"))]
-    conds.append(matched_control(history, conds[-1], "note"))
-    states = [c.prepare(model, history) for c in conds]
+    states = [c.prepare(model, history) for c in five_conditions(history).values()]
     states = [states[i % len(states)] for i in range(rows_per_batch)]
     q = suffix_ids(model, history, QUESTIONS[0])
     ids, valid = pad_suffix_block([q] * rows_per_batch, model.pad_id)

@@ -153,9 +153,9 @@ def answer(
 ) -> list[Answer]:
     """Score candidates after, and/or greedily answer, every (history, request) in one batch.
 
-    Each row runs its question's suffix once; the candidates are scored from
-    copies of that row's cache and the greedy answer continues from it, so
-    scoring costs only the candidate tokens. Rows may come from different
+    Each row runs its question's suffix once; the candidates are scored after
+    it (appended, read, rolled back; copies of the rows for hybrid models) and
+    the greedy answer continues from it, so scoring costs only the candidate tokens. Rows may come from different
     histories (shorter caches are padded with slots nobody reads).
 
     Args:
@@ -244,15 +244,16 @@ def _candidate_logprobs(
             groups = batches(model, [len(cands[r][j]) for r in longer])
         for sub in groups:
             members = [longer[x] for x in sub]
-            seqs = [cands[r][j][:-1] if r in members else [] for r in range(len(cands))]
-            fork = rows
-            if not rows.can_truncate:  # recurrent states: score on copies of the member rows
-                fork, seqs = rows.take(torch.tensor(members)), [seqs[r] for r in members]
-            ids, valid = pad_suffix_block(seqs, model.pad_id)
+            if rows.can_truncate:  # every row gets a block; rows without candidate j get padding only
+                fork, batch_row = rows, {r: r for r in members}
+                blocks = [cands[r][j][:-1] if r in batch_row else [] for r in range(len(cands))]
+            else:  # recurrent states: score on copies of the member rows
+                fork, batch_row = rows.take(torch.tensor(members)), {r: b for b, r in enumerate(members)}
+                blocks = [cands[r][j][:-1] for r in members]
+            ids, valid = pad_suffix_block(blocks, model.pad_id)
             logprobs = torch.log_softmax(traced_forward(model, fork, ids, valid).logits.float(), dim=-1)
             L = ids.shape[1]
-            for r in members:
-                b = r if fork is rows else members.index(r)
+            for r, b in batch_row.items():
                 c = cands[r][j]
                 cols = torch.arange(L - len(c) + 1, L)  # column of c[t] predicts c[t + 1]
                 sums[r][j] += float(logprobs[b, cols, torch.tensor(c[1:])].sum())

@@ -117,12 +117,10 @@ def completed_cases(path: Path) -> set[str]:
 def results_file(out_dir: Path | str) -> Path:
     """``results.jsonl``, or its gzip copy ``results.jsonl.gz`` (how committed runs are stored)."""
     plain = Path(out_dir) / RESULTS
-    packed = plain.with_name(RESULTS + ".gz")
-    if plain.exists() or not packed.exists():
-        if not plain.exists():
-            raise FileNotFoundError(f"{out_dir}: no {RESULTS} (not a `kvprobe run` output directory)")
-        return plain
-    return packed
+    for path in (plain, plain.with_name(RESULTS + ".gz")):
+        if path.exists():
+            return path
+    raise FileNotFoundError(f"{out_dir}: no {RESULTS} (not a `kvprobe run` output directory)")
 
 
 def read_rows(out_dir: Path | str) -> Iterable[dict[str, Any]]:
