@@ -21,11 +21,8 @@ def require_unedited(name: str, history: "History", state: "RowState") -> None:
         raise OperationError(f"{name} rewrites the history cache and must come first in a Compose(...)")
 
 
-def require_attention_only(name: str, arch: "ArchSummary") -> None:
-    """Refuse models with recurrent (non-attention) layers for row-deleting operations."""
-    other = sorted({t for t in arch.layer_types} - {"full_attention", "sliding_attention"})
-    if other:
-        raise OperationError(
-            f"{name} deletes cache rows, but layers of type {other} keep recurrent states that cannot "
-            "lose rows; use a mask or a recompute instead"
-        )
+def require_row_deletion(name: str, arch: "ArchSummary") -> None:
+    """Refuse row-deleting operations on models whose cache cannot lose rows (recurrent layers)."""
+    reason = arch.row_deletion_refusal()
+    if reason:
+        raise OperationError(f"{name} deletes cache rows, but {reason}")

@@ -1,42 +1,56 @@
 """``kvprobe verify`` checks for the cache operations, each against an independent reference.
 
-* ``compact_keys_equal_rope_at_new_positions``: compacted keys equal the same
-  pre-RoPE keys (captured with nnsight from an uncached forward, after any
-  QK-norm) rotated by the model's own rotary code at the new positions; values
-  equal the kept rows exactly. The value is the largest absolute difference
-  divided by the layer's largest key magnitude, at most 1e-5. (In fp32 the
-  absolute difference is ~1e-5 for keys of magnitude 10-20 at positions ~100,
-  because the model's own rotary module rounds the angle p*inv_freq in fp32 at p
-  and at p - g, even for float64 weights. The re-rotation algebra itself is
-  tested in float64 to 1e-12 in tests/test_interventions.py.)
+Each check names the operation it covers (the column of the README's family x
+operation matrix). References are plain transformers forwards (no nnsight, no
+kvprobe engine, transformers' own eager attention) or the model's own RoPE code:
+
+* ``bias_equals_explicit_mask`` (bias): a soft bias (-0.69 on the record, +0.5 on
+  the replacement) equals a plain cached forward whose 4-D additive mask carries
+  the same values; ``zero_bias_equals_full``: a bias of zero equals full access exactly.
+* ``zero_{k,v,kv}_equals_plain_forward`` (zero-k, zero-v, zero-kv): zeroing the
+  replacement's cached rows equals a plain forward on a cache copy with those rows
+  zeroed, changes the logits by at least ``MIN_EFFECT`` and keeps length and
+  positions. (The replacement, the segment nearest the question, is used so that
+  sliding windows cannot hide the effect.) Zeroed keys stay in the softmax
+  normalizer, unlike masked ones; the tests show it through attention probabilities.
 * ``rebuild_equals_one_pass`` / ``refresh_equals_one_pass`` /
-  ``online_mask_equals_one_pass``: the recomputed K/V equal one uncached
-  forward over the whole history whose 4-D mask hides the record from every
-  non-record row from the operation's start on. At most 1e-4.
-* ``text_recompute_equals_fresh_prefill``: stored-prefix recompute equals a
-  fresh prefill of the edited text (K/V and question logits). At most 1e-4.
-* ``drop_original_positions_equals_mask``: deleting rows but keeping positions
-  equals masking them. At most 1e-4.
-* ``zero_bias_equals_full``: a soft bias of zero equals full access exactly.
-* ``zero_k_changes_logits_keeps_positions``: zeroing K keeps length and
-  positions and changes the logits by *at least* the tolerance (the value is the
-  largest logit change). That zeroed keys stay in the softmax normalizer, unlike
-  masked ones, is shown by the tests through their attention probabilities.
+  ``online_mask_equals_one_pass``: the recomputed K/V equal one uncached forward
+  over the whole history whose 4-D mask hides the record from every non-record row
+  from the operation's start on. At most 1e-4.
+* ``compact_keys_equal_rope_at_new_positions`` (compact): the RoPE-carrying cached
+  tensor after compaction equals the same pre-RoPE tensor (captured with nnsight
+  from an uncached forward, after any QK-norm) rotated by the model's own rotary
+  code at the new positions; the other cached tensor equals the kept rows exactly.
+  Relative to the layer's largest magnitude, at most 1e-5 (the model's rotary
+  module rounds p * inv_freq in fp32; the re-rotation algebra itself is tested in
+  float64 to 1e-12 in tests/test_interventions.py).
+* ``drop_original_positions_equals_mask`` (drop): deleting rows but keeping
+  positions equals masking them. At most 1e-4.
+* ``text_recompute_equals_one_pass`` (recompute): deleting the record's text and
+  prefilling again equals one uncached forward over the edited text + question.
+* ``text_recompute_prefix_equals_fresh_prefill`` (recompute-prefix): reusing the
+  cached prefix equals a fresh prefill of the edited text (K/V and logits).
+
+Where the model's architecture summary says an operation cannot apply (row
+deletion with recurrent layers, zeroing K or V alone on an MLA latent cache,
+stored-prefix recompute with recurrent states), the check instead requires the
+operation to refuse with an error, and records the message.
 """
 
 from __future__ import annotations
 
-import inspect
-import sys
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from kvprobe.access import Full, Mask
-from kvprobe.decoding import question_logits
-from kvprobe.reference import reference_hidden_kv
+from kvprobe.access import Access, Full, Mask
+from kvprobe.decoding import question_logits, suffix_ids
+from kvprobe.prompts import SpanError
+from kvprobe.reference import cached_explicit_logits, reference_hidden_kv, reference_logits
 from kvprobe.verify import LOGIT_TOLERANCE, CheckResult
 
+from ._base import OperationError
 from .bias import SoftBias
 from .compaction import Compact, Drop
 from .recompute import OnlineMask, Rebuild, SelectiveRefresh
@@ -44,112 +58,172 @@ from .text import TextRecompute
 from .zeroing import Zero
 
 if TYPE_CHECKING:
-    from kvprobe.access import Access
+    from kvprobe.arch import ArchSummary
     from kvprobe.history import History
     from kvprobe.model import Model
 
 ROPE_TOLERANCE = 1e-5
 MIN_EFFECT = 1e-3
+#: Bias values of the bias check (record, replacement): ln(0.5) and a positive boost.
+CHECK_BIAS = (-0.69, 0.5)
+
+#: Errors an operation raises when it refuses a model or history.
+REFUSALS = (OperationError, SpanError)
 
 
 def prerope_keys(model: "Model", ids: torch.Tensor) -> dict[int, torch.Tensor]:
-    """Per attention layer, keys before RoPE (after QK-norm) of one uncached forward: [1, kv_heads, T, d]."""
-    T = int(ids.shape[0])
-    saved = {}
-    with torch.inference_mode(), model.nn.trace(input_ids=ids[None], use_cache=False):
-        for layer in model.arch.attention_layers:
-            attn = model.attention_envoy(layer)
-            saved[layer] = (attn.k_norm.output if hasattr(attn, "k_norm") else attn.k_proj.output).save()
-    out = {}
-    for layer, k in saved.items():
-        k = k.detach()
-        if k.dim() == 3:  # [1, T, kv_heads * d]
-            k = k.view(1, T, model.arch.num_kv_heads, -1)
-        if k.shape[1] == T and k.shape[2] == model.arch.num_kv_heads:  # [1, T, H, d]
-            k = k.transpose(1, 2)
-        out[layer] = k
-    return out
+    """Per layer with rows: the RoPE-carrying cached tensor before RoPE, [1, heads, T, dim] (the adapter's)."""
+    return model.adapter.prerope_keys(model, ids)
 
 
-def rope_with_model(model: "Model", layer: int, keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Apply the model's own rotary embedding and ``apply_rotary_pos_emb`` at ``positions``."""
-    rotary = model.hf.model.rotary_emb
-    kwargs = {}
-    if "layer_type" in inspect.signature(rotary.forward).parameters:
-        kwargs["layer_type"] = model.arch.layer_types[layer]
-    cos, sin = rotary(keys, positions[None], **kwargs)
-    module = sys.modules[type(model.hf.model.layers[layer].self_attn).__module__]
-    _, k = module.apply_rotary_pos_emb(keys, keys, cos, sin)
-    return k
+def rope_with_model(model: "Model", layer: int, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Apply the model's own rotary code to pre-RoPE ``x`` at ``positions`` (the adapter's)."""
+    return model.adapter.apply_rope(model, layer, x, positions)
 
 
 def _max_kv_diff(a, b, layers) -> float:
     return max(max(float((a[i][0] - b[i][0]).abs().max()), float((a[i][1] - b[i][1]).abs().max())) for i in layers)
 
 
-def _logits(model: "Model", history: "History", question: str, conditions: list["Access"]) -> torch.Tensor:
-    return question_logits(model, history, question, conditions).logits
+def _logits(model: "Model", history: "History", question: str, conditions: list[Access]) -> torch.Tensor:
+    """Question logits of each condition run alone (a batch of one row, like the references)."""
+    return torch.stack([question_logits(model, history, question, [c]).logits[0] for c in conditions])
+
+
+class _Checks:
+    """The operation checks for one model, history and question (results in ``self.results``)."""
+
+    def __init__(self, model: "Model", history: "History", question: str, record: str, replacement: str):
+        self.model, self.history, self.question = model, history, question
+        self.arch: "ArchSummary" = model.arch
+        self.span, self.replacement = history.span(record), history.span(replacement)
+        self.record_segment = record
+        self.q_ids = suffix_ids(model, history, question)
+        self.hidden = torch.zeros(len(history), dtype=torch.bool)
+        self.hidden[self.span.start : self.span.end] = True
+        self.results: list[CheckResult] = []
+
+    def record(self, operation: str, check: str, value: float, tolerance: float, passed: bool | None = None) -> None:
+        ok = value <= tolerance if passed is None else passed
+        self.results.append(CheckResult(check, self.model.name, bool(ok), float(value), tolerance, operation))
+
+    def expect_refusal(self, operation: str, check: str, run: Callable[[], object]) -> None:
+        """Record whether ``run`` refuses (as the architecture summary says it must)."""
+        try:
+            run()
+        except REFUSALS as err:
+            self.results.append(CheckResult(check, self.model.name, True, float("nan"), 0.0, operation, str(err)))
+            return
+        self.results.append(CheckResult(check, self.model.name, False, float("nan"), 0.0, operation,
+                                        "expected a refusal, but the operation ran"))
+
+    # -- the checks ---------------------------------------------------------------
+    def bias(self) -> None:
+        h = self.history
+        bias = SoftBias([(self.span, CHECK_BIAS[0]), (self.replacement, CHECK_BIAS[1])])
+        zero = SoftBias({p: 0.0 for p in self.span.positions()})
+        got = _logits(self.model, h, self.question, [bias, zero, Full()])
+        ref = cached_explicit_logits(self.model, h.base_state(), self.q_ids, bias=bias.bias_vector(len(h)))
+        self.record("bias", "bias_equals_explicit_mask", float((got[0] - ref).abs().max()), LOGIT_TOLERANCE)
+        self.record("bias", "zero_bias_equals_full", float((got[1] - got[2]).abs().max()), 0.0)
+
+    def zero(self, component: str) -> None:
+        operation, check = f"zero-{component}", f"zero_{component}_equals_plain_forward"
+        op = Zero(self.replacement, component)
+        if component != "kv" and self.arch.separate_zero_refusal():
+            self.expect_refusal(operation, check, lambda: op.prepare(self.model, self.history))
+            return
+        h = self.history
+        state = op.prepare(self.model, h)
+        base = h.base_state()
+        kv = list(base.kv)
+        for layer in self.arch.kv_layers:  # the reference zeroes the rows by hand
+            k, v = (t.clone() for t in kv[layer])
+            if "k" in component:
+                k[:, :, self.replacement.start : self.replacement.end] = 0
+            if "v" in component:
+                v[:, :, self.replacement.start : self.replacement.end] = 0
+            kv[layer] = (k, v)
+        ref = cached_explicit_logits(self.model, replace(base, kv=kv), self.q_ids)
+        got, full = _logits(self.model, h, self.question, [op, Full()])
+        diff = float((got - ref).abs().max())
+        effect = float((got - full).abs().max())
+        same_shape = state.length == len(h) and bool((state.key_pos == h.positions).all())
+        self.record(operation, check, diff, LOGIT_TOLERANCE,
+                    passed=diff <= LOGIT_TOLERANCE and effect >= MIN_EFFECT and same_shape)
+
+    def recomputes(self) -> None:
+        for operation, check, op, start in [
+            ("rebuild", "rebuild_equals_one_pass", Rebuild(self.span), self.span.start),
+            ("refresh", "refresh_equals_one_pass", SelectiveRefresh(self.span), self.span.end),
+            ("online-mask", "online_mask_equals_one_pass", OnlineMask(self.span, self.replacement),
+             self.replacement.end),
+        ]:
+            state = op.prepare(self.model, self.history)
+            ref = reference_hidden_kv(self.model, self.history.input_ids, self.hidden, start)
+            self.record(operation, check, _max_kv_diff(state.kv, ref, self.arch.kv_layers), LOGIT_TOLERANCE)
+
+    def compact(self) -> None:
+        check = "compact_keys_equal_rope_at_new_positions"
+        if self.arch.row_deletion_refusal():
+            self.expect_refusal("compact", check, lambda: Compact(self.span).prepare(self.model, self.history))
+            return
+        h, model = self.history, self.model
+        state = Compact(self.span).prepare(model, h)
+        pre = prerope_keys(model, h.input_ids)
+        kept = ~self.hidden
+        new_pos = torch.arange(int(kept.sum()))
+        worst = 0.0
+        for layer in self.arch.kv_layers:
+            r = self.arch.layers[layer].rope_tensor
+            ref = rope_with_model(model, layer, pre[layer][:, :, kept], new_pos)
+            scale = float(ref.abs().max()) or 1.0
+            rope_diff = float((state.kv[layer][r] - ref).abs().max()) / scale
+            other_diff = float((state.kv[layer][1 - r] - h.kv[layer][1 - r][:, :, kept]).abs().max())
+            worst = max(worst, rope_diff, other_diff)
+        self.record("compact", check, worst, ROPE_TOLERANCE)
+
+    def drop(self) -> None:
+        check = "drop_original_positions_equals_mask"
+        op = Drop(self.span, positions="original")
+        if self.arch.row_deletion_refusal():
+            self.expect_refusal("drop", check, lambda: op.prepare(self.model, self.history))
+            return
+        dropped, masked = _logits(self.model, self.history, self.question, [op, Mask(self.span)])
+        self.record("drop", check, float((dropped - masked).abs().max()), LOGIT_TOLERANCE)
+
+    def text_recompute(self) -> None:
+        model, h = self.model, self.history
+        op = TextRecompute(self.record_segment)
+        fresh = model.prefill(op.edited_prompt(h))
+        got = _logits(model, h, self.question, [op])[0]
+        ref = reference_logits(model, fresh.input_ids.tolist(), suffix_ids(model, fresh, self.question), None,
+                               explicit_mask=False)
+        self.record("recompute", "text_recompute_equals_one_pass", float((got - ref).abs().max()), LOGIT_TOLERANCE)
+
+        check = "text_recompute_prefix_equals_fresh_prefill"
+        prefix_op = TextRecompute(self.record_segment, stored_prefix=True)
+        if self.arch.recurrent_layers:
+            self.expect_refusal("recompute-prefix", check, lambda: prefix_op.prepare(model, h))
+            return
+        state = prefix_op.prepare(model, h)
+        diff = (_max_kv_diff(state.kv, fresh.kv, self.arch.kv_layers) if state.length == len(fresh)
+                else float("inf"))
+        got = _logits(model, h, self.question, [prefix_op])[0]
+        want = _logits(model, fresh, self.question, [Full()])[0]
+        diff = max(diff, float((got - want).abs().max()))
+        self.record("recompute-prefix", check, diff, LOGIT_TOLERANCE)
 
 
 def verify_operations(model: "Model", history: "History", question: str,
                       record_segment: str = "A", replacement_segment: str = "B") -> list[CheckResult]:
     """Run the operation checks on a history with a record segment and a later replacement."""
-    name = model.name
-    results: list[CheckResult] = []
-
-    def record(check: str, value: float, tolerance: float, passed: bool | None = None) -> None:
-        ok = value <= tolerance if passed is None else passed
-        results.append(CheckResult(check, name, bool(ok), float(value), tolerance))
-
-    T = len(history)
-    span = history.span(record_segment)
-    hidden = torch.zeros(T, dtype=torch.bool)
-    hidden[span.start : span.end] = True
-    layers = model.arch.attention_layers
-    rowdelete_ok = set(model.arch.layer_types) <= {"full_attention", "sliding_attention"}
-
-    if rowdelete_ok:
-        state = Compact(span).prepare(model, history)
-        pre = prerope_keys(model, history.input_ids)
-        kept = ~hidden
-        new_pos = torch.arange(int(kept.sum()))
-        worst = 0.0
-        for layer in layers:
-            ref_k = rope_with_model(model, layer, pre[layer][:, :, kept], new_pos)
-            scale = float(ref_k.abs().max()) or 1.0
-            v_diff = float((state.kv[layer][1] - history.kv[layer][1][:, :, kept]).abs().max())
-            worst = max(worst, float((state.kv[layer][0] - ref_k).abs().max()) / scale, v_diff)
-        record("compact_keys_equal_rope_at_new_positions", worst, ROPE_TOLERANCE)
-
-    replacement = history.span(replacement_segment)
-    for check, op, start in [
-        ("rebuild_equals_one_pass", Rebuild(span), span.start),
-        ("refresh_equals_one_pass", SelectiveRefresh(span), span.end),
-        ("online_mask_equals_one_pass", OnlineMask(span, replacement), replacement.end),
-    ]:
-        state = op.prepare(model, history)
-        ref = reference_hidden_kv(model, history.input_ids, hidden, start)
-        record(check, _max_kv_diff(state.kv, ref, layers), LOGIT_TOLERANCE)
-
-    if not set(model.arch.layer_types) - {"full_attention", "sliding_attention"}:
-        op = TextRecompute(record_segment, stored_prefix=True)
-        state = op.prepare(model, history)
-        fresh = model.prefill(op.edited_prompt(history))
-        diff = _max_kv_diff(state.kv, fresh.kv, layers) if state.length == len(fresh) else float("inf")
-        got = _logits(model, history, question, [op])[0]
-        want = _logits(model, fresh, question, [Full()])[0]
-        diff = max(diff, float((got - want).abs().max()))
-        record("text_recompute_equals_fresh_prefill", diff, LOGIT_TOLERANCE)
-
-    base = _logits(model, history, question, [Full(), Mask(span), SoftBias({p: 0.0 for p in span.positions()}),
-                                               Zero(span, "k")] + ([Drop(span, positions="original")]
-                                                                   if rowdelete_ok else []))
-    full, masked, zero_bias, zero_k = base[0], base[1], base[2], base[3]
-    if rowdelete_ok:
-        record("drop_original_positions_equals_mask", float((base[4] - masked).abs().max()), LOGIT_TOLERANCE)
-    record("zero_bias_equals_full", float((zero_bias - full).abs().max()), 0.0)
-    zstate = Zero(span, "k").prepare(model, history)
-    same_shape = zstate.length == T and bool((zstate.key_pos == history.positions).all())
-    effect = float((zero_k - full).abs().max())
-    record("zero_k_changes_logits_keeps_positions", effect, MIN_EFFECT, passed=same_shape and effect >= MIN_EFFECT)
-    return results
+    checks = _Checks(model, history, question, record_segment, replacement_segment)
+    checks.bias()
+    for component in ("k", "v", "kv"):
+        checks.zero(component)
+    checks.recomputes()
+    checks.compact()
+    checks.drop()
+    checks.text_recompute()
+    return checks.results

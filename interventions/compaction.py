@@ -1,7 +1,7 @@
 """Delete cache rows: compact (with RoPE re-rotation) and drop (without).
 
 **Compact rows** (paper L4519-4521, L4540): delete the masked K/V rows in every
-attention layer; a surviving key at original position ``p`` with ``g(p)``
+layer with rows; a surviving key at original position ``p`` with ``g(p)``
 removed rows before it is re-rotated by ``-g(p)`` (``k' = R(-g) k``) and moves
 to position ``p - g(p)``; values are unchanged; decoding continues at
 ``T - n_removed``. The surviving rows keep the content they were computed with
@@ -26,7 +26,7 @@ from kvprobe.access import Access, as_spans, check_spans, positions_of
 from kvprobe.engine import RowState
 from kvprobe.prompts import SpanError, TokenSpan
 
-from ._base import require_attention_only, require_unedited
+from ._base import require_row_deletion, require_unedited
 from .rope import inv_freq_for_layer, rotate_keys
 
 if TYPE_CHECKING:
@@ -43,17 +43,19 @@ def delete_rows(model: "Model", history: "History", removed: torch.Tensor, rerot
     if not bool(kept.any()):
         raise SpanError("the operation would delete every history row")
     gap = torch.cumsum(removed.long(), dim=0) - removed.long()  # removed rows strictly before p
-    kv = []
-    for layer, (k, v) in enumerate(history.kv):
-        k_kept, v_kept = k[:, :, kept], v[:, :, kept]
-        if rerotate and layer in model.arch.attention_layers:
-            k_kept = rotate_keys(k_kept, -gap[kept], inv_freq_for_layer(model, layer))
-        kv.append((k_kept, v_kept))
+    kv = list(history.kv)  # layers without rows of their own stay (None, None)
+    for layer in model.arch.kv_layers:
+        spec = model.arch.layers[layer]
+        kept_kv = [t[:, :, kept] for t in history.kv[layer]]
+        if rerotate:  # the tensor that carries RoPE (keys; MLA's rope key sits in the V slot)
+            kept_kv[spec.rope_tensor] = rotate_keys(kept_kv[spec.rope_tensor], -gap[kept],
+                                                    inv_freq_for_layer(model, layer), spec.rope_layout)
+        kv[layer] = (kept_kv[0], kept_kv[1])
     positions = history.positions[kept] - (gap[kept] if shorten_positions else 0)
     slot_of = torch.full((T,), -1, dtype=torch.long)
     slot_of[kept] = torch.arange(int(kept.sum()))
-    freed = sum((k.numel() + v.numel()) * k.element_size() for k, v in history.kv) - sum(
-        (k.numel() + v.numel()) * k.element_size() for k, v in kv
+    freed = sum((k.numel() + v.numel()) * k.element_size() for k, v in history.kv if k is not None) - sum(
+        (k.numel() + v.numel()) * k.element_size() for k, v in kv if k is not None
     )
     return RowState(
         kv=kv,
@@ -71,7 +73,7 @@ class _RowDeletion(Access):
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
         check_spans(self.name, self.spans, history_len)
-        require_attention_only(self.name, arch)
+        require_row_deletion(self.name, arch)
 
 
 @dataclass(frozen=True, init=False)

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from kvprobe.arch import HALF, INTERLEAVED
+
 from ._base import OperationError
 
 if TYPE_CHECKING:
@@ -51,17 +53,24 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rotate_keys(keys: torch.Tensor, shift: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+def rotate_keys(keys: torch.Tensor, shift: torch.Tensor, inv_freq: torch.Tensor, layout: str = HALF) -> torch.Tensor:
     """Rotate post-RoPE keys [B, H, S, D] by ``shift`` (Long[S]) positions: R(shift) k.
 
-    Only the first ``2 * len(inv_freq)`` dimensions rotate (partial rotary models);
-    the computation is done in float64 and cast back.
+    Only the first ``2 * len(inv_freq)`` dimensions rotate (partial rotary models).
+    ``layout``: ``"half"`` pairs dim i with i + rot/2 (transformers' rotate_half);
+    ``"interleaved"`` pairs dims 2i and 2i + 1 (complex view, DeepSeek MLA).
+    The computation is done in float64 and cast back.
     """
     rot = 2 * inv_freq.shape[0]
     angles = shift.double()[:, None] * inv_freq.double()[None, :]
-    emb = torch.cat((angles, angles), dim=-1)
-    cos, sin = emb.cos(), emb.sin()
     k = keys.double()
     k_rot, k_pass = k[..., :rot], k[..., rot:]
-    out = torch.cat([k_rot * cos + rotate_half(k_rot) * sin, k_pass], dim=-1)
-    return out.to(keys.dtype)
+    if layout == HALF:
+        emb = torch.cat((angles, angles), dim=-1)
+        rotated = k_rot * emb.cos() + rotate_half(k_rot) * emb.sin()
+    elif layout == INTERLEAVED:
+        pairs = torch.view_as_complex(k_rot.reshape(*k_rot.shape[:-1], -1, 2).contiguous())
+        rotated = torch.view_as_real(pairs * torch.polar(torch.ones_like(angles), angles)).flatten(-2)
+    else:
+        raise ValueError(f"unknown RoPE layout {layout!r}")
+    return torch.cat([rotated, k_pass], dim=-1).to(keys.dtype)

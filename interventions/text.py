@@ -86,10 +86,12 @@ class TextRecompute(Access):
         object.__setattr__(self, "chunk_size", chunk_size)
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
-        other = sorted(set(arch.layer_types) - {"full_attention", "sliding_attention"})
-        if other and self.stored_prefix:
-            # Recurrent states after the cut would need the state at the cut; not kept yet.
-            raise SpanError(f"{self.name}: stored-prefix recompute is not supported with {other} layers")
+        if arch.recurrent_layers and self.stored_prefix:
+            # Recurrent states exist only after the whole history, not at the cut.
+            kinds = sorted({arch.layers[i].kind for i in arch.recurrent_layers})
+            raise SpanError(f"{self.name}: stored-prefix recompute is not supported with {kinds} layers: their "
+                            "recurrent states are kept only after the whole history, not at the cut "
+                            "(use recompute, which prefills the edited text from the start)")
 
     def edited_prompt(self, history: "History"):
         """The history's prompt without the deleted segments."""

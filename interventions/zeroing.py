@@ -1,10 +1,12 @@
 """Zero cached K, V or both over token spans (paper partD section 7, L1328, L1239).
 
-The stored rows of the chosen layers (default: all attention layers, all heads)
-are overwritten with 0 on the condition's own cache copy; positions and length
+The stored rows of the chosen layers (default: all attention layers, all heads;
+a layer that reads another layer's rows, as in Gemma 4 KV sharing, zeroes that
+layer's rows) are overwritten with 0 on the condition's own cache copy; positions and length
 are unchanged. A zero key gives attention logit 0, which *stays in the softmax
 normalizer*: this is not a mask (a test and ``kvprobe verify`` show the
-difference). Zeroing applies to whatever slots the spans occupy in the incoming
+difference). On MLA caches (one latent for K and V) only ``"kv"`` is a cache
+edit; ``"k"`` and ``"v"`` are refused. Zeroing applies to whatever slots the spans occupy in the incoming
 state, so it composes after other operations.
 """
 
@@ -16,6 +18,8 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from kvprobe.access import Access, as_spans, check_layers, check_spans, positions_of, select_layers, slots_in_state
 from kvprobe.engine import RowState
 from kvprobe.prompts import TokenSpan
+
+from ._base import OperationError
 
 
 if TYPE_CHECKING:
@@ -46,11 +50,19 @@ class Zero(Access):
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
         check_spans(self.name, self.spans, history_len)
         check_layers(self.name, self.layers, arch)
+        if self.component != "kv" and (reason := arch.separate_zero_refusal()):
+            raise OperationError(f"{self.name}: {reason}")
+        for layer in select_layers(self.layers, arch):
+            source = arch.layers[layer].kv_layer
+            if source != layer and self.layers is not None and source not in self.layers:
+                raise OperationError(f"{self.name}: layer {layer} has no rows of its own (it attends to layer "
+                                     f"{source}'s K/V); zeroing them would change layer {source} too, so "
+                                     f"select layer {source} as well")
 
     def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
         slots = slots_in_state(state, positions_of(self.spans, len(history)))
         kv = list(state.kv)
-        for layer in select_layers(self.layers, model.arch):
+        for layer in sorted({model.arch.layers[i].kv_layer for i in select_layers(self.layers, model.arch)}):
             k, v = kv[layer]
             if "k" in self.component:
                 k = k.clone()

@@ -2,6 +2,7 @@
 
 Subcommands:
   verify   prove mask equivalences on a model (exit status 1 if any check fails)
+  matrix   verify many models; the family x operation table (artifacts/matrix, README)
   models   list registry models and what is installed; pull a registry model
   demo     the quantity example under five access conditions (the quick-start job)
   bench    benchmarks written to artifacts/bench
@@ -39,8 +40,29 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"{model.name}: {model.arch.describe()}")
         for r in results:
             status = "PASS" if r.passed else "FAIL"
-            print(f"  {status}  {r.check:<42} value {r.value:.3g}  (tolerance {r.tolerance:g})")
+            if r.refused:
+                print(f"  {status}  {r.check:<42} refuses, as expected: {r.refused}")
+            else:
+                print(f"  {status}  {r.check:<42} value {r.value:.3g}  (tolerance {r.tolerance:g})")
     return 0 if all(r.passed for r in results) else 1
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .matrix import run_matrix, write_matrix
+    from .tiny import TINY_MODELS
+
+    names = args.models or list(TINY_MODELS)
+    models = (_load(name, args.quiet) for name in names)
+    matrix = run_matrix(models)
+    table = write_matrix(matrix, Path(args.out), Path(args.readme) if args.readme else None)
+    if not args.quiet:
+        print(table)
+    failed = [f"{name}: {r.check}" for name, e in matrix.items() for r in e["results"] if not r.passed]
+    for line in failed:
+        print(f"FAIL {line}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -151,14 +173,28 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("verify", help="check that masked access computes what it claims on a model",
-                       description="Run equivalence checks (a)-(f) of the traced mask path against plain "
-                       "transformers forwards; exit status 1 if any check fails.")
+                       description="Run equivalence checks (a)-(g) of the traced mask path and one or two "
+                       "checks per cache operation against plain transformers forwards (operations the "
+                       "architecture cannot support must refuse); exit status 1 if any check fails.")
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help="registry name, tiny-* test model, Hub id, local directory or .gguf file "
                    f"(default {DEFAULT_MODEL})")
     p.add_argument("--json", action="store_true",
-                   help='print a JSON list of {"check", "model", "passed", "value", "tolerance"}')
+                   help='print a JSON list of {"check", "model", "passed", "value", "tolerance", "operation", '
+                   '"refused"} ("refused": the expected refusal message of an operation this model cannot support)')
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("matrix", help="verify many models and write the family x operation table",
+                       description="Run `kvprobe verify` on each model and write matrix.json (every check value) "
+                       "and matrix.md (one row per model, one column per operation: pass, refuses [reason], "
+                       "FAIL) under --out; exit status 1 if any check fails.")
+    p.add_argument("--models", nargs="*", default=None,
+                   help="models to verify (default: every tiny-* test model, one per architecture family)")
+    p.add_argument("--out", default="artifacts/matrix", help="output directory (default artifacts/matrix)")
+    p.add_argument("--readme", default=None,
+                   help="also replace the generated matrix block of this README (e.g. README.md)")
+    p.add_argument("--quiet", action="store_true", help="print nothing but failures")
+    p.set_defaults(func=cmd_matrix)
 
     p = sub.add_parser("models", help="list or pull registry models",
                        description="`kvprobe models list` shows registry models and whether they are "

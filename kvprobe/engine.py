@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import LinearAttentionLayer
+from transformers.cache_utils import DummyLayer, LinearAttentionLayer
 
 from .masks import layer_type_masks
 from .slots import SlotLayer
@@ -43,7 +43,9 @@ class RowState:
     modified by the engine (every batch copies them).
 
     Attributes:
-        kv: per layer (K, V), shapes [1, kv_heads, S, head_dim]; K as cached (after RoPE).
+        kv: per layer (K, V) as cached, shapes [1, heads, S, dim] (``LayerSpec.key_shape`` /
+            ``value_shape``; K after RoPE); ``(None, None)`` for layers without rows of
+            their own (recurrent layers, layers reading another layer's K/V).
         key_pos: Long[S] RoPE position of every slot.
         key_valid: Bool[S] false for slots that must never be read.
         hidden: layer -> Bool[S] slots hidden from every later token in that layer.
@@ -140,7 +142,7 @@ class Rows:
     @property
     def can_truncate(self) -> bool:
         """Whether :meth:`truncate` works (recurrent states cannot be rolled back)."""
-        return all(isinstance(layer, SlotLayer) for layer in self.cache.layers)
+        return all(isinstance(layer, (SlotLayer, DummyLayer)) for layer in self.cache.layers)
 
     def truncate(self, length: int) -> None:
         """Forget every slot from ``length`` on (undo forwards run since the batch had ``length`` slots).
@@ -150,7 +152,8 @@ class Rows:
         if not self.can_truncate:
             raise ValueError("a batch with recurrent layers cannot be truncated; take a copy of its rows instead")
         for layer in self.cache.layers:
-            layer.truncate(length)
+            if isinstance(layer, SlotLayer):
+                layer.truncate(length)
         self.key_pos, self.key_valid = self.key_pos[:, :length], self.key_valid[:, :length]
         for table in (self.hidden, self.bias):
             cut: dict[int, torch.Tensor] = {}
@@ -201,7 +204,8 @@ def fork_rows(states: list[RowState]) -> Rows:
     n, S = len(states), max(s.length for s in states)
     cache = DynamicCache()
     cache.layers = [
-        LinearAttentionLayer() if states[0].kv[layer][0] is None  # recurrent layer: replaced below
+        LinearAttentionLayer() if layer in states[0].recurrent  # recurrent layer: filled below
+        else DummyLayer() if states[0].kv[layer][0] is None  # reads another layer's rows
         else SlotLayer([s.kv[layer][0] for s in states], [s.kv[layer][1] for s in states])
         for layer in range(len(states[0].kv))
     ]
@@ -225,6 +229,8 @@ def _take_layer(layer, indices: torch.Tensor):
     """A copy of one cache layer holding the rows ``indices``."""
     if isinstance(layer, SlotLayer):
         return layer.take(indices)
+    if isinstance(layer, DummyLayer):
+        return DummyLayer()
     if isinstance(layer, LinearAttentionLayer):
         if layer.conv_states.get(0) is None:  # nothing read yet
             return LinearAttentionLayer()
@@ -384,8 +390,8 @@ def extend_state(
             logits_to_keep=1,
         )
     # Compact copies: a history keeps no spare capacity of the batch's buffers.
-    kv = [(None, None) if layer in prefix.recurrent else (cache_layer.keys.clone(), cache_layer.values.clone())
-          for layer, cache_layer in enumerate(rows.cache.layers)]
+    kv = [(cache_layer.keys.clone(), cache_layer.values.clone()) if isinstance(cache_layer, SlotLayer) else (None, None)
+          for cache_layer in rows.cache.layers]
     return RowState(
         kv=kv,
         key_pos=torch.cat([prefix.key_pos, positions]),
@@ -403,8 +409,12 @@ def _edit_mask(
     affected_rows: torch.Tensor | None,
     minimum: float,
 ) -> torch.Tensor:
-    """Add the logit bias to, then hide slots from, a layer's [B, 1, Q, S] additive mask."""
-    rows = None if affected_rows is None else affected_rows[:, None, :, None]
+    """Add the logit bias to, then hide slots from, a layer's [B, 1, Q, S] additive mask.
+
+    A layer may see only the last query rows (Gemma 4's KV-sharing layers compute
+    just the positions whose logits are kept); ``affected_rows`` is cut to match.
+    """
+    rows = None if affected_rows is None else affected_rows[:, None, -mask.shape[2]:, None]
     if bias is not None:
         b = bias[:, None, None, :].to(mask.dtype)
         mask = mask + (b if rows is None else b * rows)

@@ -8,7 +8,7 @@ import nnsight
 import torch
 
 from .access import Access, Full
-from .arch import ArchSummary
+from .arch import ArchSummary, adapter_for
 from .decoding import CandidateScores, Generation, Request, generate_greedy, score_candidates
 from .engine import CHUNK_SIZE, RowState, extend_state
 from .history import History, kv_digest
@@ -22,7 +22,8 @@ class Model:
         hf: the transformers model (eval mode, eager attention by default).
         tokenizer: its fast tokenizer.
         nn: the nnsight wrapper used for every intervention.
-        arch: :class:`ArchSummary` (layers, heads, head dim, RoPE, layer types).
+        arch: :class:`ArchSummary` (per layer: type, cached shapes, RoPE placement).
+        adapter: the family adapter that read the config (``kvprobe.arch``).
         name, source, weight_hash: where the weights came from.
     """
 
@@ -32,7 +33,8 @@ class Model:
         self.hf = hf.eval()
         self.tokenizer = tokenizer
         self.name, self.source, self.weight_hash = name, source, weight_hash
-        self.arch = ArchSummary.from_config(hf.config)
+        self.adapter = adapter_for(hf.config)
+        self.arch: ArchSummary = self.adapter.summary(hf.config)
         self.nn = nnsight.NNsight(self.hf)
         self._layers = self.nn.model.layers
 
@@ -112,9 +114,12 @@ class Model:
     def empty_state(self) -> RowState:
         """A row state with no tokens (what a prefill starts from)."""
         kv = []
-        for layer in range(self.arch.num_layers):
-            empty = torch.zeros(1, self.arch.num_kv_heads, 0, self.arch.head_dim, dtype=self.dtype)
-            kv.append((empty, empty) if layer in self.arch.attention_layers else (None, None))
+        for spec in self.arch.layers:
+            if spec.key_shape is None:  # recurrent, or reads another layer's rows
+                kv.append((None, None))
+            else:
+                kv.append((torch.zeros(1, spec.key_shape[0], 0, spec.key_shape[1], dtype=self.dtype),
+                           torch.zeros(1, spec.value_shape[0], 0, spec.value_shape[1], dtype=self.dtype)))
         return RowState(
             kv=kv,
             key_pos=torch.zeros(0, dtype=torch.long),

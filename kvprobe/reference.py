@@ -20,6 +20,7 @@ from .engine import mask_argument
 from .masks import layer_type_masks
 
 if TYPE_CHECKING:
+    from .engine import RowState
     from .model import Model
 
 
@@ -104,7 +105,7 @@ def reference_hidden_kv(
     model: "Model", history_ids: torch.Tensor, hidden: torch.Tensor, start: int
 ) -> list[tuple[torch.Tensor | None, torch.Tensor | None]]:
     """Per layer K/V of one uncached forward over the history where rows from ``start`` on
-    (outside ``hidden``) cannot see ``hidden``; ``(None, None)`` for recurrent layers."""
+    (outside ``hidden``) cannot see ``hidden``; ``(None, None)`` for layers without rows of their own."""
     from .engine import fork_rows
 
     T = int(history_ids.shape[0])
@@ -113,7 +114,7 @@ def reference_hidden_kv(
     with torch.inference_mode(), transformers_eager(model):
         model.hf(input_ids=history_ids[None], attention_mask=uncached_mask(model, T, T, hidden, start),
                  position_ids=torch.arange(T)[None], past_key_values=cache, use_cache=True)
-    return [(layer.keys, layer.values) if i in model.arch.attention_layers else (None, None)
+    return [(layer.keys, layer.values) if i in model.arch.kv_layers else (None, None)
             for i, layer in enumerate(cache.layers)]
 
 
@@ -133,6 +134,41 @@ def explicit_cached_mask(
     masks = layer_type_masks(model.arch, q_pos, k_pos, torch.ones(1, S, dtype=torch.bool), model.dtype,
                              hidden=full_hidden)
     return mask_argument(model.arch, masks)
+
+
+def cached_explicit_logits(
+    model: "Model",
+    state: "RowState",
+    suffix: Sequence[int],
+    hidden: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Suffix logits of a plain transformers forward on a copy of ``state``'s cache.
+
+    The suffix continues at position ``state.length`` under explicit 4-D masks:
+    Bool[S] ``hidden`` slots set to the dtype minimum and Float[S] ``bias`` added
+    to the suffix rows' logits of those slots, in every attention layer. No
+    nnsight, transformers' own eager attention.
+    """
+    from .engine import fork_rows
+
+    S, L = state.length, len(suffix)
+    if hidden is None:
+        hidden = torch.zeros(S, dtype=torch.bool)
+    mask = explicit_cached_mask(model, S, S, L, hidden)
+    if bias is not None:
+        columns = torch.cat([bias, torch.zeros(L)]).to(model.dtype)
+        mask = ({t: None if m is None else m + columns for t, m in mask.items()} if isinstance(mask, dict)
+                else mask + columns)
+    cache = fork_rows([state]).cache  # a plain copy of the cache
+    with torch.inference_mode(), transformers_eager(model):
+        return model.hf(
+            input_ids=torch.tensor([list(suffix)]),
+            attention_mask=mask,
+            position_ids=torch.arange(S, S + L)[None],
+            past_key_values=cache,
+            use_cache=True,
+        ).logits[0]
 
 
 def reference_score(

@@ -1,23 +1,49 @@
 """Tiny random causal LMs built in-process, for fast tests (no download).
 
-Three families, each covering an architecture feature the interventions must
-handle:
+One model per architecture family kvprobe supports, each small (64-wide, 4-6
+layers) and each exercising what makes its family different:
 
-- ``tiny-llama``  -- Llama, grouped-query attention (4 query / 2 KV heads).
-- ``tiny-qwen3``  -- Qwen3, adds QK-norm (RMSNorm on q and k per head).
-- ``tiny-gemma3`` -- Gemma 3 text, QK-norm, mixed sliding-window (window 16)
-  and full-attention layers with per-layer-type RoPE bases, so native sliding
-  windows actually bite on ~100-token prompts.
+==================  ============================================================
+``tiny-llama``      Llama, grouped-query attention (4 query / 2 KV heads).
+``tiny-mistral``    Mistral: every layer a sliding window (32 tokens).
+``tiny-qwen2``      Qwen2: biases on the q/k/v projections.
+``tiny-qwen3``      Qwen3: QK-norm (RMSNorm on q and k per head).
+``tiny-qwen3-moe``  Qwen3-MoE: routed experts (4, top 2) in every layer.
+``tiny-qwen3.5``    Qwen3.5 hybrid: Gated DeltaNet layers beside full attention
+                    with gated queries and partial RoPE (25 %).
+``tiny-qwen3-next`` Qwen3-Next hybrid: Gated DeltaNet + attention + routed and
+                    shared experts.
+``tiny-gemma3``     Gemma 3: sliding (window 16) and full layers with their own
+                    RoPE bases, QK-norm.
+``tiny-gemma4``     Gemma 4: sliding/full layers, global layers with a larger
+                    head (32) and one KV head whose values come from the key
+                    projection, proportional RoPE, per-layer input embeddings,
+                    routed experts, and the last two layers reusing earlier
+                    layers' K/V (KV sharing).
+``tiny-deepseek-v2`` DeepSeek-V2: multi-head latent attention (the cache holds a
+                    16-dim latent and an 8-dim decoupled RoPE key), routed and
+                    shared experts after one dense layer.
+``tiny-phi3``       Phi-3: fused QKV projection, partial RoPE (50 %).
+``tiny-olmo2``      OLMo2: QK-norm over the whole projection, post-norm blocks.
+==================  ============================================================
 
 Weights are drawn with a fixed seed inside :func:`torch.random.fork_rng`, so
 two builds are bit-identical and the caller's RNG state is untouched.  The
 random init is scaled up (``initializer_range=0.2``) so that attention is far
-from uniform and masking a span visibly changes the logits.
+from uniform and masking a span visibly changes the logits. QK-norm gains are
+raised for the same reason. The Gated DeltaNet layers of the hybrids are drawn
+at the usual scale (0.02) instead: their chunked kernel computes in fp32 with
+chunk boundaries at multiples of 64 tokens, so a cached continuation rounds
+differently from one pass over the same tokens, and random 0.2-scale
+recurrences amplified that to 1.2e-4 on the logits (above the verify tolerance
+of 1e-4); at 0.02 it is ~5e-6, and it is exactly 0 when the history length is a
+multiple of 64 (tests/test_hybrid.py).
 
 The tokenizer is a byte-level BPE trained with the ``tokenizers`` library on a
 small built-in English corpus (deterministic; ~1000 tokens) with ChatML special
-tokens and chat template.  Being byte-level, it encodes any text, and its
-offsets (``trim_offsets=False``) partition the text exactly.
+tokens and chat template; every tiny model uses it.  Being byte-level, it
+encodes any text, and its offsets (``trim_offsets=False``) partition the text
+exactly.
 """
 
 from __future__ import annotations
@@ -31,7 +57,9 @@ from .attention import GROUPED_EAGER
 
 __all__ = ["TINY_MODELS", "TINY_SEED", "build_tiny", "tiny_tokenizer", "tiny_config"]
 
-TINY_MODELS: tuple[str, ...] = ("tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-qwen3.5")
+TINY_MODELS: tuple[str, ...] = ("tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-moe",
+                                 "tiny-qwen3.5", "tiny-qwen3-next", "tiny-gemma3", "tiny-gemma4",
+                                 "tiny-deepseek-v2", "tiny-phi3", "tiny-olmo2")
 TINY_SEED = 0
 TINY_VOCAB_SIZE = 1000
 TINY_INIT_RANGE = 0.2
@@ -154,18 +182,60 @@ def tiny_tokenizer():
 # --------------------------------------------------------------------------- models
 
 
+_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
+_HYBRID_LAYERS = ["linear_attention", "full_attention", "linear_attention", "full_attention"]
+_GATED_DELTANET = dict(linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16,
+                       linear_value_head_dim=16, linear_conv_kernel_dim=4)
+_EXPERTS = dict(num_experts_per_tok=2, moe_intermediate_size=32)
+
+#: tiny model -> (model_type, config fields beyond the shared ones).
+TINY_CONFIGS: dict[str, tuple[str, dict]] = {
+    "tiny-llama": ("llama", dict(num_hidden_layers=4, rope_parameters=_ROPE)),
+    "tiny-mistral": ("mistral", dict(num_hidden_layers=4, sliding_window=32, rope_parameters=_ROPE)),
+    "tiny-qwen2": ("qwen2", dict(num_hidden_layers=4, rope_parameters=_ROPE)),
+    "tiny-qwen3": ("qwen3", dict(num_hidden_layers=4, rope_parameters=_ROPE, use_sliding_window=False)),
+    "tiny-qwen3-moe": ("qwen3_moe", dict(num_hidden_layers=4, rope_parameters=_ROPE, num_experts=4,
+                                         norm_topk_prob=True, **_EXPERTS)),
+    "tiny-qwen3.5": ("qwen3_5_text", dict(num_hidden_layers=4, layer_types=_HYBRID_LAYERS, **_GATED_DELTANET,
+                                          rope_parameters={**_ROPE, "partial_rotary_factor": 0.25})),
+    "tiny-qwen3-next": ("qwen3_next", dict(num_hidden_layers=4, layer_types=_HYBRID_LAYERS, **_GATED_DELTANET,
+                                           rope_parameters={**_ROPE, "partial_rotary_factor": 0.25},
+                                           num_experts=4, shared_expert_intermediate_size=32, **_EXPERTS)),
+    "tiny-gemma3": ("gemma3_text", dict(
+        num_hidden_layers=6, layer_types=["sliding_attention", "sliding_attention", "full_attention"] * 2,
+        sliding_window=16, query_pre_attn_scalar=16, tie_word_embeddings=True,
+        rope_parameters={"sliding_attention": _ROPE,
+                         "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}})),
+    "tiny-gemma4": ("gemma4_text", dict(
+        num_hidden_layers=6, layer_types=["sliding_attention", "sliding_attention", "full_attention"] * 2,
+        sliding_window=16, global_head_dim=32, num_global_key_value_heads=1, attention_k_eq_v=True,
+        num_kv_shared_layers=2, enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=32,
+        hidden_size_per_layer_input=8, tie_word_embeddings=True,
+        rope_parameters={"sliding_attention": _ROPE,
+                         "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                            "rope_theta": 1000000.0}})),
+    "tiny-deepseek-v2": ("deepseek_v2", dict(
+        num_hidden_layers=4, num_key_value_heads=4, head_dim=8, kv_lora_rank=16, q_lora_rank=None,
+        qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, n_routed_experts=4, n_shared_experts=1,
+        first_k_dense_replace=1, rope_parameters=_ROPE, **_EXPERTS)),
+    "tiny-phi3": ("phi3", dict(num_hidden_layers=4, rope_parameters={**_ROPE, "partial_rotary_factor": 0.5})),
+    "tiny-olmo2": ("olmo2", dict(num_hidden_layers=4, rope_parameters=_ROPE)),
+}
+
+
 def tiny_config(name: str, tokenizer=None):
     """The ``PretrainedConfig`` of tiny model ``name`` (vocab from the tiny tokenizer)."""
-    if name not in TINY_MODELS:
+    from transformers import AutoConfig
+
+    if name not in TINY_CONFIGS:
         raise ValueError(f"unknown tiny model {name!r}; choose one of {', '.join(TINY_MODELS)}")
     tok = tokenizer if tokenizer is not None else tiny_tokenizer()
-    ids = dict(
+    model_type, fields = TINY_CONFIGS[name]
+    common = dict(
         vocab_size=len(tok),
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
         bos_token_id=tok.pad_token_id,  # no BOS is prepended; <|endoftext|> stands in
-    )
-    common = dict(
         hidden_size=64,
         intermediate_size=128,
         num_attention_heads=4,
@@ -174,65 +244,25 @@ def tiny_config(name: str, tokenizer=None):
         max_position_embeddings=2048,
         initializer_range=TINY_INIT_RANGE,
         tie_word_embeddings=False,
-        **ids,
-    )
-    if name == "tiny-llama":
-        from transformers import LlamaConfig
-
-        return LlamaConfig(num_hidden_layers=4, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-                           rms_norm_eps=1e-6, **common)
-    if name == "tiny-qwen3":
-        from transformers import Qwen3Config
-
-        return Qwen3Config(num_hidden_layers=4, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-                           rms_norm_eps=1e-6, use_sliding_window=False, **common)
-    if name == "tiny-qwen3.5":
-        # Hybrid: Gated DeltaNet (linear attention with conv + recurrent states) beside
-        # full attention with QK-norm, gated queries and partial RoPE (25 % of head dim).
-        from transformers import Qwen3_5TextConfig
-
-        return Qwen3_5TextConfig(
-            num_hidden_layers=4,
-            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
-            linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
-            linear_conv_kernel_dim=4,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
-            rms_norm_eps=1e-6,
-            **common,
-        )
-    from transformers import Gemma3TextConfig
-
-    n_layers = 6
-    layer_types = ["full_attention" if (i + 1) % 3 == 0 else "sliding_attention" for i in range(n_layers)]
-    return Gemma3TextConfig(
-        num_hidden_layers=n_layers,
-        layer_types=layer_types,
-        sliding_window=16,
-        query_pre_attn_scalar=16,
-        rope_parameters={
-            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-            "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
-        },
         rms_norm_eps=1e-6,
-        **{**common, "tie_word_embeddings": True},
     )
+    if model_type == "gemma4_text":
+        common["vocab_size_per_layer_input"] = len(tok)
+    return AutoConfig.for_model(model_type, **{**common, **fields})
 
 
 def build_tiny(name: str, *, dtype: torch.dtype = torch.float32, attn_implementation: str = GROUPED_EAGER):
     """Build tiny model ``name`` -> ``(model, tokenizer)``; deterministic, eval mode, no grads."""
-    if name not in TINY_MODELS:
-        raise ValueError(f"unknown tiny model {name!r}; choose one of {', '.join(TINY_MODELS)}")
-    from transformers import Gemma3ForCausalLM, LlamaForCausalLM, Qwen3_5ForCausalLM, Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM
 
     tok = tiny_tokenizer()
     config = tiny_config(name, tok)
     config._attn_implementation = attn_implementation
-    cls = {"tiny-llama": LlamaForCausalLM, "tiny-qwen3": Qwen3ForCausalLM,
-           "tiny-gemma3": Gemma3ForCausalLM, "tiny-qwen3.5": Qwen3_5ForCausalLM}[name]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(TINY_SEED)
-        model = cls(config)
-    _sharpen_qk_norm(model, name)
+        model = AutoModelForCausalLM.from_config(config)
+    _sharpen_qk_norm(model)
+    _calm_recurrences(model)
     model = model.to(dtype)
     model.eval()
     model.requires_grad_(False)
@@ -247,9 +277,24 @@ def build_tiny(name: str, *, dtype: torch.dtype = torch.float32, attn_implementa
 QK_NORM_GAIN = 2.5
 
 
+#: Scale of the Gated DeltaNet weights of the hybrids (see the module docstring).
+RECURRENT_INIT_RANGE = 0.02
+
+
 @torch.no_grad()
-def _sharpen_qk_norm(model, name: str) -> None:
+def _sharpen_qk_norm(model) -> None:
+    """Set every q/k norm's effective gain to ``QK_NORM_GAIN``, whether it scales by w or by 1 + w."""
     for mod_name, module in model.named_modules():
-        if mod_name.endswith(("q_norm", "k_norm")):
-            # Gemma's and Qwen3.5's RMSNorm scale by (1 + weight); Qwen3's by weight.
-            module.weight.fill_(QK_NORM_GAIN - 1.0 if name in ("tiny-gemma3", "tiny-qwen3.5") else QK_NORM_GAIN)
+        if mod_name.endswith(("q_norm", "k_norm")) and getattr(module, "weight", None) is not None:
+            module.weight.zero_()
+            probe = torch.ones(1, module.weight.shape[-1])
+            offset = float(module(probe).abs().mean())  # 0 for w scaling, 1 for (1 + w)
+            module.weight.fill_(QK_NORM_GAIN - round(offset))
+
+
+@torch.no_grad()
+def _calm_recurrences(model) -> None:
+    """Redraw-free rescale of linear-attention (Gated DeltaNet) matrices to ``RECURRENT_INIT_RANGE``."""
+    for name, param in model.named_parameters():
+        if ".linear_attn." in name and param.dim() > 1:
+            param.mul_(RECURRENT_INIT_RANGE / TINY_INIT_RANGE)

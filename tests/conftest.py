@@ -7,8 +7,11 @@ import pytest
 import kvprobe
 from kvprobe.tiny import TINY_MODELS
 
-#: Tiny families whose every layer is attention (the hybrid has its own tests).
-ATTENTION_MODELS = tuple(m for m in TINY_MODELS if m != "tiny-qwen3.5")
+#: Attention-only tiny models most tests run on (GQA, QK-norm, sliding + full layers). Every
+#: other family runs through the architecture matrix (tests/test_architectures.py) and the
+#: hybrid through tests/test_hybrid.py.
+ATTENTION_MODELS = ("tiny-llama", "tiny-qwen3", "tiny-gemma3")
+assert set(ATTENTION_MODELS) <= set(TINY_MODELS)
 
 SEGMENTS = [
     ("A", "Record A, Monday: the weekly planning meeting is held in Room 12 on the third floor."),

@@ -19,7 +19,8 @@ def smol() -> kvprobe.Model:
 
 def test_architecture_summary(smol):
     a = smol.arch
-    assert (a.model_type, a.num_layers, a.num_heads, a.num_kv_heads, a.head_dim) == ("llama", 30, 9, 3, 64)
+    assert (a.model_type, a.family, a.num_layers, a.num_heads) == ("llama", "standard", 30, 9)
+    assert {(s.key_shape, s.value_shape, s.rope_dims) for s in a.layers} == {((3, 64), (3, 64), 64)}
     assert a.rope["full_attention"]["rope_theta"] == 100000.0
     assert smol.eos_ids == {2}
 

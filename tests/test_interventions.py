@@ -185,7 +185,7 @@ def test_rerotation_algebra_in_float64(llama):
     from interventions.rope import inv_freq_for_layer
 
     torch.manual_seed(0)
-    k = torch.randn(1, 2, 50, llama.arch.head_dim, dtype=torch.float64)
+    k = torch.randn(1, 2, 50, llama.arch.layers[0].key_shape[1], dtype=torch.float64)
     p = torch.arange(50) + 37
     g = torch.randint(0, 30, (50,))
     inv = inv_freq_for_layer(llama, 0).double()
