@@ -19,7 +19,7 @@ condition's own copy of the cache; the shared history is never modified.
 ``parse_condition`` builds any of them (and masks) from a short string, for the CLI.
 """
 
-from ._base import OperationError
+from ._base import OperationError, refusal
 from .bias import SessionOrderBias, SoftBias, session_gate
 from .compaction import Compact, Drop
 from .recompute import OnlineMask, Rebuild, SelectiveRefresh, recompute_hidden
@@ -41,6 +41,7 @@ __all__ = [
     "TextRecompute",
     "Zero",
     "parse_condition",
+    "refusal",
     "recompute_hidden",
     "rotate_keys",
     "session_gate",

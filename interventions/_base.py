@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 
 if TYPE_CHECKING:
+    from kvprobe.access import Access
     from kvprobe.arch import ArchSummary
     from kvprobe.engine import RowState
     from kvprobe.history import History
@@ -26,3 +27,14 @@ def require_row_deletion(name: str, arch: "ArchSummary") -> None:
     reason = arch.row_deletion_refusal()
     if reason:
         raise OperationError(f"{name} deletes cache rows, but {reason}")
+
+
+def refusal(condition: "Access", history: "History") -> str | None:
+    """Why ``condition`` cannot apply to ``history``'s model and history, or ``None`` if it can."""
+    from kvprobe.prompts import SpanError
+
+    try:
+        condition.validate(len(history), history.model.arch)
+    except (OperationError, SpanError) as err:
+        return str(err)
+    return None

