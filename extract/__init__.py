@@ -1,1 +1,14 @@
-"""kvprobe.extract: placeholder package; see README architecture."""
+"""Feature extraction: per-layer K and V exactly as cached, and hidden states, into an HDF5 store.
+
+* ``capture.encode(model, specs)``: one traced forward per batch of records;
+  K/V read from the cache, hidden states captured with nnsight.
+* ``store.extract(model, dataset, cases, out)``: resumable, crash-safe writing of
+  one ``/{model}/{dataset}`` group; ``store.FeatureStore`` reads it lazily.
+* ``bench.run_extract_bench``: ``kvprobe bench extract``.
+"""
+
+from .capture import JOINT_SEPARATOR, Encoding, RecordSpec, encode
+from .store import FeatureStore, StoreError, StoreGroup, extract, model_key
+
+__all__ = ["JOINT_SEPARATOR", "Encoding", "FeatureStore", "RecordSpec", "StoreError", "StoreGroup", "encode",
+           "extract", "model_key"]

@@ -284,6 +284,7 @@ class ForwardOutput:
 
     logits: torch.Tensor  # Float[B, Q, V]
     attention: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> [B, H, Q, S]
+    hidden: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> [B, Q, d_model] (layer output)
 
 
 def traced_forward(
@@ -296,6 +297,7 @@ def traced_forward(
     logits_to_keep: int = 0,
     affected_rows: torch.Tensor | None = None,
     new_hidden: torch.Tensor | None = None,
+    capture_hidden: tuple[int, ...] = (),
 ) -> ForwardOutput:
     """Run Q new tokens per row through the model, appending them to ``rows``.
 
@@ -307,6 +309,8 @@ def traced_forward(
         query_pos: Long[B, Q] RoPE positions; default continues each row contiguously
             over its valid tokens.
         capture_attention: layers whose attention probabilities to return.
+        capture_hidden: layers whose output hidden states (the residual stream after
+            the layer) to return.
         logits_to_keep: if > 0, only the last that many positions' logits are computed.
         affected_rows: Bool[B, Q] query tokens the hidden slots and biases apply to
             (default all; rebuilding states exempts the hidden record's own tokens).
@@ -331,16 +335,17 @@ def traced_forward(
     )
     if logits_to_keep:
         kwargs["logits_to_keep"] = logits_to_keep
-    touched = sorted(set(rows.hidden) | set(rows.bias) | set(capture_attention))
+    touched = sorted(set(rows.hidden) | set(rows.bias) | set(capture_attention) | set(capture_hidden))
     with torch.inference_mode():
         if not touched:
             logits = model.hf(**kwargs).logits
             return ForwardOutput(logits=logits)
         minimum = torch.finfo(model.dtype).min
-        captured = {}
+        captured, hidden_states = {}, {}
         with model.nn.trace(**kwargs):
             for layer in touched:
-                attn = model.attention_envoy(layer)
+                if layer in rows.hidden or layer in rows.bias or layer in capture_attention:
+                    attn = model.attention_envoy(layer)
                 if layer in rows.hidden or layer in rows.bias:
                     args, kw = attn.inputs
                     kw["attention_mask"] = _edit_mask(
@@ -349,8 +354,10 @@ def traced_forward(
                     attn.inputs = (args, kw)
                 if layer in capture_attention:
                     captured[layer] = attn.output[1].save()
+                if layer in capture_hidden:
+                    hidden_states[layer] = model.layer_envoy(layer).output.save()
             logits = model.nn.output.logits.save()
-    return ForwardOutput(logits=logits, attention=dict(captured))
+    return ForwardOutput(logits=logits, attention=dict(captured), hidden=dict(hidden_states))
 
 
 def extend_state(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import tempfile
 from pathlib import Path
 
@@ -24,3 +25,15 @@ def atomic_write_text(path: Path | str, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def versions() -> dict[str, str]:
+    """Versions of the packages that decide the numbers (recorded by every run and store)."""
+    import nnsight
+    import torch
+    import transformers
+
+    from . import __version__
+
+    return {"kvprobe": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "nnsight": getattr(nnsight, "__version__", "unknown"), "python": platform.python_version()}

@@ -12,7 +12,7 @@ from .arch import ArchSummary, adapter_for
 from .decoding import CandidateScores, Generation, Request, generate_greedy, score_candidates
 from .engine import CHUNK_SIZE, RowState, extend_state
 from .history import History, kv_digest
-from .prompts import Prompt, SpanError
+from .prompts import Prompt, RenderedPrompt, SpanError
 
 
 class Model:
@@ -59,6 +59,10 @@ class Model:
         pad = self.tokenizer.pad_token_id
         return int(pad if pad is not None else min(self.eos_ids))
 
+    def layer_envoy(self, layer: int) -> Any:
+        """The nnsight envoy of decoder layer ``layer`` (its output is the residual stream after it)."""
+        return self._layers[layer]
+
     def attention_envoy(self, layer: int) -> Any:
         """The nnsight envoy of layer ``layer``'s attention module."""
         return self._layers[layer].self_attn
@@ -67,15 +71,8 @@ class Model:
         return f"Model({self.name!r}, {self.arch.describe()})"
 
     # -- prefill -------------------------------------------------------------
-    def prefill(self, prompt: Prompt, chunk_size: int = CHUNK_SIZE, reuse: History | None = None) -> History:
-        """Tokenize and prefill a prompt's history once (in chunks of ``chunk_size`` tokens).
-
-        ``reuse``: an earlier history of this model whose leading tokens this one
-        shares (e.g. the same records up to a different last record); the shared
-        prefix's K/V are copied from it and only the rest is computed. The result
-        equals a fresh prefill up to float rounding (tested). Hybrid models reuse
-        only a whole history (their recurrent states exist only at its end).
-        """
+    def tokenize(self, prompt: Prompt) -> tuple[RenderedPrompt, torch.Tensor, list[tuple[int, int]]]:
+        """Render and tokenize a prompt's history: (rendered prompt, Long[T] ids, character offsets)."""
         rendered = prompt.render(self.tokenizer)
         enc = self.tokenizer(
             rendered.history_text,
@@ -85,6 +82,18 @@ class Model:
         ids = torch.tensor(enc["input_ids"], dtype=torch.long)
         if ids.numel() == 0:
             raise SpanError("the prompt's history tokenizes to nothing")
+        return rendered, ids, [tuple(o) for o in enc["offset_mapping"]]
+
+    def prefill(self, prompt: Prompt, chunk_size: int = CHUNK_SIZE, reuse: History | None = None) -> History:
+        """Tokenize and prefill a prompt's history once (in chunks of ``chunk_size`` tokens).
+
+        ``reuse``: an earlier history of this model whose leading tokens this one
+        shares (e.g. the same records up to a different last record); the shared
+        prefix's K/V are copied from it and only the rest is computed. The result
+        equals a fresh prefill up to float rounding (tested). Hybrid models reuse
+        only a whole history (their recurrent states exist only at its end).
+        """
+        rendered, ids, offsets = self.tokenize(prompt)
         T = int(ids.shape[0])
         start = self.empty_state()
         if reuse is not None:
@@ -104,7 +113,7 @@ class Model:
             prompt=prompt,
             rendered=rendered,
             input_ids=ids,
-            offsets=[tuple(o) for o in enc["offset_mapping"]],
+            offsets=offsets,
             kv=kv,
             positions=torch.arange(ids.shape[0]),
             digest=kv_digest(kv, recurrent),

@@ -41,7 +41,7 @@ from typing import Any, Iterable, Protocol
 import torch
 
 import kvprobe
-from kvprobe.files import atomic_write_text
+from kvprobe.files import atomic_write_text, versions
 
 RESULTS = "results.jsonl"
 CONFIG = "config.json"
@@ -73,16 +73,6 @@ class RunInfo:
     cases_run: int
     rows_written: int
     seconds: float
-
-
-def versions() -> dict[str, str]:
-    """Versions of the packages that decide the numbers."""
-    import nnsight
-    import torch
-    import transformers
-
-    return {"kvprobe": kvprobe.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
-            "nnsight": getattr(nnsight, "__version__", "unknown"), "python": platform.python_version()}
 
 
 def full_config(study: Study, model: kvprobe.Model) -> dict[str, Any]:

@@ -1,0 +1,413 @@
+"""The HDF5 feature store: one file, a group per (model, dataset), readable with plain h5py.
+
+Schema (version 1)::
+
+    /{model}/{dataset}/                      attrs: provenance (below), config (JSON)
+        cases/case_id, group, split, family, variant, pattern     [n_cases] str
+        cases/labels/{name}                  [n_cases] int8 (e.g. replacement, matching; -1 = undefined)
+        cases/record_a, record_b, record_ab  [n_cases] int32: rows of records/ for A alone,
+                                             B alone, and B read after A (joint)
+        records/kind                         [n_records] str: "single" | "joint"
+        records/key                          [n_records] str: SHA-256 of (kind, A, text)
+        records/text                         [n_records] str: the record (joint: B)
+        records/n_tokens                     [n_records] int32: tokens of the record's span
+        records/token_offset                 [n_records] int64: first row in the token tables
+        records/sequence_length              [n_records] int32: tokens of the encoded sequence
+        records/token_ids                    [n_tokens_total] int32
+        records/pooled/{K,V,H}/L{layer:03d}  [n_records, heads, dim] (H: [n_records, d_model]):
+                                             token means over the record's span, float32 math
+        records/tokens/{K,...}/L{layer:03d}  [n_tokens_total, heads, dim]: token-level
+                                             features (K by default: the key similarity needs them)
+
+Every dataset is chunked, gzip-compressed (level 4, with shuffle) and resizable
+along its first axis; features are float16 by default. Group attributes record
+the provenance: model name, source and weight hash, tokenizer name and hash,
+package versions, dataset name, seed and hash, layer types, which layers hold
+rows (``kv_layers``) and the cache note of each layer kind.
+
+Writing is resumable and crash-safe: records are encoded in a fixed partition
+of batches, each batch written to its own shard file (written to a temporary
+name, then renamed) under ``STORE.parts/``; a rerun skips finished shards. When
+every shard exists the group is assembled into a copy of the store that
+replaces the store by an atomic rename, so the store is always either the old
+or the new complete file. A group already in the store is never overwritten
+unless asked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+import h5py
+import numpy as np
+
+from kvprobe.files import versions
+
+from .capture import JOINT_SEPARATOR, RecordSpec, encode
+
+if TYPE_CHECKING:
+    from kvprobe.model import Model
+
+SCHEMA_VERSION = 1
+COMPRESSION = dict(compression="gzip", compression_opts=4, shuffle=True)
+CASE_FIELDS = ("case_id", "group", "split", "family", "variant", "pattern")
+FEATURE_KINDS = ("K", "V", "H")
+STR = h5py.string_dtype("utf-8")
+
+
+class StoreError(ValueError):
+    """A store, group or extraction that cannot be used as asked (the message names it)."""
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    """Everything that determines a group's content (stored as the ``config`` attribute)."""
+
+    model: str
+    weight_hash: str
+    dataset: str
+    dataset_hash: str
+    n_cases: int
+    batch_size: int = 16
+    dtype: str = "float16"
+    separator: str = JOINT_SEPARATOR
+    token_level: tuple[str, ...] = ("K",)
+    pooling: str = "token mean over the record's span (BOS and separator excluded)"
+    hidden: str = "output of decoder layer l (residual stream after layer l)"
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def model_key(name: str) -> str:
+    """A group name for a model (its registry or Hub name, path separators replaced)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "model"
+
+
+def records_of(cases: Sequence[Any]) -> tuple[list[RecordSpec], np.ndarray]:
+    """Unique encodings of the cases in first-seen order, and per case its [A, B, AB] record rows."""
+    index: dict[str, int] = {}
+    specs: list[RecordSpec] = []
+    rows = np.zeros((len(cases), 3), dtype=np.int32)
+    for c, case in enumerate(cases):
+        for j, spec in enumerate((RecordSpec("single", case.a_text), RecordSpec("single", case.b_text),
+                                  RecordSpec("joint", case.b_text, case.a_text))):
+            if spec.key not in index:
+                index[spec.key] = len(specs)
+                specs.append(spec)
+            rows[c, j] = index[spec.key]
+    return specs, rows
+
+
+def dataset_hash_of(cases: Sequence[Any]) -> str:
+    blob = json.dumps([c.to_json() for c in cases], sort_keys=True).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()
+
+
+# ------------------------------------------------------------------------------- writing
+
+
+def extract(
+    model: "Model",
+    dataset: str,
+    cases: Sequence[Any],
+    out: Path | str,
+    batch_size: int = 16,
+    dtype: str = "float16",
+    token_level: Sequence[str] = ("K",),
+    overwrite: bool = False,
+    progress: bool = True,
+    dataset_info: dict[str, Any] | None = None,
+) -> Path:
+    """Encode every record of ``cases`` with ``model`` into group ``/{model}/{dataset}`` of store ``out``.
+
+    Resumes from ``out.parts/`` after an interruption; the store is replaced atomically
+    once the group is complete. Returns the store path.
+    """
+    out = Path(out)
+    if not cases:
+        raise StoreError(f"dataset {dataset!r} has no cases to extract")
+    bad = set(token_level) - set(FEATURE_KINDS)
+    if bad:
+        raise StoreError(f"token_level {sorted(bad)}: choose among {FEATURE_KINDS}")
+    if np.dtype(dtype).kind != "f":
+        raise StoreError(f"dtype {dtype!r} is not a float type")
+    group = f"{model_key(model.name)}/{dataset}"
+    if out.exists() and not overwrite:
+        with h5py.File(out, "r") as f:
+            if group in f:
+                raise StoreError(f"{out} already holds {group}; pass overwrite to replace it")
+    config = ExtractConfig(model=model.name, weight_hash=model.weight_hash, dataset=dataset,
+                           dataset_hash=dataset_hash_of(cases), n_cases=len(cases), batch_size=batch_size,
+                           dtype=dtype, token_level=tuple(token_level))
+    specs, case_rows = records_of(cases)
+    parts = out.with_name(out.name + ".parts") / group.replace("/", "__")
+    _check_parts_config(parts, config)
+    batches = [specs[i : i + batch_size] for i in range(0, len(specs), batch_size)]
+    todo = [b for b in range(len(batches)) if not _shard(parts, b).exists()]
+    bar = _progress(len(batches), len(batches) - len(todo), f"extract {group}", progress)
+    for b in todo:
+        encodings = encode(model, batches[b], config.separator)
+        _write_shard(_shard(parts, b), batches[b], encodings, config)
+        bar.update(1)
+    bar.close()
+    _assemble(out, group, model, cases, specs, case_rows, [_shard(parts, b) for b in range(len(batches))],
+              config, dataset_info or {}, overwrite)
+    shutil.rmtree(parts)
+    if parts.parent.exists() and not any(parts.parent.iterdir()):
+        parts.parent.rmdir()
+    return out
+
+
+def _shard(parts: Path, b: int) -> Path:
+    return parts / f"batch-{b:05d}.h5"
+
+
+def _check_parts_config(parts: Path, config: ExtractConfig) -> None:
+    parts.mkdir(parents=True, exist_ok=True)
+    path = parts / "config.json"
+    if path.exists():
+        found = path.read_text()
+        if found != config.to_json():
+            raise StoreError(f"{path} holds an unfinished extraction with another configuration "
+                             f"({found}); delete {parts} to start over")
+    else:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(config.to_json())
+        os.replace(tmp, path)
+
+
+def _write_shard(path: Path, specs: Sequence[RecordSpec], encodings, config: ExtractConfig) -> None:
+    """One batch of records: pooled features, token-level features and token ids."""
+    tmp = path.with_suffix(".tmp")
+    dtype = np.dtype(config.dtype)
+    with h5py.File(tmp, "w") as f:
+        f["n_tokens"] = np.array([len(e.token_ids) for e in encodings], dtype=np.int32)
+        f["sequence_length"] = np.array([e.sequence_length for e in encodings], dtype=np.int32)
+        f["token_ids"] = np.concatenate([e.token_ids for e in encodings]).astype(np.int32)
+        for kind, get in (("K", lambda e: e.keys), ("V", lambda e: e.values), ("H", lambda e: e.hidden)):
+            for layer in get(encodings[0]):
+                per_record = [get(e)[layer] for e in encodings]
+                token_axis = 1 if kind in ("K", "V") else 0  # K/V: [heads, n, dim]; H: [n, d_model]
+                pooled = np.stack([t.mean(dim=token_axis).numpy() for t in per_record])
+                f[f"pooled/{kind}/L{layer:03d}"] = pooled.astype(dtype)
+                if kind in config.token_level:
+                    rows = [t.transpose(0, 1).numpy() if token_axis == 1 else t.numpy() for t in per_record]
+                    f[f"tokens/{kind}/L{layer:03d}"] = np.concatenate(rows).astype(dtype)
+    os.replace(tmp, path)
+
+
+def _assemble(out: Path, group: str, model: "Model", cases: Sequence[Any], specs: Sequence[RecordSpec],
+              case_rows: np.ndarray, shards: list[Path], config: ExtractConfig, dataset_info: dict[str, Any],
+              overwrite: bool) -> None:
+    """Write the complete group into a copy of the store, then rename the copy over the store."""
+    tmp = out.with_name(out.name + ".tmp")
+    if out.exists():
+        shutil.copyfile(out, tmp)
+    elif tmp.exists():
+        tmp.unlink()
+    with h5py.File(tmp, "a") as f:
+        f.attrs["kvprobe_store_schema"] = SCHEMA_VERSION
+        if group in f:
+            if not overwrite:
+                raise StoreError(f"{out} already holds {group}; pass overwrite to replace it")
+            del f[group]
+        g = f.create_group(group)
+        _write_attrs(g, model, config, dataset_info)
+        c = g.create_group("cases")
+        for name in CASE_FIELDS:
+            _dataset(c, name, np.array([str(getattr(case, name)) for case in cases], dtype=object), STR)
+        for name in sorted({k for case in cases for k in case.labels}):
+            _dataset(c, f"labels/{name}", np.array([case.labels.get(name, -1) for case in cases], dtype=np.int8))
+        for j, name in enumerate(("record_a", "record_b", "record_ab")):
+            _dataset(c, name, case_rows[:, j])
+        r = g.create_group("records")
+        _dataset(r, "kind", np.array([s.kind for s in specs], dtype=object), STR)
+        _dataset(r, "key", np.array([s.key for s in specs], dtype=object), STR)
+        _dataset(r, "text", np.array([s.text for s in specs], dtype=object), STR)
+        offset = 0
+        for path in shards:  # stream: one shard in memory at a time
+            with h5py.File(path, "r") as s:
+                n_tokens = s["n_tokens"][()]
+                _append(r, "n_tokens", n_tokens)
+                _append(r, "sequence_length", s["sequence_length"][()])
+                _append(r, "token_offset", offset + np.concatenate([[0], np.cumsum(n_tokens)[:-1]]).astype(np.int64))
+                _append(r, "token_ids", s["token_ids"][()])
+                offset += int(n_tokens.sum())
+                for table in ("pooled", "tokens"):
+                    if table not in s:
+                        continue
+                    for kind in s[table]:
+                        for layer in s[table][kind]:
+                            _append(r, f"{table}/{kind}/{layer}", s[table][kind][layer][()])
+    os.replace(tmp, out)
+
+
+def _write_attrs(g: h5py.Group, model: "Model", config: ExtractConfig, dataset_info: dict[str, Any]) -> None:
+    arch = model.arch
+    tok = model.tokenizer
+    tok_blob = tok.backend_tokenizer.to_str() if hasattr(tok, "backend_tokenizer") else repr(tok)
+    attrs = {
+        "model": model.name,
+        "model_source": model.source,
+        "weight_hash": model.weight_hash,
+        "tokenizer": str(getattr(tok, "name_or_path", "")),
+        "tokenizer_sha256": hashlib.sha256(tok_blob.encode("utf-8")).hexdigest(),
+        "versions": json.dumps({**versions(), "h5py": h5py.__version__, "numpy": np.__version__}, sort_keys=True),
+        "dataset": config.dataset,
+        "dataset_hash": config.dataset_hash,
+        "dataset_info": json.dumps(dataset_info, sort_keys=True),
+        "n_cases": config.n_cases,
+        "layer_types": json.dumps(list(arch.layer_types)),
+        "kv_layers": json.dumps(list(arch.kv_layers)),
+        "cache_notes": json.dumps(sorted({s.cache_note for s in arch.layers if s.key_shape})),
+        "config": config.to_json(),
+    }
+    for k, v in attrs.items():
+        g.attrs[k] = v
+
+
+def _dataset(g: h5py.Group, name: str, data: np.ndarray, dtype=None) -> None:
+    data = np.asarray(data)
+    chunk_rows = max(1, min(len(data), 1024))
+    g.create_dataset(name, data=data, dtype=dtype or data.dtype, maxshape=(None, *data.shape[1:]),
+                     chunks=(chunk_rows, *data.shape[1:]), **COMPRESSION)
+
+
+def _append(g: h5py.Group, name: str, data: np.ndarray) -> None:
+    data = np.asarray(data)
+    if name not in g:
+        rows = max(1, min(1024, 2**20 // max(1, int(np.prod(data.shape[1:])) * data.itemsize)))
+        g.create_dataset(name, data=data, maxshape=(None, *data.shape[1:]), chunks=(rows, *data.shape[1:]),
+                         **COMPRESSION)
+        return
+    d = g[name]
+    n = d.shape[0]
+    d.resize(n + data.shape[0], axis=0)
+    d[n:] = data
+
+
+class _NoBar:
+    def update(self, n: int) -> None: ...
+    def close(self) -> None: ...
+
+
+def _progress(total: int, done: int, desc: str, show: bool):
+    if not show:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=done, desc=desc, unit="batch")
+
+
+# ------------------------------------------------------------------------------- reading
+
+
+@dataclass
+class StoreGroup:
+    """Lazy view of one ``/{model}/{dataset}`` group (arrays are read on demand)."""
+
+    group: h5py.Group
+    name: str = ""
+    _cases: dict[str, np.ndarray] | None = field(default=None, repr=False)
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return dict(self.group.attrs)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return json.loads(self.group.attrs["config"])
+
+    @property
+    def kv_layers(self) -> list[int]:
+        return json.loads(self.group.attrs["kv_layers"])
+
+    @property
+    def layer_types(self) -> list[str]:
+        return json.loads(self.group.attrs["layer_types"])
+
+    def layers(self, kind: str) -> list[int]:
+        """Layers with pooled features of ``kind`` (K, V or H)."""
+        return sorted(int(k[1:]) for k in self.group[f"records/pooled/{kind}"])
+
+    def cases(self) -> dict[str, np.ndarray]:
+        """Case fields (strings decoded), labels as ``label:NAME`` and record rows."""
+        if self._cases is None:
+            c = self.group["cases"]
+            out: dict[str, np.ndarray] = {n: c[n].asstr()[()] for n in CASE_FIELDS}
+            out.update({f"label:{n}": c["labels"][n][()] for n in c["labels"]})
+            out.update({n: c[n][()] for n in ("record_a", "record_b", "record_ab")})
+            self._cases = out
+        return self._cases
+
+    def pooled(self, kind: str, layer: int, records: np.ndarray | None = None) -> np.ndarray:
+        """Pooled features [records, heads, dim] (H: [records, d_model]) as float32."""
+        d = self.group[f"records/pooled/{kind}/L{layer:03d}"]
+        if records is None:
+            return d[()].astype(np.float32)
+        order = np.argsort(records)
+        unique, inverse = np.unique(np.asarray(records)[order], return_inverse=True)
+        rows = d[unique].astype(np.float32)  # h5py fancy indexing needs increasing indices
+        out = np.empty((len(records), *rows.shape[1:]), dtype=np.float32)
+        out[order] = rows[inverse]
+        return out
+
+    def tokens(self, kind: str, layer: int, record: int) -> np.ndarray:
+        """Token-level features of one record, [heads, n, dim] for K/V, [n, d_model] for H."""
+        if f"records/tokens/{kind}" not in self.group:
+            raise StoreError(f"{self.name}: no token-level {kind} in this store (extract with token_level)")
+        start = int(self.group["records/token_offset"][record])
+        n = int(self.group["records/n_tokens"][record])
+        rows = self.group[f"records/tokens/{kind}/L{layer:03d}"][start : start + n].astype(np.float32)
+        return rows.transpose(1, 0, 2) if kind in ("K", "V") else rows
+
+    def token_ids(self, record: int) -> np.ndarray:
+        start = int(self.group["records/token_offset"][record])
+        n = int(self.group["records/n_tokens"][record])
+        return self.group["records/token_ids"][start : start + n]
+
+    def texts(self) -> np.ndarray:
+        return self.group["records/text"].asstr()[()]
+
+
+class FeatureStore:
+    """A feature store file opened for reading: ``with FeatureStore(path) as s: g = s["model/dataset"]``."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        if not self.path.exists():
+            raise StoreError(f"no feature store at {self.path}")
+        try:
+            self.file = h5py.File(self.path, "r")
+        except OSError as err:
+            raise StoreError(f"{self.path} is not a readable HDF5 file: {err}") from err
+
+    def __enter__(self) -> "FeatureStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.file.close()
+
+    def groups(self) -> list[str]:
+        """``model/dataset`` names of every group in the store."""
+        return [f"{m}/{d}" for m in self.file for d in self.file[m] if isinstance(self.file[m][d], h5py.Group)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.groups())
+
+    def __getitem__(self, name: str) -> StoreGroup:
+        if name not in self.file:
+            raise StoreError(f"{self.path} has no group {name!r}; it has {self.groups()}")
+        return StoreGroup(self.file[name], name)
