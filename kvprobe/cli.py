@@ -8,6 +8,8 @@ Subcommands:
   bench    benchmarks written to artifacts/bench
   conditions  names of access conditions and cache operations
   run      a study (resumable): results.jsonl, summary.json, report.md
+  extract  per-layer K/V (as cached) and hidden states of a recognition dataset -> HDF5 store
+  readout  fixed and learned readouts of a feature store: tables, JSON, figure
 """
 
 from __future__ import annotations
@@ -45,6 +47,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
             else:
                 print(f"  {status}  {r.check:<42} value {r.value:.3g}  (tolerance {r.tolerance:g})")
     return 0 if all(r.passed for r in results) else 1
+
+
+def cmd_extract(args: argparse.Namespace) -> int:
+    from extract import extract
+    from studies.recognition import DATASETS
+
+    generator, default_seed = DATASETS[args.dataset]
+    seed = default_seed if args.seed is None else args.seed
+    cases = generator(seed=seed)
+    model = _load(args.model, args.quiet)
+    token_level = tuple(k for k in args.token_level.split(",") if k)
+    path = extract(model, args.dataset, cases, args.out, batch_size=args.batch_size, dtype=args.dtype,
+                   token_level=token_level, overwrite=args.overwrite, progress=not args.quiet,
+                   dataset_info={"generator": f"studies.recognition.{generator.__name__}", "seed": seed})
+    if not args.quiet:
+        print(f"{path}: group {model.name}/{args.dataset}, {len(cases)} cases")
+    return 0
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
@@ -239,6 +258,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output directory (default runs/quantity/MODEL)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or messages")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("extract", help="capture per-layer K/V (as cached) and hidden states into an HDF5 store",
+                       description="Encode every record of a recognition dataset (A alone, B alone, B after A) "
+                       "and store per-layer K and V exactly as cached and every layer's hidden states (token "
+                       "means over the record, plus token-level K) in group MODEL/DATASET of --out. Resumes an "
+                       "interrupted extraction; the store is replaced atomically when the group is complete.")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
+    p.add_argument("--dataset", choices=["records", "role-pairs"], required=True,
+                   help="records: 95 items x 6 variants (train/dev/test); role-pairs: 400 groups x 3 pairs")
+    p.add_argument("--out", required=True, help="the HDF5 store to create or add the group to")
+    p.add_argument("--seed", type=int, default=None, help="dataset seed (default: the dataset's own)")
+    p.add_argument("--batch-size", type=int, default=16, help="records per forward (default 16)")
+    p.add_argument("--dtype", default="float16", help="feature dtype in the store (default float16)")
+    p.add_argument("--token-level", default="K",
+                   help="features also stored per token, comma-separated among K,V,H (default K: the key "
+                   "similarity needs token-level keys; '' for none)")
+    p.add_argument("--overwrite", action="store_true", help="replace the group if the store already has it")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or messages")
+    p.set_defaults(func=cmd_extract)
 
     p = sub.add_parser("conditions", help="list access conditions and cache operations usable by name",
                        description="Names accepted by --conditions and interventions.parse_condition: "

@@ -9,7 +9,10 @@ from .cases import FAMILIES, SPLITS, RecognitionCase, dataset_hash, word_multise
 from .records import RECORD_VARIANTS, generate_records, split_vocabulary
 from .role_pairs import PATTERNS, ROLE_PAIR_VARIANTS, generate_role_pairs
 
+#: Dataset name (as ``kvprobe extract --dataset`` takes it) -> (generator, default seed).
+DATASETS = {"records": (generate_records, 20260910), "role-pairs": (generate_role_pairs, 20260911)}
+
 __all__ = [
-    "FAMILIES", "PATTERNS", "RECORD_VARIANTS", "ROLE_PAIR_VARIANTS", "SPLITS", "RecognitionCase",
+    "DATASETS", "FAMILIES", "PATTERNS", "RECORD_VARIANTS", "ROLE_PAIR_VARIANTS", "SPLITS", "RecognitionCase",
     "dataset_hash", "generate_records", "generate_role_pairs", "split_vocabulary", "word_multiset",
 ]

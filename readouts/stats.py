@@ -1,0 +1,384 @@
+"""Tie-aware AUC, weighted U-statistics and group bootstraps (paper partB sections 2 and 3).
+
+AUC is the Mann-Whitney probability that a positive outranks a negative, ties
+counted one half::
+
+    AUC = P(s+ > s-) + 1/2 P(s+ = s-)
+
+A group bootstrap resamples whole groups (for example the six variants of one
+D3 base item, or the three pairs of one D1 matched group) with replacement.
+Instead of materialising 10,000 index lists, a draw is stored as the sampled
+group ids; a case's multiplicity in a draw is the number of times its group
+was drawn, and the AUC of a draw is the weighted U-statistic
+
+    AUC_w = sum_{i pos, j neg} w_i w_j [1{s_i > s_j} + 1/2 1{s_i = s_j}]
+            / (sum_{i pos} w_i * sum_{j neg} w_j)
+
+which equals the plain AUC of the data with every case repeated w_i times.
+Every score is evaluated on the *same* draws, so paired differences of two
+scores are differences of per-draw AUCs.
+
+Labels are binary: ``1``/``True`` = positive, ``0``/``False`` = negative.
+
+Choices where the paper is silent (partB marks them [UNCLEAR]):
+
+- [UNCLEAR] quantile method: our choice is numpy's default linear
+  interpolation (Hyndman-Fan type 7) of the per-draw AUCs; the two-sided
+  interval is the (alpha/2, 1 - alpha/2) percentile pair and the one-sided
+  lower bound is the alpha percentile (5th percentile for alpha = 0.05).
+- A draw in which a class is empty (in any stratum, for a macro AUC) has no
+  AUC; it is dropped for every score alike and counted as ``dropped_draws``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Iterator
+
+import numpy as np
+from scipy.stats import rankdata
+
+__all__ = [
+    "GroupBootstrap",
+    "auc",
+    "bootstrap_auc",
+    "bootstrap_auc_draws",
+    "group_bootstrap_indices",
+    "macro_auc",
+    "weighted_auc",
+]
+
+
+# --------------------------------------------------------------------------- input checks
+
+
+def _as_scores(scores: Any, name: str = "scores") -> np.ndarray:
+    """Finite float64 vector (torch tensors go through ``np.asarray``)."""
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {s.shape}")
+    if not np.all(np.isfinite(s)):
+        raise ValueError(f"{name} must be finite (no NaN or inf)")
+    return s
+
+
+def _as_labels(labels: Any, n: int | None = None) -> np.ndarray:
+    """Boolean positives from binary labels in {0, 1} (or bool)."""
+    y = np.asarray(labels)
+    if y.ndim != 1:
+        raise ValueError(f"labels must be one-dimensional, got shape {y.shape}")
+    if n is not None and len(y) != n:
+        raise ValueError(f"labels have length {len(y)}, scores have length {n}")
+    if y.dtype != bool:
+        if not np.all(np.isin(y, (0, 1))):
+            raise ValueError("labels must be binary: 1/True = positive, 0/False = negative")
+        y = y == 1
+    return y
+
+
+# --------------------------------------------------------------------------- point estimates
+
+
+def _auc_columns(scores: np.ndarray, positive: np.ndarray) -> np.ndarray:
+    """AUC of every column of ``scores`` [n, k] (midranks; NaN if a class is empty)."""
+    n_pos = int(positive.sum())
+    n_neg = len(positive) - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return np.full(scores.shape[1], np.nan)
+    ranks = rankdata(scores, axis=0)  # average ranks of ties: 1/2 per tied pair
+    u = ranks[positive].sum(axis=0) - n_pos * (n_pos + 1) / 2.0
+    return u / (n_pos * n_neg)
+
+
+def auc(scores: Sequence[float] | np.ndarray, labels: Sequence[int] | np.ndarray) -> float:
+    """Tie-aware AUC = P(s+ > s-) + 1/2 P(s+ = s-), via midranks in O(n log n).
+
+    ``U = sum of the positives' average ranks - n+(n+ + 1)/2``, ``AUC = U / (n+ n-)``.
+
+    Parameters
+    ----------
+    scores : array-like of shape (n,)
+        Finite scores; larger means "more positive".
+    labels : array-like of shape (n,)
+        Binary labels, 1/True = positive.
+
+    Returns
+    -------
+    float
+        The AUC, or NaN if either class is empty.
+    """
+    s = _as_scores(scores)
+    y = _as_labels(labels, len(s))
+    return float(_auc_columns(s[:, None], y)[0])
+
+
+def macro_auc(scores: Sequence[float] | np.ndarray, labels: Sequence[int] | np.ndarray,
+              strata: Sequence[Any] | np.ndarray) -> float:
+    """Macro AUC: unweighted mean of the per-stratum AUCs (D1: per update family).
+
+    ``macro = (1/S) sum_s AUC(scores[stratum == s], labels[stratum == s])``.
+    A stratum with an empty class has no AUC; then the macro AUC is NaN too
+    (the mean is over a fixed set of strata, not over those that happen to
+    have both classes).
+    """
+    s = _as_scores(scores)
+    y = _as_labels(labels, len(s))
+    st = np.asarray(strata)
+    if st.shape != s.shape:
+        raise ValueError(f"strata have shape {st.shape}, scores have shape {s.shape}")
+    if len(s) == 0:
+        return float("nan")
+    values = [_auc_columns(s[st == k][:, None], y[st == k])[0] for k in np.unique(st)]
+    return float(np.mean(values))
+
+
+def _weighted_u_columns(scores: np.ndarray, positive: np.ndarray, weights: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Weighted U, positive and negative weight totals for every row of ``weights`` [k, n].
+
+    Cases are sorted once by score; per row, ``below`` is the cumulative
+    negative weight strictly below a case's tie block and ``tie`` the negative
+    weight inside it, so ``U = sum_pos w_i (below_i + tie_i / 2)``.
+    """
+    if len(scores) == 0:
+        zeros = np.zeros(weights.shape[0])
+        return zeros, zeros, zeros
+    order = np.argsort(scores, kind="stable")
+    s_sorted = scores[order]
+    pos_sorted = positive[order]
+    new_block = np.r_[True, s_sorted[1:] != s_sorted[:-1]]
+    block = np.cumsum(new_block) - 1                       # tie-block id per sorted position
+    starts = np.flatnonzero(new_block)                      # first position of each block
+    ends = np.r_[starts[1:], len(s_sorted)]                 # one past the last position
+    w = weights[:, order].astype(np.float64, copy=False)
+    w_neg = np.where(pos_sorted, 0.0, w)
+    w_pos = w - w_neg
+    cum = np.zeros((w.shape[0], w.shape[1] + 1))
+    np.cumsum(w_neg, axis=1, out=cum[:, 1:])
+    below = cum[:, starts][:, block]
+    tie = (cum[:, ends] - cum[:, starts])[:, block]
+    u = np.einsum("kn,kn->k", w_pos, below + 0.5 * tie)
+    return u, w_pos.sum(axis=1), w_neg.sum(axis=1)
+
+
+def weighted_auc(scores: Sequence[float] | np.ndarray, labels: Sequence[int] | np.ndarray,
+                 weights: Sequence[float] | np.ndarray) -> float:
+    """Weighted tie-aware AUC (weighted Mann-Whitney U-statistic).
+
+    ``AUC_w = sum_{i pos, j neg} w_i w_j [1{s_i > s_j} + 1/2 1{s_i = s_j}]
+    / (sum_pos w * sum_neg w)``. With integer weights it equals :func:`auc` on
+    the data with case ``i`` repeated ``w_i`` times (bootstrap multiplicities).
+    NaN if the positive or the negative weight total is zero.
+    """
+    s = _as_scores(scores)
+    y = _as_labels(labels, len(s))
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != s.shape:
+        raise ValueError(f"weights have shape {w.shape}, scores have shape {s.shape}")
+    if np.any(w < 0) or not np.all(np.isfinite(w)):
+        raise ValueError("weights must be finite and non-negative")
+    u, w_pos, w_neg = _weighted_u_columns(s, y, w[None, :])
+    denominator = w_pos[0] * w_neg[0]
+    return float(u[0] / denominator) if denominator > 0 else float("nan")
+
+
+# --------------------------------------------------------------------------- group bootstrap
+
+
+@dataclass(frozen=True, eq=False)
+class GroupBootstrap(Sequence[np.ndarray]):
+    """Seeded whole-group bootstrap draws, stored compactly.
+
+    Behaves as a read-only sequence of ``n_draws`` index arrays (``boot[d]`` =
+    the case indices of draw ``d``, with multiplicity), but keeps only the
+    sampled group ids, so 10,000 draws of 300 cases cost ``n_draws x n_groups``
+    integers.
+
+    Attributes
+    ----------
+    groups : ndarray of shape (n_groups,)
+        The distinct group labels, sorted; group id ``g`` is ``groups[g]``.
+    case_group : ndarray of shape (n_cases,)
+        Group id of every case.
+    draws : ndarray of shape (n_draws, n_groups)
+        Sampled group ids per draw (with replacement; within strata if given).
+    """
+
+    groups: np.ndarray
+    case_group: np.ndarray
+    draws: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.draws.shape[0])
+
+    def __getitem__(self, d):  # type: ignore[override]
+        if isinstance(d, slice):
+            return [self[i] for i in range(*d.indices(len(self)))]
+        members = self._members
+        return np.concatenate([members[g] for g in self.draws[d]]) if self.draws.shape[1] else np.empty(0, np.intp)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for d in range(len(self)):
+            yield self[d]
+
+    @property
+    def n_cases(self) -> int:
+        return int(len(self.case_group))
+
+    @cached_property
+    def _members(self) -> list[np.ndarray]:
+        """Case indices of every group id."""
+        order = np.argsort(self.case_group, kind="stable")
+        bounds = np.searchsorted(self.case_group[order], np.arange(1, len(self.groups)))
+        return np.split(order, bounds)
+
+    def group_counts(self, rows: slice | np.ndarray = slice(None)) -> np.ndarray:
+        """How many times each group is drawn: int array [draws in ``rows``, n_groups]."""
+        sampled = self.draws[rows]
+        k, n_groups = sampled.shape[0], len(self.groups)
+        flat = (np.arange(k)[:, None] * n_groups + sampled).ravel()
+        return np.bincount(flat, minlength=k * n_groups).reshape(k, n_groups)
+
+    def weights(self, rows: slice | np.ndarray = slice(None)) -> np.ndarray:
+        """Case multiplicities: int array [draws in ``rows``, n_cases] (= count of the case's group)."""
+        return self.group_counts(rows)[:, self.case_group]
+
+
+def group_bootstrap_indices(groups: Sequence[Any] | np.ndarray, n_draws: int = 10_000, seed: int = 0,
+                            strata: Sequence[Any] | np.ndarray | None = None) -> GroupBootstrap:
+    """Draw ``n_draws`` bootstrap resamples of whole groups with replacement.
+
+    Every draw samples ``n_groups`` group ids uniformly with replacement from
+    ``np.random.default_rng(seed)`` (one ``rng.integers`` call of shape
+    ``[n_draws, n_groups]``); a case's multiplicity is its group's count. With
+    ``strata`` (one label per case, constant within a group, e.g. the D1
+    family) each stratum's groups are resampled within the stratum, so every
+    draw keeps the per-stratum group counts.
+
+    Returns
+    -------
+    GroupBootstrap
+        A sequence of ``n_draws`` index arrays (case indices with multiplicity),
+        with ``.weights()`` giving the [n_draws, n_cases] multiplicity matrix.
+    """
+    if n_draws < 1:
+        raise ValueError(f"n_draws must be positive, got {n_draws}")
+    g = np.asarray(groups)
+    if g.ndim != 1:
+        raise ValueError(f"groups must be one-dimensional, got shape {g.shape}")
+    labels, case_group = np.unique(g, return_inverse=True)
+    rng = np.random.default_rng(seed)
+    if strata is None:
+        draws = rng.integers(0, len(labels), size=(n_draws, len(labels)))
+    else:
+        st = np.asarray(strata)
+        if st.shape != g.shape:
+            raise ValueError(f"strata have shape {st.shape}, groups have shape {g.shape}")
+        group_stratum = np.empty(len(labels), dtype=st.dtype)
+        for k in range(len(labels)):
+            values = np.unique(st[case_group == k])
+            if len(values) != 1:
+                raise ValueError(f"group {labels[k]!r} spans several strata: {values.tolist()}")
+            group_stratum[k] = values[0]
+        columns = []
+        for stratum in np.unique(group_stratum):
+            members = np.flatnonzero(group_stratum == stratum)
+            columns.append(members[rng.integers(0, len(members), size=(n_draws, len(members)))])
+        draws = np.concatenate(columns, axis=1)
+    return GroupBootstrap(groups=labels, case_group=case_group.astype(np.intp), draws=draws.astype(np.intp))
+
+
+def bootstrap_auc_draws(scores: dict[str, Any], labels: Sequence[int] | np.ndarray,
+                        bootstrap: GroupBootstrap, strata: Sequence[Any] | np.ndarray | None = None,
+                        chunk_size: int = 2_000) -> dict[str, np.ndarray]:
+    """Per-draw (macro) AUC of every score on the same draws: {name: float array [n_draws]}.
+
+    The AUC of a draw is the weighted U-statistic with the draw's case
+    multiplicities as weights (see :func:`weighted_auc`); with ``strata`` it is
+    the mean of the per-stratum weighted AUCs. Draws with an empty class (in
+    any stratum) are NaN for every score. Draws are processed in chunks of
+    ``chunk_size`` to bound memory (``chunk_size x n_cases`` floats).
+    """
+    if not scores:
+        raise ValueError("scores is empty")
+    vectors = {name: _as_scores(v, f"scores[{name!r}]") for name, v in scores.items()}
+    n = bootstrap.n_cases
+    for name, v in vectors.items():
+        if len(v) != n:
+            raise ValueError(f"scores[{name!r}] has {len(v)} cases, the bootstrap has {n}")
+    y = _as_labels(labels, n)
+    if strata is None:
+        cases_by_stratum = [np.arange(n)]
+    else:
+        st = np.asarray(strata)
+        if st.shape != (n,):
+            raise ValueError(f"strata have shape {st.shape}, expected ({n},)")
+        cases_by_stratum = [np.flatnonzero(st == k) for k in np.unique(st)]
+    out = {name: np.empty(len(bootstrap)) for name in vectors}
+    for start in range(0, len(bootstrap), chunk_size):
+        rows = slice(start, min(start + chunk_size, len(bootstrap)))
+        weights = bootstrap.weights(rows)
+        sums = {name: np.zeros(weights.shape[0]) for name in vectors}
+        for cases in cases_by_stratum:
+            w = weights[:, cases]
+            for name, v in vectors.items():
+                u, w_pos, w_neg = _weighted_u_columns(v[cases], y[cases], w)
+                denominator = w_pos * w_neg
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    sums[name] += np.where(denominator > 0, u / np.where(denominator > 0, denominator, 1.0), np.nan)
+        for name in vectors:
+            out[name][rows] = sums[name] / len(cases_by_stratum)
+    return out
+
+
+def bootstrap_auc(scores: dict[str, Any], labels: Sequence[int] | np.ndarray,
+                  groups: Sequence[Any] | np.ndarray, n_draws: int = 10_000, seed: int = 0,
+                  alpha: float = 0.05, strata: Sequence[Any] | np.ndarray | None = None) -> dict[str, Any]:
+    """Group-bootstrap percentile intervals of AUCs and of their paired differences.
+
+    Whole groups are resampled with replacement (:func:`group_bootstrap_indices`,
+    within ``strata`` if given); every score is evaluated on the same draws as
+    a multiplicity-weighted U-statistic (macro over ``strata`` if given, as
+    D1's per-family macro AUC). Draws with an empty class are dropped for all
+    scores and counted.
+
+    Returns
+    -------
+    dict
+        ``{"auc": {name: {"auc", "lo", "hi", "lower_one_sided"}},
+        "diff": {a: {b: {"diff", "lo", "hi", "lower_one_sided"}}},
+        "n_draws": int, "dropped_draws": int, "alpha": float}``.
+        ``auc`` is the point estimate on the original data (:func:`auc` or
+        :func:`macro_auc`); ``lo``/``hi`` are the alpha/2 and 1 - alpha/2
+        percentiles of the kept draws; ``lower_one_sided`` the alpha
+        percentile. ``diff[a][b]`` is AUC(a) - AUC(b), its interval taken over
+        the per-draw differences on the same draws, for every ordered pair
+        ``a != b``. Bounds are NaN if every draw was dropped.
+    """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    boot = group_bootstrap_indices(groups, n_draws=n_draws, seed=seed, strata=strata)
+    per_draw = bootstrap_auc_draws(scores, labels, boot, strata=strata)
+    kept = ~np.any(np.isnan(np.stack(list(per_draw.values()))), axis=0)
+    quantiles = np.array([alpha / 2, 1 - alpha / 2, alpha]) * 100
+
+    def bounds(values: np.ndarray) -> list[float]:
+        values = values[kept]
+        return np.percentile(values, quantiles).tolist() if len(values) else [float("nan")] * 3
+
+    point = {name: (auc(v, labels) if strata is None else macro_auc(v, labels, strata)) for name, v in scores.items()}
+    result: dict[str, Any] = {"auc": {}, "diff": {}, "n_draws": int(n_draws),
+                              "dropped_draws": int((~kept).sum()), "alpha": float(alpha)}
+    for name in scores:
+        lo, hi, lower = bounds(per_draw[name])
+        result["auc"][name] = {"auc": point[name], "lo": lo, "hi": hi, "lower_one_sided": lower}
+    for a in scores:
+        result["diff"][a] = {}
+        for b in scores:
+            if a == b:
+                continue
+            lo, hi, lower = bounds(per_draw[a] - per_draw[b])
+            result["diff"][a][b] = {"diff": point[a] - point[b], "lo": lo, "hi": hi, "lower_one_sided": lower}
+    return result
