@@ -66,6 +66,39 @@ def cmd_extract(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_readout(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from extract import FeatureStore
+    from readouts.evaluate import evaluate_group, transfer
+    from readouts.report import format_transfer, write_group_report
+
+    from .files import atomic_write_text
+
+    out = Path(args.out)
+    with FeatureStore(args.store) as store:
+        names = args.group or store.groups()
+        for name in names:
+            if not args.quiet:
+                print(f"evaluating {name} ...", file=sys.stderr)
+            result = evaluate_group(store[name], draws=args.draws, seed=args.seed, probes=args.readout != "fixed")
+            where = write_group_report(result, out / name)
+            if not args.quiet:
+                print(f"{name}: {where}/report.md")
+        if args.transfer:
+            source, _, target = args.transfer.partition(":")
+            if not target:
+                raise ValueError("--transfer takes TRAIN_GROUP:TEST_GROUP, e.g. tiny-llama/records:tiny-qwen3/records")
+            result = transfer(store[source], store[target], draws=args.draws, seed=args.seed)
+            path = out / "transfer" / f"{source.replace('/', '__')}__to__{target.replace('/', '__')}.md"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path.with_suffix(".json"), json.dumps(result, indent=1) + "\n")
+            atomic_write_text(path, format_transfer(result))
+            if not args.quiet:
+                print(f"transfer: {path}")
+    return 0
+
+
 def cmd_matrix(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -277,6 +310,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace the group if the store already has it")
     p.add_argument("--quiet", action="store_true", help="no progress bar or messages")
     p.set_defaults(func=cmd_extract)
+
+    p = sub.add_parser("readout", help="fixed and learned readouts of a feature store: tables, JSON, figure",
+                       description="Evaluate every group of --store (or the --group ones): records groups get "
+                       "fixed scores, dev-chosen sign and head, surface baselines and the learned probes, with AUCs "
+                       "on held-out role swaps vs role confirmations and on all test cases; role-pairs groups get "
+                       "matching and replacement macro AUCs. Writes OUT/MODEL/DATASET/{readouts.json,report.md,"
+                       "figure.png}.")
+    p.add_argument("--store", required=True, help="HDF5 store written by `kvprobe extract`")
+    p.add_argument("--group", action="append", default=None,
+                   help="MODEL/DATASET group to evaluate (repeatable; default: every group)")
+    p.add_argument("--readout", choices=["all", "fixed"], default="all",
+                   help="all readouts (default), or only the fixed scores and baselines (no probes)")
+    p.add_argument("--transfer", default=None,
+                   help="TRAIN_GROUP:TEST_GROUP: train the joint K/V probe on one checkpoint's records group and "
+                   "test it on another's (identical token ids required)")
+    p.add_argument("--draws", type=int, default=10_000, help="bootstrap draws (default 10000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--quiet", action="store_true", help="print nothing on success")
+    p.set_defaults(func=cmd_readout)
 
     p = sub.add_parser("conditions", help="list access conditions and cache operations usable by name",
                        description="Names accepted by --conditions and interventions.parse_condition: "

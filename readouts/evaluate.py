@@ -1,0 +1,270 @@
+"""Readouts of a feature-store group, evaluated on held-out cases (paper partB sections 2-3).
+
+Two kinds of groups, told apart by their labels:
+
+* **records** (``labels/replacement``, train/dev/test splits by item): fixed d_V,
+  its dev-chosen sign, the dev-chosen (layer, head) value distance, surface
+  baselines, and learned probes (separate K/V, joint K/V, joint hidden,
+  pairwise linear and interaction, and a shuffled-label control) trained on the
+  180 training cases with C chosen on the dev role swaps vs role confirmations.
+  Primary: AUC on the 50 test role swaps vs 50 role confirmations; secondary:
+  all 300 test cases. Intervals: 10,000 draws of whole test items, paired
+  differences on shared draws.
+* **role pairs** (``labels/matching``): key-similarity matching AUC over every
+  pair and value-distance replacement AUC over the matching pairs (supersedes vs
+  duplicate), macro over the five families, bootstrap of whole groups within
+  family, one-sided 95 % lower bounds against 0.60, and V minus surface on the
+  same draws.
+
+Layers: every layer that stores K/V rows (on hybrids these are the full-attention
+layers; Gemma 4's KV-sharing layers add nothing of their own). Probe depths
+floor(L/4), floor(L/2), floor(3L/4), L-1; K/V features take the nearest layer
+with rows (ties toward the earlier one), hidden states the depth itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from extract.store import StoreError, StoreGroup
+
+from .fixed import char_distance, key_similarity, per_head_value_distance, select_head, select_sign, \
+    token_jaccard, value_distance
+from .probes import BalancedL2Probe, PairwiseProbe, select_C
+from .stats import auc, bootstrap_auc, macro_auc
+
+DRAWS = 10_000
+#: Seed of the shuffled-label control's permutation.
+SHUFFLE_SEED = 20260917
+REPLACEMENT_VARIANTS = ("replacement", "role_swap", "explicit_rejection")
+ROLE_VARIANTS = ("role_swap", "role_confirmation")
+#: Criterion of partB section 2: one-sided 95 % lower bound of the AUC above this.
+AUC_CRITERION = 0.60
+
+
+def probe_depths(num_layers: int) -> list[int]:
+    """floor(L/4), floor(L/2), floor(3L/4), L-1 (zero-based)."""
+    return [num_layers // 4, num_layers // 2, (3 * num_layers) // 4, num_layers - 1]
+
+
+def nearest(layer: int, available: Sequence[int]) -> int:
+    """The available layer nearest to ``layer``, ties toward the earlier one."""
+    return min(available, key=lambda a: (abs(a - layer), a))
+
+
+# ----------------------------------------------------------------------------- fixed scores
+
+
+def fixed_scores(g: StoreGroup) -> dict[str, np.ndarray]:
+    """Per case: s_K, d_V, per-head V distances [n, L, H] and the surface baselines (A alone vs B alone)."""
+    cases = g.cases()
+    ra, rb = cases["record_a"], cases["record_b"]
+    layers = g.kv_layers
+    if not layers:
+        raise StoreError(f"{g.name}: no layer with K/V rows in this group")
+    out: dict[str, np.ndarray] = {}
+    # Key similarity, one layer at a time (token-level keys of one layer in memory at once).
+    offsets = g.group["records/token_offset"][()]
+    counts = g.group["records/n_tokens"][()]
+    s_k = np.zeros(len(ra))
+    for layer in layers:
+        if f"records/tokens/K/L{layer:03d}" not in g.group:
+            raise StoreError(f"{g.name}: no token-level keys of layer {layer}; extract with token_level K")
+        table = g.group[f"records/tokens/K/L{layer:03d}"][()].astype(np.float32)
+
+        def keys(r: int) -> np.ndarray:
+            return table[offsets[r] : offsets[r] + counts[r]].transpose(1, 0, 2)
+
+        s_k += np.array([key_similarity([keys(a)], [keys(b)]) for a, b in zip(ra, rb)])
+    out["key_similarity"] = s_k / len(layers)
+    # Value distance from pooled V (small: one [records, heads, dim] array per layer).
+    v = {layer: g.pooled("V", layer) for layer in layers}
+    out["value_distance"] = np.array([value_distance([v[l][a] for l in layers], [v[l][b] for l in layers])
+                                      for a, b in zip(ra, rb)])
+    heads = {v[l].shape[1] for l in layers}
+    if len(heads) == 1:
+        out["per_head"] = np.stack([per_head_value_distance([v[l][a] for l in layers], [v[l][b] for l in layers])
+                                    for a, b in zip(ra, rb)])
+    texts = g.texts()
+    out["token_jaccard"] = np.array([token_jaccard(g.token_ids(a), g.token_ids(b)) for a, b in zip(ra, rb)])
+    out["char_distance"] = np.array([char_distance(texts[a], texts[b]) for a, b in zip(ra, rb)])
+    return out
+
+
+# ----------------------------------------------------------------------------- probe features
+
+
+def features(g: StoreGroup, name: str, records: np.ndarray | None = None) -> np.ndarray:
+    """Probe inputs per case, flattened over depths: ``separate_kv``, ``joint_kv``, ``joint_hidden``,
+    ``pair_kv`` ([A's K,V | B's K,V], for the pairwise probes)."""
+    cases = g.cases()
+    n_layers = len(g.layer_types)
+    kv_depths = [nearest(d, g.kv_layers) for d in probe_depths(n_layers)]
+    h_depths = [d for d in probe_depths(n_layers) if d in g.layers("H")]
+
+    def kv(rows: np.ndarray) -> np.ndarray:
+        parts = [g.pooled(kind, layer, rows).reshape(len(rows), -1) for layer in kv_depths for kind in ("K", "V")]
+        return np.hstack(parts)
+
+    if name in ("separate_kv", "pair_kv"):
+        return np.hstack([kv(cases["record_a"]), kv(cases["record_b"])])
+    if name == "joint_kv":
+        return kv(cases["record_ab"])
+    if name == "joint_hidden":
+        return np.hstack([g.pooled("H", d, cases["record_ab"]) for d in h_depths])
+    raise ValueError(f"unknown feature set {name!r}")
+
+
+PROBES: dict[str, tuple[str, Any]] = {
+    "separate K/V probe": ("separate_kv", BalancedL2Probe()),
+    "joint K/V probe": ("joint_kv", BalancedL2Probe()),
+    "joint hidden probe": ("joint_hidden", BalancedL2Probe()),
+    "pairwise linear probe": ("pair_kv", PairwiseProbe(kind="linear")),
+    "pairwise interaction probe": ("pair_kv", PairwiseProbe(kind="interaction")),
+}
+
+
+# ----------------------------------------------------------------------------- records
+
+
+def evaluate_records(g: StoreGroup, draws: int = DRAWS, seed: int = 0, probes: bool = True) -> dict[str, Any]:
+    """Fixed and learned readouts of a records group: role AUC (primary) and all-test AUC with intervals."""
+    cases = g.cases()
+    split, variant = cases["split"], cases["variant"]
+    y = cases["label:replacement"].astype(int)
+    train, dev, test = (split == "train"), (split == "dev"), (split == "test")
+    if not (train.any() and dev.any() and test.any()):
+        raise StoreError(f"{g.name}: a records group needs train, dev and test cases")
+    role = np.isin(variant, ROLE_VARIANTS)
+    fixed = fixed_scores(g)
+    scores: dict[str, np.ndarray] = {}
+    choices: dict[str, Any] = {}
+    scores["fixed d_V"] = fixed["value_distance"]
+    sign = select_sign(fixed["value_distance"][dev & role], y[dev & role])
+    scores["sign-chosen d_V"] = sign * fixed["value_distance"]
+    choices["sign-chosen d_V"] = {"sign": sign}
+    if "per_head" in fixed:
+        layer_i, head, hsign = select_head(fixed["per_head"][dev & role], y[dev & role])
+        scores["head-chosen d_V"] = hsign * fixed["per_head"][:, layer_i, head]
+        choices["head-chosen d_V"] = {"layer": g.kv_layers[layer_i], "head": head, "sign": hsign}
+    for surface in ("token_jaccard", "char_distance"):  # either direction; chosen on dev
+        s = select_sign(fixed[surface][dev & role], y[dev & role])
+        scores[f"surface {surface.replace('_', ' ')}"] = s * fixed[surface]
+        choices[f"surface {surface.replace('_', ' ')}"] = {"sign": s}
+    scores["key similarity s_K"] = fixed["key_similarity"]
+    if probes:
+        cache: dict[str, np.ndarray] = {}
+        for label, (feature, template) in PROBES.items():
+            X = cache.setdefault(feature, features(g, feature))
+            probe, dev_auc = select_C(X[train], y[train], X[dev], y[dev], dev_mask=role[dev], estimator=template)
+            scores[label] = probe.decision_function(X)
+            choices[label] = {"C": float(probe.C), "dev_role_auc_by_C": {str(k): v for k, v in dev_auc.items()},
+                              "n_features_in": int(X.shape[1])}
+        # Shuffled-label control: the joint K/V probe trained on permuted training labels.
+        X = cache["joint_kv"]
+        y_shuffled = y.copy()
+        y_shuffled[train] = np.random.default_rng(SHUFFLE_SEED).permutation(y[train])
+        probe, _ = select_C(X[train], y_shuffled[train], X[dev], y_shuffled[dev], dev_mask=role[dev])
+        scores["shuffled-label control"] = probe.decision_function(X)
+        choices["shuffled-label control"] = {"C": float(probe.C), "permutation_seed": SHUFFLE_SEED}
+    groups = cases["group"]
+    result = {
+        "group": g.name,
+        "model": g.attrs.get("model"),
+        "dataset": "records",
+        "n_cases": {"train": int(train.sum()), "dev": int(dev.sum()), "test": int(test.sum()),
+                    "test_role": int((test & role).sum()), "test_groups": int(len(set(groups[test])))},
+        "depths": {"kv": [nearest(d, g.kv_layers) for d in probe_depths(len(g.layer_types))],
+                   "hidden": probe_depths(len(g.layer_types))},
+        "choices": choices,
+        "role_auc": bootstrap_auc({k: v[test & role] for k, v in scores.items()}, y[test & role],
+                                  groups[test & role], n_draws=draws, seed=seed),
+        "all_test_auc": bootstrap_auc({k: v[test] for k, v in scores.items()}, y[test], groups[test],
+                                      n_draws=draws, seed=seed),
+        "by_variant_mean": {name: {v: float(np.mean(s[test & (variant == v)])) for v in sorted(set(variant))}
+                            for name, s in scores.items() if name in ("fixed d_V", "key similarity s_K")},
+    }
+    return result
+
+
+# ----------------------------------------------------------------------------- role pairs
+
+
+def evaluate_role_pairs(g: StoreGroup, draws: int = DRAWS, seed: int = 0) -> dict[str, Any]:
+    """Matching AUC of s_K (all pairs) and replacement AUC of d_V (matching pairs), macro over families."""
+    cases = g.cases()
+    family, groups = cases["family"], cases["group"]
+    matching = cases["label:matching"].astype(int)
+    replacement = cases["label:replacement"].astype(int)
+    fixed = fixed_scores(g)
+    match_scores = {"key similarity s_K": fixed["key_similarity"], "value distance d_V": fixed["value_distance"],
+                    "surface token jaccard": fixed["token_jaccard"], "surface char distance": -fixed["char_distance"]}
+    m = matching == 1
+    repl_scores = {"value distance d_V": fixed["value_distance"], "reversed d_V": -fixed["value_distance"],
+                   "key similarity s_K": fixed["key_similarity"]}
+    # Surface baselines: either direction allowed, the stronger one is used (partB 2; retrospective).
+    for surface in ("token_jaccard", "char_distance"):
+        s = fixed[surface]
+        sign = 1 if macro_auc(s[m], replacement[m], family[m]) >= macro_auc(-s[m], replacement[m], family[m]) else -1
+        repl_scores[f"surface {surface.replace('_', ' ')}"] = sign * s
+    result = {
+        "group": g.name,
+        "model": g.attrs.get("model"),
+        "dataset": "role-pairs",
+        "n_cases": {"pairs": int(len(matching)), "matching": int(m.sum()), "groups": int(len(set(groups)))},
+        "criterion_lower_bound": AUC_CRITERION,
+        "matching_macro_auc": bootstrap_auc(match_scores, matching, groups, n_draws=draws, seed=seed, strata=family),
+        "replacement_macro_auc": bootstrap_auc({k: v[m] for k, v in repl_scores.items()}, replacement[m], groups[m],
+                                               n_draws=draws, seed=seed, strata=family[m]),
+        "matching_auc_by_family": {f: auc(fixed["key_similarity"][family == f], matching[family == f])
+                                   for f in sorted(set(family))},
+        "replacement_auc_by_family": {f: auc(fixed["value_distance"][m & (family == f)], replacement[m & (family == f)])
+                                      for f in sorted(set(family))},
+    }
+    return result
+
+
+def evaluate_group(g: StoreGroup, draws: int = DRAWS, seed: int = 0, probes: bool = True) -> dict[str, Any]:
+    """Dispatch on the group's labels (records vs role pairs)."""
+    labels = {k for k in g.cases() if k.startswith("label:")}
+    if "label:matching" in labels:
+        return evaluate_role_pairs(g, draws, seed)
+    if "label:replacement" in labels:
+        return evaluate_records(g, draws, seed, probes)
+    raise StoreError(f"{g.name}: no replacement or matching labels; not a recognition dataset")
+
+
+# ----------------------------------------------------------------------------- transfer
+
+
+def transfer(train_group: StoreGroup, test_group: StoreGroup, feature: str = "joint_kv",
+             draws: int = DRAWS, seed: int = 0) -> dict[str, Any]:
+    """Train a probe on one checkpoint's store group, test it on another's (identical token ids required).
+
+    The probe (C chosen on the training group's dev role pairs) scores the test
+    group's held-out cases; AUCs as in :func:`evaluate_records`.
+    """
+    a, b = train_group, test_group
+    if not np.array_equal(a.group["records/token_ids"][()], b.group["records/token_ids"][()]) or \
+            list(a.cases()["case_id"]) != list(b.cases()["case_id"]):
+        raise StoreError(f"transfer needs identical cases and token ids; {a.name} and {b.name} differ "
+                         "(different tokenizers or datasets)")
+    Xa, Xb = features(a, feature), features(b, feature)
+    if Xa.shape != Xb.shape:
+        raise StoreError(f"transfer needs equal feature widths; {a.name} has {Xa.shape[1]}, {b.name} {Xb.shape[1]}")
+    cases = a.cases()
+    split, variant = cases["split"], cases["variant"]
+    y = cases["label:replacement"].astype(int)
+    role = np.isin(variant, ROLE_VARIANTS)
+    train, dev, test = split == "train", split == "dev", split == "test"
+    probe, _ = select_C(Xa[train], y[train], Xa[dev], y[dev], dev_mask=role[dev])
+    scores = {"in-checkpoint": probe.decision_function(Xa), "transferred": probe.decision_function(Xb)}
+    return {
+        "train_group": a.name, "test_group": b.name, "feature": feature, "C": float(probe.C),
+        "role_auc": bootstrap_auc({k: v[test & role] for k, v in scores.items()}, y[test & role],
+                                  cases["group"][test & role], n_draws=draws, seed=seed),
+        "all_test_auc": bootstrap_auc({k: v[test] for k, v in scores.items()}, y[test], cases["group"][test],
+                                      n_draws=draws, seed=seed),
+    }

@@ -1,0 +1,159 @@
+"""Tables and figures of readout evaluations (``kvprobe readout``): report.md, readouts.json, figure.png."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kvprobe.files import atomic_write_text
+
+from .evaluate import AUC_CRITERION
+
+
+def _auc_rows(block: dict[str, Any], reference: str | None = None) -> list[str]:
+    lines = ["| readout | AUC | 95% CI | one-sided 95% LB |" + (f" minus {reference} [95% CI] |" if reference else ""),
+             "|---|---|---|---|" + ("---|" if reference else "")]
+    for name, a in block["auc"].items():
+        row = f"| {name} | {a['auc']:.3f} | [{a['lo']:.3f}, {a['hi']:.3f}] | {a['lower_one_sided']:.3f} |"
+        if reference:
+            if name == reference:
+                row += " |"
+            else:
+                d = block["diff"][name][reference]
+                row += f" {d['diff']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] |"
+        lines.append(row)
+    return lines
+
+
+def _verdict(a: dict[str, Any], criterion: float = AUC_CRITERION) -> str:
+    if a["lower_one_sided"] > criterion:
+        return f"passes (lower bound {a['lower_one_sided']:.3f} > {criterion})"
+    if a["lo"] > 0.5:
+        return f"above chance but below the criterion (lower bound {a['lower_one_sided']:.3f})"
+    if a["hi"] < 0.5:
+        return f"below chance (interval [{a['lo']:.3f}, {a['hi']:.3f}])"
+    return f"not distinguishable from chance (interval [{a['lo']:.3f}, {a['hi']:.3f}])"
+
+
+def format_records_report(r: dict[str, Any]) -> str:
+    role, every = r["role_auc"], r["all_test_auc"]
+    n = r["n_cases"]
+    best = max((k for k in role["auc"] if k != "shuffled-label control"), key=lambda k: role["auc"][k]["auc"])
+    shuffled = role["auc"].get("shuffled-label control")
+    lines = [
+        f"# Recognition readouts: {r['model']}, synthetic record histories",
+        "",
+        f"Store group `{r['group']}`. Probes trained on {n['train']} training cases, C and every sign or head "
+        f"chosen on the {n['dev']} development cases (role swaps vs role confirmations); evaluated on "
+        f"{n['test']} held-out test cases of {n['test_groups']} items with unseen entities, values and wording. "
+        f"Intervals: {role['n_draws']:,} group-bootstrap draws of whole test items, paired differences on the "
+        "same draws. K/V depths (layers with rows): " + ", ".join(map(str, r["depths"]["kv"])) +
+        "; hidden-state depths: " + ", ".join(map(str, r["depths"]["hidden"])) + ".",
+        "",
+        f"## Primary: role swaps vs role confirmations ({n['test_role']} test cases)",
+        "",
+        "The two later records share their words and length and differ only in which value is affirmed.",
+        "",
+        *_auc_rows(role, "fixed d_V"),
+        "",
+        f"- Fixed value distance d_V: {_verdict(role['auc']['fixed d_V'])}.",
+        f"- Best readout: {best}, {_verdict(role['auc'][best])}.",
+    ]
+    if shuffled:
+        lines.append(f"- Shuffled-label control (joint K/V probe on permuted training labels): AUC "
+                     f"{shuffled['auc']:.3f} [{shuffled['lo']:.3f}, {shuffled['hi']:.3f}]"
+                     + (" - contains 0.5, as a control should." if shuffled["lo"] <= 0.5 <= shuffled["hi"]
+                        else " - does NOT contain 0.5."))
+    lines += ["", f"## Secondary: all {n['test']} test cases (6 variants; replacement, role swap and explicit "
+              "rejection are positives)", "", *_auc_rows(every, "fixed d_V"), "",
+              "## Choices made on the development split", "", "```", json.dumps(r["choices"], indent=1), "```", "",
+              "Mean test scores by variant (fixed scores):", "", "| variant | " +
+              " | ".join(r["by_variant_mean"]) + " |", "|---|" + "---|" * len(r["by_variant_mean"])]
+    variants = sorted(next(iter(r["by_variant_mean"].values())))
+    for v in variants:
+        lines.append(f"| {v} | " + " | ".join(f"{r['by_variant_mean'][k][v]:.4f}" for k in r["by_variant_mean"]) + " |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def format_pairs_report(r: dict[str, Any]) -> str:
+    m, rep = r["matching_macro_auc"], r["replacement_macro_auc"]
+    n = r["n_cases"]
+    lines = [
+        f"# Recognition readouts: {r['model']}, role-matched pairs",
+        "",
+        f"Store group `{r['group']}`: {n['pairs']} pairs in {n['groups']} groups, {n['matching']} matching. "
+        f"Macro AUC over the five families; {m['n_draws']:,} bootstrap draws of whole groups within family; "
+        f"criterion: one-sided 95% lower bound > {r['criterion_lower_bound']}.",
+        "",
+        "## Matching (same entity and attribute), all pairs",
+        "",
+        *_auc_rows(m, "surface token jaccard"),
+        "",
+        f"- Key similarity s_K: {_verdict(m['auc']['key similarity s_K'])}.",
+        "",
+        "## Replacement among matching pairs (supersedes vs duplicate: same words, roles exchanged)",
+        "",
+        *_auc_rows(rep, "value distance d_V"),
+        "",
+        f"- Value distance d_V: {_verdict(rep['auc']['value distance d_V'])}.",
+        f"- Reversed d_V (retrospective): {_verdict(rep['auc']['reversed d_V'])}.",
+        "",
+        "Per family (point AUCs): matching s_K "
+        + ", ".join(f"{k} {v:.3f}" for k, v in r["matching_auc_by_family"].items())
+        + "; replacement d_V " + ", ".join(f"{k} {v:.3f}" for k, v in r["replacement_auc_by_family"].items()) + ".",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def format_transfer(r: dict[str, Any]) -> str:
+    lines = [f"# Probe transfer: {r['train_group']} -> {r['test_group']}", "",
+             f"{r['feature']} probe, C = {r['C']} (chosen on the training group's dev role pairs).", "",
+             "## Role swaps vs role confirmations", "", *_auc_rows(r["role_auc"], "in-checkpoint"), "",
+             "## All test cases", "", *_auc_rows(r["all_test_auc"], "in-checkpoint"), ""]
+    return "\n".join(lines)
+
+
+def plot_readouts(r: dict[str, Any], path: Path) -> Path:
+    """Horizontal AUC bars with 95% intervals: the primary comparison of a records or role-pairs group."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = ([("role swaps vs role confirmations (test)", r["role_auc"]), ("all test cases", r["all_test_auc"])]
+              if r["dataset"] == "records" else
+              [("matching (all pairs)", r["matching_macro_auc"]),
+               ("replacement (matching pairs)", r["replacement_macro_auc"])])
+    fig, axes = plt.subplots(1, 2, figsize=(12, 0.38 * max(len(p[1]["auc"]) for p in panels) + 1.6), sharey=False)
+    for ax, (title, block) in zip(axes, panels):
+        names = list(block["auc"])[::-1]
+        for y, name in enumerate(names):
+            a = block["auc"][name]
+            color = "#999999" if name.startswith("shuffled") else "#1f4e79"
+            ax.errorbar(a["auc"], y, xerr=[[a["auc"] - a["lo"]], [a["hi"] - a["auc"]]], fmt="o", color=color,
+                        capsize=3)
+        ax.axvline(0.5, color="gray", lw=0.8, ls="--")
+        ax.axvline(AUC_CRITERION, color="#c0504d", lw=0.8, ls=":")
+        ax.set_yticks(range(len(names)), names)
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("AUC (95% group-bootstrap CI); dashed: chance, dotted: 0.60 criterion")
+        ax.set_title(title)
+    fig.suptitle(f"{r['model']}: {r['dataset']}")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_group_report(r: dict[str, Any], out_dir: Path) -> Path:
+    """readouts.json, report.md and figure.png of one group's evaluation under ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / "readouts.json", json.dumps(r, indent=1, sort_keys=True) + "\n")
+    text = format_records_report(r) if r["dataset"] == "records" else format_pairs_report(r)
+    atomic_write_text(out_dir / "report.md", text)
+    plot_readouts(r, out_dir / "figure.png")
+    return out_dir

@@ -1,0 +1,135 @@
+"""Readouts read from a real feature store of a tiny model: hand-computed s_K and d_V, evaluation, transfer, CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kvprobe
+from extract import FeatureStore, StoreError, extract
+from readouts.evaluate import evaluate_group, features, fixed_scores, nearest, probe_depths, transfer
+from readouts.report import write_group_report
+from studies.recognition import generate_records, generate_role_pairs
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """Records of tiny-llama and tiny-qwen3 (same tokenizer and widths) and role pairs of tiny-llama, float32."""
+    path = tmp_path_factory.mktemp("store") / "recognition.h5"
+    records = generate_records()
+    for name in ("tiny-llama", "tiny-qwen3"):
+        extract(kvprobe.load_model(name), "records", records, path, dtype="float32", progress=False)
+    extract(kvprobe.load_model("tiny-llama"), "role-pairs", generate_role_pairs()[:150], path, dtype="float32",
+            progress=False)
+    return path
+
+
+def hand_key_similarity(model, a_text, b_text):
+    """s_K from the prefilled caches of A and B (independent of the store and of readouts.fixed)."""
+    def keys(text):
+        h = model.prefill(kvprobe.Prompt([("R", text)], chat=False))
+        span = h.span("R")
+        return {layer: h.kv[layer][0][0, :, span.start : span.end].double().numpy() for layer in model.arch.kv_layers}
+
+    ka, kb = keys(a_text), keys(b_text)
+    total = 0.0
+    for layer in model.arch.kv_layers:
+        heads = ka[layer].shape[0]
+        acc = 0.0
+        for h in range(heads):
+            a = ka[layer][h] / np.maximum(np.linalg.norm(ka[layer][h], axis=1, keepdims=True), 1e-8)
+            b = kb[layer][h] / np.maximum(np.linalg.norm(kb[layer][h], axis=1, keepdims=True), 1e-8)
+            c = a @ b.T
+            acc += c.max(axis=1).mean() + c.max(axis=0).mean()
+        total += min(1.0, max(-1.0, acc / (2 * heads)))
+    return total / len(model.arch.kv_layers)
+
+
+def hand_value_distance(model, a_text, b_text):
+    def pooled(text):
+        h = model.prefill(kvprobe.Prompt([("R", text)], chat=False))
+        span = h.span("R")
+        return {layer: h.kv[layer][1][0, :, span.start : span.end].double().mean(dim=1).numpy()
+                for layer in model.arch.kv_layers}
+
+    va, vb = pooled(a_text), pooled(b_text)
+    per_layer = [np.sqrt(np.mean((va[l] - vb[l]) ** 2)) / max(np.sqrt(np.mean(vb[l] ** 2)), 1e-6)
+                 for l in model.arch.kv_layers]
+    return float(np.mean(per_layer))
+
+
+def test_store_readouts_reproduce_hand_computed_scores(store):
+    model = kvprobe.load_model("tiny-llama")
+    cases = generate_records()
+    with FeatureStore(store) as s:
+        scores = fixed_scores(s["tiny-llama/records"])
+    for i in (0, 3, 251, 569):
+        assert scores["key_similarity"][i] == pytest.approx(hand_key_similarity(model, cases[i].a_text,
+                                                                                 cases[i].b_text), abs=1e-5)
+        assert scores["value_distance"][i] == pytest.approx(hand_value_distance(model, cases[i].a_text,
+                                                                                 cases[i].b_text), rel=1e-5)
+
+
+def test_probe_depths_and_features(store):
+    assert probe_depths(30) == [7, 15, 22, 29] and probe_depths(36) == [9, 18, 27, 35]
+    assert nearest(2, [1, 3]) == 1 and nearest(3, [1, 3, 5]) == 3
+    with FeatureStore(store) as s:
+        g = s["tiny-llama/records"]
+        assert features(g, "joint_kv").shape == (570, 4 * 2 * 2 * 16)
+        assert features(g, "separate_kv").shape == (570, 2 * 4 * 2 * 2 * 16)
+        assert features(g, "joint_hidden").shape == (570, 4 * 64)
+
+
+def test_records_evaluation_and_report(store, tmp_path):
+    with FeatureStore(store) as s:
+        r = evaluate_group(s["tiny-llama/records"], draws=500)
+    assert r["n_cases"] == {"train": 180, "dev": 90, "test": 300, "test_role": 100, "test_groups": 50}
+    role = r["role_auc"]["auc"]
+    assert {"fixed d_V", "joint K/V probe", "pairwise interaction probe", "shuffled-label control"} <= set(role)
+    assert abs(role["surface token jaccard"]["auc"] - 0.5) < 0.05  # role swaps share their words by design
+    assert abs(role["shuffled-label control"]["auc"] - 0.5) < 0.15
+    assert all(c["C"] in (0.01, 0.1, 1.0, 10.0) for k, c in r["choices"].items() if "probe" in k)
+    out = write_group_report(r, tmp_path / "out")
+    assert "role swaps vs role confirmations" in (out / "report.md").read_text()
+    assert json.loads((out / "readouts.json").read_text())["group"] == "tiny-llama/records"
+    assert (out / "figure.png").stat().st_size > 10_000
+
+
+def test_role_pairs_evaluation(store):
+    with FeatureStore(store) as s:
+        r = evaluate_group(s["tiny-llama/role-pairs"], draws=300)
+    assert r["n_cases"] == {"pairs": 150, "matching": 100, "groups": 50}
+    assert set(r["matching_macro_auc"]["auc"]) >= {"key similarity s_K", "surface token jaccard"}
+    assert set(r["replacement_macro_auc"]["auc"]) >= {"value distance d_V", "reversed d_V"}
+
+
+def test_transfer_between_checkpoints_with_the_same_tokens(store):
+    with FeatureStore(store) as s:
+        r = transfer(s["tiny-llama/records"], s["tiny-qwen3/records"], draws=300)
+        assert set(r["role_auc"]["auc"]) == {"in-checkpoint", "transferred"}
+        with pytest.raises(StoreError, match="identical cases and token ids"):
+            transfer(s["tiny-llama/records"], s["tiny-llama/role-pairs"])
+
+
+def test_cli_extract_and_readout_end_to_end(tmp_path):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "kvprobe.cli", *args], capture_output=True, text=True,
+                              env=env, timeout=900)
+
+    path = tmp_path / "s.h5"
+    proc = cli("extract", "--model", "tiny-llama", "--dataset", "records", "--out", str(path), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    proc = cli("extract", "--model", "tiny-llama", "--dataset", "records", "--out", str(path), "--quiet")
+    assert proc.returncode == 2 and "already holds tiny-llama/records" in proc.stderr
+    proc = cli("readout", "--store", str(path), "--out", str(tmp_path / "r"), "--draws", "200", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "r" / "tiny-llama" / "records" / "report.md").exists()
+    proc = cli("readout", "--store", str(tmp_path / "missing.h5"), "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2 and "no feature store" in proc.stderr
