@@ -7,17 +7,22 @@ Schema (version 1)::
         cases/labels/{name}                  [n_cases] int8 (e.g. replacement, matching; -1 = undefined)
         cases/record_a, record_b, record_ab  [n_cases] int32: rows of records/ for A alone,
                                              B alone, and B read after A (joint)
+        cases/scores/{name}                  [n_cases] float64: per-case scores computed with the
+                                             model (e.g. signed_loo), when requested
         records/kind                         [n_records] str: "single" | "joint"
         records/key                          [n_records] str: SHA-256 of (kind, A, text)
         records/text                         [n_records] str: the record (joint: B)
         records/n_tokens                     [n_records] int32: tokens of the record's span
-        records/token_offset                 [n_records] int64: first row in the token tables
         records/sequence_length              [n_records] int32: tokens of the encoded sequence
-        records/token_ids                    [n_tokens_total] int32
+        records/token_ids                    [sum n_tokens] int32, record r at token_ids_offset[r]
+        records/token_ids_offset             [n_records] int64
+        records/token_rows, token_offset     [n_records]: rows of a record in the token tables
+                                             (single records only; 0 rows for joint ones)
         records/pooled/{K,V,H}/L{layer:03d}  [n_records, heads, dim] (H: [n_records, d_model]):
                                              token means over the record's span, float32 math
-        records/tokens/{K,...}/L{layer:03d}  [n_tokens_total, heads, dim]: token-level
-                                             features (K by default: the key similarity needs them)
+        records/tokens/{K,...}/L{layer:03d}  [sum token_rows, heads, dim]: token-level features
+                                             of single records (K by default: the key similarity
+                                             needs them)
 
 Every dataset is chunked, gzip-compressed (level 4, with shuffle) and resizable
 along its first axis; features are float16 by default. Group attributes record
@@ -43,7 +48,7 @@ import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import h5py
 import numpy as np
@@ -126,9 +131,12 @@ def extract(
     overwrite: bool = False,
     progress: bool = True,
     dataset_info: dict[str, Any] | None = None,
+    case_scores: dict[str, Callable[[], np.ndarray]] | None = None,
 ) -> Path:
     """Encode every record of ``cases`` with ``model`` into group ``/{model}/{dataset}`` of store ``out``.
 
+    ``case_scores``: name -> a function computing one float per case with the model
+    (e.g. the signed leave-one-out), stored as ``cases/scores/{name}``.
     Resumes from ``out.parts/`` after an interruption; the store is replaced atomically
     once the group is complete. Returns the store path.
     """
@@ -159,8 +167,9 @@ def extract(
         _write_shard(_shard(parts, b), batches[b], encodings, config)
         bar.update(1)
     bar.close()
+    scores = {name: _case_score(parts, name, compute, len(cases)) for name, compute in (case_scores or {}).items()}
     _assemble(out, group, model, cases, specs, case_rows, [_shard(parts, b) for b in range(len(batches))],
-              config, dataset_info or {}, overwrite)
+              config, dataset_info or {}, overwrite, scores)
     shutil.rmtree(parts)
     if parts.parent.exists() and not any(parts.parent.iterdir()):
         parts.parent.rmdir()
@@ -169,6 +178,20 @@ def extract(
 
 def _shard(parts: Path, b: int) -> Path:
     return parts / f"batch-{b:05d}.h5"
+
+
+def _case_score(parts: Path, name: str, compute: Callable[[], np.ndarray], n_cases: int) -> np.ndarray:
+    """A per-case score, computed once and kept in the parts folder until the group is assembled."""
+    path = parts / f"scores-{name}.npy"
+    if path.exists():
+        return np.load(path)
+    values = np.asarray(compute(), dtype=np.float64)
+    if values.shape != (n_cases,):
+        raise StoreError(f"case score {name!r} has shape {values.shape}, expected ({n_cases},)")
+    tmp = parts / f"scores-{name}.tmp.npy"
+    np.save(tmp, values)
+    os.replace(tmp, path)
+    return values
 
 
 def _check_parts_config(parts: Path, config: ExtractConfig) -> None:
@@ -191,6 +214,8 @@ def _write_shard(path: Path, specs: Sequence[RecordSpec], encodings, config: Ext
     dtype = np.dtype(config.dtype)
     with h5py.File(tmp, "w") as f:
         f["n_tokens"] = np.array([len(e.token_ids) for e in encodings], dtype=np.int32)
+        f["token_rows"] = np.array([len(e.token_ids) if s.kind == "single" else 0 for s, e in zip(specs, encodings)],
+                                   dtype=np.int32)
         f["sequence_length"] = np.array([e.sequence_length for e in encodings], dtype=np.int32)
         f["token_ids"] = np.concatenate([e.token_ids for e in encodings]).astype(np.int32)
         for kind, get in (("K", lambda e: e.keys), ("V", lambda e: e.values), ("H", lambda e: e.hidden)):
@@ -200,14 +225,18 @@ def _write_shard(path: Path, specs: Sequence[RecordSpec], encodings, config: Ext
                 pooled = np.stack([t.mean(dim=token_axis).numpy() for t in per_record])
                 f[f"pooled/{kind}/L{layer:03d}"] = pooled.astype(dtype)
                 if kind in config.token_level:
-                    rows = [t.transpose(0, 1).numpy() if token_axis == 1 else t.numpy() for t in per_record]
-                    f[f"tokens/{kind}/L{layer:03d}"] = np.concatenate(rows).astype(dtype)
+                    # Token-level rows of single records only (what the key similarity compares);
+                    # joint records get none, and their token_offset points at an empty range.
+                    rows = [(t.transpose(0, 1).numpy() if token_axis == 1 else t.numpy())
+                            for t, spec in zip(per_record, specs) if spec.kind == "single"]
+                    if rows:
+                        f[f"tokens/{kind}/L{layer:03d}"] = np.concatenate(rows).astype(dtype)
     os.replace(tmp, path)
 
 
 def _assemble(out: Path, group: str, model: "Model", cases: Sequence[Any], specs: Sequence[RecordSpec],
               case_rows: np.ndarray, shards: list[Path], config: ExtractConfig, dataset_info: dict[str, Any],
-              overwrite: bool) -> None:
+              overwrite: bool, scores: dict[str, np.ndarray]) -> None:
     """Write the complete group into a copy of the store, then rename the copy over the store."""
     tmp = out.with_name(out.name + ".tmp")
     if out.exists():
@@ -229,19 +258,24 @@ def _assemble(out: Path, group: str, model: "Model", cases: Sequence[Any], specs
             _dataset(c, f"labels/{name}", np.array([case.labels.get(name, -1) for case in cases], dtype=np.int8))
         for j, name in enumerate(("record_a", "record_b", "record_ab")):
             _dataset(c, name, case_rows[:, j])
+        for name, values in scores.items():
+            _dataset(c, f"scores/{name}", values)
         r = g.create_group("records")
         _dataset(r, "kind", np.array([s.kind for s in specs], dtype=object), STR)
         _dataset(r, "key", np.array([s.key for s in specs], dtype=object), STR)
         _dataset(r, "text", np.array([s.text for s in specs], dtype=object), STR)
-        offset = 0
+        offset = ids_offset = 0
         for path in shards:  # stream: one shard in memory at a time
             with h5py.File(path, "r") as s:
-                n_tokens = s["n_tokens"][()]
+                n_tokens, token_rows = s["n_tokens"][()], s["token_rows"][()]
                 _append(r, "n_tokens", n_tokens)
                 _append(r, "sequence_length", s["sequence_length"][()])
-                _append(r, "token_offset", offset + np.concatenate([[0], np.cumsum(n_tokens)[:-1]]).astype(np.int64))
+                _append(r, "token_ids_offset", ids_offset + np.concatenate([[0], np.cumsum(n_tokens)[:-1]]))
                 _append(r, "token_ids", s["token_ids"][()])
-                offset += int(n_tokens.sum())
+                _append(r, "token_offset", offset + np.concatenate([[0], np.cumsum(token_rows)[:-1]]))
+                _append(r, "token_rows", token_rows)
+                ids_offset += int(n_tokens.sum())
+                offset += int(token_rows.sum())
                 for table in ("pooled", "tokens"):
                     if table not in s:
                         continue
@@ -340,12 +374,13 @@ class StoreGroup:
         return sorted(int(k[1:]) for k in self.group[f"records/pooled/{kind}"])
 
     def cases(self) -> dict[str, np.ndarray]:
-        """Case fields (strings decoded), labels as ``label:NAME`` and record rows."""
+        """Case fields (strings decoded), labels as ``label:NAME``, scores as ``score:NAME``, record rows."""
         if self._cases is None:
             c = self.group["cases"]
             out: dict[str, np.ndarray] = {n: c[n].asstr()[()] for n in CASE_FIELDS}
             out.update({f"label:{n}": c["labels"][n][()] for n in c["labels"]})
             out.update({n: c[n][()] for n in ("record_a", "record_b", "record_ab")})
+            out.update({f"score:{n}": c["scores"][n][()] for n in c.get("scores", {})})
             self._cases = out
         return self._cases
 
@@ -366,12 +401,14 @@ class StoreGroup:
         if f"records/tokens/{kind}" not in self.group:
             raise StoreError(f"{self.name}: no token-level {kind} in this store (extract with token_level)")
         start = int(self.group["records/token_offset"][record])
-        n = int(self.group["records/n_tokens"][record])
+        n = int(self.group["records/token_rows"][record])
+        if n == 0:
+            raise StoreError(f"{self.name}: record {record} has no token-level rows (only single records do)")
         rows = self.group[f"records/tokens/{kind}/L{layer:03d}"][start : start + n].astype(np.float32)
         return rows.transpose(1, 0, 2) if kind in ("K", "V") else rows
 
     def token_ids(self, record: int) -> np.ndarray:
-        start = int(self.group["records/token_offset"][record])
+        start = int(self.group["records/token_ids_offset"][record])
         n = int(self.group["records/n_tokens"][record])
         return self.group["records/token_ids"][start : start + n]
 

@@ -58,9 +58,16 @@ def cmd_extract(args: argparse.Namespace) -> int:
     cases = generator(seed=seed)
     model = _load(args.model, args.quiet)
     token_level = tuple(k for k in args.token_level.split(",") if k)
+    scores = {}
+    if not args.no_loo:
+        from readouts.loo import signed_loo
+        from studies.recognition.questions import loo_items
+
+        scores["signed_loo"] = lambda: signed_loo(model, loo_items(cases))
     path = extract(model, args.dataset, cases, args.out, batch_size=args.batch_size, dtype=args.dtype,
                    token_level=token_level, overwrite=args.overwrite, progress=not args.quiet,
-                   dataset_info={"generator": f"studies.recognition.{generator.__name__}", "seed": seed})
+                   dataset_info={"generator": f"studies.recognition.{generator.__name__}", "seed": seed},
+                   case_scores=scores)
     if not args.quiet:
         print(f"{path}: group {model.name}/{args.dataset}, {len(cases)} cases")
     return 0
@@ -173,6 +180,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         result = run_operations_bench(model, Path(args.out), Path(args.data), lengths=lengths, fractions=fractions,
                                       warmups=args.warmups, repeats=args.repeats)
         print(format_markdown(result))
+        return 0
+    if args.suite == "extract":
+        from extract.bench import format_extract_markdown, run_extract_bench
+        from studies.recognition import generate_records
+
+        cases = generate_records()[: args.cases]
+        result = run_extract_bench(model, cases, Path(args.out), batch_size=args.batch_size)
+        print(format_extract_markdown(result))
         return 0
     result = run_core_bench(model, Path(args.out), steps=args.steps)
     print(format_core_markdown(result))
@@ -353,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "same 4-D mask, batched vs one-at-a-time conditions, peak memory. "
                        "`kvprobe bench operations`: time of every cache operation and of the first answer "
                        "token after it on long PG-19 histories.")
-    p.add_argument("suite", choices=["core", "operations"], help="which benchmark to run")
+    p.add_argument("suite", choices=["core", "operations", "extract"], help="which benchmark to run")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
     p.add_argument("--steps", type=int, default=40, help="interleaved decode steps to time (default 40)")
     p.add_argument("--out", default="artifacts/bench", help="output directory (default artifacts/bench)")
@@ -365,6 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=9,
                    help="operations: timed runs per cell, median reported (default 9; 1+3 from 4096 tokens)")
     p.add_argument("--data", default="../shared/data", help="operations: folder holding pg19/ (default ../shared/data)")
+    p.add_argument("--cases", type=int, default=120,
+                   help="extract: first N cases of the records dataset (default 120: 20 items, ~260 records)")
+    p.add_argument("--batch-size", type=int, default=16, help="extract: records per forward (default 16)")
     p.set_defaults(func=cmd_bench)
     return parser
 

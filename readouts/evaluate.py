@@ -67,7 +67,7 @@ def fixed_scores(g: StoreGroup) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     # Key similarity, one layer at a time (token-level keys of one layer in memory at once).
     offsets = g.group["records/token_offset"][()]
-    counts = g.group["records/n_tokens"][()]
+    counts = g.group["records/token_rows"][()]
     s_k = np.zeros(len(ra))
     for layer in layers:
         if f"records/tokens/K/L{layer:03d}" not in g.group:
@@ -154,6 +154,8 @@ def evaluate_records(g: StoreGroup, draws: int = DRAWS, seed: int = 0, probes: b
         scores[f"surface {surface.replace('_', ' ')}"] = s * fixed[surface]
         choices[f"surface {surface.replace('_', ' ')}"] = {"sign": s}
     scores["key similarity s_K"] = fixed["key_similarity"]
+    if "score:signed_loo" in cases:
+        scores["signed LOO"] = cases["score:signed_loo"]
     if probes:
         cache: dict[str, np.ndarray] = {}
         for label, (feature, template) in PROBES.items():
@@ -204,6 +206,8 @@ def evaluate_role_pairs(g: StoreGroup, draws: int = DRAWS, seed: int = 0) -> dic
     m = matching == 1
     repl_scores = {"value distance d_V": fixed["value_distance"], "reversed d_V": -fixed["value_distance"],
                    "key similarity s_K": fixed["key_similarity"]}
+    if "score:signed_loo" in cases:
+        repl_scores["signed LOO"] = cases["score:signed_loo"]
     # Surface baselines: either direction allowed, the stronger one is used (partB 2; retrospective).
     for surface in ("token_jaccard", "char_distance"):
         s = fixed[surface]

@@ -116,7 +116,9 @@ def test_store_schema_is_plain_h5py(llama, tmp_path):
         assert k.dtype == np.float16 and k.maxshape[0] is None and k.compression == "gzip"
         n_records = g["records/kind"].shape[0]
         assert k.shape == (n_records, 2, 16) and g["records/pooled/H/L003"].shape == (n_records, 64)
-        assert g["records/tokens/K/L001"].shape[0] == g["records/n_tokens"][()].sum()
+        single = g["records/kind"].asstr()[()] == "single"
+        assert g["records/tokens/K/L001"].shape[0] == g["records/n_tokens"][()][single].sum()
+        assert (g["records/token_rows"][()][~single] == 0).all()
     with FeatureStore(path) as s:
         g = s["tiny-llama/toy"]
         case = g.cases()

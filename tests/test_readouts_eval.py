@@ -9,12 +9,17 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 import kvprobe
 from extract import FeatureStore, StoreError, extract
 from readouts.evaluate import evaluate_group, features, fixed_scores, nearest, probe_depths, transfer
 from readouts.report import write_group_report
+from kvprobe.decoding import suffix_ids
+from kvprobe.reference import reference_score
+from readouts.loo import signed_loo
 from studies.recognition import generate_records, generate_role_pairs
+from studies.recognition.questions import loo_items
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +29,9 @@ def store(tmp_path_factory):
     records = generate_records()
     for name in ("tiny-llama", "tiny-qwen3"):
         extract(kvprobe.load_model(name), "records", records, path, dtype="float32", progress=False)
-    extract(kvprobe.load_model("tiny-llama"), "role-pairs", generate_role_pairs()[:150], path, dtype="float32",
-            progress=False)
+    llama, pairs = kvprobe.load_model("tiny-llama"), generate_role_pairs()[:150]
+    extract(llama, "role-pairs", pairs, path, dtype="float32", progress=False,
+            case_scores={"signed_loo": lambda: signed_loo(llama, loo_items(pairs))})
     return path
 
 
@@ -105,7 +111,26 @@ def test_role_pairs_evaluation(store):
         r = evaluate_group(s["tiny-llama/role-pairs"], draws=300)
     assert r["n_cases"] == {"pairs": 150, "matching": 100, "groups": 50}
     assert set(r["matching_macro_auc"]["auc"]) >= {"key similarity s_K", "surface token jaccard"}
-    assert set(r["replacement_macro_auc"]["auc"]) >= {"value distance d_V", "reversed d_V"}
+    assert set(r["replacement_macro_auc"]["auc"]) >= {"value distance d_V", "reversed d_V", "signed LOO"}
+
+
+def test_signed_loo_equals_uncached_reference_scores():
+    """s_LOO = M(mask A) - M(full) with M from uncached transformers forwards (kvprobe.reference)."""
+    model = kvprobe.load_model("tiny-qwen3")
+    items = loo_items(generate_records()[:5])
+    got = signed_loo(model, items, batch_cases=2)
+    for item, value in zip(items, got):
+        h = model.prefill(kvprobe.Prompt([("A", item.a_text), ("B", item.b_text)], chat=True, sep="\n"))
+        hidden = torch.zeros(len(h), dtype=torch.bool)
+        hidden[h.span("A").start : h.span("A").end] = True
+        ids, suffix = h.input_ids.tolist(), suffix_ids(model, h, item.question)
+
+        def margin(mask):
+            ref, alt = (model.tokenizer(t, add_special_tokens=False)["input_ids"] for t in (item.reference,
+                                                                                          item.alternative))
+            return reference_score(model, ids, suffix, ref, mask) - reference_score(model, ids, suffix, alt, mask)
+
+        assert value == pytest.approx(margin(hidden) - margin(None), abs=1e-3)
 
 
 def test_transfer_between_checkpoints_with_the_same_tokens(store):

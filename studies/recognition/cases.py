@@ -75,3 +75,14 @@ def word_multiset(text: str) -> list[str]:
 def capitalize(text: str) -> str:
     """Upper-case the first character only (``str.capitalize`` would lower the rest)."""
     return text[:1].upper() + text[1:]
+
+
+def expected_answer(case: RecognitionCase) -> tuple[str, str]:
+    """(value current for A's entity after B, the other value): the reference of the signed LOO.
+
+    Replacements, role swaps and explicit rejections make B's new value current; every
+    other variant (and a duplicate role pair) leaves A's value current.
+    """
+    if case.labels.get("replacement") == 1:
+        return case.new_value, case.old_value
+    return case.old_value, case.new_value

@@ -1,0 +1,25 @@
+"""Questions for the signed leave-one-out score of the recognition datasets ([UNCLEAR] in the paper:
+its wording is ours). The question names A's entity and attribute with the family's first slot phrasing."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from readouts.loo import LooItem
+
+from .cases import RecognitionCase, expected_answer
+from .families import slot
+
+
+def question(case: RecognitionCase) -> str:
+    """``"What is <slot> now? Answer with the value only."``"""
+    return f"What is {slot(case.family, 0, case.entity)} now? Answer with the value only."
+
+
+def loo_items(cases: Sequence[RecognitionCase]) -> list[LooItem]:
+    """One signed-LOO item per case."""
+    items = []
+    for case in cases:
+        reference, alternative = expected_answer(case)
+        items.append(LooItem(case.a_text, case.b_text, question(case), reference, alternative))
+    return items
