@@ -323,6 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="features also stored per token, comma-separated among K,V,H (default K: the key "
                    "similarity needs token-level keys; '' for none)")
     p.add_argument("--overwrite", action="store_true", help="replace the group if the store already has it")
+    p.add_argument("--no-loo", action="store_true",
+                   help="skip the signed leave-one-out score (two scored passes per case: full access and "
+                   "record A masked, question 'What is <slot> now?')")
     p.add_argument("--quiet", action="store_true", help="no progress bar or messages")
     p.set_defaults(func=cmd_extract)
 

@@ -149,9 +149,9 @@ def test_cli_extract_and_readout_end_to_end(tmp_path):
                               env=env, timeout=900)
 
     path = tmp_path / "s.h5"
-    proc = cli("extract", "--model", "tiny-llama", "--dataset", "records", "--out", str(path), "--quiet")
+    proc = cli("extract", "--model", "tiny-llama", "--dataset", "records", "--out", str(path), "--quiet", "--no-loo")
     assert proc.returncode == 0, proc.stderr
-    proc = cli("extract", "--model", "tiny-llama", "--dataset", "records", "--out", str(path), "--quiet")
+    proc = cli("extract", "--model", "tiny-llama", "--dataset", "records", "--out", str(path), "--quiet", "--no-loo")
     assert proc.returncode == 2 and "already holds tiny-llama/records" in proc.stderr
     proc = cli("readout", "--store", str(path), "--out", str(tmp_path / "r"), "--draws", "200", "--quiet")
     assert proc.returncode == 0, proc.stderr
