@@ -264,25 +264,29 @@ def _assemble(out: Path, group: str, model: "Model", cases: Sequence[Any], specs
         _dataset(r, "kind", np.array([s.kind for s in specs], dtype=object), STR)
         _dataset(r, "key", np.array([s.key for s in specs], dtype=object), STR)
         _dataset(r, "text", np.array([s.text for s in specs], dtype=object), STR)
-        offset = ids_offset = 0
-        for path in shards:  # stream: one shard in memory at a time
-            with h5py.File(path, "r") as s:
-                n_tokens, token_rows = s["n_tokens"][()], s["token_rows"][()]
-                _append(r, "n_tokens", n_tokens)
-                _append(r, "sequence_length", s["sequence_length"][()])
-                _append(r, "token_ids_offset", ids_offset + np.concatenate([[0], np.cumsum(n_tokens)[:-1]]))
-                _append(r, "token_ids", s["token_ids"][()])
-                _append(r, "token_offset", offset + np.concatenate([[0], np.cumsum(token_rows)[:-1]]))
-                _append(r, "token_rows", token_rows)
-                ids_offset += int(n_tokens.sum())
-                offset += int(token_rows.sum())
-                for table in ("pooled", "tokens"):
-                    if table not in s:
-                        continue
-                    for kind in s[table]:
-                        for layer in s[table][kind]:
-                            _append(r, f"{table}/{kind}/{layer}", s[table][kind][layer][()])
+        _write_records(r, shards)
     os.replace(tmp, out)
+
+
+def _write_records(r: h5py.Group, shards: list[Path]) -> None:
+    """Concatenate the shards' tables into the group, one dataset at a time (each written once, whole:
+    appending to compressed chunks from many shards would rewrite and orphan chunks)."""
+    files = [h5py.File(path, "r") for path in shards]
+    try:
+        names: list[str] = []
+        files[0].visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+        for name in names:
+            parts = [f[name][()] for f in files if name in f]
+            if name == "n_tokens":
+                lengths = np.concatenate(parts)
+                _dataset(r, "token_ids_offset", np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64))
+            if name == "token_rows":
+                rows = np.concatenate(parts)
+                _dataset(r, "token_offset", np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64))
+            _dataset(r, name, np.concatenate(parts))
+    finally:
+        for f in files:
+            f.close()
 
 
 def _write_attrs(g: h5py.Group, model: "Model", config: ExtractConfig, dataset_info: dict[str, Any]) -> None:
@@ -310,23 +314,12 @@ def _write_attrs(g: h5py.Group, model: "Model", config: ExtractConfig, dataset_i
 
 
 def _dataset(g: h5py.Group, name: str, data: np.ndarray, dtype=None) -> None:
+    """A chunked (about 1 MiB per chunk), compressed dataset resizable along its first axis."""
     data = np.asarray(data)
-    chunk_rows = max(1, min(len(data), 1024))
+    row_bytes = max(1, int(np.prod(data.shape[1:])) * (data.itemsize if data.dtype != object else 64))
+    chunk_rows = max(1, min(len(data), 2**20 // row_bytes))
     g.create_dataset(name, data=data, dtype=dtype or data.dtype, maxshape=(None, *data.shape[1:]),
                      chunks=(chunk_rows, *data.shape[1:]), **COMPRESSION)
-
-
-def _append(g: h5py.Group, name: str, data: np.ndarray) -> None:
-    data = np.asarray(data)
-    if name not in g:
-        rows = max(1, min(1024, 2**20 // max(1, int(np.prod(data.shape[1:])) * data.itemsize)))
-        g.create_dataset(name, data=data, maxshape=(None, *data.shape[1:]), chunks=(rows, *data.shape[1:]),
-                         **COMPRESSION)
-        return
-    d = g[name]
-    n = d.shape[0]
-    d.resize(n + data.shape[0], axis=0)
-    d[n:] = data
 
 
 class _NoBar:

@@ -166,7 +166,7 @@ def test_a_crash_while_assembling_leaves_the_old_store_intact(llama, tmp_path, m
     def disk_full(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(store_module, "_append", disk_full)
+    monkeypatch.setattr(store_module, "_write_records", disk_full)
     with pytest.raises(OSError, match="disk full"):
         extract(llama, "second", toy_cases(4), path, batch_size=4, progress=False)
     assert path.read_bytes() == before
