@@ -5,11 +5,12 @@ Two kinds of groups, told apart by their labels:
 * **records** (``labels/replacement``, train/dev/test splits by item): fixed d_V,
   its dev-chosen sign, the dev-chosen (layer, head) value distance, surface
   baselines, and learned probes (separate K/V, joint K/V, joint hidden,
-  pairwise linear and interaction, and a shuffled-label control) trained on the
-  180 training cases with C chosen on the dev role swaps vs role confirmations.
+  pairwise linear and interaction) trained on the 180 training cases with C chosen on the dev role swaps vs role confirmations.
   Primary: AUC on the 50 test role swaps vs 50 role confirmations; secondary:
   all 300 test cases. Intervals: 10,000 draws of whole test items, paired
-  differences on shared draws.
+  differences on shared draws. Shuffled-label control: the joint K/V probe
+  retrained on 20 permutations of the labels; its AUCs form the null range a
+  probe of the same capacity reaches on these test cases by chance.
 * **role pairs** (``labels/matching``): key-similarity matching AUC over every
   pair and value-distance replacement AUC over the matching pairs (supersedes vs
   duplicate), macro over the five families, bootstrap of whole groups within
@@ -36,9 +37,13 @@ from .probes import BalancedL2Probe, PairwiseProbe, select_C
 from .stats import auc, bootstrap_auc, macro_auc
 
 DRAWS = 10_000
-#: Seed of the shuffled-label control's permutation.
+#: Seed and number of the shuffled-label control's permutations.
 SHUFFLE_SEED = 20260917
+SHUFFLES = 20
 REPLACEMENT_VARIANTS = ("replacement", "role_swap", "explicit_rejection")
+#: The signed leave-one-out scores the *expected* answer, which the label decides (the new value
+#: after a replacement, the old one otherwise): an oracle-informed signal, not a detector.
+LOO_NAME = "signed LOO (oracle reference)"
 ROLE_VARIANTS = ("role_swap", "role_confirmation")
 #: Criterion of partB section 2: one-sided 95 % lower bound of the AUC above this.
 AUC_CRITERION = 0.60
@@ -155,7 +160,7 @@ def evaluate_records(g: StoreGroup, draws: int = DRAWS, seed: int = 0, probes: b
         choices[f"surface {surface.replace('_', ' ')}"] = {"sign": s}
     scores["key similarity s_K"] = fixed["key_similarity"]
     if "score:signed_loo" in cases:
-        scores["signed LOO"] = cases["score:signed_loo"]
+        scores[LOO_NAME] = cases["score:signed_loo"]
     if probes:
         cache: dict[str, np.ndarray] = {}
         for label, (feature, template) in PROBES.items():
@@ -164,13 +169,13 @@ def evaluate_records(g: StoreGroup, draws: int = DRAWS, seed: int = 0, probes: b
             scores[label] = probe.decision_function(X)
             choices[label] = {"C": float(probe.C), "dev_role_auc_by_C": {str(k): v for k, v in dev_auc.items()},
                               "n_features_in": int(X.shape[1])}
-        # Shuffled-label control: the joint K/V probe trained on permuted training labels.
-        X = cache["joint_kv"]
-        y_shuffled = y.copy()
-        y_shuffled[train] = np.random.default_rng(SHUFFLE_SEED).permutation(y[train])
-        probe, _ = select_C(X[train], y_shuffled[train], X[dev], y_shuffled[dev], dev_mask=role[dev])
-        scores["shuffled-label control"] = probe.decision_function(X)
-        choices["shuffled-label control"] = {"C": float(probe.C), "permutation_seed": SHUFFLE_SEED}
+        # Shuffled-label control: the joint K/V probe trained on permuted training labels (C chosen on
+        # equally permuted dev labels), repeated for SHUFFLES permutations: the AUCs a probe of this
+        # capacity reaches on these test cases when the labels carry no information.
+        shuffled = shuffled_label_control(cache["joint_kv"], y, train, dev, role)
+        choices["shuffled-label control"] = {"permutations": SHUFFLES, "seed": SHUFFLE_SEED}
+    else:
+        shuffled = None
     groups = cases["group"]
     result = {
         "group": g.name,
@@ -188,7 +193,32 @@ def evaluate_records(g: StoreGroup, draws: int = DRAWS, seed: int = 0, probes: b
         "by_variant_mean": {name: {v: float(np.mean(s[test & (variant == v)])) for v in sorted(set(variant))}
                             for name, s in scores.items() if name in ("fixed d_V", "key similarity s_K")},
     }
+    if shuffled is not None:
+        result["shuffled_label_control"] = {
+            "role_auc": _null_summary([auc(s[test & role], y[test & role]) for s in shuffled]),
+            "all_test_auc": _null_summary([auc(s[test], y[test]) for s in shuffled]),
+        }
     return result
+
+
+def shuffled_label_control(X: np.ndarray, y: np.ndarray, train: np.ndarray, dev: np.ndarray, role: np.ndarray,
+                           permutations: int | None = None, seed: int = SHUFFLE_SEED) -> list[np.ndarray]:
+    """Decision functions of probes trained on permuted train (and dev) labels, one per permutation."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(permutations or SHUFFLES):
+        y_perm = y.copy()
+        y_perm[train] = rng.permutation(y[train])
+        y_perm[dev] = rng.permutation(y[dev])
+        probe, _ = select_C(X[train], y_perm[train], X[dev], y_perm[dev], dev_mask=role[dev])
+        out.append(probe.decision_function(X))
+    return out
+
+
+def _null_summary(aucs: list[float]) -> dict[str, float]:
+    values = np.asarray(aucs)
+    return {"mean": float(values.mean()), "lo": float(np.percentile(values, 2.5)),
+            "hi": float(np.percentile(values, 97.5)), "permutations": int(len(values))}
 
 
 # ----------------------------------------------------------------------------- role pairs
@@ -207,7 +237,7 @@ def evaluate_role_pairs(g: StoreGroup, draws: int = DRAWS, seed: int = 0) -> dic
     repl_scores = {"value distance d_V": fixed["value_distance"], "reversed d_V": -fixed["value_distance"],
                    "key similarity s_K": fixed["key_similarity"]}
     if "score:signed_loo" in cases:
-        repl_scores["signed LOO"] = cases["score:signed_loo"]
+        repl_scores[LOO_NAME] = cases["score:signed_loo"]
     # Surface baselines: either direction allowed, the stronger one is used (partB 2; retrospective).
     for surface in ("token_jaccard", "char_distance"):
         s = fixed[surface]
