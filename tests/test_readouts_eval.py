@@ -155,7 +155,8 @@ def test_cli_extract_and_readout_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr
     proc = cli("extract", "--model", "tiny-llama", "--dataset", "records", "--out", str(path), "--quiet", "--no-loo")
     assert proc.returncode == 2 and "already holds tiny-llama/records" in proc.stderr
-    proc = cli("readout", "--store", str(path), "--out", str(tmp_path / "r"), "--draws", "200", "--quiet")
+    proc = cli("readout", "--store", str(path), "--out", str(tmp_path / "r"), "--draws", "200", "--quiet",
+               "--readout", "fixed")
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "r" / "tiny-llama" / "records" / "report.md").exists()
     proc = cli("readout", "--store", str(tmp_path / "missing.h5"), "--out", str(tmp_path / "r"))
