@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import h5py
@@ -14,38 +13,22 @@ import torch
 import kvprobe
 import extract.store as store_module
 from extract import FeatureStore, RecordSpec, StoreError, encode, extract
+from studies.recognition import RecognitionCase
 
 A = "The Halden team's office is in Lisbon, next to the harbour."
 B = "Update: the Halden team's office is now in Porto."
 
 
-@dataclass(frozen=True)
-class Case:
-    """A minimal case with the fields a store records (the recognition datasets produce these)."""
-
-    case_id: str
-    group: str
-    split: str
-    family: str
-    variant: str
-    pattern: str
-    a_text: str
-    b_text: str
-    labels: dict = field(default_factory=dict)
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-def toy_cases(n: int = 12) -> list[Case]:
+def toy_cases(n: int = 12) -> list[RecognitionCase]:
     cities = ["Lisbon", "Porto", "Oslo", "Riga", "Turin", "Ghent"]
     out = []
     for i in range(n):
         team, new = f"team {i // 2}", cities[(i // 2 + 1) % 6] if i % 2 else cities[i // 2 % 6]
-        out.append(Case(f"c{i:02d}", f"g{i // 2}", "train" if i < 8 else "test", "office", 
-                        "replacement" if i % 2 else "confirmation", "p1",
-                        f"The {team} office is in {cities[i // 2 % 6]}.", f"Update: the {team} office is in {new} now.",
-                        {"replacement": i % 2}))
+        out.append(RecognitionCase(
+            case_id=f"c{i:02d}", group=f"g{i // 2}", split="train" if i < 8 else "test", family="office_city",
+            variant="replacement" if i % 2 else "confirmation", pattern="p1",
+            a_text=f"The {team} office is in {cities[i // 2 % 6]}.", b_text=f"Update: the {team} office is in {new} now.",
+            labels={"replacement": i % 2}, entity=team, old_value=cities[i // 2 % 6], new_value=new))
     return out
 
 
