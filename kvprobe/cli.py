@@ -320,8 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=16, help="records per forward (default 16)")
     p.add_argument("--dtype", default="float16", help="feature dtype in the store (default float16)")
     p.add_argument("--token-level", default="K",
-                   help="features also stored per token, comma-separated among K,V,H (default K: the key "
-                   "similarity needs token-level keys; '' for none)")
+                   help="features also stored per token for records encoded alone, comma-separated among "
+                   "K,V,H (default K: the key similarity needs token-level keys; '' for none)")
     p.add_argument("--overwrite", action="store_true", help="replace the group if the store already has it")
     p.add_argument("--no-loo", action="store_true",
                    help="skip the signed leave-one-out score (two scored passes per case: full access and "
