@@ -10,6 +10,7 @@ Subcommands:
   run      a study (resumable): results.jsonl, summary.json, report.md
   extract  per-layer K/V (as cached) and hidden states of a recognition dataset -> HDF5 store
   readout  fixed and learned readouts of a feature store: tables, JSON, figure
+  babi-verify  check a BABILong masking rule symbolically on bAbI-format stories
 """
 
 from __future__ import annotations
@@ -104,6 +105,12 @@ def cmd_readout(args: argparse.Namespace) -> int:
             if not args.quiet:
                 print(f"transfer: {path}")
     return 0
+
+
+def cmd_babi_verify(args: argparse.Namespace) -> int:
+    from studies.babilong.dependencies import check_files
+
+    return check_files(args.paths, args.rule, args.show)
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
@@ -348,6 +355,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
     p.set_defaults(func=cmd_readout)
+
+    p = sub.add_parser("babi-verify", help="verify a BABILong masking rule on bAbI-format stories (no model)",
+                       description="Simulate every story of each bAbI-format file (qa2/qa3 style: movements, "
+                       "pickups, drops) with all facts and with only the facts a masking rule keeps; report whether "
+                       "object trajectories, event locations, final ownership and every question's answer are "
+                       "preserved. Exit status 1 if any story fails.")
+    p.add_argument("paths", nargs="+", help="bAbI-format files, e.g. ../shared/data/babi/qa3_three-supporting-facts_test.txt")
+    p.add_argument("--rule", choices=["dependency", "naive"], default="dependency",
+                   help="dependency (default): keep each person's last movement plus the movements that place "
+                   "pickups and drops and carry objects; naive: keep only each person's last movement")
+    p.add_argument("--show", type=int, default=3, help="mismatches to print per file (default 3)")
+    p.set_defaults(func=cmd_babi_verify)
 
     p = sub.add_parser("conditions", help="list access conditions and cache operations usable by name",
                        description="Names accepted by --conditions and interventions.parse_condition: "
