@@ -1,0 +1,213 @@
+"""Contextual MQuAKE: history segments, questions, and scoring.
+
+Protocol (paper appendix "Repeated Updates and Contextual Multi-Hop Questions",
+paragraph "MQuAKE contextual updates", L1375-1400; spec partA section 1b; retained-text
+stratum from appendix "Retained Text and Routing on Contextual MQuAKE", L4216-4227).
+Works on released cases and on ``generate.generate_cases`` output alike: record texts
+come from each case's own cloze statements, so no relation table is needed.
+
+History, as named segments in this order (masks address segments by name):
+
+* ``old:i``   earlier records: the old chain's facts (i = hop index), then, numbered on,
+              the pre-edit fact (``target_true``) of every rewrite whose subject/relation
+              pair is not on the old chain (a later edit on the new chain), so every update
+              has an earlier record it supersedes;
+* ``link:i``  remaining links: new-chain hop i when it is neither edited nor already an
+              old record;
+* ``update:j`` later update records: ``requested_rewrite[j]`` with ``target_new``.
+
+No new value is stated as an old value. Source segments (``source_segments``) are the
+earlier records of edited subject/relation pairs; value spans (``value_spans``) are their
+old target strings.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+from collections.abc import Iterable
+
+from . import strings
+from .schema import MQuAKECase
+
+Segment = tuple[str, str]
+
+
+def _edited_pairs(case: MQuAKECase) -> tuple[set, set]:
+    """Edited (subject id, relation) and (subject label, relation) pairs."""
+    by_id = {(t[0], t[1]) for t in case.orig.edit_triples}
+    by_label = {(r.subject, r.relation_id) for r in case.requested_rewrite}
+    return by_id, by_label
+
+
+def _is_edited(case: MQuAKECase, triple, labeled) -> bool:
+    by_id, by_label = _edited_pairs(case)
+    return (triple[0], triple[1]) in by_id or (labeled[0], triple[1]) in by_label
+
+
+def _old_facts(case: MQuAKECase) -> list[tuple[str, str, bool]]:
+    """(fact sentence, old target string, is source) of every earlier record, in order."""
+    o = case.orig
+    out = []
+    chain_pairs = set()
+    for t, lab, hop in zip(o.triples, o.triples_labeled, case.single_hops):
+        out.append((strings.fact_sentence(hop.cloze, hop.answer), hop.answer, _is_edited(case, t, lab)))
+        chain_pairs.add((lab[0], t[1]))
+    for rw in case.requested_rewrite:
+        if (rw.subject, rw.relation_id) not in chain_pairs:
+            out.append((strings.fact_sentence(rw.cloze, rw.target_true.text), rw.target_true.text, True))
+    return out
+
+
+def build_history(case: MQuAKECase) -> list[Segment]:
+    """``[(segment_name, text), ...]``: earlier records, remaining links, later updates."""
+    segs = [(f"old:{i}", strings.OLD_RECORD.format(fact=f)) for i, (f, _, _) in enumerate(_old_facts(case))]
+    o = case.orig
+    old_triples = {tuple(t) for t in o.triples}
+    for i, (t, lab, hop) in enumerate(zip(o.new_triples, o.new_triples_labeled, case.new_single_hops)):
+        if tuple(t) in old_triples or _is_edited(case, t, lab):
+            continue
+        segs.append((f"link:{i}", strings.LINK_RECORD.format(fact=strings.fact_sentence(hop.cloze, hop.answer))))
+    for j, rw in enumerate(case.requested_rewrite):
+        segs.append((f"update:{j}",
+                     strings.UPDATE_RECORD.format(fact=strings.fact_sentence(rw.cloze, rw.target_new.text))))
+    return segs
+
+
+def history_text(case: MQuAKECase, kept_segments: Iterable[str] | None = None) -> str:
+    """The rendered history (all segments, or only ``kept_segments`` in history order)."""
+    segs = build_history(case)
+    if kept_segments is not None:
+        keep = _names(kept_segments, segs)
+        segs = [s for s in segs if s[0] in keep]
+    return strings.SEGMENT_JOINER.join(text for _, text in segs)
+
+
+def source_segments(case: MQuAKECase) -> list[str]:
+    """Names of the earlier records of edited subject/relation pairs (the source mask)."""
+    return [f"old:{i}" for i, (_, _, src) in enumerate(_old_facts(case)) if src]
+
+
+def value_spans(case: MQuAKECase) -> list[tuple[str, int, int]]:
+    """``(segment_name, start, end)`` character spans of the old target strings in source segments."""
+    offset = strings.OLD_RECORD.index("{fact}")
+    out = []
+    for i, (fact, value, src) in enumerate(_old_facts(case)):
+        if src:
+            start = offset + len(fact) - 1 - len(value)  # fact = "<cloze> <value>."
+            out.append((f"old:{i}", start, start + len(value)))
+    return out
+
+
+# -- questions ------------------------------------------------------------------------------
+def _dedupe(xs: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(x for x in xs if x))
+
+
+def historical_answers(case: MQuAKECase) -> list[str]:
+    """Pre-update answer and aliases (plus MQuAKE-T's ``answer_extended`` when present)."""
+    return _dedupe([case.answer, *case.answer_alias, *case.extra.get("answer_extended", [])])
+
+
+def questions(case: MQuAKECase) -> list[tuple[str, str, list[str]]]:
+    """``(kind, text, answers)``: 3 x "current", 1 "historical", 1 "single_hop" (paper L1378-1383).
+
+    * current: the three supplied paraphrases; answers ``new_answer`` + aliases;
+    * historical: ``HISTORICAL_PREFIX`` + joiner + the first paraphrase; answers ``answer`` + aliases;
+    * single_hop: the first edited relation's supplied question (``requested_rewrite[0].question``);
+      answers its ``target_new`` plus the aliases of the matching new single hop.
+    """
+    current = _dedupe([case.new_answer, *case.new_answer_alias])
+    out = [("current", q, current) for q in case.questions]
+    out.append(("historical", strings.HISTORICAL_PREFIX + strings.HISTORICAL_JOINER + case.questions[0],
+                historical_answers(case)))
+    rw = case.requested_rewrite[0]
+    aliases = [a for h in case.new_single_hops if h.question == rw.question and h.answer == rw.target_new.text
+               for a in h.answer_alias]
+    out.append(("single_hop", rw.question, _dedupe([rw.target_new.text, *aliases])))
+    return out
+
+
+# -- scoring --------------------------------------------------------------------------------
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = set(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalization: lowercase, drop punctuation, drop articles, collapse whitespace.
+
+    Punctuation (``string.punctuation`` plus Unicode punctuation such as curly quotes) is
+    deleted, as in SQuAD, so "Washington, D.C." -> "washington dc".
+    """
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in _PUNCT and not unicodedata.category(ch).startswith("P"))
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def boxed_content(output: str) -> str | None:
+    r"""Content of the last ``\boxed{...}`` (balanced braces), or None."""
+    start = output.rfind("\\boxed{")
+    if start < 0:
+        return None
+    i = start + len("\\boxed{")
+    depth = 1
+    for j in range(i, len(output)):
+        if output[j] == "{":
+            depth += 1
+        elif output[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return output[i:j]
+    return None
+
+
+def normalized_exact_match(output: str, answers: list[str], stopped_at_eos: bool, strict_boxed: bool = False) -> bool:
+    r"""Primary metric: normalized exact match to an answer or alias, with EOS.
+
+    "With EOS": the generation must have stopped at EOS (not at the token ceiling), and
+    the normalized candidate must equal a normalized answer exactly. Candidates are the
+    whole output (a correct bare answer still counts, spec partA section 1) and, when
+    present, the content of the last ``\boxed{}``. ``strict_boxed=True`` (sensitivity)
+    accepts only the boxed content. Answers that normalize to "" never match.
+    """
+    if not stopped_at_eos:
+        return False
+    boxed = boxed_content(output)
+    candidates = [] if strict_boxed else [output]
+    if boxed is not None:
+        candidates.append(boxed)
+    refs = {normalize_answer(a) for a in answers} - {""}
+    return any(normalize_answer(c) in refs for c in candidates)
+
+
+def _occurs(answer_norm: str, text_norm: str) -> bool:
+    """Word-bounded occurrence of a normalized answer in normalized text."""
+    return bool(answer_norm) and f" {answer_norm} " in f" {text_norm} "
+
+
+def contains_answer(output: str, answers: list[str]) -> bool:
+    """Lenient variant: a normalized answer occurs word-bounded anywhere in the output; no EOS needed."""
+    text = normalize_answer(output)
+    return any(_occurs(normalize_answer(a), text) for a in answers)
+
+
+def _names(kept: Iterable, segs: list[Segment]) -> set[str]:
+    names = {k[0] if isinstance(k, tuple) else k for k in kept}
+    unknown = names - {n for n, _ in segs}
+    if unknown:
+        raise KeyError(f"unknown history segment(s) {sorted(unknown)}")
+    return names
+
+
+def retained_text(case: MQuAKECase, kept_segments: Iterable) -> bool:
+    """Whether a historical answer survives in the text kept after a deletion (L4219-4227).
+
+    ``kept_segments``: segment names (or ``(name, text)`` pairs) that remain, e.g. every
+    segment except ``source_segments(case)``. True when the historical reference or an
+    alias, normalized and at least three characters long, occurs word-bounded in the
+    kept records.
+    """
+    text = normalize_answer(history_text(case, kept_segments))
+    return any(len(a) >= 3 and _occurs(a, text) for a in map(normalize_answer, historical_answers(case)))
