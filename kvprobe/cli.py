@@ -204,6 +204,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     if args.study == "babilong":
         return _run_babilong(args)
+    if args.study == "mquake":
+        return _run_mquake(args)
     # Studies build on the core; the CLI loads them on demand.
     from studies.quantity.study import QuantityStudy
     from studies.quantity.summary import write_summary
@@ -235,6 +237,21 @@ def _run_babilong(args: argparse.Namespace) -> int:
     write_summary(out, seed=args.seed)
     if not args.quiet:
         print(f"{info.cases_run} inputs run, {info.cases_skipped} already done; results in {out}/")
+    return 0
+
+
+def _run_mquake(args: argparse.Namespace) -> int:
+    from studies.mquake.study import MQuAKEStudy
+    from studies.mquake.summary import write_summary
+    from studies.runner import run_study
+
+    model = _load(args.model, args.quiet, args.attn)
+    study = MQuAKEStudy(n_per_hop=args.n, max_new_tokens=args.max_new_tokens, cases_per_batch=args.cases_per_batch)
+    out = args.out or f"runs/mquake/{model.name}"
+    info = run_study(study, model, out, progress=not args.quiet)
+    write_summary(out, seed=args.seed)
+    if not args.quiet:
+        print(f"{info.cases_run} cases run, {info.cases_skipped} already done; results in {out}/")
     return 0
 
 
@@ -314,13 +331,15 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run a study case by case into --out: config.json, results.jsonl (one row per "
                        "case x condition x query), summary.json and report.md. Rerunning the same command "
                        "resumes where it stopped.")
-    p.add_argument("study", choices=["quantity", "babilong"],
-                   help="quantity: the paper's quantity updates; babilong: object histories under four masks")
+    p.add_argument("study", choices=["quantity", "babilong", "mquake"],
+                   help="quantity: the paper's quantity updates; babilong: object histories under four masks; "
+                   "mquake: multi-hop questions after in-context updates under seven policies")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
     p.add_argument("--tasks", default="qa2,qa3", help="babilong: bAbI tasks, comma-separated (default qa2,qa3)")
     p.add_argument("--lengths", default="0,1000",
                    help="babilong: context lengths in tokens, comma-separated (default 0,1000)")
-    p.add_argument("--n", type=int, default=50, help="babilong: questions per task (default 50 of the 100)")
+    p.add_argument("--n", type=int, default=50,
+                   help="babilong: questions per task (default 50 of the 100); mquake: cases per hop count")
     p.add_argument("--groups", type=int, default=None, help="run only the first N groups (default: all 120)")
     p.add_argument("--dev", action="store_true", help="use the 18 development groups instead of the test groups")
     p.add_argument("--seed", type=int, default=20260916, help="generator and bootstrap seed (default 20260916)")

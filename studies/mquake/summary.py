@@ -1,0 +1,99 @@
+"""Summary and report of an MQuAKE run, recomputed from ``results.jsonl`` alone.
+
+Per (question kind, policy): normalized exact matches with EOS, lenient
+contains-answer matches, and the change in exact matches against full access
+with a 95 % interval from 10,000 bootstrap draws of whole cases (a case's
+paraphrases stay together). The historical question is also split by the
+retained-text stratum, and the offline routing (historical prefix -> full
+access, every other question -> text recompute) is scored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvprobe.files import atomic_write_text
+from readouts.stats import group_bootstrap_indices
+
+from ..runner import read_rows, read_timing
+from .study import POLICIES
+
+DRAWS = 10_000
+KINDS = ("current", "historical", "single_hop")
+
+
+def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[str, Any]:
+    rows = list(read_rows(out_dir))
+    by_key: dict[tuple[str, str], dict[tuple[str, int], dict]] = defaultdict(dict)
+    for r in rows:
+        by_key[(r["question_kind"], r["condition"])][(r["case_id"], r["question_index"])] = r
+    cells = []
+    for kind in KINDS:
+        full = by_key.get((kind, "full"), {})
+        keys = sorted(full)
+        if not keys:
+            continue
+        boot = group_bootstrap_indices([k[0] for k in keys], n_draws=draws, seed=seed).weights()  # [draws, n]
+        for policy in [p for p in POLICIES if (kind, p) in by_key]:
+            mine = by_key[(kind, policy)]
+            cell = {"kind": kind, "policy": policy, "n": len(mine), "em": sum(r["em"] for r in mine.values()),
+                    "contains": sum(r["contains"] for r in mine.values()),
+                    "eos": sum(r["stop_reason"] == "eos" for r in mine.values())}
+            if kind == "historical":
+                cell["em_retained"] = sum(r["em"] for r in mine.values() if r["retained_text"])
+                cell["n_retained"] = sum(bool(r["retained_text"]) for r in mine.values())
+            if policy != "full" and all(k in mine for k in keys):
+                diff = np.array([int(mine[k]["em"]) - int(full[k]["em"]) for k in keys])
+                change = boot @ diff
+                cell["em_change_vs_full"] = {"change": int(diff.sum()), "corrections": int((diff > 0).sum()),
+                                             "reversals": int((diff < 0).sum()),
+                                             "ci": [float(np.percentile(change, 2.5)),
+                                                    float(np.percentile(change, 97.5))]}
+            cells.append(cell)
+    routed = [r for r in rows if (r["question_kind"] == "historical") == (r["condition"] == "full")
+              and r["condition"] in ("full", "recompute")]
+    routing = {"n": len(routed), "em": sum(r["em"] for r in routed),
+               "rule": "historical prefix -> full access; other questions -> text recompute"}
+    return {"cells": cells, "routing": routing, "draws": draws, "seed": seed, "rows": len(rows)}
+
+
+def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
+    model = config.get("model", {}).get("name", "?")
+    study = config.get("study_config", {})
+    lines = [f"# Contextual MQuAKE: {model}", "",
+             f"Generated fictional cases, hops {study.get('hops')}, {study.get('n_per_hop')} per hop count, greedy "
+             f"answers of at most {study.get('max_new_tokens')} tokens. Exact match = normalized answer or alias "
+             f"with EOS; change vs full with a 95% interval from {summary['draws']:,} bootstrap draws of whole "
+             "cases (paraphrases together).", ""]
+    if timing:
+        lines += [f"Run time: {timing['seconds'] / 60:.1f} min for {timing['cases_run']} cases.", ""]
+    lines += ["| question | policy | n | exact match | change vs full [95% CI] | corrections / reversals | contains "
+              "| EOS |", "|---|---|---|---|---|---|---|---|"]
+    for c in summary["cells"]:
+        ch = c.get("em_change_vs_full")
+        change = f"{ch['change']:+d} [{ch['ci'][0]:+.0f}, {ch['ci'][1]:+.0f}]" if ch else ""
+        cr = f"{ch['corrections']} / {ch['reversals']}" if ch else ""
+        lines.append(f"| {c['kind']} | {c['policy']} | {c['n']} | {c['em']} | {change} | {cr} | {c['contains']} "
+                     f"| {c['eos']} |")
+    hist = [c for c in summary["cells"] if c["kind"] == "historical"]
+    if hist:
+        lines += ["", "Historical question, retained-text stratum (the historical answer still occurs in the text "
+                  "that remains after deleting the superseded records): " +
+                  ", ".join(f"{c['policy']} {c['em_retained']}/{c['n_retained']}" for c in hist) + "."]
+    r = summary["routing"]
+    lines += ["", f"Offline routing ({r['rule']}): {r['em']}/{r['n']} exact matches.", ""]
+    return "\n".join(lines)
+
+
+def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
+    out = Path(out_dir)
+    summary = summarize(out, seed=seed)
+    config = json.loads((out / "config.json").read_text())
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+    atomic_write_text(out / "report.md", format_report(summary, config, read_timing(out)))
+    return summary
