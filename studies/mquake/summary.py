@@ -1,8 +1,8 @@
 """Summary and report of an MQuAKE run, recomputed from ``results.jsonl`` alone.
 
 Per (question kind, policy): normalized exact matches with EOS, lenient
-contains-answer matches, and the change in exact matches against full access
-with a 95 % interval from 10,000 bootstrap draws of whole cases (a case's
+contains-answer matches (a small model answers in sentences), and the change of
+both against full access with a 95 % interval from 10,000 bootstrap draws of whole cases (a case's
 paraphrases stay together). The historical question is also split by the
 retained-text stratum, and the offline routing (historical prefix -> full
 access, every other question -> text recompute) is scored.
@@ -48,16 +48,17 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
                 cell["em_retained"] = sum(r["em"] for r in mine.values() if r["retained_text"])
                 cell["n_retained"] = sum(bool(r["retained_text"]) for r in mine.values())
             if policy != "full" and all(k in mine for k in keys):
-                diff = np.array([int(mine[k]["em"]) - int(full[k]["em"]) for k in keys])
-                change = boot @ diff
-                cell["em_change_vs_full"] = {"change": int(diff.sum()), "corrections": int((diff > 0).sum()),
-                                             "reversals": int((diff < 0).sum()),
-                                             "ci": [float(np.percentile(change, 2.5)),
-                                                    float(np.percentile(change, 97.5))]}
+                for rule in ("em", "contains"):
+                    diff = np.array([int(mine[k][rule]) - int(full[k][rule]) for k in keys])
+                    change = boot @ diff
+                    cell[f"{rule}_change_vs_full"] = {
+                        "change": int(diff.sum()), "corrections": int((diff > 0).sum()),
+                        "reversals": int((diff < 0).sum()),
+                        "ci": [float(np.percentile(change, 2.5)), float(np.percentile(change, 97.5))]}
             cells.append(cell)
     routed = [r for r in rows if (r["question_kind"] == "historical") == (r["condition"] == "full")
               and r["condition"] in ("full", "recompute")]
-    routing = {"n": len(routed), "em": sum(r["em"] for r in routed),
+    routing = {"n": len(routed), "em": sum(r["em"] for r in routed), "contains": sum(r["contains"] for r in routed),
                "rule": "historical prefix -> full access; other questions -> text recompute"}
     return {"cells": cells, "routing": routing, "draws": draws, "seed": seed, "rows": len(rows)}
 
@@ -72,21 +73,26 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
              "cases (paraphrases together).", ""]
     if timing:
         lines += [f"Run time: {timing['seconds'] / 60:.1f} min for {timing['cases_run']} cases.", ""]
-    lines += ["| question | policy | n | exact match | change vs full [95% CI] | corrections / reversals | contains "
-              "| EOS |", "|---|---|---|---|---|---|---|---|"]
+    lines += ["| question | policy | n | exact match | change vs full [95% CI] | contains answer | change vs full "
+              "[95% CI] | corrections / reversals (contains) | EOS |", "|---|---|---|---|---|---|---|---|---|"]
+
+    def change(c: dict[str, Any], rule: str) -> str:
+        ch = c.get(f"{rule}_change_vs_full")
+        return f"{ch['change']:+d} [{ch['ci'][0]:+.0f}, {ch['ci'][1]:+.0f}]" if ch else ""
+
     for c in summary["cells"]:
-        ch = c.get("em_change_vs_full")
-        change = f"{ch['change']:+d} [{ch['ci'][0]:+.0f}, {ch['ci'][1]:+.0f}]" if ch else ""
+        ch = c.get("contains_change_vs_full")
         cr = f"{ch['corrections']} / {ch['reversals']}" if ch else ""
-        lines.append(f"| {c['kind']} | {c['policy']} | {c['n']} | {c['em']} | {change} | {cr} | {c['contains']} "
-                     f"| {c['eos']} |")
+        lines.append(f"| {c['kind']} | {c['policy']} | {c['n']} | {c['em']} | {change(c, 'em')} | {c['contains']} "
+                     f"| {change(c, 'contains')} | {cr} | {c['eos']} |")
     hist = [c for c in summary["cells"] if c["kind"] == "historical"]
     if hist:
         lines += ["", "Historical question, retained-text stratum (the historical answer still occurs in the text "
-                  "that remains after deleting the superseded records): " +
+                  "that remains after deleting the superseded records), exact matches: " +
                   ", ".join(f"{c['policy']} {c['em_retained']}/{c['n_retained']}" for c in hist) + "."]
     r = summary["routing"]
-    lines += ["", f"Offline routing ({r['rule']}): {r['em']}/{r['n']} exact matches.", ""]
+    lines += ["", f"Offline routing ({r['rule']}): {r['em']}/{r['n']} exact matches, {r['contains']}/{r['n']} "
+              "containing the answer.", ""]
     return "\n".join(lines)
 
 
