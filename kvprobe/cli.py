@@ -226,28 +226,25 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_babilong(args: argparse.Namespace) -> int:
     from studies.babilong.study import BabilongStudy
     from studies.babilong.summary import write_summary
-    from studies.runner import run_study
 
-    model = _load(args.model, args.quiet, args.attn)
     study = BabilongStudy(tasks=tuple(args.tasks.split(",")), lengths=tuple(int(x) for x in args.lengths.split(",")),
-                          n=args.n, max_new_tokens=args.max_new_tokens,
-                          cases_per_batch=args.cases_per_batch)
-    out = args.out or f"runs/babilong/{model.name}"
-    info = run_study(study, model, out, progress=not args.quiet)
-    write_summary(out, seed=args.seed)
-    if not args.quiet:
-        print(f"{info.cases_run} inputs run, {info.cases_skipped} already done; results in {out}/")
-    return 0
+                          n=args.n, max_new_tokens=args.max_new_tokens, cases_per_batch=args.cases_per_batch)
+    return _run_and_summarize(args, study, write_summary)
 
 
 def _run_mquake(args: argparse.Namespace) -> int:
     from studies.mquake.study import MQuAKEStudy
     from studies.mquake.summary import write_summary
+
+    study = MQuAKEStudy(n_per_hop=args.n, max_new_tokens=args.max_new_tokens, cases_per_batch=args.cases_per_batch)
+    return _run_and_summarize(args, study, write_summary)
+
+
+def _run_and_summarize(args: argparse.Namespace, study, write_summary) -> int:
     from studies.runner import run_study
 
     model = _load(args.model, args.quiet, args.attn)
-    study = MQuAKEStudy(n_per_hop=args.n, max_new_tokens=args.max_new_tokens, cases_per_batch=args.cases_per_batch)
-    out = args.out or f"runs/mquake/{model.name}"
+    out = args.out or f"runs/{study.name}/{model.name}"
     info = run_study(study, model, out, progress=not args.quiet)
     write_summary(out, seed=args.seed)
     if not args.quiet:

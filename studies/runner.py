@@ -200,3 +200,14 @@ def read_timing(out_dir: Path | str) -> dict[str, Any] | None:
             "seconds_per_case": seconds / cases if cases else None, "rows_per_second": rows / seconds if seconds else None,
             "machine": {k: runs[-1][k] for k in ("threads", "cpus", "processor", "platform")},
             "cases_per_batch": runs[-1]["cases_per_batch"]}
+
+
+def write_run_summary(out_dir: Path | str, summarize: Any, format_report: Any, seed: int = 0) -> dict[str, Any]:
+    """Write ``summary.json`` and ``report.md`` of a run from ``summarize(out, seed=...)`` and
+    ``format_report(summary, config, timing)``; return the summary."""
+    out = Path(out_dir)
+    summary = summarize(out, seed=seed)
+    config = json.loads((out / CONFIG).read_text())
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+    atomic_write_text(out / "report.md", format_report(summary, config, read_timing(out)))
+    return summary

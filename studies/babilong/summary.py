@@ -9,16 +9,14 @@ whole source stories (the paper's clusters), the same draws for every cell.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kvprobe.files import atomic_write_text
 
-from ..runner import read_rows, read_timing
+from ..runner import read_rows, write_run_summary
 from .study import POLICIES
 
 DRAWS = 10_000
@@ -88,9 +86,4 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
 
 def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
     """summary.json and report.md of a run directory."""
-    out = Path(out_dir)
-    summary = summarize(out, seed=seed)
-    config = json.loads((out / "config.json").read_text())
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
-    atomic_write_text(out / "report.md", format_report(summary, config, read_timing(out)))
-    return summary
+    return write_run_summary(out_dir, summarize, format_report, seed)

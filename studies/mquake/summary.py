@@ -10,17 +10,15 @@ access, every other question -> text recompute) is scored.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kvprobe.files import atomic_write_text
 from readouts.stats import group_bootstrap_indices
 
-from ..runner import read_rows, read_timing
+from ..runner import read_rows, write_run_summary
 from .study import POLICIES
 
 DRAWS = 10_000
@@ -97,9 +95,5 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
 
 
 def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
-    out = Path(out_dir)
-    summary = summarize(out, seed=seed)
-    config = json.loads((out / "config.json").read_text())
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
-    atomic_write_text(out / "report.md", format_report(summary, config, read_timing(out)))
-    return summary
+    """summary.json and report.md of a run directory."""
+    return write_run_summary(out_dir, summarize, format_report, seed)
