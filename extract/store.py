@@ -273,8 +273,9 @@ def _write_records(r: h5py.Group, shards: list[Path]) -> None:
     appending to compressed chunks from many shards would rewrite and orphan chunks)."""
     files = [h5py.File(path, "r") for path in shards]
     try:
-        names: list[str] = []
-        files[0].visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+        names: dict[str, None] = {}  # every shard's datasets, in first-seen order (a shard may lack token tables)
+        for f in files:
+            f.visititems(lambda name, obj: names.setdefault(name) if isinstance(obj, h5py.Dataset) else None)
         for name in names:
             parts = [f[name][()] for f in files if name in f]
             if name == "n_tokens":

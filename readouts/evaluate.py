@@ -101,9 +101,10 @@ def fixed_scores(g: StoreGroup) -> dict[str, np.ndarray]:
 # ----------------------------------------------------------------------------- probe features
 
 
-def features(g: StoreGroup, name: str, records: np.ndarray | None = None) -> np.ndarray:
-    """Probe inputs per case, flattened over depths: ``separate_kv``, ``joint_kv``, ``joint_hidden``,
-    ``pair_kv`` ([A's K,V | B's K,V], for the pairwise probes)."""
+def features(g: StoreGroup, name: str) -> np.ndarray:
+    """Probe inputs per case, flattened over depths: ``separate_kv`` ([A's K,V | B's K,V]: the separate
+    probe's input, and the pairwise probes', which split it into its A and B halves), ``joint_kv``,
+    ``joint_hidden``."""
     cases = g.cases()
     n_layers = len(g.layer_types)
     kv_depths = [nearest(d, g.kv_layers) for d in probe_depths(n_layers)]
@@ -113,7 +114,7 @@ def features(g: StoreGroup, name: str, records: np.ndarray | None = None) -> np.
         parts = [g.pooled(kind, layer, rows).reshape(len(rows), -1) for layer in kv_depths for kind in ("K", "V")]
         return np.hstack(parts)
 
-    if name in ("separate_kv", "pair_kv"):
+    if name == "separate_kv":
         return np.hstack([kv(cases["record_a"]), kv(cases["record_b"])])
     if name == "joint_kv":
         return kv(cases["record_ab"])
@@ -126,8 +127,8 @@ PROBES: dict[str, tuple[str, Any]] = {
     "separate K/V probe": ("separate_kv", BalancedL2Probe()),
     "joint K/V probe": ("joint_kv", BalancedL2Probe()),
     "joint hidden probe": ("joint_hidden", BalancedL2Probe()),
-    "pairwise linear probe": ("pair_kv", PairwiseProbe(kind="linear")),
-    "pairwise interaction probe": ("pair_kv", PairwiseProbe(kind="interaction")),
+    "pairwise linear probe": ("separate_kv", PairwiseProbe(kind="linear")),
+    "pairwise interaction probe": ("separate_kv", PairwiseProbe(kind="interaction")),
 }
 
 
@@ -164,7 +165,9 @@ def evaluate_records(g: StoreGroup, draws: int = DRAWS, seed: int = 0, probes: b
     if probes:
         cache: dict[str, np.ndarray] = {}
         for label, (feature, template) in PROBES.items():
-            X = cache.setdefault(feature, features(g, feature))
+            if feature not in cache:  # each feature set is read from the store once
+                cache[feature] = features(g, feature)
+            X = cache[feature]
             probe, dev_auc = select_C(X[train], y[train], X[dev], y[dev], dev_mask=role[dev], estimator=template)
             scores[label] = probe.decision_function(X)
             choices[label] = {"C": float(probe.C), "dev_role_auc_by_C": {str(k): v for k, v in dev_auc.items()},
