@@ -59,11 +59,12 @@ complete > other_value.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterable
+
+from ..json_output import FENCE, find_objects, parse_object
 
 __all__ = [
     "UNIT_ALIASES",
@@ -132,8 +133,6 @@ _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
 _LEADING_NUMBER_RE = re.compile(rf"\A\s*(?P<num>{_NUMBER})(?P<rest>.*)\Z", re.DOTALL)
 _RECHECK_RE = re.compile(r"\bwait\b|\bre-?read\b|\bmisread\b", re.IGNORECASE)
 _MISSING_REFERENT_RE = re.compile(r"\bnot specified\b|\bdoes not mention\b|\bmissing\b", re.IGNORECASE)
-_FENCE = "```"
-_FENCE_RE = re.compile(r"\A```(?:[jJ][sS][oO][nN])?[ \t]*\n?(?P<body>.*?)\s*```\Z", re.DOTALL)
 
 
 def normalize(s: str) -> str:
@@ -204,59 +203,8 @@ class ParseResult:
     strict_single_field: bool
 
 
-class _DuplicateKeyError(ValueError):
-    pass
-
-
-def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    keys = [k for k, _ in pairs]
-    if len(keys) != len(set(keys)):
-        raise _DuplicateKeyError(keys)
-    return dict(pairs)
-
-
-_STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates)
-_PLAIN_DECODER = json.JSONDecoder()
-
-
 def _fail(reason: str, fenced: bool = False) -> ParseResult:
     return ParseResult(ok=False, answer=None, reason=reason, fenced=fenced, strict_single_field=False)
-
-
-def _parse_body(body: str, fenced: bool) -> ParseResult:
-    """Strictly parse an unfenced body that should be exactly one answer object."""
-    if not body:
-        return _fail("empty", fenced)
-    if not body.startswith("{"):
-        try:
-            _PLAIN_DECODER.decode(body)
-            return _fail("not_object", fenced)
-        except json.JSONDecodeError:
-            pass
-        return _fail("text_outside" if find_answers(body) else "not_json", fenced)
-    try:
-        obj, end = _STRICT_DECODER.raw_decode(body)
-    except _DuplicateKeyError:
-        return _fail("duplicate_keys", fenced)
-    except json.JSONDecodeError:
-        return _fail("not_json", fenced)
-    rest = body[end:].strip()
-    if rest:
-        if rest.startswith("{"):
-            try:
-                _PLAIN_DECODER.raw_decode(rest)
-                return _fail("multiple_objects", fenced)
-            except json.JSONDecodeError:
-                pass
-        return _fail("text_outside", fenced)
-    assert isinstance(obj, dict)
-    if "answer" not in obj:
-        return _fail("missing_answer", fenced)
-    if len(obj) != 1:
-        return _fail("extra_fields", fenced)
-    if not isinstance(obj["answer"], str):
-        return _fail("non_string", fenced)
-    return ParseResult(ok=True, answer=obj["answer"], reason="ok", fenced=fenced, strict_single_field=not fenced)
 
 
 def parse_strict(text: str, allow_fence: bool = True) -> ParseResult:
@@ -268,18 +216,18 @@ def parse_strict(text: str, allow_fence: bool = True) -> ParseResult:
     fence (```` ``` ```` or ```` ```json ````) may wrap it; the result then has
     ``fenced=True`` and ``strict_single_field=False``.
     """
-    s = text.strip()
-    n_fences = s.count(_FENCE)
-    if n_fences == 0:
-        return _parse_body(s, fenced=False)
-    if n_fences > 2:
-        return _fail("multiple_fences", fenced=True)
-    m = _FENCE_RE.fullmatch(s)
-    if m is None:
-        return _fail("unclosed_fence" if n_fences == 1 else "text_outside", fenced=True)
-    if not allow_fence:
-        return _fail("fenced", fenced=True)
-    return _parse_body(m.group("body").strip(), fenced=True)
+    parsed = parse_object(text, allow_fence, embedded=lambda body: bool(find_answers(body)))
+    if not parsed.ok:
+        return _fail(parsed.reason, parsed.fenced)
+    obj, fenced = parsed.obj, parsed.fenced
+    assert obj is not None
+    if "answer" not in obj:
+        return _fail("missing_answer", fenced)
+    if len(obj) != 1:
+        return _fail("extra_fields", fenced)
+    if not isinstance(obj["answer"], str):
+        return _fail("non_string", fenced)
+    return ParseResult(ok=True, answer=obj["answer"], reason="ok", fenced=fenced, strict_single_field=not fenced)
 
 
 def find_answers(text: str) -> list[tuple[str, int, int]]:
@@ -290,20 +238,7 @@ def find_answers(text: str) -> list[tuple[str, int, int]]:
     ``(answer, start_char, end_char)`` triples. Duplicate keys and extra fields
     are tolerated here (last duplicate wins, as in :mod:`json`).
     """
-    found: list[tuple[str, int, int]] = []
-    i = text.find("{")
-    while i != -1:
-        try:
-            obj, end = _PLAIN_DECODER.raw_decode(text, i)
-        except json.JSONDecodeError:
-            i = text.find("{", i + 1)
-            continue
-        if isinstance(obj, dict) and isinstance(obj.get("answer"), str):
-            found.append((obj["answer"], i, end))
-            i = text.find("{", end)
-        else:
-            i = text.find("{", i + 1)
-    return found
+    return [(obj["answer"], a, b) for obj, a, b in find_objects(text, lambda o: isinstance(o.get("answer"), str))]
 
 
 def first_answer(text: str) -> str | None:
@@ -328,7 +263,7 @@ def _unit_pattern(units: Iterable[str]) -> str:
 
 def _strip_json_syntax(text: str) -> str:
     """Drop code fences, the ``"answer":`` key and JSON punctuation from ``text``."""
-    s = text.replace(_FENCE, " ")
+    s = text.replace(FENCE, " ")
     s = re.sub(r'"answer"\s*:', " ", s)
     return re.sub(r'[{}\[\]"`]', " ", s)
 

@@ -1,0 +1,1 @@
+"""Detection versus action: text detectors, calibration, coverage curves."""

@@ -1,0 +1,236 @@
+"""Text detectors: does a later record replace an earlier one? (paper partB section 4).
+
+Three JSON classifiers read the two record texts with the paper's verbatim
+prompts (:mod:`.strings`): the *direct* and *expanded* relation classifiers
+(``{"supersedes": ...}``) and *asserted-value extraction*
+(``{"same_slot": ..., "old_current": ..., "later_current": ...}``). A fourth,
+*yes-no*, scores the single next-token answer YES against NO.
+
+Every output is parsed strictly (:func:`studies.json_output.parse_object`) and
+every failure is kept with its reason. Decisions are three-valued:
+``"replacement"``, ``"no_replacement"`` or ``"unresolved"``; an unresolved
+verdict never triggers a mask (paper L2578-2580).
+
+Decision rules:
+
+* extraction (paper L2574-2578): replacement iff ``same_slot`` is the Boolean
+  true and ``old_current`` and ``later_current`` are nonempty strings that differ
+  after case folding and whitespace normalization; no containment test.
+  ``same_slot`` false is a no-replacement verdict; anything missing or of the
+  wrong type is unresolved.
+* direct: ``supersedes`` is a Boolean (true: replacement). UNCLEAR (paper): the
+  use of ``confidence``; ignored.
+* expanded: as direct, and "additionally tests equivalence of the extracted
+  values" (L2569). UNCLEAR (paper): the rule; ours turns a true verdict whose
+  ``old_value`` and ``new_value`` are both nonempty strings equal after
+  normalization into no replacement.
+* lexical value filter (L2583-2585): a replacement verdict is suppressed when the
+  supplied old value occurs in both records (case-folded substring test; UNCLEAR
+  whether the paper folds case).
+
+How a detector prompt becomes a kvprobe history: everything up to the later
+record is the history (prefilled once per pair) and the later record is the
+"question" with ``question_sep=""``, so the user message is the prompt exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import kvprobe
+from kvprobe import decoding
+
+from ..json_output import parse_object
+from . import strings
+
+REPLACEMENT, NO_REPLACEMENT, UNRESOLVED = "replacement", "no_replacement", "unresolved"
+#: Greedy detector budget (paper L2589: a 128-token detector limit on the record dataset).
+MAX_NEW_TOKENS = 128
+
+
+@dataclass(frozen=True)
+class TextDetector:
+    """A JSON classifier: its verbatim prompt, system message and decision rule."""
+
+    name: str
+    prompt: str
+    rule: str  # "supersedes" | "expanded" | "extraction"
+    system: str = strings.SYSTEM_RECORDS
+
+
+TEXT_DETECTORS = {
+    "direct": TextDetector("direct", strings.DIRECT, "supersedes"),
+    "expanded": TextDetector("expanded", strings.EXPANDED, "expanded"),
+    "asserted-value": TextDetector("asserted-value", strings.ASSERTED_VALUE, "extraction"),
+}
+YES_NO = "yes-no"
+DETECTORS = (*TEXT_DETECTORS, YES_NO)
+
+
+def normalize_value(value: str) -> str:
+    """Case-folded, whitespace-normalized value (the extraction rule's equality)."""
+    return re.sub(r"\s+", " ", value.casefold()).strip()
+
+
+def _nonempty_string(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A parsed detector output.
+
+    Attributes:
+        decision: ``replacement``, ``no_replacement`` or ``unresolved``.
+        reason: ``"ok"``, a parse failure (:data:`studies.json_output.FAILURES`) or a
+            field failure (``"missing:<field>"``, ``"type:<field>"``, ``"empty:<field>"``).
+        fields: the parsed object (empty when parsing failed).
+    """
+
+    decision: str
+    reason: str
+    fields: dict[str, Any]
+
+
+def _supersedes(obj: dict[str, Any], check_values: bool) -> Verdict:
+    if "supersedes" not in obj:
+        return Verdict(UNRESOLVED, "missing:supersedes", obj)
+    if not isinstance(obj["supersedes"], bool):
+        return Verdict(UNRESOLVED, "type:supersedes", obj)
+    if not obj["supersedes"]:
+        return Verdict(NO_REPLACEMENT, "ok", obj)
+    old, new = obj.get("old_value"), obj.get("new_value")
+    if check_values and _nonempty_string(old) and _nonempty_string(new) \
+            and normalize_value(old) == normalize_value(new):
+        return Verdict(NO_REPLACEMENT, "ok", obj)
+    return Verdict(REPLACEMENT, "ok", obj)
+
+
+def _extraction(obj: dict[str, Any]) -> Verdict:
+    if "same_slot" not in obj:
+        return Verdict(UNRESOLVED, "missing:same_slot", obj)
+    if not isinstance(obj["same_slot"], bool):
+        return Verdict(UNRESOLVED, "type:same_slot", obj)
+    if not obj["same_slot"]:
+        return Verdict(NO_REPLACEMENT, "ok", obj)
+    for key in ("old_current", "later_current"):
+        if key not in obj:
+            return Verdict(UNRESOLVED, f"missing:{key}", obj)
+        if not isinstance(obj[key], str):
+            return Verdict(UNRESOLVED, f"type:{key}", obj)
+        if not obj[key].strip():
+            return Verdict(UNRESOLVED, f"empty:{key}", obj)
+    same = normalize_value(obj["old_current"]) == normalize_value(obj["later_current"])
+    return Verdict(NO_REPLACEMENT if same else REPLACEMENT, "ok", obj)
+
+
+def parse_verdict(detector: TextDetector, text: str, allow_fence: bool = True) -> Verdict:
+    """Parse one detector output and apply the detector's decision rule.
+
+    ``allow_fence``: accept one outer Markdown fence (UNCLEAR in the paper; default yes,
+    and the row records whether a fence was there).
+    """
+    parsed = parse_object(text, allow_fence)
+    if not parsed.ok:
+        return Verdict(UNRESOLVED, parsed.reason, {})
+    assert parsed.obj is not None
+    if detector.rule == "extraction":
+        return _extraction(parsed.obj)
+    return _supersedes(parsed.obj, check_values=detector.rule == "expanded")
+
+
+def lexical_filter(decision: str, old_value: str, a_text: str, b_text: str) -> str:
+    """The legacy guard: no replacement when the supplied old value occurs in both records."""
+    if decision != REPLACEMENT:
+        return decision
+    old = old_value.casefold()
+    return NO_REPLACEMENT if old in a_text.casefold() and old in b_text.casefold() else decision
+
+
+def detector_prompt(template: str, old: str, later: str, system: str | None, chat: bool,
+                    question: str | None = None) -> tuple[kvprobe.Prompt, str]:
+    """(prompt holding everything before the later record, the later record as the question).
+
+    The user message (or raw text) is exactly ``strings.fill(template, old, later)``,
+    preceded by the question-conditioned sentences when ``question`` is given.
+    """
+    text = strings.fill(template, old, strings.LATER_PLACEHOLDER)
+    if question is not None:
+        text = strings.QUESTION_CONDITIONED.format(question=question) + "\n\n" + text
+    head, tail = text.split(strings.LATER_PLACEHOLDER)
+    if tail:
+        raise ValueError("the later record must end the detector prompt")
+    prompt = kvprobe.Prompt([("prompt", head)], chat=chat, system=system if chat else None, question_sep="",
+                            raw_suffix="\n")
+    return prompt, later
+
+
+@dataclass(frozen=True)
+class RecordPair:
+    """The input of a detector: two records and the old value (for the lexical filter)."""
+
+    a_text: str
+    b_text: str
+    old_value: str
+
+
+def use_chat(model: kvprobe.Model, chat: bool | None) -> bool:
+    """``chat`` or, when None, whether the tokenizer has a chat template."""
+    return chat if chat is not None else getattr(model.tokenizer, "chat_template", None) is not None
+
+
+def run_text_detectors(model: kvprobe.Model, pairs: Sequence[RecordPair], names: Sequence[str],
+                       max_new_tokens: int = MAX_NEW_TOKENS, chat: bool | None = None,
+                       allow_fence: bool = True) -> list[dict[str, dict[str, Any]]]:
+    """Greedy outputs and verdicts of the named JSON detectors on every pair, in one batch.
+
+    Returns per pair ``{detector: fields}`` with the raw output, stop reason, token
+    count, parse/field reason, the decision and the lexically filtered decision.
+    """
+    chat = use_chat(model, chat)
+    items, keys = [], []
+    for i, pair in enumerate(pairs):
+        for name in names:
+            det = TEXT_DETECTORS[name]
+            prompt, later = detector_prompt(det.prompt, pair.a_text, pair.b_text, det.system, chat)
+            items.append((model.prefill(prompt), kvprobe.Request(later, kvprobe.Full())))
+            keys.append((i, name))
+    answers = decoding.answer(model, items, max_new_tokens=max_new_tokens)
+    out: list[dict[str, dict[str, Any]]] = [{} for _ in pairs]
+    for (i, name), ans in zip(keys, answers):
+        g = ans.generation
+        verdict = parse_verdict(TEXT_DETECTORS[name], g.text, allow_fence)
+        pair = pairs[i]
+        out[i][name] = {
+            "output": g.text, "stop_reason": g.stop_reason, "output_tokens": g.n_tokens,
+            "parse": verdict.reason, "decision": verdict.decision,
+            "filtered": lexical_filter(verdict.decision, pair.old_value, pair.a_text, pair.b_text),
+        }
+    return out
+
+
+def yes_no_scores(model: kvprobe.Model, pairs: Sequence[RecordPair], chat: bool | None = None
+                  ) -> list[dict[str, Any]]:
+    """P(YES) / (P(YES) + P(NO)) of the first answer token(s), per pair.
+
+    The two candidates are scored by teacher forcing (summed log-probabilities, so a
+    tokenizer that splits YES still gets a sequence score; ``single_token`` says whether
+    both were single tokens, as in the paper).
+    """
+    chat = use_chat(model, chat)
+    items = []
+    for pair in pairs:
+        prompt, later = detector_prompt(strings.YES_NO, pair.a_text, pair.b_text, strings.YES_NO_SYSTEM, chat)
+        items.append((model.prefill(prompt), kvprobe.Request(later, kvprobe.Full())))
+    answers = decoding.answer(model, items, candidates=[strings.YES_NO_TOKENS] * len(items))
+    rows = []
+    for ans in answers:
+        s = ans.scores
+        yes, no = s.logprobs
+        top = max(yes, no)
+        p_yes = math.exp(yes - top) / (math.exp(yes - top) + math.exp(no - top))
+        rows.append({"score": p_yes, "logp_yes": yes, "logp_no": no, "single_token": s.n_tokens == (1, 1)})
+    return rows

@@ -1,0 +1,145 @@
+"""The detection study: every detector on every record pair (paper partB sections 4-5).
+
+Record pairs come from two datasets:
+
+* ``records``: the synthetic record histories D3 (``studies.recognition.records``),
+  development and test splits by default; label = replacement (replacement, role
+  swap, explicit rejection);
+* ``quantity``: the quantity calibration set D4 (``studies.quantity.tasks``), its 18
+  development and 120 test groups in both information versions (each group
+  contributes both versions of the later record, paper L2834); label = the group's
+  relation is a replacement.
+
+Detectors (``detectors.py``): the direct, expanded and asserted-value JSON
+classifiers (greedy, 128 tokens) and the YES/NO score. One row per (pair,
+detector), holding the raw output, its parse reason and decision, or the score.
+Which detectors run on which dataset is a parameter; by default the JSON
+classifiers run on the records (where the paper evaluates them) and the YES/NO
+score on both (the calibration analysis uses it on the quantity set).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import kvprobe
+
+from .detectors import DETECTORS, MAX_NEW_TOKENS, TEXT_DETECTORS, YES_NO, RecordPair, run_text_detectors, \
+    yes_no_scores
+
+DATASETS = ("records", "quantity")
+
+
+@dataclass(frozen=True)
+class DetectionCase:
+    """One record pair with its label and resampling group."""
+
+    case_id: str
+    dataset: str
+    group: str
+    split: str
+    relation: str
+    label: int
+    pair: RecordPair
+
+
+def records_cases(splits: tuple[str, ...], seed: int) -> list[DetectionCase]:
+    """D3 pairs of the given splits."""
+    from studies.recognition.records import generate_records
+
+    return [DetectionCase(f"records/{c.case_id}", "records", c.group, c.split, c.variant,
+                          c.labels["replacement"], RecordPair(c.a_text, c.b_text, c.old_value))
+            for c in generate_records(seed) if c.split in splits]
+
+
+def quantity_cases(splits: tuple[str, ...], seed: int) -> list[DetectionCase]:
+    """D4 pairs (record A, record B) of the given splits, both information versions per group."""
+    from studies.quantity import tasks
+
+    out = []
+    for split in splits:
+        for case in tasks.generate_cases(tasks.TaskConfig(seed=seed, dev=split == "dev")):
+            texts, g = tasks.segment_texts(case), case.group
+            out.append(DetectionCase(f"quantity/{case.case_id}", "quantity", g.group_id, g.split, g.relation,
+                                     int(g.relation == "replacement"), RecordPair(texts["A"], texts["B"],
+                                                                                  g.old_value)))
+    return out
+
+
+@dataclass
+class DetectionStudy:
+    """Detectors on record pairs (runner protocol)."""
+
+    datasets: tuple[str, ...] = DATASETS
+    splits: tuple[str, ...] = ("dev", "test")
+    #: detectors per dataset; JSON classifiers on the records, the YES/NO score everywhere.
+    record_detectors: tuple[str, ...] = DETECTORS
+    quantity_detectors: tuple[str, ...] = (YES_NO,)
+    max_new_tokens: int = MAX_NEW_TOKENS
+    chat: bool | None = None  # None: the chat template when the tokenizer has one
+    allow_fence: bool = True
+    records_seed: int = 20260910
+    quantity_seed: int = 20260916
+    n_groups: int | None = None  # first N groups per (dataset, split), for quick runs
+    cases_per_batch: int = 4
+    name: str = "detection"
+    _cases: list[DetectionCase] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in (*self.record_detectors, *self.quantity_detectors):
+            if name not in DETECTORS:
+                raise ValueError(f"unknown detector {name!r}; known: {', '.join(DETECTORS)}")
+        for name in self.datasets:
+            if name not in DATASETS:
+                raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+
+    def config(self) -> dict[str, Any]:
+        values = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_") and f.name != "name"}
+        cfg = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+        cfg["case_ids_sha256"] = hashlib.sha256("\n".join(c.case_id for c in self.cases()).encode()).hexdigest()
+        return cfg
+
+    def cases(self) -> list[DetectionCase]:
+        if self._cases is None:
+            cases: list[DetectionCase] = []
+            if "records" in self.datasets:
+                cases += _first_groups(records_cases(self.splits, self.records_seed), self.n_groups)
+            if "quantity" in self.datasets:
+                cases += _first_groups(quantity_cases(self.splits, self.quantity_seed), self.n_groups)
+            self._cases = cases
+        return self._cases
+
+    def detectors_for(self, case: DetectionCase) -> tuple[str, ...]:
+        return self.record_detectors if case.dataset == "records" else self.quantity_detectors
+
+    def run_cases(self, model: kvprobe.Model, cases: list[DetectionCase]) -> list[list[dict[str, Any]]]:
+        """Every (pair, detector) row of a batch; the JSON classifiers run as one generation batch."""
+        text_names = [[n for n in self.detectors_for(c) if n in TEXT_DETECTORS] for c in cases]
+        wanted = sorted({n for names in text_names for n in names}, key=DETECTORS.index)
+        verdicts = run_text_detectors(model, [c.pair for c in cases], wanted, self.max_new_tokens, self.chat,
+                                      self.allow_fence) if wanted else [{} for _ in cases]
+        scored = [c for c in cases if YES_NO in self.detectors_for(c)]
+        scores = dict(zip((c.case_id for c in scored), yes_no_scores(model, [c.pair for c in scored], self.chat)))
+        out = []
+        for case, names, verdict in zip(cases, text_names, verdicts):
+            base = {"case_id": case.case_id, "dataset": case.dataset, "group": case.group, "split": case.split,
+                    "relation": case.relation, "label": case.label}
+            rows = [{**base, "detector": n, **verdict[n]} for n in names]
+            if case.case_id in scores:
+                rows.append({**base, "detector": YES_NO, **scores[case.case_id]})
+            out.append(rows)
+        return out
+
+
+def _first_groups(cases: list[DetectionCase], n_groups: int | None) -> list[DetectionCase]:
+    """The cases of the first ``n_groups`` groups of each split (all when None)."""
+    if n_groups is None:
+        return cases
+    kept: dict[str, list[str]] = {}
+    for c in cases:
+        groups = kept.setdefault(c.split, [])
+        if c.group not in groups and len(groups) < n_groups:
+            groups.append(c.group)
+    return [c for c in cases if c.group in kept.get(c.split, [])]

@@ -1,0 +1,104 @@
+"""Synthetic record histories for generation (paper partD section 3, L5437-5491).
+
+Each history is one D3 test case (``studies.recognition.records``: 50 items x 6
+variants = 300) laid out as the paper's user message: ``Ordered records:``,
+``Time 1:`` A, ``Other record:`` a record about a different entity,
+``Time 2:`` B, then the question. Three queries per history:
+
+* current: A's entity and attribute after Time 2 (B's value for replacements, role
+  swaps and explicit rejections; A's value otherwise);
+* historical: the same attribute at Time 1 (A's value);
+* unrelated: the other record's entity and attribute.
+
+UNCLEAR (paper), our choices: the other record is record A of the next item of the
+same split and family (the first later item whose entity differs from this item's
+entities and whose value differs from both candidate values), so it uses the same
+wording and vocabulary as A; the query wordings (:mod:`studies.detection.strings`)
+name the attribute with the split's first slot phrasing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import kvprobe
+from studies.detection import strings
+from studies.recognition import families
+from studies.recognition.cases import RecognitionCase, expected_answer
+from studies.recognition.records import SLOT_INDICES, generate_records
+
+QUERY_KINDS = ("current", "historical", "unrelated")
+#: Segment names of the history; ``time1`` is the section recompute arms delete.
+SEGMENTS = ("header", "time1", "other", "time2")
+
+
+@dataclass(frozen=True)
+class RecordHistory:
+    """One history: a D3 case plus the other-entity record."""
+
+    case: RecognitionCase
+    other_entity: str
+    other_value: str
+    other_text: str
+
+    @property
+    def case_id(self) -> str:
+        return self.case.case_id
+
+    @property
+    def same_slot(self) -> bool:
+        """Whether B concerns A's entity and attribute (the latest-record baseline's annotation)."""
+        return self.case.variant != "other_entity"
+
+    def slot(self, entity: str) -> str:
+        return families.slot(self.case.family, SLOT_INDICES[self.case.split][0], entity)
+
+    def queries(self) -> list[tuple[str, str, str]]:
+        """(kind, question, reference answer) of the three queries."""
+        c = self.case
+        return [
+            ("current", strings.CURRENT_QUERY.format(slot=self.slot(c.entity)), expected_answer(c)[0]),
+            ("historical", strings.HISTORICAL_QUERY.format(slot=self.slot(c.entity)), c.old_value),
+            ("unrelated", strings.UNRELATED_QUERY.format(slot=self.slot(self.other_entity)), self.other_value),
+        ]
+
+    def prompt(self, chat: bool) -> kvprobe.Prompt:
+        """The history as the paper's user message (sections on their own lines)."""
+        c = self.case
+        segments = [("header", strings.RECORDS_HEADER), ("time1", f"{strings.TIME_1} {c.a_text}"),
+                    ("other", f"{strings.OTHER_RECORD} {self.other_text}"), ("time2", f"{strings.TIME_2} {c.b_text}")]
+        return kvprobe.Prompt(segments, chat=chat, system=strings.RECORDS_SYSTEM if chat else None, sep="\n",
+                              question_sep="\n\n")
+
+    def a_span(self, history: kvprobe.History) -> kvprobe.TokenSpan:
+        """Tokens of record A inside the Time-1 section (every token overlapping A)."""
+        start = len(strings.TIME_1) + 1
+        return history.span("time1", chars=(start, start + len(self.case.a_text)), strict=False)
+
+
+def question_text(question: str) -> str:
+    """The question section as it follows the records."""
+    return f"{strings.QUESTION} {question}"
+
+
+def record_histories(split: str = "test", seed: int = 20260910) -> list[RecordHistory]:
+    """The D3 cases of ``split`` with their other-entity records, in dataset order."""
+    cases = [c for c in generate_records(seed) if c.split == split]
+    items: dict[str, list[RecognitionCase]] = {}
+    for c in cases:
+        if c.variant == "replacement":
+            items.setdefault(c.family, []).append(c)
+    other_of: dict[str, RecognitionCase] = {}
+    for family_items in items.values():
+        for i, item in enumerate(family_items):
+            entities = {item.entity, *(c.b_text for c in cases if c.group == item.group)}
+            for step in range(1, len(family_items)):
+                cand = family_items[(i + step) % len(family_items)]
+                if cand.old_value not in (item.old_value, item.new_value) and \
+                        not any(cand.entity in text for text in entities):
+                    other_of[item.group] = cand
+                    break
+            else:
+                raise ValueError(f"{item.group}: no other record with a distinct entity and value")
+    return [RecordHistory(c, other_of[c.group].entity, other_of[c.group].old_value, other_of[c.group].a_text)
+            for c in cases]

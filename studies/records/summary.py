@@ -1,0 +1,157 @@
+"""Summary and report of a record-history run, recomputed from ``results.jsonl`` alone.
+
+Per (query, policy): exact-field correct answers (the paper's rule), lenient
+answers (first-mentioned value, ours), parse failures, and the paired change
+against keep-all with a 95 % interval from 10,000 draws of whole items (the six
+variants of an item stay together, partD section 0). Current queries are also
+split into replacement and non-replacement histories. The detector's decisions
+are scored against the labels, and a coverage curve ranks histories by the
+detector's decision: acting means hiding A (the ``always-mask`` arm), the
+utility of a history is its current-answer change under that mask.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from readouts.stats import group_bootstrap_indices
+from studies.detection.coverage import coverage_curve, plot_coverage
+from studies.detection.detectors import REPLACEMENT
+
+from ..paired import format_change, paired_change
+from ..runner import read_rows, write_run_summary
+from .study import POLICIES
+
+DRAWS = 10_000
+QUERIES = ("current", "historical", "unrelated")
+RULES = ("correct", "lenient")
+#: Interval seed of the paper's generation experiments (partD section 0).
+SEED = 20260919
+
+
+def _cells(by_key: dict, keys: list[str], groups: dict[str, str], seed: int, draws: int,
+           subset: str = "all") -> list[dict[str, Any]]:
+    weights = group_bootstrap_indices([groups[k] for k in keys], n_draws=draws, seed=seed).weights()
+    cells = []
+    for query in QUERIES:
+        full = by_key.get((query, "keep-all"), {})
+        if not full:
+            continue
+        for policy in POLICIES:
+            mine = by_key.get((query, policy), {})
+            rows = [mine[k] for k in keys if k in mine]
+            cell: dict[str, Any] = {"query": query, "policy": policy, "subset": subset, "n": len(rows),
+                                    "parse_ok": sum(r["parse"] == "ok" for r in rows),
+                                    "eos": sum(r["stop_reason"] == "eos" for r in rows),
+                                    "acted": sum(r["operation"] != "full" for r in rows)}
+            for rule in RULES:
+                cell[rule] = sum(bool(r[rule]) for r in rows)
+                if policy != "keep-all" and len(rows) == len(keys):
+                    cell[f"{rule}_change"] = paired_change([mine[k][rule] for k in keys],
+                                                           [full[k][rule] for k in keys], weights)
+            cells.append(cell)
+    return cells
+
+
+def _detector(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The detector's decisions per variant (one row per history: current query, keep-all)."""
+    per_variant: dict[str, Counter] = defaultdict(Counter)
+    for r in rows:
+        per_variant[r["variant"]][r["detector_decision"]] += 1
+    positives = [r for r in rows if r["label"] == 1]
+    negatives = [r for r in rows if r["label"] == 0]
+    fire = [r["detector_decision"] == REPLACEMENT for r in rows]
+    return {"per_variant": {v: dict(c) for v, c in per_variant.items()},
+            "true_triggers": sum(r["detector_decision"] == REPLACEMENT for r in positives), "positives": len(positives),
+            "false_triggers": sum(r["detector_decision"] == REPLACEMENT for r in negatives), "negatives": len(negatives),
+            "accuracy": float(np.mean([f == bool(r["label"]) for f, r in zip(fire, rows)])) if rows else None}
+
+
+def summarize(out_dir: Path | str, seed: int = SEED, draws: int = DRAWS) -> dict[str, Any]:
+    rows = list(read_rows(out_dir))
+    by_key: dict[tuple[str, str], dict[str, dict]] = defaultdict(dict)
+    for r in rows:
+        by_key[(r["query"], r["policy"])][r["case_id"]] = r
+    base = by_key.get(("current", "keep-all"), {})
+    keys = sorted(base)
+    groups = {k: base[k]["group"] for k in keys}
+    cells = _cells(by_key, keys, groups, seed, draws)
+    for label, name in ((1, "replacement"), (0, "non-replacement")):
+        subset = [k for k in keys if base[k]["label"] == label]
+        if subset:
+            cells += [c for c in _cells(by_key, subset, groups, seed, draws, name) if c["query"] == "current"]
+    summary: dict[str, Any] = {"cells": cells, "detector": _detector([base[k] for k in keys]), "draws": draws,
+                               "seed": seed, "rows": len(rows), "histories": len(keys)}
+    masked = by_key.get(("current", "always-mask"), {})
+    if keys and all(k in masked for k in keys):
+        scores = [float(base[k]["detector_decision"] == REPLACEMENT) for k in keys]
+        oracle = [float(base[k]["label"]) for k in keys]
+        summary["coverage"] = {}
+        for rule in RULES:
+            utility = [int(masked[k][rule]) - int(base[k][rule]) for k in keys]
+            grp = [groups[k] for k in keys]
+            summary["coverage"][rule] = {
+                name: coverage_curve(s, utility, groups=grp, n_draws=draws, seed=seed)
+                for name, s in (("detector", scores), ("oracle label", oracle))}
+    return summary
+
+
+def _table(cells: list[dict[str, Any]]) -> list[str]:
+    lines = ["| query | subset | policy | n | acted | exact correct | change vs keep-all [95% CI] | C / R "
+             "| lenient | change vs keep-all [95% CI] | parse ok | EOS |", "|" + "---|" * 12]
+    for c in cells:
+        ch, lch = c.get("correct_change"), c.get("lenient_change")
+        cr = f"{ch['corrections']} / {ch['reversals']}" if ch else ""
+        lines.append(f"| {c['query']} | {c['subset']} | {c['policy']} | {c['n']} | {c['acted']} | {c['correct']} | "
+                     f"{format_change(ch)} | {cr} | {c['lenient']} | {format_change(lch)} | {c['parse_ok']} | "
+                     f"{c['eos']} |")
+    return lines
+
+
+def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
+    sc = config["study_config"]
+    det = summary["detector"]
+    source = f"decisions from the detection run `{sc['detections']}`" if sc.get("detections") else \
+        "decisions from the generator running the detector inline"
+    lines = [f"# Record histories: {config['model']['name']}", "",
+             f"{summary['histories']} synthetic record histories ({sc['split']} split), three queries, "
+             f"eight arms (the paper's seven policies and an always-mask reference), greedy answers of at most "
+             f"{sc['max_new_tokens']} tokens. Detector: `{sc['detector']}`"
+             f"{' with the lexical filter' if sc['lexical_filter'] else ''}, {source}. Exact = case-folded, "
+             "whitespace-normalized equality of the JSON answer field (malformed JSON is wrong); lenient (ours) = the "
+             "first value of the history the answer mentions is the reference. Changes are paired against keep-all, "
+             f"95 % intervals from {summary['draws']:,} draws of whole items (seed {summary['seed']}). "
+             "C / R = corrections / reversals of the exact rule.", ""]
+    if timing:
+        lines += [f"Run time: {timing['seconds'] / 60:.1f} min for {timing['cases_run']} histories.", ""]
+    lines += [f"Detector: {det['true_triggers']}/{det['positives']} true triggers, {det['false_triggers']}/"
+              f"{det['negatives']} false triggers (unresolved counts as no trigger); decisions per variant: "
+              + "; ".join(f"{v}: {dict(sorted(c.items()))}" for v, c in sorted(det["per_variant"].items())), ""]
+    lines += _table(summary["cells"])
+    if "coverage" in summary:
+        lines += ["", "Coverage (current queries; acting = hiding A): expected net corrections when acting on the "
+                  "top share of histories ranked by the score, ties averaged; excess over random at the same "
+                  "coverage in percentage points of all histories.", "",
+                  "| rule | ranking | coverage | net [95% CI] | random | excess pp [95% CI] |", "|---|---|---|---|---|---|"]
+        for rule, curves in summary["coverage"].items():
+            for name, cur in curves.items():
+                for i, cov in enumerate(cur["coverage"]):
+                    if round(cov * 10) % 2:  # every 20 %
+                        continue
+                    lines.append(f"| {rule} | {name} | {cov:.0%} | {cur['net'][i]:+.2f} [{cur['net_lo'][i]:+.2f}, "
+                                 f"{cur['net_hi'][i]:+.2f}] | {cur['random'][i]:+.2f} | {cur['excess_pp'][i]:+.1f} "
+                                 f"[{cur['excess_lo'][i]:+.1f}, {cur['excess_hi'][i]:+.1f}] |")
+        lines += ["", "![coverage](coverage.png)"]
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(out_dir: Path | str, seed: int = SEED) -> dict[str, Any]:
+    summary = write_run_summary(out_dir, summarize, format_report, seed=seed)
+    if "coverage" in summary:
+        plot_coverage(summary["coverage"]["lenient"], Path(out_dir) / "coverage.png",
+                      title="Record histories: hiding A, ranked by detector (lenient rule)")
+    return summary
