@@ -161,7 +161,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     model = _load(args.model, args.json)
     extra = tuple(c for c in (args.conditions or "").split(",") if c)
-    rows = run_demo(model, max_new_tokens=args.max_new_tokens, unit_from_a=not args.unit_stated, extra=extra)
+    rows = run_demo(model, **_budget(args), unit_from_a=not args.unit_stated, extra=extra)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -206,13 +206,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_babilong(args)
     if args.study == "mquake":
         return _run_mquake(args)
+    if args.study in ("detection", "records"):
+        return _run_detection_or_records(args)
     # Studies build on the core; the CLI loads them on demand.
     from studies.quantity.study import QuantityStudy
     from studies.quantity.summary import write_summary
     from studies.runner import run_study
 
     model = _load(args.model, args.quiet, args.attn)
-    study = QuantityStudy(seed=args.seed, n_groups=args.groups, dev=args.dev, max_new_tokens=args.max_new_tokens,
+    study = QuantityStudy(seed=args.seed, n_groups=args.groups, dev=args.dev, **_budget(args),
                           operations=not args.no_operations, cases_per_batch=args.cases_per_batch)
     out = args.out or f"runs/quantity/{model.name}"
     info = run_study(study, model, out, progress=not args.quiet)
@@ -223,12 +225,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _budget(args: argparse.Namespace) -> dict[str, int]:
+    """``max_new_tokens`` when given on the command line (else the study's default)."""
+    return {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
+
+
 def _run_babilong(args: argparse.Namespace) -> int:
     from studies.babilong.study import BabilongStudy
     from studies.babilong.summary import write_summary
 
     study = BabilongStudy(tasks=tuple(args.tasks.split(",")), lengths=tuple(int(x) for x in args.lengths.split(",")),
-                          n=args.n, max_new_tokens=args.max_new_tokens, cases_per_batch=args.cases_per_batch)
+                          n=args.n, **_budget(args), cases_per_batch=args.cases_per_batch)
     return _run_and_summarize(args, study, write_summary)
 
 
@@ -236,8 +243,36 @@ def _run_mquake(args: argparse.Namespace) -> int:
     from studies.mquake.study import MQuAKEStudy
     from studies.mquake.summary import write_summary
 
-    study = MQuAKEStudy(n_per_hop=args.n, max_new_tokens=args.max_new_tokens, cases_per_batch=args.cases_per_batch)
+    study = MQuAKEStudy(n_per_hop=args.n, **_budget(args), cases_per_batch=args.cases_per_batch)
     return _run_and_summarize(args, study, write_summary)
+
+
+def _run_detection_or_records(args: argparse.Namespace) -> int:
+    if args.study == "detection":
+        from studies.detection.study import DetectionStudy
+        from studies.detection.summary import write_summary
+
+        study = DetectionStudy(n_groups=args.groups, **_budget(args),
+                               cases_per_batch=args.cases_per_batch)
+    else:
+        from studies.records.study import RecordsStudy
+        from studies.records.summary import write_summary
+
+        study = RecordsStudy(n_groups=args.groups, detections=args.detections, detector=args.detector,
+                             **_budget(args), cases_per_batch=args.cases_per_batch)
+    return _run_and_summarize(args, study, write_summary)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from studies.detection.action import write_action_report
+    from studies.runner import results_file
+
+    for run_dir in (args.detection, args.dev, args.test):
+        results_file(run_dir)  # a clear error before anything is written
+    write_action_report(args.out, args.detection, args.dev, args.test, seed=args.seed)
+    if not args.quiet:
+        print(f"calibration and coverage written to {args.out}/ (action.json, action.md, coverage-*.png)")
+    return 0
 
 
 def _run_and_summarize(args: argparse.Namespace, study, write_summary) -> int:
@@ -328,19 +363,30 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run a study case by case into --out: config.json, results.jsonl (one row per "
                        "case x condition x query), summary.json and report.md. Rerunning the same command "
                        "resumes where it stopped.")
-    p.add_argument("study", choices=["quantity", "babilong", "mquake"],
+    p.add_argument("study", choices=["quantity", "babilong", "mquake", "detection", "records"],
                    help="quantity: the paper's quantity updates; babilong: object histories under four masks; "
-                   "mquake: multi-hop questions after in-context updates under seven policies")
+                   "mquake: multi-hop questions after in-context updates under seven policies; detection: the "
+                   "paper's JSON detectors and a YES/NO score on record pairs; records: record histories under "
+                   "seven detector/oracle policies")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
     p.add_argument("--tasks", default="qa2,qa3", help="babilong: bAbI tasks, comma-separated (default qa2,qa3)")
     p.add_argument("--lengths", default="0,1000",
                    help="babilong: context lengths in tokens, comma-separated (default 0,1000)")
     p.add_argument("--n", type=int, default=50,
                    help="babilong: questions per task (default 50 of the 100); mquake: cases per hop count")
-    p.add_argument("--groups", type=int, default=None, help="run only the first N groups (default: all 120)")
+    p.add_argument("--groups", type=int, default=None,
+                   help="run only the first N groups (quantity: of 120; detection: per dataset and split; "
+                   "records: items of 6 histories; default all)")
+    p.add_argument("--detections", default=None,
+                   help="records: a detection run directory whose decisions the detector policies use (shared "
+                   "across generators, as in the paper); default: the generator runs the detector itself")
+    p.add_argument("--detector", default="asserted-value", choices=["direct", "expanded", "asserted-value"],
+                   help="records: the JSON detector whose decisions drive the detector policies "
+                   "(default asserted-value)")
     p.add_argument("--dev", action="store_true", help="use the 18 development groups instead of the test groups")
     p.add_argument("--seed", type=int, default=20260916, help="generator and bootstrap seed (default 20260916)")
-    p.add_argument("--max-new-tokens", type=int, default=40, help="answer budget (default 40, as in the paper)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="answer budget (default: the study's own, 40 tokens as in the paper; detection: 128)")
     p.add_argument("--no-operations", action="store_true",
                    help="only the five access conditions (skip recompute, rebuild and compact)")
     p.add_argument("--attn", choices=["kvprobe_grouped", "eager", "sdpa"], default="kvprobe_grouped",
@@ -353,6 +399,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output directory (default runs/quantity/MODEL)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or messages")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("calibrate", help="detection vs action: fit YES/NO thresholds and draw coverage curves",
+                       description="Join the YES/NO scores of a detection run on the quantity pairs with the answers "
+                       "of two quantity runs (--dev: `kvprobe run quantity --dev`; --test: the test groups). "
+                       "Thresholds are fitted on the development cases for balanced accuracy and answer utility "
+                       "(ties to the fewest actions) and evaluated on the test cases with conditional and joint "
+                       "(refit per draw) intervals; coverage curves rank test cases by the score. Writes "
+                       "action.json, action.md and coverage figures into --out.")
+    p.add_argument("--detection", required=True, help="detection run directory (`kvprobe run detection`)")
+    p.add_argument("--dev", required=True, help="quantity run on the development groups")
+    p.add_argument("--test", required=True, help="quantity run on the test groups")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--seed", type=int, default=20260919, help="bootstrap seed (default 20260919, the paper's)")
+    p.add_argument("--quiet", action="store_true", help="no messages")
+    p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("extract", help="capture per-layer K/V (as cached) and hidden states into an HDF5 store",
                        description="Encode every record of a recognition dataset (A alone, B alone, B after A) "

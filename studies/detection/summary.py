@@ -1,0 +1,162 @@
+"""Summary and report of a detection run, recomputed from ``results.jsonl`` alone.
+
+* JSON detectors, per (dataset, split, detector): decisions, every parse or field
+  failure by reason (nothing dropped), capped outputs, true and false triggers with
+  and without the lexical filter, and accuracy (unresolved = no trigger) with a
+  95 % interval over whole groups; decisions per variant on the test split.
+* YES/NO score, per (dataset, split): AUC over all pairs (and role swaps vs role
+  confirmations on the records) with group-bootstrap intervals; thresholds fitted
+  on the development split for balanced accuracy (ties to the fewest actions)
+  against the fixed 0.5, always and never baselines, applied to the test split.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from readouts.stats import bootstrap_auc, group_bootstrap_indices
+
+from ..paired import percentile_interval
+from ..runner import read_rows, write_run_summary
+from .calibration import calibrate
+from .detectors import REPLACEMENT, TEXT_DETECTORS, YES_NO
+
+DRAWS = 10_000
+SEED = 20260919
+
+
+def _by(rows: list[dict[str, Any]], *keys: str) -> dict[tuple, list[dict[str, Any]]]:
+    out: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        out[tuple(r[k] for k in keys)].append(r)
+    return out
+
+
+def text_detector_cell(rows: list[dict[str, Any]], seed: int, draws: int) -> dict[str, Any]:
+    """Decision counts, failures and accuracy of one detector on one (dataset, split)."""
+    labels = np.array([r["label"] for r in rows])
+    cell: dict[str, Any] = {"n": len(rows), "positives": int(labels.sum()), "negatives": int((1 - labels).sum()),
+                            "decisions": dict(Counter(r["decision"] for r in rows)),
+                            "parse": dict(Counter(r["parse"] for r in rows)),
+                            "capped": sum(r["stop_reason"] == "cap" for r in rows)}
+    weights = group_bootstrap_indices([r["group"] for r in rows], n_draws=draws, seed=seed).weights()
+    for key in ("decision", "filtered"):
+        fired = np.array([r[key] == REPLACEMENT for r in rows])
+        correct = (fired == labels.astype(bool)).astype(float)
+        prefix = "" if key == "decision" else "filtered_"
+        cell[f"{prefix}true_triggers"] = int((fired & (labels == 1)).sum())
+        cell[f"{prefix}false_triggers"] = int((fired & (labels == 0)).sum())
+        cell[f"{prefix}accuracy"] = float(correct.mean())
+        cell[f"{prefix}accuracy_ci"] = percentile_interval((weights @ correct) / weights.sum(axis=1))
+    cell["per_relation"] = {rel: dict(Counter(r["decision"] for r in rs))
+                            for (rel,), rs in sorted(_by(rows, "relation").items())}
+    return cell
+
+
+def yes_no_cell(rows: list[dict[str, Any]], seed: int, draws: int) -> dict[str, Any]:
+    """AUC of the YES/NO score (all pairs; role swaps vs role confirmations on the records)."""
+    scores = np.array([r["score"] for r in rows])
+    cell: dict[str, Any] = {"n": len(rows), "single_token": all(r["single_token"] for r in rows),
+                            "score_range": [float(scores.min()), float(scores.max())],
+                            "distinct_scores": int(len(np.unique(scores)))}
+    labels = [r["label"] for r in rows]
+    if 0 < sum(labels) < len(labels):
+        cell["auc"] = bootstrap_auc({"yes-no": scores}, labels, [r["group"] for r in rows], n_draws=draws,
+                                    seed=seed)["auc"]["yes-no"]
+    role = [r for r in rows if r["relation"] in ("role_swap", "role_confirmation")]
+    if role:
+        cell["role_auc"] = bootstrap_auc({"yes-no": [r["score"] for r in role]}, [r["label"] for r in role],
+                                         [r["group"] for r in role], n_draws=draws, seed=seed)["auc"]["yes-no"]
+    return cell
+
+
+def summarize(out_dir: Path | str, seed: int = SEED, draws: int = DRAWS) -> dict[str, Any]:
+    rows = list(read_rows(out_dir))
+    text, yes_no = [], []
+    for (dataset, split, detector), rs in sorted(_by(rows, "dataset", "split", "detector").items()):
+        if detector in TEXT_DETECTORS:
+            text.append({"dataset": dataset, "split": split, "detector": detector,
+                         **text_detector_cell(rs, seed, draws)})
+        elif detector == YES_NO:
+            yes_no.append({"dataset": dataset, "split": split, **yes_no_cell(rs, seed, draws)})
+    calibration = {}
+    for (dataset, detector), rs in _by(rows, "dataset", "detector").items():
+        dev = [r for r in rs if r["split"] == "dev"]
+        test = [r for r in rs if r["split"] == "test"]
+        if detector == YES_NO and dev and test:
+            calibration[dataset] = calibrate(
+                [r["score"] for r in dev], [r["score"] for r in test], dev_groups=[r["group"] for r in dev],
+                test_groups=[r["group"] for r in test], dev_labels=[r["label"] for r in dev],
+                test_labels=[r["label"] for r in test], n_draws=draws, seed=seed)
+    return {"text_detectors": text, "yes_no": yes_no, "calibration": calibration, "draws": draws, "seed": seed,
+            "rows": len(rows)}
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def _text_table(cells: list[dict[str, Any]]) -> list[str]:
+    lines = ["| dataset | split | detector | n | replacement / no / unresolved | true triggers | false triggers "
+             "| accuracy % [95% CI] | with lexical filter: true / false | parse failures (reason: count) | capped |",
+             "|" + "---|" * 11]
+    for c in cells:
+        d = c["decisions"]
+        fails = ", ".join(f"{k}: {v}" for k, v in sorted(c["parse"].items()) if k != "ok") or "none"
+        lo, hi = c["accuracy_ci"]
+        lines.append(
+            f"| {c['dataset']} | {c['split']} | {c['detector']} | {c['n']} | {d.get(REPLACEMENT, 0)} / "
+            f"{d.get('no_replacement', 0)} / {d.get('unresolved', 0)} | {c['true_triggers']}/{c['positives']} | "
+            f"{c['false_triggers']}/{c['negatives']} | {_pct(c['accuracy'])} [{_pct(lo)}, {_pct(hi)}] | "
+            f"{c['filtered_true_triggers']} / {c['filtered_false_triggers']} | {fails} | {c['capped']} |")
+    return lines
+
+
+def _auc(a: dict[str, Any] | None) -> str:
+    return f"{a['auc']:.3f} [{a['lo']:.3f}, {a['hi']:.3f}]" if a else ""
+
+
+def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
+    sc = config["study_config"]
+    lines = [f"# Detection: {config['model']['name']}", "",
+             f"Detectors on record pairs: the paper's direct, expanded and asserted-value JSON classifiers "
+             f"(greedy, at most {sc['max_new_tokens']} tokens, verbatim prompts) and a YES/NO score "
+             f"(P(YES) / (P(YES) + P(NO)) of the answer's first token(s); prompt ours). Datasets: "
+             f"{', '.join(sc['datasets'])}; splits {', '.join(sc['splits'])}. Unresolved verdicts (parse or field "
+             f"failures) never trigger and are counted by reason. Intervals: {summary['draws']:,} draws of whole "
+             f"groups, seed {summary['seed']}.", ""]
+    if timing:
+        lines += [f"Run time: {timing['seconds'] / 60:.1f} min for {timing['cases_run']} pairs.", ""]
+    if summary["text_detectors"]:
+        lines += ["## JSON classifiers", ""] + _text_table(summary["text_detectors"]) + [""]
+    if summary["yes_no"]:
+        lines += ["## YES/NO score", "", "| dataset | split | n | AUC [95% CI] | role swap vs role confirmation AUC "
+                  "| score range | distinct scores | single tokens |", "|---|---|---|---|---|---|---|---|"]
+        for c in summary["yes_no"]:
+            lo, hi = c["score_range"]
+            lines.append(f"| {c['dataset']} | {c['split']} | {c['n']} | {_auc(c.get('auc'))} | "
+                         f"{_auc(c.get('role_auc'))} | {lo:.4f} - {hi:.4f} | {c['distinct_scores']} | "
+                         f"{'yes' if c['single_token'] else 'no'} |")
+        lines.append("")
+    for dataset, cal in summary["calibration"].items():
+        lines += [f"## YES/NO thresholds on {dataset} (fitted on dev, applied to test)", "",
+                  "| rule | threshold | dev balanced accuracy | test actions | test balanced accuracy "
+                  "[conditional 95% CI] | [joint 95% CI, threshold refit] | notes |", "|---|---|---|---|---|---|---|"]
+        for name, r in cal["rules"].items():
+            t = "-inf" if r["threshold"] is None else f"{r['threshold']:.6g}"
+            cond = r["conditional"].get("balanced_accuracy")
+            joint = r.get("joint", {}).get("balanced_accuracy")
+            fmt = (lambda ci: f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+            dev_ba = r.get("dev_balanced_accuracy")
+            lines.append(f"| {name} | {t} | {'' if dev_ba is None else f'{dev_ba:.3f}'} | {r['test_actions']} | "
+                         f"{r['test_balanced_accuracy']:.3f} {fmt(cond)} | {fmt(joint)} | {'; '.join(r['notes'])} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_summary(out_dir: Path | str, seed: int = SEED) -> dict[str, Any]:
+    return write_run_summary(out_dir, summarize, format_report, seed=seed)
