@@ -208,6 +208,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_mquake(args)
     if args.study in ("detection", "records"):
         return _run_detection_or_records(args)
+    if args.study == "components":
+        from studies.components.study import ComponentStudy
+        from studies.components.summary import write_summary
+
+        study = ComponentStudy(n_per_family=args.n, budget=args.budget, cases_per_batch=args.cases_per_batch)
+        return _run_and_summarize(args, study, write_summary)
     # Studies build on the core; the CLI loads them on demand.
     from studies.quantity.study import QuantityStudy
     from studies.quantity.summary import write_summary
@@ -363,17 +369,22 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run a study case by case into --out: config.json, results.jsonl (one row per "
                        "case x condition x query), summary.json and report.md. Rerunning the same command "
                        "resumes where it stopped.")
-    p.add_argument("study", choices=["quantity", "babilong", "mquake", "detection", "records"],
+    p.add_argument("study", choices=["quantity", "babilong", "mquake", "detection", "records", "components",
+                                     "derived-note"],
                    help="quantity: the paper's quantity updates; babilong: object histories under four masks; "
                    "mquake: multi-hop questions after in-context updates under seven policies; detection: the "
                    "paper's JSON detectors and a YES/NO score on record pairs; records: record histories under "
-                   "seven detector/oracle policies")
+                   "seven detector/oracle policies; components: K, V and K+V zeroing against masks on controlled "
+                   "histories; derived-note: masks and selective refresh after a derived note")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
     p.add_argument("--tasks", default="qa2,qa3", help="babilong: bAbI tasks, comma-separated (default qa2,qa3)")
     p.add_argument("--lengths", default="0,1000",
                    help="babilong: context lengths in tokens, comma-separated (default 0,1000)")
     p.add_argument("--n", type=int, default=50,
-                   help="babilong: questions per task (default 50 of the 100); mquake: cases per hop count")
+                   help="babilong: questions per task (default 50 of the 100); mquake: cases per hop count; "
+                   "components: clusters per family (the paper: 80); derived-note: groups (the paper: 50)")
+    p.add_argument("--budget", type=int, default=8, choices=[8, 32, 128],
+                   help="components: greedy reasoning tokens before the answer cue (default 8)")
     p.add_argument("--groups", type=int, default=None,
                    help="run only the first N groups (quantity: of 120; detection: per dataset and split; "
                    "records: items of 6 histories; default all)")

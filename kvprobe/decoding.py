@@ -10,6 +10,9 @@ and their padding slots are never read. Each row's question runs once: the
 candidates are scored from it (appended, read, rolled back) and the greedy
 answer continues from it. :func:`score_candidates` and :func:`generate_greedy`
 are the one-history forms used by ``Model.score`` and ``Model.generate``.
+:func:`reason_then_score` is the controlled-history protocol (paper L1293-1301):
+exactly N greedy tokens without EOS stopping, an answer cue, then candidate scores,
+all under each row's condition.
 """
 
 from __future__ import annotations
@@ -220,6 +223,68 @@ def generate_greedy(
     return [a.generation for a in answer(model, [(history, r) for r in requests], max_new_tokens=max_new_tokens)]
 
 
+def reason_then_score(
+    model: "Model",
+    items: Sequence[tuple["History", Request]],
+    candidates: Sequence[Sequence[str]],
+    budget: int,
+    cue: str,
+) -> list[tuple[Generation, CandidateScores]]:
+    """Continue greedily for exactly ``budget`` tokens, append ``cue``, then score candidates; one batch.
+
+    For every (history, request) row: its question suffix runs once, then exactly
+    ``budget`` greedy tokens follow with no EOS stopping (an EOS is fed back like
+    any token), then the tokens of ``cue`` (tokenized alone, no special tokens),
+    then each candidate (tokenized alone, no special tokens) is scored by its
+    summed teacher-forced log-probability after the cue (appended, read, rolled
+    back, as in :func:`answer`). The row's access condition holds for every token
+    after the history: question, continuation, cue and candidates. The last
+    continuation token and the cue run as one block.
+
+    Args:
+        items: (history, request) pairs, one row each (histories may differ).
+        candidates: per item, the non-empty strings to score.
+        budget: continuation tokens (0: the cue follows the question directly).
+        cue: text between the continuation and the candidates (may be empty).
+
+    Returns:
+        per item, (the continuation, the candidate scores). The continuation's
+        ``text`` decodes all ``budget`` tokens (special tokens included) and its
+        ``stop_reason`` is ``"cap"``.
+    """
+    if budget < 0:
+        raise ValueError("budget must be at least 0")
+    if len(candidates) != len(items):
+        raise ValueError(f"{len(candidates)} candidate lists for {len(items)} requests")
+    for cands in candidates:
+        if not cands or any(not c for c in cands):
+            raise ValueError("candidates must be a non-empty list of non-empty strings")
+    states = prepare_states(model, items)
+    suffixes = [suffix_ids(model, h, r.question) for h, r in items]
+    cue_ids = model.tokenizer(cue, add_special_tokens=False)["input_ids"] if cue else []
+    token_ids: dict[str, list[int]] = {}
+    cand_ids = [[token_ids.setdefault(c, model.tokenizer(c, add_special_tokens=False)["input_ids"]) for c in cands]
+                for cands in candidates]
+    out: list[tuple[Generation, CandidateScores] | None] = [None] * len(items)
+    for group in batches(model, [len(s) for s in suffixes]):
+        rows = fork_rows([states[i] for i in group])
+        ids, valid = pad_suffix_block([suffixes[i] for i in group], model.pad_id)
+        last = traced_forward(model, rows, ids, valid, logits_to_keep=1).logits[:, -1].float()
+        toks = _greedy_from(model, rows, last, budget, stop_at_eos=False) if budget else [[] for _ in group]
+        block = [t[-1:] + cue_ids for t in toks]  # the last continuation token was not fed back yet
+        if block[0]:
+            feed = torch.tensor(block, dtype=torch.long)
+            last = traced_forward(model, rows, feed, logits_to_keep=1).logits[:, -1].float()
+        sums = _candidate_logprobs(model, rows, last, [cand_ids[i] for i in group])
+        for r, i in enumerate(group):
+            name = items[i][1].access.name
+            generation = Generation(text=model.tokenizer.decode(toks[r]), token_ids=tuple(toks[r]),
+                                    stop_reason="cap", n_tokens=len(toks[r]), access=name)
+            scores = CandidateScores(tuple(candidates[i]), tuple(sums[r]), tuple(len(c) for c in cand_ids[i]), name)
+            out[i] = (generation, scores)
+    return out  # type: ignore[return-value]
+
+
 def _candidate_logprobs(
     model: "Model", rows: Rows, last: torch.Tensor, cands: list[list[list[int]]]
 ) -> list[list[float]]:
@@ -273,11 +338,14 @@ def _generation(model: "Model", toks: list[int], access: str) -> Generation:
     )
 
 
-def _greedy_from(model: "Model", rows: Rows, last: torch.Tensor, max_new_tokens: int) -> list[list[int]]:
+def _greedy_from(model: "Model", rows: Rows, last: torch.Tensor, max_new_tokens: int,
+                 stop_at_eos: bool = True) -> list[list[int]]:
     """Greedy tokens of a batch whose question already ran (``last``: its logits Float[B, V]).
 
     Stopping EOS included; finished rows stop recording tokens and leave the batch in
-    groups. ``rows`` is consumed.
+    groups. ``rows`` is consumed. With ``stop_at_eos=False`` every row takes exactly
+    ``max_new_tokens`` tokens (an EOS is an ordinary token), no row leaves the batch,
+    and ``rows`` then holds every generated token but the last (it was not fed back).
     """
     B = last.shape[0]
     generated: list[list[int]] = [[] for _ in range(B)]
@@ -288,7 +356,8 @@ def _greedy_from(model: "Model", rows: Rows, last: torch.Tensor, max_new_tokens:
     for step in range(max_new_tokens):
         for b in torch.nonzero(running).flatten().tolist():
             generated[int(active[b])].append(int(nxt[b]))
-        running &= ~torch.isin(nxt, eos)
+        if stop_at_eos:
+            running &= ~torch.isin(nxt, eos)
         if step == max_new_tokens - 1 or not bool(running.any()):
             break
         # Copying the batch costs about as much as a few steps of a finished row, so

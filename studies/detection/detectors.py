@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -182,6 +183,29 @@ def use_chat(model: kvprobe.Model, chat: bool | None) -> bool:
     return chat if chat is not None else getattr(model.tokenizer, "chat_template", None) is not None
 
 
+_BASES: weakref.WeakKeyDictionary[kvprobe.Model, dict[tuple[str, str | None, bool], kvprobe.History]] = \
+    weakref.WeakKeyDictionary()
+#: The stand-in record of the shared base prefill (only its instruction prefix is reused).
+_BASE_RECORD = "-"
+
+
+def prefill_detector(model: kvprobe.Model, template: str, system: str | None, chat: bool, old: str, later: str
+                     ) -> tuple[kvprobe.History, str]:
+    """Prefill one detector prompt, reusing the K/V of the template's instruction text.
+
+    All prompts of one template share the instructions before the old record. They are
+    prefilled once per (model, template, system, chat), from the template with a fixed
+    stand-in record, and copied into each history (``Model.prefill(reuse=...)``), so a
+    history never depends on which pairs share a batch or a run.
+    """
+    bases = _BASES.setdefault(model, {})
+    key = (template, system, chat)
+    if key not in bases:
+        bases[key] = model.prefill(detector_prompt(template, _BASE_RECORD, _BASE_RECORD, system, chat)[0])
+    prompt, question = detector_prompt(template, old, later, system, chat)
+    return model.prefill(prompt, reuse=bases[key]), question
+
+
 def run_text_detectors(model: kvprobe.Model, pairs: Sequence[RecordPair], names: Sequence[str],
                        max_new_tokens: int = MAX_NEW_TOKENS, chat: bool | None = None,
                        allow_fence: bool = True) -> list[dict[str, dict[str, Any]]]:
@@ -195,8 +219,8 @@ def run_text_detectors(model: kvprobe.Model, pairs: Sequence[RecordPair], names:
     for i, pair in enumerate(pairs):
         for name in names:
             det = TEXT_DETECTORS[name]
-            prompt, later = detector_prompt(det.prompt, pair.a_text, pair.b_text, det.system, chat)
-            items.append((model.prefill(prompt), kvprobe.Request(later, kvprobe.Full())))
+            history, later = prefill_detector(model, det.prompt, det.system, chat, pair.a_text, pair.b_text)
+            items.append((history, kvprobe.Request(later, kvprobe.Full())))
             keys.append((i, name))
     answers = decoding.answer(model, items, max_new_tokens=max_new_tokens)
     out: list[dict[str, dict[str, Any]]] = [{} for _ in pairs]
@@ -223,8 +247,8 @@ def yes_no_scores(model: kvprobe.Model, pairs: Sequence[RecordPair], chat: bool 
     chat = use_chat(model, chat)
     items = []
     for pair in pairs:
-        prompt, later = detector_prompt(strings.YES_NO, pair.a_text, pair.b_text, strings.YES_NO_SYSTEM, chat)
-        items.append((model.prefill(prompt), kvprobe.Request(later, kvprobe.Full())))
+        history, later = prefill_detector(model, strings.YES_NO, strings.YES_NO_SYSTEM, chat, pair.a_text, pair.b_text)
+        items.append((history, kvprobe.Request(later, kvprobe.Full())))
     answers = decoding.answer(model, items, candidates=[strings.YES_NO_TOKENS] * len(items))
     rows = []
     for ans in answers:

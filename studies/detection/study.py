@@ -13,9 +13,9 @@ Record pairs come from two datasets:
 Detectors (``detectors.py``): the direct, expanded and asserted-value JSON
 classifiers (greedy, 128 tokens) and the YES/NO score. One row per (pair,
 detector), holding the raw output, its parse reason and decision, or the score.
-Which detectors run on which dataset is a parameter; by default the JSON
-classifiers run on the records (where the paper evaluates them) and the YES/NO
-score on both (the calibration analysis uses it on the quantity set).
+Which detectors run on which dataset and split is a parameter; by default the
+JSON classifiers run on the test records (where the paper evaluates them) and the
+YES/NO score everywhere (thresholds are fitted on the development split).
 """
 
 from __future__ import annotations
@@ -77,6 +77,9 @@ class DetectionStudy:
     #: detectors per dataset; JSON classifiers on the records, the YES/NO score everywhere.
     record_detectors: tuple[str, ...] = DETECTORS
     quantity_detectors: tuple[str, ...] = (YES_NO,)
+    #: splits the JSON classifiers run on (the paper evaluates them on the 300 test histories; the
+    #: development split only needs the YES/NO score, for thresholds)
+    text_detector_splits: tuple[str, ...] = ("test",)
     max_new_tokens: int = MAX_NEW_TOKENS
     chat: bool | None = None  # None: the chat template when the tokenizer has one
     allow_fence: bool = True
@@ -112,7 +115,8 @@ class DetectionStudy:
         return self._cases
 
     def detectors_for(self, case: DetectionCase) -> tuple[str, ...]:
-        return self.record_detectors if case.dataset == "records" else self.quantity_detectors
+        names = self.record_detectors if case.dataset == "records" else self.quantity_detectors
+        return tuple(n for n in names if n not in TEXT_DETECTORS or case.split in self.text_detector_splits)
 
     def run_cases(self, model: kvprobe.Model, cases: list[DetectionCase]) -> list[list[dict[str, Any]]]:
         """Every (pair, detector) row of a batch; the JSON classifiers run as one generation batch."""
