@@ -214,6 +214,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         study = ComponentStudy(n_per_family=args.n, budget=args.budget, cases_per_batch=args.cases_per_batch)
         return _run_and_summarize(args, study, write_summary)
+    if args.study == "derived-note":
+        from studies.derived_note.study import DerivedNoteStudy, run
+        from studies.derived_note.summary import write_summary
+
+        study = DerivedNoteStudy(n_groups=args.n, **_budget(args), cases_per_batch=args.cases_per_batch)
+        return _run_and_summarize(args, study, write_summary, run=run)
     # Studies build on the core; the CLI loads them on demand.
     from studies.quantity.study import QuantityStudy
     from studies.quantity.summary import write_summary
@@ -281,12 +287,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_and_summarize(args: argparse.Namespace, study, write_summary) -> int:
+def _run_and_summarize(args: argparse.Namespace, study, write_summary, run=None) -> int:
+    """Run ``study`` (with ``run(study=..., ...)`` instead of ``run_study`` when a study logs more), then summarize."""
     from studies.runner import run_study
 
     model = _load(args.model, args.quiet, args.attn)
     out = args.out or f"runs/{study.name}/{model.name}"
-    info = run_study(study, model, out, progress=not args.quiet)
+    if run is None:
+        info = run_study(study, model, out, progress=not args.quiet)
+    else:
+        info = run(model, out, study=study, progress=not args.quiet)
     write_summary(out, seed=args.seed)
     if not args.quiet:
         print(f"{info.cases_run} cases run, {info.cases_skipped} already done; results in {out}/")

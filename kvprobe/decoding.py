@@ -148,6 +148,15 @@ def batches(model: "Model", lengths: Sequence[int]) -> list[list[int]]:
     return list(groups.values())
 
 
+def _check_candidates(candidates: Sequence[Sequence[str]], n_items: int) -> None:
+    """One non-empty list of non-empty strings per request."""
+    if len(candidates) != n_items:
+        raise ValueError(f"{len(candidates)} candidate lists for {n_items} requests")
+    for cands in candidates:
+        if not cands or any(not c for c in cands):
+            raise ValueError("candidates must be a non-empty list of non-empty strings")
+
+
 def answer(
     model: "Model",
     items: Sequence[tuple["History", Request]],
@@ -171,11 +180,7 @@ def answer(
     if max_new_tokens < 0:
         raise ValueError("max_new_tokens must be at least 0")
     if candidates is not None:
-        if len(candidates) != len(items):
-            raise ValueError(f"{len(candidates)} candidate lists for {len(items)} requests")
-        for cands in candidates:
-            if not cands or any(not c for c in cands):
-                raise ValueError("candidates must be a non-empty list of non-empty strings")
+        _check_candidates(candidates, len(items))
     states = prepare_states(model, items)
     suffixes = [suffix_ids(model, h, r.question) for h, r in items]
     token_ids: dict[str, list[int]] = {}
@@ -254,11 +259,7 @@ def reason_then_score(
     """
     if budget < 0:
         raise ValueError("budget must be at least 0")
-    if len(candidates) != len(items):
-        raise ValueError(f"{len(candidates)} candidate lists for {len(items)} requests")
-    for cands in candidates:
-        if not cands or any(not c for c in cands):
-            raise ValueError("candidates must be a non-empty list of non-empty strings")
+    _check_candidates(candidates, len(items))
     states = prepare_states(model, items)
     suffixes = [suffix_ids(model, h, r.question) for h, r in items]
     cue_ids = model.tokenizer(cue, add_special_tokens=False)["input_ids"] if cue else []

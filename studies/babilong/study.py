@@ -30,6 +30,7 @@ from typing import Any
 import kvprobe
 from kvprobe import decoding
 
+from ..conditions import check_unchanged
 from . import grading, samples
 
 POLICIES = ("full", "naive", "dependency", "neutral")
@@ -95,8 +96,7 @@ class BabilongStudy:
         for case, history, conditions in prepared:
             out.append([self._row(case, history, name, cond, next(answers).generation)
                         for name, cond in conditions.items()])
-            if not history.check_digest():
-                raise RuntimeError(f"{case.case_id}: the shared history cache changed during the case")
+            check_unchanged(history, case.case_id)
         return out
 
     def prepare(self, model: kvprobe.Model, case: BabilongCase) -> tuple[kvprobe.History, str, dict[str, Any]]:

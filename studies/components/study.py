@@ -38,15 +38,14 @@ UNCLEAR in the paper, our choices:
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import kvprobe
 from kvprobe.decoding import reason_then_score
 
+from ..conditions import check_unchanged, supported
 from . import strings
 from .clusters import FAMILIES, QUERIES, SEED, STATES, Cluster, clusters_hash, generate_clusters, prompt
 
@@ -131,17 +130,11 @@ class ComponentStudy:
 
     def run_cases(self, model: kvprobe.Model, cases: list[ComponentCase]) -> list[list[dict[str, Any]]]:
         """Every (case, query, condition) row of a batch in one ``reason_then_score`` call."""
-        from interventions import refusal
-
         prepared, items, candidates = [], [], []
         for case in cases:
             history = model.prefill(prompt(case.cluster, case.state))
             conditions, old, matched = conditions_for(history)
-            for name, condition in list(conditions.items()):
-                reason = refusal(condition, history)
-                if reason is not None:
-                    _warn_once(model.name, name, reason)
-                    del conditions[name]
+            conditions = supported(self.name, history, conditions)
             prepared.append((case, history, conditions, old, matched))
             for query in QUERIES:
                 text, options = case.cluster.query(query), list(case.cluster.options(query))
@@ -171,12 +164,6 @@ class ComponentStudy:
                         "matched_span": [matched.start, matched.end], "position": cl.position,
                         "direction": cl.direction, "prompt_sha256": history.rendered.sha256,
                     })
-            if not history.check_digest():
-                raise RuntimeError(f"{case.case_id}: the shared history cache changed during the case")
+            check_unchanged(history, case.case_id)
             out.append(rows)
         return out
-
-
-@functools.lru_cache(maxsize=None)
-def _warn_once(model: str, condition: str, reason: str) -> None:
-    warnings.warn(f"components study on {model}: condition {condition!r} left out: {reason}", stacklevel=3)

@@ -20,15 +20,14 @@ alias with EOS; the historical question's retained-text stratum is recorded.
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import kvprobe
 from kvprobe import decoding
 
+from ..conditions import check_unchanged, supported
 from .generate import generate_cases
 from .history import build_history, contains_answer, normalized_exact_match, questions, retained_text, \
     source_segments, value_spans
@@ -76,7 +75,7 @@ class MQuAKEStudy:
 
     def prepare(self, model: kvprobe.Model, case: MQuAKEStudyCase) -> tuple[kvprobe.History, dict[str, Any]]:
         """Prefill the history; the policies that apply to this model."""
-        from interventions import Compact, OnlineMask, Rebuild, TextRecompute, refusal
+        from interventions import Compact, OnlineMask, Rebuild, TextRecompute
 
         segments = build_history(case.case)
         chat = self.chat if self.chat is not None else getattr(model.tokenizer, "chat_template", None) is not None
@@ -94,14 +93,8 @@ class MQuAKEStudy:
             "rebuild": Rebuild(source_spans),
             "compact": Compact(source_spans),
         }
-        conditions = {}
-        for name, condition in candidates.items():
-            reason = refusal(condition, history)
-            if reason is None:
-                conditions[name] = kvprobe.Prepared.of(model, history, condition)
-            else:
-                _warn_once(model.name, name, reason)
-        return history, conditions
+        return history, {name: kvprobe.Prepared.of(model, history, condition)
+                         for name, condition in supported(self.name, history, candidates).items()}
 
     def run_cases(self, model: kvprobe.Model, cases: list[MQuAKEStudyCase]) -> list[list[dict[str, Any]]]:
         """Every (case, question, policy) row of a batch in one ``decoding.answer`` call."""
@@ -128,12 +121,6 @@ class MQuAKEStudy:
                         "em": normalized_exact_match(g.text, gold, g.stop_reason == "eos"),
                         "contains": contains_answer(g.text, gold), "retained_text": retained,
                     })
-            if not history.check_digest():
-                raise RuntimeError(f"{case.case_id}: the shared history cache changed during the case")
+            check_unchanged(history, case.case_id)
             out.append(rows)
         return out
-
-
-@functools.lru_cache(maxsize=None)
-def _warn_once(model: str, condition: str, reason: str) -> None:
-    warnings.warn(f"mquake study on {model}: condition {condition!r} left out: {reason}", stacklevel=3)

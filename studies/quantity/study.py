@@ -20,6 +20,7 @@ from typing import Any
 import kvprobe
 from kvprobe import decoding
 
+from ..conditions import check_unchanged
 from . import grading, tasks
 
 #: Answer budget (paper section 1.3: 40 tokens for the small models).
@@ -84,8 +85,7 @@ class QuantityStudy:
             for q in asked:
                 got = {name: next(answers) for name in conds}
                 rows.extend(self._rows(case, history, q, got, spans))
-            if not history.check_digest():
-                raise RuntimeError(f"{case.case_id}: the shared history cache changed during the case")
+            check_unchanged(history, case.case_id)
             out.append(rows)
         return out
 

@@ -18,11 +18,9 @@ parameter here, marked UNCLEAR with the choice we made:
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import random
-import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -283,20 +281,12 @@ def study_conditions(history: kvprobe.History, case: Case, operations: bool = Tr
         "number-control": kvprobe.matched_control(history, number, "note"),
     }
     if operations:
-        from interventions import Compact, Rebuild, TextRecompute, refusal
+        from interventions import Compact, Rebuild, TextRecompute
 
+        from ..conditions import supported
+
+        # Operations the model's architecture cannot support (compaction with recurrent
+        # layers...) are left out, with a warning saying why.
         ops = {"recompute": TextRecompute("A"), "rebuild": Rebuild(source.spans), "compact": Compact(source.spans)}
-        for name, op in ops.items():
-            # Operations the model's architecture cannot support (compaction with recurrent
-            # layers...) are left out, with a warning saying why.
-            reason = refusal(op, history)
-            if reason is None:
-                conds[name] = op
-            else:
-                _warn_once(history.model.name, name, reason)
+        conds.update(supported("quantity", history, ops))
     return conds
-
-
-@functools.lru_cache(maxsize=None)
-def _warn_once(model: str, condition: str, reason: str) -> None:
-    warnings.warn(f"quantity study on {model}: condition {condition!r} left out: {reason}", stacklevel=3)

@@ -37,6 +37,7 @@ from kvprobe import decoding
 from studies.detection.detectors import REPLACEMENT, RecordPair, run_text_detectors, use_chat
 from studies.quantity.grading import normalize, parse_strict
 
+from ..conditions import check_unchanged
 from .cases import RecordHistory, question_text, record_histories
 
 POLICIES = ("keep-all", "detector-mask", "detector-recompute", "oracle-mask", "oracle-recompute",
@@ -181,7 +182,6 @@ class RecordsStudy:
                         "prompt_sha256": history.rendered.sha256, **grade(g.text, reference, values),
                         "mentions_old": normalize(case.case.old_value) in normalize(g.text),
                     })
-            if not history.check_digest():
-                raise RuntimeError(f"{case.case_id}: the shared history cache changed during the case")
+            check_unchanged(history, case.case_id)
             out.append(rows)
         return out

@@ -1,0 +1,74 @@
+"""Scoring of derived-note answers (paper app:v5_propagation L5843-5848; spec partD section 0).
+
+Primary score, **exact field** (spec partD 0: "case-folded, whitespace-normalised
+equality of the JSON ``answer`` field; malformed JSON counts as wrong"): the
+response is parsed with the quantity study's strict parser
+(:func:`studies.quantity.grading.parse_strict`: exactly one JSON object with one
+string field ``answer``, nothing else; one clean outer Markdown fence allowed, as
+in the paper's v35 rule) and the field must equal the reference after
+:func:`studies.quantity.grading.normalize`. Our choices (UNCLEAR in the paper):
+an output that hit the token cap is never correct (EOS precondition, as in the
+quantity study); the parse failure kind is recorded (``parse_reason``).
+
+Categories (precedence ours): ``capped`` > ``format_failure`` > ``unknown`` >
+``correct`` > ``other_value`` (the contrasting value: A's route for current
+questions, B's zone for historical ones) > ``wrong_value``.
+
+Secondary, **lenient** (ours, for small models that answer in prose): EOS, and of
+the two values (reference, other), the first one that occurs word-bounded and
+case-folded anywhere in the output is the reference.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from studies.quantity.grading import normalize, parse_strict
+
+CATEGORIES = ("capped", "format_failure", "unknown", "correct", "other_value", "wrong_value")
+
+
+@dataclass(frozen=True)
+class Grade:
+    """Grade of one answer (see the module docstring)."""
+
+    correct: bool
+    category: str
+    parse_reason: str
+    answer: str | None
+    fenced: bool
+    strict_single_field: bool
+    lenient_correct: bool
+    first_value: str | None  # "reference", "other" or None (neither value occurs)
+
+
+def first_value(text: str, reference: str, other: str) -> str | None:
+    """Which of the two values occurs first (word-bounded, case-folded) in ``text``."""
+    hay = text.casefold()
+    found = []
+    for label, value in (("reference", reference), ("other", other)):
+        m = re.search(rf"(?<![\w-]){re.escape(value.casefold())}(?![\w-])", hay)
+        if m:
+            found.append((m.start(), -len(value), label))
+    return min(found)[2] if found else None
+
+
+def grade(text: str, stop_reason: str, reference: str, other: str) -> Grade:
+    """Grade an answer against its reference and contrasting value; ``stop_reason`` is "eos" or "cap"."""
+    if stop_reason not in ("eos", "cap"):
+        raise ValueError(f"stop_reason must be 'eos' or 'cap', got {stop_reason!r}")
+    eos = stop_reason == "eos"
+    parsed = parse_strict(text, allow_fence=True)
+    if not eos:
+        category = "capped"
+    elif not parsed.ok:
+        category = "format_failure"
+    else:
+        a = normalize(parsed.answer or "")
+        category = ("unknown" if a == "unknown" else "correct" if a == normalize(reference)
+                    else "other_value" if a == normalize(other) else "wrong_value")
+    first = first_value(text, reference, other)
+    return Grade(correct=category == "correct", category=category, parse_reason=parsed.reason,
+                 answer=parsed.answer, fenced=parsed.fenced, strict_single_field=parsed.strict_single_field,
+                 lenient_correct=eos and first == "reference", first_value=first)

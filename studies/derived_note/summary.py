@@ -1,0 +1,274 @@
+"""Summary and report of a derived-note run, recomputed from ``results.jsonl`` (paper app:v5_propagation).
+
+Per (note, query, condition) cell: exact-field correct answers, lenient
+answers, valid JSON, EOS, UNKNOWN and parse-failure kinds; the change in
+correct answers against full access and against the A-only mask (corrections,
+reversals, percentage points with a paired 95 % interval); the mean margin
+m = log p(right JSON) - log p(other JSON) and its change against full access
+and the A-only mask. Intervals: 10,000 paired bootstrap resamples of the base
+groups (a group's notes, queries and conditions stay together; spec partD
+section 0), percentile 95 %, the same draws for every statistic; the paper's
+seed 20260919 is :func:`write_summary`'s default.
+
+Key contrasts (paper L5851-5863, with the Llama anchors in the report):
+mask C vs full (current accuracy); the margin gain of masking C beyond the
+neutral control, read as the difference in differences
+[m(derived, mask C) - m(derived, full)] - [m(neutral, mask C) - m(neutral, full)]
+(UNCLEAR which form the paper uses; the direct m(derived, mask C) -
+m(neutral, mask C) is reported too); mask A vs full; selective refresh and full
+recompute vs mask A (accuracy, margin, margin beyond the neutral note); mask A+C
+vs mask A; historical accuracy under the refreshed arms.
+
+Operation cost (not in the rows): ``operation_costs.jsonl`` next to the results,
+if present (last entry per case and condition), median seconds per condition
+and its ratio to the A-only mask.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from readouts.stats import group_bootstrap_indices
+
+from ..runner import read_rows, write_run_summary
+from .groups import NOTES, QUERIES
+from .history import CONDITIONS
+from .study import COSTS
+
+DRAWS = 10_000
+#: The paper's bootstrap seed (spec partD section 0).
+PAPER_SEED = 20260919
+
+Vec = Callable[[str, str, str, str], np.ndarray]
+
+#: (key, label, unit, paper anchor, function of the vector getter) of every key contrast.
+CONTRASTS: list[tuple[str, str, str, str, Callable[[Vec], np.ndarray]]] = [
+    ("maskC_vs_full_current", "mask C vs full, current accuracy (derived note)", "pp", "Llama +26 [14, 38]",
+     lambda v: v("derived", "current", "mask-C", "correct") - v("derived", "current", "full", "correct")),
+    ("maskC_vs_full_current_neutral", "mask C vs full, current accuracy (neutral control)", "pp", "",
+     lambda v: v("neutral", "current", "mask-C", "correct") - v("neutral", "current", "full", "correct")),
+    ("maskC_margin_beyond_neutral", "mask C margin gain vs full, derived minus neutral control (current)", "nats",
+     "Llama 1.62 [1.32, 1.92]",
+     lambda v: (v("derived", "current", "mask-C", "margin") - v("derived", "current", "full", "margin"))
+     - (v("neutral", "current", "mask-C", "margin") - v("neutral", "current", "full", "margin"))),
+    ("maskC_margin_derived_minus_neutral", "mask C margin, derived minus neutral (current; direct form)", "nats", "",
+     lambda v: v("derived", "current", "mask-C", "margin") - v("neutral", "current", "mask-C", "margin")),
+    ("maskA_vs_full_current", "mask A vs full, current accuracy (derived note)", "pp", "Llama -6 [-14, 2]",
+     lambda v: v("derived", "current", "mask-A", "correct") - v("derived", "current", "full", "correct")),
+    ("refresh_vs_maskA_current", "selective refresh vs mask A, current accuracy (derived note)", "pp",
+     "Llama +18 [6, 32]",
+     lambda v: v("derived", "current", "refresh", "correct") - v("derived", "current", "mask-A", "correct")),
+    ("refresh_vs_maskA_margin", "selective refresh vs mask A, current margin (derived note)", "nats",
+     "Qwen -0.43 [-0.66, -0.21], -0.30 [-0.57, -0.03]",
+     lambda v: v("derived", "current", "refresh", "margin") - v("derived", "current", "mask-A", "margin")),
+    ("refresh_vs_maskA_margin_beyond_neutral", "selective refresh vs mask A margin, derived minus neutral (current)",
+     "nats", "Llama 0.44 [-0.07, 0.97]",
+     lambda v: (v("derived", "current", "refresh", "margin") - v("derived", "current", "mask-A", "margin"))
+     - (v("neutral", "current", "refresh", "margin") - v("neutral", "current", "mask-A", "margin"))),
+    ("recompute_vs_maskA_current", "full recompute vs mask A, current accuracy (derived note)", "pp",
+     "Llama +16 [4, 30]",
+     lambda v: v("derived", "current", "full-recompute", "correct") - v("derived", "current", "mask-A", "correct")),
+    ("recompute_vs_maskA_margin", "full recompute vs mask A, current margin (derived note)", "nats", "",
+     lambda v: v("derived", "current", "full-recompute", "margin") - v("derived", "current", "mask-A", "margin")),
+    ("maskAC_vs_maskA_current", "mask A+C vs mask A, current accuracy (derived note)", "pp",
+     "Llama-3.1-70B +8 [2, 16] (256 tokens)",
+     lambda v: v("derived", "current", "mask-AC", "correct") - v("derived", "current", "mask-A", "correct")),
+    ("refresh_vs_full_historical", "selective refresh vs full, historical accuracy (derived note)", "pp",
+     "Gemma 31B 50 -> 8 of 50 (256 tokens)",
+     lambda v: v("derived", "historical", "refresh", "correct") - v("derived", "historical", "full", "correct")),
+    ("recompute_vs_full_historical", "full recompute vs full, historical accuracy (derived note)", "pp", "",
+     lambda v: v("derived", "historical", "full-recompute", "correct")
+     - v("derived", "historical", "full", "correct")),
+]
+
+
+def _order(values: list[str], known: tuple[str, ...]) -> list[str]:
+    return sorted(values, key=lambda x: (known.index(x) if x in known else len(known), x))
+
+
+class _Bootstrap:
+    """Paired group bootstrap: statistics are group means over the same draws (NaN = group not in the cell)."""
+
+    def __init__(self, groups: list[str], draws: int, seed: int) -> None:
+        self.weights = group_bootstrap_indices(groups, n_draws=draws, seed=seed).weights().astype(float)
+
+    def mean(self, v: np.ndarray, scale: float = 1.0) -> dict[str, Any] | None:
+        present = ~np.isnan(v)
+        if not present.any():
+            return None
+        w = self.weights * present
+        with np.errstate(invalid="ignore", divide="ignore"):
+            boot = (w @ np.where(present, v, 0.0)) / w.sum(axis=1)
+        boot = boot[~np.isnan(boot)]
+        return {"mean": float(np.mean(v[present]) * scale), "n": int(present.sum()),
+                "ci": [float(np.percentile(boot, 2.5) * scale), float(np.percentile(boot, 97.5) * scale)]}
+
+
+def _versus(mine: np.ndarray, base: np.ndarray, boot: _Bootstrap) -> dict[str, Any]:
+    both = ~np.isnan(mine) & ~np.isnan(base)
+    diff = np.where(both, mine - base, np.nan)
+    return {"change": int(np.nansum(diff)), "corrections": int((diff > 0).sum()),
+            "reversals": int((diff < 0).sum()), "pp": boot.mean(diff, 100.0)}
+
+
+def read_costs(out_dir: Path | str) -> dict[str, Any] | None:
+    """Median operation seconds per condition from ``operation_costs.jsonl`` (None if absent)."""
+    path = Path(out_dir) / COSTS
+    if not path.exists():
+        return None
+    last: dict[tuple[str, str], dict[str, Any]] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            last[(entry["case_id"], entry["condition"])] = entry
+    by_condition: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for (_, cond), entry in last.items():
+        by_condition[cond].append(entry)
+    out = {}
+    for cond in _order(list(by_condition), CONDITIONS):
+        seconds = np.array([e["seconds"] for e in by_condition[cond]])
+        out[cond] = {"n": len(seconds), "median_seconds": float(np.median(seconds)),
+                     "mean_seconds": float(seconds.mean()),
+                     "median_recomputed_tokens": float(np.median([e["recomputed_tokens"] for e in by_condition[cond]])),
+                     "median_history_tokens": float(np.median([e["history_tokens"] for e in by_condition[cond]]))}
+    base = out.get("mask-A", {}).get("median_seconds")
+    for entry in out.values():
+        entry["ratio_vs_mask_A"] = entry["median_seconds"] / base if base else None
+    return out
+
+
+def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[str, Any]:
+    """Recompute the summary from the rows on disk (module docstring)."""
+    cells: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
+    n_rows = 0
+    for row in read_rows(out_dir):
+        cells[(row["note"], row["query"], row["condition"])][row["group_id"]] = row
+        n_rows += 1
+    group_ids = sorted({g for cell in cells.values() for g in cell})
+    index = {g: i for i, g in enumerate(group_ids)}
+    boot = _Bootstrap(group_ids, draws, seed)
+
+    def vec(note: str, query: str, cond: str, key: str) -> np.ndarray:
+        v = np.full(len(group_ids), np.nan)
+        for g, row in cells.get((note, query, cond), {}).items():
+            if row.get(key) is not None:
+                v[index[g]] = float(row[key])
+        return v
+
+    notes = _order(list({k[0] for k in cells}), NOTES)
+    queries = _order(list({k[1] for k in cells}), QUERIES)
+    out_cells = []
+    for note in notes:
+        for query in queries:
+            for cond in _order([k[2] for k in cells if k[:2] == (note, query)], CONDITIONS):
+                rows = list(cells[(note, query, cond)].values())
+                cell: dict[str, Any] = {
+                    "note": note, "query": query, "condition": cond, "n": len(rows),
+                    "correct": sum(r["correct"] for r in rows),
+                    "lenient_correct": sum(r["lenient_correct"] for r in rows),
+                    "valid_json": sum(r["parse_reason"] == "ok" for r in rows),
+                    "eos": sum(r["stop_reason"] == "eos" for r in rows),
+                    "unknown": sum(r["category"] == "unknown" for r in rows),
+                    "categories": dict(sorted(Counter(r["category"] for r in rows).items())),
+                    "parse_failures": dict(sorted(Counter(r["parse_reason"] for r in rows
+                                                          if r["parse_reason"] != "ok").items())),
+                    "margin": boot.mean(vec(note, query, cond, "margin")),
+                }
+                for base in ("full", "mask-A"):
+                    if cond == base or (note, query, base) not in cells:
+                        continue
+                    key = "vs_full" if base == "full" else "vs_mask_A"
+                    mine, ref = vec(note, query, cond, "correct"), vec(note, query, base, "correct")
+                    cell[key] = {**_versus(mine, ref, boot),
+                                 "lenient": _versus(vec(note, query, cond, "lenient_correct"),
+                                                    vec(note, query, base, "lenient_correct"), boot),
+                                 "margin": boot.mean(vec(note, query, cond, "margin")
+                                                     - vec(note, query, base, "margin"))}
+                out_cells.append(cell)
+    contrasts = []
+    for key, label, unit, paper, fn in CONTRASTS:
+        stat = boot.mean(fn(vec), 100.0 if unit == "pp" else 1.0)
+        contrasts.append({"key": key, "label": label, "unit": unit, "paper": paper, "stat": stat})
+    return {"groups": len(group_ids), "rows": n_rows, "draws": draws, "seed": seed, "cells": out_cells,
+            "contrasts": contrasts, "operation_cost": read_costs(out_dir)}
+
+
+# ----------------------------------------------------------------------------- report
+
+def _ci(stat: dict[str, Any] | None, fmt: str = "+.2f") -> str:
+    if not stat:
+        return ""
+    return f"{stat['mean']:{fmt}} [{stat['ci'][0]:{fmt}}, {stat['ci'][1]:{fmt}}]"
+
+
+def _change(v: dict[str, Any] | None) -> str:
+    if not v:
+        return ""
+    return f"{v['change']:+d} ({v['corrections']}/{v['reversals']}) {_ci(v['pp'], '+.0f')}"
+
+
+def _cell_table(cells: list[dict[str, Any]]) -> list[str]:
+    lines = ["| condition | correct | vs full: net (C/R) pp [95% CI] | vs mask A: net (C/R) pp [95% CI] | lenient "
+             "| valid JSON | EOS | UNKNOWN | mean margin [95% CI] | margin vs full [95% CI] | margin vs mask A "
+             "[95% CI] | format failures |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cells:
+        fails = ", ".join(f"{k} {v}" for k, v in sorted(c["parse_failures"].items(), key=lambda kv: -kv[1]))
+        lines.append(
+            f"| {c['condition']} | {c['correct']}/{c['n']} | {_change(c.get('vs_full'))} "
+            f"| {_change(c.get('vs_mask_A'))} | {c['lenient_correct']} | {c['valid_json']} | {c['eos']} "
+            f"| {c['unknown']} | {_ci(c['margin'])} | {_ci((c.get('vs_full') or {}).get('margin'))} "
+            f"| {_ci((c.get('vs_mask_A') or {}).get('margin'))} | {fails} |")
+    return lines
+
+
+def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
+    """Markdown report: key contrasts, one table per note and query, operation cost, run time."""
+    model = config.get("model", {}).get("name", "?")
+    study = config.get("study_config", {})
+    lines = [
+        f"# Derived note and selective refresh: {model}", "",
+        f"{summary['groups']} groups (seed {study.get('seed')}), notes {study.get('notes')}, {summary['rows']} rows; "
+        f"greedy answers of at most {study.get('max_new_tokens')} tokens, EOS stop. Correct = exact normalized "
+        "JSON answer field with EOS (one outer code fence allowed); lenient = the first of the two values "
+        "mentioned is the right one, with EOS. Margin = log p(right JSON) - log p(other JSON), nats. Intervals: "
+        f"paired bootstrap of groups, {summary['draws']:,} draws, seed {summary['seed']}, percentile 95 %.", "",
+        "## Key contrasts", "",
+        "| contrast | estimate [95% CI] | n | paper anchor |", "|---|---|---|---|",
+    ]
+    for c in summary["contrasts"]:
+        s = c["stat"]
+        est = f"{_ci(s, '+.1f' if c['unit'] == 'pp' else '+.2f')} {c['unit']}" if s else "n/a"
+        lines.append(f"| {c['label']} | {est} | {s['n'] if s else 0} | {c['paper']} |")
+    for note in NOTES:
+        for query in QUERIES:
+            cells = [c for c in summary["cells"] if (c["note"], c["query"]) == (note, query)]
+            if cells:
+                lines += ["", f"## {query} question, {note} note", "", *_cell_table(cells)]
+    lines += ["", "C/R = corrections / reversals against the base condition; net and pp are the change in correct "
+              "answers."]
+    cost = summary.get("operation_cost")
+    if cost:
+        lines += ["", "## Operation cost", "",
+                  "Seconds to prepare each condition's cache (crop/copy plus recomputation; excludes the shared "
+                  "prefill and the question and answer tokens), median over cases.", "",
+                  "| condition | cases | median s | ratio to mask A | median recomputed tokens | median history "
+                  "tokens |", "|---|---|---|---|---|---|"]
+        for cond, e in cost.items():
+            ratio = f"{e['ratio_vs_mask_A']:.1f}x" if e["ratio_vs_mask_A"] else ""
+            lines.append(f"| {cond} | {e['n']} | {e['median_seconds']:.4f} | {ratio} | "
+                         f"{e['median_recomputed_tokens']:.0f} | {e['median_history_tokens']:.0f} |")
+    if timing:
+        per = f", {timing['seconds_per_case']:.1f} s per case" if timing.get("seconds_per_case") else ""
+        lines += ["", f"Run time: {timing['seconds'] / 60:.1f} min for {timing['cases_run']} cases{per}."]
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]:
+    """``summary.json`` and ``report.md`` of a run directory (paper seed by default)."""
+    return write_run_summary(out_dir, summarize, format_report, seed)
