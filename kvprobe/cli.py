@@ -272,6 +272,10 @@ def _run_detection_or_records(args: argparse.Namespace) -> int:
 
         study = RecordsStudy(n_groups=args.groups, detections=args.detections, detector=args.detector,
                              **_budget(args), cases_per_batch=args.cases_per_batch)
+        if args.readout_scores:
+            import functools
+
+            write_summary = functools.partial(write_summary, readout_scores=args.readout_scores)
     return _run_and_summarize(args, study, write_summary)
 
 
@@ -303,13 +307,32 @@ def _run_and_summarize(args: argparse.Namespace, study, write_summary, run=None)
     return 0
 
 
+#: Studies whose run directories ``kvprobe report`` rewrites: module of their write_summary.
+SUMMARIES = {"quantity": "studies.quantity.summary", "babilong": "studies.babilong.summary",
+             "mquake": "studies.mquake.summary", "detection": "studies.detection.summary",
+             "records": "studies.records.summary", "components": "studies.components.summary",
+             "derived-note": "studies.derived_note.summary"}
+
+
 def cmd_report(args: argparse.Namespace) -> int:
-    from studies.quantity.summary import write_summary
+    import importlib
+
     from studies.quantity.threshold import format_thresholds, write_thresholds
     from studies.runner import results_file
 
     for run_dir in args.runs:
         results_file(run_dir)  # a clear error before anything is written
+    write_summary = importlib.import_module(SUMMARIES[args.study]).write_summary
+    if args.study == "records" and args.readout_scores:
+        import functools
+
+        write_summary = functools.partial(write_summary, readout_scores=args.readout_scores)
+    if args.study != "quantity":
+        for run_dir in args.runs:
+            write_summary(run_dir, seed=args.seed)
+            if not args.quiet:
+                print(f"rewrote summary.json and report.md in {run_dir}/")
+        return 0
     if len(args.runs) == 1:
         write_summary(args.runs[0], seed=args.seed)
         if not args.quiet:
@@ -404,6 +427,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detector", default="asserted-value", choices=["direct", "expanded", "asserted-value"],
                    help="records: the JSON detector whose decisions drive the detector policies "
                    "(default asserted-value)")
+    p.add_argument("--readout-scores", default=None,
+                   help="records: a `kvprobe readout` scores.json (or its folder) of the same records; its fixed "
+                   "distance and probes also rank histories in the coverage curves")
     p.add_argument("--dev", action="store_true", help="use the 18 development groups instead of the test groups")
     p.add_argument("--seed", type=int, default=20260916, help="generator and bootstrap seed (default 20260916)")
     p.add_argument("--max-new-tokens", type=int, default=None,
@@ -496,12 +522,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_conditions)
 
     p = sub.add_parser("report", help="rewrite a run's report, or compare runs of several models",
-                       description="With one run directory: recompute summary.json, report.md and figure.png "
-                       "from its results.jsonl. With several (one model each): fit the warning threshold tau on "
+                       description="With one run directory: recompute summary.json, report.md (and figures) "
+                       "from its results.jsonl. Quantity with several (one model each): fit the warning threshold tau on "
                        "all models but one and test it on that one, for each model in turn; writes "
                        "thresholds.json and thresholds.md under --out.")
-    p.add_argument("study", choices=["quantity"], help="which study")
-    p.add_argument("runs", nargs="+", help="output directories of `kvprobe run`")
+    p.add_argument("study", choices=list(SUMMARIES), help="which study")
+    p.add_argument("runs", nargs="+", help="output directories of `kvprobe run` (several: quantity thresholds, "
+                   "or each rewritten for the other studies)")
+    p.add_argument("--readout-scores", default=None,
+                   help="records: a `kvprobe readout` scores.json (or its folder) whose readouts also rank "
+                   "the histories in the coverage curves")
     p.add_argument("--out", default=None, help="where to write thresholds.{json,md} (several runs)")
     p.add_argument("--seed", type=int, default=20260916, help="bootstrap seed (default 20260916)")
     p.add_argument("--quiet", action="store_true", help="print nothing on success")

@@ -196,6 +196,10 @@ def evaluate_records(g: StoreGroup, draws: int = DRAWS, seed: int = 0, probes: b
         "by_variant_mean": {name: {v: float(np.mean(s[test & (variant == v)])) for v in sorted(set(variant))}
                             for name, s in scores.items() if name in ("fixed d_V", "key similarity s_K")},
     }
+    held_out = dev | test  # per-case scores, so a readout can act as a detector (studies.detection)
+    result["case_scores"] = {"case_id": [str(c) for c in cases["case_id"][held_out]],
+                             "split": [str(s) for s in split[held_out]],
+                             "scores": {name: [float(x) for x in s[held_out]] for name, s in scores.items()}}
     if shuffled is not None:
         result["shuffled_label_control"] = {
             "role_auc": _null_summary([auc(s[test & role], y[test & role]) for s in shuffled]),

@@ -162,8 +162,16 @@ def plot_readouts(r: dict[str, Any], path: Path) -> Path:
 
 
 def write_group_report(r: dict[str, Any], out_dir: Path) -> Path:
-    """readouts.json, report.md and figure.png of one group's evaluation under ``out_dir``."""
+    """readouts.json, report.md and figure.png of one group's evaluation under ``out_dir``.
+
+    Per-case scores of the development and test cases (records only) go to ``scores.json``,
+    where ``studies.detection.readout_scores`` reads them as detector scores.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
+    r = dict(r)
+    case_scores = r.pop("case_scores", None)
+    if case_scores is not None:
+        atomic_write_text(out_dir / "scores.json", json.dumps(case_scores, sort_keys=True) + "\n")
     atomic_write_text(out_dir / "readouts.json", json.dumps(r, indent=1, sort_keys=True) + "\n")
     text = format_records_report(r) if r["dataset"] == "records" else format_pairs_report(r)
     atomic_write_text(out_dir / "report.md", text)

@@ -8,6 +8,7 @@ import pytest
 
 import kvprobe
 from studies.detection import strings
+from studies.detection.readout_scores import load_readout_scores
 from studies.records.cases import question_text, record_histories
 from studies.records.study import POLICIES, RecordsStudy, first_value, grade, policy_operation
 from studies.records.summary import write_summary
@@ -86,6 +87,15 @@ def test_tiny_run_shares_answers_and_keeps_the_history(tmp_path):
     assert summary["histories"] == 6 and "coverage" in summary
     assert (tmp_path / "coverage.png").exists()
     json.loads((tmp_path / "summary.json").read_text())
+    # A readout's per-case scores (kvprobe readout's scores.json) rank the histories too.
+    ids = sorted({r["case_id"] for r in rows})
+    scores = {"case_id": ids + ["rec-other"], "split": ["test"] * len(ids) + ["dev"],
+              "scores": {"joint K/V probe": [float(i) for i in range(len(ids))] + [0.0]}}
+    (tmp_path / "scores.json").write_text(json.dumps(scores))
+    ranked = write_summary(tmp_path, readout_scores=tmp_path / "scores.json")
+    assert set(ranked["coverage"]["lenient"]) == {"detector", "oracle label", "joint K/V probe"}
+    with pytest.raises(ValueError, match="no readout 'nope'"):
+        load_readout_scores(tmp_path, ["nope"])
     # Resuming reruns nothing and leaves the rows unchanged.
     before = (tmp_path / "results.jsonl").read_bytes()
     info = run_study(study, model, tmp_path, progress=False)

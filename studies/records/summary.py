@@ -12,9 +12,10 @@ utility of a history is its current-answer change under that mask.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -71,7 +72,10 @@ def _detector(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "accuracy": float(np.mean([f == bool(r["label"]) for f, r in zip(fire, rows)])) if rows else None}
 
 
-def summarize(out_dir: Path | str, seed: int = SEED, draws: int = DRAWS) -> dict[str, Any]:
+def summarize(out_dir: Path | str, seed: int = SEED, draws: int = DRAWS,
+              rankings: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
+    """The run's summary; ``rankings`` adds coverage curves ranked by other scores (e.g. learned
+    readouts, ``studies.detection.readout_scores``), ``{name: {case_id: score}}``."""
     rows = list(read_rows(out_dir))
     by_key: dict[tuple[str, str], dict[str, dict]] = defaultdict(dict)
     for r in rows:
@@ -88,15 +92,19 @@ def summarize(out_dir: Path | str, seed: int = SEED, draws: int = DRAWS) -> dict
                                "seed": seed, "rows": len(rows), "histories": len(keys)}
     masked = by_key.get(("current", "always-mask"), {})
     if keys and all(k in masked for k in keys):
-        scores = [float(base[k]["detector_decision"] == REPLACEMENT) for k in keys]
-        oracle = [float(base[k]["label"]) for k in keys]
+        ranked = {"detector": [float(base[k]["detector_decision"] == REPLACEMENT) for k in keys],
+                  "oracle label": [float(base[k]["label"]) for k in keys]}
+        for name, by_case in (rankings or {}).items():
+            missing = [k for k in keys if k not in by_case]
+            if missing:
+                raise ValueError(f"ranking {name!r} has no score for {missing[0]}")
+            ranked[name] = [float(by_case[k]) for k in keys]
         summary["coverage"] = {}
         for rule in RULES:
             utility = [int(masked[k][rule]) - int(base[k][rule]) for k in keys]
             grp = [groups[k] for k in keys]
-            summary["coverage"][rule] = {
-                name: coverage_curve(s, utility, groups=grp, n_draws=draws, seed=seed)
-                for name, s in (("detector", scores), ("oracle label", oracle))}
+            summary["coverage"][rule] = {name: coverage_curve(s, utility, groups=grp, n_draws=draws, seed=seed)
+                                         for name, s in ranked.items()}
     return summary
 
 
@@ -149,8 +157,16 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     return "\n".join(lines) + "\n"
 
 
-def write_summary(out_dir: Path | str, seed: int = SEED) -> dict[str, Any]:
-    summary = write_run_summary(out_dir, summarize, format_report, seed=seed)
+def write_summary(out_dir: Path | str, seed: int = SEED, readout_scores: str | Path | None = None
+                  ) -> dict[str, Any]:
+    """summary.json, report.md and coverage.png; ``readout_scores``: a ``kvprobe readout`` scores.json
+    (or its folder) whose readouts also rank the histories."""
+    rankings = None
+    if readout_scores is not None:
+        from studies.detection.readout_scores import load_readout_scores
+
+        rankings = load_readout_scores(readout_scores)
+    summary = write_run_summary(out_dir, functools.partial(summarize, rankings=rankings), format_report, seed=seed)
     if "coverage" in summary:
         plot_coverage(summary["coverage"]["lenient"], Path(out_dir) / "coverage.png",
                       title="Record histories: hiding A, ranked by detector (lenient rule)")
