@@ -108,7 +108,7 @@ def format_action_report(summary: dict[str, Any], model: str) -> str:
             for i, cov in enumerate(cur["coverage"]):
                 if round(cov * 10) % 2 == 0:
                     lines.append(f"| {name} | {cov:.0%} | {cur['net'][i]:+.2f} [{cur['net_lo'][i]:+.2f}, "
-                                 f"{cur['net_hi'][i]:+.2f}] | {cur['random'][i]:+.2f} | {cur['excess_pp'][i]:+.1f} "
+                                 f"{cur['net_hi'][i]:+.2f}] | {cur['random'][i] + 0.0:+.2f} | {cur['excess_pp'][i]:+.1f} "
                                  f"[{cur['excess_lo'][i]:+.1f}, {cur['excess_hi'][i]:+.1f}] |")
         lines += ["", f"![coverage](coverage-{cell['rule']}-{cell['mask']}.png)", ""]
     return "\n".join(lines)

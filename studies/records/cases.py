@@ -63,10 +63,16 @@ class RecordHistory:
         ]
 
     def prompt(self, chat: bool) -> kvprobe.Prompt:
-        """The history as the paper's user message (sections on their own lines)."""
+        """The history as the paper's user message (sections on their own lines).
+
+        Without a chat template (base models) the system message opens the text instead
+        (our choice; the paper runs this task with native chat templates only).
+        """
         c = self.case
         segments = [("header", strings.RECORDS_HEADER), ("time1", f"{strings.TIME_1} {c.a_text}"),
                     ("other", f"{strings.OTHER_RECORD} {self.other_text}"), ("time2", f"{strings.TIME_2} {c.b_text}")]
+        if not chat:
+            segments.insert(0, ("instructions", strings.RECORDS_SYSTEM))
         return kvprobe.Prompt(segments, chat=chat, system=strings.RECORDS_SYSTEM if chat else None, sep="\n",
                               question_sep="\n\n")
 

@@ -151,7 +151,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
                     if round(cov * 10) % 2:  # every 20 %
                         continue
                     lines.append(f"| {rule} | {name} | {cov:.0%} | {cur['net'][i]:+.2f} [{cur['net_lo'][i]:+.2f}, "
-                                 f"{cur['net_hi'][i]:+.2f}] | {cur['random'][i]:+.2f} | {cur['excess_pp'][i]:+.1f} "
+                                 f"{cur['net_hi'][i]:+.2f}] | {cur['random'][i] + 0.0:+.2f} | {cur['excess_pp'][i]:+.1f} "
                                  f"[{cur['excess_lo'][i]:+.1f}, {cur['excess_hi'][i]:+.1f}] |")
         lines += ["", "![coverage](coverage.png)"]
     return "\n".join(lines) + "\n"
