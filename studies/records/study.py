@@ -94,7 +94,7 @@ class RecordsStudy:
     """The 300 test histories under the seven policies (runner protocol)."""
 
     split: str = "test"
-    n_groups: int | None = None  # first N items (6 histories each), for quick runs
+    n_groups: int | None = None  # N items (6 histories each), taken from the families in turn; None: all
     detections: str | None = None  # a detection run directory; None: detect inline with the generator
     detector: str = "asserted-value"
     lexical_filter: bool = False
@@ -120,7 +120,7 @@ class RecordsStudy:
         if self._cases is None:
             cases = record_histories(self.split, self.seed)
             if self.n_groups is not None:
-                groups = list(dict.fromkeys(c.case.group for c in cases))[: self.n_groups]
+                groups = _spread_groups(cases, self.n_groups)
                 cases = [c for c in cases if c.case.group in groups]
             self._cases = cases
         return self._cases
@@ -185,3 +185,15 @@ class RecordsStudy:
             check_unchanged(history, case.case_id)
             out.append(rows)
         return out
+
+
+def _spread_groups(cases: list[RecordHistory], n: int) -> set[str]:
+    """``n`` items taken from the families in turn (the first item of each family, then the second...)."""
+    by_family: dict[str, list[str]] = {}
+    for c in cases:
+        items = by_family.setdefault(c.case.family, [])
+        if c.case.group not in items:
+            items.append(c.case.group)
+    order = [items[i] for i in range(max(map(len, by_family.values()))) for items in by_family.values()
+             if i < len(items)]
+    return set(order[:n])
