@@ -169,5 +169,5 @@ def write_summary(out_dir: Path | str, seed: int = SEED, readout_scores: str | P
     summary = write_run_summary(out_dir, functools.partial(summarize, rankings=rankings), format_report, seed=seed)
     if "coverage" in summary:
         plot_coverage(summary["coverage"]["lenient"], Path(out_dir) / "coverage.png",
-                      title="Record histories: hiding A, ranked by detector (lenient rule)")
+                      title="Record histories: hiding A in the top-ranked histories (lenient rule)")
     return summary
