@@ -24,13 +24,14 @@ a budget of 40 new tokens) are our choice for a 2-core CPU; the paper used
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import kvprobe
 from kvprobe import decoding
 
 from ..conditions import check_unchanged
+from ..runner import study_parameters
 from . import grading, samples
 
 POLICIES = ("full", "naive", "dependency", "neutral")
@@ -70,10 +71,8 @@ class BabilongStudy:
     _cases: list[BabilongCase] | None = field(default=None, repr=False, compare=False)
 
     def config(self) -> dict[str, Any]:
-        values = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_") and f.name != "name"}
-        cfg = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}  # JSON-shaped, as stored
+        cfg = study_parameters(self)
         cfg["policies"] = list(POLICIES)
-        cfg["case_ids_sha256"] = _hash([c.case_id for c in self.cases()])
         return cfg
 
     def cases(self) -> list[BabilongCase]:
@@ -150,9 +149,3 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
     """The span without leading or trailing whitespace (token boundaries fall before spaces)."""
     piece = text[start:end]
     return start + (len(piece) - len(piece.lstrip())), end - (len(piece) - len(piece.rstrip()))
-
-
-def _hash(items: list[str]) -> str:
-    import hashlib
-
-    return hashlib.sha256("\n".join(items).encode("utf-8")).hexdigest()

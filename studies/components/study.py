@@ -38,14 +38,14 @@ UNCLEAR in the paper, our choices:
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import kvprobe
 from kvprobe.decoding import reason_then_score
 
 from ..conditions import check_unchanged, supported
+from ..runner import study_parameters
 from . import strings
 from .clusters import FAMILIES, QUERIES, SEED, STATES, Cluster, clusters_hash, generate_clusters, prompt
 
@@ -113,13 +113,11 @@ class ComponentStudy:
     _cases: list[ComponentCase] | None = field(default=None, repr=False, compare=False)
 
     def config(self) -> dict[str, Any]:
-        values = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_") and f.name != "name"}
-        cfg = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+        cfg = study_parameters(self)
         cfg["conditions"] = list(CONDITIONS)
         cfg["strings"] = {"history_open": strings.HISTORY_OPEN, "question_open": strings.QUESTION_OPEN,
                           "reasoning_open": strings.REASONING_OPEN, "answer_cue": strings.ANSWER_CUE}
         cfg["clusters_sha256"] = clusters_hash([c.cluster for c in self.cases()][::len(STATES)])
-        cfg["case_ids_sha256"] = hashlib.sha256("\n".join(c.case_id for c in self.cases()).encode()).hexdigest()
         return cfg
 
     def cases(self) -> list[ComponentCase]:

@@ -20,12 +20,12 @@ YES/NO score everywhere (thresholds are fitted on the development split).
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import kvprobe
 
+from ..runner import study_parameters
 from .detectors import DETECTORS, MAX_NEW_TOKENS, TEXT_DETECTORS, YES_NO, RecordPair, run_text_detectors, \
     yes_no_scores
 
@@ -99,10 +99,7 @@ class DetectionStudy:
                 raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
 
     def config(self) -> dict[str, Any]:
-        values = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_") and f.name != "name"}
-        cfg = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
-        cfg["case_ids_sha256"] = hashlib.sha256("\n".join(c.case_id for c in self.cases()).encode()).hexdigest()
-        return cfg
+        return study_parameters(self)
 
     def cases(self) -> list[DetectionCase]:
         if self._cases is None:

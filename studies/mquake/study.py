@@ -20,14 +20,14 @@ alias with EOS; the historical question's retained-text stratum is recorded.
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import kvprobe
 from kvprobe import decoding
 
 from ..conditions import check_unchanged, supported
+from ..runner import study_parameters
 from .generate import generate_cases
 from .history import build_history, contains_answer, normalized_exact_match, questions, retained_text, \
     source_segments, value_spans
@@ -61,10 +61,8 @@ class MQuAKEStudy:
     _cases: list[MQuAKEStudyCase] | None = field(default=None, repr=False, compare=False)
 
     def config(self) -> dict[str, Any]:
-        values = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_") and f.name != "name"}
-        cfg = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+        cfg = study_parameters(self)
         cfg["policies"] = list(POLICIES)
-        cfg["case_ids_sha256"] = hashlib.sha256("\n".join(c.case_id for c in self.cases()).encode()).hexdigest()
         return cfg
 
     def cases(self) -> list[MQuAKEStudyCase]:

@@ -28,7 +28,7 @@ bit-identical after every case.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from studies.detection.detectors import REPLACEMENT, RecordPair, run_text_detect
 from studies.quantity.grading import normalize, parse_strict
 
 from ..conditions import check_unchanged
+from ..runner import study_parameters
 from .cases import RecordHistory, question_text, record_histories
 
 POLICIES = ("keep-all", "detector-mask", "detector-recompute", "oracle-mask", "oracle-recompute",
@@ -107,10 +108,8 @@ class RecordsStudy:
     _decisions: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     def config(self) -> dict[str, Any]:
-        values = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_") and f.name != "name"}
-        cfg = dict(values)
+        cfg = study_parameters(self)
         cfg["policies"] = list(POLICIES)
-        cfg["case_ids_sha256"] = hashlib.sha256("\n".join(c.case_id for c in self.cases()).encode()).hexdigest()
         if self.detections is not None:
             blob = "\n".join(f"{k}={v}" for k, v in sorted(self.decisions().items()))
             cfg["decisions_sha256"] = hashlib.sha256(blob.encode()).hexdigest()
