@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 
+from ..paired import paired_change
 from ..runner import read_rows, write_run_summary
 from .study import POLICIES
 
@@ -47,12 +48,10 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
             for rule in RULES:
                 cell[rule] = sum(bool(r[rule]) for r in mine.values())
             if policy != "full" and all(c in mine for c in case_ids):
-                diff = np.array([int(mine[c]["official"]) - int(full[c]["official"]) for c in case_ids])
-                per_group = np.bincount(members, weights=diff, minlength=len(groups))
-                boot = counts @ per_group  # change in correct answers per bootstrap draw (same scale as n)
-                cell["official_change_vs_full"] = {
-                    "change": int(diff.sum()), "corrections": int((diff > 0).sum()), "reversals": int((diff < 0).sum()),
-                    "ci": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))]}
+                # counts[:, members]: each case's multiplicity in each draw (its story's count)
+                cell["official_change_vs_full"] = paired_change([int(mine[c]["official"]) for c in case_ids],
+                                                                [int(full[c]["official"]) for c in case_ids],
+                                                                counts[:, members])
             cells.append(cell)
     return {"cells": cells, "draws": draws, "seed": seed, "rows": len(rows)}
 

@@ -14,10 +14,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from readouts.stats import group_bootstrap_indices
 
+from ..paired import paired_change
 from ..runner import read_rows, write_run_summary
 from .study import POLICIES
 
@@ -47,12 +47,8 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
                 cell["n_retained"] = sum(bool(r["retained_text"]) for r in mine.values())
             if policy != "full" and all(k in mine for k in keys):
                 for rule in ("em", "contains"):
-                    diff = np.array([int(mine[k][rule]) - int(full[k][rule]) for k in keys])
-                    change = boot @ diff
-                    cell[f"{rule}_change_vs_full"] = {
-                        "change": int(diff.sum()), "corrections": int((diff > 0).sum()),
-                        "reversals": int((diff < 0).sum()),
-                        "ci": [float(np.percentile(change, 2.5)), float(np.percentile(change, 97.5))]}
+                    cell[f"{rule}_change_vs_full"] = paired_change([int(mine[k][rule]) for k in keys],
+                                                                   [int(full[k][rule]) for k in keys], boot)
             cells.append(cell)
     routed = [r for r in rows if (r["question_kind"] == "historical") == (r["condition"] == "full")
               and r["condition"] in ("full", "recompute")]
