@@ -154,14 +154,15 @@ class RecordsStudy:
             operations = {"full": kvprobe.Full(), "mask": kvprobe.Mask(case.a_span(history), name="mask"),
                           "recompute": TextRecompute(["time1"])}
             label = case.case.labels["replacement"]
-            plan = {}
+            index: dict[tuple[str, str], int] = {}  # (query, operation) -> its one generation
+            plan: dict[tuple[str, str], tuple[str, int]] = {}  # (query, policy) -> (operation, generation)
             for kind, question, reference in case.queries():
                 for policy in POLICIES:
                     op = policy_operation(policy, kind, label, det["decision"] == REPLACEMENT, case.same_slot)
-                    key = (kind, op)
-                    if key not in plan:
-                        plan[key] = len(items)
+                    if (kind, op) not in index:
+                        index[(kind, op)] = len(items)
                         items.append((history, kvprobe.Request(question_text(question), operations[op])))
+                    plan[(kind, policy)] = (op, index[(kind, op)])
             plans.append((case, det, history, plan, label))
         answers = decoding.answer(model, items, max_new_tokens=self.max_new_tokens)
         out = []
@@ -170,8 +171,8 @@ class RecordsStudy:
             values = [case.case.old_value, case.case.new_value, case.other_value]
             for kind, question, reference in case.queries():
                 for policy in POLICIES:
-                    op = policy_operation(policy, kind, label, det["decision"] == REPLACEMENT, case.same_slot)
-                    g = answers[plan[(kind, op)]].generation
+                    op, i = plan[(kind, policy)]
+                    g = answers[i].generation
                     rows.append({
                         "case_id": case.case_id, "group": case.case.group, "family": case.case.family,
                         "variant": case.case.variant, "label": label, "query": kind, "policy": policy,
