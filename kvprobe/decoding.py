@@ -157,6 +157,20 @@ def _check_candidates(candidates: Sequence[Sequence[str]], n_items: int) -> None
             raise ValueError("candidates must be a non-empty list of non-empty strings")
 
 
+def _candidate_ids(model: "Model", candidates: Sequence[Sequence[str]]) -> list[list[list[int]]]:
+    """Token ids of every candidate (tokenized alone, no special tokens; each distinct string once)."""
+    token_ids: dict[str, list[int]] = {}
+    return [[token_ids.setdefault(c, model.tokenizer(c, add_special_tokens=False)["input_ids"]) for c in cands]
+            for cands in candidates]
+
+
+def _run_questions(model: "Model", states: list[RowState], suffixes: list[list[int]]) -> tuple[Rows, torch.Tensor]:
+    """Fork the rows and run each row's question suffix: (the rows, each row's last logits Float[B, V])."""
+    rows = fork_rows(states)
+    ids, valid = pad_suffix_block(suffixes, model.pad_id)
+    return rows, traced_forward(model, rows, ids, valid, logits_to_keep=1).logits[:, -1].float()
+
+
 def answer(
     model: "Model",
     items: Sequence[tuple["History", Request]],
@@ -183,17 +197,11 @@ def answer(
         _check_candidates(candidates, len(items))
     states = prepare_states(model, items)
     suffixes = [suffix_ids(model, h, r.question) for h, r in items]
-    token_ids: dict[str, list[int]] = {}
-    cand_ids = None if candidates is None else [
-        [token_ids.setdefault(c, model.tokenizer(c, add_special_tokens=False)["input_ids"]) for c in cands]
-        for cands in candidates
-    ]
+    cand_ids = None if candidates is None else _candidate_ids(model, candidates)
     scores: list[CandidateScores | None] = [None] * len(items)
     generations: list[Generation | None] = [None] * len(items)
     for group in batches(model, [len(s) for s in suffixes]):
-        rows = fork_rows([states[i] for i in group])
-        ids, valid = pad_suffix_block([suffixes[i] for i in group], model.pad_id)
-        last = traced_forward(model, rows, ids, valid, logits_to_keep=1).logits[:, -1].float()
+        rows, last = _run_questions(model, [states[i] for i in group], [suffixes[i] for i in group])
         if cand_ids is not None:
             sums = _candidate_logprobs(model, rows, last, [cand_ids[i] for i in group])
             for r, i in enumerate(group):
@@ -263,14 +271,10 @@ def reason_then_score(
     states = prepare_states(model, items)
     suffixes = [suffix_ids(model, h, r.question) for h, r in items]
     cue_ids = model.tokenizer(cue, add_special_tokens=False)["input_ids"] if cue else []
-    token_ids: dict[str, list[int]] = {}
-    cand_ids = [[token_ids.setdefault(c, model.tokenizer(c, add_special_tokens=False)["input_ids"]) for c in cands]
-                for cands in candidates]
+    cand_ids = _candidate_ids(model, candidates)
     out: list[tuple[Generation, CandidateScores] | None] = [None] * len(items)
     for group in batches(model, [len(s) for s in suffixes]):
-        rows = fork_rows([states[i] for i in group])
-        ids, valid = pad_suffix_block([suffixes[i] for i in group], model.pad_id)
-        last = traced_forward(model, rows, ids, valid, logits_to_keep=1).logits[:, -1].float()
+        rows, last = _run_questions(model, [states[i] for i in group], [suffixes[i] for i in group])
         toks = _greedy_from(model, rows, last, budget, stop_at_eos=False) if budget else [[] for _ in group]
         block = [t[-1:] + cue_ids for t in toks]  # the last continuation token was not fed back yet
         if block[0]:
