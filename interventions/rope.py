@@ -54,7 +54,10 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def rotate_keys(keys: torch.Tensor, shift: torch.Tensor, inv_freq: torch.Tensor, layout: str = HALF) -> torch.Tensor:
-    """Rotate post-RoPE keys [B, H, S, D] by ``shift`` (Long[S]) positions: R(shift) k.
+    """Rotate post-RoPE keys [B, H, S, D] by ``shift`` positions: R(shift) k.
+
+    ``shift`` is Long[S] (every head alike) or Long[H, S] (per head, e.g. FINCH's
+    per-head selections moving to compact positions).
 
     Only the first ``2 * len(inv_freq)`` dimensions rotate (partial rotary models).
     ``layout``: ``"half"`` pairs dim i with i + rot/2 (transformers' rotate_half);
@@ -62,7 +65,7 @@ def rotate_keys(keys: torch.Tensor, shift: torch.Tensor, inv_freq: torch.Tensor,
     The computation is done in float64 and cast back.
     """
     rot = 2 * inv_freq.shape[0]
-    angles = shift.double()[:, None] * inv_freq.double()[None, :]
+    angles = shift.double()[..., None] * inv_freq.double()
     k = keys.double()
     k_rot, k_pass = k[..., :rot], k[..., rot:]
     if layout == HALF:

@@ -27,6 +27,8 @@ import torch
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import eager_mask
 
+from . import selection
+
 #: Name under which the grouped attention is registered with transformers.
 GROUPED_EAGER = "kvprobe_grouped"
 
@@ -67,6 +69,9 @@ def grouped_eager_attention(
         mask = attention_mask[..., :S]
         # [B, 1, Q, S] broadcasts over heads; a per-head mask [B, H, Q, S] is grouped like the queries.
         scores = scores + (mask[:, :, None] if mask.shape[1] == 1 else mask.reshape(B, KVH, G, Q, S))
+    selector = selection.current()
+    if selector is not None:  # query-aware key selection (kvprobe.selection): Quest, RefreshKV...
+        scores = selector.adjust(module.layer_idx, query, key, scores)
     probs = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     out = torch.matmul(probs.view(B, KVH, G * Q, S), value).view(B, H, Q, value.shape[-1])
     return out.transpose(1, 2).contiguous(), probs.view(B, H, Q, S)

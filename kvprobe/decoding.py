@@ -24,6 +24,7 @@ import torch
 
 from .access import Access
 from .engine import ForwardOutput, Rows, RowState, fork_rows, pad_suffix_block, traced_forward
+from .selection import KeySelector, SelectionAccess
 
 if TYPE_CHECKING:
     from .history import History
@@ -164,9 +165,51 @@ def _candidate_ids(model: "Model", candidates: Sequence[Sequence[str]]) -> list[
             for cands in candidates]
 
 
-def _run_questions(model: "Model", states: list[RowState], suffixes: list[list[int]]) -> tuple[Rows, torch.Tensor]:
+def _row_groups(model: "Model", items: Sequence[tuple["History", Request]],
+                suffixes: list[list[int]]) -> list[list[int]]:
+    """Batches of rows: :func:`batches`, further split so that query-aware selections
+    (``kvprobe.selection``) run only with rows of the same selection kind."""
+    groups = []
+    for group in batches(model, [len(s) for s in suffixes]):
+        kinds: dict[object, list[int]] = {}
+        for i in group:
+            access = items[i][1].access
+            kinds.setdefault(access.batch_key() if isinstance(access, SelectionAccess) else None, []).append(i)
+        groups.extend(kinds.values())
+    return groups
+
+
+def _selector(model: "Model", items: Sequence[tuple["History", Request]], group: list[int]) -> KeySelector | None:
+    """The key selector of a group whose rows share one selection kind (None for ordinary conditions)."""
+    first = items[group[0]][1].access
+    if not isinstance(first, SelectionAccess):
+        return None
+    return first.make_selector(model, [items[i][1].access for i in group])
+
+
+def remaining_suffix(model: "Model", history: "History", question: str, state: RowState) -> list[int]:
+    """The question suffix tokens a row still has to run.
+
+    A state may already hold the first tokens of the suffix (FINCH compresses the
+    cache after reading the question but its final token): ``state.info["consumed_suffix"]``
+    says how many, and they are checked to be that suffix's tokens.
+    """
+    ids = suffix_ids(model, history, question)
+    n = int(state.info.get("consumed_suffix", 0))
+    if n:
+        held = state.info.get("consumed_ids")
+        if held is not None and list(held) != ids[:n]:
+            raise ValueError("the state holds question tokens that differ from this question's suffix")
+        if n >= len(ids):
+            raise ValueError(f"the state consumed {n} of {len(ids)} suffix tokens; at least one must remain")
+    return ids[n:]
+
+
+def _run_questions(model: "Model", states: list[RowState], suffixes: list[list[int]],
+                   selector: KeySelector | None = None) -> tuple[Rows, torch.Tensor]:
     """Fork the rows and run each row's question suffix: (the rows, each row's last logits Float[B, V])."""
     rows = fork_rows(states)
+    rows.selector = selector
     ids, valid = pad_suffix_block(suffixes, model.pad_id)
     return rows, traced_forward(model, rows, ids, valid, logits_to_keep=1).logits[:, -1].float()
 
@@ -196,12 +239,13 @@ def answer(
     if candidates is not None:
         _check_candidates(candidates, len(items))
     states = prepare_states(model, items)
-    suffixes = [suffix_ids(model, h, r.question) for h, r in items]
+    suffixes = [remaining_suffix(model, h, r.question, st) for (h, r), st in zip(items, states)]
     cand_ids = None if candidates is None else _candidate_ids(model, candidates)
     scores: list[CandidateScores | None] = [None] * len(items)
     generations: list[Generation | None] = [None] * len(items)
-    for group in batches(model, [len(s) for s in suffixes]):
-        rows, last = _run_questions(model, [states[i] for i in group], [suffixes[i] for i in group])
+    for group in _row_groups(model, items, suffixes):
+        rows, last = _run_questions(model, [states[i] for i in group], [suffixes[i] for i in group],
+                                    _selector(model, items, group))
         if cand_ids is not None:
             sums = _candidate_logprobs(model, rows, last, [cand_ids[i] for i in group])
             for r, i in enumerate(group):
@@ -269,12 +313,13 @@ def reason_then_score(
         raise ValueError("budget must be at least 0")
     _check_candidates(candidates, len(items))
     states = prepare_states(model, items)
-    suffixes = [suffix_ids(model, h, r.question) for h, r in items]
+    suffixes = [remaining_suffix(model, h, r.question, st) for (h, r), st in zip(items, states)]
     cue_ids = model.tokenizer(cue, add_special_tokens=False)["input_ids"] if cue else []
     cand_ids = _candidate_ids(model, candidates)
     out: list[tuple[Generation, CandidateScores] | None] = [None] * len(items)
-    for group in batches(model, [len(s) for s in suffixes]):
-        rows, last = _run_questions(model, [states[i] for i in group], [suffixes[i] for i in group])
+    for group in _row_groups(model, items, suffixes):
+        rows, last = _run_questions(model, [states[i] for i in group], [suffixes[i] for i in group],
+                                    _selector(model, items, group))
         toks = _greedy_from(model, rows, last, budget, stop_at_eos=False) if budget else [[] for _ in group]
         block = [t[-1:] + cue_ids for t in toks]  # the last continuation token was not fed back yet
         if block[0]:

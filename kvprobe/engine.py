@@ -21,12 +21,14 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DummyLayer, LinearAttentionLayer
 
+from . import selection
 from .masks import layer_type_masks
 from .slots import SlotLayer
 
 if TYPE_CHECKING:
     from .arch import ArchSummary
     from .model import Model
+    from .selection import KeySelector
 
 
 #: Default number of history tokens per forward when prefilling or recomputing
@@ -107,6 +109,8 @@ class Rows:
         key_valid: Bool[B, S] false for padding slots.
         hidden: layer index -> Bool[B, S] key slots hidden in that layer.
         bias: layer index -> Float[B, S] additive logit bias in that layer.
+        selector: query-aware key selection consulted inside every attention call
+            (``kvprobe.selection``), or None.
     """
 
     cache: DynamicCache
@@ -114,6 +118,7 @@ class Rows:
     key_valid: torch.Tensor
     hidden: dict[int, torch.Tensor] = field(default_factory=dict)
     bias: dict[int, torch.Tensor] = field(default_factory=dict)
+    selector: "KeySelector | None" = None
 
     @property
     def batch_size(self) -> int:
@@ -165,6 +170,8 @@ class Rows:
         taken = self.take(keep)
         self.cache, self.key_pos, self.key_valid = taken.cache, taken.key_pos, taken.key_valid
         self.hidden, self.bias = taken.hidden, taken.bias
+        if self.selector is not None:
+            self.selector.keep_rows(keep)
 
     def append_slots(
         self, query_pos: torch.Tensor, query_valid: torch.Tensor, new_hidden: torch.Tensor | None = None
@@ -336,7 +343,9 @@ def traced_forward(
     if logits_to_keep:
         kwargs["logits_to_keep"] = logits_to_keep
     touched = sorted(set(rows.hidden) | set(rows.bias) | set(capture_attention) | set(capture_hidden))
-    with torch.inference_mode():
+    if rows.selector is not None:
+        rows.selector.begin(rows, Q)
+    with torch.inference_mode(), selection.active(rows.selector):
         if not touched:
             logits = model.hf(**kwargs).logits
             return ForwardOutput(logits=logits)

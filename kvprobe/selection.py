@@ -1,0 +1,151 @@
+"""Query-aware key selection inside the attention call (Quest, RefreshKV, recent pages).
+
+A hard mask decides once which history keys later tokens may read. Query-aware
+methods decide per query token and per head, from the query itself: Quest
+scores 16-token pages against the current query, RefreshKV keeps the keys the
+last full-attention step attended to most. Such a decision needs the layer's
+post-RoPE query and the cached keys, which only exist inside the attention
+computation, so kvprobe's attention function (``kvprobe.attention``) asks the
+batch's active :class:`KeySelector` to edit the attention logits of every
+attention layer it runs:
+
+    scores[b, kv, g, q, s]   (logits after the additive mask, query head kv*G+g)
+
+A selector returns the same tensor with the key slots a row may not read set
+to the dtype minimum. ``traced_forward`` activates ``rows.selector`` around each
+forward and tells it which forward it is (:meth:`KeySelector.begin`).
+
+Conditions that select keys per query subclass :class:`SelectionAccess`: the
+decoding loop batches rows of one selection kind together (rows may differ in
+budget) and builds the selector from their conditions. The history cache is
+never changed; selection only masks. Only models loaded with kvprobe's grouped
+attention (the default ``attn_implementation``) call selectors; others are
+refused when the selector is attached.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+import torch
+
+from .access import Access
+
+if TYPE_CHECKING:
+    from .engine import Rows
+    from .model import Model
+
+_ACTIVE: contextvars.ContextVar["KeySelector | None"] = contextvars.ContextVar("kvprobe_key_selector", default=None)
+
+
+class SelectionError(ValueError):
+    """A query-aware selection cannot run as asked (model, batch or step it does not support)."""
+
+
+class KeySelector:
+    """Edits the attention logits of one batch's rows, layer by layer, forward by forward.
+
+    Subclasses implement :meth:`adjust`; :meth:`begin` records the batch state
+    of the forward about to run (``self.rows``, ``self.n_query``, ``self.forward_index``).
+    """
+
+    def __init__(self) -> None:
+        self.rows: "Rows | None" = None
+        self.n_query = 0
+        self.forward_index = -1  # 0: the question block; 1, 2, ...: decode steps
+        self.prompt_length = 0  # slots once the question block ran (history + question)
+
+    def begin(self, rows: "Rows", n_query: int) -> None:
+        """Called by the engine before each forward, after the new slots were appended."""
+        self.forward_index += 1
+        if self.forward_index == 0:
+            self.prompt_length = rows.length
+        elif n_query != 1:
+            raise SelectionError(
+                f"{type(self).__name__}: query-aware selection follows one token per forward after the "
+                f"question (generation); a {n_query}-token block (multi-token candidate scoring) is not supported")
+        self.rows, self.n_query = rows, n_query
+
+    def keep_rows(self, keep: torch.Tensor) -> None:
+        """Rows ``keep`` (Long[B']) stay in the batch (finished rows left); per-row state follows."""
+
+    def adjust(self, layer: int, query: torch.Tensor, key: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """Logits Float[B, KVH, G, Q, S] with unread slots set to the minimum (query [B, H, Q, D], key [B, KVH, S, D])."""
+        raise NotImplementedError
+
+
+@contextmanager
+def active(selector: "KeySelector | None") -> Iterator[None]:
+    """Make ``selector`` the one the attention function consults (``None``: no selection)."""
+    token = _ACTIVE.set(selector)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def current() -> "KeySelector | None":
+    """The selector of the forward running now, if any."""
+    return _ACTIVE.get()
+
+
+def last_query_only(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Hide, for the last query column only, the slots not ``allowed`` (Bool broadcastable to [B, KVH, G, S])."""
+    out = scores.clone()
+    minimum = torch.finfo(scores.dtype).min
+    out[..., -1, :] = scores[..., -1, :].masked_fill(~allowed, minimum)
+    return out
+
+
+@dataclass(frozen=True)
+class SelectionAccess(Access):
+    """Base of conditions that select keys per query inside attention (the history itself is unchanged).
+
+    Attributes:
+        budget: key slots (tokens) each selected query may read besides itself; the
+            paper's capacity K.
+        dense_layers: the first this many layers read everything.
+    """
+
+    name: str = "selection"
+    budget: int = 128
+    dense_layers: int = 0
+
+    def __post_init__(self) -> None:
+        if self.budget < 1:
+            raise ValueError(f"{self.name}: budget must be at least 1 key, got {self.budget}")
+        if self.dense_layers < 0:
+            raise ValueError(f"{self.name}: dense_layers must be >= 0, got {self.dense_layers}")
+
+    def batch_key(self) -> tuple:
+        """Rows whose conditions share this key run in one batch (everything but the budget and name)."""
+        fields = {k: v for k, v in self.__dict__.items() if k not in ("budget", "name")}
+        return (type(self).__name__, tuple(sorted(fields.items())))
+
+    def make_selector(self, model: "Model", conditions: Sequence["SelectionAccess"]) -> KeySelector:
+        """The selector of a batch whose rows have ``conditions`` (one per row, same ``batch_key``)."""
+        raise NotImplementedError
+
+
+def check_selectable(model: "Model", name: str) -> None:
+    """Refuse models whose attention does not call selectors, or whose caches cannot be rolled per row."""
+    from .attention import GROUPED_EAGER
+
+    impl = getattr(model.hf.config, "_attn_implementation", None)
+    if impl != GROUPED_EAGER:
+        raise SelectionError(f"{name}: query-aware selection runs inside kvprobe's grouped attention; model "
+                             f"{model.name!r} uses {impl!r} (load it with attn_implementation={GROUPED_EAGER!r})")
+    if model.arch.recurrent_layers:
+        raise SelectionError(f"{name}: model {model.name!r} has recurrent layers; query-aware selection "
+                             "is implemented for attention-only models")
+    if model.arch.shared_layers:
+        raise SelectionError(f"{name}: model {model.name!r} has KV-sharing layers; query-aware selection "
+                             "is implemented for models whose attention layers own their rows")
+
+
+def budgets(conditions: Sequence[SelectionAccess]) -> torch.Tensor:
+    """Long[B]: each row's budget."""
+    return torch.tensor([c.budget for c in conditions], dtype=torch.long)
