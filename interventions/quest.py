@@ -66,8 +66,8 @@ def page_bounds(key: torch.Tensor, page: torch.Tensor, readable: torch.Tensor,
     lo = torch.where(readable[:, None, :, None], k, inf)
     kmax = torch.full((B, KVH, n_pages, D), -inf).scatter_reduce(2, idx, hi, "amax")
     kmin = torch.full((B, KVH, n_pages, D), inf).scatter_reduce(2, idx, lo, "amin")
-    filled = torch.zeros(B, n_pages, dtype=torch.bool)
-    filled.scatter_(1, torch.where(readable, page, torch.zeros_like(page)), readable)
+    trash = torch.where(readable, page, torch.full_like(page, n_pages))  # unreadable slots: an extra page
+    filled = torch.zeros(B, n_pages + 1, dtype=torch.bool).scatter_(1, trash, True)[:, :n_pages]
     kmax = torch.where(filled[:, None, :, None], kmax, torch.zeros_like(kmax))
     kmin = torch.where(filled[:, None, :, None], kmin, torch.zeros_like(kmin))
     return kmax, kmin, filled
