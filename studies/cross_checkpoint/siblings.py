@@ -1,0 +1,205 @@
+"""Sibling checkpoints: pairs with the same architecture and vocabulary but different weights (spec E8, E10).
+
+The paper's pairs are instruction vs base checkpoints and successive releases of
+one model (Qwen3-8B / Qwen3-8B-Base, ...). Spec E10 allows small-scale siblings
+"base vs instruct, or fp32 vs bf16/int8 weights". Three kinds here:
+
+(a) **In-process siblings for CI** (:func:`perturbed_sibling`): a copy of a model
+    whose every parameter gets seeded Gaussian noise scaled to the parameter's
+    RMS (``p + scale * rms(p) * N(0, 1)``, one ``torch.Generator`` seeded with
+    ``seed``, parameters in ``named_parameters`` order). We chose noise over a
+    few fine-tuning steps: it is deterministic without an optimizer or a
+    corpus, and ``scale`` sets how far the sibling drifts. Spec: ``"noise"``
+    (scale 0.05) or ``"noise:0.2"``.
+(b) **Precision siblings of a real checkpoint** (:func:`rounded_sibling`,
+    :func:`int8_sibling`): the same checkpoint with every weight rounded to
+    bf16 (``"bf16"``) or fp16 (``"fp16"``), or fake-quantized to symmetric int8
+    per output channel (``"int8"``: each row of every matrix scaled by
+    max|row| / 127, rounded, clamped to [-127, 127]; vectors such as norms and
+    biases kept). The copy still *runs* in the main model's dtype (fp32), so
+    the caches have the same dtype and only the weights differ.
+(c) **Real pairs on a GPU** (:func:`hub_pair`): two Hub checkpoints, e.g.
+    ``hub_pair("Qwen/Qwen3-8B", "Qwen/Qwen3-8B-Base", dtype=torch.bfloat16)``
+    (``device=`` goes to ``kvprobe.load_model``; kvprobe's engine builds its
+    position and mask tensors on the CPU, so a GPU run is untested here). The sibling renders prompts with the main model's
+    tokenizer and chat template (as in the paper); its own tokenizer is kept
+    in :attr:`SiblingPair.sibling_tokenizer` so the token identity check
+    compares the two real tokenizers, and its EOS ids join the stopping set.
+
+Every sibling has its own name and weight hash (``kvprobe.loading.state_dict_sha256``).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from kvprobe.loading import state_dict_sha256
+from kvprobe.model import Model, load_model
+from kvprobe.prompts import Prompt
+
+from .checks import check_compatible
+from .reading import union_stop_ids
+
+#: Default relative noise of ``"noise"`` siblings (our choice; tiny models keep answering alike).
+NOISE_SCALE = 0.05
+
+
+@dataclass
+class SiblingPair:
+    """A main checkpoint and its sibling, ready for cross reads.
+
+    Attributes:
+        main: the main model (the runner's model; its template renders every prompt).
+        sibling: the sibling, rendering with the main model's tokenizer.
+        recipe: how the sibling was made (``"bf16"``, ``"noise:0.05"``, a Hub id...).
+        sibling_tokenizer: the sibling's own tokenizer (the main one for in-process siblings).
+    """
+
+    main: Model
+    sibling: Model
+    recipe: str
+    sibling_tokenizer: Any = None
+
+    def __post_init__(self) -> None:
+        if self.sibling_tokenizer is None:
+            self.sibling_tokenizer = self.sibling.tokenizer
+
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        """The union of both checkpoints' EOS sets (generation configs and both own tokenizers)."""
+        own = self.sibling_tokenizer.eos_token_id
+        return union_stop_ids(self.main, self.sibling, extra=() if own is None else [own])
+
+    def check(self, prompts: Sequence[Prompt], questions: Sequence[Sequence[str]] | Sequence[str] = (),
+              mask_segments: Sequence[str] | None = None) -> dict[str, int]:
+        """:func:`~studies.cross_checkpoint.checks.check_compatible` with the sibling as writer, both real tokenizers."""
+        return check_compatible(self.sibling, self.main, prompts, questions, mask_segments,
+                                writer_tokenizer=self.sibling_tokenizer, reader_tokenizer=self.main.tokenizer)
+
+    def describe(self) -> dict[str, str]:
+        """Names, sources and weight hashes of both checkpoints."""
+        return {"main": self.main.name, "main_weight_hash": self.main.weight_hash,
+                "sibling": self.sibling.name, "sibling_source": self.sibling.source,
+                "sibling_weight_hash": self.sibling.weight_hash, "recipe": self.recipe}
+
+
+def transformed_copy(model: Model, suffix: str, description: str,
+                     transform: Callable[[str, torch.nn.Parameter], None]) -> Model:
+    """A deep copy of ``model`` whose parameters ``transform(name, param)`` edits in place (no grad).
+
+    Named ``"{model.name}~{suffix}"``, with the copy's own weight hash; the tokenizer is shared.
+    """
+    hf = copy.deepcopy(model.hf)
+    with torch.no_grad():
+        for name, param in hf.named_parameters():  # tied parameters appear once
+            transform(name, param)
+    return Model(hf, model.tokenizer, name=f"{model.name}~{suffix}",
+                 source=f"sibling of {model.name} ({model.weight_hash[:12]}): {description}",
+                 weight_hash=state_dict_sha256(hf))
+
+
+def perturbed_sibling(model: Model, scale: float = NOISE_SCALE, seed: int = 0) -> Model:
+    """``model`` with seeded noise ``scale * rms(p) * N(0, 1)`` added to every parameter."""
+    if scale <= 0:
+        raise ValueError(f"noise scale must be positive, got {scale}")
+    gen = torch.Generator().manual_seed(seed)
+
+    def add_noise(_: str, p: torch.nn.Parameter) -> None:
+        if not p.is_floating_point():
+            return
+        rms = p.detach().double().pow(2).mean().sqrt().item()
+        noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+        p.add_((scale * rms * noise).to(p.dtype))
+
+    return transformed_copy(model, f"noise{scale:g}-s{seed}", f"seeded Gaussian weight noise, scale {scale:g} x RMS, "
+                            f"seed {seed}", add_noise)
+
+
+def rounded_sibling(model: Model, dtype: torch.dtype = torch.bfloat16) -> Model:
+    """``model`` with every floating parameter rounded to ``dtype`` (bf16 / fp16) and kept in the model's dtype."""
+    short = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
+
+    def round_(_: str, p: torch.nn.Parameter) -> None:
+        if p.is_floating_point():
+            p.copy_(p.to(dtype).to(p.dtype))
+
+    return transformed_copy(model, short, f"weights rounded to {short}, run in {model.dtype}", round_)
+
+
+def fake_int8(w: torch.Tensor) -> torch.Tensor:
+    """Symmetric per-output-channel int8 fake quantization of a matrix (rows = output channels)."""
+    flat = w.detach().float().reshape(w.shape[0], -1)
+    scale = flat.abs().amax(dim=1, keepdim=True) / 127.0
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.clamp(torch.round(flat / scale), -127, 127) * scale
+    return q.reshape(w.shape).to(w.dtype)
+
+
+def int8_sibling(model: Model) -> Model:
+    """``model`` with every weight matrix fake-quantized to int8 per output channel (vectors kept)."""
+
+    def quantize(_: str, p: torch.nn.Parameter) -> None:
+        if p.is_floating_point() and p.dim() >= 2:
+            p.copy_(fake_int8(p))
+
+    return transformed_copy(model, "int8", f"weights fake-quantized to int8 per output channel, run in "
+                            f"{model.dtype}", quantize)
+
+
+def share_tokenizer(main: Model, sibling: Model) -> SiblingPair:
+    """Pair a separately loaded sibling with ``main``: the sibling renders with the main tokenizer."""
+    rewrapped = Model(sibling.hf, main.tokenizer, name=sibling.name, source=sibling.source,
+                      weight_hash=sibling.weight_hash)
+    return SiblingPair(main, rewrapped, recipe=sibling.name, sibling_tokenizer=sibling.tokenizer)
+
+
+def make_sibling(main: Model, spec: str, seed: int = 0, **load_kwargs: Any) -> SiblingPair:
+    """The sibling named by ``spec``.
+
+    ``spec``: ``"noise"`` / ``"noise:SCALE"`` (seeded weight noise, ``seed``), ``"bf16"``,
+    ``"fp16"``, ``"int8"`` (weight precision siblings), or any name ``kvprobe.load_model``
+    takes (registry name, Hub id, local directory, GGUF file, tiny model), loaded with
+    ``load_kwargs`` and paired with :func:`share_tokenizer`.
+    """
+    kind, _, arg = spec.partition(":")
+    if kind == "noise":
+        scale = float(arg) if arg else NOISE_SCALE
+        return SiblingPair(main, perturbed_sibling(main, scale, seed), recipe=f"noise:{scale:g}:seed{seed}")
+    if kind in ("bf16", "fp16") and not arg:
+        return SiblingPair(main, rounded_sibling(main, torch.bfloat16 if kind == "bf16" else torch.float16),
+                           recipe=kind)
+    if kind == "int8" and not arg:
+        return SiblingPair(main, int8_sibling(main), recipe="int8")
+    return share_tokenizer(main, load_model(spec, **load_kwargs))
+
+
+def hub_pair(main_name: str, sibling_name: str, **load_kwargs: Any) -> SiblingPair:
+    """Load a real checkpoint pair (e.g. on a GPU) for cross reads.
+
+    Recipe (paper pairs; needs the Hub and memory for both models)::
+
+        import torch
+        from studies.cross_checkpoint.siblings import hub_pair
+        from studies.cross_checkpoint.study import CrossCheckpointStudy
+        from studies.runner import run_study
+        from studies.cross_checkpoint.summary import write_summary
+
+        pair = hub_pair("Qwen/Qwen3-8B", "Qwen/Qwen3-8B-Base", dtype=torch.bfloat16)  # 2 x 16 GB
+        study = CrossCheckpointStudy(sibling="Qwen/Qwen3-8B-Base", max_new_tokens=40)  # 256 for Gemma pairs
+        study.attach_sibling(pair)
+        run_study(study, pair.main, "runs/cross-checkpoint/qwen3-8b")
+        write_summary("runs/cross-checkpoint/qwen3-8b")
+
+    Other pairs: ``("Qwen/Qwen3-4B", "Qwen/Qwen3-4B-Base")``. Both tokenizers must give identical
+    token ids, boundaries and mask spans on every prompt (checked per batch by the study);
+    hybrids (Qwen3.5/3.6 Gated DeltaNet) carry the writer's recurrent states and masks act on
+    full-attention layers only, as in the paper. ``load_kwargs`` go to ``kvprobe.load_model``
+    (``dtype``, ``device``, ``attn_implementation``); the engine creates its index tensors on
+    the CPU, so ``device="cuda"`` is untested. Without the Hub, pass two local directories.
+    """
+    main = load_model(main_name, **load_kwargs)
+    return share_tokenizer(main, load_model(sibling_name, **load_kwargs))
