@@ -214,6 +214,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         study = ComponentStudy(n_per_family=args.n, budget=args.budget, cases_per_batch=args.cases_per_batch)
         return _run_and_summarize(args, study, write_summary)
+    if args.study == "query-aware":
+        from studies.query_aware.study import QueryAwareStudy
+        from studies.query_aware.summary import write_summary
+
+        study = QueryAwareStudy(n_groups=args.groups, queries=_queries(args, ("current",)),
+                                fixed_budget=args.fixed_budget or None, **_budget(args),
+                                cases_per_batch=args.cases_per_batch)
+        return _run_and_summarize(args, study, write_summary)
+    if args.study == "cross-checkpoint":
+        from studies.cross_checkpoint.study import CrossCheckpointStudy
+        from studies.cross_checkpoint.summary import write_summary
+
+        study = CrossCheckpointStudy(sibling=args.sibling, n_groups=args.groups,
+                                     queries=_queries(args, ("current", "historical", "unrelated")),
+                                     **_budget(args), cases_per_batch=args.cases_per_batch)
+        return _run_and_summarize(args, study, write_summary)
     if args.study == "derived-note":
         from studies.derived_note.study import DerivedNoteStudy, run
         from studies.derived_note.summary import write_summary
@@ -235,6 +251,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"{info.cases_run} cases run, {info.cases_skipped} already done; results in {out}/ "
               "(config.json, results.jsonl, summary.json, report.md)")
     return 0
+
+
+def _queries(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[str, ...]:
+    """``--queries`` as a tuple (the study's default when not given)."""
+    return default if args.queries is None else tuple(q.strip() for q in args.queries.split(",") if q.strip())
 
 
 def _budget(args: argparse.Namespace) -> dict[str, int]:
@@ -311,7 +332,8 @@ def _run_and_summarize(args: argparse.Namespace, study, write_summary, run=None)
 SUMMARIES = {"quantity": "studies.quantity.summary", "babilong": "studies.babilong.summary",
              "mquake": "studies.mquake.summary", "detection": "studies.detection.summary",
              "records": "studies.records.summary", "components": "studies.components.summary",
-             "derived-note": "studies.derived_note.summary"}
+             "derived-note": "studies.derived_note.summary", "query-aware": "studies.query_aware.summary",
+             "cross-checkpoint": "studies.cross_checkpoint.summary"}
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -403,12 +425,15 @@ def build_parser() -> argparse.ArgumentParser:
                        "case x condition x query), summary.json and report.md. Rerunning the same command "
                        "resumes where it stopped.")
     p.add_argument("study", choices=["quantity", "babilong", "mquake", "detection", "records", "components",
-                                     "derived-note"],
+                                     "derived-note", "query-aware", "cross-checkpoint"],
                    help="quantity: the paper's quantity updates; babilong: object histories under four masks; "
                    "mquake: multi-hop questions after in-context updates under seven policies; detection: the "
                    "paper's JSON detectors and a YES/NO score on record pairs; records: record histories under "
                    "seven detector/oracle policies; components: K, V and K+V zeroing against masks on controlled "
-                   "histories; derived-note: masks and selective refresh after a derived note")
+                   "histories; derived-note: masks and selective refresh after a derived note; query-aware: Quest, FINCH, "
+                   "RefreshKV and recent pages against a source mask at matched and fixed capacity on the record "
+                   "histories; cross-checkpoint: a sibling checkpoint reads the main model's cache (and back) on "
+                   "the quantity task, own/cross x full/mask")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
     p.add_argument("--tasks", default="qa2,qa3", help="babilong: bAbI tasks, comma-separated (default qa2,qa3)")
     p.add_argument("--lengths", default="0,1000",
@@ -420,7 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="components: greedy reasoning tokens before the answer cue (default 8)")
     p.add_argument("--groups", type=int, default=None,
                    help="run only the first N groups (quantity: of 120; detection: per dataset and split; "
-                   "records: items of 6 histories; default all)")
+                   "records, query-aware: items of 6 histories; cross-checkpoint: quantity groups of 2 cases; "
+                   "default all)")
     p.add_argument("--detections", default=None,
                    help="records: a detection run directory whose decisions the detector policies use (shared "
                    "across generators, as in the paper); default: the generator runs the detector itself")
@@ -430,6 +456,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--readout-scores", default=None,
                    help="records: a `kvprobe readout` scores.json (or its folder) of the same records; its fixed "
                    "distance and probes also rank histories in the coverage curves")
+    p.add_argument("--queries", default=None,
+                   help="query-aware, cross-checkpoint: queries to ask, comma-separated among current, historical, "
+                   "unrelated (query-aware default: current; cross-checkpoint default: all three)")
+    p.add_argument("--fixed-budget", type=int, default=128,
+                   help="query-aware: the fixed capacity K besides the matched one (default 128 as in the paper; "
+                   "0: matched capacity only)")
+    p.add_argument("--sibling", default="bf16",
+                   help="cross-checkpoint: the sibling of --model: bf16 or fp16 (weights rounded, run in fp32), "
+                   "int8 (per-channel fake quantization), noise[:SCALE] (seeded weight noise), or a model name "
+                   "(default bf16)")
     p.add_argument("--dev", action="store_true", help="use the 18 development groups instead of the test groups")
     p.add_argument("--seed", type=int, default=20260916, help="generator and bootstrap seed (default 20260916)")
     p.add_argument("--max-new-tokens", type=int, default=None,

@@ -1,0 +1,1 @@
+"""Query-aware alternatives to a fixed mask at matched capacity: Quest, FINCH, RefreshKV (paper partE E4)."""
