@@ -15,13 +15,22 @@ condition's own copy of the cache; the shared history is never modified.
 | ``Compact(spans)`` | rows deleted, later keys re-rotated, positions shortened |
 | ``Drop(spans, positions=...)`` | rows deleted without re-rotation |
 | ``TextRecompute(segments, stored_prefix=False)`` | text deleted, retokenized, prefilled again |
+| ``Quest(budget)`` / ``RecentPages(budget)`` | per query and head, only the chosen 16-token pages are read |
+| ``Finch(budget)`` | question-selected keys kept per head, re-rotated to compact positions |
+| ``RefreshKV(budget)`` | decoding reads a partial set, refreshed by occasional full steps |
+
+``capacity.matched_capacity`` gives the paper's matched budget K for a mask.
 
 ``parse_condition`` builds any of them (and masks) from a short string, for the CLI.
 """
 
 from ._base import OperationError, refusal
 from .bias import SessionOrderBias, SoftBias, session_gate
+from .capacity import matched_capacity
 from .compaction import Compact, Drop
+from .finch import Finch
+from .quest import Quest, RecentPages
+from .refreshkv import RefreshKV
 from .recompute import OnlineMask, Rebuild, SelectiveRefresh, recompute_hidden
 from .registry import OPERATIONS, parse_condition
 from .rope import rotate_keys
@@ -32,14 +41,19 @@ __all__ = [
     "OPERATIONS",
     "Compact",
     "Drop",
+    "Finch",
     "OnlineMask",
     "OperationError",
+    "Quest",
+    "RecentPages",
+    "RefreshKV",
     "Rebuild",
     "SelectiveRefresh",
     "SessionOrderBias",
     "SoftBias",
     "TextRecompute",
     "Zero",
+    "matched_capacity",
     "parse_condition",
     "refusal",
     "recompute_hidden",

@@ -2,7 +2,8 @@
 
 Grammar: ``NAME`` or ``NAME:ARG``, where ARG names segments of the history
 (``A`` or ``A,B``), or for ``online-mask`` the superseded and replacement
-segments as ``A>B``, or for ``bias`` segment=value pairs (``A=-0.69,B=0``).
+segments as ``A>B``, or for ``bias`` segment=value pairs (``A=-0.69,B=0``), or for the query-aware methods a capacity in tokens
+(``quest:128``, ``finch:128``, ``refreshkv:128``, ``recent-pages:128``).
 Masks accept an optional ``@layers`` suffix (``mask:A@0-3,7``).
 """
 
@@ -15,6 +16,9 @@ from kvprobe.prompts import SpanError
 
 from .bias import SoftBias
 from .compaction import Compact, Drop
+from .finch import Finch
+from .quest import Quest, RecentPages
+from .refreshkv import RefreshKV
 from .recompute import OnlineMask, Rebuild, SelectiveRefresh
 from .text import TextRecompute
 from .zeroing import Zero
@@ -35,6 +39,12 @@ def _layers(text: str) -> list[int]:
         lo, _, hi = part.partition("-")
         out.extend(range(int(lo), int(hi or lo) + 1))
     return out
+
+
+def _capacity(arg: str) -> int:
+    if not arg.strip().isdigit():
+        raise SpanError(f"query-aware conditions need a capacity in tokens, e.g. quest:128 (got {arg!r})")
+    return int(arg)
 
 
 def _online(h: "History", arg: str) -> Access:
@@ -73,6 +83,10 @@ OPERATIONS: dict[str, tuple[Callable[["History", str], Access], str]] = {
     "recompute": (lambda h, a: TextRecompute([s.strip() for s in a.split(",")]), "delete text, prefill again"),
     "recompute-prefix": (lambda h, a: TextRecompute([s.strip() for s in a.split(",")], stored_prefix=True),
                          "delete text, reuse the cached prefix, prefill the rest"),
+    "quest": (lambda h, a: Quest(budget=_capacity(a)), "Quest: read the K // 16 best 16-token pages per head (K)"),
+    "recent-pages": (lambda h, a: RecentPages(_capacity(a)), "read as many pages as Quest, the latest ones (K)"),
+    "finch": (lambda h, a: Finch(budget=_capacity(a)), "FINCH: keep K question-selected keys, re-rotated (K)"),
+    "refreshkv": (lambda h, a: RefreshKV(budget=_capacity(a)), "RefreshKV: K-slot partial set, refreshed (K)"),
 }
 
 
