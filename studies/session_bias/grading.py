@@ -1,0 +1,278 @@
+"""Pluggable grading of session-bias answers (paper app:v17_judge L6139-6183; spec partE E2).
+
+Interface: a :class:`Grader` has a ``name`` and ``grade(tasks) -> verdicts``,
+one :class:`Verdict` per :class:`GradeTask`, in order. A task carries only what
+the paper's judge sees (question, question type, reference, complete response,
+abstention flag): arm, model and prior labels are not in it, so a grader cannot
+see them.
+
+:class:`RuleGrader` (default, ours; the paper used GPT-5.6 with the official
+LongMemEval rubric, which needs a network):
+
+* an empty or whitespace-only response is incorrect (paper L6170-6171), abstention
+  questions included;
+* answerable questions: the normalized reference occurs in the normalized response
+  as whole words (normalization: Unicode NFKC, case-folded, curly apostrophes made
+  straight, possessive/contraction apostrophes dropped, every other
+  non-alphanumeric character a space, number words zero..twenty as digits,
+  whitespace collapsed). A response naming the old value next to the new one is
+  correct, as the official knowledge-update rubric accepts. This is a crude proxy:
+  long or paraphrased references (preference rubrics, most multi-session answers)
+  are rarely matched verbatim;
+* abstention questions: correct when the response declines, i.e. contains one of
+  :data:`DECLINE_PHRASES` (e.g. "don't know", "not mentioned", "no information").
+
+:class:`BatchedJudge` implements the paper's LLM-judge protocol around a
+:class:`JudgeClient` that users implement (the stub: nothing here opens a
+network connection): empty answers are marked incorrect without asking; every
+other task becomes its full rubric prompt (``rubric(task)``; default
+:func:`paraphrased_rubric`, pass the official LongMemEval templates for paper
+fidelity); identical full prompts are judged once; the distinct prompts go out in
+random order (seeded) in requests of at most 48 tasks with anonymous ids; a reply
+must give exactly one yes/no verdict per id, else the request is resubmitted (up
+to ``max_retries`` times, then :class:`JudgeError`); the model variant returned
+with every request is logged (``log_path``, JSON lines) and named in each
+verdict's ``grader``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from . import strings
+
+#: Phrases that decline an answer (matched on the normalized response; see module docstring).
+DECLINE_PHRASES = (
+    "don't know", "do not know", "not mentioned", "never mentioned", "didn't mention", "did not mention",
+    "haven't mentioned", "have not mentioned", "hasn't been mentioned", "has not been mentioned",
+    "wasn't mentioned", "was not mentioned", "no mention", "no information", "not enough information",
+    "information is not", "not provided", "didn't provide", "did not provide", "haven't provided",
+    "have not provided", "not specified", "didn't specify", "did not specify", "not sure",
+    "cannot determine", "can't determine", "cannot be determined", "unable to determine", "not available",
+    "no record", "don't have", "do not have", "doesn't say", "does not say", "not stated", "unknown",
+)
+NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+                "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+                "nineteen", "twenty")
+MAX_BATCH = 48
+
+
+@dataclass(frozen=True)
+class GradeTask:
+    """What a judge sees of one answer (no arm, model or label)."""
+
+    question_id: str
+    question_type: str
+    question: str
+    reference: str
+    response: str
+    is_abstention: bool
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A judgment: correct or not, a short reason, and which grader (and model variant) gave it."""
+
+    correct: bool
+    explanation: str
+    grader: str
+
+
+class Grader(Protocol):
+    """Anything with a name that grades a batch of tasks, one verdict per task in order."""
+
+    name: str
+
+    def grade(self, tasks: Sequence[GradeTask]) -> list[Verdict]: ...
+
+
+def _apostrophes(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold().replace("\u2019", "'").replace("\u2018", "'")
+
+
+def normalize(text: str) -> str:
+    """Case-folded words and digits joined by single spaces (module docstring)."""
+    t = _apostrophes(text)
+    t = re.sub(r"(?<=\w)'(?=\w)", "", t)
+    t = re.sub(r"[^\w]+|_", " ", t)
+    words = [str(NUMBER_WORDS.index(w)) if w in NUMBER_WORDS else w for w in t.split()]
+    return " ".join(words)
+
+
+def contains_answer(response: str, reference: str) -> bool:
+    """The normalized reference occurs as whole words in the normalized response."""
+    ref = normalize(reference)
+    return bool(ref) and f" {ref} " in f" {normalize(response)} "
+
+
+def declines(response: str) -> bool:
+    """The response declines to answer (contains a decline phrase, case-insensitive, whole words)."""
+    t = re.sub(r"\s+", " ", _apostrophes(response))
+    return any(re.search(rf"(?<!\w){re.escape(p)}(?!\w)", t) for p in DECLINE_PHRASES)
+
+
+class RuleGrader:
+    """The default rule-based judge (module docstring)."""
+
+    name = "rule-v1"
+
+    def grade(self, tasks: Sequence[GradeTask]) -> list[Verdict]:
+        return [self.grade_one(t) for t in tasks]
+
+    def grade_one(self, task: GradeTask) -> Verdict:
+        if not task.response.strip():
+            return Verdict(False, "empty answer", self.name)
+        if task.is_abstention:
+            ok = declines(task.response)
+            return Verdict(ok, "declines" if ok else "does not decline", self.name)
+        ok = contains_answer(task.response, task.reference)
+        return Verdict(ok, "contains the reference" if ok else "reference not found", self.name)
+
+
+# ----------------------------------------------------------------------------- LLM judge protocol
+
+@dataclass(frozen=True)
+class JudgeReply:
+    """A judge model's raw reply to one request and the exact model variant that produced it."""
+
+    text: str
+    model_variant: str
+
+
+class JudgeClient(Protocol):
+    """Send one request text to a judge model (users implement this; e.g. an API client)."""
+
+    def complete(self, prompt: str) -> JudgeReply: ...
+
+
+class JudgeError(RuntimeError):
+    """The judge kept returning invalid or incomplete replies."""
+
+
+def paraphrased_rubric(task: GradeTask) -> str:
+    """Our paraphrase of the LongMemEval question-type rubric (see ``strings.RUBRIC_*``)."""
+    fields = {"question": task.question, "reference": task.reference, "response": task.response}
+    if task.is_abstention:
+        return strings.RUBRIC_ABSTENTION.format(**fields)
+    if task.question_type == "single-session-preference":
+        return strings.RUBRIC_PREFERENCE.format(**fields)
+    return strings.RUBRIC_ANSWERABLE.format(**fields, extra=strings.RUBRIC_EXTRA.get(task.question_type, ""))
+
+
+def batch_request(items: Sequence[tuple[str, str]]) -> str:
+    """The request text of one batch of (anonymous id, full rubric prompt)."""
+    tasks = [{"id": i, "prompt": p} for i, p in items]
+    return strings.JUDGE_BATCH_INSTRUCTIONS + "\n\n" + json.dumps(tasks, ensure_ascii=False, indent=1)
+
+
+def parse_reply(text: str, ids: Sequence[str]) -> dict[str, tuple[bool, str]] | None:
+    """``{id: (yes, explanation)}`` if the reply is one JSON object judging exactly ``ids``; else None."""
+    body = text.strip()
+    fence = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", body, flags=re.DOTALL)
+    if fence:
+        body = fence.group(1)
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError:
+        return None
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, list):
+        return None
+    out: dict[str, tuple[bool, str]] = {}
+    for r in results:
+        if not isinstance(r, dict) or r.get("id") not in ids or r["id"] in out:
+            return None
+        verdict = str(r.get("verdict", "")).strip().lower()
+        if verdict not in ("yes", "no"):
+            return None
+        out[r["id"]] = (verdict == "yes", str(r.get("explanation", "")))
+    return out if set(out) == set(ids) else None
+
+
+class BatchedJudge:
+    """The paper's judge protocol around a user-supplied :class:`JudgeClient` (module docstring)."""
+
+    def __init__(self, client: JudgeClient, rubric: Callable[[GradeTask], str] = paraphrased_rubric,
+                 batch_size: int = MAX_BATCH, seed: int = 0, max_retries: int = 3,
+                 log_path: str | Path | None = None, name: str = "llm-judge") -> None:
+        if not 1 <= batch_size <= MAX_BATCH:
+            raise ValueError(f"batch_size must be in 1..{MAX_BATCH}, got {batch_size}")
+        self.client, self.rubric, self.batch_size = client, rubric, batch_size
+        self.seed, self.max_retries, self.name = seed, max_retries, name
+        self.log_path = None if log_path is None else Path(log_path)
+        self.requests = 0
+
+    def grade(self, tasks: Sequence[GradeTask]) -> list[Verdict]:
+        verdicts: list[Verdict | None] = [None] * len(tasks)
+        by_prompt: dict[str, list[int]] = {}
+        for i, t in enumerate(tasks):
+            if not t.response.strip():
+                verdicts[i] = Verdict(False, "empty answer", self.name)
+            else:
+                by_prompt.setdefault(self.rubric(t), []).append(i)
+        rng = random.Random(self.seed)
+        prompts = list(by_prompt)
+        rng.shuffle(prompts)
+        for start in range(0, len(prompts), self.batch_size):
+            chunk = prompts[start : start + self.batch_size]
+            ids = [f"task-{k + 1:02d}" for k in range(len(chunk))]
+            judged, variant = self._ask(list(zip(ids, chunk)), start // self.batch_size)
+            for anon, prompt in zip(ids, chunk):
+                yes, why = judged[anon]
+                for i in by_prompt[prompt]:
+                    verdicts[i] = Verdict(yes, why, f"{self.name}:{variant}")
+        return verdicts  # type: ignore[return-value]
+
+    def _ask(self, items: list[tuple[str, str]], batch: int) -> tuple[dict[str, tuple[bool, str]], str]:
+        request = batch_request(items)
+        ids = [i for i, _ in items]
+        for attempt in range(self.max_retries + 1):
+            reply = self.client.complete(request)
+            self.requests += 1
+            parsed = parse_reply(reply.text, ids)
+            self._log({"batch": batch, "attempt": attempt, "tasks": len(items), "model_variant": reply.model_variant,
+                       "valid": parsed is not None, "request": request, "reply": reply.text})
+            if parsed is not None:
+                return parsed, reply.model_variant
+        raise JudgeError(f"batch {batch}: no valid reply after {self.max_retries + 1} attempts")
+
+    def _log(self, entry: dict) -> None:
+        if self.log_path is not None:
+            with open(self.log_path, "a") as f:
+                f.write(json.dumps(entry, ensure_ascii=False) + "\n")
+
+
+# ----------------------------------------------------------------------------- regrading a run
+
+GRADES = "grades.jsonl"
+
+
+def task_of(row: dict) -> GradeTask:
+    """The grading task of one result row (only the fields a judge may see)."""
+    return GradeTask(row["case_id"], row["question_type"], row["question"], row["reference"],
+                     row["output"] or "", bool(row["is_abstention"]))
+
+
+def grade_run(run_dir: str | Path, grader: Grader, out_name: str = GRADES) -> Path:
+    """Grade every generated row of a run with ``grader``; write ``out_name`` (one JSON line per
+    (case_id, arm): correct, explanation, grader). :func:`summary.write_summary` reads it with
+    ``grades=``. Rows are passed in file order; a batching grader shuffles them itself."""
+    from ..runner import read_rows
+
+    rows = [r for r in read_rows(run_dir) if not r.get("skipped")]
+    verdicts = grader.grade([task_of(r) for r in rows])
+    if len(verdicts) != len(rows):
+        raise ValueError(f"grader {grader.name!r} returned {len(verdicts)} verdicts for {len(rows)} tasks")
+    path = Path(run_dir) / out_name
+    with open(path, "w") as f:
+        for r, v in zip(rows, verdicts):
+            f.write(json.dumps({"case_id": r["case_id"], "arm": r["arm"], "correct": bool(v.correct),
+                                "explanation": v.explanation, "grader": v.grader}, sort_keys=True) + "\n")
+    return path

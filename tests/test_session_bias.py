@@ -1,0 +1,502 @@
+"""The session-bias study: LongMemEval schema and split, fixtures, bias and hard-mask positions, arms, run, summary."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+from collections import Counter
+
+import pytest
+import torch
+
+import kvprobe
+from interventions import session_gate
+from kvprobe.access import select_layers
+from kvprobe.decoding import question_logits
+from studies.runner import run_study
+from studies.session_bias import fixtures, grading, history, longmemeval
+from studies.session_bias.study import SessionBiasCase, SessionBiasStudy
+from studies.session_bias.summary import format_report, summarize, write_summary
+
+
+@pytest.fixture(scope="module")
+def llama() -> kvprobe.Model:
+    return kvprobe.load_model("tiny-llama")
+
+
+def _raw() -> list[dict]:
+    return fixtures.generate_raw(4)
+
+
+def _write(tmp_path, data, name="longmemeval_oracle.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    return path
+
+
+# --------------------------------------------------------------------------- schema, fixtures, split
+
+def test_fixtures_are_deterministic_and_round_trip(tmp_path):
+    a, b = fixtures.generate_raw(), fixtures.generate_raw()
+    assert a == b and fixtures.generate_raw(seed=1) != a
+    assert fixtures.generate_raw(4) == a[: len(fixtures.generate_raw(4))]
+    path = fixtures.write_fixtures(tmp_path / "fx.json")
+    loaded = longmemeval.load_longmemeval(path)
+    assert [longmemeval.question_to_json(q) for q in loaded] == a == json.loads(path.read_text())
+    assert longmemeval.dataset_hash(loaded) == longmemeval.dataset_hash(fixtures.generate())
+    kinds = Counter((q.question_type, q.is_abstention) for q in loaded)
+    assert kinds == {("knowledge-update", False): 6, ("knowledge-update", True): 6, ("temporal-reasoning", False): 6,
+                     ("single-session-user", False): 6, ("single-session-user", True): 6,
+                     ("single-session-assistant", False): 6}
+    for q in loaded:
+        assert 3 <= len(q.sessions) <= 5
+        dates = [longmemeval.parse_date(s.date) for s in q.sessions]
+        assert dates == sorted(dates) and longmemeval.parse_date(q.question_date) > dates[-1]
+        # The gate: temporal questions name an earlier time; every other question does not.
+        assert session_gate(q.question) == (0 if q.question_type == "temporal-reasoning" else 1), q.question
+        text = " ".join(t.content for s in q.sessions for t in s.turns)
+        if q.is_abstention:
+            assert q.group == q.question_id[:-4] and q.answer_session_ids == ()
+            assert not any(t.has_answer for s in q.sessions for t in s.turns)
+        else:
+            assert q.answer in text and q.group == q.question_id
+            evidence = {s.session_id for s in q.sessions if any(t.has_answer for t in s.turns)}
+            assert evidence == set(q.answer_session_ids)
+        if q.question_type == "knowledge-update" and not q.is_abstention:
+            # The answer is stated in the later of the two evidence sessions.
+            last = [s for s in q.sessions if s.session_id in q.answer_session_ids][-1]
+            assert any(q.answer in t.content for t in last.turns)
+
+
+def test_loader_keeps_unknown_keys_and_numeric_answers(tmp_path):
+    raw = _raw()
+    raw[0]["answer"] = 3
+    raw[0]["note"] = {"kept": True}
+    raw[0]["haystack_sessions"][0][0]["extra_field"] = 1
+    qs = longmemeval.load_longmemeval(_write(tmp_path, raw))
+    assert qs[0].answer == "3" and qs[0].extra == {"note": {"kept": True}}
+    assert [longmemeval.question_to_json(q) for q in qs] == raw
+
+
+def _mutate(fn):
+    raw = _raw()
+    fn(raw)
+    return raw
+
+
+BAD = [
+    (lambda r: r[1].pop("question_date"), "missing keys \\['question_date'\\]"),
+    (lambda r: r[1].update(question_type="open-domain"), "question_type 'open-domain'"),
+    (lambda r: r[1]["haystack_sessions"][0][0].update(role="system"), "role must be one of"),
+    (lambda r: r[1]["haystack_sessions"][0][0].update(content=None), "'content' must be a string"),
+    (lambda r: r[1]["haystack_sessions"][0][0].update(has_answer="yes"), "has_answer"),
+    (lambda r: r[1]["haystack_dates"].pop(), "haystack_sessions but"),
+    (lambda r: r[1].update(haystack_dates=["yesterday"] * len(r[1]["haystack_sessions"])), "is not a date"),
+    (lambda r: r[1].update(haystack_sessions=[]), "non-empty list of sessions"),
+    (lambda r: r[1]["haystack_sessions"].__setitem__(0, []), "non-empty list of turns"),
+    (lambda r: r[1].update(answer=None), "'answer' must be a string"),
+    (lambda r: r[1].update(answer_session_ids="s1"), "'answer_session_ids' must be a list of strings"),
+    (lambda r: r[2].update(question_id=r[1]["question_id"]), "duplicate question_id"),
+]
+
+
+@pytest.mark.parametrize("mutate, message", BAD)
+def test_loader_schema_errors_name_file_and_question(tmp_path, mutate, message):
+    raw = _mutate(mutate)
+    path = _write(tmp_path, raw)
+    with pytest.raises(longmemeval.LongMemEvalFormatError, match=message) as err:
+        longmemeval.load_longmemeval(path)
+    assert str(path) in str(err.value)
+    qid = raw[2 if "duplicate" in message else 1]["question_id"]
+    assert repr(qid) in str(err.value)
+
+
+def test_loader_file_level_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="longmemeval_oracle.json"):
+        longmemeval.load_longmemeval(tmp_path / "missing.json")
+    with pytest.raises(longmemeval.LongMemEvalFormatError, match="not valid JSON .* line 1"):
+        longmemeval.load_longmemeval(_write(tmp_path, "[{"))
+    with pytest.raises(longmemeval.LongMemEvalFormatError, match="top level must be a JSON list"):
+        longmemeval.load_longmemeval(_write(tmp_path, {"question_id": "x"}))
+    with pytest.raises(longmemeval.LongMemEvalFormatError, match="item 0 has no string 'question_id'"):
+        longmemeval.load_longmemeval(_write(tmp_path, [{"question": "?"}]))
+    # The study surfaces the same errors.
+    with pytest.raises(FileNotFoundError):
+        SessionBiasStudy(source=str(tmp_path / "missing.json")).cases()
+    with pytest.raises(longmemeval.LongMemEvalFormatError):
+        SessionBiasStudy(source=str(_write(tmp_path, "not json"))).cases()
+
+
+def _paper_sized() -> list[longmemeval.Question]:
+    """500 questions with the release's type counts (30 abstention variants), built from one fixture."""
+    template = fixtures.generate_raw(1)[0]
+    counts = {"knowledge-update": 78, "temporal-reasoning": 133, "multi-session": 133, "single-session-user": 70,
+              "single-session-assistant": 56, "single-session-preference": 30}
+    raw, k = [], 0
+    for qtype, n in counts.items():
+        for i in range(n):
+            abstain = i < 5
+            raw.append({**copy.deepcopy(template), "question_type": qtype,
+                        "question_id": f"q{k:04x}" + ("_abs" if abstain else "")})
+            k += 1
+    random.Random(0).shuffle(raw)
+    return longmemeval.parse_questions(raw)
+
+
+def test_split_is_deterministic_by_id_with_the_paper_quotas():
+    qs = _paper_sized()
+    parts = longmemeval.split_questions(qs)
+    assert len(parts["development"]) == 120 and len(parts["validation"]) == 380
+    assert Counter(q.question_type for q in parts["development"]) == longmemeval.PAPER_DEV_QUOTAS
+    # Membership depends on the ids only, not on file order; each part keeps file order.
+    shuffled = list(qs)
+    random.Random(1).shuffle(shuffled)
+    again = longmemeval.split_questions(shuffled)
+    assert {q.question_id for q in again["development"]} == {q.question_id for q in parts["development"]}
+    assert [q.question_id for q in parts["validation"]] == [q.question_id for q in qs if q in parts["validation"]]
+    # Within a type, the development questions are the lowest SHA-256 ranks.
+    ku = sorted((q for q in qs if q.question_type == "knowledge-update"),
+                key=lambda q: longmemeval.id_rank_key(q.question_id))
+    assert {q.question_id for q in ku[:40]} == {q.question_id for q in parts["development"]
+                                                 if q.question_type == "knowledge-update"}
+    assert longmemeval.select_split(qs, "all") == qs
+    assert longmemeval.select_split(qs, "validation") == parts["validation"]
+    custom = longmemeval.split_questions(qs, quotas={"multi-session": 3})
+    assert [q.question_type for q in custom["development"]] == ["multi-session"] * 3
+    with pytest.raises(ValueError, match="split must be one of"):
+        longmemeval.select_split(qs, "test")
+    # Fixtures: the paper's quotas scaled to the file size; crossing groups are named.
+    fx = fixtures.generate()
+    dev = longmemeval.split_questions(fx)["development"]
+    assert len(dev) == sum(longmemeval.dev_quotas(fx)[t] for t in {q.question_type for q in fx})
+    crossing = longmemeval.groups_crossing(fx)
+    for g in crossing:
+        assert {q.question_id for q in fx if q.group == g} - {q.question_id for q in dev}
+        assert {q.question_id for q in fx if q.group == g} & {q.question_id for q in dev}
+
+
+# --------------------------------------------------------------------------- bias and hard-mask positions
+
+def _brute_force_bias(h: kvprobe.History, layout: history.SessionLayout, asked: str) -> torch.Tensor:
+    """b_j = -ln 2 * g(q) * (S-1-s(j)) / (S-1), s(j) the session whose *content* characters token j covers."""
+    S = layout.n_sessions
+    ranges = [h.rendered.segments[name] for name in layout.content_segments]
+    others = [r for name, r in h.rendered.segments.items() if name not in layout.content_segments]
+    g = session_gate(asked)
+    b = torch.zeros(len(h))
+    for j, (s, e) in enumerate(h.offsets):
+        hits = [k for k, (a, z) in enumerate(ranges) if s < z and e > a and e > s]
+        assert len(hits) <= 1
+        if hits and S > 1:
+            # A content token never covers header text (the separators keep segments apart).
+            assert not any(s < z and e > a and h.text[max(s, a):min(e, z)].strip() for a, z in others)
+            b[j] = -math.log(2) * g * (S - 1 - hits[0]) / (S - 1)
+    return b
+
+
+_PREFILLED: dict = {}
+
+
+def _prefill(model, q: longmemeval.Question):
+    """Prefill (a question and its abstention variant share one history) and build the arms."""
+    prompt, layout = history.build_prompt(q, chat=history.use_chat(model.tokenizer, None))
+    key = (model.name, json.dumps(prompt.segments))
+    h = _PREFILLED[key] if key in _PREFILLED else _PREFILLED.setdefault(key, model.prefill(prompt))
+    asked = history.question_text(q)
+    return h, layout, asked, history.arms(h, layout, asked)
+
+
+def _hidden(state) -> dict[int, set[int]]:
+    return {layer: set(torch.nonzero(v).flatten().tolist()) for layer, v in state.hidden.items()}
+
+
+def test_soft_bias_and_hard_mask_positions_match_the_paper_formula(llama):
+    qs = {q.question_id: q for q in fixtures.generate(4)}
+    checked = Counter()
+    layers = select_layers(None, llama.arch)
+    for q in qs.values():
+        h, layout, asked, a = _prefill(llama, q)
+        expected = _brute_force_bias(h, layout, asked)
+        soft, hard = a.conditions["soft"], a.conditions["hard"]
+        got = soft.bias_vector(len(h), asked)
+        assert torch.allclose(got, expected, atol=1e-6, rtol=0)
+        # Every layer of the soft arm's row state carries exactly that bias (slots = positions here).
+        state = soft.prepare(llama, h, asked)
+        assert set(state.bias) == set(layers)
+        for layer in layers:
+            assert torch.allclose(state.bias[layer], expected, atol=1e-6, rtol=0)
+        negative = set(torch.nonzero(expected < 0).flatten().tolist())
+        assert a.active == bool(negative) and a.biased_tokens == len(negative)
+        assert a.gate == session_gate(q.question)
+        if a.active:
+            # The oldest session gets -ln 2, the newest 0; headers, intro and date get 0.
+            oldest, newest = h.span(layout.content_segments[0]), h.span(layout.content_segments[-1])
+            assert torch.allclose(got[oldest.start:oldest.end], torch.tensor(-math.log(2)))
+            assert float(got[newest.start:newest.end].abs().max()) == 0.0
+            for name in ("intro", "date", *layout.header_segments):
+                span = h.span(name)
+                assert float(got[span.start:span.end].abs().max()) == 0.0
+            # Hard mask: exactly the negative-bias positions, in every layer.
+            assert isinstance(hard, kvprobe.Mask)
+            assert set(torch.nonzero(hard.hidden_positions(len(h))).flatten().tolist()) == negative
+            hs = hard.prepare(llama, h, asked)
+            assert _hidden(hs) == {layer: negative for layer in layers}
+            checked["active"] += 1
+        else:
+            assert isinstance(hard, kvprobe.Full) and hard.name == "hard" and not negative
+            checked["inactive"] += 1
+        assert h.check_digest()
+    assert checked == {"active": 5, "inactive": 1}
+
+
+def test_quarter_weight_and_question_prefix():
+    assert history.question_text(fixtures.generate(1)[0]).startswith("Question: ")
+    q = fixtures.generate(1)[0]
+    prompt, layout = history.build_prompt(q)
+    assert [n for n, _ in prompt.segments][:3] == ["intro", "header:0", "session:0"]
+    assert prompt.segments[-1][0] == "date" and layout.content_segments == tuple(
+        f"session:{i}" for i in range(len(q.sessions)))
+    # Nothing withheld reaches the prompt: no answer markers, session ids, question type.
+    body = prompt.body
+    assert q.question_type not in body and "has_answer" not in body
+    assert not any(s.session_id in body for s in q.sessions)
+
+
+def test_sessions_are_sorted_by_timestamp():
+    raw = fixtures.generate_raw(1)[0]
+    order = [2, 0, 1] + list(range(3, len(raw["haystack_sessions"])))
+    shuffled = {**raw, **{k: [raw[k][i] for i in order] for k in ("haystack_dates", "haystack_session_ids",
+                                                                   "haystack_sessions")}}
+    q0, q1 = longmemeval.parse_questions([raw, {**shuffled, "question_id": "shuffled"}])
+    p0, l0 = history.build_prompt(q0)
+    p1, l1 = history.build_prompt(q1)
+    assert p0.segments == p1.segments and not l0.reordered and l1.reordered
+    assert history.build_prompt(q1, order="file")[1].session_ids == tuple(raw["haystack_session_ids"][i] for i in order)
+
+
+# --------------------------------------------------------------------------- arms on the model
+
+def _single_session(q: longmemeval.Question) -> longmemeval.Question:
+    raw = longmemeval.question_to_json(q)
+    raw.update(question_id="single", haystack_dates=raw["haystack_dates"][-1:],
+               haystack_session_ids=raw["haystack_session_ids"][-1:],
+               haystack_sessions=raw["haystack_sessions"][-1:])
+    return longmemeval.parse_question(raw)
+
+
+def test_inactive_questions_give_identical_outputs_in_every_arm(llama):
+    qs = fixtures.generate(8)
+    temporal = next(q for q in qs if q.question_type == "temporal-reasoning" and len(q.sessions) > 1)
+    active = next(q for q in qs if q.question_type == "knowledge-update" and not q.is_abstention)
+    single = _single_session(active)
+    for q, is_active in ((temporal, False), (single, False), (active, True)):
+        h, _, asked, a = _prefill(llama, q)
+        assert a.active == is_active
+        logits = question_logits(llama, h, asked, list(a.conditions.values())).logits
+        if is_active:
+            assert float((logits[1] - logits[0]).abs().max()) > 1e-4  # soft changes the answer distribution
+            assert float((logits[2] - logits[0]).abs().max()) > 1e-4  # and so does the hard mask
+            assert float((logits[2] - logits[1]).abs().max()) > 1e-4
+        else:
+            assert torch.equal(logits[1], logits[0]) and torch.equal(logits[2], logits[0])
+        assert h.check_digest()
+    study = SessionBiasStudy(split="all", max_new_tokens=4)
+    cases = [SessionBiasCase(q, "all", False) for q in (temporal, single)]
+    for rows in study.run_cases(llama, cases):
+        assert [r["arm"] for r in rows] == ["full", "soft", "hard"]
+        assert len({(r["output"], r["n_tokens"], r["stop_reason"]) for r in rows}) == 1
+        assert not any(r["active"] or r["copied_from_full"] for r in rows)
+        assert [r["hidden_tokens"] for r in rows] == [0, 0, 0] and rows[1]["biased_tokens"] == 0
+    # skip_inactive copies the full answer instead of generating it again.
+    skipped = SessionBiasStudy(split="all", max_new_tokens=4, skip_inactive=True).run_cases(llama, cases[:1])[0]
+    assert [r["copied_from_full"] for r in skipped] == [False, True, True]
+    assert len({r["output"] for r in skipped}) == 1
+
+
+def test_study_arms_and_options_are_validated():
+    with pytest.raises(ValueError, match="arms"):
+        SessionBiasStudy(arms=("full", "medium"))
+    with pytest.raises(ValueError, match="skip_inactive"):
+        SessionBiasStudy(arms=("soft", "hard"), skip_inactive=True)
+    with pytest.raises(ValueError, match="split"):
+        SessionBiasStudy(split="test")
+
+
+# --------------------------------------------------------------------------- end to end
+
+def test_run_resumes_and_writes_the_summary(llama, tmp_path):
+    study = SessionBiasStudy(split="all", n=5, max_new_tokens=3, cases_per_batch=3)
+    out = tmp_path / "run"
+    info = run_study(study, llama, out, progress=False)
+    assert info.cases_run == 5 and info.rows_written == 15
+    first = (out / "results.jsonl").read_bytes()
+    rows = [json.loads(line) for line in first.decode().splitlines()]
+    assert Counter(r["arm"] for r in rows) == {"full": 5, "soft": 5, "hard": 5}
+    for key in ("case_id", "group", "question_type", "is_abstention", "update", "active", "arm", "output",
+                "stop_reason", "n_tokens", "correct", "grader"):
+        assert all(key in r for r in rows), key
+    assert all(r["grader"] == "rule-v1" and isinstance(r["correct"], bool) for r in rows)
+    assert not any("second" in k or "time" in k for k in rows[0])
+    # The abstention variant shares its base's history (one prefill) and bootstrap group.
+    by_id = {r["case_id"]: r for r in rows if r["arm"] == "full"}
+    for cid, r in by_id.items():
+        if cid.endswith("_abs"):
+            assert r["group"] == by_id[cid[:-4]]["group"] and r["prompt_sha256"] == by_id[cid[:-4]]["prompt_sha256"]
+    # Drop the last batch's cases; the rerun redoes only them and reproduces the file byte for byte.
+    (out / "results.jsonl").write_text("".join(first.decode().splitlines(keepends=True)[:9]))
+    again = run_study(SessionBiasStudy(split="all", n=5, max_new_tokens=3, cases_per_batch=3), llama, out,
+                      progress=False)
+    assert again.cases_run == 2 and (out / "results.jsonl").read_bytes() == first
+    summary = write_summary(out)
+    assert (out / "summary.json").exists() and (out / "report.md").exists()
+    assert summary["questions"] == 5 and summary["rows"] == 15 and summary["arms"] == ["full", "soft", "hard"]
+    report = (out / "report.md").read_text()
+    assert "| all questions | 5 |" in report and "## Termination" in report and "soft - full, pp" in report
+    # Regrading with another grader (here the rule grader again) gives the same summary cells.
+    path = grading.grade_run(out, grading.RuleGrader(), out_name="grades.jsonl")
+    assert summarize(out, grades=path)["subsets"] == summary["subsets"]
+
+
+def test_too_long_histories_are_skipped(llama, tmp_path):
+    study = SessionBiasStudy(split="all", n=2, max_new_tokens=2, max_history_tokens=20)
+    run_study(study, llama, tmp_path, progress=False)
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 and all(r["skipped"] == "history_too_long" and r["output"] is None for r in rows)
+    s = summarize(tmp_path)
+    assert s["questions"] == 0 and s["skipped_questions"] == 2
+
+
+# --------------------------------------------------------------------------- grading
+
+def _task(response: str, reference: str = "Toyota Corolla", abstention: bool = False) -> grading.GradeTask:
+    return grading.GradeTask("q", "knowledge-update", "What car do I drive now?", reference, response, abstention)
+
+
+@pytest.mark.parametrize("response, reference, abstention, correct", [
+    ("You drive a Toyota Corolla.", "Toyota Corolla", False, True),
+    ("you drive a TOYOTA  corolla!", "Toyota Corolla", False, True),
+    ("You had a Subaru, now a Toyota Corolla.", "Toyota Corolla", False, True),
+    ("A Toyota Corollas", "Toyota Corolla", False, False),
+    ("You drive a Subaru Outback.", "Toyota Corolla", False, False),
+    ("   \n", "Toyota Corolla", False, False),
+    ("I have two dogs.", "2", False, True),
+    ("It is Maple\u2019s bowl", "Maple's", False, True),
+    ("You haven\u2019t mentioned a cat.", "explanation", True, True),
+    ("I don't know.", "explanation", True, True),
+    ("There is no information about that.", "explanation", True, True),
+    ("Your cat is called Biscuit.", "explanation", True, False),
+    ("", "explanation", True, False),
+])
+def test_rule_grader(response, reference, abstention, correct):
+    v = grading.RuleGrader().grade([_task(response, reference, abstention)])[0]
+    assert v.correct == correct and v.grader == "rule-v1"
+
+
+def test_prompt_scaffold_never_counts_as_declining():
+    """Small models echo the system message and history scaffold; an echo must not read as an abstention."""
+    from studies.session_bias import strings
+
+    scaffold = [strings.SYSTEM, strings.INTRO, strings.SESSION_HEADER, strings.CURRENT_DATE, strings.QUESTION_PREFIX]
+    assert not any(grading.declines(text) for text in scaffold)
+
+
+class _Client:
+    """A local judge: says "yes" when the graded response holds "Corolla"; its first reply is invalid."""
+
+    def __init__(self, invalid_first: int = 1):
+        self.requests: list[str] = []
+        self.invalid_first = invalid_first
+
+    def complete(self, prompt: str) -> grading.JudgeReply:
+        self.requests.append(prompt)
+        if len(self.requests) <= self.invalid_first:
+            return grading.JudgeReply("I think they are all fine.", "judge-2026-01")
+        tasks = json.loads(prompt.split("\n\n", 1)[1])
+        results = [{"id": t["id"], "verdict": "yes" if "Corolla" in t["prompt"].split("Model response:")[1] else "no",
+                    "explanation": "ok"} for t in tasks]
+        return grading.JudgeReply("```json\n" + json.dumps({"results": results}) + "\n```", "judge-2026-01")
+
+
+def test_batched_judge_protocol(tmp_path):
+    tasks = [_task(f"Answer {i}: a Toyota Corolla" if i % 2 else f"Answer {i}: a bike") for i in range(100)]
+    tasks += tasks[:10] + [_task(""), _task("  ")]
+    client = _Client()
+    judge = grading.BatchedJudge(client, seed=3, log_path=tmp_path / "judge.jsonl")
+    verdicts = judge.grade(tasks)
+    assert [v.correct for v in verdicts[:100]] == [bool(i % 2) for i in range(100)]
+    assert [v.correct for v in verdicts[100:110]] == [v.correct for v in verdicts[:10]]
+    assert verdicts[-1].correct is False and verdicts[-1].grader == "llm-judge"  # empty: never sent
+    assert all(v.grader == "llm-judge:judge-2026-01" for v in verdicts[:110])
+    # 100 distinct prompts in batches of at most 48 (48, 48, 4), plus one resubmitted invalid reply.
+    sent = [json.loads(r.split("\n\n", 1)[1]) for r in client.requests]
+    assert [len(b) for b in sent] == [48, 48, 48, 4] and sent[0] == sent[1]
+    prompts = [t["prompt"] for b in sent[1:] for t in b]
+    assert len(set(prompts)) == 100 and prompts != [grading.paraphrased_rubric(t) for t in tasks[:100]]
+    assert all(t["id"].startswith("task-") for b in sent for t in b)
+    assert not any(word in r for r in client.requests for word in ("soft", "hard", "full", "tiny-llama"))
+    log = [json.loads(line) for line in (tmp_path / "judge.jsonl").read_text().splitlines()]
+    assert [e["valid"] for e in log] == [False, True, True, True] and {e["model_variant"] for e in log} == {"judge-2026-01"}
+    with pytest.raises(grading.JudgeError, match="no valid reply after 2 attempts"):
+        grading.BatchedJudge(_Client(invalid_first=5), max_retries=1).grade(tasks[:3])
+    with pytest.raises(ValueError, match="batch_size"):
+        grading.BatchedJudge(_Client(), batch_size=49)
+
+
+# --------------------------------------------------------------------------- summary math
+
+def _row(case: str, arm: str, correct: bool, active: bool = True, update: bool = False, abstention: bool = False,
+         stop: str = "eos") -> dict:
+    group = case[:-4] if case.endswith("_abs") else case
+    return {"case_id": case, "group": group, "arm": arm, "correct": correct, "active": active, "update": update,
+            "is_abstention": abstention, "question_type": "knowledge-update" if update else "single-session-user",
+            "stop_reason": stop, "n_tokens": 5, "output": f"{case}-{arm}-{correct}", "split": "validation",
+            "group_crosses_split": case == "d", "grader": "rule-v1", "skipped": None, "copied_from_full": False}
+
+
+def test_summary_math_on_hand_made_rows(tmp_path):
+    table = {  # case: (full, soft, hard, kwargs)
+        "a": (0, 1, 1, {"update": True}), "b": (1, 1, 0, {"update": True}),
+        "c": (1, 0, 0, {}), "c_abs": (1, 1, 1, {"abstention": True}),
+        "d": (0, 0, 0, {"active": False}),
+    }
+    with open(tmp_path / "results.jsonl", "w") as f:
+        for case, (full, soft, hard, kw) in table.items():
+            for arm, ok in (("full", full), ("soft", soft), ("hard", hard)):
+                stop = "cap" if (case, arm) == ("b", "soft") else "eos"
+                f.write(json.dumps(_row(case, arm, bool(ok), stop=stop, **kw)) + "\n")
+    s = summarize(tmp_path, seed=5, draws=400)
+    assert (s["questions"], s["groups"], s["rows"]) == (5, 4, 15)
+    cells = {x["key"]: x for x in s["subsets"]}
+    assert set(cells) == {"all", "answerable_updates", "other_answerable", "abstention", "active",
+                          "active_answerable_updates", "active_other_answerable", "active_abstention", "inactive",
+                          "without_crossing_groups"}
+    every = cells["all"]["arms"]
+    assert (every["full"]["correct"], every["soft"]["correct"], every["hard"]["correct"]) == (3, 3, 2)
+    soft = every["soft"]["vs_full"]
+    assert (soft["change"], soft["corrections"], soft["reversals"]) == (0, 1, 1) and soft["pp"] == pytest.approx(0.0)
+    hard = every["hard"]["vs_full"]
+    assert (hard["change"], hard["pp"]) == (-1, pytest.approx(-20.0))
+    assert hard["ci"][0] <= -20.0 <= hard["ci"][1]
+    assert every["soft"]["cap"] == 1 and every["soft"]["eos_correct"] == 2
+    assert every["soft"]["eos_vs_full"]["change"] == -1
+    upd = cells["answerable_updates"]["arms"]
+    assert upd["soft"]["vs_full"]["pp"] == pytest.approx(50.0) and upd["hard"]["vs_full"]["pp"] == pytest.approx(0.0)
+    assert cells["active"]["questions"] == 4 and cells["inactive"]["questions"] == 1
+    assert cells["without_crossing_groups"]["questions"] == 4
+    assert cells["abstention"]["arms"]["soft"]["vs_full"]["ci"] == [0.0, 0.0]
+    assert s["inactive_identical"] == {"inactive_questions": 1, "identical_answers": 0, "copied_from_full": 0}
+    assert summarize(tmp_path, seed=5, draws=400) == s
+    # A grades file overrides the rows' grades and must cover every row.
+    grades = tmp_path / "grades.jsonl"
+    grades.write_text("".join(json.dumps({"case_id": c, "arm": a, "correct": True, "grader": "judge:x"}) + "\n"
+                              for c in table for a in ("full", "soft", "hard")))
+    g = summarize(tmp_path, seed=5, draws=400, grades=grades)
+    assert g["graders"] == ["judge:x"] and g["subsets"][0]["arms"]["hard"]["correct"] == 5
+    grades.write_text(grades.read_text().splitlines(keepends=True)[0])
+    with pytest.raises(ValueError, match="no grade for case"):
+        summarize(tmp_path, grades=grades)
+    report = format_report(s, {"model": {"name": "hand"}, "study_config": {"source": "fixtures"}})
+    assert "| answerable updates | 2 | 50.0 (1/2) | 100.0 (2/2) | 50.0 (1/2) | +50.00" in report
+    assert every["full"]["mean_tokens"] == 5.0
