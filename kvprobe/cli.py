@@ -222,6 +222,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                                 fixed_budget=args.fixed_budget or None, **_budget(args),
                                 cases_per_batch=args.cases_per_batch)
         return _run_and_summarize(args, study, write_summary)
+    if args.study == "session-bias":
+        from studies.session_bias.study import SessionBiasStudy
+        from studies.session_bias.summary import write_summary
+
+        split = args.split or ("all" if args.source == "fixtures" else "validation")
+        study = SessionBiasStudy(source=args.source, split=split, n=args.groups, **_budget(args),
+                                 cases_per_batch=args.cases_per_batch)
+        return _run_and_summarize(args, study, write_summary)
     if args.study == "cross-checkpoint":
         from studies.cross_checkpoint.study import CrossCheckpointStudy
         from studies.cross_checkpoint.summary import write_summary
@@ -333,7 +341,7 @@ SUMMARIES = {"quantity": "studies.quantity.summary", "babilong": "studies.babilo
              "mquake": "studies.mquake.summary", "detection": "studies.detection.summary",
              "records": "studies.records.summary", "components": "studies.components.summary",
              "derived-note": "studies.derived_note.summary", "query-aware": "studies.query_aware.summary",
-             "cross-checkpoint": "studies.cross_checkpoint.summary"}
+             "cross-checkpoint": "studies.cross_checkpoint.summary", "session-bias": "studies.session_bias.summary"}
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -425,7 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "case x condition x query), summary.json and report.md. Rerunning the same command "
                        "resumes where it stopped.")
     p.add_argument("study", choices=["quantity", "babilong", "mquake", "detection", "records", "components",
-                                     "derived-note", "query-aware", "cross-checkpoint"],
+                                     "derived-note", "query-aware", "cross-checkpoint", "session-bias"],
                    help="quantity: the paper's quantity updates; babilong: object histories under four masks; "
                    "mquake: multi-hop questions after in-context updates under seven policies; detection: the "
                    "paper's JSON detectors and a YES/NO score on record pairs; records: record histories under "
@@ -433,7 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "histories; derived-note: masks and selective refresh after a derived note; query-aware: Quest, FINCH, "
                    "RefreshKV and recent pages against a source mask at matched and fixed capacity on the record "
                    "histories; cross-checkpoint: a sibling checkpoint reads the main model's cache (and back) on "
-                   "the quantity task, own/cross x full/mask")
+                   "the quantity task, own/cross x full/mask; session-bias: multi-session chat histories (LongMemEval-Oracle "
+                   "schema) under full access, the gated session-order soft bias and a hard mask on the same spans")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
     p.add_argument("--tasks", default="qa2,qa3", help="babilong: bAbI tasks, comma-separated (default qa2,qa3)")
     p.add_argument("--lengths", default="0,1000",
@@ -446,6 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--groups", type=int, default=None,
                    help="run only the first N groups (quantity: of 120; detection: per dataset and split; "
                    "records, query-aware: items of 6 histories; cross-checkpoint: quantity groups of 2 cases; "
+                   "session-bias: questions; "
                    "default all)")
     p.add_argument("--detections", default=None,
                    help="records: a detection run directory whose decisions the detector policies use (shared "
@@ -462,6 +472,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fixed-budget", type=int, default=128,
                    help="query-aware: the fixed capacity K besides the matched one (default 128 as in the paper; "
                    "0: matched capacity only)")
+    p.add_argument("--source", default="fixtures",
+                   help="session-bias: 'fixtures' (seeded synthetic update histories in the LongMemEval-Oracle "
+                   "schema) or the path of longmemeval_oracle.json (default fixtures)")
+    p.add_argument("--split", default=None, choices=["development", "validation", "all"],
+                   help="session-bias: question split (default: all for fixtures, validation for a LongMemEval "
+                   "file, the paper's 380)")
     p.add_argument("--sibling", default="bf16",
                    help="cross-checkpoint: the sibling of --model: bf16 or fp16 (weights rounded, run in fp32), "
                    "int8 (per-channel fake quantization), noise[:SCALE] (seeded weight noise), or a model name "

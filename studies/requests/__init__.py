@@ -1,0 +1,7 @@
+"""Repeated-request cost workload (paper partE E6-E7): one update, ten requests, five policies, timed.
+
+Modules: ``workload`` (histories, background lines, the ten questions), ``detector``
+(replaceable detectors), ``policies`` (decision table), ``serving`` (timed encode and
+request primitives), ``sequence`` (one case: cold start, every policy, checks),
+``study`` (``RequestsStudy``, ``run``), ``summary`` (``write_summary``).
+"""

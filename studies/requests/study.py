@@ -1,0 +1,178 @@
+"""The repeated-request cost workload (paper partE E6-E7): runner protocol and run directory.
+
+Cases are (history, background length) pairs, history-major: 30 histories x
+(0, 100, 300) background lines = 90 cases, each running every policy in a seeded
+shuffled order on one resident history (``studies.requests.sequence``).
+
+Output (``run``):
+
+* ``results.jsonl`` (the runner's): one row per (case, policy, question): the
+  operation the question read (full / mask / recompute), the detector's decision, the
+  greedy answer and its grades (exact JSON field and the lenient first-value rule of
+  ``studies.records``). No timings, so the file is byte-reproducible and resumable.
+* ``timings.jsonl`` (ours): one line per (case, policy) with every timed component in
+  milliseconds (history tokenization and prefill, detection, update tokenization,
+  append or re-encode, mask, per question tokenization / cache copy / suffix prefill /
+  decode), token counts, KV bytes, peak RSS and threads. It is appended after each
+  case is run, before the runner writes the case's rows; a case redone after a crash
+  appends new lines and readers keep the last line per (case, policy)
+  (:func:`read_timings`), restricted to cases complete in ``results.jsonl``.
+* ``config.json``, ``timing.json`` (the runner's), and ``summary.json`` / ``report.md``
+  from :func:`studies.requests.summary.write_summary`.
+
+Timing on a shared machine: run nothing else meanwhile. Each process warms up once per
+background length (one untimed sequence on the first case of that length).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import kvprobe
+from studies.detection.detectors import MAX_NEW_TOKENS as DETECTOR_MAX_NEW_TOKENS
+from studies.detection.detectors import use_chat
+
+from ..runner import read_rows, study_parameters
+from . import policies as pol
+from .detector import DETECTOR_NAMES, Detector, detector_name, make_detector
+from .sequence import Settings, run_case, warm_up
+from .workload import LENGTHS, N_GROUPS, ORDER, SEED, WorkloadCase, workload_cases
+
+if TYPE_CHECKING:
+    from ..runner import RunInfo
+
+#: Answer budget of the 40-token workload (E6; E7 used 256).
+MAX_NEW_TOKENS = 40
+TIMINGS = "timings.jsonl"
+
+
+@dataclass
+class RequestsStudy:
+    """The ten-request workload after one update, under the five policies (runner protocol)."""
+
+    n_groups: int | None = N_GROUPS  # None: all 30
+    lengths: tuple[int, ...] = LENGTHS  # background lines per history
+    policies: tuple[str, ...] = pol.POLICIES
+    max_new_tokens: int = MAX_NEW_TOKENS
+    # Detector: a name (studies.requests.detector.DETECTOR_NAMES: the paper's JSON detectors, or
+    # "always"/"never") or any Detector callable (recorded by its ``name``).
+    detector: str | Detector = "asserted-value"
+    lexical_filter: bool = False
+    detector_max_new_tokens: int = DETECTOR_MAX_NEW_TOKENS
+    detector_model: str | None = None  # None: the generator detects (the paper used a fixed Qwen3-4B)
+    # UNCLEAR (brief vs paper): "label" recomputes the true replacements (the paper's
+    # "oracle-label recomputation", L6473); "always" deletes A in every history.
+    oracle: str = "label"
+    stored_prefix: bool = False  # recompute re-encodes all retained text (True: reuse rows before A)
+    prefill_per_policy: bool = False  # False: one timed cold prefill shared by the case's policies
+    background: str = "ledger"  # "ledger" (seeded synthetic) or "pg19" (../shared/data/pg19)
+    background_at: str = "after_time1"  # or "before_time1"
+    chat: bool | None = None  # None: the chat template when the tokenizer has one
+    seed: int = SEED  # record dataset and background lines
+    order_seed: int = 0  # shuffled policy order per case
+    warmup: bool = True
+    cases_per_batch: int = 1
+    name: str = "requests"
+    #: Where timing lines go (set by :func:`run`); not part of the config.
+    timing_log: str | None = field(default=None, compare=False)
+    _cases: list[WorkloadCase] | None = field(default=None, repr=False, compare=False)
+    _detector: Detector | None = field(default=None, repr=False, compare=False)
+    _warm: set = field(default_factory=set, repr=False, compare=False)
+    _invocation: str = field(default="", repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.n_groups = N_GROUPS if self.n_groups is None else self.n_groups
+        self.lengths = tuple(self.lengths)
+        self.policies = tuple(self.policies)
+        pol.check_policies(self.policies)
+        if self.oracle not in pol.ORACLE_RULES:
+            raise ValueError(f"oracle must be one of {pol.ORACLE_RULES}, got {self.oracle!r}")
+        if isinstance(self.detector, str) and self.detector not in DETECTOR_NAMES:
+            raise ValueError(f"unknown detector {self.detector!r}; choose from {list(DETECTOR_NAMES)} or pass a callable")
+
+    def config(self) -> dict[str, Any]:
+        """Every parameter that decides the rows, plus a hash of every prompt and question."""
+        cfg = study_parameters(self)
+        cfg.pop("timing_log", None)
+        cfg["detector"] = detector_name(self.detector)
+        cfg["order"] = list(ORDER)
+        blob = "\n".join(json.dumps([c.case_id, c.segments(), [q.text for q in c.questions()]]) for c in self.cases())
+        cfg["workload_sha256"] = hashlib.sha256(blob.encode()).hexdigest()
+        return cfg
+
+    def cases(self) -> list[WorkloadCase]:
+        if self._cases is None:
+            self._cases = workload_cases(self.n_groups, self.lengths, self.background, self.background_at, self.seed)
+        return self._cases
+
+    def settings(self, model: kvprobe.Model) -> Settings:
+        return Settings(self.policies, self.max_new_tokens, self.oracle, self.stored_prefix, self.prefill_per_policy,
+                        use_chat(model, self.chat), self.order_seed)
+
+    def get_detector(self) -> Detector:
+        """The detector callable (a named one is built once; a detector model is loaded once)."""
+        if self._detector is None:
+            if not isinstance(self.detector, str):
+                self._detector = self.detector
+            else:
+                other = kvprobe.load_model(self.detector_model) if self.detector_model else None
+                self._detector = make_detector(self.detector, self.lexical_filter, self.detector_max_new_tokens,
+                                               self.chat, other)
+        return self._detector
+
+    def run_cases(self, model: kvprobe.Model, cases: list[WorkloadCase]) -> list[list[dict[str, Any]]]:
+        """Each case's answer rows; its timing lines go to ``timing_log`` as soon as the case is done."""
+        detector, settings = self.get_detector(), self.settings(model)
+        self._invocation = self._invocation or time.strftime("%Y-%m-%dT%H:%M:%S")
+        out = []
+        for case in cases:
+            key = (id(model), case.n_lines)
+            if self.warmup and key not in self._warm:
+                warm_up(model, case, detector, settings)
+                self._warm.add(key)
+            rows, timings = run_case(model, case, detector, settings)
+            self._log(model, timings)
+            out.append(rows)
+        return out
+
+    def _log(self, model: kvprobe.Model, timings: list[dict[str, Any]]) -> None:
+        if self.timing_log is None:
+            return
+        lines = [json.dumps({**t, "model": model.name, "invocation": self._invocation}, sort_keys=True)
+                 for t in timings]
+        with open(self.timing_log, "a") as f:
+            f.write("".join(line + "\n" for line in lines))
+
+
+def run(model: kvprobe.Model, out_dir: Path | str, study: RequestsStudy | None = None,
+        progress: bool = True) -> "RunInfo":
+    """``studies.runner.run_study`` with the timing lines appended to ``out_dir/timings.jsonl``."""
+    from ..runner import run_study
+
+    study = study or RequestsStudy()
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    study.timing_log = str(Path(out_dir) / TIMINGS)
+    return run_study(study, model, out_dir, progress=progress)
+
+
+def read_timings(out_dir: Path | str) -> list[dict[str, Any]]:
+    """Timing lines of cases complete in ``results.jsonl``: the last line per (case, policy), in file order."""
+    path = Path(out_dir) / TIMINGS
+    if not path.exists():
+        return []
+    done = {r["case_id"] for r in read_rows(out_dir)}
+    last: dict[tuple[str, str], dict[str, Any]] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            try:
+                t = json.loads(line)
+            except json.JSONDecodeError:  # a line cut off by a kill
+                continue
+            last.pop((t["case_id"], t["policy"]), None)
+            last[(t["case_id"], t["policy"])] = t
+    return [t for (case_id, _), t in last.items() if case_id in done]
