@@ -222,6 +222,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                                 fixed_budget=args.fixed_budget or None, **_budget(args),
                                 cases_per_batch=args.cases_per_batch)
         return _run_and_summarize(args, study, write_summary)
+    if args.study == "requests":
+        from studies.requests.study import RequestsStudy, run
+        from studies.requests.summary import write_summary
+
+        study = RequestsStudy(n_groups=args.groups, lengths=tuple(int(x) for x in args.background_lines.split(",")),
+                              detector=args.detector, detector_model=args.detector_model, **_budget(args),
+                              cases_per_batch=1)
+        return _run_and_summarize(args, study, write_summary, run=run)
     if args.study == "session-bias":
         from studies.session_bias.study import SessionBiasStudy
         from studies.session_bias.summary import write_summary
@@ -341,7 +349,8 @@ SUMMARIES = {"quantity": "studies.quantity.summary", "babilong": "studies.babilo
              "mquake": "studies.mquake.summary", "detection": "studies.detection.summary",
              "records": "studies.records.summary", "components": "studies.components.summary",
              "derived-note": "studies.derived_note.summary", "query-aware": "studies.query_aware.summary",
-             "cross-checkpoint": "studies.cross_checkpoint.summary", "session-bias": "studies.session_bias.summary"}
+             "cross-checkpoint": "studies.cross_checkpoint.summary", "session-bias": "studies.session_bias.summary",
+             "requests": "studies.requests.summary"}
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -433,7 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "case x condition x query), summary.json and report.md. Rerunning the same command "
                        "resumes where it stopped.")
     p.add_argument("study", choices=["quantity", "babilong", "mquake", "detection", "records", "components",
-                                     "derived-note", "query-aware", "cross-checkpoint", "session-bias"],
+                                     "derived-note", "query-aware", "cross-checkpoint", "session-bias",
+                                     "requests"],
                    help="quantity: the paper's quantity updates; babilong: object histories under four masks; "
                    "mquake: multi-hop questions after in-context updates under seven policies; detection: the "
                    "paper's JSON detectors and a YES/NO score on record pairs; records: record histories under "
@@ -442,7 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "RefreshKV and recent pages against a source mask at matched and fixed capacity on the record "
                    "histories; cross-checkpoint: a sibling checkpoint reads the main model's cache (and back) on "
                    "the quantity task, own/cross x full/mask; session-bias: multi-session chat histories (LongMemEval-Oracle "
-                   "schema) under full access, the gated session-order soft bias and a hard mask on the same spans")
+                   "schema) under full access, the gated session-order soft bias and a hard mask on the same spans; "
+                   "requests: the ten-request cost workload after one update (keep-all, detector mask, query-aware "
+                   "mask, detector and oracle recompute), cold and resident timings; run nothing else meanwhile")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
     p.add_argument("--tasks", default="qa2,qa3", help="babilong: bAbI tasks, comma-separated (default qa2,qa3)")
     p.add_argument("--lengths", default="0,1000",
@@ -455,13 +467,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--groups", type=int, default=None,
                    help="run only the first N groups (quantity: of 120; detection: per dataset and split; "
                    "records, query-aware: items of 6 histories; cross-checkpoint: quantity groups of 2 cases; "
-                   "session-bias: questions; "
+                   "session-bias: questions; requests: histories of the 30; "
                    "default all)")
     p.add_argument("--detections", default=None,
                    help="records: a detection run directory whose decisions the detector policies use (shared "
                    "across generators, as in the paper); default: the generator runs the detector itself")
     p.add_argument("--detector", default="asserted-value", choices=["direct", "expanded", "asserted-value"],
-                   help="records: the JSON detector whose decisions drive the detector policies "
+                   help="records, requests: the JSON detector whose decisions drive the detector policies "
                    "(default asserted-value)")
     p.add_argument("--readout-scores", default=None,
                    help="records: a `kvprobe readout` scores.json (or its folder) of the same records; its fixed "
@@ -478,6 +490,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default=None, choices=["development", "validation", "all"],
                    help="session-bias: question split (default: all for fixtures, validation for a LongMemEval "
                    "file, the paper's 380)")
+    p.add_argument("--background-lines", default="0,100,300",
+                   help="requests: background lines per history, comma-separated (default 0,100,300 as in the paper)")
+    p.add_argument("--detector-model", default=None,
+                   help="requests: the model that runs the JSON detector (default: the generator itself; the paper "
+                   "used a fixed Qwen3-4B detector)")
     p.add_argument("--sibling", default="bf16",
                    help="cross-checkpoint: the sibling of --model: bf16 or fp16 (weights rounded, run in fp32), "
                    "int8 (per-channel fake quantization), noise[:SCALE] (seeded weight noise), or a model name "

@@ -47,3 +47,21 @@ def test_matched_arms_equal_full_when_nothing_is_masked_away(llama):
     full = llama.generate(history, question, access=kvprobe.Full(), max_new_tokens=6).token_ids
     for arm in ("quest@fixed", "finch@fixed", "refreshkv@fixed"):
         assert llama.generate(history, question, access=arms[arm], max_new_tokens=6).token_ids == full, arm
+
+
+def test_cli_runs_query_aware_and_lists_the_methods(tmp_path):
+    """`kvprobe run query-aware` and `kvprobe conditions` in real subprocesses on a tiny model."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "kvprobe.cli", "run", "query-aware", "--model", "tiny-llama",
+                           "--groups", "1", "--max-new-tokens", "3", "--fixed-budget", "0", "--out", str(out),
+                           "--quiet"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    rows = list(read_rows(out))
+    assert len(rows) == 6 * 6 and not any(r["capacity"] == "fixed" for r in rows)
+    assert "quest@matched" in (out / "report.md").read_text()
+    listing = subprocess.run([sys.executable, "-m", "kvprobe.cli", "conditions"], capture_output=True, text=True,
+                             timeout=120)
+    assert all(name in listing.stdout for name in ("quest", "finch", "refreshkv", "recent-pages"))
