@@ -21,6 +21,18 @@ SEGMENTS = [
 QUESTIONS = ["Which room is the weekly planning meeting in now?", "What is gray?"]
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Run a module's tests on one torch thread (tiny models gain nothing from a second one, and on a
+    shared 2-core machine two threads per process oversubscribe the CPU badly)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session", params=ATTENTION_MODELS)
 def tiny_model(request) -> kvprobe.Model:
     """Each attention-only tiny model family in turn."""

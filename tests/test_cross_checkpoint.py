@@ -27,13 +27,7 @@ from conftest import QUESTIONS, SEGMENTS
 PROMPT = kvprobe.Prompt(SEGMENTS, system="Answer from the records.")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from a second thread, and on a shared CPU two threads can be ~40x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -34,8 +34,8 @@ from interventions.refreshkv import RefreshKV
 from studies.detection.detectors import use_chat
 from studies.quantity.grading import normalize
 from studies.recognition.records import POSITIVE_VARIANTS
-from studies.records.cases import RecordHistory, question_text, record_histories
-from studies.records.study import MAX_NEW_TOKENS, _spread_groups, grade
+from studies.records.cases import RecordHistory, question_text
+from studies.records.study import MAX_NEW_TOKENS, grade, selected_histories
 
 from ..conditions import check_unchanged
 from ..runner import study_parameters
@@ -79,11 +79,7 @@ class QueryAwareStudy:
 
     def cases(self) -> list[RecordHistory]:
         if self._cases is None:
-            cases = record_histories(self.split, self.seed)
-            if self.n_groups is not None:
-                groups = _spread_groups(cases, self.n_groups)
-                cases = [c for c in cases if c.case.group in groups]
-            self._cases = cases
+            self._cases = selected_histories(self.split, self.seed, self.n_groups)
         return self._cases
 
     def arms(self, model: kvprobe.Model, history: kvprobe.History, case: RecordHistory,

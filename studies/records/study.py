@@ -117,11 +117,7 @@ class RecordsStudy:
 
     def cases(self) -> list[RecordHistory]:
         if self._cases is None:
-            cases = record_histories(self.split, self.seed)
-            if self.n_groups is not None:
-                groups = _spread_groups(cases, self.n_groups)
-                cases = [c for c in cases if c.case.group in groups]
-            self._cases = cases
+            self._cases = selected_histories(self.split, self.seed, self.n_groups)
         return self._cases
 
     def decisions(self) -> dict[str, str]:
@@ -185,6 +181,15 @@ class RecordsStudy:
             check_unchanged(history, case.case_id)
             out.append(rows)
         return out
+
+
+def selected_histories(split: str, seed: int, n_groups: int | None) -> list[RecordHistory]:
+    """The record histories of ``split``, or those of ``n_groups`` items taken from the families in turn."""
+    cases = record_histories(split, seed)
+    if n_groups is not None:
+        groups = _spread_groups(cases, n_groups)
+        cases = [c for c in cases if c.case.group in groups]
+    return cases
 
 
 def _spread_groups(cases: list[RecordHistory], n: int) -> set[str]:
