@@ -235,8 +235,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         from studies.session_bias.summary import write_summary
 
         split = args.split or ("all" if args.source == "fixtures" else "validation")
-        study = SessionBiasStudy(source=args.source, split=split, n=args.groups, **_budget(args),
-                                 cases_per_batch=args.cases_per_batch)
+        study = SessionBiasStudy(source=args.source, split=split, n=args.groups, fixture_bases=args.fixture_bases,
+                                 **_budget(args), cases_per_batch=args.cases_per_batch)
         return _run_and_summarize(args, study, write_summary)
     if args.study == "cross-checkpoint":
         from studies.cross_checkpoint.study import CrossCheckpointStudy
@@ -487,6 +487,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", default="fixtures",
                    help="session-bias: 'fixtures' (seeded synthetic update histories in the LongMemEval-Oracle "
                    "schema) or the path of longmemeval_oracle.json (default fixtures)")
+    p.add_argument("--fixture-bases", type=int, default=24,
+                   help="session-bias: synthetic histories to generate with --source fixtures (each gives a "
+                   "question and, for half of them, its abstention variant; default 24 -> 36 questions)")
     p.add_argument("--split", default=None, choices=["development", "validation", "all"],
                    help="session-bias: question split (default: all for fixtures, validation for a LongMemEval "
                    "file, the paper's 380)")
