@@ -22,6 +22,7 @@ machine (platform, CPUs, threads, torch) stated.
 from __future__ import annotations
 
 import json
+import os
 import platform
 from collections import defaultdict
 from pathlib import Path
@@ -155,7 +156,7 @@ def _machine(out: Path, config: dict[str, Any]) -> dict[str, Any]:
     from ..runner import read_timing
 
     timing = read_timing(out)
-    machine = dict(timing["machine"]) if timing else {"platform": platform.platform(),
+    machine = dict(timing["machine"]) if timing else {"platform": platform.platform(), "cpus": os.cpu_count(),
                                                         "processor": platform.processor() or platform.machine()}
     machine["torch"] = config.get("versions", {}).get("torch")
     timings = read_timings(out)
