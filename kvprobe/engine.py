@@ -7,6 +7,10 @@ attention layer's mask input by the same mask with the condition's hidden key
 columns set to the dtype minimum. Nothing persists after the trace: nnsight
 removes its hooks when the ``with`` block ends.
 
+Query-aware methods (Quest, RefreshKV: ``kvprobe.selection``) cannot be
+expressed as a fixed hidden set; a batch may carry a ``selector`` that kvprobe's
+attention function consults inside every attention call of the forward.
+
 A :class:`Rows` object is the per-row state of a batch: the cache (each row is
 its own fork of the history), every key slot's RoPE position and validity, and
 per layer the key slots that row's condition hides.
