@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from kvprobe.selection import KeySelector, SelectionAccess, budgets, check_selectable, last_query_only
+from kvprobe.selection import (KeySelector, SelectionAccess, budgets, check_selectable, descending_ranks,
+                               last_query_only)
 
 if TYPE_CHECKING:
     from kvprobe.model import Model
@@ -89,9 +90,7 @@ def top_pages(page_scores: torch.Tensor, filled: torch.Tensor, current: torch.Te
     s = page_scores.masked_fill(~filled[:, None, None, :], float("-inf"))
     s = s.clone()
     s[torch.arange(B), :, :, current] = float("inf")
-    order = torch.sort(s, dim=-1, descending=True, stable=True).indices
-    rank = torch.empty_like(order)
-    rank.scatter_(-1, order, torch.arange(P).expand_as(order).contiguous())
+    rank = descending_ranks(s)
     limit = torch.minimum(n_read, filled.sum(1))[:, None, None, None]
     return (rank < limit) & filled[:, None, None, :]
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 import torch.nn.functional as F
 
-from kvprobe.selection import KeySelector, SelectionAccess, budgets, check_selectable
+from kvprobe.selection import KeySelector, SelectionAccess, budgets, check_selectable, descending_ranks
 
 if TYPE_CHECKING:
     from kvprobe.model import Model
@@ -50,14 +50,6 @@ def pooled_scores(probs: torch.Tensor, readable: torch.Tensor, width: int = POOL
     pooled = F.max_pool1d(agg.reshape(B * KVH, 1, S), kernel_size=width, stride=1, padding=width // 2)
     pooled = pooled.reshape(B, KVH, S)
     return pooled.masked_fill(~readable[:, None, :], float("-inf"))
-
-
-def slot_ranks(scores: torch.Tensor) -> torch.Tensor:
-    """Long[..., S]: rank of each slot by descending score (0 = best; ties to the earlier slot)."""
-    order = torch.sort(scores, dim=-1, descending=True, stable=True).indices
-    rank = torch.empty_like(order)
-    rank.scatter_(-1, order, torch.arange(scores.shape[-1]).expand_as(order).contiguous())
-    return rank
 
 
 def mean_head_cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -88,7 +80,7 @@ class RefreshSelector(KeySelector):
         P = self.prompt_length
         probs = torch.softmax(scores[..., -1, :].float(), dim=-1)[..., :P]
         readable = self.rows.key_valid[:, :P]
-        new_rank = slot_ranks(pooled_scores(probs, readable, self.pool_width))
+        new_rank = descending_ranks(pooled_scores(probs, readable, self.pool_width))
         q = query[:, :, -1].float()
         if layer not in self.ranks:
             self.ranks[layer], self.last_query[layer] = new_rank, q

@@ -146,6 +146,15 @@ def check_selectable(model: "Model", name: str) -> None:
                              "is implemented for models whose attention layers own their rows")
 
 
+def descending_ranks(scores: torch.Tensor) -> torch.Tensor:
+    """Long, same shape: rank of each entry along the last dim by descending score (0 = best; ties to the
+    earlier index)."""
+    order = torch.sort(scores, dim=-1, descending=True, stable=True).indices
+    rank = torch.empty_like(order)
+    rank.scatter_(-1, order, torch.arange(scores.shape[-1]).expand_as(order).contiguous())
+    return rank
+
+
 def budgets(conditions: Sequence[SelectionAccess]) -> torch.Tensor:
     """Long[B]: each row's budget."""
     return torch.tensor([c.budget for c in conditions], dtype=torch.long)
