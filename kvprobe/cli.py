@@ -245,7 +245,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         study = CrossCheckpointStudy(sibling=args.sibling, n_groups=args.groups,
                                      queries=_queries(args, ("current", "historical", "unrelated")),
                                      **_budget(args), cases_per_batch=args.cases_per_batch)
-        return _run_and_summarize(args, study, write_summary)
+        return _run_and_summarize(args, study, write_summary, run=_cross_run_with_transfer if args.transfer else None)
     if args.study == "derived-note":
         from studies.derived_note.study import DerivedNoteStudy, run
         from studies.derived_note.summary import write_summary
@@ -267,6 +267,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"{info.cases_run} cases run, {info.cases_skipped} already done; results in {out}/ "
               "(config.json, results.jsonl, summary.json, report.md)")
     return 0
+
+
+def _cross_run_with_transfer(model, out, study, progress: bool = True):
+    """Run the cross-checkpoint study, then the readout transfer between the pair (``transfer.json``)."""
+    from studies.cross_checkpoint.transfer import readout_transfer, write_transfer
+    from studies.runner import run_study
+
+    info = run_study(study, model, out, progress=progress)
+    pair = study.sibling_pair(model)
+    write_transfer(out, readout_transfer(pair.main, pair.sibling))
+    return info
 
 
 def _queries(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -502,6 +513,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cross-checkpoint: the sibling of --model: bf16 or fp16 (weights rounded, run in fp32), "
                    "int8 (per-channel fake quantization), noise[:SCALE] (seeded weight noise), or a model name "
                    "(default bf16)")
+    p.add_argument("--transfer", action="store_true",
+                   help="cross-checkpoint: also train the joint K/V readout on the sibling's cache of the 570 "
+                   "recognition records and test it on the main model's (transfer.json, in the report)")
     p.add_argument("--dev", action="store_true", help="use the 18 development groups instead of the test groups")
     p.add_argument("--seed", type=int, default=20260916, help="generator and bootstrap seed (default 20260916)")
     p.add_argument("--max-new-tokens", type=int, default=None,
