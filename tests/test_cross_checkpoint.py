@@ -274,3 +274,22 @@ def test_study_refuses_an_incompatible_sibling(llama):
     study = CrossCheckpointStudy(sibling="tiny-qwen3", n_groups=1, max_new_tokens=2)
     with pytest.raises(CompatibilityError, match="model_type"):
         study.run_cases(llama, study.cases()[:1])
+
+
+def test_cli_cross_checkpoint_with_transfer(tmp_path):
+    """`kvprobe run cross-checkpoint --transfer` in a real subprocess: answers, transfer.json and its report section."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "kvprobe.cli", "run", "cross-checkpoint", "--model", "tiny-llama",
+                           "--sibling", "noise", "--groups", "1", "--max-new-tokens", "2", "--queries", "current",
+                           "--transfer", "--out", str(out), "--quiet"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    transfer = json.loads((out / "transfer.json").read_text())
+    assert {"own", "transfer"} <= set(transfer)
+    assert "Readout transfer" in (out / "report.md").read_text()
+    assert json.loads((out / "config.json").read_text())["study_config"]["sibling"] == "noise"
