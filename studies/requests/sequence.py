@@ -45,7 +45,6 @@ from .serving import (
     Served,
     edge_rows,
     encode,
-    kv_bytes,
     now,
     same_rows,
     seal,
@@ -221,7 +220,7 @@ def timing_record(model: kvprobe.Model, case: WorkloadCase, run: PolicyRun, cold
         "detect_ms": _ms(run.detect_s), "update_tokenize_ms": _ms(enc.tokenize_s), "edit_ms": _ms(enc.encode_s),
         "mask_ms": _ms(run.mask_s), "queries_ms": round(sum(q["total_ms"] for q in queries), 3),
         "resident_ms": resident_ms, "cold_ms": round(history_ms + resident_ms, 3), "queries": queries,
-        "kv_bytes": kv_bytes(enc.history), "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "kv_bytes": enc.history.base_state().kv_bytes(), "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "threads": torch.get_num_threads(), "invariants": "ok",
     }
 

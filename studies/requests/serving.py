@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 import kvprobe
-from kvprobe.decoding import Generation, suffix_ids
+from kvprobe.decoding import Generation, _generation, _greedy_from, suffix_ids
 from kvprobe.engine import (
     CHUNK_SIZE,
     extend_state,
@@ -38,6 +38,7 @@ from kvprobe.engine import (
     traced_forward,
 )
 from kvprobe.history import kv_digest
+from kvprobe.model import _common_prefix
 
 now = time.perf_counter
 
@@ -51,13 +52,6 @@ class Encoded:
     encode_s: float
     reused_tokens: int
     computed_tokens: int
-
-
-def common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
-    """Number of leading token ids two sequences share."""
-    n = min(len(a), len(b))
-    differ = torch.nonzero(a[:n] != b[:n])
-    return int(differ[0]) if len(differ) else n
 
 
 def encode(model: kvprobe.Model, prompt: kvprobe.Prompt, reuse: kvprobe.History | None = None,
@@ -74,7 +68,7 @@ def encode(model: kvprobe.Model, prompt: kvprobe.Prompt, reuse: kvprobe.History 
     if reuse is not None:
         if reuse.model is not model:
             raise ValueError("reuse= takes a history encoded by this same model")
-        n = min(common_prefix(ids, reuse.input_ids), T - 1)
+        n = min(_common_prefix(ids, reuse.input_ids), T - 1)
         if reuse.recurrent and n < len(reuse):
             n = 0
         start = reuse.prefix_state(n)
@@ -113,26 +107,16 @@ def serve(model: kvprobe.Model, history: kvprobe.History, question: str, access:
     """Answer ``question`` on a copy of ``history`` under ``access``: greedy, EOS or ``max_new_tokens``."""
     if max_new_tokens < 1:
         raise ValueError("max_new_tokens must be at least 1")
-    eos = model.eos_ids
     t0 = now()
     ids = suffix_ids(model, history, question)
     t1 = now()
     rows = fork_rows([access.prepare(model, history, question)])
     t2 = now()
     block, valid = pad_suffix_block([ids], model.pad_id)
-    nxt = int(traced_forward(model, rows, block, valid, logits_to_keep=1).logits[0, -1].float().argmax())
+    last = traced_forward(model, rows, block, valid, logits_to_keep=1).logits[:, -1].float()
     t3 = now()
-    tokens = [nxt]
-    while nxt not in eos and len(tokens) < max_new_tokens:
-        out = traced_forward(model, rows, torch.tensor([[nxt]]), torch.ones(1, 1, dtype=torch.bool),
-                             logits_to_keep=1)
-        nxt = int(out.logits[0, -1].argmax())
-        tokens.append(nxt)
-    stopped = tokens[-1] in eos
-    text = model.tokenizer.decode(tokens[:-1] if stopped else tokens)
+    generation = _generation(model, _greedy_from(model, rows, last, max_new_tokens)[0], access.name)
     t4 = now()
-    generation = Generation(text=text, token_ids=tuple(tokens), stop_reason="eos" if stopped else "cap",
-                            n_tokens=len(tokens), access=access.name)
     return Served(generation, t1 - t0, t2 - t1, t3 - t2, t4 - t3)
 
 
@@ -149,7 +133,3 @@ def same_rows(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     """Bitwise equality of two :func:`edge_rows` snapshots."""
     return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
 
-
-def kv_bytes(history: kvprobe.History) -> int:
-    """Bytes of the history's stored K and V (recurrent states not included)."""
-    return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in history.kv if k is not None)
