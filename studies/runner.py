@@ -215,6 +215,15 @@ def read_timing(out_dir: Path | str) -> dict[str, Any] | None:
             "cases_per_batch": runs[-1]["cases_per_batch"]}
 
 
+def run_with_log(study: Any, model: kvprobe.Model, out_dir: Path | str, attribute: str, filename: str,
+                 progress: bool = True) -> RunInfo:
+    """:func:`run_study` for a study that appends a side log (costs, timings) outside ``results.jsonl``:
+    ``study.<attribute>`` is set to ``out_dir/filename`` first."""
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    setattr(study, attribute, str(Path(out_dir) / filename))
+    return run_study(study, model, out_dir, progress=progress)
+
+
 def write_run_summary(out_dir: Path | str, summarize: Any, format_report: Any, seed: int = 0) -> dict[str, Any]:
     """Write ``summary.json`` and ``report.md`` of a run from ``summarize(out, seed=...)`` and
     ``format_report(summary, config, timing)``; return the summary."""

@@ -177,9 +177,6 @@ def _rows(case: groups.Case, q: groups.Query, got: dict[str, decoding.Answer],
 def run(model: kvprobe.Model, out_dir: Path | str, study: DerivedNoteStudy | None = None,
         progress: bool = True) -> "RunInfo":
     """``studies.runner.run_study`` with operation costs appended to ``out_dir/operation_costs.jsonl``."""
-    from ..runner import run_study
+    from ..runner import run_with_log
 
-    study = study or DerivedNoteStudy()
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    study.cost_log = str(Path(out_dir) / COSTS)
-    return run_study(study, model, out_dir, progress=progress)
+    return run_with_log(study or DerivedNoteStudy(), model, out_dir, "cost_log", COSTS, progress=progress)

@@ -152,12 +152,9 @@ class RequestsStudy:
 def run(model: kvprobe.Model, out_dir: Path | str, study: RequestsStudy | None = None,
         progress: bool = True) -> "RunInfo":
     """``studies.runner.run_study`` with the timing lines appended to ``out_dir/timings.jsonl``."""
-    from ..runner import run_study
+    from ..runner import run_with_log
 
-    study = study or RequestsStudy()
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    study.timing_log = str(Path(out_dir) / TIMINGS)
-    return run_study(study, model, out_dir, progress=progress)
+    return run_with_log(study or RequestsStudy(), model, out_dir, "timing_log", TIMINGS, progress=progress)
 
 
 def read_timings(out_dir: Path | str) -> list[dict[str, Any]]:
