@@ -49,12 +49,11 @@ class KeySelector:
     """Edits the attention logits of one batch's rows, layer by layer, forward by forward.
 
     Subclasses implement :meth:`adjust`; :meth:`begin` records the batch state
-    of the forward about to run (``self.rows``, ``self.n_query``, ``self.forward_index``).
+    of the forward about to run (``self.rows``, ``self.forward_index``).
     """
 
     def __init__(self) -> None:
         self.rows: "Rows | None" = None
-        self.n_query = 0
         self.forward_index = -1  # 0: the question block; 1, 2, ...: decode steps
         self.prompt_length = 0  # slots once the question block ran (history + question)
 
@@ -67,7 +66,7 @@ class KeySelector:
             raise SelectionError(
                 f"{type(self).__name__}: query-aware selection follows one token per forward after the "
                 f"question (generation); a {n_query}-token block (multi-token candidate scoring) is not supported")
-        self.rows, self.n_query = rows, n_query
+        self.rows = rows
 
     def keep_rows(self, keep: torch.Tensor) -> None:
         """Rows ``keep`` (Long[B']) stay in the batch (finished rows left); per-row state follows."""

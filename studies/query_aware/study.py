@@ -106,8 +106,9 @@ class QueryAwareStudy:
                 if kind not in self.queries:
                     continue
                 q = question_text(question)
+                window = observation_length(model, history, q)
                 for arm, capacity, K, condition in self.arms(model, history, case, q):
-                    plan.append((kind, reference, arm, capacity, K, len(items), observation_length(model, history, q)))
+                    plan.append((kind, reference, arm, capacity, K, len(items), window))
                     items.append((history, kvprobe.Request(q, condition)))
             plans.append((case, history, plan))
         answers = decoding.answer(model, items, max_new_tokens=self.max_new_tokens)
