@@ -37,11 +37,18 @@ every shard exists the group is assembled into a copy of the store that
 replaces the store by an atomic rename, so the store is always either the old
 or the new complete file. A group already in the store is never overwritten
 unless asked.
+
+With a Ray :class:`~kvprobe.workers.WorkerPool` the batches are encoded on
+workers (batch b on the worker of the stable hash of its first record's key);
+each returns its shard file's bytes, and the driver alone writes shards and
+assembles the store, so resumption works the same (a run interrupted on Ray may
+finish locally) and the group holds the same arrays.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -59,6 +66,7 @@ from .capture import JOINT_SEPARATOR, RecordSpec, encode
 
 if TYPE_CHECKING:
     from kvprobe.model import Model
+    from kvprobe.workers import WorkerPool
 
 SCHEMA_VERSION = 1
 COMPRESSION = dict(compression="gzip", compression_opts=4, shuffle=True)
@@ -121,7 +129,7 @@ def dataset_hash_of(cases: Sequence[Any]) -> str:
 
 
 def extract(
-    model: "Model",
+    model: "Model | None",
     dataset: str,
     cases: Sequence[Any],
     out: Path | str,
@@ -131,15 +139,25 @@ def extract(
     overwrite: bool = False,
     progress: bool = True,
     dataset_info: dict[str, Any] | None = None,
-    case_scores: dict[str, Callable[[], np.ndarray]] | None = None,
+    case_scores: dict[str, Callable[["Model"], np.ndarray]] | None = None,
+    pool: "WorkerPool | None" = None,
 ) -> Path:
     """Encode every record of ``cases`` with ``model`` into group ``/{model}/{dataset}`` of store ``out``.
 
-    ``case_scores``: name -> a function computing one float per case with the model
+    ``case_scores``: name -> a function of the model computing one float per case
     (e.g. the signed leave-one-out), stored as ``cases/scores/{name}``.
     Resumes from ``out.parts/`` after an interruption; the store is replaced atomically
     once the group is complete. Returns the store path.
+
+    ``pool``: encode on Ray workers instead (``model`` may then be None): batch ``b``
+    goes to the worker of the stable hash of its first record's key, returns its
+    shard file's bytes, and the driver writes the shard as a local run would; each
+    case score runs on one worker. The assembled group holds the same arrays as a
+    local extraction's.
     """
+    if (model is None) == (pool is None):
+        raise ValueError("extract needs exactly one of model (local run) and pool (Ray workers)")
+    provenance = model_provenance(model) if pool is None else pool.call_one(model_provenance)
     out = Path(out)
     if not cases:
         raise StoreError(f"dataset {dataset!r} has no cases to extract")
@@ -148,12 +166,12 @@ def extract(
         raise StoreError(f"token_level {sorted(bad)}: choose among {FEATURE_KINDS}")
     if np.dtype(dtype).kind != "f":
         raise StoreError(f"dtype {dtype!r} is not a float type")
-    group = f"{model_key(model.name)}/{dataset}"
+    group = f"{model_key(provenance['model'])}/{dataset}"
     if out.exists() and not overwrite:
         with h5py.File(out, "r") as f:
             if group in f:
                 raise StoreError(f"{out} already holds {group}; pass overwrite to replace it")
-    config = ExtractConfig(model=model.name, weight_hash=model.weight_hash, dataset=dataset,
+    config = ExtractConfig(model=provenance["model"], weight_hash=provenance["weight_hash"], dataset=dataset,
                            dataset_hash=dataset_hash_of(cases), n_cases=len(cases), batch_size=batch_size,
                            dtype=dtype, token_level=tuple(token_level))
     specs, case_rows = records_of(cases)
@@ -162,13 +180,18 @@ def extract(
     batches = [specs[i : i + batch_size] for i in range(0, len(specs), batch_size)]
     todo = [b for b in range(len(batches)) if not _shard(parts, b).exists()]
     bar = _progress(len(batches), len(batches) - len(todo), f"extract {group}", progress)
-    for b in todo:
-        encodings = encode(model, batches[b], config.separator)
-        _write_shard(_shard(parts, b), batches[b], encodings, config)
+    if pool is None:
+        shards: Iterator[tuple[int, bytes]] = ((b, encode_shard(model, config, batches[b])) for b in todo)
+    else:
+        units = [(batches[b][0].key, (batches[b],)) for b in todo]
+        shards = ((todo[i], data) for i, data in pool.map_sharded(encode_shard, units, shared=config))
+    for b, data in shards:
+        _write_bytes(_shard(parts, b), data)
         bar.update(1)
     bar.close()
-    scores = {name: _case_score(parts, name, compute, len(cases)) for name, compute in (case_scores or {}).items()}
-    _assemble(out, group, model, cases, specs, case_rows, [_shard(parts, b) for b in range(len(batches))],
+    scores = {name: _case_score(parts, name, compute, len(cases), model, pool)
+              for name, compute in (case_scores or {}).items()}
+    _assemble(out, group, provenance, cases, specs, case_rows, [_shard(parts, b) for b in range(len(batches))],
               config, dataset_info or {}, overwrite, scores)
     shutil.rmtree(parts)
     if parts.parent.exists() and not any(parts.parent.iterdir()):
@@ -180,12 +203,13 @@ def _shard(parts: Path, b: int) -> Path:
     return parts / f"batch-{b:05d}.h5"
 
 
-def _case_score(parts: Path, name: str, compute: Callable[[], np.ndarray], n_cases: int) -> np.ndarray:
+def _case_score(parts: Path, name: str, compute: Callable[["Model"], np.ndarray], n_cases: int,
+                model: "Model | None", pool: "WorkerPool | None") -> np.ndarray:
     """A per-case score, computed once and kept in the parts folder until the group is assembled."""
     path = parts / f"scores-{name}.npy"
     if path.exists():
         return np.load(path)
-    values = np.asarray(compute(), dtype=np.float64)
+    values = np.asarray(compute(model) if pool is None else pool.call_one(compute, key=name), dtype=np.float64)
     if values.shape != (n_cases,):
         raise StoreError(f"case score {name!r} has shape {values.shape}, expected ({n_cases},)")
     tmp = parts / f"scores-{name}.tmp.npy"
@@ -208,11 +232,22 @@ def _check_parts_config(parts: Path, config: ExtractConfig) -> None:
         os.replace(tmp, path)
 
 
-def _write_shard(path: Path, specs: Sequence[RecordSpec], encodings, config: ExtractConfig) -> None:
-    """One batch of records: pooled features, token-level features and token ids."""
+def encode_shard(model: "Model", config: ExtractConfig, specs: Sequence[RecordSpec]) -> bytes:
+    """Encode one batch of records and return its shard file (what a worker sends back)."""
+    return _shard_bytes(specs, encode(model, specs, config.separator), config)
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _shard_bytes(specs: Sequence[RecordSpec], encodings, config: ExtractConfig) -> bytes:
+    """One batch of records as an HDF5 file's bytes: pooled features, token-level features and token ids."""
     dtype = np.dtype(config.dtype)
-    with h5py.File(tmp, "w") as f:
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as f:
         f["n_tokens"] = np.array([len(e.token_ids) for e in encodings], dtype=np.int32)
         f["token_rows"] = np.array([len(e.token_ids) if s.kind == "single" else 0 for s, e in zip(specs, encodings)],
                                    dtype=np.int32)
@@ -231,10 +266,10 @@ def _write_shard(path: Path, specs: Sequence[RecordSpec], encodings, config: Ext
                             for t, spec in zip(per_record, specs) if spec.kind == "single"]
                     if rows:
                         f[f"tokens/{kind}/L{layer:03d}"] = np.concatenate(rows).astype(dtype)
-    os.replace(tmp, path)
+    return buffer.getvalue()
 
 
-def _assemble(out: Path, group: str, model: "Model", cases: Sequence[Any], specs: Sequence[RecordSpec],
+def _assemble(out: Path, group: str, provenance: dict[str, Any], cases: Sequence[Any], specs: Sequence[RecordSpec],
               case_rows: np.ndarray, shards: list[Path], config: ExtractConfig, dataset_info: dict[str, Any],
               overwrite: bool, scores: dict[str, np.ndarray]) -> None:
     """Write the complete group into a copy of the store, then rename the copy over the store."""
@@ -250,7 +285,7 @@ def _assemble(out: Path, group: str, model: "Model", cases: Sequence[Any], specs
                 raise StoreError(f"{out} already holds {group}; pass overwrite to replace it")
             del f[group]
         g = f.create_group(group)
-        _write_attrs(g, model, config, dataset_info)
+        _write_attrs(g, provenance, config, dataset_info)
         c = g.create_group("cases")
         for name in CASE_FIELDS:
             _dataset(c, name, np.array([str(getattr(case, name)) for case in cases], dtype=object), STR)
@@ -290,24 +325,33 @@ def _write_records(r: h5py.Group, shards: list[Path]) -> None:
             f.close()
 
 
-def _write_attrs(g: h5py.Group, model: "Model", config: ExtractConfig, dataset_info: dict[str, Any]) -> None:
+def model_provenance(model: "Model") -> dict[str, Any]:
+    """The group attributes that describe the model (computed where the model is loaded: a Ray worker's
+    extraction writes the same attributes as a local one)."""
     arch = model.arch
     tok = model.tokenizer
     tok_blob = tok.backend_tokenizer.to_str() if hasattr(tok, "backend_tokenizer") else repr(tok)
-    attrs = {
+    return {
         "model": model.name,
         "model_source": model.source,
         "weight_hash": model.weight_hash,
         "tokenizer": str(getattr(tok, "name_or_path", "")),
         "tokenizer_sha256": hashlib.sha256(tok_blob.encode("utf-8")).hexdigest(),
+        "layer_types": json.dumps(list(arch.layer_types)),
+        "kv_layers": json.dumps(list(arch.kv_layers)),
+        "cache_notes": json.dumps(sorted({s.cache_note for s in arch.layers if s.key_shape})),
+    }
+
+
+def _write_attrs(g: h5py.Group, provenance: dict[str, Any], config: ExtractConfig,
+                 dataset_info: dict[str, Any]) -> None:
+    attrs = {
+        **provenance,
         "versions": json.dumps({**versions(), "h5py": h5py.__version__, "numpy": np.__version__}, sort_keys=True),
         "dataset": config.dataset,
         "dataset_hash": config.dataset_hash,
         "dataset_info": json.dumps(dataset_info, sort_keys=True),
         "n_cases": config.n_cases,
-        "layer_types": json.dumps(list(arch.layer_types)),
-        "kv_layers": json.dumps(list(arch.kv_layers)),
-        "cache_notes": json.dumps(sorted({s.cache_note for s in arch.layers if s.key_shape})),
         "config": config.to_json(),
     }
     for k, v in attrs.items():

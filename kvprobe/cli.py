@@ -23,13 +23,49 @@ from typing import Sequence
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
-def _load(name: str, quiet: bool, attn_implementation: str | None = None):
+def _load(name: str, quiet: bool, attn_implementation: str | None = None, device: str = "cpu"):
     from .model import load_model
 
     if not quiet:
         print(f"loading {name} ...", file=sys.stderr)
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    if device != "cpu":
+        kwargs["device"] = device
     return load_model(name, **kwargs)
+
+
+#: Studies whose ``run`` writes a side log from inside the cases (timings, costs) or needs the model on
+#: the driver afterwards: they run only on the local backend.
+LOCAL_ONLY = {"requests": "its timings measure one process on an otherwise idle machine",
+              "derived-note": "it appends a cost log from inside each case"}
+
+
+def _backend(args: argparse.Namespace):
+    """(model, pool) for ``--backend``: a loaded model (local) or a started Ray worker pool (ray)."""
+    if args.backend == "local":
+        return _load(args.model, args.quiet, getattr(args, "attn", None), args.device), None
+    from .sharding import ModelSpec
+    from .workers import RayOptions, WorkerPool
+
+    options = RayOptions(address=args.address, workers=args.workers, threads=args.threads_per_worker,
+                         gpus=args.gpus_per_worker)
+    if not args.quiet:
+        where = args.address or "a local Ray instance"
+        print(f"starting {args.workers} Ray workers of {args.model} on {where} ...", file=sys.stderr)
+    return None, WorkerPool(ModelSpec(args.model, getattr(args, "attn", None), device=args.device), options)
+
+
+def _close(pool) -> None:
+    if pool is not None:
+        pool.close()
+
+
+def _signed_loo_score(model, cases):
+    """The signed leave-one-out score per case (a ``case_scores`` function for :func:`extract.extract`)."""
+    from readouts.loo import signed_loo
+    from studies.recognition.questions import loo_items
+
+    return signed_loo(model, loo_items(cases))
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -54,23 +90,23 @@ def cmd_extract(args: argparse.Namespace) -> int:
     from extract import extract
     from studies.recognition import DATASETS
 
+    import functools
+
     generator, default_seed = DATASETS[args.dataset]
     seed = default_seed if args.seed is None else args.seed
     cases = generator(seed=seed)
-    model = _load(args.model, args.quiet)
     token_level = tuple(k for k in args.token_level.split(",") if k)
-    scores = {}
-    if not args.no_loo:
-        from readouts.loo import signed_loo
-        from studies.recognition.questions import loo_items
-
-        scores["signed_loo"] = lambda: signed_loo(model, loo_items(cases))
-    path = extract(model, args.dataset, cases, args.out, batch_size=args.batch_size, dtype=args.dtype,
-                   token_level=token_level, overwrite=args.overwrite, progress=not args.quiet,
-                   dataset_info={"generator": f"studies.recognition.{generator.__name__}", "seed": seed},
-                   case_scores=scores)
+    scores = {} if args.no_loo else {"signed_loo": functools.partial(_signed_loo_score, cases=cases)}
+    model, pool = _backend(args)
+    try:
+        path = extract(model, args.dataset, cases, args.out, batch_size=args.batch_size, dtype=args.dtype,
+                       token_level=token_level, overwrite=args.overwrite, progress=not args.quiet,
+                       dataset_info={"generator": f"studies.recognition.{generator.__name__}", "seed": seed},
+                       case_scores=scores, pool=pool)
+    finally:
+        _close(pool)
     if not args.quiet:
-        print(f"{path}: group {model.name}/{args.dataset}, {len(cases)} cases")
+        print(f"{path}: group {args.model}/{args.dataset}, {len(cases)} cases")
     return 0
 
 
@@ -202,6 +238,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.backend == "ray" and (args.study in LOCAL_ONLY or (args.study == "cross-checkpoint" and args.transfer)):
+        why = LOCAL_ONLY.get(args.study, "--transfer trains readouts on the driver after the run")
+        print(f"kvprobe run {args.study}: --backend ray is not supported ({why}); use --backend local",
+              file=sys.stderr)
+        return 2
     if args.study == "babilong":
         return _run_babilong(args)
     if args.study == "mquake":
@@ -255,18 +296,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Studies build on the core; the CLI loads them on demand.
     from studies.quantity.study import QuantityStudy
     from studies.quantity.summary import write_summary
-    from studies.runner import run_study
 
-    model = _load(args.model, args.quiet, args.attn)
     study = QuantityStudy(seed=args.seed, n_groups=args.groups, dev=args.dev, **_budget(args),
                           operations=not args.no_operations, cases_per_batch=args.cases_per_batch)
-    out = args.out or f"runs/quantity/{model.name}"
-    info = run_study(study, model, out, progress=not args.quiet)
-    write_summary(out, seed=args.seed)
-    if not args.quiet:
-        print(f"{info.cases_run} cases run, {info.cases_skipped} already done; results in {out}/ "
-              "(config.json, results.jsonl, summary.json, report.md)")
-    return 0
+    return _run_and_summarize(args, study, write_summary)
 
 
 def _cross_run_with_transfer(model, out, study, progress: bool = True):
@@ -343,15 +376,22 @@ def _run_and_summarize(args: argparse.Namespace, study, write_summary, run=None)
     """Run ``study`` (with ``run(study=..., ...)`` instead of ``run_study`` when a study logs more), then summarize."""
     from studies.runner import run_study
 
-    model = _load(args.model, args.quiet, args.attn)
-    out = args.out or f"runs/{study.name}/{model.name}"
-    if run is None:
-        info = run_study(study, model, out, progress=not args.quiet)
-    else:
-        info = run(model, out, study=study, progress=not args.quiet)
+    model, pool = _backend(args)
+    try:
+        name = model.name if pool is None else pool.description()["name"]
+        out = args.out or f"runs/{study.name}/{name}"
+        if pool is not None:
+            info = run_study(study, None, out, progress=not args.quiet, pool=pool)
+        elif run is None:
+            info = run_study(study, model, out, progress=not args.quiet)
+        else:
+            info = run(model, out, study=study, progress=not args.quiet)
+    finally:
+        _close(pool)
     write_summary(out, seed=args.seed)
     if not args.quiet:
-        print(f"{info.cases_run} cases run, {info.cases_skipped} already done; results in {out}/")
+        print(f"{info.cases_run} cases run, {info.cases_skipped} already done; results in {out}/ "
+              "(config.json, results.jsonl, summary.json, report.md)")
     return 0
 
 
@@ -394,6 +434,29 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(format_thresholds(rows))
     return 0
+
+
+def _add_backend_arguments(p: argparse.ArgumentParser) -> None:
+    """``--backend``, Ray's ``--address``/``--workers``/... and ``--device`` (run and extract)."""
+    g = p.add_argument_group("where it runs")
+    g.add_argument("--backend", choices=["local", "ray"], default="local",
+                   help="local (default): this process loads the model and runs everything; ray: batches are "
+                   "sharded over Ray workers by a stable hash (each loads the model once) and the results are "
+                   "merged into the same files; resumable either way (needs `pip install 'kvprobe[ray]'`)")
+    g.add_argument("--address", default=None,
+                   help="ray: a running Ray cluster ('auto' on a cluster node, or ray://HEAD:10001); default: "
+                   "start a local Ray instance on this machine")
+    g.add_argument("--workers", type=int, default=2, help="ray: model workers (default 2)")
+    g.add_argument("--threads-per-worker", type=int, default=1,
+                   help="ray: torch threads (and CPUs reserved) per worker (default 1; rows are byte-identical "
+                   "to a local run with the same thread count)")
+    g.add_argument("--gpus-per-worker", type=float, default=0.0,
+                   help="ray: GPUs reserved per worker (default 0; with --device auto a worker spreads the model "
+                   "over all of them)")
+    g.add_argument("--device", default="cpu",
+                   help="where the model runs: cpu (default), cuda, or auto (transformers' device_map='auto' for "
+                   "Hub models and local directories too large for one device; untested on this CPU-only "
+                   "machine)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -531,6 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "on 2 CPU cores; larger batches need more memory); recorded in config.json")
     p.add_argument("--out", default=None, help="output directory (default runs/quantity/MODEL)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or messages")
+    _add_backend_arguments(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("calibrate", help="detection vs action: fit YES/NO thresholds and draw coverage curves",
@@ -568,6 +632,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the signed leave-one-out score (two scored passes per case: full access and "
                    "record A masked, question 'What is <slot> now?')")
     p.add_argument("--quiet", action="store_true", help="no progress bar or messages")
+    _add_backend_arguments(p)
     p.set_defaults(func=cmd_extract)
 
     p = sub.add_parser("readout", help="fixed and learned readouts of a feature store: tables, JSON, figure",

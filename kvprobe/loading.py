@@ -418,11 +418,19 @@ def load_weights(
     attn_implementation: str = GROUPED_EAGER,
     device: str = "cpu",
 ) -> LoadedWeights:
-    """Load model + fast tokenizer from a tiny name, registry name, GGUF file, HF dir or Hub id."""
+    """Load model + fast tokenizer from a tiny name, registry name, GGUF file, HF dir or Hub id.
+
+    ``device``: where the model runs; ``"auto"`` (Hub ids and HF directories only) loads with
+    transformers' ``device_map="auto"``, spreading a model too large for one device over all of them.
+    """
     from .tiny import TINY_MODELS, build_tiny
 
     name = str(name)
     t0 = time.perf_counter()
+    path = Path(name).expanduser()
+    if device == "auto" and (name in TINY_MODELS or name in REGISTRY or path.is_file()):
+        raise ValueError(f"device='auto' (device_map='auto') is for Hub models and local directories; "
+                         f"{name!r} is a tiny or GGUF model: pass device='cpu' or 'cuda'")
     if name in TINY_MODELS:
         hf, tok = build_tiny(name, dtype=dtype, attn_implementation=attn_implementation)
         return LoadedWeights(hf.to(device), tok, name, "tiny", state_dict_sha256(hf),
@@ -440,7 +448,6 @@ def load_weights(
         _check_magic(path)
         return _load_gguf(path, name, "registry-gguf", dtype, attn_implementation, device, t0)
 
-    path = Path(name).expanduser()
     if path.is_file():
         _check_magic(path)  # any file given as a model must be a GGUF
         return _load_gguf(path, name, "gguf-file", dtype, attn_implementation, device, t0)
@@ -556,12 +563,14 @@ def _require_fast(tok, name: str) -> None:
         raise ValueError(f"{name}: kvprobe needs a fast tokenizer (offset mappings); got {type(tok).__name__}")
 
 
-def _from_dir(d, dtype, attn_implementation, **kw):
+def _from_dir(d, dtype, attn_implementation, device_map=None, **kw):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(d), **kw)
     _require_fast(tok, str(d))
-    hf = AutoModelForCausalLM.from_pretrained(str(d), dtype=dtype, attn_implementation=attn_implementation, **kw)
+    placement = {"device_map": device_map} if device_map else {}
+    hf = AutoModelForCausalLM.from_pretrained(str(d), dtype=dtype, attn_implementation=attn_implementation,
+                                              **placement, **kw)
     return hf, tok
 
 
@@ -580,14 +589,18 @@ def _weight_files_hash(d: Path) -> str | None:
 
 def _load_hf(src: str, name: str, source: str, dtype, attn_implementation, device, t0, *,
              local_files_only: bool, hash_dir: Callable[[], Path | None]) -> LoadedWeights:
-    hf, tok = _from_dir(src, dtype, attn_implementation, local_files_only=local_files_only)
+    # device="auto": transformers' device_map="auto" places the layers over every visible GPU (and
+    # the CPU when they do not fit); the model is then never moved as a whole.
+    hf, tok = _from_dir(src, dtype, attn_implementation, device_map="auto" if device == "auto" else None,
+                        local_files_only=local_files_only)
     hf.eval()
     hf.requires_grad_(False)
     d = hash_dir()
     weight_hash = _weight_files_hash(d) if d is not None and d.is_dir() else None
     if weight_hash is None:
         weight_hash = state_dict_sha256(hf)
-    hf = hf.to(device)
+    if device != "auto":
+        hf = hf.to(device)
     return LoadedWeights(hf, tok, name, source, weight_hash, {"load_seconds": time.perf_counter() - t0})
 
 

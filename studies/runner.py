@@ -16,12 +16,20 @@ A *study* is an object with
   versions and the number of cases. A directory that already holds a different
   config is refused, so results of two configs never mix.
 * ``results.jsonl``: one row per line, keys sorted, written case by case and
-  flushed to disk after each case. On a rerun, cases already complete are
-  skipped; a line cut off by a kill is dropped and its case redone. A crash loses
-  at most the batch in flight. Batches are a fixed partition of the case list
-  (a batch with any case missing reruns whole, writing only the missing cases),
-  and rows carry no timings, so the same config on the same machine reproduces
-  the file byte for byte, resumed or not.
+  flushed to disk after each case; ``results.committed`` then records the file's
+  length, so the rows of a case whose write a kill cut short (even between two
+  of its lines) are dropped on a rerun and the case redone. On a rerun, cases
+  already complete are skipped. A crash loses at most the batches in flight.
+  Batches are a fixed partition of the case list (a batch with any case missing
+  reruns whole, writing only the missing cases), and rows carry no timings, so
+  the same config on the same machine reproduces the file byte for byte,
+  resumed or not.
+
+With a :class:`kvprobe.workers.WorkerPool` the batches run on Ray workers (one
+model load each; a batch's worker is the stable hash of its first case id), rows
+are appended as batches return and put back in case order at the end: the same
+``results.jsonl`` as a local run, and the same resumption (a run may stop on Ray
+and resume locally, or the other way round).
 
 Timing goes to the returned ``RunInfo`` and to ``timing.json`` (one entry per
 invocation that ran cases, with the machine), which reports read.
@@ -36,16 +44,22 @@ import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
 
 import torch
 
 import kvprobe
 from kvprobe.files import atomic_write_text, versions
+from kvprobe.sharding import model_description
+
+if TYPE_CHECKING:
+    from kvprobe.workers import WorkerPool
 
 RESULTS = "results.jsonl"
 CONFIG = "config.json"
 TIMING = "timing.json"
+#: The byte length of ``results.jsonl`` known to hold only whole cases, rewritten after every case.
+COMMITTED = "results.committed"
 
 
 class Study(Protocol):
@@ -88,33 +102,87 @@ def study_parameters(study: Any) -> dict[str, Any]:
     return cfg
 
 
-def full_config(study: Study, model: kvprobe.Model) -> dict[str, Any]:
-    """The config written to ``config.json``."""
-    return {
-        "study": study.name,
-        "study_config": study.config(),
-        "model": {"name": model.name, "source": model.source, "weight_hash": model.weight_hash,
-                  "dtype": str(model.dtype), "architecture": model.arch.describe(),
-                  "attn_implementation": model.hf.config._attn_implementation},
-        "versions": versions(),
-    }
-
+def full_config(study: Study, model: kvprobe.Model | dict[str, Any]) -> dict[str, Any]:
+    """The config written to ``config.json`` (``model``: a loaded model or its :func:`model_description`)."""
+    description = model if isinstance(model, dict) else model_description(model)
+    return {"study": study.name, "study_config": study.config(), "model": description, "versions": versions()}
 
 
 def completed_cases(path: Path) -> set[str]:
-    """Case ids whose rows are complete in ``results.jsonl``; drops a trailing cut-off line."""
+    """Case ids whose rows are complete in ``results.jsonl``.
+
+    Cuts the file back to its last committed byte (see :data:`COMMITTED`), which drops
+    the rows of a case whose write a kill interrupted, even if some of its lines were
+    whole; without a commit record (runs of older versions) only a trailing cut-off line
+    is dropped.
+    """
     if not path.exists():
         return set()
+    committed = _committed_bytes(path)
     data = path.read_bytes()
-    if data and not data.endswith(b"\n"):  # killed mid-write: drop the partial line
-        data = data[: data.rfind(b"\n") + 1]
+    keep = len(data) if committed is None else min(committed, len(data))
+    if keep < len(data) or (data and not data.endswith(b"\n")):
+        data = data[:keep]
+        data = data[: data.rfind(b"\n") + 1]  # killed mid-write: drop a partial line
         with open(path, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
     rows = [json.loads(line) for line in data.decode().splitlines() if line]
     done: dict[str, bool] = {}
     for row in rows:
         done[row["case_id"]] = done.get(row["case_id"], True) and bool(row.get("case_complete", True))
     return {case_id for case_id, ok in done.items() if ok}
+
+
+def _commit_path(results: Path) -> Path:
+    return results.with_name(COMMITTED)
+
+
+def _committed_bytes(results: Path) -> int | None:
+    path = _commit_path(results)
+    if not path.exists():
+        return None
+    return int(json.loads(path.read_text())["bytes"])
+
+
+def _commit(results: Path, size: int) -> None:
+    """Record that the first ``size`` bytes of ``results.jsonl`` hold only whole cases."""
+    atomic_write_text(_commit_path(results), json.dumps({"bytes": size}) + "\n")
+
+
+def order_by_case(results: Path, case_ids: Sequence[str]) -> bool:
+    """Rewrite ``results.jsonl`` with its cases in the order of ``case_ids`` (each case's rows kept
+    together and in their order); return whether the file changed.
+
+    A sharded run appends cases as workers finish them; this puts them back in the
+    order a single-process run writes, so both produce the same bytes. Only line
+    offsets are held in memory; the new file replaces the old one atomically.
+    """
+    spans: dict[str, list[tuple[int, int]]] = {}
+    order: list[str] = []
+    with open(results, "rb") as f:
+        offset = 0
+        for line in f:
+            case_id = json.loads(line)["case_id"]
+            if case_id not in spans:
+                spans[case_id] = []
+                order.append(case_id)
+            spans[case_id].append((offset, len(line)))
+            offset += len(line)
+    wanted = [c for c in case_ids if c in spans] + [c for c in order if c not in set(case_ids)]
+    if wanted == order:
+        return False
+    tmp = results.with_name(results.name + ".reorder.tmp")
+    with open(results, "rb") as src, open(tmp, "wb") as dst:
+        for case_id in wanted:
+            for start, length in spans[case_id]:
+                src.seek(start)
+                dst.write(src.read(length))
+        dst.flush()
+        os.fsync(dst.fileno())
+    os.replace(tmp, results)
+    return True
 
 
 def results_file(out_dir: Path | str) -> Path:
@@ -135,11 +203,21 @@ def read_rows(out_dir: Path | str) -> Iterable[dict[str, Any]]:
                 yield json.loads(line)
 
 
-def run_study(study: Study, model: kvprobe.Model, out_dir: Path | str, progress: bool = True) -> RunInfo:
-    """Run every case not yet in ``out_dir/results.jsonl``, appending its rows case by case after each batch."""
+def run_study(study: Study, model: kvprobe.Model | None, out_dir: Path | str, progress: bool = True,
+              pool: "WorkerPool | None" = None) -> RunInfo:
+    """Run every case not yet in ``out_dir/results.jsonl``, appending its rows case by case after each batch.
+
+    ``pool``: run the batches on Ray workers instead (``model`` is then unused and may
+    be None; see :mod:`kvprobe.workers`). A batch goes to the worker chosen by the
+    stable hash of its first case id; rows are appended as batches come back and put
+    in case order when the invocation ends, so the file is the one a single-process
+    run writes (byte for byte when the workers compute with the same torch thread count).
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    config = full_config(study, model)
+    if (model is None) == (pool is None):
+        raise ValueError("run_study needs exactly one of model (local run) and pool (Ray workers)")
+    config = full_config(study, model if pool is None else pool.description())
     cases = study.cases()
     config["cases"] = len(cases)
     config_path = out / CONFIG
@@ -162,39 +240,55 @@ def run_study(study: Study, model: kvprobe.Model, out_dir: Path | str, progress:
     todo = [c for c in cases if c.case_id not in done]
     size = max(1, int(study.cases_per_batch))
     batches = [cases[i : i + size] for i in range(0, len(cases), size)]
+    batches = [b for b in batches if not all(c.case_id in done for c in b)]
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(cases), initial=len(cases) - len(todo), desc=f"{study.name} on {model.name}",
-                   unit="case")
+        where = model.name if pool is None else f"{pool.spec.name} ({len(pool.actors)} Ray workers)"
+        bar = tqdm(total=len(cases), initial=len(cases) - len(todo), desc=f"{study.name} on {where}", unit="case")
+    if pool is None:
+        finished: Iterable[tuple[int, list[list[dict[str, Any]]]]] = (
+            (b, study.run_cases(model, batch)) for b, batch in enumerate(batches))
+    else:
+        finished = pool.map_sharded(_run_batch, [(batch[0].case_id, (batch,)) for batch in batches], shared=study)
     start, written = time.perf_counter(), 0
     with open(results, "a") as f:
-        for batch in batches:
-            if all(c.case_id in done for c in batch):
-                continue
-            for case, rows in zip(batch, study.run_cases(model, batch)):
+        for b, batch_rows in finished:
+            for case, rows in zip(batches[b], batch_rows):
                 if case.case_id in done:
                     continue
                 f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
                 f.flush()
                 os.fsync(f.fileno())
+                _commit(results, f.tell())
+                done.add(case.case_id)
                 written += len(rows)
                 if bar is not None:
                     bar.update(1)
     if bar is not None:
         bar.close()
+    if pool is not None and order_by_case(results, ids):
+        _commit(results, results.stat().st_size)
     info = RunInfo(len(cases), len(cases) - len(todo), len(todo), written, time.perf_counter() - start)
     if info.cases_run:
-        _record_timing(out, info, size)
+        _record_timing(out, info, size, pool)
     return info
 
 
-def _record_timing(out: Path, info: RunInfo, cases_per_batch: int) -> None:
+def _run_batch(model: kvprobe.Model, study: Study, batch: list[Any]) -> list[list[dict[str, Any]]]:
+    """One batch on a Ray worker (module level, so workers import it rather than unpickle its code)."""
+    return study.run_cases(model, batch)
+
+
+def _record_timing(out: Path, info: RunInfo, cases_per_batch: int, pool: "WorkerPool | None" = None) -> None:
     path = out / TIMING
     runs = json.loads(path.read_text())["invocations"] if path.exists() else []
+    backend = ({"backend": "local"} if pool is None else
+               {"backend": "ray", "workers": len(pool.actors), "threads_per_worker": pool.options.threads,
+                "ray_address": pool.options.address or "local"})
     runs.append({"seconds": round(info.seconds, 1), "cases_run": info.cases_run, "rows_written": info.rows_written,
-                 "cases_per_batch": cases_per_batch, "threads": torch.get_num_threads(),
+                 **backend, "cases_per_batch": cases_per_batch, "threads": torch.get_num_threads(),
                  "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
                  "platform": platform.platform()})
     atomic_write_text(path, json.dumps({"invocations": runs}, indent=2) + "\n")

@@ -31,7 +31,7 @@ def store(tmp_path_factory):
         extract(kvprobe.load_model(name), "records", records, path, dtype="float32", progress=False)
     llama, pairs = kvprobe.load_model("tiny-llama"), generate_role_pairs()[:150]
     extract(llama, "role-pairs", pairs, path, dtype="float32", progress=False,
-            case_scores={"signed_loo": lambda: signed_loo(llama, loo_items(pairs))})
+            case_scores={"signed_loo": lambda m: signed_loo(m, loo_items(pairs))})
     return path
 
 
