@@ -213,6 +213,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from .bench import format_core_markdown, run_core_bench
 
+    if args.suite == "scale":
+        # Local and Ray backends side by side; every configuration loads its own model.
+        from studies.scale_bench import format_scale_markdown, run_scale_bench
+
+        print(format_scale_markdown(run_scale_bench(args.model, Path(args.out), groups=args.groups,
+                                                    rounds=args.rounds)))
+        return 0
     model = _load(args.model, False)
     if args.suite == "operations":
         # The operations live in the interventions package; loaded on demand.
@@ -692,8 +699,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="`kvprobe bench core`: nnsight masked decode step vs plain forward with the "
                        "same 4-D mask, batched vs one-at-a-time conditions, peak memory. "
                        "`kvprobe bench operations`: time of every cache operation and of the first answer "
-                       "token after it on long PG-19 histories.")
-    p.add_argument("suite", choices=["core", "operations", "extract"], help="which benchmark to run")
+                       "token after it on long PG-19 histories. `kvprobe bench scale`: a quantity study on "
+                       "1 vs 2 Ray workers against the local backend (scale.json, scale.md); run nothing else "
+                       "meanwhile.")
+    p.add_argument("suite", choices=["core", "operations", "extract", "scale"], help="which benchmark to run")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
     p.add_argument("--steps", type=int, default=40, help="interleaved decode steps to time (default 40)")
     p.add_argument("--out", default="artifacts/bench", help="output directory (default artifacts/bench)")
@@ -708,6 +717,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cases", type=int, default=120,
                    help="extract: first N cases of the records dataset (default 120: 20 items, ~260 records)")
     p.add_argument("--batch-size", type=int, default=16, help="extract: records per forward (default 16)")
+    p.add_argument("--groups", type=int, default=6,
+                   help="scale: quantity groups (2 cases each) run under every configuration (default 6)")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="scale: rounds over the four configurations, in alternating order (default 2)")
     p.set_defaults(func=cmd_bench)
     return parser
 

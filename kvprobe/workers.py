@@ -29,6 +29,18 @@ from typing import Any, Callable, Iterator, Sequence
 from .sharding import ModelSpec, model_description, shard_of
 
 
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident memory (``VmHWM`` of /proc/self/status; None where there is none)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 class RayUnavailableError(RuntimeError):
     """Ray is not installed (it is an optional dependency)."""
 
@@ -88,6 +100,9 @@ class _ModelWorker:
     def pid(self) -> int:
         return os.getpid()
 
+    def peak_rss(self) -> int | None:
+        return peak_rss_bytes()
+
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         return fn(self.model, *args)
 
@@ -146,6 +161,11 @@ class WorkerPool:
         """``fn(model, *args)`` on the worker of ``key`` (one unit, waited for)."""
         ray = require_ray()
         return ray.get(self.actors[shard_of(key, len(self.actors))].call.remote(fn, *args))
+
+    def peak_rss(self) -> list[int | None]:
+        """Each worker's peak resident memory in bytes (Linux; None elsewhere)."""
+        ray = require_ray()
+        return ray.get([a.peak_rss.remote() for a in self.actors])
 
     def map_sharded(self, fn: Callable[..., Any], units: Sequence[tuple[str, tuple[Any, ...]]],
                     shared: Any = None) -> Iterator[tuple[int, Any]]:

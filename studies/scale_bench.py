@@ -1,0 +1,182 @@
+"""``kvprobe bench scale``: a study's throughput on 1 vs 2 Ray workers against the local backend.
+
+The same quantity study (``groups`` groups, five access conditions, one case per
+batch by default so both workers get work) runs under each configuration, in
+one process, one after another, over ``rounds`` rounds whose order alternates
+(this machine is noisy; a slow minute then hits every configuration):
+
+* ``local x1``: this process, one torch thread;
+* ``local x2``: this process, two torch threads (the usual way on 2 cores);
+* ``ray 1x1``: one Ray worker with one thread;
+* ``ray 2x1``: two Ray workers with one thread each.
+
+Reported per configuration: the run's seconds (first batch to last row on disk,
+from :class:`~studies.runner.RunInfo`), cases per second, the start-up seconds
+(model load; for Ray also starting Ray and the workers), the speed-up over
+``ray 1x1`` and ``local x1`` measured in the same round, and peak resident
+memory of each process (driver and workers, ``VmHWM``; reset before each local
+configuration) against weight bytes + the KV bytes of the longest history. The
+SHA-256 of ``results.jsonl`` shows that every one-thread configuration wrote the
+same file (``local x2`` may differ in the last bits of floats: a different
+thread count changes reduction order).
+
+Writes ``<out>/scale.json`` and ``<out>/scale.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kvprobe.files import atomic_write_text
+from kvprobe.sharding import ModelSpec, shard_of
+from kvprobe.workers import RayOptions, WorkerPool, peak_rss_bytes
+
+from .quantity import tasks
+from .quantity.study import QuantityStudy
+from .runner import RESULTS, run_study
+
+CONFIGS = ("ray 2x1", "ray 1x1", "local x1", "local x2")
+
+
+def _reset_peak_rss() -> None:
+    """Reset this process's VmHWM (Linux: writing 5 to /proc/self/clear_refs); a no-op elsewhere."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def _longest_history_kv(model, study: QuantityStudy) -> dict[str, int]:
+    longest = max(study.cases(), key=lambda c: len(model.tokenize(tasks.build_prompt(c))[1]))
+    history = model.prefill(tasks.build_prompt(longest))
+    return {"weight_bytes": sum(p.numel() * p.element_size() for p in model.hf.parameters()),
+            "history_tokens": len(history), "history_kv_bytes": history.kv_bytes()}
+
+
+def _run_one(config: str, model_name: str, study: QuantityStudy, out: Path) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    if config.startswith("ray"):
+        workers = int(config.split()[1].split("x")[0])
+        with WorkerPool(ModelSpec(model_name), RayOptions(workers=workers, threads=1)) as pool:
+            pool.description()  # waits for every worker's model load
+            startup = time.perf_counter() - t0
+            info = run_study(study, None, out, progress=False, pool=pool)
+            peaks = {"driver": peak_rss_bytes(), "workers": pool.peak_rss()}
+    else:
+        from kvprobe.model import load_model
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(int(config.split("x")[1]))
+        _reset_peak_rss()
+        try:
+            model = load_model(model_name)
+            startup = time.perf_counter() - t0
+            info = run_study(study, model, out, progress=False)
+            peaks = {"driver": peak_rss_bytes(), "workers": []}
+            del model
+        finally:
+            torch.set_num_threads(before)
+    digest = hashlib.sha256((out / RESULTS).read_bytes()).hexdigest()
+    return {"config": config, "seconds": info.seconds, "cases": info.cases_run,
+            "cases_per_second": info.cases_run / info.seconds, "startup_seconds": startup,
+            "peak_rss_bytes": peaks, "results_sha256": digest}
+
+
+def run_scale_bench(model_name: str, out_dir: Path, groups: int = 6, cases_per_batch: int = 1,
+                    max_new_tokens: int | None = None, rounds: int = 2) -> dict[str, Any]:
+    """Time the quantity study under :data:`CONFIGS`; write scale.json / scale.md under ``out_dir``."""
+    from kvprobe.model import load_model
+
+    budget = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
+    study = QuantityStudy(n_groups=groups, operations=False, cases_per_batch=cases_per_batch, **budget)
+    cases = study.cases()
+    batches = [cases[i : i + cases_per_batch] for i in range(0, len(cases), cases_per_batch)]
+    per_worker = [sum(shard_of(b[0].case_id, 2) == w for b in batches) for w in range(2)]
+    memory = _longest_history_kv(load_model(model_name), study)
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            order = CONFIGS if r % 2 == 0 else tuple(reversed(CONFIGS))
+            for config in order:
+                out = Path(tmp) / f"round{r}-{config.replace(' ', '-')}"
+                runs.append({"round": r, **_run_one(config, model_name, study, out)})
+                print(f"  round {r}: {config}: {runs[-1]['seconds']:.1f} s", flush=True)
+    summary = {}
+    for config in CONFIGS:
+        mine = [x for x in runs if x["config"] == config]
+        summary[config] = {
+            "seconds_median": statistics.median(x["seconds"] for x in mine),
+            "cases_per_second_median": statistics.median(x["cases_per_second"] for x in mine),
+            "startup_seconds_median": statistics.median(x["startup_seconds"] for x in mine),
+            "speedup_over_ray_1x1": statistics.median(
+                _same_round(runs, x, "ray 1x1")["seconds"] / x["seconds"] for x in mine),
+            "speedup_over_local_x1": statistics.median(
+                _same_round(runs, x, "local x1")["seconds"] / x["seconds"] for x in mine),
+            "results_sha256": sorted({x["results_sha256"] for x in mine}),
+        }
+    one_thread = {x["results_sha256"] for x in runs if x["config"] != "local x2"}
+    result = {
+        "study": {"name": "quantity", "groups": groups, "cases": len(cases), "cases_per_batch": cases_per_batch,
+                  "operations": False, "max_new_tokens": study.max_new_tokens, "batches": len(batches),
+                  "batches_per_worker_of_2": per_worker},
+        "model": model_name,
+        "rounds": rounds,
+        "runs": runs,
+        "summary": summary,
+        "one_thread_configs_wrote_identical_results": len(one_thread) == 1,
+        "memory": memory,
+        "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+                    "platform": platform.platform(), "torch": torch.__version__},
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / "scale.json", json.dumps(result, indent=2) + "\n")
+    atomic_write_text(out_dir / "scale.md", format_scale_markdown(result))
+    return result
+
+
+def _same_round(runs: list[dict[str, Any]], run: dict[str, Any], config: str) -> dict[str, Any]:
+    return next(x for x in runs if x["round"] == run["round"] and x["config"] == config)
+
+
+def format_scale_markdown(r: dict[str, Any]) -> str:
+    mib = 2**20
+    s, m = r["study"], r["memory"]
+    lines = [
+        f"# Scale benchmark: {r['model']}",
+        "",
+        f"Quantity study, {s['groups']} groups = {s['cases']} cases x 5 access conditions x 3 queries, "
+        f"{s['cases_per_batch']} case(s) per batch ({s['batches']} batches; the stable hash gives "
+        f"{s['batches_per_worker_of_2'][0]} / {s['batches_per_worker_of_2'][1]} to 2 workers), "
+        f"{s['max_new_tokens']} new tokens; medians of {r['rounds']} rounds in alternating order on "
+        f"{r['machine']['cpus']} CPUs ({r['machine']['processor']}, {r['machine']['platform']}).",
+        "",
+        "| configuration | run seconds | cases/s | start-up s | vs ray 1x1 | vs local x1 | peak RSS per process |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for config, x in r["summary"].items():
+        last = [y for y in r["runs"] if y["config"] == config][-1]["peak_rss_bytes"]
+        procs = [last["driver"]] + list(last["workers"])
+        rss = " + ".join(f"{p / mib:.0f}" for p in procs if p is not None) + " MiB"
+        lines.append(f"| {config} | {x['seconds_median']:.1f} | {x['cases_per_second_median']:.3f} | "
+                     f"{x['startup_seconds_median']:.1f} | {x['speedup_over_ray_1x1']:.2f}x | "
+                     f"{x['speedup_over_local_x1']:.2f}x | {rss} |")
+    same = "identical" if r["one_thread_configs_wrote_identical_results"] else "DIFFERENT"
+    lines += [
+        "",
+        f"Every one-thread configuration wrote {same} `results.jsonl` bytes. Peak RSS: the driver first, then "
+        f"each worker; weights {m['weight_bytes'] / mib:.0f} MiB, the longest history's KV "
+        f"{m['history_kv_bytes'] / mib:.1f} MiB ({m['history_tokens']} tokens, one row).",
+        "",
+    ]
+    return "\n".join(lines)
