@@ -39,7 +39,7 @@ or the new complete file. A group already in the store is never overwritten
 unless asked.
 
 With a Ray :class:`~kvprobe.workers.WorkerPool` the batches are encoded on
-workers (batch b on the worker of the stable hash of its first record's key);
+workers (batches dealt by the stable hashes of their first records' keys);
 each returns its shard file's bytes, and the driver alone writes shards and
 assembles the store, so resumption works the same (a run interrupted on Ray may
 finish locally) and the group holds the same arrays.
@@ -150,7 +150,7 @@ def extract(
     once the group is complete. Returns the store path.
 
     ``pool``: encode on Ray workers instead (``model`` may then be None): batch ``b``
-    goes to the worker of the stable hash of its first record's key, returns its
+    goes to the worker :func:`kvprobe.sharding.assign_shards` gives its first record's key, returns its
     shard file's bytes, and the driver writes the shard as a local run would; each
     case score runs on one worker. The assembled group holds the same arrays as a
     local extraction's.

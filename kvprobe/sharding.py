@@ -5,11 +5,14 @@ things are fixed here and nowhere else:
 
 * **Which worker runs what.** A unit of work (a batch of study cases, a batch of
   records to extract) is named by a string key, the case id of its first case or
-  the record key of its first record; :func:`shard_of` maps the key to a worker
-  by SHA-256, so the assignment depends on neither Python's per-process hash
-  seed nor the order in which work arrives. Units are the runners' own fixed
-  batches, so every case is computed in the same batch, with the same shapes, as
-  in a single-process run.
+  the record key of its first record. :func:`assign_shards` sorts a run's units
+  by the SHA-256 of their keys and deals them round-robin, so the assignment
+  depends only on the keys (neither Python's per-process hash seed nor the order
+  in which work arrives) and every worker gets the same number of units, to one.
+  (A plain ``hash % workers`` put all 4 batches of a small run on one of 2
+  workers.) Units are the runners' own fixed batches, so every case is computed
+  in the same batch, with the same shapes, as in a single-process run, whichever
+  worker runs it.
 * **Which model a worker loads.** :class:`ModelSpec` is the picklable recipe
   (name and loading options) every worker loads once; the driver never needs the
   weights. Workers report :func:`model_description`, and a run refuses workers
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
     from .model import Model
@@ -36,6 +39,19 @@ def shard_of(key: str, n_shards: int) -> int:
     if n_shards < 1:
         raise ValueError(f"n_shards must be at least 1, got {n_shards}")
     return stable_hash(key) % n_shards
+
+
+def assign_shards(keys: Sequence[str], n_shards: int) -> list[int]:
+    """The shard of each unit named in ``keys``: ranks of their stable hashes dealt round-robin
+    (deterministic, and balanced to one unit). Keys must be distinct."""
+    if n_shards < 1:
+        raise ValueError(f"n_shards must be at least 1, got {n_shards}")
+    if len(set(keys)) != len(keys):
+        raise ValueError("assign_shards: unit keys must be distinct")
+    shards = [0] * len(keys)
+    for rank, i in enumerate(sorted(range(len(keys)), key=lambda i: (stable_hash(keys[i]), keys[i]))):
+        shards[i] = rank % n_shards
+    return shards
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ pool starts. A :class:`WorkerPool` starts ``workers`` Ray actors, each loading t
 model of a :class:`~kvprobe.sharding.ModelSpec` once, and runs functions
 ``fn(model, *args)`` on them:
 
-* a unit of work goes to worker :func:`~kvprobe.sharding.shard_of` (its key), so
-  the same run always puts the same unit on the same worker;
+* units of work go to workers by :func:`~kvprobe.sharding.assign_shards` of their
+  keys (stable hashes, balanced), so the same run always puts the same unit on
+  the same worker;
 * each worker has at most ``in_flight`` units outstanding, and results come back
   to the caller as they complete (the caller writes them to disk at once), so
   neither the driver nor Ray's object store holds a whole run;
@@ -26,7 +27,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from .sharding import ModelSpec, model_description, shard_of
+from .sharding import ModelSpec, assign_shards, model_description, shard_of
 
 
 def peak_rss_bytes() -> int | None:
@@ -169,7 +170,8 @@ class WorkerPool:
 
     def map_sharded(self, fn: Callable[..., Any], units: Sequence[tuple[str, tuple[Any, ...]]],
                     shared: Any = None) -> Iterator[tuple[int, Any]]:
-        """Run ``fn(model, shared, *args)`` for each ``(key, args)`` of ``units`` on worker ``shard_of(key)``.
+        """Run ``fn(model, shared, *args)`` for each ``(key, args)`` of ``units`` on the worker
+        :func:`assign_shards` gives its key.
 
         Yields ``(index into units, result)`` as units complete. ``shared`` (e.g. the study) is
         sent to the object store once, not with every unit.
@@ -177,8 +179,8 @@ class WorkerPool:
         ray = require_ray()
         n = len(self.actors)
         queues: list[list[int]] = [[] for _ in range(n)]
-        for i, (key, _) in enumerate(units):
-            queues[shard_of(key, n)].append(i)
+        for i, shard in enumerate(assign_shards([key for key, _ in units], n)):
+            queues[shard].append(i)
         for q in queues:
             q.reverse()  # pop() from the end = submission in unit order
         shared_ref = ray.put(shared)

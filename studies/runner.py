@@ -26,7 +26,7 @@ A *study* is an object with
   resumed or not.
 
 With a :class:`kvprobe.workers.WorkerPool` the batches run on Ray workers (one
-model load each; a batch's worker is the stable hash of its first case id), rows
+model load each; batches dealt to workers by the stable hashes of their first case ids), rows
 are appended as batches return and put back in case order at the end: the same
 ``results.jsonl`` as a local run, and the same resumption (a run may stop on Ray
 and resume locally, or the other way round).
@@ -209,7 +209,7 @@ def run_study(study: Study, model: kvprobe.Model | None, out_dir: Path | str, pr
 
     ``pool``: run the batches on Ray workers instead (``model`` is then unused and may
     be None; see :mod:`kvprobe.workers`). A batch goes to the worker chosen by the
-    stable hash of its first case id; rows are appended as batches come back and put
+    stable hash of its first case id (:func:`kvprobe.sharding.assign_shards`); rows are appended as batches come back and put
     in case order when the invocation ends, so the file is the one a single-process
     run writes (byte for byte when the workers compute with the same torch thread count).
     """

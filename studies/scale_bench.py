@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from kvprobe.files import atomic_write_text
-from kvprobe.sharding import ModelSpec, shard_of
+from kvprobe.sharding import ModelSpec, assign_shards
 from kvprobe.workers import RayOptions, WorkerPool, peak_rss_bytes
 
 from .quantity import tasks
@@ -61,7 +61,7 @@ def _longest_history_kv(model, study: QuantityStudy) -> dict[str, int]:
     longest = max(study.cases(), key=lambda c: len(model.tokenize(tasks.build_prompt(c))[1]))
     history = model.prefill(tasks.build_prompt(longest))
     return {"weight_bytes": sum(p.numel() * p.element_size() for p in model.hf.parameters()),
-            "history_tokens": len(history), "history_kv_bytes": history.kv_bytes()}
+            "history_tokens": len(history), "history_kv_bytes": sum(t.numel() * t.element_size() for kv in history.kv for t in kv if t is not None)}
 
 
 def _run_one(config: str, model_name: str, study: QuantityStudy, out: Path) -> dict[str, Any]:
@@ -102,7 +102,8 @@ def run_scale_bench(model_name: str, out_dir: Path, groups: int = 6, cases_per_b
     study = QuantityStudy(n_groups=groups, operations=False, cases_per_batch=cases_per_batch, **budget)
     cases = study.cases()
     batches = [cases[i : i + cases_per_batch] for i in range(0, len(cases), cases_per_batch)]
-    per_worker = [sum(shard_of(b[0].case_id, 2) == w for b in batches) for w in range(2)]
+    shards = assign_shards([b[0].case_id for b in batches], 2)
+    per_worker = [shards.count(w) for w in range(2)]
     memory = _longest_history_kv(load_model(model_name), study)
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -156,8 +157,8 @@ def format_scale_markdown(r: dict[str, Any]) -> str:
         f"# Scale benchmark: {r['model']}",
         "",
         f"Quantity study, {s['groups']} groups = {s['cases']} cases x 5 access conditions x 3 queries, "
-        f"{s['cases_per_batch']} case(s) per batch ({s['batches']} batches; the stable hash gives "
-        f"{s['batches_per_worker_of_2'][0]} / {s['batches_per_worker_of_2'][1]} to 2 workers), "
+        f"{s['cases_per_batch']} case(s) per batch ({s['batches']} batches, "
+        f"{s['batches_per_worker_of_2'][0]} / {s['batches_per_worker_of_2'][1]} on 2 workers), "
         f"{s['max_new_tokens']} new tokens; medians of {r['rounds']} rounds in alternating order on "
         f"{r['machine']['cpus']} CPUs ({r['machine']['processor']}, {r['machine']['platform']}).",
         "",

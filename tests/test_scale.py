@@ -7,6 +7,7 @@ run's rows are put back in case order, so ``results.jsonl`` must be the same fil
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -22,7 +23,7 @@ import pytest
 
 import kvprobe
 from extract import extract
-from kvprobe.sharding import ModelSpec, shard_of, stable_hash
+from kvprobe.sharding import ModelSpec, assign_shards, shard_of, stable_hash
 from kvprobe.workers import RayOptions, RayUnavailableError, WorkerPool, require_ray
 from studies.quantity.study import QuantityStudy
 from studies.recognition import DATASETS
@@ -48,14 +49,19 @@ def local_run(tmp_path_factory, one_thread) -> bytes:
     return (out / RESULTS).read_bytes()
 
 
-def test_shards_come_from_sha256_of_the_key():
-    assert stable_hash("quantity-g000") == int.from_bytes(
-        __import__("hashlib").sha256(b"quantity-g000").digest()[:8], "big")
+def test_shards_come_from_sha256_of_the_key_and_are_balanced():
+    assert stable_hash("quantity-g000") == int.from_bytes(hashlib.sha256(b"quantity-g000").digest()[:8], "big")
     assert [shard_of(f"case-{i}", 3) for i in range(6)] == [stable_hash(f"case-{i}") % 3 for i in range(6)]
-    counts = np.bincount([shard_of(f"case-{i:04d}", 2) for i in range(2000)], minlength=2)
-    assert abs(counts[0] - 1000) < 100  # about balanced
+    keys = [f"case-{i:02d}" for i in range(7)]
+    shards = assign_shards(keys, 3)
+    assert sorted(np.bincount(shards)) == [2, 2, 3]  # balanced to one unit
+    by_hash = sorted(keys, key=stable_hash)
+    assert [shards[keys.index(k)] for k in by_hash] == [0, 1, 2, 0, 1, 2, 0]  # ranks dealt round-robin
+    assert assign_shards(list(reversed(keys)), 3) == list(reversed(shards))  # depends on keys, not order
     with pytest.raises(ValueError, match="n_shards"):
         shard_of("x", 0)
+    with pytest.raises(ValueError, match="distinct"):
+        assign_shards(["a", "a"], 2)
 
 
 def test_order_by_case_restores_the_case_order_and_keeps_each_case_together(tmp_path):
@@ -109,8 +115,8 @@ def test_each_unit_runs_on_the_worker_of_its_key(pool):
     keys = [f"unit-{i}" for i in range(8)]
     for _ in range(2):
         ran = dict(pool.map_sharded(_pid, [(k, (k,)) for k in keys]))
-        assert [pids.index(ran[i]) for i in range(8)] == [shard_of(k, 2) for k in keys]
-    assert {shard_of(k, 2) for k in keys} == {0, 1}  # both workers had work
+        assert [pids.index(ran[i]) for i in range(8)] == assign_shards(keys, 2)
+    assert sorted(np.bincount(assign_shards(keys, 2))) == [4, 4]
 
 
 def _records_cases(n: int = 10):
