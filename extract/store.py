@@ -68,6 +68,8 @@ if TYPE_CHECKING:
     from kvprobe.model import Model
     from kvprobe.workers import WorkerPool
 
+    from .remote import NnsightEncoder
+
 SCHEMA_VERSION = 1
 COMPRESSION = dict(compression="gzip", compression_opts=4, shuffle=True)
 CASE_FIELDS = ("case_id", "group", "split", "family", "variant", "pattern")
@@ -141,6 +143,7 @@ def extract(
     dataset_info: dict[str, Any] | None = None,
     case_scores: dict[str, Callable[["Model"], np.ndarray]] | None = None,
     pool: "WorkerPool | None" = None,
+    encoder: "NnsightEncoder | None" = None,
 ) -> Path:
     """Encode every record of ``cases`` with ``model`` into group ``/{model}/{dataset}`` of store ``out``.
 
@@ -154,10 +157,19 @@ def extract(
     shard file's bytes, and the driver writes the shard as a local run would; each
     case score runs on one worker. The assembled group holds the same arrays as a
     local extraction's.
+
+    ``encoder``: encode with plain nnsight traces instead (:class:`extract.remote.NnsightEncoder`,
+    e.g. on NDIF); no case scores on that path.
     """
-    if (model is None) == (pool is None):
-        raise ValueError("extract needs exactly one of model (local run) and pool (Ray workers)")
-    provenance = model_provenance(model) if pool is None else pool.call_one(model_provenance)
+    if sum(x is not None for x in (model, pool, encoder)) != 1:
+        raise ValueError("extract needs exactly one of model (local run), pool (Ray workers) and encoder (nnsight)")
+    if encoder is not None and case_scores:
+        raise StoreError(f"case scores {sorted(case_scores)} need kvprobe's engine; the nnsight encoder cannot "
+                         "compute them (extract without them)")
+    if encoder is not None:
+        provenance = encoder.provenance()
+    else:
+        provenance = model_provenance(model) if pool is None else pool.call_one(model_provenance)
     out = Path(out)
     if not cases:
         raise StoreError(f"dataset {dataset!r} has no cases to extract")
@@ -180,8 +192,11 @@ def extract(
     batches = [specs[i : i + batch_size] for i in range(0, len(specs), batch_size)]
     todo = [b for b in range(len(batches)) if not _shard(parts, b).exists()]
     bar = _progress(len(batches), len(batches) - len(todo), f"extract {group}", progress)
-    if pool is None:
-        shards: Iterator[tuple[int, bytes]] = ((b, encode_shard(model, config, batches[b])) for b in todo)
+    if encoder is not None:
+        shards: Iterator[tuple[int, bytes]] = ((b, _shard_bytes(batches[b], encoder(batches[b]), config))
+                                               for b in todo)
+    elif pool is None:
+        shards = ((b, encode_shard(model, config, batches[b])) for b in todo)
     else:
         units = [(batches[b][0].key, (batches[b],)) for b in todo]
         shards = ((todo[i], data) for i, data in pool.map_sharded(encode_shard, units, shared=config))

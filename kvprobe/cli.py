@@ -55,6 +55,23 @@ def _backend(args: argparse.Namespace):
     return None, WorkerPool(ModelSpec(args.model, getattr(args, "attn", None), device=args.device), options)
 
 
+def _nnsight_encoder(args: argparse.Namespace):
+    """The plain-nnsight record encoder of ``--backend nnsight`` (this process) or ``ndif`` (NDIF's servers)."""
+    from extract.remote import NnsightEncoder, language_model
+
+    if args.backend == "ndif":
+        import nnsight
+
+        if not nnsight.CONFIG.API.APIKEY:
+            raise SystemExit("kvprobe extract --backend ndif: set NDIF_API_KEY (an NDIF API key, "
+                             "https://login.ndif.us) and use a model NDIF hosts")
+        return NnsightEncoder(language_model(args.model), args.model, remote=True)
+    from .loading import load_weights
+
+    w = load_weights(args.model, device=args.device)
+    return NnsightEncoder(language_model(w.hf, w.tokenizer), w.name)
+
+
 def _close(pool) -> None:
     if pool is not None:
         pool.close()
@@ -97,14 +114,23 @@ def cmd_extract(args: argparse.Namespace) -> int:
     cases = generator(seed=seed)
     token_level = tuple(k for k in args.token_level.split(",") if k)
     scores = {} if args.no_loo else {"signed_loo": functools.partial(_signed_loo_score, cases=cases)}
-    model, pool = _backend(args)
-    try:
-        path = extract(model, args.dataset, cases, args.out, batch_size=args.batch_size, dtype=args.dtype,
+    info = {"generator": f"studies.recognition.{generator.__name__}", "seed": seed}
+    if args.backend in ("nnsight", "ndif"):
+        if scores:
+            print("kvprobe extract: the signed leave-one-out needs kvprobe's engine; pass --no-loo with "
+                  f"--backend {args.backend}", file=sys.stderr)
+            return 2
+        path = extract(None, args.dataset, cases, args.out, batch_size=args.batch_size, dtype=args.dtype,
                        token_level=token_level, overwrite=args.overwrite, progress=not args.quiet,
-                       dataset_info={"generator": f"studies.recognition.{generator.__name__}", "seed": seed},
-                       case_scores=scores, pool=pool)
-    finally:
-        _close(pool)
+                       dataset_info=info, encoder=_nnsight_encoder(args))
+    else:
+        model, pool = _backend(args)
+        try:
+            path = extract(model, args.dataset, cases, args.out, batch_size=args.batch_size, dtype=args.dtype,
+                           token_level=token_level, overwrite=args.overwrite, progress=not args.quiet,
+                           dataset_info=info, case_scores=scores, pool=pool)
+        finally:
+            _close(pool)
     if not args.quiet:
         print(f"{path}: group {args.model}/{args.dataset}, {len(cases)} cases")
     return 0
@@ -443,13 +469,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_backend_arguments(p: argparse.ArgumentParser) -> None:
+def _add_backend_arguments(p: argparse.ArgumentParser, nnsight: bool = False) -> None:
     """``--backend``, Ray's ``--address``/``--workers``/... and ``--device`` (run and extract)."""
     g = p.add_argument_group("where it runs")
-    g.add_argument("--backend", choices=["local", "ray"], default="local",
+    extra = (" nnsight: plain nnsight traces of the unmodified model in this process, one record per trace; "
+             "ndif: the same traces on NDIF's servers (NDIF_API_KEY, a model NDIF hosts, --no-loo)") if nnsight else ""
+    g.add_argument("--backend", choices=["local", "ray", *(["nnsight", "ndif"] if nnsight else [])], default="local",
                    help="local (default): this process loads the model and runs everything; ray: batches are "
                    "sharded over Ray workers by a stable hash (each loads the model once) and the results are "
-                   "merged into the same files; resumable either way (needs `pip install 'kvprobe[ray]'`)")
+                   "merged into the same files; resumable either way (needs `pip install 'kvprobe[ray]'`)." + extra)
     g.add_argument("--address", default=None,
                    help="ray: a running Ray cluster ('auto' on a cluster node, or ray://HEAD:10001); default: "
                    "start a local Ray instance on this machine")
@@ -639,7 +667,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the signed leave-one-out score (two scored passes per case: full access and "
                    "record A masked, question 'What is <slot> now?')")
     p.add_argument("--quiet", action="store_true", help="no progress bar or messages")
-    _add_backend_arguments(p)
+    _add_backend_arguments(p, nnsight=True)
     p.set_defaults(func=cmd_extract)
 
     p = sub.add_parser("readout", help="fixed and learned readouts of a feature store: tables, JSON, figure",

@@ -12,7 +12,7 @@ from .arch import ArchSummary, adapter_for
 from .decoding import CandidateScores, Generation, Request, generate_greedy, score_candidates
 from .engine import CHUNK_SIZE, RowState, extend_state
 from .history import History, kv_digest
-from .prompts import Prompt, RenderedPrompt, SpanError
+from .prompts import Prompt, RenderedPrompt
 
 
 class Model:
@@ -73,16 +73,7 @@ class Model:
     # -- prefill -------------------------------------------------------------
     def tokenize(self, prompt: Prompt) -> tuple[RenderedPrompt, torch.Tensor, list[tuple[int, int]]]:
         """Render and tokenize a prompt's history: (rendered prompt, Long[T] ids, character offsets)."""
-        rendered = prompt.render(self.tokenizer)
-        enc = self.tokenizer(
-            rendered.history_text,
-            add_special_tokens=rendered.add_special_tokens,
-            return_offsets_mapping=True,
-        )
-        ids = torch.tensor(enc["input_ids"], dtype=torch.long)
-        if ids.numel() == 0:
-            raise SpanError("the prompt's history tokenizes to nothing")
-        return rendered, ids, [tuple(o) for o in enc["offset_mapping"]]
+        return prompt.tokenize(self.tokenizer)
 
     def prefill(self, prompt: Prompt, chunk_size: int = CHUNK_SIZE, reuse: History | None = None) -> History:
         """Tokenize and prefill a prompt's history once (in chunks of ``chunk_size`` tokens).

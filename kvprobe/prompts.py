@@ -157,6 +157,18 @@ class Prompt:
             cursor += len(seg_text) + len(self.sep)
         return RenderedPrompt(history_text, tail, segments, add_special, question_prefix)
 
+    def tokenize(self, tokenizer: Any) -> tuple[RenderedPrompt, Any, list[tuple[int, int]]]:
+        """Render and tokenize the history: (rendered prompt, Long[T] ids, character offsets)."""
+        import torch
+
+        rendered = self.render(tokenizer)
+        enc = tokenizer(rendered.history_text, add_special_tokens=rendered.add_special_tokens,
+                        return_offsets_mapping=True)
+        ids = torch.tensor(enc["input_ids"], dtype=torch.long)
+        if ids.numel() == 0:
+            raise SpanError("the prompt's history tokenizes to nothing")
+        return rendered, ids, [tuple(o) for o in enc["offset_mapping"]]
+
 
 def char_span_to_tokens(
     offsets: Sequence[tuple[int, int]],

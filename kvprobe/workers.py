@@ -94,6 +94,8 @@ class _ModelWorker:
 
         torch.set_num_threads(threads)
         self.model = spec.load()
+        self._shared_ref: Any = None
+        self._shared: Any = None
 
     def describe(self) -> dict[str, Any]:
         return model_description(self.model)
@@ -106,6 +108,16 @@ class _ModelWorker:
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         return fn(self.model, *args)
+
+    def call_shared(self, fn: Callable[..., Any], shared: list[Any], *args: Any) -> Any:
+        """``fn(model, shared object, *args)``; the shared object (e.g. the study, with its caches) is
+        fetched once per map and kept, as a local run keeps one study object across batches."""
+        import ray
+
+        ref = shared[0]  # boxed in a list so that Ray passes the reference, not the object
+        if self._shared_ref != ref:
+            self._shared_ref, self._shared = ref, ray.get(ref)
+        return fn(self.model, self._shared, *args)
 
 
 class WorkerPool:
@@ -174,7 +186,7 @@ class WorkerPool:
         :func:`assign_shards` gives its key.
 
         Yields ``(index into units, result)`` as units complete. ``shared`` (e.g. the study) is
-        sent to the object store once, not with every unit.
+        sent to the object store once and fetched once per worker, which keeps it across units.
         """
         ray = require_ray()
         n = len(self.actors)
@@ -188,7 +200,7 @@ class WorkerPool:
 
         def submit(w: int) -> None:
             i = queues[w].pop()
-            pending[self.actors[w].call.remote(fn, shared_ref, *units[i][1])] = (i, w)
+            pending[self.actors[w].call_shared.remote(fn, [shared_ref], *units[i][1])] = (i, w)
 
         for w in range(n):
             for _ in range(min(self.options.in_flight, len(queues[w]))):
