@@ -758,7 +758,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError) as exc:
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError) as exc:
         print(f"kvprobe {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -42,11 +42,11 @@ def peak_rss_bytes() -> int | None:
     return None
 
 
-class RayUnavailableError(RuntimeError):
+class RayUnavailableError(ImportError):
     """Ray is not installed (it is an optional dependency)."""
 
 
-class WorkerMismatchError(RuntimeError):
+class WorkerMismatchError(ValueError):
     """Workers of one pool loaded different weights (a sharded run would mix models)."""
 
 

@@ -209,7 +209,12 @@ def test_studies_that_log_from_inside_cases_refuse_ray_before_loading_anything(c
     assert "--backend ray is not supported" in capsys.readouterr().err
 
 
-def test_a_missing_ray_is_named(monkeypatch):
+def test_a_missing_ray_is_named(monkeypatch, capsys, tmp_path):
+    from kvprobe.cli import main
+
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(RayUnavailableError, match=r"pip install 'kvprobe\[ray\]'"):
         require_ray()
+    assert main(["run", "quantity", "--backend", "ray", "--model", "tiny-llama", "--out", str(tmp_path / "r")]) == 2
+    assert "pip install 'kvprobe[ray]'" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
