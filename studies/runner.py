@@ -268,7 +268,7 @@ def run_study(study: Study, model: kvprobe.Model | None, out_dir: Path | str, pr
                     bar.update(1)
     if bar is not None:
         bar.close()
-    if pool is not None and order_by_case(results, ids):
+    if order_by_case(results, ids):  # after a Ray invocation, or a local one resuming it
         _commit(results, results.stat().st_size)
     info = RunInfo(len(cases), len(cases) - len(todo), len(todo), written, time.perf_counter() - start)
     if info.cases_run:

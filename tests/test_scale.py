@@ -90,6 +90,22 @@ def test_a_case_cut_between_two_of_its_lines_is_redone(local_run, tmp_path):
     assert (out / RESULTS).read_bytes() == local_run
 
 
+def test_a_sharded_run_cut_short_finishes_locally_in_case_order(local_run, tmp_path):
+    """A Ray run killed after three cases, written in completion order; the local backend finishes it."""
+    lines = local_run.splitlines(keepends=True)
+    ids = [json.loads(line)["case_id"] for line in lines]
+    first = sorted(set(ids), key=ids.index)[:3]
+    blocks = {c: b"".join(line for line, i in zip(lines, ids) if i == c) for c in first}
+    out = tmp_path / "run"
+    out.mkdir()
+    written = blocks[first[2]] + blocks[first[0]] + blocks[first[1]]
+    (out / RESULTS).write_bytes(written)
+    (out / COMMITTED).write_text(json.dumps({"bytes": len(written)}))
+    info = run_study(QuantityStudy(**STUDY), kvprobe.load_model("tiny-llama"), out, progress=False)
+    assert info.cases_run == 3 and info.cases_skipped == 3
+    assert (out / RESULTS).read_bytes() == local_run
+
+
 def test_a_sharded_run_writes_the_single_process_file_byte_for_byte(pool, local_run, tmp_path):
     info = run_study(QuantityStudy(**STUDY), None, tmp_path, progress=False, pool=pool)
     assert info.cases_run == 6 and info.cases_skipped == 0
