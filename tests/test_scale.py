@@ -187,6 +187,37 @@ def test_killing_a_worker_mid_run_loses_nothing(pool, local_run, tmp_path):
     assert len(completed_cases(results)) == 6
 
 
+def test_killing_a_worker_mid_extraction_loses_nothing(pool, llama, tmp_path):
+    """SIGKILL a worker once the first shard is on disk: the extraction completes and its arrays equal a
+    local extraction's."""
+    cases = _records_cases(60)
+    before = pool.pids()
+    parts = tmp_path / "ray.h5.parts"
+    killed: list[int] = []
+
+    def kill_when_started() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if parts.exists() and any(parts.rglob("batch-*.h5")):
+                os.kill(before[1], signal.SIGKILL)
+                killed.append(before[1])
+                return
+            time.sleep(0.01)
+
+    killer = threading.Thread(target=kill_when_started)
+    killer.start()
+    sharded = extract(None, "records", cases, tmp_path / "ray.h5", batch_size=2, progress=False, pool=pool)
+    killer.join()
+    assert killed, "the extraction finished before a worker could be killed"
+    assert pool.pids()[1] != before[1]
+    local = extract(llama, "records", cases, tmp_path / "local.h5", batch_size=2, progress=False)
+    with h5py.File(local, "r") as a, h5py.File(sharded, "r") as b:
+        names: list[str] = []
+        a.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+        for name in names:
+            assert np.array_equal(a[name][()], b[name][()]), name
+
+
 def _cli(out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "kvprobe.cli", "run", "quantity", "--model", "tiny-llama", "--groups", "3",
             "--max-new-tokens", "5", "--no-operations", "--cases-per-batch", "1", "--out", str(out), "--quiet",
