@@ -47,6 +47,8 @@ class History:
         digest: SHA-256 of ``kv`` (and recurrent states) at prefill time.
         recurrent: per recurrent layer of a hybrid model, its (conv, recurrent) state
             after the history; ``kv`` holds ``(None, None)`` for those layers.
+        reused_tokens: leading tokens whose K/V were copied from an earlier history
+            (``Model.prefill(reuse=...)``) instead of computed.
     """
 
     model: "Model"
@@ -58,6 +60,7 @@ class History:
     positions: torch.Tensor
     digest: str
     recurrent: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    reused_tokens: int = 0
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])

@@ -85,6 +85,13 @@ class Model:
         only a whole history (their recurrent states exist only at its end).
         """
         rendered, ids, offsets = self.tokenize(prompt)
+        return self.prefill_tokens(prompt, rendered, ids, offsets, chunk_size=chunk_size, reuse=reuse)
+
+    def prefill_tokens(self, prompt: Prompt, rendered: RenderedPrompt, ids: torch.Tensor,
+                       offsets: list[tuple[int, int]], chunk_size: int = CHUNK_SIZE, reuse: History | None = None,
+                       digest: bool = True) -> History:
+        """:meth:`prefill` of a history already tokenized by :meth:`tokenize` (``digest=False`` leaves
+        ``History.digest`` empty: for timing the prefill alone; set it before any check)."""
         T = int(ids.shape[0])
         start = self.empty_state()
         if reuse is not None:
@@ -95,9 +102,9 @@ class Model:
                 n = 0
             start = reuse.prefix_state(n)
         n = start.length
+        # extend_state returns compact copies made outside inference mode; recurrent states come out as
+        # inference tensors and are copied here so the history is made of ordinary tensors.
         state = extend_state(self, start, ids[n:], torch.arange(n, T), chunk_size)
-        # Clone out of inference mode so the stored history is made of ordinary tensors.
-        kv = [(None, None) if k is None else (k.clone(), v.clone()) for k, v in state.kv]
         recurrent = {i: (c.clone(), r.clone()) for i, (c, r) in state.recurrent.items()}
         return History(
             model=self,
@@ -105,10 +112,11 @@ class Model:
             rendered=rendered,
             input_ids=ids,
             offsets=offsets,
-            kv=kv,
-            positions=torch.arange(ids.shape[0]),
-            digest=kv_digest(kv, recurrent),
+            kv=state.kv,
+            positions=torch.arange(T),
+            digest=kv_digest(state.kv, recurrent) if digest else "",
             recurrent=recurrent,
+            reused_tokens=n,
         )
 
     def empty_state(self) -> RowState:

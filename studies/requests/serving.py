@@ -32,13 +32,11 @@ import kvprobe
 from kvprobe.decoding import Generation, _generation, _greedy_from, suffix_ids
 from kvprobe.engine import (
     CHUNK_SIZE,
-    extend_state,
     fork_rows,
     pad_suffix_block,
     traced_forward,
 )
 from kvprobe.history import kv_digest
-from kvprobe.model import _common_prefix
 
 now = time.perf_counter
 
@@ -63,22 +61,9 @@ def encode(model: kvprobe.Model, prompt: kvprobe.Prompt, reuse: kvprobe.History 
     t0 = now()
     rendered, ids, offsets = model.tokenize(prompt)
     t1 = now()
-    T = int(ids.shape[0])
-    start, n = model.empty_state(), 0
-    if reuse is not None:
-        if reuse.model is not model:
-            raise ValueError("reuse= takes a history encoded by this same model")
-        n = min(_common_prefix(ids, reuse.input_ids), T - 1)
-        if reuse.recurrent and n < len(reuse):
-            n = 0
-        start = reuse.prefix_state(n)
-    state = extend_state(model, start, ids[start.length:], torch.arange(start.length, T), chunk_size)
-    # Recurrent states come out of inference mode as inference tensors: copy them (small), as Model.prefill does.
-    recurrent = {i: (c.clone(), r.clone()) for i, (c, r) in state.recurrent.items()}
+    history = model.prefill_tokens(prompt, rendered, ids, offsets, chunk_size=chunk_size, reuse=reuse, digest=False)
     t2 = now()
-    history = kvprobe.History(model=model, prompt=prompt, rendered=rendered, input_ids=ids, offsets=offsets,
-                              kv=state.kv, positions=torch.arange(T), digest="", recurrent=recurrent)
-    return Encoded(history, t1 - t0, t2 - t1, start.length, T - start.length)
+    return Encoded(history, t1 - t0, t2 - t1, history.reused_tokens, len(history) - history.reused_tokens)
 
 
 def seal(history: kvprobe.History) -> kvprobe.History:
