@@ -147,8 +147,9 @@ def extract(
 ) -> Path:
     """Encode every record of ``cases`` with ``model`` into group ``/{model}/{dataset}`` of store ``out``.
 
-    ``case_scores``: name -> a function of the model computing one float per case
-    (e.g. the signed leave-one-out), stored as ``cases/scores/{name}``.
+    ``case_scores``: name -> a :class:`CaseScore` (computed over chunks of the cases; on
+    every worker under Ray) or a function of the model computing one float per case,
+    stored as ``cases/scores/{name}``.
     Resumes from ``out.parts/`` after an interruption; the store is replaced atomically
     once the group is complete. Returns the store path.
 
@@ -199,12 +200,13 @@ def extract(
         shards = ((b, encode_shard(model, config, batches[b])) for b in todo)
     else:
         units = [(batches[b][0].key, (batches[b],)) for b in todo]
+        pool.warn_if_idle(len(units), "lower --batch-size to split the records into more batches")
         shards = ((todo[i], data) for i, data in pool.map_sharded(encode_shard, units, shared=config))
     for b, data in shards:
         _write_bytes(_shard(parts, b), data)
         bar.update(1)
     bar.close()
-    scores = {name: _case_score(parts, name, compute, len(cases), model, pool)
+    scores = {name: _case_score(parts, name, compute, cases, model, pool)
               for name, compute in (case_scores or {}).items()}
     _assemble(out, group, provenance, cases, specs, case_rows, [_shard(parts, b) for b in range(len(batches))],
               config, dataset_info or {}, overwrite, scores)
@@ -218,15 +220,46 @@ def _shard(parts: Path, b: int) -> Path:
     return parts / f"batch-{b:05d}.h5"
 
 
-def _case_score(parts: Path, name: str, compute: Callable[["Model"], np.ndarray], n_cases: int,
+@dataclass(frozen=True)
+class CaseScore:
+    """A per-case score computed with the model over consecutive chunks of the cases.
+
+    ``fn(model, cases) -> one float per case``; ``chunk`` cases per unit of work. A
+    score that batches its own work in groups whose size divides ``chunk`` (the signed
+    LOO scores 8 cases per batch) computes the same values chunked as whole, so with a
+    Ray pool the chunks run on every worker.
+    """
+
+    fn: Callable[["Model", Sequence[Any]], np.ndarray]
+    chunk: int = 64
+
+
+def _score_chunk(model: "Model", fn: Callable[["Model", Sequence[Any]], np.ndarray], cases: Sequence[Any]) -> Any:
+    return np.asarray(fn(model, cases), dtype=np.float64)
+
+
+def _case_score(parts: Path, name: str, compute: "CaseScore | Callable[[Model], np.ndarray]", cases: Sequence[Any],
                 model: "Model | None", pool: "WorkerPool | None") -> np.ndarray:
     """A per-case score, computed once and kept in the parts folder until the group is assembled."""
     path = parts / f"scores-{name}.npy"
     if path.exists():
         return np.load(path)
-    values = np.asarray(compute(model) if pool is None else pool.call_one(compute, key=name), dtype=np.float64)
-    if values.shape != (n_cases,):
-        raise StoreError(f"case score {name!r} has shape {values.shape}, expected ({n_cases},)")
+    if isinstance(compute, CaseScore):
+        starts = range(0, len(cases), compute.chunk)
+        chunks = [cases[lo : lo + compute.chunk] for lo in starts]
+        if pool is None:
+            parts_of = [_score_chunk(model, compute.fn, chunk) for chunk in chunks]  # type: ignore[arg-type]
+        else:
+            parts_of = [None] * len(chunks)
+            units = [(f"{name}:{lo}", (chunk,)) for lo, chunk in zip(starts, chunks)]
+            for i, values in pool.map_sharded(_score_chunk, units, shared=compute.fn):
+                parts_of[i] = values
+        values = np.concatenate(parts_of) if parts_of else np.zeros(0)
+    else:
+        values = compute(model) if pool is None else pool.call_one(compute, key=name)
+    values = np.asarray(values, dtype=np.float64)
+    if values.shape != (len(cases),):
+        raise StoreError(f"case score {name!r} has shape {values.shape}, expected ({len(cases)},)")
     tmp = parts / f"scores-{name}.tmp.npy"
     np.save(tmp, values)
     os.replace(tmp, path)

@@ -180,6 +180,14 @@ class WorkerPool:
         ray = require_ray()
         return ray.get([a.peak_rss.remote() for a in self.actors])
 
+    def warn_if_idle(self, units: int, hint: str) -> None:
+        """Warn when fewer units of work than workers are left (some workers would idle)."""
+        if 0 < units < len(self.actors):
+            import warnings
+
+            warnings.warn(f"{units} unit(s) of work for {len(self.actors)} Ray workers: some will idle; {hint}",
+                          stacklevel=3)
+
     def map_sharded(self, fn: Callable[..., Any], units: Sequence[tuple[str, tuple[Any, ...]]],
                     shared: Any = None) -> Iterator[tuple[int, Any]]:
         """Run ``fn(model, shared, *args)`` for each ``(key, args)`` of ``units`` on the worker

@@ -251,6 +251,7 @@ def run_study(study: Study, model: kvprobe.Model | None, out_dir: Path | str, pr
         finished: Iterable[tuple[int, list[list[dict[str, Any]]]]] = (
             (b, study.run_cases(model, batch)) for b, batch in enumerate(batches))
     else:
+        pool.warn_if_idle(len(batches), "lower --cases-per-batch to split the cases into more batches")
         finished = pool.map_sharded(_run_batch, [(batch[0].case_id, (batch,)) for batch in batches], shared=study)
     start, written = time.perf_counter(), 0
     with open(results, "a") as f:

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 import kvprobe
-from extract import extract
+from extract import CaseScore, extract
+from kvprobe.cli import _signed_loo_score
 from kvprobe.sharding import ModelSpec, assign_shards, shard_of, stable_hash
 from kvprobe.workers import RayOptions, RayUnavailableError, WorkerPool, require_ray
 from studies.quantity.study import QuantityStudy
@@ -141,9 +142,16 @@ def _records_cases(n: int = 10):
 
 
 def test_a_sharded_extraction_stores_the_same_arrays(pool, llama, tmp_path):
-    cases = _records_cases()
-    local = extract(llama, "records", cases, tmp_path / "local.h5", batch_size=4, progress=False)
-    sharded = extract(None, "records", cases, tmp_path / "ray.h5", batch_size=4, progress=False, pool=pool)
+    """Shards and the signed LOO (in chunks of 8 cases, spread over both workers) equal a local extraction."""
+    cases = _records_cases(20)
+    scores = {"signed_loo": CaseScore(_signed_loo_score, chunk=8)}
+    whole = _signed_loo_score(llama, cases)
+    local = extract(llama, "records", cases, tmp_path / "local.h5", batch_size=4, progress=False,
+                    case_scores=scores)
+    sharded = extract(None, "records", cases, tmp_path / "ray.h5", batch_size=4, progress=False, pool=pool,
+                      case_scores=scores)
+    with h5py.File(local, "r") as a:
+        assert np.array_equal(a["tiny-llama/records/cases/scores/signed_loo"][()], whole)  # chunked = whole
     with h5py.File(local, "r") as a, h5py.File(sharded, "r") as b:
         names: list[str] = []
         a.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
@@ -158,6 +166,12 @@ def test_a_sharded_extraction_stores_the_same_arrays(pool, llama, tmp_path):
         attrs_b = {k: v for k, v in b[group].attrs.items() if k != "versions"}
         assert attrs_a == attrs_b and len(attrs_a) > 10
     assert not (tmp_path / "ray.h5.parts").exists()
+
+
+def test_fewer_batches_than_workers_warns(pool, tmp_path):
+    with pytest.warns(UserWarning, match="1 unit.* for 2 Ray workers.*--cases-per-batch"):
+        run_study(QuantityStudy(n_groups=1, max_new_tokens=2, operations=False, cases_per_batch=4), None, tmp_path,
+                  progress=False, pool=pool)
 
 
 def test_killing_a_worker_mid_run_loses_nothing(pool, local_run, tmp_path):
