@@ -77,6 +77,28 @@ def _close(pool) -> None:
         pool.close()
 
 
+def _nnsight_encoder(args: argparse.Namespace):
+    """The plain-nnsight record encoder of ``--backend nnsight`` (this process) or ``ndif`` (NDIF's servers)."""
+    from extract.remote import NnsightEncoder, language_model
+
+    if args.backend == "ndif":
+        import nnsight
+
+        if not nnsight.CONFIG.API.APIKEY:
+            raise SystemExit("kvprobe extract --backend ndif: set NDIF_API_KEY (an NDIF API key, "
+                             "https://login.ndif.us) and use a model NDIF hosts")
+        return NnsightEncoder(language_model(args.model), args.model, remote=True)
+    from .loading import load_weights
+
+    w = load_weights(args.model, device=args.device)
+    return NnsightEncoder(language_model(w.hf, w.tokenizer), w.name)
+
+
+def _close(pool) -> None:
+    if pool is not None:
+        pool.close()
+
+
 def _signed_loo_score(model, cases):
     """The signed leave-one-out score per case (the function of a :class:`extract.CaseScore`)."""
     from readouts.loo import signed_loo
@@ -106,13 +128,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_extract(args: argparse.Namespace) -> int:
     from extract import CaseScore, extract
     from studies.recognition import DATASETS
+    from studies.recognition.questions import signed_loo_scores
 
     generator, default_seed = DATASETS[args.dataset]
     seed = default_seed if args.seed is None else args.seed
     cases = generator(seed=seed)
     token_level = tuple(k for k in args.token_level.split(",") if k)
     # The LOO scores 8 cases per forward batch: chunks of 64 give the same values on any number of workers.
-    scores = {} if args.no_loo else {"signed_loo": CaseScore(_signed_loo_score, chunk=64)}
+    scores = {} if args.no_loo else {"signed_loo": CaseScore(signed_loo_scores, chunk=64)}
     info = {"generator": f"studies.recognition.{generator.__name__}", "seed": seed}
     if args.backend in ("nnsight", "ndif"):
         if scores:
@@ -240,10 +263,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.suite == "scale":
         # Local and Ray backends side by side; every configuration loads its own model.
-        from studies.scale_bench import format_scale_markdown, run_scale_bench
+        from studies.scale_bench import format_scale_markdown, run_extract_scale_bench, run_scale_bench
 
-        print(format_scale_markdown(run_scale_bench(args.model, Path(args.out), groups=args.groups,
-                                                    rounds=args.rounds)))
+        if args.target == "extract":
+            result = run_extract_scale_bench(args.model, Path(args.out), cases=args.cases, batch_size=args.batch_size,
+                                             rounds=args.rounds)
+        else:
+            result = run_scale_bench(args.model, Path(args.out), groups=args.groups, rounds=args.rounds)
+        print(format_scale_markdown(result))
         return 0
     model = _load(args.model, False)
     if args.suite == "operations":
@@ -748,6 +775,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scale: quantity groups (2 cases each) run under every configuration (default 6)")
     p.add_argument("--rounds", type=int, default=2,
                    help="scale: rounds over the four configurations, in alternating order (default 2)")
+    p.add_argument("--target", choices=["study", "extract"], default="study",
+                   help="scale: time a study (scale.json; default) or an extraction of --cases records cases with "
+                   "the signed LOO in batches of --batch-size (scale-extract.json)")
     p.set_defaults(func=cmd_bench)
     return parser
 

@@ -20,7 +20,10 @@ SHA-256 of ``results.jsonl`` shows that every one-thread configuration wrote the
 same file (``local x2`` may differ in the last bits of floats: a different
 thread count changes reduction order).
 
-Writes ``<out>/scale.json`` and ``<out>/scale.md``.
+Writes ``<out>/scale.json`` and ``<out>/scale.md``. With ``--target extract`` the
+same four configurations time ``kvprobe extract`` of the first ``--cases``
+recognition records cases with the signed LOO (``scale-extract.json``/``.md``);
+identity is then a SHA-256 over every array of the stored group.
 """
 
 from __future__ import annotations
@@ -34,16 +37,20 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+import h5py
 
 import torch
 
+from extract import CaseScore, extract
 from kvprobe.files import atomic_write_text
 from kvprobe.sharding import ModelSpec, assign_shards
 from kvprobe.workers import RayOptions, WorkerPool, peak_rss_bytes
 
 from .quantity import tasks
 from .quantity.study import QuantityStudy
+from .recognition.questions import signed_loo_scores
 from .runner import RESULTS, run_study
 
 CONFIGS = ("ray 2x1", "ray 1x1", "local x1", "local x2")
@@ -65,16 +72,45 @@ def _longest_history_kv(model, study: QuantityStudy) -> dict[str, int]:
             "history_tokens": len(history), "history_kv_bytes": sum(t.numel() * t.element_size() for kv in history.kv for t in kv if t is not None)}
 
 
-def _run_one(config: str, model_name: str, study: QuantityStudy, out: Path) -> dict[str, Any]:
+def _study_work(study: QuantityStudy) -> Callable[..., tuple[float, int, str]]:
+    """Run ``study`` (locally or on a pool): (seconds, cases run, sha256 of results.jsonl)."""
+    def work(model, pool, out: Path) -> tuple[float, int, str]:
+        info = run_study(study, model, out, progress=False, pool=pool)
+        return info.seconds, info.cases_run, hashlib.sha256((out / RESULTS).read_bytes()).hexdigest()
+    return work
+
+
+def _extract_work(cases: list[Any], batch_size: int, loo_chunk: int) -> Callable[..., tuple[float, int, str]]:
+    """Extract ``cases`` with the signed LOO: (seconds, cases, sha256 over every array of the group)."""
+    def work(model, pool, out: Path) -> tuple[float, int, str]:
+        t0 = time.perf_counter()
+        store = extract(model, "bench", cases, out / "store.h5", batch_size=batch_size, progress=False, pool=pool,
+                        case_scores={"signed_loo": CaseScore(signed_loo_scores, chunk=loo_chunk)})
+        seconds = time.perf_counter() - t0
+        digest = hashlib.sha256()
+        with h5py.File(store, "r") as f:
+            names: list[str] = []
+            f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+            for name in sorted(names):
+                data = f[name][()]
+                # String datasets read as object arrays, whose raw bytes are pointers: hash their values.
+                blob = "\x00".join(map(str, data.tolist())).encode() if data.dtype.kind == "O" else data.tobytes()
+                digest.update(name.encode() + blob)
+        return seconds, len(cases), digest.hexdigest()
+    return work
+
+
+def _run_one(config: str, model_name: str, work: Callable[..., tuple[float, int, str]], out: Path) -> dict[str, Any]:
     gc.collect()  # a previous configuration's model is gone before this one's peak is measured
     _reset_peak_rss()
+    out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if config.startswith("ray"):
         workers = int(config.split()[1].split("x")[0])
         with WorkerPool(ModelSpec(model_name), RayOptions(workers=workers, threads=1)) as pool:
             pool.description()  # waits for every worker's model load
             startup = time.perf_counter() - t0
-            info = run_study(study, None, out, progress=False, pool=pool)
+            seconds, cases, digest = work(None, pool, out)
             peaks = {"driver": peak_rss_bytes(), "workers": pool.peak_rss()}
     else:
         from kvprobe.model import load_model
@@ -84,15 +120,66 @@ def _run_one(config: str, model_name: str, study: QuantityStudy, out: Path) -> d
         try:
             model = load_model(model_name)
             startup = time.perf_counter() - t0
-            info = run_study(study, model, out, progress=False)
+            seconds, cases, digest = work(model, None, out)
             peaks = {"driver": peak_rss_bytes(), "workers": []}
             del model
         finally:
             torch.set_num_threads(before)
-    digest = hashlib.sha256((out / RESULTS).read_bytes()).hexdigest()
-    return {"config": config, "seconds": info.seconds, "cases": info.cases_run,
-            "cases_per_second": info.cases_run / info.seconds, "startup_seconds": startup,
-            "peak_rss_bytes": peaks, "results_sha256": digest}
+    return {"config": config, "seconds": seconds, "cases": cases, "cases_per_second": cases / seconds,
+            "startup_seconds": startup, "peak_rss_bytes": peaks, "results_sha256": digest}
+
+
+def _time_configs(model_name: str, work: Callable[..., tuple[float, int, str]], rounds: int) -> list[dict[str, Any]]:
+    """Every configuration of :data:`CONFIGS`, ``rounds`` times in alternating order."""
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            order = CONFIGS if r % 2 == 0 else tuple(reversed(CONFIGS))
+            for config in order:
+                out = Path(tmp) / f"round{r}-{config.replace(' ', '-')}"
+                runs.append({"round": r, **_run_one(config, model_name, work, out)})
+                print(f"  round {r}: {config}: {runs[-1]['seconds']:.1f} s", flush=True)
+    return runs
+
+
+def _summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    summary = {}
+    for config in CONFIGS:
+        mine = [x for x in runs if x["config"] == config]
+        summary[config] = {
+            "seconds_median": statistics.median(x["seconds"] for x in mine),
+            "cases_per_second_median": statistics.median(x["cases_per_second"] for x in mine),
+            "startup_seconds_median": statistics.median(x["startup_seconds"] for x in mine),
+            **{f"speedup_over_{base.replace(' ', '_')}": statistics.median(
+                _same_round(runs, x, base)["seconds"] / x["seconds"] for x in mine)
+               for base in ("ray 1x1", "local x1", "local x2")},
+            "results_sha256": sorted({x["results_sha256"] for x in mine}),
+        }
+    return summary
+
+
+def _machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+            "platform": platform.platform(), "torch": torch.__version__}
+
+
+def run_extract_scale_bench(model_name: str, out_dir: Path, cases: int = 120, batch_size: int = 16,
+                            loo_chunk: int = 16, rounds: int = 2) -> dict[str, Any]:
+    """Time ``kvprobe extract`` (records dataset, first ``cases`` cases, with the signed LOO) under
+    :data:`CONFIGS`; write scale-extract.json / .md under ``out_dir``."""
+    from .recognition import generate_records
+
+    chosen = generate_records()[:cases]
+    runs = _time_configs(model_name, _extract_work(chosen, batch_size, loo_chunk), rounds)
+    one_thread = {x["results_sha256"] for x in runs if x["config"] != "local x2"}
+    result = {"workload": {"name": "extract", "dataset": "records", "cases": len(chosen), "batch_size": batch_size,
+                           "loo_chunk": loo_chunk},
+              "model": model_name, "rounds": rounds, "runs": runs, "summary": _summarize(runs),
+              "one_thread_configs_wrote_identical_results": len(one_thread) == 1, "machine": _machine()}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / "scale-extract.json", json.dumps(result, indent=2) + "\n")
+    atomic_write_text(out_dir / "scale-extract.md", format_scale_markdown(result))
+    return result
 
 
 def run_scale_bench(model_name: str, out_dir: Path, groups: int = 6, cases_per_batch: int = 1,
@@ -107,29 +194,7 @@ def run_scale_bench(model_name: str, out_dir: Path, groups: int = 6, cases_per_b
     shards = assign_shards([b[0].case_id for b in batches], 2)
     per_worker = [shards.count(w) for w in range(2)]
     memory = _longest_history_kv(load_model(model_name), study)
-    runs: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(rounds):
-            order = CONFIGS if r % 2 == 0 else tuple(reversed(CONFIGS))
-            for config in order:
-                out = Path(tmp) / f"round{r}-{config.replace(' ', '-')}"
-                runs.append({"round": r, **_run_one(config, model_name, study, out)})
-                print(f"  round {r}: {config}: {runs[-1]['seconds']:.1f} s", flush=True)
-    summary = {}
-    for config in CONFIGS:
-        mine = [x for x in runs if x["config"] == config]
-        summary[config] = {
-            "seconds_median": statistics.median(x["seconds"] for x in mine),
-            "cases_per_second_median": statistics.median(x["cases_per_second"] for x in mine),
-            "startup_seconds_median": statistics.median(x["startup_seconds"] for x in mine),
-            "speedup_over_ray_1x1": statistics.median(
-                _same_round(runs, x, "ray 1x1")["seconds"] / x["seconds"] for x in mine),
-            "speedup_over_local_x1": statistics.median(
-                _same_round(runs, x, "local x1")["seconds"] / x["seconds"] for x in mine),
-            "speedup_over_local_x2": statistics.median(
-                _same_round(runs, x, "local x2")["seconds"] / x["seconds"] for x in mine),
-            "results_sha256": sorted({x["results_sha256"] for x in mine}),
-        }
+    runs = _time_configs(model_name, _study_work(study), rounds)
     one_thread = {x["results_sha256"] for x in runs if x["config"] != "local x2"}
     result = {
         "study": {"name": "quantity", "groups": groups, "cases": len(cases), "cases_per_batch": cases_per_batch,
@@ -138,11 +203,10 @@ def run_scale_bench(model_name: str, out_dir: Path, groups: int = 6, cases_per_b
         "model": model_name,
         "rounds": rounds,
         "runs": runs,
-        "summary": summary,
+        "summary": _summarize(runs),
         "one_thread_configs_wrote_identical_results": len(one_thread) == 1,
         "memory": memory,
-        "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-                    "platform": platform.platform(), "torch": torch.__version__},
+        "machine": _machine(),
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out_dir / "scale.json", json.dumps(result, indent=2) + "\n")
@@ -155,16 +219,27 @@ def _same_round(runs: list[dict[str, Any]], run: dict[str, Any], config: str) ->
 
 
 def format_scale_markdown(r: dict[str, Any]) -> str:
+    """scale.md (a study, :func:`run_scale_bench`) or scale-extract.md (:func:`run_extract_scale_bench`)."""
     mib = 2**20
-    s, m = r["study"], r["memory"]
+    machine = f"{r['machine']['cpus']} CPUs ({r['machine']['processor']}, {r['machine']['platform']})"
+    if "study" in r:
+        s = r["study"]
+        title, what = "Scale benchmark", (
+            f"Quantity study, {s['groups']} groups = {s['cases']} cases x 5 access conditions x 3 queries, "
+            f"{s['cases_per_batch']} case(s) per batch ({s['batches']} batches, "
+            f"{s['batches_per_worker_of_2'][0]} / {s['batches_per_worker_of_2'][1]} on 2 workers), "
+            f"{s['max_new_tokens']} new tokens")
+        identical = "`results.jsonl` bytes"
+    else:
+        w = r["workload"]
+        title, what = "Scale benchmark, extraction", (
+            f"`kvprobe extract` of the first {w['cases']} cases of the {w['dataset']} dataset (batches of "
+            f"{w['batch_size']} records, signed LOO in chunks of {w['loo_chunk']} cases)")
+        identical = "store arrays (SHA-256 over every dataset)"
     lines = [
-        f"# Scale benchmark: {r['model']}",
+        f"# {title}: {r['model']}",
         "",
-        f"Quantity study, {s['groups']} groups = {s['cases']} cases x 5 access conditions x 3 queries, "
-        f"{s['cases_per_batch']} case(s) per batch ({s['batches']} batches, "
-        f"{s['batches_per_worker_of_2'][0]} / {s['batches_per_worker_of_2'][1]} on 2 workers), "
-        f"{s['max_new_tokens']} new tokens; medians of {r['rounds']} rounds in alternating order on "
-        f"{r['machine']['cpus']} CPUs ({r['machine']['processor']}, {r['machine']['platform']}).",
+        f"{what}; medians of {r['rounds']} rounds in alternating order on {machine}.",
         "",
         "| configuration | run seconds | cases/s | start-up s | vs ray 1x1 | vs local x1 | vs local x2 | "
         "peak RSS per process |",
@@ -178,11 +253,10 @@ def format_scale_markdown(r: dict[str, Any]) -> str:
                      f"{x['startup_seconds_median']:.1f} | {x['speedup_over_ray_1x1']:.2f}x | "
                      f"{x['speedup_over_local_x1']:.2f}x | {x['speedup_over_local_x2']:.2f}x | {rss} |")
     same = "identical" if r["one_thread_configs_wrote_identical_results"] else "DIFFERENT"
-    lines += [
-        "",
-        f"Every one-thread configuration wrote {same} `results.jsonl` bytes. Peak RSS: the driver first, then "
-        f"each worker; weights {m['weight_bytes'] / mib:.0f} MiB, the longest history's KV "
-        f"{m['history_kv_bytes'] / mib:.1f} MiB ({m['history_tokens']} tokens, one row).",
-        "",
-    ]
-    return "\n".join(lines)
+    lines += ["", f"Every one-thread configuration wrote {same} {identical}. Peak RSS: the driver first, then each "
+              "worker."]
+    if "memory" in r:
+        m = r["memory"]
+        lines[-1] += (f" Weights {m['weight_bytes'] / mib:.0f} MiB, the longest history's KV "
+                      f"{m['history_kv_bytes'] / mib:.1f} MiB ({m['history_tokens']} tokens, one row).")
+    return "\n".join(lines + [""])

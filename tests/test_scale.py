@@ -23,11 +23,11 @@ import pytest
 
 import kvprobe
 from extract import CaseScore, extract
-from kvprobe.cli import _signed_loo_score
 from kvprobe.sharding import ModelSpec, assign_shards, shard_of, stable_hash
 from kvprobe.workers import RayOptions, RayUnavailableError, WorkerPool, require_ray
 from studies.quantity.study import QuantityStudy
 from studies.recognition import DATASETS
+from studies.recognition.questions import signed_loo_scores
 from studies.runner import COMMITTED, RESULTS, completed_cases, order_by_case, read_rows, run_study
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -144,8 +144,8 @@ def _records_cases(n: int = 10):
 def test_a_sharded_extraction_stores_the_same_arrays(pool, llama, tmp_path):
     """Shards and the signed LOO (in chunks of 8 cases, spread over both workers) equal a local extraction."""
     cases = _records_cases(20)
-    scores = {"signed_loo": CaseScore(_signed_loo_score, chunk=8)}
-    whole = _signed_loo_score(llama, cases)
+    scores = {"signed_loo": CaseScore(signed_loo_scores, chunk=8)}
+    whole = signed_loo_scores(llama, cases)
     local = extract(llama, "records", cases, tmp_path / "local.h5", batch_size=4, progress=False,
                     case_scores=scores)
     sharded = extract(None, "records", cases, tmp_path / "ray.h5", batch_size=4, progress=False, pool=pool,

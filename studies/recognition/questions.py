@@ -3,12 +3,17 @@ its wording is ours). The question names A's entity and attribute with the famil
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from readouts.loo import LooItem
 
 from .cases import RecognitionCase, expected_answer
 from .families import slot
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from kvprobe.model import Model
 
 
 def question(case: RecognitionCase) -> str:
@@ -23,3 +28,11 @@ def loo_items(cases: Sequence[RecognitionCase]) -> list[LooItem]:
         reference, alternative = expected_answer(case)
         items.append(LooItem(case.a_text, case.b_text, question(case), reference, alternative))
     return items
+
+
+def signed_loo_scores(model: "Model", cases: Sequence[RecognitionCase]) -> "np.ndarray":
+    """The signed leave-one-out score of each case (nats), scored with ``model`` (8 cases per batch):
+    the function of the ``signed_loo`` :class:`extract.CaseScore` of ``kvprobe extract``."""
+    from readouts.loo import signed_loo
+
+    return signed_loo(model, loo_items(cases))
