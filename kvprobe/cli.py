@@ -77,36 +77,6 @@ def _close(pool) -> None:
         pool.close()
 
 
-def _nnsight_encoder(args: argparse.Namespace):
-    """The plain-nnsight record encoder of ``--backend nnsight`` (this process) or ``ndif`` (NDIF's servers)."""
-    from extract.remote import NnsightEncoder, language_model
-
-    if args.backend == "ndif":
-        import nnsight
-
-        if not nnsight.CONFIG.API.APIKEY:
-            raise SystemExit("kvprobe extract --backend ndif: set NDIF_API_KEY (an NDIF API key, "
-                             "https://login.ndif.us) and use a model NDIF hosts")
-        return NnsightEncoder(language_model(args.model), args.model, remote=True)
-    from .loading import load_weights
-
-    w = load_weights(args.model, device=args.device)
-    return NnsightEncoder(language_model(w.hf, w.tokenizer), w.name)
-
-
-def _close(pool) -> None:
-    if pool is not None:
-        pool.close()
-
-
-def _signed_loo_score(model, cases):
-    """The signed leave-one-out score per case (the function of a :class:`extract.CaseScore`)."""
-    from readouts.loo import signed_loo
-    from studies.recognition.questions import loo_items
-
-    return signed_loo(model, loo_items(cases))
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
     from .verify import results_as_dicts, verify_model
 

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import h5py
 import numpy as np
@@ -174,24 +175,31 @@ def test_fewer_batches_than_workers_warns(pool, tmp_path):
                   progress=False, pool=pool)
 
 
+def _kill_once(started: Callable[[], bool], pid: int) -> tuple[threading.Thread, list[int]]:
+    """A running thread that SIGKILLs ``pid`` as soon as ``started()`` (polled every 10 ms, up to 120 s);
+    the list records the kill."""
+    killed: list[int] = []
+
+    def watch() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if started():
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    return thread, killed
+
+
 def test_killing_a_worker_mid_run_loses_nothing(pool, local_run, tmp_path):
     """SIGKILL one worker once the first case is on disk: Ray restarts it (reloading the model) and
     reruns its unfinished batches; the file still equals the single-process one."""
     before = pool.pids()
     results = tmp_path / RESULTS
-    killed: list[int] = []
-
-    def kill_when_started() -> None:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if results.exists() and results.stat().st_size > 0:
-                os.kill(before[0], signal.SIGKILL)
-                killed.append(before[0])
-                return
-            time.sleep(0.02)
-
-    killer = threading.Thread(target=kill_when_started)
-    killer.start()
+    killer, killed = _kill_once(lambda: results.exists() and results.stat().st_size > 0, before[0])
     info = run_study(QuantityStudy(**STUDY), None, tmp_path, progress=False, pool=pool)
     killer.join()
     assert killed, "the run finished before a worker could be killed"
@@ -207,19 +215,7 @@ def test_killing_a_worker_mid_extraction_loses_nothing(pool, llama, tmp_path):
     cases = _records_cases(60)
     before = pool.pids()
     parts = tmp_path / "ray.h5.parts"
-    killed: list[int] = []
-
-    def kill_when_started() -> None:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if parts.exists() and any(parts.rglob("batch-*.h5")):
-                os.kill(before[1], signal.SIGKILL)
-                killed.append(before[1])
-                return
-            time.sleep(0.01)
-
-    killer = threading.Thread(target=kill_when_started)
-    killer.start()
+    killer, killed = _kill_once(lambda: parts.exists() and any(parts.rglob("batch-*.h5")), before[1])
     sharded = extract(None, "records", cases, tmp_path / "ray.h5", batch_size=2, progress=False, pool=pool)
     killer.join()
     assert killed, "the extraction finished before a worker could be killed"
