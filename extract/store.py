@@ -154,10 +154,10 @@ def extract(
     once the group is complete. Returns the store path.
 
     ``pool``: encode on Ray workers instead (``model`` may then be None): batch ``b``
-    goes to the worker :func:`kvprobe.sharding.assign_shards` gives its first record's key, returns its
-    shard file's bytes, and the driver writes the shard as a local run would; each
-    case score runs on one worker. The assembled group holds the same arrays as a
-    local extraction's.
+    goes to the worker :func:`kvprobe.sharding.assign_shards` gives its first record's
+    key and returns its shard file's bytes, which the driver writes as a local run
+    would; a :class:`CaseScore`'s chunks run on every worker, a plain score function on
+    one. The assembled group holds the same arrays as a local extraction's.
 
     ``encoder``: encode with plain nnsight traces instead (:class:`extract.remote.NnsightEncoder`,
     e.g. on NDIF); no case scores on that path.

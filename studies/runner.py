@@ -26,8 +26,8 @@ A *study* is an object with
   resumed or not.
 
 With a :class:`kvprobe.workers.WorkerPool` the batches run on Ray workers (one
-model load each; batches dealt to workers by the stable hashes of their first case ids), rows
-are appended as batches return and put back in case order at the end: the same
+model load each; batches dealt to workers by the stable hashes of their first case
+ids), rows are appended as batches return and put back in case order at the end: the same
 ``results.jsonl`` as a local run, and the same resumption (a run may stop on Ray
 and resume locally, or the other way round).
 
@@ -170,7 +170,8 @@ def order_by_case(results: Path, case_ids: Sequence[str]) -> bool:
                 order.append(case_id)
             spans[case_id].append((offset, len(line)))
             offset += len(line)
-    wanted = [c for c in case_ids if c in spans] + [c for c in order if c not in set(case_ids)]
+    expected = set(case_ids)
+    wanted = [c for c in case_ids if c in spans] + [c for c in order if c not in expected]
     if wanted == order:
         return False
     tmp = results.with_name(results.name + ".reorder.tmp")
@@ -209,9 +210,10 @@ def run_study(study: Study, model: kvprobe.Model | None, out_dir: Path | str, pr
 
     ``pool``: run the batches on Ray workers instead (``model`` is then unused and may
     be None; see :mod:`kvprobe.workers`). A batch goes to the worker chosen by the
-    stable hash of its first case id (:func:`kvprobe.sharding.assign_shards`); rows are appended as batches come back and put
-    in case order when the invocation ends, so the file is the one a single-process
-    run writes (byte for byte when the workers compute with the same torch thread count).
+    stable hash of its first case id (:func:`kvprobe.sharding.assign_shards`); rows are
+    appended as batches come back. Every invocation ends with the cases in case order,
+    so the file is the one a single-process run writes (byte for byte when the workers
+    compute with the same torch thread count).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

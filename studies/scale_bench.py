@@ -68,8 +68,9 @@ def _reset_peak_rss() -> None:
 def _longest_history_kv(model, study: QuantityStudy) -> dict[str, int]:
     longest = max(study.cases(), key=lambda c: len(model.tokenize(tasks.build_prompt(c))[1]))
     history = model.prefill(tasks.build_prompt(longest))
+    kv_bytes = sum(t.numel() * t.element_size() for kv in history.kv for t in kv if t is not None)
     return {"weight_bytes": sum(p.numel() * p.element_size() for p in model.hf.parameters()),
-            "history_tokens": len(history), "history_kv_bytes": sum(t.numel() * t.element_size() for kv in history.kv for t in kv if t is not None)}
+            "history_tokens": len(history), "history_kv_bytes": kv_bytes}
 
 
 def _study_work(study: QuantityStudy) -> Callable[..., tuple[float, int, str]]:
