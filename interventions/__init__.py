@@ -27,6 +27,7 @@ condition's own copy of the cache; the shared history is never modified.
 from ._base import OperationError, refusal
 from .bias import SessionOrderBias, SoftBias, session_gate
 from .capacity import matched_capacity
+from .checks import verify_model
 from .compaction import Compact, Drop
 from .finch import Finch
 from .quest import Quest, RecentPages
@@ -58,5 +59,6 @@ __all__ = [
     "refusal",
     "recompute_hidden",
     "rotate_keys",
+    "verify_model",
     "session_gate",
 ]

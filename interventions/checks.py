@@ -48,7 +48,7 @@ from kvprobe.access import Access, Full, Mask
 from kvprobe.decoding import question_logits, suffix_ids
 from kvprobe.prompts import SpanError
 from kvprobe.reference import cached_explicit_logits, reference_hidden_kv, reference_logits
-from kvprobe.verify import LOGIT_TOLERANCE, CheckResult
+from kvprobe.verify import LOGIT_TOLERANCE, CheckResult, verify_access
 
 from ._base import OperationError
 from .bias import SoftBias
@@ -227,3 +227,16 @@ def verify_operations(model: "Model", history: "History", question: str,
     checks.drop()
     checks.text_recompute()
     return checks.results
+
+
+def verify_model(model: "Model", history: "History | None" = None, operations: bool = True) -> list[CheckResult]:
+    """Everything ``kvprobe verify`` checks: the access checks (a)-(g) of :mod:`kvprobe.verify`, then
+    (with ``operations``) every cache-operation check of this module on the same history.
+
+    Example::
+
+        import kvprobe
+        from kvprobe.interventions import verify_model
+        assert all(r.passed for r in verify_model(kvprobe.load_model("tiny-llama")))
+    """
+    return verify_access(model, history, extra=verify_operations if operations else None)

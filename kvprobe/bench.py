@@ -35,13 +35,8 @@ from .decoding import suffix_ids
 from .files import atomic_write_text
 from .engine import fork_rows, pad_suffix_block, traced_forward
 from .model import Model
+from .prompts import Prompt
 from .reference import explicit_cached_mask, transformers_eager
-
-
-def _history(model: Model):
-    from studies.quantity.demo import build_prompt
-
-    return model.prefill(build_prompt())
 
 
 def bench_decode_step(model: Model, history, steps: int = 40) -> dict[str, Any]:
@@ -147,9 +142,10 @@ def bench_fast_paths(model: Model, history, rows_per_batch: int, steps: int = 20
             "eager_concat_ms": 1e3 * p_med, "grouped_slots_ms": 1e3 * f_med, "speedup": p_med / f_med}
 
 
-def run_core_bench(model: Model, out_dir: Path, steps: int = 40) -> dict[str, Any]:
-    """Run both benchmarks and write ``core.json`` and ``core.md`` under ``out_dir``."""
-    history = _history(model)
+def run_core_bench(model: Model, prompt: Prompt, out_dir: Path, steps: int = 40) -> dict[str, Any]:
+    """Run both benchmarks on the history of ``prompt`` (it needs a segment ``A`` and a ``note``;
+    ``kvprobe bench core`` uses the quantity demo's) and write ``core.json`` and ``core.md`` under ``out_dir``."""
+    history = model.prefill(prompt)
     decode = bench_decode_step(model, history, steps=steps)
     batching = [bench_batching(model, history, n) for n in (1, 3)]
     fast = [bench_fast_paths(model, history, n) for n in (15, 60)]

@@ -57,7 +57,7 @@ def _backend(args: argparse.Namespace):
 
 def _nnsight_encoder(args: argparse.Namespace):
     """The plain-nnsight record encoder of ``--backend nnsight`` (this process) or ``ndif`` (NDIF's servers)."""
-    from extract.remote import NnsightEncoder, language_model
+    from kvprobe.extract.remote import NnsightEncoder, language_model
 
     if args.backend == "ndif":
         import nnsight
@@ -78,7 +78,9 @@ def _close(pool) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .verify import results_as_dicts, verify_model
+    from kvprobe.interventions import verify_model
+
+    from .verify import results_as_dicts
 
     model = _load(args.model, args.json)
     results = verify_model(model)
@@ -96,9 +98,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from extract import CaseScore, extract
-    from studies.recognition import DATASETS
-    from studies.recognition.questions import signed_loo_scores
+    from kvprobe.extract import CaseScore, extract
+    from kvprobe.studies.recognition import DATASETS
+    from kvprobe.studies.recognition.questions import signed_loo_scores
 
     generator, default_seed = DATASETS[args.dataset]
     seed = default_seed if args.seed is None else args.seed
@@ -106,7 +108,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     token_level = tuple(k for k in args.token_level.split(",") if k)
     # The LOO scores 8 cases per forward batch: chunks of 64 give the same values on any number of workers.
     scores = {} if args.no_loo else {"signed_loo": CaseScore(signed_loo_scores, chunk=64)}
-    info = {"generator": f"studies.recognition.{generator.__name__}", "seed": seed}
+    info = {"generator": f"kvprobe.studies.recognition.{generator.__name__}", "seed": seed}
     if args.backend in ("nnsight", "ndif"):
         if scores:
             print("kvprobe extract: the signed leave-one-out needs kvprobe's engine; pass --no-loo with "
@@ -131,9 +133,9 @@ def cmd_extract(args: argparse.Namespace) -> int:
 def cmd_readout(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from extract import FeatureStore
-    from readouts.evaluate import evaluate_group, transfer
-    from readouts.report import format_transfer, write_group_report
+    from kvprobe.extract import FeatureStore
+    from kvprobe.readouts.evaluate import evaluate_group, transfer
+    from kvprobe.readouts.report import format_transfer, write_group_report
 
     from .files import atomic_write_text
 
@@ -162,7 +164,7 @@ def cmd_readout(args: argparse.Namespace) -> int:
 
 
 def cmd_babi_verify(args: argparse.Namespace) -> int:
-    from studies.babilong.dependencies import check_files
+    from kvprobe.studies.babilong.dependencies import check_files
 
     return check_files(args.paths, args.rule, args.show)
 
@@ -170,7 +172,7 @@ def cmd_babi_verify(args: argparse.Namespace) -> int:
 def cmd_matrix(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .matrix import run_matrix, write_matrix
+    from kvprobe.interventions.matrix import run_matrix, write_matrix
     from .tiny import TINY_MODELS
 
     names = args.models or list(TINY_MODELS)
@@ -202,7 +204,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_conditions(args: argparse.Namespace) -> int:
-    from interventions import OPERATIONS
+    from kvprobe.interventions import OPERATIONS
 
     for name, (_, description) in OPERATIONS.items():
         print(f"{name:<18} {description}")
@@ -211,7 +213,7 @@ def cmd_conditions(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     # The demo is a study; kvprobe's core never imports studies except here, on demand.
-    from studies.quantity.demo import format_table, run_demo
+    from kvprobe.studies.quantity.demo import format_table, run_demo
 
     model = _load(args.model, args.json)
     extra = tuple(c for c in (args.conditions or "").split(",") if c)
@@ -233,7 +235,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.suite == "scale":
         # Local and Ray backends side by side; every configuration loads its own model.
-        from studies.scale_bench import format_scale_markdown, run_extract_scale_bench, run_scale_bench
+        from kvprobe.studies.scale_bench import format_scale_markdown, run_extract_scale_bench, run_scale_bench
 
         if args.target == "extract":
             result = run_extract_scale_bench(args.model, Path(args.out), cases=args.cases, batch_size=args.batch_size,
@@ -245,7 +247,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     model = _load(args.model, False)
     if args.suite == "operations":
         # The operations live in the interventions package; loaded on demand.
-        from interventions.bench import format_markdown, run_operations_bench
+        from kvprobe.interventions.bench import format_markdown, run_operations_bench
 
         lengths = tuple(int(x) for x in args.lengths.split(","))
         fractions = tuple(float(x) for x in args.fractions.split(","))
@@ -254,14 +256,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(format_markdown(result))
         return 0
     if args.suite == "extract":
-        from extract.bench import format_extract_markdown, run_extract_bench
-        from studies.recognition import generate_records
+        from kvprobe.extract.bench import format_extract_markdown, run_extract_bench
+        from kvprobe.studies.recognition import generate_records
 
         cases = generate_records()[: args.cases]
         result = run_extract_bench(model, cases, Path(args.out), batch_size=args.batch_size)
         print(format_extract_markdown(result))
         return 0
-    result = run_core_bench(model, Path(args.out), steps=args.steps)
+    from kvprobe.studies.quantity.demo import build_prompt
+
+    result = run_core_bench(model, build_prompt(), Path(args.out), steps=args.steps)
     print(format_core_markdown(result))
     return 0
 
@@ -279,52 +283,52 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.study in ("detection", "records"):
         return _run_detection_or_records(args)
     if args.study == "components":
-        from studies.components.study import ComponentStudy
-        from studies.components.summary import write_summary
+        from kvprobe.studies.components.study import ComponentStudy
+        from kvprobe.studies.components.summary import write_summary
 
         study = ComponentStudy(n_per_family=args.n, budget=args.budget, cases_per_batch=args.cases_per_batch)
         return _run_and_summarize(args, study, write_summary)
     if args.study == "query-aware":
-        from studies.query_aware.study import QueryAwareStudy
-        from studies.query_aware.summary import write_summary
+        from kvprobe.studies.query_aware.study import QueryAwareStudy
+        from kvprobe.studies.query_aware.summary import write_summary
 
         study = QueryAwareStudy(n_groups=args.groups, queries=_queries(args, ("current",)),
                                 fixed_budget=args.fixed_budget or None, **_budget(args),
                                 cases_per_batch=args.cases_per_batch)
         return _run_and_summarize(args, study, write_summary)
     if args.study == "requests":
-        from studies.requests.study import RequestsStudy, run
-        from studies.requests.summary import write_summary
+        from kvprobe.studies.requests.study import RequestsStudy, run
+        from kvprobe.studies.requests.summary import write_summary
 
         study = RequestsStudy(n_groups=args.groups, lengths=tuple(int(x) for x in args.background_lines.split(",")),
                               detector=args.detector, detector_model=args.detector_model, **_budget(args),
                               cases_per_batch=1)
         return _run_and_summarize(args, study, write_summary, run=run)
     if args.study == "session-bias":
-        from studies.session_bias.study import SessionBiasStudy
-        from studies.session_bias.summary import write_summary
+        from kvprobe.studies.session_bias.study import SessionBiasStudy
+        from kvprobe.studies.session_bias.summary import write_summary
 
         split = args.split or ("all" if args.source == "fixtures" else "validation")
         study = SessionBiasStudy(source=args.source, split=split, n=args.groups, fixture_bases=args.fixture_bases,
                                  **_budget(args), cases_per_batch=args.cases_per_batch)
         return _run_and_summarize(args, study, write_summary)
     if args.study == "cross-checkpoint":
-        from studies.cross_checkpoint.study import CrossCheckpointStudy
-        from studies.cross_checkpoint.summary import write_summary
+        from kvprobe.studies.cross_checkpoint.study import CrossCheckpointStudy
+        from kvprobe.studies.cross_checkpoint.summary import write_summary
 
         study = CrossCheckpointStudy(sibling=args.sibling, n_groups=args.groups,
                                      queries=_queries(args, ("current", "historical", "unrelated")),
                                      **_budget(args), cases_per_batch=args.cases_per_batch)
         return _run_and_summarize(args, study, write_summary, run=_cross_run_with_transfer if args.transfer else None)
     if args.study == "derived-note":
-        from studies.derived_note.study import DerivedNoteStudy, run
-        from studies.derived_note.summary import write_summary
+        from kvprobe.studies.derived_note.study import DerivedNoteStudy, run
+        from kvprobe.studies.derived_note.summary import write_summary
 
         study = DerivedNoteStudy(n_groups=args.n, **_budget(args), cases_per_batch=args.cases_per_batch)
         return _run_and_summarize(args, study, write_summary, run=run)
     # Studies build on the core; the CLI loads them on demand.
-    from studies.quantity.study import QuantityStudy
-    from studies.quantity.summary import write_summary
+    from kvprobe.studies.quantity.study import QuantityStudy
+    from kvprobe.studies.quantity.summary import write_summary
 
     study = QuantityStudy(seed=args.seed, n_groups=args.groups, dev=args.dev, **_budget(args),
                           operations=not args.no_operations, cases_per_batch=args.cases_per_batch)
@@ -333,8 +337,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _cross_run_with_transfer(model, out, study, progress: bool = True):
     """Run the cross-checkpoint study, then the readout transfer between the pair (``transfer.json``)."""
-    from studies.cross_checkpoint.transfer import readout_transfer, write_transfer
-    from studies.runner import run_study
+    from kvprobe.studies.cross_checkpoint.transfer import readout_transfer, write_transfer
+    from kvprobe.studies.runner import run_study
 
     info = run_study(study, model, out, progress=progress)
     pair = study.sibling_pair(model)
@@ -353,8 +357,8 @@ def _budget(args: argparse.Namespace) -> dict[str, int]:
 
 
 def _run_babilong(args: argparse.Namespace) -> int:
-    from studies.babilong.study import BabilongStudy
-    from studies.babilong.summary import write_summary
+    from kvprobe.studies.babilong.study import BabilongStudy
+    from kvprobe.studies.babilong.summary import write_summary
 
     study = BabilongStudy(tasks=tuple(args.tasks.split(",")), lengths=tuple(int(x) for x in args.lengths.split(",")),
                           n=args.n, **_budget(args), cases_per_batch=args.cases_per_batch)
@@ -362,8 +366,8 @@ def _run_babilong(args: argparse.Namespace) -> int:
 
 
 def _run_mquake(args: argparse.Namespace) -> int:
-    from studies.mquake.study import MQuAKEStudy
-    from studies.mquake.summary import write_summary
+    from kvprobe.studies.mquake.study import MQuAKEStudy
+    from kvprobe.studies.mquake.summary import write_summary
 
     study = MQuAKEStudy(n_per_hop=args.n, **_budget(args), cases_per_batch=args.cases_per_batch)
     return _run_and_summarize(args, study, write_summary)
@@ -371,14 +375,14 @@ def _run_mquake(args: argparse.Namespace) -> int:
 
 def _run_detection_or_records(args: argparse.Namespace) -> int:
     if args.study == "detection":
-        from studies.detection.study import DetectionStudy
-        from studies.detection.summary import write_summary
+        from kvprobe.studies.detection.study import DetectionStudy
+        from kvprobe.studies.detection.summary import write_summary
 
         study = DetectionStudy(n_groups=args.groups, **_budget(args),
                                cases_per_batch=args.cases_per_batch)
     else:
-        from studies.records.study import RecordsStudy
-        from studies.records.summary import write_summary
+        from kvprobe.studies.records.study import RecordsStudy
+        from kvprobe.studies.records.summary import write_summary
 
         study = RecordsStudy(n_groups=args.groups, detections=args.detections, detector=args.detector,
                              **_budget(args), cases_per_batch=args.cases_per_batch)
@@ -390,8 +394,8 @@ def _run_detection_or_records(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from studies.detection.action import write_action_report
-    from studies.runner import results_file
+    from kvprobe.studies.detection.action import write_action_report
+    from kvprobe.studies.runner import results_file
 
     for run_dir in (args.detection, args.dev, args.test):
         results_file(run_dir)  # a clear error before anything is written
@@ -403,7 +407,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def _run_and_summarize(args: argparse.Namespace, study, write_summary, run=None) -> int:
     """Run ``study`` (with ``run(study=..., ...)`` instead of ``run_study`` when a study logs more), then summarize."""
-    from studies.runner import run_study
+    from kvprobe.studies.runner import run_study
 
     model, pool = _backend(args)
     try:
@@ -425,19 +429,19 @@ def _run_and_summarize(args: argparse.Namespace, study, write_summary, run=None)
 
 
 #: Studies whose run directories ``kvprobe report`` rewrites: module of their write_summary.
-SUMMARIES = {"quantity": "studies.quantity.summary", "babilong": "studies.babilong.summary",
-             "mquake": "studies.mquake.summary", "detection": "studies.detection.summary",
-             "records": "studies.records.summary", "components": "studies.components.summary",
-             "derived-note": "studies.derived_note.summary", "query-aware": "studies.query_aware.summary",
-             "cross-checkpoint": "studies.cross_checkpoint.summary", "session-bias": "studies.session_bias.summary",
-             "requests": "studies.requests.summary"}
+SUMMARIES = {"quantity": "kvprobe.studies.quantity.summary", "babilong": "kvprobe.studies.babilong.summary",
+             "mquake": "kvprobe.studies.mquake.summary", "detection": "kvprobe.studies.detection.summary",
+             "records": "kvprobe.studies.records.summary", "components": "kvprobe.studies.components.summary",
+             "derived-note": "kvprobe.studies.derived_note.summary", "query-aware": "kvprobe.studies.query_aware.summary",
+             "cross-checkpoint": "kvprobe.studies.cross_checkpoint.summary", "session-bias": "kvprobe.studies.session_bias.summary",
+             "requests": "kvprobe.studies.requests.summary"}
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     import importlib
 
-    from studies.quantity.threshold import format_thresholds, write_thresholds
-    from studies.runner import results_file
+    from kvprobe.studies.quantity.threshold import format_thresholds, write_thresholds
+    from kvprobe.studies.runner import results_file
 
     for run_dir in args.runs:
         results_file(run_dir)  # a clear error before anything is written

@@ -17,7 +17,8 @@ g. ``batched_equals_single_rows``: the conditions batched together equal each ru
 
 Checks (a), (b) and (e) run each condition as a batch of one row, like the references.
 
-Then one or two checks per cache operation (``interventions.checks``): soft
+Then (``kvprobe.interventions.verify_model``, which ``kvprobe verify`` runs) one or two
+checks per cache operation (``kvprobe.interventions.checks``): soft
 bias, zeroing K / V / both, rebuild, selective refresh, online mask, compaction,
 drop, text recompute. An operation a model's cache cannot support (the
 architecture adapter says why, e.g. compaction with recurrent layers) is
@@ -30,7 +31,7 @@ family x operation table from them.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -79,9 +80,14 @@ class CheckResult:
     refused: str = ""
 
 
-def verify_model(model: "Model", history: "History | None" = None, operations: bool = True) -> list[CheckResult]:
-    """Run checks (a)-(g) on ``model``, then (with ``operations``) the cache-operation checks
-    of ``interventions.checks``; return all results."""
+def verify_access(model: "Model", history: "History | None" = None,
+                  extra: "Callable[[Model, History, str], list[CheckResult]] | None" = None) -> list[CheckResult]:
+    """Run checks (a)-(g) on ``model``; return their results, then those of ``extra``.
+
+    ``extra(model, history, question)`` runs more checks on the same history before the
+    digest check (c), so (c) also covers them: ``kvprobe.interventions.verify_model``
+    passes the cache-operation checks here (the core does not import the operations).
+    """
     if history is None:
         chat = getattr(model.tokenizer, "chat_template", None) is not None
         history = model.prefill(Prompt(VERIFY_SEGMENTS, chat=chat, system="Answer from the records."))
@@ -140,13 +146,7 @@ def verify_model(model: "Model", history: "History | None" = None, operations: b
     record("condition_order_invariant", diff_f)
     record("batched_equals_single_rows", float((batched - out).abs().max()), BATCH_TOLERANCE)
 
-    op_results: list[CheckResult] = []
-    if operations:
-        # The operations live in the interventions package, which builds on this one;
-        # verify loads their checks on demand.
-        from interventions.checks import verify_operations
-
-        op_results = verify_operations(model, history, question)
+    op_results: list[CheckResult] = extra(model, history, question) if extra is not None else []
     # (c) the shared prefix is bit-identical after everything above.
     record("prefix_digest_unchanged", 0.0 if history.check_digest() else 1.0, 0.0)
     order = ["nnsight_mask_equals_explicit_4d", "empty_mask_equals_full", "prefix_digest_unchanged",

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from extract.store import StoreError, StoreGroup
+from kvprobe.extract.store import StoreError, StoreGroup
 
 from .fixed import char_distance, key_similarity, per_head_value_distance, select_head, select_sign, \
     token_jaccard, value_distance

@@ -16,7 +16,7 @@ def supported(study: str, history: kvprobe.History, candidates: Mapping[str, kvp
     The others (compaction with recurrent layers, K-only zeroing of a latent cache...)
     are left out, with one warning per (study, model, condition) saying why.
     """
-    from interventions import refusal
+    from kvprobe.interventions import refusal
 
     kept = {}
     for name, condition in candidates.items():

@@ -43,7 +43,7 @@ import h5py
 
 import torch
 
-from extract import CaseScore, extract
+from kvprobe.extract import CaseScore, extract
 from kvprobe.files import atomic_write_text
 from kvprobe.sharding import ModelSpec, assign_shards
 from kvprobe.workers import RayOptions, WorkerPool, peak_rss_bytes

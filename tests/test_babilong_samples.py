@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from studies.babilong.babi import parse_babi, parse_babi_lines
-from studies.babilong.dependencies import dependency_keep, naive_keep
-from studies.babilong.grading import (
+from kvprobe.studies.babilong.babi import parse_babi, parse_babi_lines
+from kvprobe.studies.babilong.dependencies import dependency_keep, naive_keep
+from kvprobe.studies.babilong.grading import (
     location_vocabulary, official_correct, predicted_location, strict_correct,
 )
-from studies.babilong.samples import (
+from kvprobe.studies.babilong.samples import (
     BABI_FILES, PROMPT_CONFIGS, build_sample, build_samples, filler_sentences, mask_spans, masked_amount, render_prompt,
     shift_spans, split_sentences, strip_gutenberg, word_count_tokens,
 )

@@ -11,10 +11,10 @@ import torch
 import kvprobe
 from kvprobe.decoding import suffix_ids
 from kvprobe.reference import reference_generate
-from studies.babilong import samples
-from studies.babilong.study import POLICIES, BabilongStudy
-from studies.babilong.summary import write_summary
-from studies.runner import run_study
+from kvprobe.studies.babilong import samples
+from kvprobe.studies.babilong.study import POLICIES, BabilongStudy
+from kvprobe.studies.babilong.summary import write_summary
+from kvprobe.studies.runner import run_study
 
 
 @pytest.fixture(scope="module")

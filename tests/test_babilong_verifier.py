@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from studies.babilong.babi import parse_babi, parse_babi_lines
-from studies.babilong.dependencies import (
+from kvprobe.studies.babilong.babi import parse_babi, parse_babi_lines
+from kvprobe.studies.babilong.dependencies import (
     RULES, Arrival, dependency_keep, hidden_movement_fraction, main, naive_keep, simulate, verify, verify_file,
     verify_story,
 )

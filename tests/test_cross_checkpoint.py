@@ -10,17 +10,17 @@ import pytest
 import torch
 
 import kvprobe
-from studies.cross_checkpoint.checks import CompatibilityError, check_compatible
-from studies.cross_checkpoint.reading import (LOGIT_TOLERANCE, answer_content, cross_read, full_forward_first_token,
+from kvprobe.studies.cross_checkpoint.checks import CompatibilityError, check_compatible
+from kvprobe.studies.cross_checkpoint.reading import (LOGIT_TOLERANCE, answer_content, cross_read, full_forward_first_token,
                                               is_invalid, read_caches, reference_cross_generate, verify_cross_read)
-from studies.cross_checkpoint.siblings import (SiblingPair, fake_int8, int8_sibling, make_sibling, perturbed_sibling,
+from kvprobe.studies.cross_checkpoint.siblings import (SiblingPair, fake_int8, int8_sibling, make_sibling, perturbed_sibling,
                                                rounded_sibling)
-from studies.cross_checkpoint.similarity import cache_similarity, recurrent_similarity
-from studies.cross_checkpoint.study import CrossCheckpointStudy
-from studies.cross_checkpoint.summary import write_summary
-from studies.cross_checkpoint.transfer import readout_transfer, select_items, write_transfer
-from studies.recognition.records import generate_records
-from studies.runner import read_rows, run_study
+from kvprobe.studies.cross_checkpoint.similarity import cache_similarity, recurrent_similarity
+from kvprobe.studies.cross_checkpoint.study import CrossCheckpointStudy
+from kvprobe.studies.cross_checkpoint.summary import write_summary
+from kvprobe.studies.cross_checkpoint.transfer import readout_transfer, select_items, write_transfer
+from kvprobe.studies.recognition.records import generate_records
+from kvprobe.studies.runner import read_rows, run_study
 
 from conftest import QUESTIONS, SEGMENTS
 
@@ -243,7 +243,7 @@ def test_study_end_to_end_with_summary_and_transfer(llama, tmp_path):
     assert all(r["changed"] is None for r in answers if r["cache"] == "own")
     assert max(states[0]["verify_max_abs_diff"].values()) <= LOGIT_TOLERANCE
     # The main reader's own full-access reads are plain generation on a fresh prefill.
-    from studies.quantity import tasks
+    from kvprobe.studies.quantity import tasks
 
     case = study.cases()[0]
     h = llama.prefill(tasks.build_prompt(case))

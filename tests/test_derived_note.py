@@ -14,10 +14,10 @@ from kvprobe.access import positions_of
 from kvprobe.decoding import question_logits, suffix_ids
 from kvprobe.reference import reference_logits
 from kvprobe.tiny import tiny_tokenizer
-from studies.derived_note import grading, groups, history
-from studies.derived_note.study import COSTS, DerivedNoteStudy, run
-from studies.derived_note.summary import format_report, summarize, write_summary
-from studies.runner import run_study
+from kvprobe.studies.derived_note import grading, groups, history
+from kvprobe.studies.derived_note.study import COSTS, DerivedNoteStudy, run
+from kvprobe.studies.derived_note.summary import format_report, summarize, write_summary
+from kvprobe.studies.runner import run_study
 
 TOL = 1e-4
 

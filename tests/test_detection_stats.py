@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from readouts.stats import group_bootstrap_indices
-from studies.detection.calibration import (
+from kvprobe.readouts.stats import group_bootstrap_indices
+from kvprobe.studies.detection.calibration import (
     above_all_threshold,
     apply_threshold,
     balanced_accuracy,
@@ -21,7 +21,7 @@ from studies.detection.calibration import (
     select_threshold,
     summarize,
 )
-from studies.detection.coverage import coverage_curve, coverage_draws, coverage_k, expected_net, plot_coverage
+from kvprobe.studies.detection.coverage import coverage_curve, coverage_draws, coverage_k, expected_net, plot_coverage
 
 # --------------------------------------------------------------------------- coverage: point estimates
 

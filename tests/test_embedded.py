@@ -7,7 +7,7 @@ import pytest
 import kvprobe
 from kvprobe.decoding import suffix_ids
 from kvprobe.reference import reference_generate
-from kvprobe.verify import verify_model
+from kvprobe.interventions import verify_model
 
 pytestmark = pytest.mark.embedded
 
@@ -31,8 +31,8 @@ def test_verify_passes_on_embedded_model(smol):
 
 
 def test_quantity_demo_masks_and_matches_reference(smol):
-    from studies.quantity import tasks
-    from studies.quantity.demo import example_case
+    from kvprobe.studies.quantity import tasks
+    from kvprobe.studies.quantity.demo import example_case
 
     case = example_case()
     h = smol.prefill(tasks.build_prompt(case))

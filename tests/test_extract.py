@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import kvprobe
-import extract.store as store_module
-from extract import FeatureStore, RecordSpec, StoreError, encode, extract
-from studies.recognition import RecognitionCase
+import kvprobe.extract.store as store_module
+from kvprobe.extract import FeatureStore, RecordSpec, StoreError, encode, extract
+from kvprobe.studies.recognition import RecognitionCase
 
 A = "The Halden team's office is in Lisbon, next to the harbour."
 B = "Update: the Halden team's office is now in Porto."

@@ -13,11 +13,11 @@ from kvprobe import Compose, Full, Mask, SpanError
 from kvprobe.access import positions_of
 from kvprobe.decoding import question_logits, suffix_ids
 from kvprobe.reference import reference_generate
-from interventions import (
+from kvprobe.interventions import (
     Compact, Drop, OnlineMask, OperationError, Rebuild, SelectiveRefresh, SessionOrderBias, SoftBias,
     TextRecompute, Zero, parse_condition, rotate_keys, session_gate,
 )
-from interventions.checks import prerope_keys, rope_with_model
+from kvprobe.interventions.checks import prerope_keys, rope_with_model
 
 from conftest import QUESTIONS, make_history
 
@@ -182,7 +182,7 @@ def test_rerotation_algebra_in_float64(llama):
     """R(-g) R(p) k == R(p - g) k with the model's own apply_rotary_pos_emb and float64 angles."""
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-    from interventions.rope import inv_freq_for_layer
+    from kvprobe.interventions.rope import inv_freq_for_layer
 
     torch.manual_seed(0)
     k = torch.randn(1, 2, 50, llama.arch.layers[0].key_shape[1], dtype=torch.float64)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from studies.mquake import (
+from kvprobe.studies.mquake import (
     build_history,
     contains_answer,
     dataset_hash,
@@ -24,8 +24,8 @@ from studies.mquake import (
     to_json,
     value_spans,
 )
-from studies.mquake import strings
-from studies.mquake.schema import MQuAKEFormatError
+from kvprobe.studies.mquake import strings
+from kvprobe.studies.mquake.schema import MQuAKEFormatError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mquake_sample.json"
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mquake" / "prompts" / "templates"

@@ -7,10 +7,10 @@ import json
 import pytest
 
 import kvprobe
-from studies.mquake.history import source_segments
-from studies.mquake.study import POLICIES, MQuAKEStudy
-from studies.mquake.summary import write_summary
-from studies.runner import run_study
+from kvprobe.studies.mquake.history import source_segments
+from kvprobe.studies.mquake.study import POLICIES, MQuAKEStudy
+from kvprobe.studies.mquake.summary import write_summary
+from kvprobe.studies.runner import run_study
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from studies.quantity.summary import summarize
-from studies.runner import read_rows
+from kvprobe.studies.quantity.summary import summarize
+from kvprobe.studies.runner import read_rows
 
 RUNS = sorted(p for p in (Path(__file__).resolve().parents[1] / "artifacts" / "quantity").glob("*")
               if (p / "results.jsonl.gz").is_file())

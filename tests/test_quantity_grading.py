@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from studies.quantity.grading import (
+from kvprobe.studies.quantity.grading import (
     UNIT_ALIASES,
     first_answer,
     grade_label,

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from studies.quantity.study import QuantityStudy
-from studies.quantity.summary import summarize, write_summary
-from studies.runner import ConfigMismatchError, completed_cases, read_rows, run_study
+from kvprobe.studies.quantity.study import QuantityStudy
+from kvprobe.studies.quantity.summary import summarize, write_summary
+from kvprobe.studies.runner import ConfigMismatchError, completed_cases, read_rows, run_study
 
 STUDY = dict(n_groups=2, max_new_tokens=6)
 
@@ -117,7 +117,7 @@ def test_cli_run_quantity(tmp_path):
 def test_auc_and_zero_failure_bound():
     import numpy as np
 
-    from studies.quantity.summary import auc, zero_failure_bound
+    from kvprobe.studies.quantity.summary import auc, zero_failure_bound
 
     assert auc(np.array([3.0, 4.0]), np.array([1.0, 2.0])) == 1.0
     assert auc(np.array([1.0]), np.array([1.0])) == 0.5

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from studies.quantity.threshold import (TAU_GRID, clopper_pearson, fit_tau, held_out_thresholds, signal_cases,
+from kvprobe.studies.quantity.threshold import (TAU_GRID, clopper_pearson, fit_tau, held_out_thresholds, signal_cases,
                                         write_thresholds, youden, SignalCases)
 
 

@@ -20,10 +20,10 @@ from transformers import AttentionInterface, AttentionMaskInterface, DynamicCach
 from transformers.masking_utils import eager_mask
 
 import kvprobe
-from interventions.capacity import matched_capacity
-from interventions.finch import Finch
-from interventions.quest import Quest, RecentPages
-from interventions.refreshkv import RefreshKV
+from kvprobe.interventions.capacity import matched_capacity
+from kvprobe.interventions.finch import Finch
+from kvprobe.interventions.quest import Quest, RecentPages
+from kvprobe.interventions.refreshkv import RefreshKV
 from kvprobe.decoding import Request, _run_questions, answer, remaining_suffix, suffix_ids
 from kvprobe.engine import traced_forward
 from kvprobe.selection import SelectionError

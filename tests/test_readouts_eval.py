@@ -12,14 +12,14 @@ import pytest
 import torch
 
 import kvprobe
-from extract import FeatureStore, StoreError, extract
-from readouts.evaluate import evaluate_group, features, fixed_scores, nearest, probe_depths, transfer
-from readouts.report import write_group_report
+from kvprobe.extract import FeatureStore, StoreError, extract
+from kvprobe.readouts.evaluate import evaluate_group, features, fixed_scores, nearest, probe_depths, transfer
+from kvprobe.readouts.report import write_group_report
 from kvprobe.decoding import suffix_ids
 from kvprobe.reference import reference_score
-from readouts.loo import signed_loo
-from studies.recognition import generate_records, generate_role_pairs
-from studies.recognition.questions import loo_items
+from kvprobe.studies.recognition.loo import signed_loo
+from kvprobe.studies.recognition import generate_records, generate_role_pairs
+from kvprobe.studies.recognition.questions import loo_items
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 from sklearn.base import clone
 from sklearn.metrics import roc_auc_score
 
-from readouts import (
+from kvprobe.readouts import (
     BalancedL2Probe,
     PairwiseProbe,
     RademacherProjection,

@@ -7,12 +7,12 @@ import json
 import pytest
 
 import kvprobe
-from studies.detection import strings
-from studies.detection.readout_scores import load_readout_scores
-from studies.records.cases import question_text, record_histories
-from studies.records.study import POLICIES, RecordsStudy, first_value, grade, policy_operation
-from studies.records.summary import write_summary
-from studies.runner import read_rows, run_study
+from kvprobe.studies.detection import strings
+from kvprobe.studies.detection.readout_scores import load_readout_scores
+from kvprobe.studies.records.cases import question_text, record_histories
+from kvprobe.studies.records.study import POLICIES, RecordsStudy, first_value, grade, policy_operation
+from kvprobe.studies.records.summary import write_summary
+from kvprobe.studies.runner import read_rows, run_study
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from extract import extract
-from extract.capture import RecordSpec, encode
-from extract.remote import NnsightEncoder, RemoteCaptureError, language_model
+from kvprobe.extract import extract
+from kvprobe.extract.capture import RecordSpec, encode
+from kvprobe.extract.remote import NnsightEncoder, RemoteCaptureError, language_model
 from kvprobe.loading import load_weights
-from studies.recognition import DATASETS
+from kvprobe.studies.recognition import DATASETS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

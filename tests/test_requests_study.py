@@ -10,23 +10,23 @@ import pytest
 import torch
 
 import kvprobe
-from interventions import TextRecompute
+from kvprobe.interventions import TextRecompute
 from kvprobe import decoding
 from kvprobe.decoding import question_logits
-from studies.recognition.records import RECORD_VARIANTS
-from studies.requests import policies as pol
-from studies.requests.detector import (
+from kvprobe.studies.recognition.records import RECORD_VARIANTS
+from kvprobe.studies.requests import policies as pol
+from kvprobe.studies.requests.detector import (
     Detection,
     FixedDetector,
     JsonDetector,
     make_detector,
 )
-from studies.requests.sequence import Settings, policy_order, run_case, run_policy
-from studies.requests.serving import edge_rows, encode, same_rows, seal, serve
-from studies.requests.study import TIMINGS, RequestsStudy, read_timings, run
-from studies.requests.summary import write_summary
-from studies.requests.workload import ORDER, workload_cases
-from studies.runner import read_rows
+from kvprobe.studies.requests.sequence import Settings, policy_order, run_case, run_policy
+from kvprobe.studies.requests.serving import edge_rows, encode, same_rows, seal, serve
+from kvprobe.studies.requests.study import TIMINGS, RequestsStudy, read_timings, run
+from kvprobe.studies.requests.summary import write_summary
+from kvprobe.studies.requests.workload import ORDER, workload_cases
+from kvprobe.studies.runner import read_rows
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -177,7 +177,7 @@ def test_fake_detectors_drive_every_question(model, cases, fires, variant):
 
 
 def test_json_detector_matches_the_detection_study(model, cases):
-    from studies.detection.detectors import run_text_detectors
+    from kvprobe.studies.detection.detectors import run_text_detectors
 
     for name in ("asserted-value", "direct"):
         detector = JsonDetector(name, max_new_tokens=8)

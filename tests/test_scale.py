@@ -23,13 +23,13 @@ import numpy as np
 import pytest
 
 import kvprobe
-from extract import CaseScore, extract
+from kvprobe.extract import CaseScore, extract
 from kvprobe.sharding import ModelSpec, assign_shards, shard_of, stable_hash
 from kvprobe.workers import RayOptions, RayUnavailableError, WorkerPool, require_ray
-from studies.quantity.study import QuantityStudy
-from studies.recognition import DATASETS
-from studies.recognition.questions import signed_loo_scores
-from studies.runner import COMMITTED, RESULTS, completed_cases, order_by_case, read_rows, run_study
+from kvprobe.studies.quantity.study import QuantityStudy
+from kvprobe.studies.recognition import DATASETS
+from kvprobe.studies.recognition.questions import signed_loo_scores
+from kvprobe.studies.runner import COMMITTED, RESULTS, completed_cases, order_by_case, read_rows, run_study
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

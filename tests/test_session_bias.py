@@ -12,13 +12,13 @@ import pytest
 import torch
 
 import kvprobe
-from interventions import session_gate
+from kvprobe.interventions import session_gate
 from kvprobe.access import select_layers
 from kvprobe.decoding import question_logits
-from studies.runner import run_study
-from studies.session_bias import fixtures, grading, history, longmemeval
-from studies.session_bias.study import SessionBiasCase, SessionBiasStudy
-from studies.session_bias.summary import format_report, summarize, write_summary
+from kvprobe.studies.runner import run_study
+from kvprobe.studies.session_bias import fixtures, grading, history, longmemeval
+from kvprobe.studies.session_bias.study import SessionBiasCase, SessionBiasStudy
+from kvprobe.studies.session_bias.summary import format_report, summarize, write_summary
 
 
 @pytest.fixture(scope="module")
@@ -396,7 +396,7 @@ def test_rule_grader(response, reference, abstention, correct):
 
 def test_prompt_scaffold_never_counts_as_declining():
     """Small models echo the system message and history scaffold; an echo must not read as an abstention."""
-    from studies.session_bias import strings
+    from kvprobe.studies.session_bias import strings
 
     scaffold = [strings.SYSTEM, strings.INTRO, strings.SESSION_HEADER, strings.CURRENT_DATE, strings.QUESTION_PREFIX]
     assert not any(grading.declines(text) for text in scaffold)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 
-from kvprobe.verify import verify_model
+from kvprobe.interventions import verify_model
 
 CHECKS = {"nnsight_mask_equals_explicit_4d", "empty_mask_equals_full", "prefix_digest_unchanged",
           "masked_attention_zero", "cached_equals_one_pass", "condition_order_invariant",

@@ -84,7 +84,7 @@ def conditions_for(history: kvprobe.History) -> tuple[dict[str, kvprobe.Access],
     The old span is every token of the ``old`` record; the matched span is as many tokens
     from the start of the ``note`` segment (``kvprobe.matched_control``).
     """
-    from interventions import Zero
+    from kvprobe.interventions import Zero
 
     old = history.span("old")
     matched = kvprobe.matched_control(history, kvprobe.Mask(old), segment="note").spans[0]

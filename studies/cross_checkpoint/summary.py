@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from readouts.stats import group_bootstrap_indices
+from kvprobe.readouts.stats import group_bootstrap_indices
 
 from ..paired import paired_change
 from ..runner import read_rows, write_run_summary

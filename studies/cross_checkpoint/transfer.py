@@ -33,14 +33,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from extract.capture import RecordSpec, encode
+from kvprobe.extract.capture import RecordSpec, encode
 from kvprobe.files import atomic_write_text
 from kvprobe.model import Model
-from readouts.evaluate import ROLE_VARIANTS, nearest, probe_depths
-from readouts.probes import C_GRID, BalancedL2Probe, select_C
-from readouts.stats import auc, bootstrap_auc
-from studies.recognition.cases import RecognitionCase
-from studies.recognition.records import generate_records
+from kvprobe.readouts.evaluate import ROLE_VARIANTS, nearest, probe_depths
+from kvprobe.readouts.probes import C_GRID, BalancedL2Probe, select_C
+from kvprobe.readouts.stats import auc, bootstrap_auc
+from kvprobe.studies.recognition.cases import RecognitionCase
+from kvprobe.studies.recognition.records import generate_records
 
 from .checks import CompatibilityError, check_architectures
 
@@ -152,8 +152,8 @@ def transfer_from_store(store: Path | str, main_group: str, sibling_group: str, 
     ``own``: trained and tested on ``main_group``; ``transfer``: trained on ``sibling_group``
     (C chosen on its dev split), tested on ``main_group``.
     """
-    from extract import FeatureStore
-    from readouts.evaluate import transfer
+    from kvprobe.extract import FeatureStore
+    from kvprobe.readouts.evaluate import transfer
 
     with FeatureStore(store) as s:
         own = transfer(s[main_group], s[main_group], draws=draws, seed=seed)

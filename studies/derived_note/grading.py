@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from studies.quantity.grading import normalize, parse_strict
+from kvprobe.studies.quantity.grading import normalize, parse_strict
 
 CATEGORIES = ("capped", "format_failure", "unknown", "correct", "other_value", "wrong_value")
 

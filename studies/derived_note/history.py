@@ -178,7 +178,7 @@ def conditions(history: kvprobe.History, c: TokenSpan | None = None) -> dict[str
 
     ``c``: the C token interval (default: segment ``C``; pass :func:`c_interval` for neutral cases).
     """
-    from interventions import SelectiveRefresh
+    from kvprobe.interventions import SelectiveRefresh
 
     a = history.span("A")
     c = history.span("C") if c is None else c

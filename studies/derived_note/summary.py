@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from readouts.stats import group_bootstrap_indices
+from kvprobe.readouts.stats import group_bootstrap_indices
 
 from ..runner import read_rows, write_run_summary
 from .groups import NOTES, QUERIES

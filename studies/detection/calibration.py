@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from readouts.stats import group_bootstrap_indices
+from kvprobe.readouts.stats import group_bootstrap_indices
 
 from .coverage import PAPER_SEED
 

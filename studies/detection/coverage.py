@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from readouts.stats import GroupBootstrap, group_bootstrap_indices
+from kvprobe.readouts.stats import GroupBootstrap, group_bootstrap_indices
 
 __all__ = ["DEFAULT_COVERAGES", "PAPER_SEED", "coverage_curve", "coverage_draws", "coverage_k",
            "expected_net", "plot_coverage"]

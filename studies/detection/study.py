@@ -47,7 +47,7 @@ class DetectionCase:
 
 def records_cases(splits: tuple[str, ...], seed: int) -> list[DetectionCase]:
     """D3 pairs of the given splits."""
-    from studies.recognition.records import generate_records
+    from kvprobe.studies.recognition.records import generate_records
 
     return [DetectionCase(f"records/{c.case_id}", "records", c.group, c.split, c.variant,
                           c.labels["replacement"], RecordPair(c.a_text, c.b_text, c.old_value))
@@ -56,7 +56,7 @@ def records_cases(splits: tuple[str, ...], seed: int) -> list[DetectionCase]:
 
 def quantity_cases(splits: tuple[str, ...], seed: int) -> list[DetectionCase]:
     """D4 pairs (record A, record B) of the given splits, both information versions per group."""
-    from studies.quantity import tasks
+    from kvprobe.studies.quantity import tasks
 
     out = []
     for split in splits:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from readouts.stats import bootstrap_auc, group_bootstrap_indices
+from kvprobe.readouts.stats import bootstrap_auc, group_bootstrap_indices
 
 from ..paired import percentile_interval
 from ..runner import read_rows, write_run_summary

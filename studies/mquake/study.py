@@ -73,7 +73,7 @@ class MQuAKEStudy:
 
     def prepare(self, model: kvprobe.Model, case: MQuAKEStudyCase) -> tuple[kvprobe.History, dict[str, Any]]:
         """Prefill the history; the policies that apply to this model."""
-        from interventions import Compact, OnlineMask, Rebuild, TextRecompute
+        from kvprobe.interventions import Compact, OnlineMask, Rebuild, TextRecompute
 
         segments = build_history(case.case)
         chat = self.chat if self.chat is not None else getattr(model.tokenizer, "chat_template", None) is not None

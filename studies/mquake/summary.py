@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 
-from readouts.stats import group_bootstrap_indices
+from kvprobe.readouts.stats import group_bootstrap_indices
 
 from ..paired import paired_change
 from ..runner import read_rows, write_run_summary

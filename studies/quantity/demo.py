@@ -55,7 +55,7 @@ def run_demo(model: kvprobe.Model, max_new_tokens: int = 40, unit_from_a: bool =
     history = model.prefill(tasks.build_prompt(case))
     conds = tasks.study_conditions(history, case, operations=False)
     if extra:
-        from interventions import parse_condition
+        from kvprobe.interventions import parse_condition
 
         for spec in extra:
             conds[spec] = parse_condition(spec, history)

@@ -259,7 +259,7 @@ def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
 
     Run time comes from the runner's ``timing.json`` when present.
     """
-    from studies.runner import read_timing
+    from kvprobe.studies.runner import read_timing
 
     out = Path(out_dir)
     summary = summarize(out, seed=seed)

@@ -281,7 +281,7 @@ def study_conditions(history: kvprobe.History, case: Case, operations: bool = Tr
         "number-control": kvprobe.matched_control(history, number, "note"),
     }
     if operations:
-        from interventions import Compact, Rebuild, TextRecompute
+        from kvprobe.interventions import Compact, Rebuild, TextRecompute
 
         from ..conditions import supported
 

@@ -27,15 +27,15 @@ from typing import Any
 
 import kvprobe
 from kvprobe import decoding
-from interventions.capacity import matched_capacity, observation_length, resident_tokens
-from interventions.finch import Finch
-from interventions.quest import Quest, RecentPages
-from interventions.refreshkv import RefreshKV
-from studies.detection.detectors import use_chat
-from studies.quantity.grading import normalize
-from studies.recognition.records import POSITIVE_VARIANTS
-from studies.records.cases import RecordHistory, question_text
-from studies.records.study import MAX_NEW_TOKENS, grade, selected_histories
+from kvprobe.interventions.capacity import matched_capacity, observation_length, resident_tokens
+from kvprobe.interventions.finch import Finch
+from kvprobe.interventions.quest import Quest, RecentPages
+from kvprobe.interventions.refreshkv import RefreshKV
+from kvprobe.studies.detection.detectors import use_chat
+from kvprobe.studies.quantity.grading import normalize
+from kvprobe.studies.recognition.records import POSITIVE_VARIANTS
+from kvprobe.studies.records.cases import RecordHistory, question_text
+from kvprobe.studies.records.study import MAX_NEW_TOKENS, grade, selected_histories
 
 from ..conditions import check_unchanged
 from ..runner import study_parameters

@@ -22,10 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import kvprobe
-from studies.detection import strings
-from studies.recognition import families
-from studies.recognition.cases import RecognitionCase, expected_answer
-from studies.recognition.records import SLOT_INDICES, generate_records
+from kvprobe.studies.detection import strings
+from kvprobe.studies.recognition import families
+from kvprobe.studies.recognition.cases import RecognitionCase, expected_answer
+from kvprobe.studies.recognition.records import SLOT_INDICES, generate_records
 
 QUERY_KINDS = ("current", "historical", "unrelated")
 #: Segment names of the history; ``time1`` is the section recompute arms delete.

@@ -34,8 +34,8 @@ from typing import Any
 
 import kvprobe
 from kvprobe import decoding
-from studies.detection.detectors import REPLACEMENT, RecordPair, run_text_detectors, use_chat
-from studies.quantity.grading import normalize, parse_strict
+from kvprobe.studies.detection.detectors import REPLACEMENT, RecordPair, run_text_detectors, use_chat
+from kvprobe.studies.quantity.grading import normalize, parse_strict
 
 from ..conditions import check_unchanged
 from ..runner import study_parameters
@@ -59,7 +59,7 @@ def policy_operation(policy: str, query: str, label: int, detected: bool, same_s
 
 def read_decisions(run_dir: str | Path, detector: str, filtered: bool) -> dict[str, str]:
     """Decisions of ``detector`` in a detection run, by record case id (``rec-...``)."""
-    from studies.runner import read_rows
+    from kvprobe.studies.runner import read_rows
 
     key = "filtered" if filtered else "decision"
     out = {}
@@ -140,7 +140,7 @@ class RecordsStudy:
 
     def run_cases(self, model: kvprobe.Model, cases: list[RecordHistory]) -> list[list[dict[str, Any]]]:
         """Every (history, query, policy) row of a batch; distinct operations run in one batch."""
-        from interventions import TextRecompute
+        from kvprobe.interventions import TextRecompute
 
         chat = use_chat(model, self.chat)
         detected = self._detect(model, cases)

@@ -19,9 +19,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from readouts.stats import group_bootstrap_indices
-from studies.detection.coverage import coverage_curve, plot_coverage
-from studies.detection.detectors import REPLACEMENT
+from kvprobe.readouts.stats import group_bootstrap_indices
+from kvprobe.studies.detection.coverage import coverage_curve, plot_coverage
+from kvprobe.studies.detection.detectors import REPLACEMENT
 
 from ..paired import format_change, paired_change
 from ..runner import read_rows, write_run_summary
@@ -163,7 +163,7 @@ def write_summary(out_dir: Path | str, seed: int = SEED, readout_scores: str | P
     (or its folder) whose readouts also rank the histories."""
     rankings = None
     if readout_scores is not None:
-        from studies.detection.readout_scores import load_readout_scores
+        from kvprobe.studies.detection.readout_scores import load_readout_scores
 
         rankings = load_readout_scores(readout_scores)
     summary = write_run_summary(out_dir, functools.partial(summarize, rankings=rankings), format_report, seed=seed)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import kvprobe
-from studies.detection.detectors import (MAX_NEW_TOKENS, REPLACEMENT, TEXT_DETECTORS, RecordPair, detector_prompt,
+from kvprobe.studies.detection.detectors import (MAX_NEW_TOKENS, REPLACEMENT, TEXT_DETECTORS, RecordPair, detector_prompt,
                                          lexical_filter, parse_verdict, use_chat)
 
 FIXED = ("always", "never")

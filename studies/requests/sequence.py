@@ -34,9 +34,9 @@ from typing import Any, Sequence
 import torch
 
 import kvprobe
-from studies.conditions import check_unchanged
-from studies.quantity.grading import normalize
-from studies.records.study import grade
+from kvprobe.studies.conditions import check_unchanged
+from kvprobe.studies.quantity.grading import normalize
+from kvprobe.studies.records.study import grade
 
 from . import policies as pol
 from .detector import Detection, Detector, detector_name

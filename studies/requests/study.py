@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import kvprobe
-from studies.detection.detectors import MAX_NEW_TOKENS as DETECTOR_MAX_NEW_TOKENS
-from studies.detection.detectors import use_chat
+from kvprobe.studies.detection.detectors import MAX_NEW_TOKENS as DETECTOR_MAX_NEW_TOKENS
+from kvprobe.studies.detection.detectors import use_chat
 
 from ..runner import read_rows, study_parameters
 from . import policies as pol

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from readouts.stats import group_bootstrap_indices
+from kvprobe.readouts.stats import group_bootstrap_indices
 
 from ..paired import percentile_interval
 from ..runner import read_rows, write_run_summary

@@ -38,12 +38,12 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import kvprobe
-from studies.detection import strings
-from studies.detection.detectors import RecordPair
-from studies.recognition import families
-from studies.recognition.cases import FAMILIES, expected_answer
-from studies.recognition.records import RECORD_VARIANTS, SLOT_INDICES
-from studies.records.cases import RecordHistory, question_text, record_histories
+from kvprobe.studies.detection import strings
+from kvprobe.studies.detection.detectors import RecordPair
+from kvprobe.studies.recognition import families
+from kvprobe.studies.recognition.cases import FAMILIES, expected_answer
+from kvprobe.studies.recognition.records import RECORD_VARIANTS, SLOT_INDICES
+from kvprobe.studies.records.cases import RecordHistory, question_text, record_histories
 
 #: Query kinds in the paper's order (L6435-6437).
 ORDER = ("current", "historical", "unrelated", "current", "current", "historical", "unrelated", "current",
@@ -211,7 +211,7 @@ def ledger_lines(n: int, seed: int, key: str) -> list[str]:
 def pg19_lines(n: int, seed: int, key: str, avoid: Sequence[str], min_words: int = 8, max_words: int = 30
                ) -> list[str]:
     """``n`` consecutive PG-19 sentences from a seeded start, skipping any that names an ``avoid`` string."""
-    from studies.babilong.samples import filler_sentences
+    from kvprobe.studies.babilong.samples import filler_sentences
 
     sentences = filler_sentences(min_words=min_words, max_words=max_words)
     start = random.Random(f"{seed}:pg19:{key}").randrange(len(sentences))

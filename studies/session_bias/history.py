@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 import kvprobe
-from interventions import SessionOrderBias, session_gate
+from kvprobe.interventions import SessionOrderBias, session_gate
 from kvprobe.prompts import SpanError, TokenSpan
 
 from . import strings

@@ -1,0 +1,300 @@
+"""The study protocol: one run loop for every history study.
+
+A history study asks questions of prefilled histories under several access
+conditions and writes one row per (case, question, condition). Everything those
+studies share lives here, once:
+
+* prefill each case's prompt, reusing the K/V of the previous case in the batch
+  when :meth:`HistoryStudy.reuse_key` says they share a prefix (and the same
+  history object when the prompts are identical);
+* keep only the conditions the model supports (:func:`kvprobe.studies.conditions.supported`),
+  each prepared once per case (``kvprobe.Prepared.of``: a recompute runs once for
+  all its questions);
+* answer every (case, question, condition) of a batch in one batched call
+  (:func:`kvprobe.decoding.answer`: candidate scores and/or a greedy answer), the
+  answers keyed by ``(case_id, query, condition)``, never matched up by position;
+* the common row columns (:data:`COMMON_COLUMNS`) and the proof that the shared
+  history cache is bit-identical after the case (``check_unchanged``).
+
+A study is a dataclass subclass of :class:`HistoryStudy` that supplies its
+parameters as fields (with a docstring comment each: ``kvprobe run STUDY --help``
+shows them), ``cases()``, ``prompt()``, ``questions()``, ``conditions()`` and
+``row()`` (its own columns), plus the ``summary`` and ``report`` of its folder.
+Studies that differ in one respect override one hook (:meth:`answer` for
+reason-then-score, :meth:`rows` for several policies sharing one answer,
+:meth:`question_conditions` for conditions built per question), not the loop.
+
+Example (a complete study)::
+
+    @dataclass
+    class Tiny(HistoryStudy):
+        name: ClassVar[str] = "tiny"
+        max_new_tokens: int = 8
+        cases_per_batch: int = 2
+
+        def cases(self): return [SimpleCase("c0", "g0")]
+        def prompt(self, model, case): return kvprobe.Prompt([("A", "The box is red."), ("B", "It is blue.")])
+        def questions(self, model, case, history): return [Question("current", "What color is the box?")]
+        def conditions(self, model, case, history):
+            return {"full": kvprobe.Full(), "mask-A": kvprobe.Mask(history.span("A"), name="mask-A")}
+        def row(self, run, question, condition, answers): return {}
+
+    run_study(Tiny(), kvprobe.load_model("tiny-llama"), "runs/tiny")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Hashable, Mapping, Sequence
+
+import kvprobe
+from kvprobe import decoding
+from kvprobe.selection import SelectionAccess
+
+from .conditions import check_unchanged, supported
+from .runner import study_parameters
+
+#: Columns every history study's rows carry, filled by the protocol.
+COMMON_COLUMNS = ("case_id", "group", "condition", "query", "history_tokens", "prompt_sha256", "output",
+                  "stop_reason", "output_tokens")
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question asked of a case's history under every condition.
+
+    Attributes:
+        query: the question's role in the study (``current``, ``historical``...): the row's ``query``.
+        text: the question as asked (the suffix after the history).
+        candidates: answers to score teacher-forced after the question (None: generate only).
+        info: anything the study wants back in :meth:`HistoryStudy.row` (its own query object).
+    """
+
+    query: str
+    text: str
+    candidates: tuple[str, ...] | None = None
+    info: Any = None
+
+
+@dataclass
+class CaseRun:
+    """One case of a batch, once its history is prefilled: what :meth:`HistoryStudy.row` sees.
+
+    Attributes:
+        case: the study's case.
+        history: the prefilled history (shared by every condition; never edited).
+        conditions: the supported conditions, prepared, by name.
+        questions: the case's questions.
+        originals: the same conditions before preparation (their spans, layers...).
+        extra: whatever the study's :meth:`HistoryStudy.setup` put there (spans, costs...).
+    """
+
+    case: Any
+    history: kvprobe.History
+    conditions: dict[str, kvprobe.Access]
+    questions: list[Question]
+    originals: dict[str, kvprobe.Access] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def prepared(model: kvprobe.Model, history: kvprobe.History, condition: kvprobe.Access) -> kvprobe.Access:
+    """``condition`` prepared once for every question (``kvprobe.Prepared.of``), unless it depends on the
+    question or selects keys per query (those are applied per row)."""
+    if condition.question_dependent or isinstance(condition, SelectionAccess):
+        return condition
+    return kvprobe.Prepared.of(model, history, condition)
+
+
+class InvalidParameter(ValueError):
+    """A study parameter whose value makes no sense (named, with the value and what is allowed)."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field_name = field_name
+
+
+def require_at_least(study: Any, **minimums: int | float) -> None:
+    """Refuse fields below their minimum (``None`` passes: it means "all" or "no limit").
+
+    Call it from a study's ``__post_init__`` so bad values fail when the study is built,
+    before any model loads::
+
+        def __post_init__(self):
+            require_at_least(self, n_groups=1, max_new_tokens=1, cases_per_batch=1)
+    """
+    for name, low in minimums.items():
+        value = getattr(study, name)
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        for v in values:
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < low):
+                raise InvalidParameter(name, f"must be at least {low}, got {value!r}")
+
+
+def require_choices(study: Any, **choices: Sequence[Any]) -> None:
+    """Refuse fields (or tuple fields' items) outside their allowed values."""
+    for name, allowed in choices.items():
+        value = getattr(study, name)
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        bad = [v for v in values if v not in allowed]
+        if bad:
+            raise InvalidParameter(name, f"{bad[0]!r} is not one of {', '.join(map(str, allowed))}")
+
+
+class Study:
+    """Base of every study: what the runner (:func:`kvprobe.studies.runner.run_study`) needs.
+
+    A study is a ``@dataclass`` subclass: its parameters are fields, each with a ``#:``
+    comment above it (``kvprobe run NAME --help`` shows it), and fields starting with ``_``
+    are caches, not parameters. :class:`HistoryStudy` adds the shared run loop; a study
+    that is not about histories under conditions (detection, the request workload)
+    subclasses this class and implements :meth:`run_cases` itself.
+    """
+
+    #: The study's name (``kvprobe run NAME``; the directory under ``runs/``).
+    name: ClassVar[str] = ""
+    cases_per_batch: int
+
+    def cases(self) -> list[Any]:
+        """The cases, each with a unique ``case_id``."""
+        raise NotImplementedError
+
+    def config(self) -> dict[str, Any]:
+        """Every parameter that decides the rows: the fields (:func:`study_parameters`) and more if needed."""
+        return study_parameters(self)
+
+    def group(self, case: Any) -> str:
+        """The resampling group of a case (``case.group`` by default)."""
+        return str(case.group)
+
+    def run_cases(self, model: kvprobe.Model, cases: list[Any]) -> list[list[dict[str, Any]]]:
+        """The rows of each case of one batch."""
+        raise NotImplementedError
+
+
+class HistoryStudy(Study):
+    """Base of every history study (subclass it as a ``@dataclass``; see the module docstring).
+
+    Class attributes a study sets:
+        name: the study's name (``kvprobe run NAME``; the directory under ``runs/``).
+        skip_prepare: condition names applied per row rather than prepared once (rarely needed).
+
+    Fields every study has (declare them in the subclass with its own defaults):
+        max_new_tokens: the greedy answer budget (0: score candidates only).
+        cases_per_batch: consecutive cases answered in one batch.
+    """
+
+    max_new_tokens: int
+
+    # ------------------------------------------------------------------ what a study supplies
+    def prompt(self, model: kvprobe.Model, case: Any) -> kvprobe.Prompt:
+        """The history prompt of ``case`` (prefilled once per case)."""
+        raise NotImplementedError
+
+    def questions(self, model: kvprobe.Model, case: Any, history: kvprobe.History) -> list[Question]:
+        """The questions asked of the case's history."""
+        raise NotImplementedError
+
+    def conditions(self, model: kvprobe.Model, case: Any, history: kvprobe.History) -> Mapping[str, kvprobe.Access]:
+        """The candidate conditions of the case, by name (unsupported ones are left out with a warning)."""
+        raise NotImplementedError
+
+    def row(self, run: CaseRun, question: Question, condition: str,
+            answers: dict[str, decoding.Answer]) -> dict[str, Any]:
+        """The study's own columns of the row of ``condition`` (the protocol adds :data:`COMMON_COLUMNS`).
+
+        ``answers`` holds every condition's answer to this question (``answers[condition]`` is the
+        row's own), for columns that compare conditions (margin changes)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ hooks with defaults
+    def reuse_key(self, case: Any) -> Hashable | None:
+        """Consecutive cases of a batch with the same non-None key share their prompt's common prefix K/V."""
+        return None
+
+    def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
+        """Called once per case after its conditions are prepared (record spans, costs... in ``run.extra``)."""
+
+    def question_conditions(self, run: CaseRun, question: Question) -> dict[str, kvprobe.Access]:
+        """The conditions one question is answered under (all of the case's by default)."""
+        return run.conditions
+
+    def answer(self, model: kvprobe.Model, items: Sequence[tuple[kvprobe.History, kvprobe.Request]],
+               candidates: Sequence[Sequence[str]] | None) -> list[decoding.Answer]:
+        """Answer every row of a batch at once (override for another decoding protocol)."""
+        if not items:
+            return []
+        return decoding.answer(model, items, candidates, max_new_tokens=self.max_new_tokens)
+
+    def rows(self, run: CaseRun, question: Question, answers: dict[str, decoding.Answer]) -> list[dict[str, Any]]:
+        """The rows of one question: one per answered condition (override to share one answer between
+        several row conditions, as the record-history policies do)."""
+        return [{**self.row(run, question, name, answers), **self.common(run, question, name, a.generation)}
+                for name, a in answers.items()]
+
+    def finish(self, model: kvprobe.Model, batch: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+        """Post-process the rows of a batch (e.g. grade them all at once); the identity by default."""
+        return batch
+
+    # ------------------------------------------------------------------ the loop
+    def common(self, run: CaseRun, question: Question, condition: str,
+               generation: decoding.Generation | None) -> dict[str, Any]:
+        """The :data:`COMMON_COLUMNS` of one row."""
+        g = generation
+        return {"case_id": run.case.case_id, "group": self.group(run.case), "condition": condition,
+                "query": question.query, "history_tokens": len(run.history),
+                "prompt_sha256": run.history.rendered.sha256, "output": None if g is None else g.text,
+                "stop_reason": None if g is None else g.stop_reason,
+                "output_tokens": None if g is None else g.n_tokens}
+
+    def prefill(self, model: kvprobe.Model, cases: list[Any]) -> list[kvprobe.History]:
+        """Each case's history: identical prompts share one, equal :meth:`reuse_key` reuse the prefix."""
+        out: list[kvprobe.History] = []
+        previous: tuple[Hashable | None, Any, kvprobe.History] | None = None
+        for case in cases:
+            prompt, key = self.prompt(model, case), self.reuse_key(case)
+            if previous is not None and previous[1] == prompt:
+                history = previous[2]
+            else:
+                reuse = previous[2] if previous is not None and key is not None and previous[0] == key else None
+                history = model.prefill(prompt, reuse=reuse)
+            previous = (key, prompt, history)
+            out.append(history)
+        return out
+
+    def run_cases(self, model: kvprobe.Model, cases: list[Any]) -> list[list[dict[str, Any]]]:
+        """The rows of each case of a batch (the runner's protocol); one batched answer call."""
+        runs: list[CaseRun] = []
+        for case, history in zip(cases, self.prefill(model, cases)):
+            candidates = supported(self.name, history, dict(self.conditions(model, case, history)))
+            conditions = {name: c if name in self.skip_prepare else prepared(model, history, c)
+                          for name, c in candidates.items()}
+            run = CaseRun(case, history, conditions, list(self.questions(model, case, history)), candidates)
+            self.setup(model, run)
+            runs.append(run)
+        keys, items, candidates_ = [], [], []
+        asked: dict[tuple[str, str, str], list[str]] = {}
+        for run in runs:
+            for q in run.questions:
+                names = asked[(run.case.case_id, q.query, q.text)] = []
+                for name, condition in self.question_conditions(run, q).items():
+                    names.append(name)
+                    keys.append((run.case.case_id, q.query, q.text, name))
+                    items.append((run.history, kvprobe.Request(q.text, condition)))
+                    candidates_.append(q.candidates)
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"{self.name}: two rows share (case, query, question, condition); "
+                             "give each question of a case its own query name or text")
+        scored = any(c is not None for c in candidates_)
+        got = dict(zip(keys, self.answer(model, items, candidates_ if scored else None)))
+        batch = []
+        for run in runs:
+            rows = []
+            for q in run.questions:
+                answers = {name: got[(run.case.case_id, q.query, q.text, name)]
+                           for name in asked[(run.case.case_id, q.query, q.text)]}
+                rows += self.rows(run, q, answers)
+            check_unchanged(run.history, run.case.case_id)
+            batch.append(rows)
+        return self.finish(model, batch)
+
+    skip_prepare: ClassVar[tuple[str, ...]] = ()

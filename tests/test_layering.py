@@ -1,0 +1,176 @@
+"""The package layering holds: dependencies point one way, with no import cycles.
+
+Layers, lowest first (a module may import its own layer and those below it)::
+
+    kvprobe core (kvprobe/*.py, kvprobe/arch)      # prompts, history, access, engine, decoding, verify
+    kvprobe.extract, kvprobe.interventions         # capture; cache operations (neither imports the other)
+    kvprobe.readouts                               # pure math on feature stores
+    kvprobe.studies                                # the paper's experiments
+    kvprobe.cli                                    # the only module that imports studies by name
+
+Every import is read from the source with :mod:`ast` (function-level imports included), so
+a lazy import cannot hide a wrong-way dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Installed subpackage -> its top-level folder (setup.py's MAPPED_FOLDERS).
+FOLDERS = {"kvprobe.extract": "extract", "kvprobe.interventions": "interventions",
+           "kvprobe.readouts": "readouts", "kvprobe.studies": "studies", "kvprobe": "kvprobe"}
+#: What each layer may import (besides the standard library and third-party packages).
+ALLOWED = {
+    "core": {"core"},
+    "extract": {"core", "extract"},
+    "interventions": {"core", "interventions"},
+    "readouts": {"core", "extract", "interventions", "readouts"},
+    "studies": {"core", "extract", "interventions", "readouts", "studies"},
+    "cli": {"core", "extract", "interventions", "readouts", "studies", "cli"},
+}
+GENERIC = ("studies", "extract", "readouts", "interventions")
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the installed ``kvprobe`` namespace."""
+    out = {}
+    for package, folder in FOLDERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT / folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            name = ".".join([package, *parts])
+            if package == "kvprobe" or name not in out:
+                out.setdefault(name, path)
+    return out
+
+
+def layer(module: str) -> str:
+    """The layer of a ``kvprobe`` module."""
+    if module == "kvprobe.cli":
+        return "cli"
+    for sub in GENERIC:
+        if module == f"kvprobe.{sub}" or module.startswith(f"kvprobe.{sub}."):
+            return sub
+    return "core"
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of the nodes under ``if TYPE_CHECKING:`` (annotations only, never imported at run time)."""
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return skip
+
+
+def _imports(name: str, path: Path, runtime_only: bool = False) -> list[tuple[str, int]]:
+    """Absolute ``kvprobe...`` modules imported by the module (relative imports resolved;
+    ``runtime_only``: without those under ``if TYPE_CHECKING:``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    skip = _type_checking_nodes(tree) if runtime_only else set()
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.append((target, node.lineno))
+            found += [(f"{target}.{a.name}", node.lineno) for a in node.names]
+    return found
+
+
+MODULES = _modules()
+
+
+def _resolve(target: str) -> str | None:
+    """The module a dotted import name refers to (``from pkg import name`` may name a module or an object)."""
+    while target and target not in MODULES:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def test_no_generic_top_level_imports():
+    """Code imports ``kvprobe.studies`` etc., never a top-level ``studies`` (it is not installed)."""
+    bad = []
+    for path in [*sorted(ROOT.glob("*/**/*.py")), *sorted(ROOT.glob("*.py"))]:
+        if ".git" in path.parts or "artifacts" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            bad += [f"{path.relative_to(ROOT)}:{node.lineno}: import {n}" for n in names
+                    if n.split(".")[0] in GENERIC]
+    assert not bad, "\n".join(bad)
+
+
+def test_dependencies_point_one_way():
+    bad = []
+    for name, path in MODULES.items():
+        mine = layer(name)
+        for target, line in _imports(name, path):
+            module = _resolve(target)
+            if module is None:
+                continue
+            if layer(module) not in ALLOWED[mine]:
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {mine} module {name} imports {module} "
+                           f"({layer(module)})")
+    assert not bad, "\n".join(bad)
+
+
+def package(module: str) -> str:
+    """The package a module belongs to (a package is its own; the CLI, the top layer, stands alone)."""
+    if layer(module) == "cli":
+        return module
+    path = MODULES[module]
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def test_no_import_cycles_between_packages():
+    """No two packages (``kvprobe``, ``kvprobe.arch``, ``kvprobe.interventions``, each study...) import
+    each other, directly or through others, at run time (lazy imports included). Modules inside one
+    package may lean on each other (the engine's model, decoding and history do)."""
+    graph: dict[str, set[str]] = {package(name): set() for name in MODULES}
+    for name, path in MODULES.items():
+        for target, _ in _imports(name, path, runtime_only=True):
+            module = _resolve(target)
+            if module is None:
+                continue
+            a, b = package(name), package(module)
+            # A package importing its own subpackages of the same layer (re-exports) is not a cycle.
+            if a != b and not (b.startswith(a + ".") and layer(a) == layer(b)):
+                graph[a].add(b)
+    cycles = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert not cycles, "\n".join(cycles)
+
+
+@pytest.mark.parametrize("module, expected", [("kvprobe.engine", "core"), ("kvprobe.cli", "cli"),
+                                              ("kvprobe.studies.quantity.study", "studies"),
+                                              ("kvprobe.interventions", "interventions")])
+def test_layer_names(module, expected):
+    assert layer(module) == expected
