@@ -34,12 +34,6 @@ def _load(name: str, quiet: bool, attn_implementation: str | None = None, device
     return load_model(name, **kwargs)
 
 
-#: Studies whose ``run`` writes a side log from inside the cases (timings, costs) or needs the model on
-#: the driver afterwards: they run only on the local backend.
-LOCAL_ONLY = {"requests": "its timings measure one process on an otherwise idle machine",
-              "derived-note": "it appends a cost log from inside each case"}
-
-
 def _backend(args: argparse.Namespace):
     """(model, pool) for ``--backend``: a loaded model (local) or a started Ray worker pool (ray)."""
     if args.backend == "local":
@@ -217,7 +211,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     model = _load(args.model, args.json)
     extra = tuple(c for c in (args.conditions or "").split(",") if c)
-    rows = run_demo(model, **_budget(args), unit_from_a=not args.unit_stated, extra=extra)
+    rows = run_demo(model, max_new_tokens=args.max_new_tokens, unit_from_a=not args.unit_stated, extra=extra)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -270,127 +264,67 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _study_from_args(entry, args: argparse.Namespace):
+    """The study built from the options given (the others keep the study's defaults); a bad value
+    is refused here, naming its option, before any model loads."""
+    from kvprobe.studies.protocol import InvalidParameter
+
+    from .parameters import flag, given_fields
+
+    cls = entry.study_class()
+    try:
+        return cls(**given_fields(cls, args))
+    except InvalidParameter as exc:
+        raise ValueError(f"{flag(exc.field_name)}: {str(exc).split(': ', 1)[1]}") from None
+
+
+def _check_out_dir(out: str) -> None:
+    """``--out`` must be a directory (new or existing), not a file."""
+    from pathlib import Path
+
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"--out {out} is an existing file, not a directory; give a directory for the run")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise FileExistsError(f"--out {out}: {parent} is a file, not a directory")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    if args.backend == "ray" and (args.study in LOCAL_ONLY or (args.study == "cross-checkpoint" and args.transfer)):
-        why = LOCAL_ONLY.get(args.study, "--transfer trains readouts on the driver after the run")
+    from kvprobe.studies.registry import entry as study_entry
+    from kvprobe.studies.runner import run_study
+
+    entry = study_entry(args.study)
+    study = _study_from_args(entry, args)
+    run_options = {o.name: getattr(args, o.name) for o in entry.options
+                   if o.to == "run" and getattr(args, o.name, None) not in (None, False)}
+    summary_options = {o.name: getattr(args, o.name) for o in entry.options
+                       if o.to == "summary" and getattr(args, o.name, None) is not None}
+    if args.backend == "ray" and (entry.local_only or run_options):
+        why = entry.local_only or f"--{next(iter(run_options)).replace('_', '-')} runs on the driver after the run"
         print(f"kvprobe run {args.study}: --backend ray is not supported ({why}); use --backend local",
               file=sys.stderr)
         return 2
-    if args.study == "babilong":
-        return _run_babilong(args)
-    if args.study == "mquake":
-        return _run_mquake(args)
-    if args.study in ("detection", "records"):
-        return _run_detection_or_records(args)
-    if args.study == "components":
-        from kvprobe.studies.components.study import ComponentStudy
-        from kvprobe.studies.components.summary import write_summary
-
-        study = ComponentStudy(n_per_family=args.n, budget=args.budget, cases_per_batch=args.cases_per_batch)
-        return _run_and_summarize(args, study, write_summary)
-    if args.study == "query-aware":
-        from kvprobe.studies.query_aware.study import QueryAwareStudy
-        from kvprobe.studies.query_aware.summary import write_summary
-
-        study = QueryAwareStudy(n_groups=args.groups, queries=_queries(args, ("current",)),
-                                fixed_budget=args.fixed_budget or None, **_budget(args),
-                                cases_per_batch=args.cases_per_batch)
-        return _run_and_summarize(args, study, write_summary)
-    if args.study == "requests":
-        from kvprobe.studies.requests.study import RequestsStudy, run
-        from kvprobe.studies.requests.summary import write_summary
-
-        study = RequestsStudy(n_groups=args.groups, lengths=tuple(int(x) for x in args.background_lines.split(",")),
-                              detector=args.detector, detector_model=args.detector_model, **_budget(args),
-                              cases_per_batch=1)
-        return _run_and_summarize(args, study, write_summary, run=run)
-    if args.study == "session-bias":
-        from kvprobe.studies.session_bias.study import SessionBiasStudy
-        from kvprobe.studies.session_bias.summary import write_summary
-
-        split = args.split or ("all" if args.source == "fixtures" else "validation")
-        study = SessionBiasStudy(source=args.source, split=split, n=args.groups, fixture_bases=args.fixture_bases,
-                                 **_budget(args), cases_per_batch=args.cases_per_batch)
-        return _run_and_summarize(args, study, write_summary)
-    if args.study == "cross-checkpoint":
-        from kvprobe.studies.cross_checkpoint.study import CrossCheckpointStudy
-        from kvprobe.studies.cross_checkpoint.summary import write_summary
-
-        study = CrossCheckpointStudy(sibling=args.sibling, n_groups=args.groups,
-                                     queries=_queries(args, ("current", "historical", "unrelated")),
-                                     **_budget(args), cases_per_batch=args.cases_per_batch)
-        return _run_and_summarize(args, study, write_summary, run=_cross_run_with_transfer if args.transfer else None)
-    if args.study == "derived-note":
-        from kvprobe.studies.derived_note.study import DerivedNoteStudy, run
-        from kvprobe.studies.derived_note.summary import write_summary
-
-        study = DerivedNoteStudy(n_groups=args.n, **_budget(args), cases_per_batch=args.cases_per_batch)
-        return _run_and_summarize(args, study, write_summary, run=run)
-    # Studies build on the core; the CLI loads them on demand.
-    from kvprobe.studies.quantity.study import QuantityStudy
-    from kvprobe.studies.quantity.summary import write_summary
-
-    study = QuantityStudy(seed=args.seed, n_groups=args.groups, dev=args.dev, **_budget(args),
-                          operations=not args.no_operations, cases_per_batch=args.cases_per_batch)
-    return _run_and_summarize(args, study, write_summary)
-
-
-def _cross_run_with_transfer(model, out, study, progress: bool = True):
-    """Run the cross-checkpoint study, then the readout transfer between the pair (``transfer.json``)."""
-    from kvprobe.studies.cross_checkpoint.transfer import readout_transfer, write_transfer
-    from kvprobe.studies.runner import run_study
-
-    info = run_study(study, model, out, progress=progress)
-    pair = study.sibling_pair(model)
-    write_transfer(out, readout_transfer(pair.main, pair.sibling))
-    return info
-
-
-def _queries(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[str, ...]:
-    """``--queries`` as a tuple (the study's default when not given)."""
-    return default if args.queries is None else tuple(q.strip() for q in args.queries.split(",") if q.strip())
-
-
-def _budget(args: argparse.Namespace) -> dict[str, int]:
-    """``max_new_tokens`` when given on the command line (else the study's default)."""
-    return {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
-
-
-def _run_babilong(args: argparse.Namespace) -> int:
-    from kvprobe.studies.babilong.study import BabilongStudy
-    from kvprobe.studies.babilong.summary import write_summary
-
-    study = BabilongStudy(tasks=tuple(args.tasks.split(",")), lengths=tuple(int(x) for x in args.lengths.split(",")),
-                          n=args.n, **_budget(args), cases_per_batch=args.cases_per_batch)
-    return _run_and_summarize(args, study, write_summary)
-
-
-def _run_mquake(args: argparse.Namespace) -> int:
-    from kvprobe.studies.mquake.study import MQuAKEStudy
-    from kvprobe.studies.mquake.summary import write_summary
-
-    study = MQuAKEStudy(n_per_hop=args.n, **_budget(args), cases_per_batch=args.cases_per_batch)
-    return _run_and_summarize(args, study, write_summary)
-
-
-def _run_detection_or_records(args: argparse.Namespace) -> int:
-    if args.study == "detection":
-        from kvprobe.studies.detection.study import DetectionStudy
-        from kvprobe.studies.detection.summary import write_summary
-
-        study = DetectionStudy(n_groups=args.groups, **_budget(args),
-                               cases_per_batch=args.cases_per_batch)
-    else:
-        from kvprobe.studies.records.study import RecordsStudy
-        from kvprobe.studies.records.summary import write_summary
-
-        study = RecordsStudy(n_groups=args.groups, detections=args.detections, detector=args.detector,
-                             **_budget(args), cases_per_batch=args.cases_per_batch)
-        if args.readout_scores:
-            import functools
-
-            write_summary = functools.partial(write_summary, readout_scores=args.readout_scores)
-    return _run_and_summarize(args, study, write_summary)
+    if args.out:
+        _check_out_dir(args.out)
+    runner = entry.run_function()
+    model, pool = _backend(args)
+    try:
+        name = model.name if pool is None else pool.description()["name"]
+        out = args.out or f"runs/{study.name}/{name}"
+        if pool is not None:
+            info = run_study(study, None, out, progress=not args.quiet, pool=pool)
+        elif runner is None:
+            info = run_study(study, model, out, progress=not args.quiet)
+        else:
+            info = runner(model, out, study=study, progress=not args.quiet, **run_options)
+    finally:
+        _close(pool)
+    entry.write_summary()(out, seed=args.bootstrap_seed, **summary_options)
+    if not args.quiet:
+        print(f"{info.cases_run} cases run, {info.cases_skipped} already done; results in {out}/ "
+              "(config.json, results.jsonl, summary.json, report.md)")
+    return 0
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -405,67 +339,26 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_and_summarize(args: argparse.Namespace, study, write_summary, run=None) -> int:
-    """Run ``study`` (with ``run(study=..., ...)`` instead of ``run_study`` when a study logs more), then summarize."""
-    from kvprobe.studies.runner import run_study
-
-    model, pool = _backend(args)
-    try:
-        name = model.name if pool is None else pool.description()["name"]
-        out = args.out or f"runs/{study.name}/{name}"
-        if pool is not None:
-            info = run_study(study, None, out, progress=not args.quiet, pool=pool)
-        elif run is None:
-            info = run_study(study, model, out, progress=not args.quiet)
-        else:
-            info = run(model, out, study=study, progress=not args.quiet)
-    finally:
-        _close(pool)
-    write_summary(out, seed=args.seed)
-    if not args.quiet:
-        print(f"{info.cases_run} cases run, {info.cases_skipped} already done; results in {out}/ "
-              "(config.json, results.jsonl, summary.json, report.md)")
-    return 0
-
-
-#: Studies whose run directories ``kvprobe report`` rewrites: module of their write_summary.
-SUMMARIES = {"quantity": "kvprobe.studies.quantity.summary", "babilong": "kvprobe.studies.babilong.summary",
-             "mquake": "kvprobe.studies.mquake.summary", "detection": "kvprobe.studies.detection.summary",
-             "records": "kvprobe.studies.records.summary", "components": "kvprobe.studies.components.summary",
-             "derived-note": "kvprobe.studies.derived_note.summary", "query-aware": "kvprobe.studies.query_aware.summary",
-             "cross-checkpoint": "kvprobe.studies.cross_checkpoint.summary", "session-bias": "kvprobe.studies.session_bias.summary",
-             "requests": "kvprobe.studies.requests.summary"}
-
-
 def cmd_report(args: argparse.Namespace) -> int:
-    import importlib
-
-    from kvprobe.studies.quantity.threshold import format_thresholds, write_thresholds
+    from kvprobe.studies.registry import entry as study_entry
     from kvprobe.studies.runner import results_file
 
+    entry = study_entry(args.study)
     for run_dir in args.runs:
         results_file(run_dir)  # a clear error before anything is written
-    write_summary = importlib.import_module(SUMMARIES[args.study]).write_summary
-    if args.study == "records" and args.readout_scores:
-        import functools
-
-        write_summary = functools.partial(write_summary, readout_scores=args.readout_scores)
-    if args.study != "quantity":
-        for run_dir in args.runs:
-            write_summary(run_dir, seed=args.seed)
-            if not args.quiet:
-                print(f"rewrote summary.json and report.md in {run_dir}/")
-        return 0
-    if len(args.runs) == 1:
-        write_summary(args.runs[0], seed=args.seed)
+    summary_options = {o.name: getattr(args, o.name) for o in entry.options
+                       if o.to == "summary" and getattr(args, o.name, None) is not None}
+    if len(args.runs) > 1 and entry.compare is not None:
+        if not args.out:
+            raise ValueError(f"several {args.study} runs: give --out DIR for the comparison")
+        table = entry.compare_function()(args.runs, args.out)
         if not args.quiet:
-            print(f"rewrote summary.json, report.md and figure.png in {args.runs[0]}/")
+            print(table)
         return 0
-    if not args.out:
-        raise ValueError("several runs: give --out DIR for the held-out-model thresholds")
-    rows = write_thresholds(args.runs, args.out)
-    if not args.quiet:
-        print(format_thresholds(rows))
+    for run_dir in args.runs:
+        entry.write_summary()(run_dir, seed=args.bootstrap_seed, **summary_options)
+        if not args.quiet:
+            print(f"rewrote summary.json and report.md in {run_dir}/")
     return 0
 
 
@@ -494,7 +387,85 @@ def _add_backend_arguments(p: argparse.ArgumentParser, nnsight: bool = False) ->
                    "machine)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: Options every study's ``kvprobe run STUDY`` has besides its parameters (a study field may not reuse them).
+COMMON_RUN_OPTIONS = {"--model", "--out", "--quiet", "--attn", "--bootstrap-seed", "--backend", "--address",
+                      "--workers", "--threads-per-worker", "--gpus-per-worker", "--device", "--help"}
+
+
+def _add_run_parser(sub, argv: Sequence[str] | None) -> None:
+    """``kvprobe run``: one sub-command per registered study. Only the study named in ``argv`` gets its
+    parameter options (importing every study to build the parser would make each command slow)."""
+    from kvprobe.studies.registry import REPORT_SEED, STUDIES
+
+    from .parameters import add_field_options
+
+    run = sub.add_parser("run", help="run a study (resumable) and write results, summary and report",
+                         description="Run a study case by case into --out: config.json, results.jsonl (one row per "
+                         "case x question x condition), summary.json and report.md. Rerunning the same command "
+                         "resumes where it stopped. `kvprobe run STUDY --help` lists the study's parameters; an "
+                         "option not given keeps the study's default.")
+    studies = run.add_subparsers(dest="study", required=True, metavar="STUDY",
+                                 title="studies (kvprobe run STUDY --help for its parameters)")
+    wanted = _run_target(argv)
+    for name, entry in STUDIES.items():
+        p = studies.add_parser(name, help=entry.description, description=entry.description)
+        if name != wanted:
+            continue
+        params = p.add_argument_group(f"{name} parameters (the study's fields; defaults are the study's)")
+        add_field_options(params, entry.study_class(), reserved=COMMON_RUN_OPTIONS)
+        for option in entry.options:
+            o = "--" + option.name.replace("_", "-")
+            if option.flag:
+                params.add_argument(o, dest=option.name, action="store_true", help=option.help)
+            else:
+                params.add_argument(o, dest=option.name, default=None, help=option.help)
+        g = p.add_argument_group("run options")
+        g.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
+        g.add_argument("--out", default=None, help=f"output directory (default runs/{name}/MODEL)")
+        g.add_argument("--bootstrap-seed", type=int, default=REPORT_SEED,
+                       help=f"seed of the summary's bootstrap intervals (default {REPORT_SEED})")
+        g.add_argument("--attn", choices=["kvprobe_grouped", "eager", "sdpa"], default="kvprobe_grouped",
+                       help="attention implementation (default kvprobe_grouped: eager attention computed per "
+                       "KV-head group, equal to transformers' eager to float32 rounding and faster; eager and sdpa "
+                       "are transformers' own); recorded in config.json")
+        g.add_argument("--quiet", action="store_true", help="no progress bar or messages")
+        _add_backend_arguments(p)
+        p.set_defaults(func=cmd_run)
+
+
+def _run_target(argv: Sequence[str] | None) -> str | None:
+    """The study of a ``kvprobe run STUDY ...`` command line (None for any other command)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "run" not in args:
+        return None
+    rest = args[args.index("run") + 1:]
+    return rest[0] if rest and not rest[0].startswith("-") else None
+
+
+def _add_report_parser(sub) -> None:
+    from kvprobe.studies.registry import REPORT_SEED, STUDIES
+
+    p = sub.add_parser("report", help="rewrite a run's report, or compare runs of several models",
+                       description="With one run directory: recompute summary.json, report.md (and figures) "
+                       "from its results.jsonl. Quantity with several (one model each): fit the warning threshold "
+                       "tau on all models but one and test it on that one, for each model in turn; writes "
+                       "thresholds.json and thresholds.md under --out.")
+    p.add_argument("study", choices=list(STUDIES), help="which study")
+    p.add_argument("runs", nargs="+", help="output directories of `kvprobe run` (several: quantity thresholds, "
+                   "or each rewritten for the other studies)")
+    for option in {o.name: o for e in STUDIES.values() for o in e.options if o.to == "summary"}.values():
+        p.add_argument("--" + option.name.replace("_", "-"), dest=option.name, default=None,
+                       help=f"{', '.join(e.name for e in STUDIES.values() if option in e.options)}: {option.help}")
+    p.add_argument("--out", default=None, help="where to write the comparison of several runs (quantity: "
+                   "thresholds.{json,md})")
+    p.add_argument("--bootstrap-seed", type=int, default=REPORT_SEED,
+                   help=f"seed of the bootstrap intervals (default {REPORT_SEED})")
+    p.add_argument("--quiet", action="store_true", help="print nothing on success")
+    p.set_defaults(func=cmd_report)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``kvprobe`` parser; ``argv`` names the study whose options ``kvprobe run STUDY`` needs."""
     parser = argparse.ArgumentParser(
         prog="kvprobe",
         description="Probe and intervene on transformer KV caches used as updatable memory.",
@@ -546,91 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print rows as JSON instead of a table")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("run", help="run a study (resumable) and write results, summary and report",
-                       description="Run a study case by case into --out: config.json, results.jsonl (one row per "
-                       "case x condition x query), summary.json and report.md. Rerunning the same command "
-                       "resumes where it stopped.")
-    p.add_argument("study", choices=["quantity", "babilong", "mquake", "detection", "records", "components",
-                                     "derived-note", "query-aware", "cross-checkpoint", "session-bias",
-                                     "requests"],
-                   help="quantity: the paper's quantity updates; babilong: object histories under four masks; "
-                   "mquake: multi-hop questions after in-context updates under seven policies; detection: the "
-                   "paper's JSON detectors and a YES/NO score on record pairs; records: record histories under "
-                   "seven detector/oracle policies; components: K, V and K+V zeroing against masks on controlled "
-                   "histories; derived-note: masks and selective refresh after a derived note; query-aware: Quest, FINCH, "
-                   "RefreshKV and recent pages against a source mask at matched and fixed capacity on the record "
-                   "histories; cross-checkpoint: a sibling checkpoint reads the main model's cache (and back) on "
-                   "the quantity task, own/cross x full/mask; session-bias: multi-session chat histories (LongMemEval-Oracle "
-                   "schema) under full access, the gated session-order soft bias and a hard mask on the same spans; "
-                   "requests: the ten-request cost workload after one update (keep-all, detector mask, query-aware "
-                   "mask, detector and oracle recompute), cold and resident timings; run nothing else meanwhile")
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
-    p.add_argument("--tasks", default="qa2,qa3", help="babilong: bAbI tasks, comma-separated (default qa2,qa3)")
-    p.add_argument("--lengths", default="0,1000",
-                   help="babilong: context lengths in tokens, comma-separated (default 0,1000)")
-    p.add_argument("--n", type=int, default=50,
-                   help="babilong: questions per task (default 50 of the 100); mquake: cases per hop count; "
-                   "components: clusters per family (the paper: 80); derived-note: groups (the paper: 50)")
-    p.add_argument("--budget", type=int, default=8, choices=[8, 32, 128],
-                   help="components: greedy reasoning tokens before the answer cue (default 8)")
-    p.add_argument("--groups", type=int, default=None,
-                   help="run only the first N groups (quantity: of 120; detection: per dataset and split; "
-                   "records, query-aware: items of 6 histories; cross-checkpoint: quantity groups of 2 cases; "
-                   "session-bias: questions; requests: histories of the 30; "
-                   "default all)")
-    p.add_argument("--detections", default=None,
-                   help="records: a detection run directory whose decisions the detector policies use (shared "
-                   "across generators, as in the paper); default: the generator runs the detector itself")
-    p.add_argument("--detector", default="asserted-value", choices=["direct", "expanded", "asserted-value"],
-                   help="records, requests: the JSON detector whose decisions drive the detector policies "
-                   "(default asserted-value)")
-    p.add_argument("--readout-scores", default=None,
-                   help="records: a `kvprobe readout` scores.json (or its folder) of the same records; its fixed "
-                   "distance and probes also rank histories in the coverage curves")
-    p.add_argument("--queries", default=None,
-                   help="query-aware, cross-checkpoint: queries to ask, comma-separated among current, historical, "
-                   "unrelated (query-aware default: current; cross-checkpoint default: all three)")
-    p.add_argument("--fixed-budget", type=int, default=128,
-                   help="query-aware: the fixed capacity K besides the matched one (default 128 as in the paper; "
-                   "0: matched capacity only)")
-    p.add_argument("--source", default="fixtures",
-                   help="session-bias: 'fixtures' (seeded synthetic update histories in the LongMemEval-Oracle "
-                   "schema) or the path of longmemeval_oracle.json (default fixtures)")
-    p.add_argument("--fixture-bases", type=int, default=24,
-                   help="session-bias: synthetic histories to generate with --source fixtures (each gives a "
-                   "question and, for half of them, its abstention variant; default 24 -> 36 questions)")
-    p.add_argument("--split", default=None, choices=["development", "validation", "all"],
-                   help="session-bias: question split (default: all for fixtures, validation for a LongMemEval "
-                   "file, the paper's 380)")
-    p.add_argument("--background-lines", default="0,100,300",
-                   help="requests: background lines per history, comma-separated (default 0,100,300 as in the paper)")
-    p.add_argument("--detector-model", default=None,
-                   help="requests: the model that runs the JSON detector (default: the generator itself; the paper "
-                   "used a fixed Qwen3-4B detector)")
-    p.add_argument("--sibling", default="bf16",
-                   help="cross-checkpoint: the sibling of --model: bf16 or fp16 (weights rounded, run in fp32), "
-                   "int8 (per-channel fake quantization), noise[:SCALE] (seeded weight noise), or a model name "
-                   "(default bf16)")
-    p.add_argument("--transfer", action="store_true",
-                   help="cross-checkpoint: also train the joint K/V readout on the sibling's cache of the 570 "
-                   "recognition records and test it on the main model's (transfer.json, in the report)")
-    p.add_argument("--dev", action="store_true", help="use the 18 development groups instead of the test groups")
-    p.add_argument("--seed", type=int, default=20260916, help="generator and bootstrap seed (default 20260916)")
-    p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="answer budget (default: the study's own, 40 tokens as in the paper; detection: 128)")
-    p.add_argument("--no-operations", action="store_true",
-                   help="only the five access conditions (skip recompute, rebuild and compact)")
-    p.add_argument("--attn", choices=["kvprobe_grouped", "eager", "sdpa"], default="kvprobe_grouped",
-                   help="attention implementation (default kvprobe_grouped: eager attention computed per "
-                   "KV-head group, equal to transformers' eager to float32 rounding and faster; eager and sdpa "
-                   "are transformers' own); recorded in config.json")
-    p.add_argument("--cases-per-batch", type=int, default=4,
-                   help="cases whose rows run as one batch (default 4: 60-96 rows, the fastest setting measured "
-                   "on 2 CPU cores; larger batches need more memory); recorded in config.json")
-    p.add_argument("--out", default=None, help="output directory (default runs/quantity/MODEL)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or messages")
-    _add_backend_arguments(p)
-    p.set_defaults(func=cmd_run)
+    _add_run_parser(sub, argv)
 
     p = sub.add_parser("calibrate", help="detection vs action: fit YES/NO thresholds and draw coverage curves",
                        description="Join the YES/NO scores of a detection run on the quantity pairs with the answers "
@@ -707,21 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "NAME:SEGMENTS, online-mask:OLD>NEW, bias:SEG=VALUE, mask:SEG@LAYERS.")
     p.set_defaults(func=cmd_conditions)
 
-    p = sub.add_parser("report", help="rewrite a run's report, or compare runs of several models",
-                       description="With one run directory: recompute summary.json, report.md (and figures) "
-                       "from its results.jsonl. Quantity with several (one model each): fit the warning threshold tau on "
-                       "all models but one and test it on that one, for each model in turn; writes "
-                       "thresholds.json and thresholds.md under --out.")
-    p.add_argument("study", choices=list(SUMMARIES), help="which study")
-    p.add_argument("runs", nargs="+", help="output directories of `kvprobe run` (several: quantity thresholds, "
-                   "or each rewritten for the other studies)")
-    p.add_argument("--readout-scores", default=None,
-                   help="records: a `kvprobe readout` scores.json (or its folder) whose readouts also rank "
-                   "the histories in the coverage curves")
-    p.add_argument("--out", default=None, help="where to write thresholds.{json,md} (several runs)")
-    p.add_argument("--seed", type=int, default=20260916, help="bootstrap seed (default 20260916)")
-    p.add_argument("--quiet", action="store_true", help="print nothing on success")
-    p.set_defaults(func=cmd_report)
+    _add_report_parser(sub)
 
     p = sub.add_parser("bench", help="benchmarks (writes JSON and markdown under artifacts/bench)",
                        description="`kvprobe bench core`: nnsight masked decode step vs plain forward with the "
@@ -758,11 +631,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvprobe`` script."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         return int(args.func(args))
     except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError) as exc:
-        print(f"kvprobe {args.command}: error: {exc}", file=sys.stderr)
+        where = " ".join(x for x in (args.command, getattr(args, "study", None)) if isinstance(x, str))
+        print(f"kvprobe {where}: error: {exc}", file=sys.stderr)
         return 2
 
 

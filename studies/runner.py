@@ -128,11 +128,27 @@ def completed_cases(path: Path) -> set[str]:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-    rows = [json.loads(line) for line in data.decode().splitlines() if line]
+    rows = [parse_row(path, i, line) for i, line in enumerate(data.decode().splitlines(), 1) if line]
     done: dict[str, bool] = {}
     for row in rows:
         done[row["case_id"]] = done.get(row["case_id"], True) and bool(row.get("case_complete", True))
     return {case_id for case_id, ok in done.items() if ok}
+
+
+class CorruptResultsError(ValueError):
+    """A line of ``results.jsonl`` is not a JSON row (``FILE:LINE: not JSON (...)``)."""
+
+
+def parse_row(path: Path | str, lineno: int, line: str | bytes) -> dict[str, Any]:
+    """One line of a results file as a row, or :class:`CorruptResultsError` naming the file and line."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise CorruptResultsError(f"{path}:{lineno}: not JSON ({exc.msg} at column {exc.colno}); "
+                                  "fix or delete the line, or start a new --out directory") from None
+    if not isinstance(row, dict) or "case_id" not in row:
+        raise CorruptResultsError(f"{path}:{lineno}: not a result row (a JSON object with a case_id)")
+    return row
 
 
 def _commit_path(results: Path) -> Path:
@@ -163,8 +179,8 @@ def order_by_case(results: Path, case_ids: Sequence[str]) -> bool:
     order: list[str] = []
     with open(results, "rb") as f:
         offset = 0
-        for line in f:
-            case_id = json.loads(line)["case_id"]
+        for lineno, line in enumerate(f, 1):
+            case_id = parse_row(results, lineno, line)["case_id"]
             if case_id not in spans:
                 spans[case_id] = []
                 order.append(case_id)
@@ -199,9 +215,9 @@ def read_rows(out_dir: Path | str) -> Iterable[dict[str, Any]]:
     """Stream the rows of ``results.jsonl`` or ``results.jsonl.gz`` (nothing held in memory)."""
     path = results_file(out_dir)
     with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
-        for line in f:
+        for lineno, line in enumerate(f, 1):
             if line.strip():
-                yield json.loads(line)
+                yield parse_row(path, lineno, line)
 
 
 def run_study(study: Study, model: kvprobe.Model | None, out_dir: Path | str, progress: bool = True,

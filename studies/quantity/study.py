@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 
-from ..protocol import CaseRun, HistoryStudy, Question
+from ..protocol import CaseRun, HistoryStudy, Question, require_at_least
 from . import grading, tasks
 
 #: Answer budget (paper section 1.3: 40 tokens for the small models).
@@ -48,6 +48,9 @@ class QuantityStudy(HistoryStudy):
     operations: bool = True
     #: Cases answered in one batch (4 was fastest on 2 CPU cores).
     cases_per_batch: int = CASES_PER_BATCH
+
+    def __post_init__(self) -> None:
+        require_at_least(self, n_groups=1, max_new_tokens=1, cases_per_batch=1)
 
     def task_config(self) -> tasks.TaskConfig:
         return tasks.TaskConfig(seed=self.seed, n_groups=self.n_groups, dev=self.dev)

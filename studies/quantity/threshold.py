@@ -136,3 +136,8 @@ def write_thresholds(run_dirs: list[Path | str], out_dir: Path | str) -> list[di
                                  indent=2) + "\n")
     atomic_write_text(out / "thresholds.md", format_thresholds(rows))
     return rows
+
+
+def write_comparison(run_dirs: list[Path | str], out_dir: Path | str) -> str:
+    """``kvprobe report quantity RUN RUN ... --out DIR``: :func:`write_thresholds`, as a markdown table."""
+    return format_thresholds(write_thresholds(run_dirs, out_dir))

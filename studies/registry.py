@@ -1,0 +1,127 @@
+"""Every study ``kvprobe run`` knows: one line each. Adding a study adds a line here, no CLI code.
+
+An :class:`Entry` names the study class (its dataclass fields become the options of
+``kvprobe run NAME``), the summary module (``write_summary(out_dir, seed=...)`` writes
+``summary.json`` and ``report.md``; ``kvprobe report NAME DIR`` reruns it), and what
+else the command must know: a runner that also writes a side log, options of the
+summary or of the run that are not study parameters, and why a study cannot run on
+Ray workers. Modules are named as strings and imported on use, so ``kvprobe --help``
+stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+#: The bootstrap seed ``kvprobe run`` and ``kvprobe report`` pass to a study's summary by default
+#: (every committed summary under artifacts/ was written with it).
+REPORT_SEED = 20260916
+
+
+@dataclass(frozen=True)
+class Option:
+    """A command-line option that is not a study parameter.
+
+    Attributes:
+        name: the keyword it is passed as (``readout_scores`` -> ``--readout-scores``).
+        help: one sentence for ``--help``.
+        to: ``"summary"`` (a keyword of ``write_summary``) or ``"run"`` (a keyword of the entry's runner).
+        flag: a yes/no switch (``store_true``) rather than a value.
+    """
+
+    name: str
+    help: str
+    to: str = "summary"
+    flag: bool = False
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One study: where its parts live and what the command line must know about it.
+
+    Attributes:
+        name: ``kvprobe run NAME``.
+        study: ``"module:Class"`` of the study dataclass.
+        summary: module with ``write_summary(out_dir, seed=...)``.
+        description: one line for ``kvprobe run --help``.
+        runner: ``"module:function"`` called as ``fn(model, out_dir, study=..., progress=..., **run options)``
+            instead of :func:`kvprobe.studies.runner.run_study` (studies that also write side logs).
+        options: options beyond the study's fields.
+        local_only: why the study cannot run on Ray workers (None: it can).
+        compare: ``"module:function"`` of ``kvprobe report NAME DIR DIR ... --out OUT`` (several runs):
+            ``fn(run_dirs, out_dir)`` writes its files and returns a markdown table to print.
+    """
+
+    name: str
+    study: str
+    summary: str
+    description: str
+    runner: str | None = None
+    options: tuple[Option, ...] = ()
+    local_only: str | None = None
+    compare: str | None = None
+
+    def study_class(self) -> type:
+        return _load(self.study)
+
+    def write_summary(self) -> Callable[..., dict[str, Any]]:
+        return importlib.import_module(self.summary).write_summary
+
+    def run_function(self) -> Callable[..., Any] | None:
+        return None if self.runner is None else _load(self.runner)
+
+    def compare_function(self) -> Callable[..., Any] | None:
+        return None if self.compare is None else _load(self.compare)
+
+
+def _load(path: str) -> Any:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+_P = "kvprobe.studies."
+STUDIES: dict[str, Entry] = {e.name: e for e in (
+    Entry("quantity", _P + "quantity.study:QuantityStudy", _P + "quantity.summary",
+          "quantity records: does hiding, rebuilding or recomputing the old record change answers? (partC)",
+          compare=_P + "quantity.threshold:write_comparison"),
+    Entry("babilong", _P + "babilong.study:BabilongStudy", _P + "babilong.summary",
+          "BABILong qa2/qa3 object dependencies under naive, dependency-keeping and neutral masks (partA 2)"),
+    Entry("mquake", _P + "mquake.study:MQuAKEStudy", _P + "mquake.summary",
+          "contextual MQuAKE multi-hop questions after in-context updates, seven policies (partA 1b)"),
+    Entry("detection", _P + "detection.study:DetectionStudy", _P + "detection.summary",
+          "replacement detectors (JSON classifiers, YES/NO score) on record pairs (partB 4-5)"),
+    Entry("records", _P + "records.study:RecordsStudy", _P + "records.summary",
+          "record histories under the seven detector/oracle policies, three queries each (partD 3)",
+          options=(Option("readout_scores", "a `kvprobe readout` scores.json (or its folder) of the same records: "
+                          "its readouts also rank histories in the coverage curves"),)),
+    Entry("components", _P + "components.study:ComponentStudy", _P + "components.summary",
+          "zero K, V or both of the old record vs the attention mask, reason-then-score (appendix)"),
+    Entry("derived-note", _P + "derived_note.study:DerivedNoteStudy", _P + "derived_note.summary",
+          "a derived note carries the old record's content: masks, selective refresh, recompute (appendix)",
+          runner=_P + "derived_note.study:run",
+          local_only="it appends a cost log from inside each case"),
+    Entry("query-aware", _P + "query_aware.study:QueryAwareStudy", _P + "query_aware.summary",
+          "Quest, FINCH, RefreshKV and recent pages against the source mask at matched capacity (partE E4)"),
+    Entry("cross-checkpoint", _P + "cross_checkpoint.study:CrossCheckpointStudy", _P + "cross_checkpoint.summary",
+          "one checkpoint reads a sibling checkpoint's cache (partE)",
+          runner=_P + "cross_checkpoint.study:run",
+          options=(Option("transfer", "also train the joint K/V readout on the sibling's cache of the recognition "
+                          "records and test it on the main model's (transfer.json, in the report)", to="run",
+                          flag=True),)),
+    Entry("session-bias", _P + "session_bias.study:SessionBiasStudy", _P + "session_bias.summary",
+          "soft session-order bias and hard mask on LongMemEval-schema conversations (partD 10, partE E1-E3)"),
+    Entry("requests", _P + "requests.study:RequestsStudy", _P + "requests.summary",
+          "repeated-request workload: cost of detector masks and recomputes over keep-all (partE)",
+          runner=_P + "requests.study:run",
+          local_only="its timings measure one process on an otherwise idle machine"),
+)}
+
+
+def entry(name: str) -> Entry:
+    """The registry entry of a study, or a ValueError listing the known ones."""
+    try:
+        return STUDIES[name]
+    except KeyError:
+        raise ValueError(f"unknown study {name!r}; known: {', '.join(STUDIES)}") from None

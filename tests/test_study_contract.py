@@ -1,0 +1,179 @@
+"""The contract every registered study keeps (run on a tiny model through the protocol).
+
+Like scikit-learn's ``parametrize_with_checks``: one set of checks, every study. A new
+study in ``kvprobe.studies.registry`` is checked here without a line of new test code,
+once it has an entry in :data:`SMALL` (the parameters of a run that takes seconds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kvprobe
+from kvprobe.parameters import field_comments, flag, public_fields
+from kvprobe.studies.protocol import COMMON_COLUMNS, HistoryStudy, Study
+from kvprobe.studies.registry import STUDIES
+from kvprobe.studies.runner import COMMITTED, RESULTS, run_study
+
+#: A few-second tiny-model run of every study.
+SMALL: dict[str, dict] = {
+    "quantity": dict(n_groups=1, max_new_tokens=4, operations=False),
+    "babilong": dict(tasks=("qa2",), lengths=(0,), n=2, max_new_tokens=4),
+    "mquake": dict(hops=(2,), n_per_hop=1, max_new_tokens=3),
+    "detection": dict(n_groups=1, max_new_tokens=4, datasets=("records",)),
+    "records": dict(n_groups=1, max_new_tokens=3),
+    "components": dict(n_per_family=1, budget=2, families=("location",)),
+    "derived-note": dict(n_groups=1, max_new_tokens=3),
+    "query-aware": dict(n_groups=1, max_new_tokens=3, fixed_budget=48, methods=("quest",)),
+    "cross-checkpoint": dict(sibling="noise", n_groups=1, max_new_tokens=2, queries=("current",)),
+    "session-bias": dict(split="all", n=2, max_new_tokens=2),
+    "requests": dict(n_groups=1, lengths=(0,), max_new_tokens=2, detector_max_new_tokens=2),
+}
+#: Studies whose rows are not (case, question, condition) rows of a history (no common answer columns).
+NOT_HISTORY = {"detection"}
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_every_registered_study_has_a_small_run():
+    assert set(SMALL) == set(STUDIES)
+
+
+@pytest.mark.parametrize("name", list(STUDIES))
+def test_study_class_follows_the_protocol(name):
+    cls = STUDIES[name].study_class()
+    assert dataclasses.is_dataclass(cls) and issubclass(cls, Study), f"{name}: a dataclass subclass of Study"
+    assert cls.name == name
+    if name not in NOT_HISTORY:
+        assert issubclass(cls, HistoryStudy)
+        assert "run_cases" not in vars(cls), f"{name} overrides the protocol's run loop"
+    comments = field_comments(cls)
+    missing = [f.name for f in public_fields(cls) if not comments.get(f.name)]
+    assert not missing, f"{name}: fields without a #: comment (their --help text): {missing}"
+
+
+@pytest.mark.parametrize("name", list(STUDIES))
+def test_help_lists_every_parameter(name, capsys):
+    from kvprobe.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", name, "--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    for f in public_fields(STUDIES[name].study_class()):
+        option = flag(f.name)
+        assert option in text or option.replace("--", "--no-", 1) in text, f"{name}: {option} missing from --help"
+
+
+@pytest.mark.parametrize("name", list(STUDIES))
+def test_no_flag_keeps_every_default(name):
+    from kvprobe.cli import _study_from_args, build_parser
+    from kvprobe.studies.registry import entry
+
+    args = build_parser(["run", name]).parse_args(["run", name])
+    cls = STUDIES[name].study_class()
+    assert _study_from_args(entry(name), args).config() == cls().config()
+
+
+def _count_fields(cls: type) -> list[str]:
+    """Integer fields that count or size something (each must refuse 0 and negatives)."""
+    import typing
+
+    from kvprobe.parameters import _unwrap
+
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in public_fields(cls):
+        kind, _ = _unwrap(hints[f.name])
+        if kind is int and (f.name.startswith("n") or f.name.endswith(("tokens", "batch", "budget", "bases"))) \
+                and "seed" not in f.name:
+            out.append(f.name)
+    return out
+
+
+@pytest.mark.parametrize("name", list(STUDIES))
+def test_bad_counts_are_refused_before_a_model_loads(name, capsys):
+    from kvprobe.cli import main
+
+    fields = _count_fields(STUDIES[name].study_class())
+    assert "cases_per_batch" in fields
+    for field_name in fields:
+        # A model name that does not exist: the study must refuse first.
+        code = main(["run", name, flag(field_name), "-3", "--model", "no-such-model", "--quiet"])
+        err = capsys.readouterr().err
+        assert code == 2 and flag(field_name) in err and "-3" in err, (field_name, err)
+
+
+# --------------------------------------------------------------------------- running
+
+
+@pytest.fixture(scope="module")
+def tiny() -> kvprobe.Model:
+    return kvprobe.load_model("tiny-llama")
+
+
+def _run(name: str, model: kvprobe.Model, out: Path):
+    entry = STUDIES[name]
+    study = entry.study_class()(**SMALL[name])
+    runner = entry.run_function()
+    if runner is None:
+        return study, run_study(study, model, out, progress=False)
+    return study, runner(model, out, study=study, progress=False)
+
+
+@pytest.mark.parametrize("name", list(STUDIES))
+def test_small_run_config_rows_and_resume(name, tiny, tmp_path):
+    study, info = _run(name, tiny, tmp_path)
+    assert info.cases_run == len(study.cases()) > 0
+    # Parameters round-trip: config.json holds every field as the study has it.
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["study"] == name
+    for f in public_fields(type(study)):
+        value = getattr(study, f.name)
+        assert config["study_config"][f.name] == (list(value) if isinstance(value, tuple) else value), f.name
+    data = (tmp_path / RESULTS).read_bytes()
+    rows = [json.loads(line) for line in data.decode().splitlines()]
+    assert rows and {r["case_id"] for r in rows} == {c.case_id for c in study.cases()}
+    if name not in NOT_HISTORY:
+        for r in rows:
+            assert set(COMMON_COLUMNS) <= set(r), sorted(set(COMMON_COLUMNS) - set(r))
+    # A kill in the middle of the last case's write: the committed length is still that of the case
+    # before, the file ends with a partial line. The rerun redoes that case only, to the same bytes.
+    last_case = rows[-1]["case_id"]
+    first_of_last = next(i for i, r in enumerate(rows) if r["case_id"] == last_case)
+    keep = sum(len(line) + 1 for line in data.decode().splitlines()[:first_of_last])
+    (tmp_path / COMMITTED).write_text(json.dumps({"bytes": keep}) + "\n")
+    cut = data[: keep + max(1, (len(data) - keep) // 2)]
+    (tmp_path / RESULTS).write_bytes(cut)
+    _, again = _run(name, tiny, tmp_path)
+    assert again.cases_run == 1
+    assert (tmp_path / RESULTS).read_bytes() == data
+
+
+def test_corrupt_results_line_is_named(tiny, tmp_path):
+    from kvprobe.studies.runner import CorruptResultsError, read_rows
+
+    _run("quantity", tiny, tmp_path)
+    lines = (tmp_path / RESULTS).read_text().splitlines()
+    lines[2] = lines[2][:-5] + "oops"
+    (tmp_path / RESULTS).write_text("\n".join(lines) + "\n")
+    with pytest.raises(CorruptResultsError, match=rf"{RESULTS}:3: not JSON"):
+        list(read_rows(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "kvprobe.cli", "report", "quantity", str(tmp_path)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and f"{RESULTS}:3: not JSON" in done.stderr, done.stderr
+
+
+def test_out_pointing_at_a_file_is_refused(tmp_path, capsys):
+    from kvprobe.cli import main
+
+    target = tmp_path / "file.txt"
+    target.write_text("x")
+    assert main(["run", "quantity", "--out", str(target), "--model", "no-such-model"]) == 2
+    assert "is an existing file, not a directory" in capsys.readouterr().err
