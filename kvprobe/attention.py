@@ -11,7 +11,7 @@ share a KV head, so keys and values are read in place:
 
 (the head order of ``repeat_kv``), then the additive mask, a float32 softmax and
 the weighted sum of values, exactly as eager does. Logits agree with eager to
-float32 rounding (tests/test_attention.py checks every tiny family and the
+float32 rounding (tests/test_fast_paths.py checks every tiny family and the
 embedded model); the returned attention probabilities have eager's shape
 [B, H, Q, S], so attention capture works unchanged.
 

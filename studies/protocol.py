@@ -22,7 +22,8 @@ shows them), ``cases()``, ``prompt()``, ``questions()``, ``conditions()`` and
 ``row()`` (its own columns), plus the ``summary`` and ``report`` of its folder.
 Studies that differ in one respect override one hook (:meth:`answer` for
 reason-then-score, :meth:`rows` for several policies sharing one answer,
-:meth:`question_conditions` for conditions built per question), not the loop.
+:meth:`question_conditions` for conditions built per question, :meth:`skip` for cases not run),
+not the loop.
 
 Example (a complete study)::
 
@@ -231,6 +232,12 @@ class HistoryStudy(Study):
         return [{**self.row(run, question, name, answers), **self.common(run, question, name, a.generation)}
                 for name, a in answers.items()]
 
+    def skip(self, model: kvprobe.Model, case: Any) -> list[dict[str, Any]] | None:
+        """The rows standing in for a case that is not run (e.g. its history is too long), or None to run
+        it (the default). A skipped case is neither prefilled nor answered; its rows keep their place in
+        the batch that :meth:`finish` sees."""
+        return None
+
     def finish(self, model: kvprobe.Model, batch: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
         """Post-process the rows of a batch (e.g. grade them all at once); the identity by default."""
         return batch
@@ -263,8 +270,10 @@ class HistoryStudy(Study):
 
     def run_cases(self, model: kvprobe.Model, cases: list[Any]) -> list[list[dict[str, Any]]]:
         """The rows of each case of a batch (the runner's protocol); one batched answer call."""
+        skipped = {i: rows for i, case in enumerate(cases) if (rows := self.skip(model, case)) is not None}
+        live = [case for i, case in enumerate(cases) if i not in skipped]
         runs: list[CaseRun] = []
-        for case, history in zip(cases, self.prefill(model, cases)):
+        for case, history in zip(live, self.prefill(model, live)):
             candidates = supported(self.name, history, dict(self.conditions(model, case, history)))
             conditions = {name: c if name in self.skip_prepare else prepared(model, history, c)
                           for name, c in candidates.items()}
@@ -295,6 +304,9 @@ class HistoryStudy(Study):
                 rows += self.rows(run, q, answers)
             check_unchanged(run.history, run.case.case_id)
             batch.append(rows)
+        if skipped:
+            ran = iter(batch)
+            batch = [skipped[i] if i in skipped else next(ran) for i in range(len(cases))]
         return self.finish(model, batch)
 
     skip_prepare: ClassVar[tuple[str, ...]] = ()

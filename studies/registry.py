@@ -106,7 +106,7 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
           "Quest, FINCH, RefreshKV and recent pages against the source mask at matched capacity (partE E4)"),
     Entry("cross-checkpoint", _P + "cross_checkpoint.study:CrossCheckpointStudy", _P + "cross_checkpoint.summary",
           "one checkpoint reads a sibling checkpoint's cache (partE)",
-          runner=_P + "cross_checkpoint.study:run",
+          runner=_P + "cross_checkpoint.transfer:run",
           options=(Option("transfer", "also train the joint K/V readout on the sibling's cache of the recognition "
                           "records and test it on the main model's (transfer.json, in the report)", to="run",
                           flag=True),)),

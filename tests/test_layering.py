@@ -174,3 +174,25 @@ def test_no_import_cycles_between_packages():
                                               ("kvprobe.interventions", "interventions")])
 def test_layer_names(module, expected):
     assert layer(module) == expected
+
+
+def test_an_install_adds_only_the_kvprobe_import_name(tmp_path):
+    """A wheel of the project holds one top-level package, ``kvprobe``, with the design card's folders
+    inside it (``kvprobe/studies/...``): ``import studies`` cannot collide with a user's own package."""
+    import subprocess
+    import sys
+    import zipfile
+
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = tmp_path.glob("kvprobe-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"kvprobe"}
+    for folder in GENERIC:
+        inside = {n for n in names if n.startswith(f"kvprobe/{folder}/")}
+        expected = {f"kvprobe/{p.relative_to(ROOT).as_posix()}" for p in (ROOT / folder).rglob("*.py")}
+        assert inside == expected, sorted(expected ^ inside)[:5]
+    done = subprocess.run([sys.executable, "-c", "import studies"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode != 0 and "No module named 'studies'" in done.stderr

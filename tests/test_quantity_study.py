@@ -102,7 +102,7 @@ def test_summary_recomputes_from_rows(llama, tmp_path):
 
 def test_cli_run_quantity(tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "kvprobe.cli", "run", "quantity", "--model", "tiny-llama", "--groups", "1",
+    cmd = [sys.executable, "-m", "kvprobe.cli", "run", "quantity", "--model", "tiny-llama", "--n-groups", "1",
            "--max-new-tokens", "4", "--no-operations", "--out", str(out), "--quiet", "--attn", "sdpa"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr

@@ -229,7 +229,7 @@ def test_killing_a_worker_mid_extraction_loses_nothing(pool, llama, tmp_path):
 
 
 def _cli(out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "kvprobe.cli", "run", "quantity", "--model", "tiny-llama", "--groups", "3",
+    return [sys.executable, "-m", "kvprobe.cli", "run", "quantity", "--model", "tiny-llama", "--n-groups", "3",
             "--max-new-tokens", "5", "--no-operations", "--cases-per-batch", "1", "--out", str(out), "--quiet",
             *extra]
 

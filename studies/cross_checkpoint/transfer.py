@@ -174,3 +174,15 @@ def write_transfer(out_dir: Path | str, result: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(result, indent=1, default=float) + "\n")
     return path
+
+
+def run(model: Any, out_dir: Path | str, study: Any = None, progress: bool = True, transfer: bool = False) -> Any:
+    """``kvprobe run cross-checkpoint``: :func:`kvprobe.studies.runner.run_study`, then (``transfer``) the
+    readout transfer between the checkpoint pair, written to ``out_dir/transfer.json``."""
+    from ..runner import run_study
+
+    info = run_study(study, model, out_dir, progress=progress)
+    if transfer:
+        pair = study.sibling_pair(model)
+        write_transfer(out_dir, readout_transfer(pair.main, pair.sibling))
+    return info
