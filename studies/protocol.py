@@ -22,8 +22,8 @@ shows them), ``cases()``, ``prompt()``, ``questions()``, ``conditions()`` and
 ``row()`` (its own columns), plus the ``summary`` and ``report`` of its folder.
 Studies that differ in one respect override one hook (:meth:`answer` for
 reason-then-score, :meth:`rows` for several policies sharing one answer,
-:meth:`question_conditions` for conditions built per question, :meth:`skip` for cases not run),
-not the loop.
+:meth:`question_conditions` for conditions built per question, :meth:`skip` for cases not run,
+:meth:`start_batch` for work shared by a batch's cases), not the loop.
 
 Example (a complete study)::
 
@@ -212,6 +212,10 @@ class HistoryStudy(Study):
         """Consecutive cases of a batch with the same non-None key share their prompt's common prefix K/V."""
         return None
 
+    def start_batch(self, model: kvprobe.Model, cases: list[Any]) -> None:
+        """Called once per batch with the cases that run (not the skipped ones), before any is prefilled:
+        work shared by the batch's cases (e.g. a detector's verdicts on all of them in one generation batch)."""
+
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
         """Called once per case after its conditions are prepared (record spans, costs... in ``run.extra``)."""
 
@@ -272,6 +276,7 @@ class HistoryStudy(Study):
         """The rows of each case of a batch (the runner's protocol); one batched answer call."""
         skipped = {i: rows for i, case in enumerate(cases) if (rows := self.skip(model, case)) is not None}
         live = [case for i, case in enumerate(cases) if i not in skipped]
+        self.start_batch(model, live)
         runs: list[CaseRun] = []
         for case, history in zip(live, self.prefill(model, live)):
             candidates = supported(self.name, history, dict(self.conditions(model, case, history)))

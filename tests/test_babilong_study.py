@@ -31,9 +31,16 @@ def _token_set(spans) -> set[int]:
     return {p for s in spans for p in s.positions()}
 
 
+def _prepare(model, study, case):
+    """The protocol's parts for one case: the prefilled history, its question text, the four policies."""
+    history = model.prefill(study.prompt(model, case))
+    (question,) = study.questions(model, case, history)
+    return history, question.text, study.conditions(model, case, history)
+
+
 def test_policies_hide_the_rule_facts_and_neutral_hides_only_filler(llama, study):
     case = next(c for c in study.cases() if c.sample.task == "qa3" and c.sample.target_tokens == 300)
-    history, question, conditions = study.prepare(llama, case)
+    history, question, conditions = _prepare(llama, study, case)
     assert list(conditions) == list(POLICIES)
     s = case.sample
     fact_tokens = {i: _token_set([history.span("context", chars=(a, b))]) for i, a, b in s.fact_spans}
@@ -45,9 +52,19 @@ def test_policies_hide_the_rule_facts_and_neutral_hides_only_filler(llama, study
     assert neutral and not neutral & set().union(*fact_tokens.values())
 
 
+def test_bad_parameters_fail_before_a_model_loads():
+    with pytest.raises(ValueError, match="tasks"):
+        BabilongStudy(tasks=("qa1",))
+    with pytest.raises(ValueError, match="lengths"):
+        BabilongStudy(lengths=(-5,))
+    for field in ("n", "max_new_tokens", "cases_per_batch"):
+        with pytest.raises(ValueError, match=field):
+            BabilongStudy(**{field: 0})
+
+
 def test_masked_answer_equals_the_uncached_reference(llama, study):
     case = next(c for c in study.cases() if c.sample.task == "qa2" and c.sample.target_tokens == 300)
-    history, question, conditions = study.prepare(llama, case)
+    history, question, conditions = _prepare(llama, study, case)
     mask = conditions["dependency"]
     hidden = torch.zeros(len(history), dtype=torch.bool)
     for span in mask.spans:
@@ -65,6 +82,7 @@ def test_run_resumes_and_summarizes(llama, study, tmp_path):
     rows = [json.loads(line) for line in first.decode().splitlines()]
     assert len(rows) == len(study.cases()) * len(POLICIES)
     assert {r["condition"] for r in rows} == set(POLICIES)
+    assert {r["query"] for r in rows} == {"question"} and all(r["case_id"] and r["group"] for r in rows)
     lines = first.decode().splitlines(keepends=True)
     (out / "results.jsonl").write_text("".join(lines[: len(POLICIES) * 3]))  # as if killed after 3 cases
     run_study(study, llama, out, progress=False)

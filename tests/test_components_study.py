@@ -240,6 +240,9 @@ def test_study_runs_resumes_and_summarizes(llama, tmp_path):
     for r in rows:
         assert r["margin"] == pytest.approx(r["logprobs"][r["expected_index"]] - r["logprobs"][1 - r["expected_index"]])
         assert r["correct"] == (r["margin"] > 0) and len(r["continuation_ids"]) == 3
+        # the continuation is the row's output; it always runs the whole budget
+        assert isinstance(r["output"], str) and (r["stop_reason"], r["output_tokens"]) == ("cap", 3)
+        assert r["group"] == r["cluster_id"]
     # resume: cut the file inside the first row of case 4 (as a kill would), rerun, same bytes
     lines = data.decode().splitlines(keepends=True)
     (out / "results.jsonl").write_text("".join(lines[: 3 * 18]) + lines[3 * 18][:40])
@@ -250,6 +253,17 @@ def test_study_runs_resumes_and_summarizes(llama, tmp_path):
     assert set(summary["accuracy"]) == {"K", "V", "K+V", "QK"}
     report = (out / "report.md").read_text()
     assert "## Component effects" in report and "## Accuracy preservation" in report and "inconsistent" in report
+
+
+def test_bad_parameters_fail_before_a_model_loads():
+    with pytest.raises(ValueError, match="families"):
+        ComponentStudy(families=("location", "weather"))
+    with pytest.raises(ValueError, match="budget"):
+        ComponentStudy(budget=-1)
+    for field in ("n_per_family", "cases_per_batch"):
+        with pytest.raises(ValueError, match=field):
+            ComponentStudy(**{field: 0})
+    assert ComponentStudy(budget=0).budget == 0  # the cue may follow the question directly
 
 
 # --------------------------------------------------------------------------- summary math

@@ -17,6 +17,7 @@ from kvprobe.tiny import tiny_tokenizer
 from kvprobe.studies.derived_note import grading, groups, history
 from kvprobe.studies.derived_note.study import COSTS, DerivedNoteStudy, run
 from kvprobe.studies.derived_note.summary import format_report, summarize, write_summary
+from kvprobe.studies.protocol import CaseRun
 from kvprobe.studies.runner import run_study
 
 TOL = 1e-4
@@ -143,6 +144,16 @@ def llama() -> kvprobe.Model:
     return kvprobe.load_model("tiny-llama")
 
 
+def _prepare(model, study, case, reuse=None):
+    """What the protocol does for one case: prefill (reusing ``reuse``), then the study's ``setup``
+    prepares and times every condition. Returns the history, the prepared conditions, the span
+    facts of the rows and the costs."""
+    h = model.prefill(study.prompt(model, case), reuse=reuse)
+    run = CaseRun(case, h, dict(study.conditions(model, case, h)), study.questions(model, case, h))
+    study.setup(model, run)
+    return h, run.conditions, run.extra["facts"], run.extra["costs"]
+
+
 def _hidden(prepared: kvprobe.Access) -> set[int]:
     state = prepared.state
     return {int(state.key_pos[s]) for layer in state.hidden.values() for s in layer.nonzero().flatten().tolist()}
@@ -151,8 +162,8 @@ def _hidden(prepared: kvprobe.Access) -> set[int]:
 def test_conditions_hide_a_c_and_the_neutral_interval(llama):
     study = DerivedNoteStudy(n_groups=1)
     derived, neutral = study.cases()
-    hd, cd, facts_d, costs = study.prepare(llama, derived)
-    hn, cn, facts_n, _ = study.prepare(llama, neutral, reuse=hd)
+    hd, cd, facts_d, costs = _prepare(llama, study, derived)
+    hn, cn, facts_n, _ = _prepare(llama, study, neutral, reuse=hd)
     assert list(cd) == list(cn) == list(history.CONDITIONS) and set(costs) == set(cd)
     assert facts_d["span_C"] == facts_n["span_C"] and len(hd) == len(hn)
     assert torch.equal(hd.input_ids[: facts_d["span_C"][0]], hn.input_ids[: facts_n["span_C"][0]])
@@ -172,7 +183,7 @@ def test_refresh_arms_equal_an_uncached_reference_with_a_hidden(llama):
     """The study's refreshed arms (states after A rebuilt, queries hiding A) against one plain forward
     over the same ids whose explicit 4-D mask hides A from every position after A (fp32)."""
     study = DerivedNoteStudy(n_groups=1)
-    h, conds, facts, _ = study.prepare(llama, study.cases()[0])
+    h, conds, facts, _ = _prepare(llama, study, study.cases()[0])
     hidden = positions_of([h.span("A")], len(h))
     for q in groups.queries(study.cases()[0].group):
         suffix = suffix_ids(llama, h, q.question)
@@ -197,8 +208,10 @@ def test_run_resumes_byte_identically_and_summarizes(llama, tmp_path):
     assert Counter((r["note"], r["query"], r["condition"]) for r in rows) == {
         (n, q, c): 2 for n in groups.NOTES for q in groups.QUERIES for c in history.CONDITIONS}
     assert not any("second" in k or "time" in k for k in rows[0])
+    assert all(r["group"] == r["group_id"] for r in rows)
     costs = [json.loads(line) for line in (out / COSTS).read_text().splitlines()]
     assert len(costs) == 4 * 6 and all(c["seconds"] >= 0 for c in costs)
+    assert "cost_log" not in json.loads((out / "config.json").read_text())["study_config"]
     # Drop the last two cases; the rerun redoes the second batch only and reproduces the file.
     (out / "results.jsonl").write_text("".join(first.decode().splitlines(keepends=True)[: 2 * 12]))
     assert run_study(DerivedNoteStudy(n_groups=2, max_new_tokens=4), llama, out, progress=False).cases_run == 2
@@ -208,6 +221,16 @@ def test_run_resumes_byte_identically_and_summarizes(llama, tmp_path):
     assert {c["key"] for c in summary["contrasts"]} >= {"maskC_vs_full_current", "refresh_vs_maskA_current"}
     report = (out / "report.md").read_text()
     assert "## Key contrasts" in report and "## Operation cost" in report and "| refresh |" in report
+
+
+def test_bad_parameters_fail_before_a_model_loads():
+    with pytest.raises(ValueError, match="notes"):
+        DerivedNoteStudy(notes=("derived", "empty"))
+    with pytest.raises(ValueError, match="notes"):
+        DerivedNoteStudy(notes=())
+    for field in ("n_groups", "max_new_tokens", "cases_per_batch"):
+        with pytest.raises(ValueError, match=field):
+            DerivedNoteStudy(**{field: 0})
 
 
 # --------------------------------------------------------------------------- summary math

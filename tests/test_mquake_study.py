@@ -7,9 +7,11 @@ import json
 import pytest
 
 import kvprobe
+from kvprobe.studies.conditions import supported
 from kvprobe.studies.mquake.history import source_segments
 from kvprobe.studies.mquake.study import POLICIES, MQuAKEStudy
 from kvprobe.studies.mquake.summary import write_summary
+from kvprobe.studies.protocol import prepared
 from kvprobe.studies.runner import run_study
 
 
@@ -18,10 +20,17 @@ def study():
     return MQuAKEStudy(hops=(2, 4), n_per_hop=1, max_new_tokens=4)
 
 
+def _prepare(model, study, case):
+    """What the protocol does for one case: prefill, keep the supported policies, prepare each once."""
+    history = model.prefill(study.prompt(model, case))
+    candidates = supported(study.name, history, study.conditions(model, case, history))
+    return history, {name: prepared(model, history, c) for name, c in candidates.items()}
+
+
 def test_policies_and_masked_spans(study):
     llama = kvprobe.load_model("tiny-llama")
     case = study.cases()[0]
-    history, conditions = study.prepare(llama, case)
+    history, conditions = _prepare(llama, study, case)
     assert list(conditions) == list(POLICIES)
     source = conditions["source-mask"].state
     hidden = {p for layer_hidden in source.hidden.values() for p in layer_hidden.nonzero().flatten().tolist()}
@@ -33,8 +42,16 @@ def test_policies_and_masked_spans(study):
 def test_hybrid_leaves_compaction_out(study):
     hybrid = kvprobe.load_model("tiny-qwen3.5")
     with pytest.warns(UserWarning, match="compact"):
-        _, conditions = study.prepare(hybrid, study.cases()[1])
+        _, conditions = _prepare(hybrid, study, study.cases()[1])
     assert "compact" not in conditions and "rebuild" in conditions
+
+
+def test_bad_parameters_fail_before_a_model_loads():
+    with pytest.raises(ValueError, match="hops"):
+        MQuAKEStudy(hops=(0, 2))
+    for field in ("n_per_hop", "max_new_tokens", "cases_per_batch"):
+        with pytest.raises(ValueError, match=field):
+            MQuAKEStudy(**{field: 0})
 
 
 def test_run_resumes_and_summarizes(study, tmp_path):
@@ -44,6 +61,8 @@ def test_run_resumes_and_summarizes(study, tmp_path):
     first = (out / "results.jsonl").read_bytes()
     rows = [json.loads(line) for line in first.decode().splitlines()]
     assert len(rows) == len(study.cases()) * 5 * len(POLICIES)
+    assert {r["query"] for r in rows} == {"current", "historical", "single_hop"}
+    assert all(r["group"] == r["case_id"] for r in rows)
     (out / "results.jsonl").write_text("".join(first.decode().splitlines(keepends=True)[: 5 * len(POLICIES)]))
     run_study(study, llama, out, progress=False)
     assert (out / "results.jsonl").read_bytes() == first

@@ -305,8 +305,8 @@ def test_inactive_questions_give_identical_outputs_in_every_arm(llama):
     study = SessionBiasStudy(split="all", max_new_tokens=4)
     cases = [SessionBiasCase(q, "all", False) for q in (temporal, single)]
     for rows in study.run_cases(llama, cases):
-        assert [r["arm"] for r in rows] == ["full", "soft", "hard"]
-        assert len({(r["output"], r["n_tokens"], r["stop_reason"]) for r in rows}) == 1
+        assert [r["condition"] for r in rows] == ["full", "soft", "hard"]
+        assert len({(r["output"], r["output_tokens"], r["stop_reason"]) for r in rows}) == 1
         assert not any(r["active"] or r["copied_from_full"] for r in rows)
         assert [r["hidden_tokens"] for r in rows] == [0, 0, 0] and rows[1]["biased_tokens"] == 0
     # skip_inactive copies the full answer instead of generating it again.
@@ -322,6 +322,13 @@ def test_study_arms_and_options_are_validated():
         SessionBiasStudy(arms=("soft", "hard"), skip_inactive=True)
     with pytest.raises(ValueError, match="split"):
         SessionBiasStudy(split="test")
+    with pytest.raises(ValueError, match="arms"):
+        SessionBiasStudy(arms=())
+    with pytest.raises(ValueError, match="order"):
+        SessionBiasStudy(order="random")
+    for field in ("n", "fixture_bases", "max_new_tokens", "max_history_tokens", "cases_per_batch"):
+        with pytest.raises(ValueError, match=field):
+            SessionBiasStudy(**{field: 0})
 
 
 # --------------------------------------------------------------------------- end to end
@@ -333,14 +340,14 @@ def test_run_resumes_and_writes_the_summary(llama, tmp_path):
     assert info.cases_run == 5 and info.rows_written == 15
     first = (out / "results.jsonl").read_bytes()
     rows = [json.loads(line) for line in first.decode().splitlines()]
-    assert Counter(r["arm"] for r in rows) == {"full": 5, "soft": 5, "hard": 5}
-    for key in ("case_id", "group", "question_type", "is_abstention", "update", "active", "arm", "output",
-                "stop_reason", "n_tokens", "correct", "grader"):
+    assert Counter(r["condition"] for r in rows) == {"full": 5, "soft": 5, "hard": 5}
+    for key in ("case_id", "group", "question_type", "is_abstention", "update", "active", "condition", "query",
+                "output", "stop_reason", "output_tokens", "correct", "grader"):
         assert all(key in r for r in rows), key
     assert all(r["grader"] == "rule-v1" and isinstance(r["correct"], bool) for r in rows)
     assert not any("second" in k or "time" in k for k in rows[0])
     # The abstention variant shares its base's history (one prefill) and bootstrap group.
-    by_id = {r["case_id"]: r for r in rows if r["arm"] == "full"}
+    by_id = {r["case_id"]: r for r in rows if r["condition"] == "full"}
     for cid, r in by_id.items():
         if cid.endswith("_abs"):
             assert r["group"] == by_id[cid[:-4]]["group"] and r["prompt_sha256"] == by_id[cid[:-4]]["prompt_sha256"]
@@ -364,6 +371,8 @@ def test_too_long_histories_are_skipped(llama, tmp_path):
     run_study(study, llama, tmp_path, progress=False)
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 6 and all(r["skipped"] == "history_too_long" and r["output"] is None for r in rows)
+    assert [r["condition"] for r in rows] == ["full", "soft", "hard"] * 2
+    assert all(r["history_tokens"] > 20 and r["prompt_sha256"] and r["output_tokens"] is None for r in rows)
     s = summarize(tmp_path)
     assert s["questions"] == 0 and s["skipped_questions"] == 2
 
@@ -449,9 +458,10 @@ def test_batched_judge_protocol(tmp_path):
 def _row(case: str, arm: str, correct: bool, active: bool = True, update: bool = False, abstention: bool = False,
          stop: str = "eos") -> dict:
     group = case[:-4] if case.endswith("_abs") else case
-    return {"case_id": case, "group": group, "arm": arm, "correct": correct, "active": active, "update": update,
-            "is_abstention": abstention, "question_type": "knowledge-update" if update else "single-session-user",
-            "stop_reason": stop, "n_tokens": 5, "output": f"{case}-{arm}-{correct}", "split": "validation",
+    return {"case_id": case, "group": group, "condition": arm, "correct": correct, "active": active,
+            "update": update, "is_abstention": abstention,
+            "question_type": "knowledge-update" if update else "single-session-user",
+            "stop_reason": stop, "output_tokens": 5, "output": f"{case}-{arm}-{correct}", "split": "validation",
             "group_crosses_split": case == "d", "grader": "rule-v1", "skipped": None, "copied_from_full": False}
 
 

@@ -12,9 +12,12 @@ and a greedy answer generated:
   (equal-token control when a token counter is used; never facts or framing).
 
 Masks hide the spans' tokens from the question and every generated token
-(kvprobe ``Mask``); the stored cache is never changed. Rows are graded with the
-official-style location parser (question locations excluded, EOS required) and
-the strict bare-location rule. The prompt is the official one, through the
+(kvprobe ``Mask``); the stored cache is never changed. The run loop (prefill,
+one batched ``decoding.answer`` call per batch of cases, the common row
+columns, the unchanged-cache check) is the protocol's
+(``studies.protocol.HistoryStudy``). Rows are graded with the official-style
+location parser (question locations excluded, EOS required) and the strict
+bare-location rule. The prompt is the official one, through the
 model's chat template when it has one ([UNCLEAR] in the paper; an instruct
 model then ends its answer with EOS, which the metric requires), as one user
 message with no system prompt. The quick reproduction defaults (two lengths,
@@ -25,18 +28,20 @@ a budget of 40 new tokens) are our choice for a 2-core CPU; the paper used
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
 
-from ..conditions import check_unchanged
+from ..protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
 from ..runner import study_parameters
 from . import grading, samples
 
 POLICIES = ("full", "naive", "dependency", "neutral")
 #: Answer budget ([UNCLEAR] for small models; the paper used 128, the original ceiling is 20).
 MAX_NEW_TOKENS = 40
+#: The row's ``query``: every case asks its one bAbI question.
+QUERY = "question"
 
 
 @dataclass(frozen=True)
@@ -57,18 +62,32 @@ class BabilongCase:
 
 
 @dataclass
-class BabilongStudy:
-    """BABILong qa2/qa3 under the four policies (runner protocol)."""
+class BabilongStudy(HistoryStudy):
+    """BABILong qa2/qa3 under the four policies (one question per case, one row per policy)."""
 
+    name: ClassVar[str] = "babilong"
+    #: bAbI tasks to run: qa2 (two supporting facts) and/or qa3 (three supporting facts).
     tasks: tuple[str, ...] = ("qa2", "qa3")
+    #: Target context lengths in tokens (0: the story facts alone; the paper used 8k and 32k).
     lengths: tuple[int, ...] = (0, 1000)
+    #: Run the first N of the official 100 test questions of each task (None: all).
     n: int | None = 50
+    #: Seed of the filler text around the story facts.
     seed: int = 20260913
+    #: Greedy answer budget in tokens ([UNCLEAR] for small models; the paper used 128).
     max_new_tokens: int = MAX_NEW_TOKENS
-    chat: bool | None = None  # None: the chat template when the tokenizer has one (instruct models end with EOS)
+    #: Ask through the chat template (auto: when the tokenizer has one; instruct models then end with EOS).
+    chat: bool | None = None
+    #: Cases answered in one batch.
     cases_per_batch: int = 4
-    name: str = "babilong"
     _cases: list[BabilongCase] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.tasks, self.lengths = tuple(self.tasks), tuple(self.lengths)
+        if not self.tasks or not self.lengths:
+            raise InvalidParameter("tasks" if not self.tasks else "lengths", "give at least one")
+        require_choices(self, tasks=tuple(samples.BABI_FILES))
+        require_at_least(self, lengths=0, n=1, max_new_tokens=1, cases_per_batch=1)
 
     def config(self) -> dict[str, Any]:
         cfg = study_parameters(self)
@@ -83,23 +102,8 @@ class BabilongStudy:
             self._cases = out
         return self._cases
 
-    def run_cases(self, model: kvprobe.Model, cases: list[BabilongCase]) -> list[list[dict[str, Any]]]:
-        """Every (case, policy) row of a batch in one ``decoding.answer`` call."""
-        items, prepared = [], []
-        for case in cases:
-            history, question, conditions = self.prepare(model, case)
-            prepared.append((case, history, conditions))
-            items += [(history, kvprobe.Request(question, c)) for c in conditions.values()]
-        answers = iter(decoding.answer(model, items, max_new_tokens=self.max_new_tokens))
-        out = []
-        for case, history, conditions in prepared:
-            out.append([self._row(case, history, name, cond, next(answers).generation)
-                        for name, cond in conditions.items()])
-            check_unchanged(history, case.case_id)
-        return out
-
-    def prepare(self, model: kvprobe.Model, case: BabilongCase) -> tuple[kvprobe.History, str, dict[str, Any]]:
-        """Prefill the official prompt up to the question; the question suffix; the four policies."""
+    def prompt(self, model: kvprobe.Model, case: BabilongCase) -> kvprobe.Prompt:
+        """The official prompt up to the question (one user message; the question is the suffix)."""
         s = case.sample
         text, offset = samples.render_prompt(s)
         before = text[:offset]
@@ -107,37 +111,36 @@ class BabilongStudy:
         marker = "Question: "
         cut = after.rindex(marker)
         chat = self.chat if self.chat is not None else getattr(model.tokenizer, "chat_template", None) is not None
-        prompt = kvprobe.Prompt([("before", before), ("context", s.context)], chat=chat, sep="",
-                                question_sep=after[:cut] + marker, raw_suffix="\n")
-        history = model.prefill(prompt)
-        conditions: dict[str, Any] = {"full": kvprobe.Full()}
+        return kvprobe.Prompt([("before", before), ("context", s.context)], chat=chat, sep="",
+                              question_sep=after[:cut] + marker, raw_suffix="\n")
+
+    def questions(self, model: kvprobe.Model, case: BabilongCase, history: kvprobe.History) -> list[Question]:
+        return [Question(QUERY, case.sample.question)]
+
+    def conditions(self, model: kvprobe.Model, case: BabilongCase, history: kvprobe.History
+                   ) -> dict[str, kvprobe.Access]:
+        """The four policies: full access and the masks of the naive, dependency and neutral rules."""
+        s = case.sample
+        conditions: dict[str, kvprobe.Access] = {"full": kvprobe.Full()}
         count = samples.tokenizer_counter(model.tokenizer)  # the neutral mask matches tokens, not characters
         for rule in POLICIES[1:]:
             spans = [history.span("context", chars=_trim(s.context, a, b))
                      for a, b in samples.mask_spans(s, rule, count_tokens=count) if s.context[a:b].strip()]
             conditions[rule] = kvprobe.Mask(spans, name=rule) if spans else kvprobe.Full(name=rule)
-        return history, s.question, conditions
+        return conditions
 
-    def _row(self, case: BabilongCase, history: kvprobe.History, name: str, condition: Any,
-             generation: decoding.Generation) -> dict[str, Any]:
-        s = case.sample
+    def row(self, run: CaseRun, question: Question, condition: str,
+            answers: dict[str, decoding.Answer]) -> dict[str, Any]:
+        s = run.case.sample
+        generation = answers[condition].generation
         eos = generation.stop_reason == "eos"
-        spans = getattr(condition, "spans", ())
         return {
-            "case_id": case.case_id,
-            "group": case.group,
             "task": s.task,
             "length": s.target_tokens,
             "story": s.story_index,
             "question": s.question,
             "answer": s.answer,
-            "condition": name,
-            "history_tokens": len(history),
-            "masked_tokens": sum(len(x) for x in spans),
-            "prompt_sha256": history.rendered.sha256,
-            "output": generation.text,
-            "stop_reason": generation.stop_reason,
-            "output_tokens": generation.n_tokens,
+            "masked_tokens": sum(len(x) for x in getattr(run.originals[condition], "spans", ())),
             "official": grading.official_correct(generation.text, s.answer, s.question, eos),
             "official_no_eos": grading.official_correct(generation.text, s.answer, s.question, eos,
                                                         require_eos=False),

@@ -3,7 +3,9 @@ Preservation", L5694-5760; spec partD section 7).
 
 One case = one cluster in one state (CURRENT or SUPERSEDED). Its history is prefilled
 once; both queries (target, unrelated) run under nine conditions, 18 rows per case,
-all in one batched :func:`kvprobe.decoding.reason_then_score` call per batch of cases:
+all in one batched :func:`kvprobe.decoding.reason_then_score` call per batch of cases
+(the run loop is the protocol's, ``studies.protocol.HistoryStudy``; this study only
+swaps its answer call):
 
 ==================  ===========================================================
 ``none``            no intervention
@@ -22,7 +24,8 @@ token after the history: question, continuation, answer cue and options. Protoco
 row (paper L1293-1301): raw prompt ``History:\\n`` + history + ``\\nQuestion:\\n`` + query
 + ``\\nReasoning:\\n``, exactly ``budget`` greedy tokens without EOS stopping,
 ``\\nAnswer:\\n``, then both options scored by summed teacher-forced log-probability.
-margin = logp(expected) - logp(alternative); correct = margin > 0 (a tie is wrong).
+margin = logp(expected) - logp(alternative); correct = margin > 0 (a tie is wrong). The
+row's ``output`` is the continuation (``stop_reason`` always ``cap``).
 
 UNCLEAR in the paper, our choices:
 
@@ -39,12 +42,12 @@ UNCLEAR in the paper, our choices:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Sequence
 
 import kvprobe
-from kvprobe.decoding import reason_then_score
+from kvprobe import decoding
 
-from ..conditions import check_unchanged, supported
+from ..protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
 from ..runner import study_parameters
 from . import strings
 from .clusters import FAMILIES, QUERIES, SEED, STATES, Cluster, clusters_hash, generate_clusters, prompt
@@ -101,16 +104,28 @@ def conditions_for(history: kvprobe.History) -> tuple[dict[str, kvprobe.Access],
 
 
 @dataclass
-class ComponentStudy:
-    """Controlled history clusters under the nine component conditions (runner protocol)."""
+class ComponentStudy(HistoryStudy):
+    """Controlled history clusters under the nine component conditions (reason, then score both options)."""
 
+    name: ClassVar[str] = "components"
+    #: Clusters per family (the paper: 80, i.e. 400 clusters over 5 families).
     n_per_family: int = 80
+    #: Generator seed of the clusters.
     seed: int = SEED
+    #: Greedy continuation tokens before the answer cue ([UNCLEAR] which of the paper's 8/32/128; 8 for CPU).
     budget: int = BUDGET
+    #: Cluster families to generate.
     families: tuple[str, ...] = FAMILIES
-    cases_per_batch: int = 2  # both states of one cluster per batch
-    name: str = "components"
+    #: Cases answered in one batch (2: both states of one cluster).
+    cases_per_batch: int = 2
     _cases: list[ComponentCase] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.families = tuple(self.families)
+        if not self.families:
+            raise InvalidParameter("families", "give at least one family")
+        require_choices(self, families=FAMILIES)
+        require_at_least(self, n_per_family=1, budget=0, cases_per_batch=1)
 
     def config(self) -> dict[str, Any]:
         cfg = study_parameters(self)
@@ -126,42 +141,50 @@ class ComponentStudy:
             self._cases = [ComponentCase(c, s) for c in clusters for s in STATES]
         return self._cases
 
-    def run_cases(self, model: kvprobe.Model, cases: list[ComponentCase]) -> list[list[dict[str, Any]]]:
-        """Every (case, query, condition) row of a batch in one ``reason_then_score`` call."""
-        prepared, items, candidates = [], [], []
-        for case in cases:
-            history = model.prefill(prompt(case.cluster, case.state))
-            conditions, old, matched = conditions_for(history)
-            conditions = supported(self.name, history, conditions)
-            prepared.append((case, history, conditions, old, matched))
-            for query in QUERIES:
-                text, options = case.cluster.query(query), list(case.cluster.options(query))
-                for condition in conditions.values():
-                    items.append((history, kvprobe.Request(text, condition)))
-                    candidates.append(options)
-        results = iter(reason_then_score(model, items, candidates, self.budget, strings.ANSWER_CUE))
+    def group(self, case: ComponentCase) -> str:
+        """The bootstrap unit: the cluster (both states together)."""
+        return case.cluster.cluster_id
+
+    def prompt(self, model: kvprobe.Model, case: ComponentCase) -> kvprobe.Prompt:
+        return prompt(case.cluster, case.state)
+
+    def questions(self, model: kvprobe.Model, case: ComponentCase, history: kvprobe.History) -> list[Question]:
+        """Both queries with their two options; ``info``: the index of the expected option."""
+        cl = case.cluster
         out = []
-        for case, history, conditions, old, matched in prepared:
-            cl = case.cluster
-            rows = []
-            for query in QUERIES:
-                options = list(cl.options(query))
-                expected = options.index(cl.expected(case.state, query))
-                for name in conditions:
-                    generation, scores = next(results)
-                    margin = scores.logprobs[expected] - scores.logprobs[1 - expected]
-                    component, where = CONDITIONS[name]
-                    rows.append({
-                        "case_id": case.case_id, "cluster_id": cl.cluster_id, "family": cl.family,
-                        "state": case.state, "query": query, "condition": name, "component": component,
-                        "span": where, "question": cl.query(query), "options": options,
-                        "expected_index": expected, "logprobs": list(scores.logprobs),
-                        "option_tokens": list(scores.n_tokens), "margin": margin, "correct": margin > 0,
-                        "continuation": generation.text, "continuation_ids": list(generation.token_ids),
-                        "history_tokens": len(history), "old_span": [old.start, old.end],
-                        "matched_span": [matched.start, matched.end], "position": cl.position,
-                        "direction": cl.direction, "prompt_sha256": history.rendered.sha256,
-                    })
-            check_unchanged(history, case.case_id)
-            out.append(rows)
+        for query in QUERIES:
+            options = tuple(cl.options(query))
+            out.append(Question(query, cl.query(query), options, options.index(cl.expected(case.state, query))))
         return out
+
+    def conditions(self, model: kvprobe.Model, case: ComponentCase, history: kvprobe.History
+                   ) -> dict[str, kvprobe.Access]:
+        return conditions_for(history)[0]
+
+    def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
+        _, run.extra["old"], run.extra["matched"] = conditions_for(run.history)
+
+    def answer(self, model: kvprobe.Model, items: Sequence[tuple[kvprobe.History, kvprobe.Request]],
+               candidates: Sequence[Sequence[str]] | None) -> list[decoding.Answer]:
+        """Reason for exactly ``budget`` tokens, append the answer cue, score both options (one batch)."""
+        if not items:
+            return []
+        return [decoding.Answer(scores, generation) for generation, scores in
+                decoding.reason_then_score(model, items, candidates, self.budget, strings.ANSWER_CUE)]
+
+    def row(self, run: CaseRun, question: Question, condition: str,
+            answers: dict[str, decoding.Answer]) -> dict[str, Any]:
+        cl, scores = run.case.cluster, answers[condition].scores
+        generation = answers[condition].generation
+        expected = question.info
+        margin = scores.logprobs[expected] - scores.logprobs[1 - expected]
+        component, where = CONDITIONS[condition]
+        old, matched = run.extra["old"], run.extra["matched"]
+        return {
+            "cluster_id": cl.cluster_id, "family": cl.family, "state": run.case.state, "component": component,
+            "span": where, "question": question.text, "options": list(question.candidates),
+            "expected_index": expected, "logprobs": list(scores.logprobs),
+            "option_tokens": list(scores.n_tokens), "margin": margin, "correct": margin > 0,
+            "continuation_ids": list(generation.token_ids), "old_span": [old.start, old.end],
+            "matched_span": [matched.start, matched.end], "position": cl.position, "direction": cl.direction,
+        }

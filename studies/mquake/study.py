@@ -14,19 +14,24 @@ each policy:
 * ``compact``: delete the superseded records' rows and re-rotate later keys.
 
 Operations a model cannot support (compaction on hybrids) are left out with a
-warning. Answers are graded by normalized exact match to the answer or an
-alias with EOS; the historical question's retained-text stratum is recorded.
+warning. Every (case, question, policy) row of a batch of cases is answered in
+one ``decoding.answer`` call; the run loop (prefill, preparing each policy once
+per case, the common row columns, the unchanged-cache check) is the protocol's
+(``studies.protocol.HistoryStudy``). The row's ``query`` is the question's kind
+(``current``, ``historical``, ``single_hop``). Answers are graded by normalized
+exact match to the answer or an alias with EOS; the historical question's
+retained-text stratum is recorded.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
 
-from ..conditions import check_unchanged, supported
+from ..protocol import CaseRun, HistoryStudy, Question, require_at_least
 from ..runner import study_parameters
 from .generate import generate_cases
 from .history import build_history, contains_answer, normalized_exact_match, questions, retained_text, \
@@ -48,17 +53,27 @@ class MQuAKEStudyCase:
 
 
 @dataclass
-class MQuAKEStudy:
-    """Generated fictional MQuAKE cases under the seven policies (runner protocol)."""
+class MQuAKEStudy(HistoryStudy):
+    """Generated fictional MQuAKE cases under the seven policies (five questions per case)."""
 
+    name: ClassVar[str] = "mquake"
+    #: Hop counts of the generated cases (the paper: 2, 3 and 4).
     hops: tuple[int, ...] = (2, 3, 4)
+    #: Generated cases per hop count.
     n_per_hop: int = 20
+    #: Generator seed of the fictional world and its cases.
     seed: int = 20260912
+    #: Greedy answer budget in tokens ([UNCLEAR] in the paper; the 40 of its other generation studies).
     max_new_tokens: int = MAX_NEW_TOKENS
-    chat: bool | None = None  # None: the chat template when the tokenizer has one
+    #: Ask through the chat template (auto: when the tokenizer has one).
+    chat: bool | None = None
+    #: Cases answered in one batch.
     cases_per_batch: int = 2
-    name: str = "mquake"
     _cases: list[MQuAKEStudyCase] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.hops = tuple(self.hops)
+        require_at_least(self, hops=1, n_per_hop=1, max_new_tokens=1, cases_per_batch=1)
 
     def config(self) -> dict[str, Any]:
         cfg = study_parameters(self)
@@ -71,18 +86,31 @@ class MQuAKEStudy:
                                                                         seed=self.seed)]
         return self._cases
 
-    def prepare(self, model: kvprobe.Model, case: MQuAKEStudyCase) -> tuple[kvprobe.History, dict[str, Any]]:
-        """Prefill the history; the policies that apply to this model."""
+    def group(self, case: MQuAKEStudyCase) -> str:
+        """The bootstrap unit: the case (its paraphrases stay together)."""
+        return case.case_id
+
+    def prompt(self, model: kvprobe.Model, case: MQuAKEStudyCase) -> kvprobe.Prompt:
+        """The history: earlier relations, remaining links, later updates (``history.py``)."""
+        chat = self.chat if self.chat is not None else getattr(model.tokenizer, "chat_template", None) is not None
+        return kvprobe.Prompt(build_history(case.case), chat=chat, sep="\n")
+
+    def questions(self, model: kvprobe.Model, case: MQuAKEStudyCase, history: kvprobe.History) -> list[Question]:
+        """Three current paraphrases, the historical question, the single-hop question; ``info``: (index, gold)."""
+        return [Question(kind, text, None, (index, gold))
+                for index, (kind, text, gold) in enumerate(questions(case.case))]
+
+    def conditions(self, model: kvprobe.Model, case: MQuAKEStudyCase, history: kvprobe.History
+                   ) -> dict[str, kvprobe.Access]:
+        """The seven policies on the superseded records (unsupported ones are left out by the protocol)."""
         from kvprobe.interventions import Compact, OnlineMask, Rebuild, TextRecompute
 
         segments = build_history(case.case)
-        chat = self.chat if self.chat is not None else getattr(model.tokenizer, "chat_template", None) is not None
-        history = model.prefill(kvprobe.Prompt(segments, chat=chat, sep="\n"))
         sources = source_segments(case.case)
         source_spans = [history.span(name) for name in sources]
         values = [history.span(name, chars=(a, b)) for name, a, b in value_spans(case.case)]
         first_update = next(name for name, _ in segments if name.startswith("update:"))
-        candidates = {
+        return {
             "full": kvprobe.Full(),
             "value-mask": kvprobe.Mask(values, name="value-mask"),
             "source-mask": kvprobe.Mask(source_spans, name="source-mask"),
@@ -91,34 +119,18 @@ class MQuAKEStudy:
             "rebuild": Rebuild(source_spans),
             "compact": Compact(source_spans),
         }
-        return history, {name: kvprobe.Prepared.of(model, history, condition)
-                         for name, condition in supported(self.name, history, candidates).items()}
 
-    def run_cases(self, model: kvprobe.Model, cases: list[MQuAKEStudyCase]) -> list[list[dict[str, Any]]]:
-        """Every (case, question, policy) row of a batch in one ``decoding.answer`` call."""
-        prepared, items = [], []
-        for case in cases:
-            history, conditions = self.prepare(model, case)
-            asked = questions(case.case)
-            prepared.append((case, history, conditions, asked))
-            items += [(history, kvprobe.Request(text, c)) for _, text, _ in asked for c in conditions.values()]
-        answers = iter(decoding.answer(model, items, max_new_tokens=self.max_new_tokens))
-        out = []
-        for case, history, conditions, asked in prepared:
-            retained = retained_text(case.case, [n for n, _ in build_history(case.case)
-                                                 if n not in source_segments(case.case)])
-            rows = []
-            for index, (kind, text, gold) in enumerate(asked):
-                for name in conditions:
-                    g = next(answers).generation
-                    rows.append({
-                        "case_id": case.case_id, "hops": case.case.hops, "question_kind": kind,
-                        "question_index": index, "condition": name, "question": text, "answers": gold,
-                        "history_tokens": len(history), "prompt_sha256": history.rendered.sha256,
-                        "output": g.text, "stop_reason": g.stop_reason, "output_tokens": g.n_tokens,
-                        "em": normalized_exact_match(g.text, gold, g.stop_reason == "eos"),
-                        "contains": contains_answer(g.text, gold), "retained_text": retained,
-                    })
-            check_unchanged(history, case.case_id)
-            out.append(rows)
-        return out
+    def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
+        case = run.case.case
+        sources = source_segments(case)
+        run.extra["retained_text"] = retained_text(case, [n for n, _ in build_history(case) if n not in sources])
+
+    def row(self, run: CaseRun, question: Question, condition: str,
+            answers: dict[str, decoding.Answer]) -> dict[str, Any]:
+        g = answers[condition].generation
+        index, gold = question.info
+        return {
+            "hops": run.case.case.hops, "question_index": index, "question": question.text, "answers": gold,
+            "em": normalized_exact_match(g.text, gold, g.stop_reason == "eos"),
+            "contains": contains_answer(g.text, gold), "retained_text": run.extra["retained_text"],
+        }

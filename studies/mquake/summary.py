@@ -29,7 +29,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
     rows = list(read_rows(out_dir))
     by_key: dict[tuple[str, str], dict[tuple[str, int], dict]] = defaultdict(dict)
     for r in rows:
-        by_key[(r["question_kind"], r["condition"])][(r["case_id"], r["question_index"])] = r
+        by_key[(r["query"], r["condition"])][(r["case_id"], r["question_index"])] = r
     cells = []
     for kind in KINDS:
         full = by_key.get((kind, "full"), {})
@@ -50,7 +50,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
                     cell[f"{rule}_change_vs_full"] = paired_change([int(mine[k][rule]) for k in keys],
                                                                    [int(full[k][rule]) for k in keys], boot)
             cells.append(cell)
-    routed = [r for r in rows if (r["question_kind"] == "historical") == (r["condition"] == "full")
+    routed = [r for r in rows if (r["query"] == "historical") == (r["condition"] == "full")
               and r["condition"] in ("full", "recompute")]
     routing = {"n": len(routed), "em": sum(r["em"] for r in routed), "contains": sum(r["contains"] for r in routed),
                "rule": "historical prefix -> full access; other questions -> text recompute"}

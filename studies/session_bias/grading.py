@@ -273,6 +273,6 @@ def grade_run(run_dir: str | Path, grader: Grader, out_name: str = GRADES) -> Pa
     path = Path(run_dir) / out_name
     with open(path, "w") as f:
         for r, v in zip(rows, verdicts):
-            f.write(json.dumps({"case_id": r["case_id"], "arm": r["arm"], "correct": bool(v.correct),
+            f.write(json.dumps({"case_id": r["case_id"], "arm": r["condition"], "correct": bool(v.correct),
                                 "explanation": v.explanation, "grader": v.grader}, sort_keys=True) + "\n")
     return path

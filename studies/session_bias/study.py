@@ -7,12 +7,15 @@ One case is one question (LongMemEval-Oracle, or the seeded fixtures of
 ``fixtures.py`` in the same schema). Per case the history of ``history.py`` is
 prefilled once, without any bias (cases with an identical prompt in one batch,
 e.g. a fixture question and its abstention variant, share one prefill); each arm
-(``full``, ``soft``, ``hard``) then asks the question on its own fork of that
-cache and greedily generates at most ``max_new_tokens`` tokens (EOS stop, native
-chat template; paper E1: 128, E3: 256), every (case, arm) row of a batch in one
-``decoding.answer`` call. After each case ``check_unchanged`` proves the
-prefilled K/V untouched. Rows are graded by ``grading.RuleGrader`` (regrade a run
-with any :class:`grading.Grader` via ``grading.grade_run``).
+(``full``, ``soft``, ``hard``; the row's ``condition``) then asks the question
+on its own fork of that cache and greedily generates at most ``max_new_tokens``
+tokens (EOS stop, native chat template; paper E1: 128, E3: 256), every (case,
+arm) row of a batch in one ``decoding.answer`` call. The run loop (prefill, the
+batched call, the common row columns, ``check_unchanged`` proving the prefilled
+K/V untouched after each case) is the protocol's
+(``studies.protocol.HistoryStudy``). Rows are graded by ``grading.RuleGrader``,
+a batch at a time (regrade a run with any :class:`grading.Grader` via
+``grading.grade_run``).
 
 ``active``: the soft bias (hence the hard mask) changes at least one position,
 i.e. g(q) = 1 and S > 1. The paper saw identical answers on inactive pairs
@@ -31,26 +34,27 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
 
-from ..conditions import check_unchanged
+from ..protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
 from ..runner import study_parameters
 from . import fixtures, grading, history, longmemeval, strings
-from .longmemeval import Question
 
 #: Answer budget (paper E1, app:v8_public L5916: "up to 128 new tokens"; E3 used 256).
 MAX_NEW_TOKENS = 128
 FIXTURES = "fixtures"
+#: The row's ``query``: every case asks its one question.
+QUERY = "question"
 
 
 @dataclass(frozen=True)
 class SessionBiasCase:
     """One question of the selected split."""
 
-    question: Question
+    question: longmemeval.Question
     split: str
     crosses_split: bool
 
@@ -60,59 +64,51 @@ class SessionBiasCase:
 
 
 @dataclass
-class SessionBiasStudy:
-    """Full / soft / hard arms on LongMemEval-schema questions (runner protocol).
+class SessionBiasStudy(HistoryStudy):
+    """Full / soft / hard arms on LongMemEval-schema questions (one question per case, one row per arm)."""
 
-    Args:
-        source: ``"fixtures"`` (seeded synthetic histories) or the path of ``longmemeval_oracle.json``.
-        split: ``"validation"`` (the paper's 380 of 500), ``"development"`` or ``"all"``.
-        n: the first ``n`` questions of the split (file order); None = all.
-        fixture_bases, fixture_seed: size and seed of the fixtures (ignored for a file).
-        arms: subset of ``("full", "soft", "hard")``.
-        oldest_weight: attention factor of the oldest session (paper: 1/2).
-        max_new_tokens: answer budget (paper: 128 for the soft bias, 256 for the hard-mask comparison).
-        chat: None = the native chat template when the tokenizer has one.
-        order: ``"timestamp"`` (sort sessions by date, stably) or ``"file"``.
-        skip_inactive: copy the full answer to the other arms of inactive questions.
-        max_history_tokens: skip questions whose history is longer (None: no limit).
-        cases_per_batch: questions per ``decoding.answer`` call.
-    """
-
+    name: ClassVar[str] = "session-bias"
+    #: "fixtures" (seeded synthetic histories) or the path of longmemeval_oracle.json.
     source: str = FIXTURES
+    #: Questions to run: validation (the paper's 380 of 500), development or all.
     split: str = "validation"
+    #: Run the first N questions of the split, in file order (None: all).
     n: int | None = None
+    #: Base questions of the fixtures (ignored for a file).
     fixture_bases: int = fixtures.N_BASES
+    #: Seed of the fixtures (ignored for a file).
     fixture_seed: int = fixtures.SEED
+    #: Arms to run, a subset of full, soft and hard.
     arms: tuple[str, ...] = history.ARMS
+    #: Attention factor of the oldest session under the soft bias (the paper: 1/2).
     oldest_weight: float = 0.5
+    #: Greedy answer budget in tokens (the paper: 128 for the soft bias, 256 for the hard-mask comparison).
     max_new_tokens: int = MAX_NEW_TOKENS
+    #: Ask through the native chat template (auto: when the tokenizer has one).
     chat: bool | None = None
+    #: Session order in the history: timestamp (sorted by date, stably) or file.
     order: str = "timestamp"
+    #: Copy the full answer to the other arms of inactive questions instead of generating them.
     skip_inactive: bool = False
+    #: Skip questions whose history is longer than this many tokens (None: no limit).
     max_history_tokens: int | None = None
+    #: Questions answered in one batch.
     cases_per_batch: int = 2
-    name: str = "session-bias"
-    _questions: list[Question] | None = field(default=None, repr=False, compare=False)
+    _questions: list[longmemeval.Question] | None = field(default=None, repr=False, compare=False)
     _cases: list[SessionBiasCase] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.arms = tuple(self.arms)
-        if not self.arms or set(self.arms) - set(history.ARMS):
-            raise ValueError(f"arms must be a non-empty subset of {history.ARMS}, got {self.arms}")
+        if not self.arms:
+            raise InvalidParameter("arms", f"must be a non-empty subset of {history.ARMS}, got {self.arms}")
+        require_choices(self, arms=history.ARMS, split=longmemeval.SPLITS, order=history.ORDERS)
         if self.skip_inactive and "full" not in self.arms:
-            raise ValueError("skip_inactive copies the full answer, so arms must include 'full'")
-        if self.split not in longmemeval.SPLITS:
-            raise ValueError(f"split must be one of {longmemeval.SPLITS}, got {self.split!r}")
-        if self.order not in history.ORDERS:
-            raise ValueError(f"order must be one of {history.ORDERS}, got {self.order!r}")
-        if self.max_new_tokens < 1:
-            raise ValueError("max_new_tokens must be at least 1")
-        if self.n is not None and self.n < 1:
-            raise ValueError(f"n must be at least 1, got {self.n}")
+            raise InvalidParameter("skip_inactive", "copies the full answer, so arms must include 'full'")
+        require_at_least(self, n=1, fixture_bases=1, max_new_tokens=1, max_history_tokens=1, cases_per_batch=1)
 
     # ------------------------------------------------------------------ data
 
-    def questions(self) -> list[Question]:
+    def source_questions(self) -> list[longmemeval.Question]:
         """Every question of the source (before the split; loaded once)."""
         if self._questions is None:
             self._questions = (fixtures.generate(self.fixture_bases, self.fixture_seed) if self.source == FIXTURES
@@ -122,7 +118,7 @@ class SessionBiasStudy:
     def cases(self) -> list[SessionBiasCase]:
         """The first ``n`` questions of the split, in file order."""
         if self._cases is None:
-            everything = self.questions()
+            everything = self.source_questions()
             chosen = longmemeval.select_split(everything, self.split)
             crossing = longmemeval.groups_crossing(everything)
             if self.n is not None:
@@ -136,79 +132,117 @@ class SessionBiasStudy:
         cases = self.cases()
         cfg.update({
             "dataset_sha256": longmemeval.dataset_hash(c.question for c in cases),
-            "dev_quotas": longmemeval.dev_quotas(self.questions()),
+            "dev_quotas": longmemeval.dev_quotas(self.source_questions()),
             "grader": grading.RuleGrader.name,
             "strings_sha256": strings_hash(),
             "template_kwargs": strings.TEMPLATE_KWARGS,
         })
         return cfg
 
-    # ------------------------------------------------------------------ running
+    # ------------------------------------------------------------------ the protocol's parts
 
-    def run_cases(self, model: kvprobe.Model, cases: list[SessionBiasCase]) -> list[list[dict[str, Any]]]:
-        """The rows of each case; every (case, arm) row of the batch runs in one ``decoding.answer`` call."""
-        chat = history.use_chat(model.tokenizer, self.chat)
+    def group(self, case: SessionBiasCase) -> str:
+        """The bootstrap unit: a question and its abstention variant move together."""
+        return case.question.group
+
+    def _prompt(self, model: kvprobe.Model, case: SessionBiasCase) -> tuple[kvprobe.Prompt, history.SessionLayout]:
+        return history.build_prompt(case.question, chat=history.use_chat(model.tokenizer, self.chat),
+                                    order=self.order)
+
+    def prompt(self, model: kvprobe.Model, case: SessionBiasCase) -> kvprobe.Prompt:
+        return self._prompt(model, case)[0]
+
+    def prefill(self, model: kvprobe.Model, cases: list[SessionBiasCase]) -> list[kvprobe.History]:
+        """One history per distinct prompt of the batch, consecutive or not (a fixture question and its
+        abstention variant need not be neighbours in a LongMemEval file)."""
         prefilled: dict[str, kvprobe.History] = {}
-        plans: list[tuple[SessionBiasCase, dict[str, Any] | None]] = []
-        items: list[tuple[kvprobe.History, kvprobe.Request]] = []
+        out = []
         for case in cases:
-            q = case.question
-            prompt, layout = history.build_prompt(q, chat=chat, order=self.order)
+            prompt = self.prompt(model, case)
             key = json.dumps([prompt.system, prompt.segments])
             if key not in prefilled:
-                if self.max_history_tokens is not None:
-                    n_tokens = int(model.tokenize(prompt)[1].shape[0])
-                    if n_tokens > self.max_history_tokens:
-                        plans.append((case, {"skipped": "history_too_long", "history_tokens": n_tokens,
-                                             "layout": layout}))
-                        continue
                 prefilled[key] = model.prefill(prompt)
-            h = prefilled[key]
-            asked = history.question_text(q)
-            a = history.arms(h, layout, asked, self.oldest_weight, self.arms)
-            run = a.conditions if (a.active or not self.skip_inactive) else {"full": a.conditions["full"]}
-            first = len(items)
-            items += [(h, kvprobe.Request(asked, cond)) for cond in run.values()]
-            plans.append((case, {"history": h, "layout": layout, "asked": asked, "arms": a,
-                                 "run": list(run), "first": first}))
-        answers = decoding.answer(model, items, max_new_tokens=self.max_new_tokens) if items else []
-        out = [self._case_rows(model, case, plan, answers) for case, plan in plans]
-        grader = grading.RuleGrader()
-        graded = [r for rows in out for r in rows if not r["skipped"]]
-        for r, v in zip(graded, grader.grade([grading.task_of(r) for r in graded])):
-            r.update(correct=v.correct, grade_explanation=v.explanation, grader=v.grader)
+            out.append(prefilled[key])
         return out
 
-    def _case_rows(self, model: kvprobe.Model, case: SessionBiasCase, plan: dict[str, Any],
-                   answers: list[decoding.Answer]) -> list[dict[str, Any]]:
-        q, layout = case.question, plan["layout"]
-        base = {
-            "case_id": case.case_id, "group": q.group, "question_type": q.question_type,
-            "is_abstention": q.is_abstention, "update": q.is_update, "split": case.split,
-            "group_crosses_split": case.crosses_split, "question": q.question, "reference": q.answer,
-            "n_sessions": layout.n_sessions, "sessions_reordered": layout.reordered,
+    def skip(self, model: kvprobe.Model, case: SessionBiasCase) -> list[dict[str, Any]] | None:
+        """Rows without an answer for a question whose history is longer than ``max_history_tokens``."""
+        if self.max_history_tokens is None:
+            return None
+        prompt, layout = self._prompt(model, case)
+        rendered, ids, _ = model.tokenize(prompt)
+        n_tokens = int(ids.shape[0])
+        if n_tokens <= self.max_history_tokens:
+            return None
+        return [{**self._case_columns(case, layout), "case_id": case.case_id, "group": self.group(case),
+                 "condition": arm, "query": QUERY,
+                 "skipped": "history_too_long", "history_tokens": n_tokens, "prompt_sha256": rendered.sha256,
+                 "gate": None, "active": None, "output": None, "stop_reason": None, "output_tokens": None,
+                 "correct": None, "grader": None} for arm in self.arms]
+
+    def questions(self, model: kvprobe.Model, case: SessionBiasCase, h: kvprobe.History) -> list[Question]:
+        return [Question(QUERY, history.question_text(case.question))]
+
+    def conditions(self, model: kvprobe.Model, case: SessionBiasCase, h: kvprobe.History
+                   ) -> dict[str, kvprobe.Access]:
+        return self._arms(model, case, h).conditions
+
+    def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
+        """The arms' facts (gate, activity, biased and content tokens) and the session layout."""
+        run.extra["layout"] = self._prompt(model, run.case)[1]
+        run.extra["arms"] = self._arms(model, run.case, run.history)
+
+    def question_conditions(self, run: CaseRun, question: Question) -> dict[str, kvprobe.Access]:
+        """Every arm; only ``full`` for an inactive question when ``skip_inactive`` copies its answer."""
+        if self.skip_inactive and not run.extra["arms"].active:
+            return {"full": run.conditions["full"]}
+        return run.conditions
+
+    def rows(self, run: CaseRun, question: Question, answers: dict[str, decoding.Answer]) -> list[dict[str, Any]]:
+        """One row per arm; an arm that was not answered copies the full arm's answer."""
+        out = []
+        for arm in run.conditions:
+            generation = answers.get(arm, answers["full"]).generation
+            out.append({**self._arm_columns(run, arm, copied=arm not in answers),
+                        **self.common(run, question, arm, generation)})
+        return out
+
+    def row(self, run: CaseRun, question: Question, condition: str,
+            answers: dict[str, decoding.Answer]) -> dict[str, Any]:
+        return self._arm_columns(run, condition, copied=False)
+
+    def finish(self, model: kvprobe.Model, batch: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+        """Grade every answered row of the batch at once (``grading.RuleGrader``)."""
+        graded = [r for rows in batch for r in rows if not r["skipped"]]
+        for r, v in zip(graded, grading.RuleGrader().grade([grading.task_of(r) for r in graded])):
+            r.update(correct=v.correct, grade_explanation=v.explanation, grader=v.grader)
+        return batch
+
+    # ------------------------------------------------------------------ columns
+
+    def _arms(self, model: kvprobe.Model, case: SessionBiasCase, h: kvprobe.History) -> history.Arms:
+        layout = self._prompt(model, case)[1]
+        return history.arms(h, layout, history.question_text(case.question), self.oldest_weight, self.arms)
+
+    def _case_columns(self, case: SessionBiasCase, layout: history.SessionLayout) -> dict[str, Any]:
+        q = case.question
+        return {
+            "question_type": q.question_type, "is_abstention": q.is_abstention, "update": q.is_update,
+            "split": case.split, "group_crosses_split": case.crosses_split, "question": q.question,
+            "reference": q.answer, "n_sessions": layout.n_sessions, "sessions_reordered": layout.reordered,
             "question_sha256": hashlib.sha256(q.question.encode()).hexdigest()[:16],
             "case_complete": True,
         }
-        if "skipped" in plan:
-            return [{**base, "arm": arm, "skipped": plan["skipped"], "history_tokens": plan["history_tokens"],
-                     "gate": None, "active": None, "output": None, "stop_reason": None, "n_tokens": None,
-                     "correct": None, "grader": None} for arm in self.arms]
-        h, a = plan["history"], plan["arms"]
-        got = {name: answers[plan["first"] + k].generation for k, name in enumerate(plan["run"])}
-        check_unchanged(h, case.case_id)
-        rows = []
-        for arm, cond in a.conditions.items():
-            gen = got.get(arm, got["full"])
-            rows.append({
-                **base, "arm": arm, "skipped": None, "history_tokens": len(h), "prompt_sha256": h.rendered.sha256,
-                "content_tokens": a.content_tokens, "biased_tokens": a.biased_tokens if arm == "soft" else 0,
-                "hidden_tokens": int(cond.hidden_positions(len(h)).sum()),
-                "gate": a.gate, "active": a.active, "copied_from_full": arm not in got,
-                "output": gen.text, "stop_reason": gen.stop_reason, "n_tokens": gen.n_tokens,
-                "correct": None, "grade_explanation": None, "grader": None,
-            })
-        return rows
+
+    def _arm_columns(self, run: CaseRun, arm: str, copied: bool) -> dict[str, Any]:
+        a, n = run.extra["arms"], len(run.history)
+        return {
+            **self._case_columns(run.case, run.extra["layout"]), "skipped": None,
+            "content_tokens": a.content_tokens, "biased_tokens": a.biased_tokens if arm == "soft" else 0,
+            "hidden_tokens": int(run.originals[arm].hidden_positions(n).sum()),
+            "gate": a.gate, "active": a.active, "copied_from_full": copied,
+            "correct": None, "grade_explanation": None, "grader": None,
+        }
 
 
 def strings_hash() -> str:

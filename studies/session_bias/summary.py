@@ -92,12 +92,12 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
             skipped.add(row["case_id"])
             continue
         if override is not None:
-            key = (row["case_id"], row["arm"])
+            key = (row["case_id"], row["condition"])
             if key not in override:
                 raise ValueError(f"{grades}: no grade for case {key[0]!r}, arm {key[1]!r}")
             row = {**row, "correct": bool(override[key]["correct"]), "grader": override[key]["grader"]}
         graders.add(str(row.get("grader")))
-        by_case[row["case_id"]][row["arm"]] = row
+        by_case[row["case_id"]][row["condition"]] = row
     case_ids = sorted(by_case)
     arms = _order({a for rows in by_case.values() for a in rows}, ARMS)
     cases = [rows.get("full") or next(iter(rows.values())) for rows in (by_case[c] for c in case_ids)]
@@ -111,7 +111,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
     correct = {a: vec(a, lambda r: float(r["correct"])) for a in arms}
     eos_correct = {a: vec(a, lambda r: float(r["correct"] and r["stop_reason"] == "eos")) for a in arms}
     cap = {a: vec(a, lambda r: float(r["stop_reason"] == "cap")) for a in arms}
-    tokens = {a: vec(a, lambda r: float(r["n_tokens"])) for a in arms}
+    tokens = {a: vec(a, lambda r: float(r["output_tokens"])) for a in arms}
     subsets = []
     for key, label, member in SUBSETS:
         m = np.array([bool(member(c)) for c in cases], dtype=bool)
