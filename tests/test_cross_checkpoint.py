@@ -270,6 +270,16 @@ def test_study_end_to_end_with_summary_and_transfer(llama, tmp_path):
     assert "Readout transfer" in report and "State similarity" in report
 
 
+def test_bad_parameters_fail_before_a_model_loads():
+    for field in ("n_groups", "max_new_tokens", "cases_per_batch"):
+        with pytest.raises(ValueError, match=field):
+            CrossCheckpointStudy(**{field: 0})
+    for field, value in (("queries", ("current", "future")), ("readers", ("writer",)), ("readers", ()),
+                         ("first_token_queries", ("nope",))):
+        with pytest.raises(ValueError, match=field):
+            CrossCheckpointStudy(**{field: value})
+
+
 def test_study_refuses_an_incompatible_sibling(llama):
     study = CrossCheckpointStudy(sibling="tiny-qwen3", n_groups=1, max_new_tokens=2)
     with pytest.raises(CompatibilityError, match="model_type"):
@@ -285,7 +295,7 @@ def test_cli_cross_checkpoint_with_transfer(tmp_path):
 
     out = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "kvprobe.cli", "run", "cross-checkpoint", "--model", "tiny-llama",
-                           "--sibling", "noise", "--groups", "1", "--max-new-tokens", "2", "--queries", "current",
+                           "--sibling", "noise", "--n-groups", "1", "--max-new-tokens", "2", "--queries", "current",
                            "--transfer", "--out", str(out), "--quiet"], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr

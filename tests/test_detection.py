@@ -100,6 +100,20 @@ def test_detector_prompt_is_the_filled_template(chat):
         assert full == filled + "\n"
 
 
+def test_bad_parameters_fail_before_a_model_loads():
+    for field in ("n_groups", "max_new_tokens", "cases_per_batch"):
+        with pytest.raises(ValueError, match=field):
+            DetectionStudy(**{field: 0})
+    for field, value in (("datasets", ("records", "mquake")), ("record_detectors", ("direct", "nope")),
+                         ("quantity_detectors", ("nope",)), ("splits", ("validation",)),
+                         ("text_detector_splits", ("all",))):
+        with pytest.raises(ValueError, match=field):
+            DetectionStudy(**{field: value})
+    with pytest.raises(ValueError, match="splits"):  # the quantity calibration set has no train split
+        DetectionStudy(splits=("train", "test"))
+    assert DetectionStudy(datasets=("records",), splits=("train",)).splits == ("train",)
+
+
 def test_tiny_detection_run_keeps_every_output(tmp_path):
     model = kvprobe.load_model("tiny-llama")
     study = DetectionStudy(n_groups=1, max_new_tokens=5, cases_per_batch=8)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import kvprobe
 from kvprobe.studies.query_aware.study import QueryAwareStudy
 from kvprobe.studies.query_aware.summary import write_summary
@@ -17,7 +19,7 @@ def test_query_aware_study_runs_and_reports(tmp_path, llama):
     study._cases = cases[:3]
     run_study(study, llama, tmp_path, progress=False)
     rows = list(read_rows(tmp_path))
-    arms = {r["arm"] for r in rows}
+    arms = {r["condition"] for r in rows}
     assert arms == {"full", "source-mask"} | {f"{m}@{k}" for m in ("quest", "finch", "refreshkv", "recent-pages")
                                               for k in ("matched", "fixed")}
     for r in rows:
@@ -49,6 +51,16 @@ def test_matched_arms_equal_full_when_nothing_is_masked_away(llama):
         assert llama.generate(history, question, access=arms[arm], max_new_tokens=6).token_ids == full, arm
 
 
+def test_bad_parameters_fail_before_a_model_loads():
+    for field in ("n_groups", "fixed_budget", "max_new_tokens", "cases_per_batch"):
+        with pytest.raises(ValueError, match=field):
+            QueryAwareStudy(**{field: 0})
+    with pytest.raises(ValueError, match="methods"):
+        QueryAwareStudy(methods=("quest", "h2o"))
+    with pytest.raises(ValueError, match="queries"):
+        QueryAwareStudy(queries=("current", "future"))
+
+
 def test_cli_runs_query_aware_and_lists_the_methods(tmp_path):
     """`kvprobe run query-aware` and `kvprobe conditions` in real subprocesses on a tiny model."""
     import subprocess
@@ -56,7 +68,7 @@ def test_cli_runs_query_aware_and_lists_the_methods(tmp_path):
 
     out = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "kvprobe.cli", "run", "query-aware", "--model", "tiny-llama",
-                           "--groups", "1", "--max-new-tokens", "3", "--fixed-budget", "0", "--out", str(out),
+                           "--n-groups", "1", "--max-new-tokens", "3", "--fixed-budget", "none", "--out", str(out),
                            "--quiet"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     rows = list(read_rows(out))

@@ -61,6 +61,16 @@ def test_policy_table():
     assert policy_operation("always-mask", "unrelated", 0, False, False) == "mask"
 
 
+def test_bad_parameters_fail_before_a_model_loads():
+    for field in ("n_groups", "max_new_tokens", "cases_per_batch"):
+        with pytest.raises(ValueError, match=field):
+            RecordsStudy(**{field: 0})
+    with pytest.raises(ValueError, match="split"):
+        RecordsStudy(split="validation")
+    with pytest.raises(ValueError, match="detector"):
+        RecordsStudy(detector="yes-no")  # a score, not a JSON decision
+
+
 def test_grading():
     assert grade('{"answer": " miami "}', "Miami", ["Tunis", "Miami"])["correct"]
     g = grade("The office is in Miami, no longer Tunis.", "Miami", ["Tunis", "Miami", "Zagreb"])
@@ -75,13 +85,13 @@ def test_tiny_run_shares_answers_and_keeps_the_history(tmp_path):
     run_study(study, model, tmp_path, progress=False)
     rows = list(read_rows(tmp_path))
     assert len(rows) == 6 * 3 * len(POLICIES)
-    by = {(r["case_id"], r["query"], r["policy"]): r for r in rows}
+    by = {(r["case_id"], r["query"], r["condition"]): r for r in rows}
     for (case, query, policy), r in by.items():
         same = by[(case, query, "keep-all")] if r["operation"] == "full" else by[(case, query, "always-mask")] \
             if r["operation"] == "mask" else None
         if same is not None:
             assert r["output"] == same["output"]  # equivalent conditions share one generated answer
-    masked = [r for r in rows if r["policy"] == "oracle-mask" and r["operation"] == "mask"]
+    masked = [r for r in rows if r["condition"] == "oracle-mask" and r["operation"] == "mask"]
     assert {r["variant"] for r in masked} == {"replacement", "role_swap", "explicit_rejection"}
     summary = write_summary(tmp_path)
     assert summary["histories"] == 6 and "coverage" in summary

@@ -189,6 +189,19 @@ def test_json_detector_matches_the_detection_study(model, cases):
             assert got.fired == (ref["decision"] == "replacement")
 
 
+def test_bad_parameters_fail_before_a_model_loads():
+    for field in ("n_groups", "max_new_tokens", "detector_max_new_tokens", "cases_per_batch"):
+        with pytest.raises(ValueError, match=field):
+            RequestsStudy(**{field: 0})
+    with pytest.raises(ValueError, match="lengths"):
+        RequestsStudy(lengths=(0, -1))
+    for field, value in (("oracle", "sometimes"), ("background", "wiki"), ("background_at", "end"),
+                         ("policies", ("keep-all", "keep-all"))):
+        with pytest.raises(ValueError, match=field):
+            RequestsStudy(**{field: value})
+    assert RequestsStudy(n_groups=None).n_groups == 30  # None: all thirty histories
+
+
 def test_named_detectors():
     assert make_detector("always")(None, None).fired and not make_detector("never")(None, None).fired
     assert isinstance(make_detector("asserted-value"), JsonDetector)
@@ -269,6 +282,8 @@ def test_run_summary_and_resume(model, tmp_path):
     assert info.cases_run == 2 and info.rows_written == 2 * 5 * 10
     rows = list(read_rows(tmp_path))
     assert not any(k.endswith("_ms") for r in rows for k in r)  # rows carry no timings
+    assert all("policy" not in r for r in rows)  # the policy is the protocol's condition column
+    assert {r["condition"] for r in rows} == set(pol.POLICIES)
     timings = read_timings(tmp_path)
     assert len(timings) == 2 * 5 and {t["policy"] for t in timings} == set(pol.POLICIES)
     for t in timings:

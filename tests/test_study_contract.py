@@ -36,7 +36,7 @@ SMALL: dict[str, dict] = {
     "requests": dict(n_groups=1, lengths=(0,), max_new_tokens=2, detector_max_new_tokens=2),
 }
 #: Studies whose rows are not (case, question, condition) rows of a history (no common answer columns).
-NOT_HISTORY = {"detection"}
+NOT_HISTORY = {"detection", "requests"}
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

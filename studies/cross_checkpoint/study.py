@@ -8,12 +8,22 @@ with record A hidden (whole-source mask), greedily, stopping on the union of
 both EOS sets, at most ``max_new_tokens`` tokens. Both histories are checked
 unchanged after every case.
 
-Runner protocol: the runner's model is the *main* checkpoint (it renders every
-prompt with its chat template and tokenizer, as in the paper); the study builds
-or holds the sibling itself (``sibling`` spec, see
-:func:`~studies.cross_checkpoint.siblings.make_sibling`, or
+The runner's model is the *main* checkpoint (it renders every prompt with its chat
+template and tokenizer, as in the paper); the study builds or holds the sibling itself
+(``sibling`` spec, see :func:`~kvprobe.studies.cross_checkpoint.siblings.make_sibling`, or
 :meth:`CrossCheckpointStudy.attach_sibling`). ``readers`` picks which checkpoints
 read: both by default (the paper reports each pair in both directions).
+
+On the study protocol (:class:`~kvprobe.studies.protocol.HistoryStudy`) the conditions
+are the reads ``reader/cache/access`` (``main/own/full``, ``main/cross/source``,
+``sibling/own/full``...), keyed to the main checkpoint's history. Five hooks carry the
+second checkpoint: :meth:`~CrossCheckpointStudy.prefill` prefills every case with both
+(after the pair's compatibility check) and runs the logits checks,
+:meth:`~CrossCheckpointStudy.setup` hands each case both histories,
+:meth:`~CrossCheckpointStudy.answer` sends each read to its reader with the writer's
+history (one batched decode per reader, as before), :meth:`~CrossCheckpointStudy.row`
+grades it and :meth:`~CrossCheckpointStudy.finish` puts each case's rows in (reader,
+cache, access, query) order and adds its state row.
 
 Checks, per batch: the pair's compatibility (token ids, boundaries, A's mask span,
 question suffixes, architecture); on the batch's first case, each reader's traced
@@ -26,21 +36,24 @@ real mismatch raises).
 Rows (``kind: "answer"``): one per (reader, cache, access, query) with the graded
 answer (``studies.quantity.grading``, equivalent units, strict JSON with one outer
 fence allowed, EOS), ``invalid`` (cap or format failure), ``changed`` and
-``top1_agree`` against the same reader's own read (cross rows). One ``kind:
-"state"`` row per case holds the per-layer K/V cosine and relative L2 between the
-two histories' caches (whole history and record A's span).
+``top1_agree`` against the same reader's own read (cross rows); ``condition`` names
+the read. One ``kind: "state"`` row per case holds the per-layer K/V cosine and
+relative L2 between the two histories' caches (whole history and record A's span);
+its answer columns (``condition``, ``query``, ``output``...) are None.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Sequence
 
 import kvprobe
-from kvprobe.decoding import Generation, Request
+from kvprobe import decoding
+from kvprobe.decoding import Request
 
 from ..conditions import check_unchanged
+from ..protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
 from ..quantity import grading, tasks
 from ..runner import study_parameters
 from .checks import same_ids
@@ -56,46 +69,63 @@ CACHES = ("own", "cross")
 ACCESS = ("full", "source")
 
 
+def read_name(reader: str, cache: str, access: str) -> str:
+    """The condition of one read: ``reader/cache/access``."""
+    return f"{reader}/{cache}/{access}"
+
+
+#: Every read, as the protocol's condition names.
+READS = tuple(read_name(r, c, a) for r in ROLES for c in CACHES for a in ACCESS)
+
+
+def _other(role: str) -> str:
+    return "sibling" if role == "main" else "main"
+
+
 @dataclass
-class CrossCheckpointStudy:
-    """Own/cross x full/mask reads of the quantity histories by a checkpoint pair (runner protocol).
+class CrossCheckpointStudy(HistoryStudy):
+    """Own/cross x full/mask reads of the quantity histories by a checkpoint pair."""
 
-    Args:
-        sibling: the sibling spec (``"bf16"``, ``"fp16"``, ``"int8"``, ``"noise"``, ``"noise:0.1"``,
-            or a model name ``kvprobe.load_model`` takes); ignored once a pair is attached.
-        sibling_seed: seed of noise siblings.
-        seed, n_groups: the quantity task generator (first ``n_groups`` of the 120 test groups;
-            each group gives two cases, its two support conditions).
-        queries: questions asked (current, historical, unrelated).
-        readers: which checkpoints read (``"main"``, ``"sibling"``).
-        max_new_tokens: answer budget.
-        first_token_queries: queries whose own reads are checked against an uncached forward.
-        verify: run the no-op / intervention logits check on each batch's first case.
-        cases_per_batch: cases per batched decode.
-    """
-
+    name: ClassVar[str] = "cross-checkpoint"
+    #: The sibling: bf16, fp16, int8, noise, noise:SCALE, or a model name (ignored once a pair is attached).
     sibling: str = "bf16"
+    #: Seed of noise siblings.
     sibling_seed: int = 0
+    #: Generator seed of the quantity groups.
     seed: int = tasks.TaskConfig.seed
+    #: Run only the first N of the 120 test groups (2 cases each: the two support conditions); None: all.
     n_groups: int | None = None
+    #: Questions asked (current, historical, unrelated).
     queries: tuple[str, ...] = tasks.QUERIES
+    #: Checkpoints that read (main, sibling; the paper reports each pair in both directions).
     readers: tuple[str, ...] = ROLES
+    #: Greedy answer budget in tokens (the paper: 40 for the Qwen3 pairs, 256 for the others).
     max_new_tokens: int = MAX_NEW_TOKENS
+    #: Queries whose own-cache reads are checked against an uncached forward's first token.
     first_token_queries: tuple[str, ...] = ("current",)
+    #: Run the no-op / intervention logits check on each batch's first case.
     verify: bool = True
+    #: Cases decoded in one batch.
     cases_per_batch: int = 2
-    name: str = "cross-checkpoint"
     _pair: SiblingPair | None = field(default=None, repr=False, compare=False)
     _cases: list[tasks.Case] | None = field(default=None, repr=False, compare=False)
+    # The batch in flight: each case with both checkpoints' histories (set by prefill, cleared by finish).
+    _batch: list[tuple[tasks.Case, dict[str, kvprobe.History]]] = field(default_factory=list, repr=False,
+                                                                          compare=False)
+    _verified: dict[str, float] | None = field(default=None, repr=False, compare=False)
+
+    #: The reads keep their own history (a cross read's writer is the sibling): never prepared on the main one.
+    skip_prepare: ClassVar[tuple[str, ...]] = READS
 
     def __post_init__(self) -> None:
         self.queries, self.readers = tuple(self.queries), tuple(self.readers)
         self.first_token_queries = tuple(self.first_token_queries)
-        bad = [q for q in self.queries if q not in tasks.QUERIES] + [r for r in self.readers if r not in ROLES]
-        if bad or not self.queries or not self.readers:
-            raise ValueError(f"queries must be among {tasks.QUERIES} and readers among {ROLES}; got {bad or 'none'}")
+        require_choices(self, queries=tasks.QUERIES, readers=ROLES, first_token_queries=tasks.QUERIES)
+        for name in ("queries", "readers"):
+            if not getattr(self, name):
+                raise InvalidParameter(name, "give at least one")
+        require_at_least(self, n_groups=1, max_new_tokens=1, cases_per_batch=1)
 
-    # -- runner protocol -----------------------------------------------------
     def cases(self) -> list[tasks.Case]:
         if self._cases is None:
             self._cases = tasks.generate_cases(tasks.TaskConfig(seed=self.seed, n_groups=self.n_groups))
@@ -110,8 +140,8 @@ class CrossCheckpointStudy:
         return cfg
 
     def attach_sibling(self, pair: SiblingPair) -> None:
-        """Use an already built pair (e.g. :func:`~studies.cross_checkpoint.siblings.hub_pair`); ``sibling``
-        becomes its recipe, so ``config.json`` names it."""
+        """Use an already built pair (e.g. :func:`~kvprobe.studies.cross_checkpoint.siblings.hub_pair`);
+        ``sibling`` becomes its recipe, so ``config.json`` names it."""
         self._pair = pair
         self.sibling = pair.recipe
 
@@ -126,60 +156,158 @@ class CrossCheckpointStudy:
             self._pair = make_sibling(main, self.sibling, seed=self.sibling_seed)
         return self._pair
 
-    def run_cases(self, model: kvprobe.Model, cases: list[tasks.Case]) -> list[list[dict[str, Any]]]:
-        """Rows of each case: every reader's reads of one batch decode together."""
+    def asked(self, case: tasks.Case) -> list[tasks.Query]:
+        """The case's questions among ``queries``, in the task's order."""
+        return [q for q in tasks.queries(case) if q.role in self.queries]
+
+    # ------------------------------------------------------------------ the protocol's hooks
+    def group(self, case: tasks.Case) -> str:
+        return case.group.group_id
+
+    def reuse_key(self, case: tasks.Case) -> str:
+        # A group's second support condition reuses the first one's K/V up to B (in both checkpoints).
+        return case.group.group_id
+
+    def prompt(self, model: kvprobe.Model, case: tasks.Case) -> kvprobe.Prompt:
+        return tasks.build_prompt(case)
+
+    def questions(self, model: kvprobe.Model, case: tasks.Case, history: kvprobe.History) -> list[Question]:
+        return [Question(q.role, q.question, None, q) for q in self.asked(case)]
+
+    def prefill(self, model: kvprobe.Model, cases: list[tasks.Case]) -> list[kvprobe.History]:
+        """Both checkpoints prefill every case (after the pair's compatibility check); the main histories
+        go to the run loop, both histories of each case to :meth:`setup`, :meth:`answer` and :meth:`finish`.
+        On the batch's first case, the logits checks (``verify``)."""
         pair = self.sibling_pair(model)
         models = {"main": pair.main, "sibling": pair.sibling}
-        asked = {c.case_id: [q for q in tasks.queries(c) if q.role in self.queries] for c in cases}
-        prompts = [tasks.build_prompt(c) for c in cases]
-        pair.check(prompts, [[q.question for q in asked[c.case_id]] for c in cases], mask_segments=["A"])
-        histories = {role: self._prefill(models[role], cases, prompts) for role in ROLES}
-        for c in cases:
-            if not same_ids(histories["main"][c.case_id], histories["sibling"][c.case_id]):
+        pair.check([self.prompt(model, c) for c in cases], [[q.question for q in self.asked(c)] for c in cases],
+                   mask_segments=["A"])
+        histories = {role: super(CrossCheckpointStudy, self).prefill(models[role], cases) for role in ROLES}
+        self._batch = [(c, {role: histories[role][i] for role in ROLES}) for i, c in enumerate(cases)]
+        for c, both in self._batch:
+            if not same_ids(both["main"], both["sibling"]):
                 raise RuntimeError(f"{c.case_id}: the two checkpoints' histories hold different token ids")
-        verified = self._verify(models, histories, cases[0], asked[cases[0].case_id]) if self.verify else None
-        reads: dict[tuple, Generation] = {}
+        self._verified = None
+        if self.verify and cases:
+            self._verified = self._verify(models, self._batch[0][1], cases[0], self.asked(cases[0]))
+        return histories["main"]
+
+    def conditions(self, model: kvprobe.Model, case: tasks.Case, history: kvprobe.History
+                   ) -> dict[str, kvprobe.Access]:
+        """Every read of the ``readers``: full access, or record A hidden (its span is the same in both
+        checkpoints' histories: the compatibility check compares it)."""
+        span = history.span("A")
+        return {read_name(r, c, a): kvprobe.Full(name=read_name(r, c, a)) if a == "full"
+                else kvprobe.Mask(span, name=read_name(r, c, a))
+                for r in self.readers for c in CACHES for a in ACCESS}
+
+    def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
+        """The case's histories of both checkpoints (``run.extra["histories"]``, by role)."""
+        run.extra["histories"] = next(both for _, both in self._batch if both["main"] is run.history)
+
+    def answer(self, model: kvprobe.Model, items: Sequence[tuple[kvprobe.History, kvprobe.Request]],
+               candidates: Sequence[Sequence[str]] | None) -> list[decoding.Answer]:
+        """Each reader decodes its reads in one batch, in (case, cache, access, query) order, on the writer's
+        history (own: its own; cross: its sibling's), stopping on both checkpoints' EOS ids."""
+        pair = self.sibling_pair(model)
+        models = {"main": pair.main, "sibling": pair.sibling}
+        writers = {id(both["main"]): both for _, both in self._batch}
+        position = {key: i for i, key in enumerate(writers)}
+        out: list[decoding.Answer | None] = [None] * len(items)
         for role in self.readers:
-            other = "sibling" if role == "main" else "main"
-            keys, items = [], []
-            for c in cases:
-                for cache, writer in (("own", role), ("cross", other)):
-                    h = histories[writer][c.case_id]
-                    conds = {"full": kvprobe.Full(), "source": kvprobe.Mask(h.span("A"), name="source")}
-                    for access in ACCESS:
-                        for q in asked[c.case_id]:
-                            keys.append((role, c.case_id, cache, access, q.role))
-                            items.append((h, Request(q.question, conds[access])))
-            reads.update(zip(keys, read_caches(models[role], items, self.max_new_tokens, stop_ids=pair.stop_ids)))
+            mine = [i for i, (_, req) in enumerate(items) if req.access.name.split("/")[0] == role]
+            # Stable: within one (case, cache, access) the questions keep their order.
+            mine.sort(key=lambda i: (position[id(items[i][0])], CACHES.index(items[i][1].access.name.split("/")[1]),
+                                     ACCESS.index(items[i][1].access.name.split("/")[2])))
+            reads = []
+            for i in mine:
+                history, req = items[i]
+                cache = req.access.name.split("/")[1]
+                reads.append((writers[id(history)][role if cache == "own" else _other(role)], req))
+            generations = read_caches(models[role], reads, self.max_new_tokens, stop_ids=pair.stop_ids)
+            for i, g in zip(mine, generations):
+                out[i] = decoding.Answer(None, g)
+        assert all(a is not None for a in out)
+        return out  # type: ignore[return-value]
+
+    def row(self, run: CaseRun, question: Question, condition: str,
+            answers: dict[str, decoding.Answer]) -> dict[str, Any]:
+        """The graded read; a first-token check for own reads of ``first_token_queries``."""
+        c, q, g = run.case, question.info, run.case.group
+        role, cache, access = condition.split("/")
+        pair = self.sibling_pair(run.history.model)
+        reader = pair.main if role == "main" else pair.sibling
+        writer = role if cache == "own" else _other(role)
+        h = run.extra["histories"][writer]
+        span = h.span("A")
+        out = answers[condition].generation
+        own = answers[read_name(role, "own", access)].generation
+        if q.kind == "quantity":
+            auxiliary = g.b_value if g.relation in ("other_attribute", "other_entity") else None
+            grade = grading.grade_quantity(out.text, out.stop_reason, q.reference, old=g.old_value,
+                                           auxiliary=auxiliary, rule="equivalent")
+        else:
+            grade = grading.grade_label(out.text, out.stop_reason, q.reference)
+        first = out.token_ids[0] if out.token_ids else None
+        check = reference = None
+        if cache == "own" and q.role in self.first_token_queries and first is not None:
+            ref = full_forward_first_token(reader, h, q.question, run.originals[condition])
+            reference, check = ref.token, first_token_agrees(first, ref)
+            if check == "fail":
+                raise RuntimeError(f"{c.case_id}: {reader.name} decoding from its own cache ({access}, "
+                                   f"{q.role}) gives first token {first}, its uncached forward "
+                                   f"{ref.token} (gap {ref.gap:.3g})")
+        return {
+            "kind": "answer",
+            "group_id": g.group_id,
+            "relation": g.relation,
+            "unit": g.unit,
+            "information": c.information,
+            "reader": role,
+            "reader_model": reader.name,
+            "writer_model": (pair.main if writer == "main" else pair.sibling).name,
+            "cache": cache,
+            "access": access,
+            "mask_span": [span.start, span.end],
+            "question_sha256": hashlib.sha256(q.question.encode()).hexdigest()[:16],
+            "reference": q.reference,
+            "token_ids": list(out.token_ids),
+            "first_token": first,
+            "first_token_full_forward": reference,
+            "first_token_check": check,
+            "category": grade.category,
+            "complete": grade.complete,
+            "lenient_complete": grade.lenient_complete,
+            "parse_reason": grade.parse_reason,
+            "invalid": is_invalid(out.text, out.stop_reason),
+            "content": answer_content(out.text),
+            "changed": None if cache == "own" else answer_content(out.text) != answer_content(own.text),
+            "top1_agree": None if cache == "own" else out.token_ids[:1] == own.token_ids[:1],
+            "case_complete": True,
+        }
+
+    def finish(self, model: kvprobe.Model, batch: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+        """Each case's reads in (reader, cache, access, query) order, then its state row; the sibling's
+        histories checked unchanged (the protocol checks the main ones)."""
+        pair = self.sibling_pair(model)
         out = []
-        for c in cases:
-            rows = []
-            for role in self.readers:
-                rows += self._answer_rows(c, role, models, histories, asked[c.case_id], reads)
-            rows.append(self._state_row(c, pair, histories, verified if c is cases[0] else None))
-            for role in ROLES:
-                check_unchanged(histories[role][c.case_id], f"{c.case_id} ({role} cache)")
+        for (c, both), rows in zip(self._batch, batch):
+            rows = sorted(rows, key=lambda r: (self.readers.index(r["reader"]), CACHES.index(r["cache"]),
+                                               ACCESS.index(r["access"])))
+            verified = self._verified if c is self._batch[0][0] else None
+            rows.append(self._state_row(c, pair, both, verified))
+            check_unchanged(both["sibling"], f"{c.case_id} (sibling cache)")
             out.append(rows)
+        self._batch, self._verified = [], None
         return out
 
-    # -- pieces --------------------------------------------------------------
-    @staticmethod
-    def _prefill(model: kvprobe.Model, cases: list[tasks.Case], prompts: list[kvprobe.Prompt]
-                 ) -> dict[str, kvprobe.History]:
-        """Each case's history; a group's second support condition reuses the first one's K/V up to B."""
-        out: dict[str, kvprobe.History] = {}
-        previous: tuple[str, kvprobe.History] | None = None
-        for c, prompt in zip(cases, prompts):
-            reuse = previous[1] if previous is not None and previous[0] == c.group.group_id else None
-            out[c.case_id] = model.prefill(prompt, reuse=reuse)
-            previous = (c.group.group_id, out[c.case_id])
-        return out
-
-    def _verify(self, models, histories, case: tasks.Case, asked: list[tasks.Query]) -> dict[str, float]:
+    # ------------------------------------------------------------------ pieces
+    def _verify(self, models: dict[str, kvprobe.Model], histories: dict[str, kvprobe.History], case: tasks.Case,
+                asked: list[tasks.Query]) -> dict[str, float]:
         """No-op (full) and intervention (mask) logits checks of each reader on its sibling's cache."""
         out = {}
         for role in self.readers:
-            writer = histories["sibling" if role == "main" else "main"][case.case_id]
+            writer = histories[_other(role)]
             question = asked[0].question
             for access in (kvprobe.Full(), kvprobe.Mask(writer.span("A"), name="source")):
                 diff = verify_cross_read(writer, models[role], question, access)
@@ -189,84 +317,19 @@ class CrossCheckpointStudy:
                 out[f"{role}/{access.name}"] = diff
         return out
 
-    def _answer_rows(self, c: tasks.Case, role: str, models, histories, asked: list[tasks.Query],
-                     reads: dict[tuple, Generation]) -> list[dict[str, Any]]:
-        g = c.group
-        reader = models[role]
-        other = "sibling" if role == "main" else "main"
-        rows = []
-        for cache in CACHES:
-            writer = role if cache == "own" else other
-            h = histories[writer][c.case_id]
-            span = h.span("A")
-            for access in ACCESS:
-                for q in asked:
-                    out = reads[(role, c.case_id, cache, access, q.role)]
-                    own = reads[(role, c.case_id, "own", access, q.role)]
-                    if q.kind == "quantity":
-                        auxiliary = g.b_value if g.relation in ("other_attribute", "other_entity") else None
-                        grade = grading.grade_quantity(out.text, out.stop_reason, q.reference, old=g.old_value,
-                                                       auxiliary=auxiliary, rule="equivalent")
-                    else:
-                        grade = grading.grade_label(out.text, out.stop_reason, q.reference)
-                    first = out.token_ids[0] if out.token_ids else None
-                    check = reference = None
-                    if cache == "own" and q.role in self.first_token_queries and first is not None:
-                        cond = kvprobe.Full() if access == "full" else kvprobe.Mask(span, name="source")
-                        ref = full_forward_first_token(reader, h, q.question, cond)
-                        reference, check = ref.token, first_token_agrees(first, ref)
-                        if check == "fail":
-                            raise RuntimeError(f"{c.case_id}: {reader.name} decoding from its own cache ({access}, "
-                                               f"{q.role}) gives first token {first}, its uncached forward "
-                                               f"{ref.token} (gap {ref.gap:.3g})")
-                    rows.append({
-                        "kind": "answer",
-                        "case_id": c.case_id,
-                        "group_id": g.group_id,
-                        "relation": g.relation,
-                        "unit": g.unit,
-                        "information": c.information,
-                        "query": q.role,
-                        "reader": role,
-                        "reader_model": reader.name,
-                        "writer_model": models[writer].name,
-                        "cache": cache,
-                        "access": access,
-                        "mask_span": [span.start, span.end],
-                        "history_tokens": len(h),
-                        "prompt_sha256": h.rendered.sha256,
-                        "question_sha256": hashlib.sha256(q.question.encode()).hexdigest()[:16],
-                        "reference": q.reference,
-                        "output": out.text,
-                        "token_ids": list(out.token_ids),
-                        "stop_reason": out.stop_reason,
-                        "output_tokens": out.n_tokens,
-                        "first_token": first,
-                        "first_token_full_forward": reference,
-                        "first_token_check": check,
-                        "category": grade.category,
-                        "complete": grade.complete,
-                        "lenient_complete": grade.lenient_complete,
-                        "parse_reason": grade.parse_reason,
-                        "invalid": is_invalid(out.text, out.stop_reason),
-                        "content": answer_content(out.text),
-                        "changed": None if cache == "own" else answer_content(out.text) != answer_content(own.text),
-                        "top1_agree": None if cache == "own" else out.token_ids[:1] == own.token_ids[:1],
-                        "case_complete": True,
-                    })
-        return rows
-
-    @staticmethod
-    def _state_row(c: tasks.Case, pair: SiblingPair, histories, verified: dict[str, float] | None
-                   ) -> dict[str, Any]:
-        hm, hs = histories["main"][c.case_id], histories["sibling"][c.case_id]
+    def _state_row(self, c: tasks.Case, pair: SiblingPair, histories: dict[str, kvprobe.History],
+                   verified: dict[str, float] | None) -> dict[str, Any]:
+        hm, hs = histories["main"], histories["sibling"]
         return {
             "kind": "state",
             "case_id": c.case_id,
+            "group": self.group(c),
             "group_id": c.group.group_id,
             "relation": c.group.relation,
             "information": c.information,
             "history_tokens": len(hm),
+            "prompt_sha256": hm.rendered.sha256,
+            "condition": None, "query": None, "output": None, "stop_reason": None, "output_tokens": None,
             "main_model": pair.main.name,
             "main_weight_hash": pair.main.weight_hash,
             "sibling_model": pair.sibling.name,

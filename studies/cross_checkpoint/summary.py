@@ -23,13 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from kvprobe.readouts.stats import group_bootstrap_indices
+from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change
 
-from ..paired import paired_change
+from ..report import estimate, run_time, table_head
 from ..runner import read_rows, write_run_summary
 from .study import ACCESS, CACHES, ROLES
 
-DRAWS = 10_000
 QUERY_ORDER = ("current", "historical", "unrelated")
 RULES = ("complete", "lenient_complete")
 SIMILARITY_KEYS = ("k_cos", "v_cos", "k_rel_l2", "v_rel_l2")
@@ -39,21 +38,6 @@ def _pp(change: dict[str, Any], n: int) -> dict[str, Any]:
     """A paired change in counts plus its value and interval in percentage points of ``n`` cases."""
     scale = 100.0 / n if n else float("nan")
     return {**change, "pp": change["change"] * scale, "pp_ci": [x * scale for x in change["ci"]]}
-
-
-class _Boot:
-    """Bootstrap weights over cases, drawn per set of case ids (groups resampled within relation)."""
-
-    def __init__(self, group_of: dict[str, str], relation_of: dict[str, str], draws: int, seed: int):
-        self.group_of, self.relation_of, self.draws, self.seed = group_of, relation_of, draws, seed
-        self._cache: dict[tuple[str, ...], np.ndarray] = {}
-
-    def weights(self, ids: tuple[str, ...]) -> np.ndarray:
-        if ids not in self._cache:
-            self._cache[ids] = group_bootstrap_indices([self.group_of[i] for i in ids], n_draws=self.draws,
-                                                       seed=self.seed,
-                                                       strata=[self.relation_of[i] for i in ids]).weights()
-        return self._cache[ids]
 
 
 def _similarity(states: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
@@ -82,7 +66,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
             continue
         cells[(row["reader"], row["query"], row["cache"], row["access"])][row["case_id"]] = row
         group_of[row["case_id"]], relation_of[row["case_id"]] = row["group_id"], row["relation"]
-    boot = _Boot(group_of, relation_of, draws, seed)
+    weights_of: dict[tuple[str, ...], np.ndarray] = {}  # per set of case ids: groups resampled within relation
     summary: dict[str, Any] = {"draws": draws, "seed": seed, "cases": len(group_of),
                                "groups": len(set(group_of.values())),
                                "groups_per_relation": {r: len({g for c, g in group_of.items() if relation_of[c] == r})
@@ -110,7 +94,10 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
                     "categories": dict(sorted(_count(r["category"] for r in rows).items())),
                 }
             if ids:
-                w = boot.weights(ids)
+                if ids not in weights_of:
+                    weights_of[ids] = group_bootstrap_weights([group_of[i] for i in ids], n_draws=draws, seed=seed,
+                                                              strata=[relation_of[i] for i in ids])
+                w = weights_of[ids]
                 for rule in RULES:
                     v = {(c, a): np.array([float(arms[(c, a)][i][rule]) for i in ids]) for c in CACHES for a in ACCESS}
                     entry[f"{rule}_cross_minus_own"] = {
@@ -149,9 +136,7 @@ def _count(values) -> dict[str, int]:
 
 
 def _change(c: dict[str, Any] | None) -> str:
-    if not c:
-        return ""
-    return f"{c['pp']:+.1f} [{c['pp_ci'][0]:+.1f}, {c['pp_ci'][1]:+.1f}]"
+    return estimate(c["pp"], c["pp_ci"], "+.1f") if c else ""
 
 
 def _pct(k: int | None, n: int) -> str:
@@ -177,8 +162,8 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
                   f"({timing['seconds_per_case']:.2f} s per case).", ""]
     for rule, label in (("complete", "strict complete"), ("lenient_complete", "lenient complete")):
         lines += [f"## Outcomes, {label} (% (count), own / cross)", "",
-                  "| reader | current | current, masked | historical | unrelated | Invalid (current full) | "
-                  "Changed (current full) | Top-1 (current full) |", "|---|---|---|---|---|---|---|---|"]
+                  *table_head(["reader", "current", "current, masked", "historical", "unrelated",
+                               "Invalid (current full)", "Changed (current full)", "Top-1 (current full)"])]
         for reader, per_query in summary["readers"].items():
             def cell(query: str, access: str) -> str:
                 e = per_query.get(query)
@@ -196,8 +181,8 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
                          f"{cell('historical', 'full')} | {cell('unrelated', 'full')} | {inv} | {chg} | {top} |")
         lines.append("")
     lines += ["## Paired changes (percentage points [95% CI])", "",
-              "| reader | query | rule | cross - own, full | cross - own, masked | mask - full, own | mask - full, cross "
-              "| difference in masking effects |", "|---|---|---|---|---|---|---|---|"]
+              *table_head(["reader", "query", "rule", "cross - own, full", "cross - own, masked", "mask - full, own",
+                           "mask - full, cross", "difference in masking effects"])]
     for reader, per_query in summary["readers"].items():
         for query, e in per_query.items():
             for rule in RULES:
@@ -209,8 +194,8 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
                              f"{_change(e[f'{rule}_masking_effect_difference'])} |")
     lines.append("")
     lines += ["## Answer changes per cell (cross reads vs the same reader's own read)", "",
-              "| reader | query | access | Changed | Top-1 | Invalid own / cross | capped own / cross | first-token "
-              "checks (own) |", "|---|---|---|---|---|---|---|---|"]
+              *table_head(["reader", "query", "access", "Changed", "Top-1", "Invalid own / cross",
+                           "capped own / cross", "first-token checks (own)"])]
     for reader, per_query in summary["readers"].items():
         for query, e in per_query.items():
             for access in ACCESS:
@@ -225,7 +210,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         lines += ["## State similarity (identical token ids; main cache is the relative-L2 reference)", "",
                   "Per token: cosine and |a - b| / |a| of the layer's cached K (after RoPE) or V, KV heads flattened; "
                   "mean over tokens, then over cases.", "",
-                  "| tokens | K cos | V cos | K rel-L2 | V rel-L2 |", "|---|---|---|---|---|"]
+                  *table_head(["tokens", "K cos", "V cos", "K rel-L2", "V rel-L2"])]
         for label, key in (("whole history", "history"), ("record A", "record_a")):
             s = sim.get(key)
             if s:
@@ -235,8 +220,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
             lines += ["", "Carried recurrent states (hybrid layers), cosine of the whole state: "
                       + ", ".join(f"{k.replace('_mean', '')} {v:.4f}" for k, v in sim["recurrent"].items()) + "."]
         s = sim["history"]
-        lines += ["", "Per layer (whole history):", "", "| layer | K cos | V cos | K rel-L2 | V rel-L2 |",
-                  "|---|---|---|---|---|"]
+        lines += ["", "Per layer (whole history):", "", *table_head(["layer", "K cos", "V cos", "K rel-L2", "V rel-L2"])]
         for i, layer in enumerate(s["layers"]):
             lines.append(f"| {layer} | {s['k_cos'][i]:.4f} | {s['v_cos'][i]:.4f} | {s['k_rel_l2'][i]:.4f} | "
                          f"{s['v_rel_l2'][i]:.4f} |")
@@ -254,11 +238,11 @@ def format_transfer(t: dict[str, Any]) -> list[str]:
     """Report lines of a readout-transfer result (``transfer.json``)."""
     lines = ["## Readout transfer (joint K/V probe, role swaps vs role confirmations, test split)", "",
              f"Trained on {t['sibling']} (C chosen on its dev split) and tested on {t['main']}; own = trained and "
-             "tested on the main model.", "", "| readout | C | role AUC [95% CI] | all-test AUC |", "|---|---|---|---|"]
+             "tested on the main model.", "", *table_head(["readout", "C", "role AUC [95% CI]", "all-test AUC"])]
     for name in ("own", "transfer", "transfer_main_dev_C"):
         r = t.get(name)
         if r:
-            lines.append(f"| {name} | {r['C']:g} | {r['role_auc']:.3f} [{r['role_lo']:.3f}, {r['role_hi']:.3f}] | "
+            lines.append(f"| {name} | {r['C']:g} | {estimate(r['role_auc'], (r['role_lo'], r['role_hi']), '.3f')} | "
                          f"{r['all_test_auc']:.3f} |")
     return lines + [""]
 

@@ -16,15 +16,22 @@ detector), holding the raw output, its parse reason and decision, or the score.
 Which detectors run on which dataset and split is a parameter; by default the
 JSON classifiers run on the test records (where the paper evaluates them) and the
 YES/NO score everywhere (thresholds are fitted on the development split).
+
+The study is not a history under access conditions, so it subclasses the protocol's
+minimal :class:`~kvprobe.studies.protocol.Study` and runs its own batches; its rows
+share the protocol's column names where they have the concept (``case_id``,
+``group``; ``output``, ``stop_reason``, ``output_tokens`` of the JSON classifiers).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import kvprobe
+from kvprobe.studies.recognition.cases import SPLITS
 
+from ..protocol import InvalidParameter, Study, require_at_least, require_choices
 from ..runner import study_parameters
 from .detectors import DETECTORS, MAX_NEW_TOKENS, TEXT_DETECTORS, YES_NO, RecordPair, run_text_detectors, \
     yes_no_scores
@@ -69,34 +76,45 @@ def quantity_cases(splits: tuple[str, ...], seed: int) -> list[DetectionCase]:
 
 
 @dataclass
-class DetectionStudy:
-    """Detectors on record pairs (runner protocol)."""
+class DetectionStudy(Study):
+    """Detectors on record pairs: one row per (pair, detector)."""
 
+    name: ClassVar[str] = "detection"
+    #: Datasets of record pairs (records: the D3 histories; quantity: the D4 calibration groups).
     datasets: tuple[str, ...] = DATASETS
+    #: Splits of each dataset (the quantity dataset has dev and test only).
     splits: tuple[str, ...] = ("dev", "test")
-    #: detectors per dataset; JSON classifiers on the records, the YES/NO score everywhere.
+    #: Detectors run on the record pairs (the JSON classifiers and the YES/NO score).
     record_detectors: tuple[str, ...] = DETECTORS
+    #: Detectors run on the quantity pairs (the YES/NO score, whose thresholds the quantity study calibrates).
     quantity_detectors: tuple[str, ...] = (YES_NO,)
-    #: splits the JSON classifiers run on (the paper evaluates them on the 300 test histories; the
-    #: development split only needs the YES/NO score, for thresholds)
+    #: Splits the JSON classifiers run on (the paper evaluates them on the 300 test histories; the
+    #: development split only needs the YES/NO score, for thresholds).
     text_detector_splits: tuple[str, ...] = ("test",)
+    #: Greedy budget of the JSON classifiers in tokens (the paper: 128).
     max_new_tokens: int = MAX_NEW_TOKENS
-    chat: bool | None = None  # None: the chat template when the tokenizer has one
+    #: Ask through the chat template (auto: when the tokenizer has one).
+    chat: bool | None = None
+    #: Accept a JSON verdict inside one outer code fence.
     allow_fence: bool = True
+    #: Generator seed of the record dataset.
     records_seed: int = 20260910
+    #: Generator seed of the quantity groups.
     quantity_seed: int = 20260916
-    n_groups: int | None = None  # first N groups per (dataset, split), for quick runs
+    #: Run only the first N groups of each (dataset, split), for quick runs; None: all.
+    n_groups: int | None = None
+    #: Pairs run in one batch.
     cases_per_batch: int = 4
-    name: str = "detection"
     _cases: list[DetectionCase] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name in (*self.record_detectors, *self.quantity_detectors):
-            if name not in DETECTORS:
-                raise ValueError(f"unknown detector {name!r}; known: {', '.join(DETECTORS)}")
-        for name in self.datasets:
-            if name not in DATASETS:
-                raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+        for name in ("datasets", "splits", "record_detectors", "quantity_detectors", "text_detector_splits"):
+            setattr(self, name, tuple(getattr(self, name)))
+        require_choices(self, datasets=DATASETS, splits=SPLITS, record_detectors=DETECTORS,
+                        quantity_detectors=DETECTORS, text_detector_splits=SPLITS)
+        if "quantity" in self.datasets and "train" in self.splits:
+            raise InvalidParameter("splits", "the quantity dataset has no train split (only dev and test)")
+        require_at_least(self, max_new_tokens=1, n_groups=1, cases_per_batch=1)
 
     def config(self) -> dict[str, Any]:
         return study_parameters(self)

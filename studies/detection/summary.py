@@ -18,15 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from kvprobe.readouts.stats import bootstrap_auc, group_bootstrap_indices
+from kvprobe.readouts.stats import (DRAWS, PAPER_SEED, bootstrap_auc, bootstrap_mean, group_bootstrap_weights,
+                                    percentile_interval)
 
-from ..paired import percentile_interval
+from ..report import estimate, interval, run_time, table_head
 from ..runner import read_rows, write_run_summary
 from .calibration import calibrate
 from .detectors import REPLACEMENT, TEXT_DETECTORS, YES_NO
-
-DRAWS = 10_000
-SEED = 20260919
 
 
 def _by(rows: list[dict[str, Any]], *keys: str) -> dict[tuple, list[dict[str, Any]]]:
@@ -43,7 +41,7 @@ def text_detector_cell(rows: list[dict[str, Any]], seed: int, draws: int) -> dic
                             "decisions": dict(Counter(r["decision"] for r in rows)),
                             "parse": dict(Counter(r["parse"] for r in rows)),
                             "capped": sum(r["stop_reason"] == "cap" for r in rows)}
-    weights = group_bootstrap_indices([r["group"] for r in rows], n_draws=draws, seed=seed).weights()
+    weights = group_bootstrap_weights([r["group"] for r in rows], n_draws=draws, seed=seed)
     for key in ("decision", "filtered"):
         fired = np.array([r[key] == REPLACEMENT for r in rows])
         correct = (fired == labels.astype(bool)).astype(float)
@@ -51,7 +49,7 @@ def text_detector_cell(rows: list[dict[str, Any]], seed: int, draws: int) -> dic
         cell[f"{prefix}true_triggers"] = int((fired & (labels == 1)).sum())
         cell[f"{prefix}false_triggers"] = int((fired & (labels == 0)).sum())
         cell[f"{prefix}accuracy"] = float(correct.mean())
-        cell[f"{prefix}accuracy_ci"] = percentile_interval((weights @ correct) / weights.sum(axis=1))
+        cell[f"{prefix}accuracy_ci"] = percentile_interval(bootstrap_mean(correct, weights))
     cell["per_relation"] = {rel: dict(Counter(r["decision"] for r in rs))
                             for (rel,), rs in sorted(_by(rows, "relation").items())}
     return cell
@@ -74,7 +72,7 @@ def yes_no_cell(rows: list[dict[str, Any]], seed: int, draws: int) -> dict[str, 
     return cell
 
 
-def summarize(out_dir: Path | str, seed: int = SEED, draws: int = DRAWS) -> dict[str, Any]:
+def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -> dict[str, Any]:
     rows = list(read_rows(out_dir))
     text, yes_no = [], []
     for (dataset, split, detector), rs in sorted(_by(rows, "dataset", "split", "detector").items()):
@@ -101,9 +99,9 @@ def _pct(x: float) -> str:
 
 
 def _text_table(cells: list[dict[str, Any]]) -> list[str]:
-    lines = ["| dataset | split | detector | n | replacement / no / unresolved | true triggers | false triggers "
-             "| accuracy % [95% CI] | with lexical filter: true / false | parse failures (reason: count) | capped |",
-             "|" + "---|" * 11]
+    lines = table_head(["dataset", "split", "detector", "n", "replacement / no / unresolved", "true triggers",
+                        "false triggers", "accuracy % [95% CI]", "with lexical filter: true / false",
+                        "parse failures (reason: count)", "capped"])
     for c in cells:
         d = c["decisions"]
         fails = ", ".join(f"{k}: {v}" for k, v in sorted(c["parse"].items()) if k != "ok") or "none"
@@ -117,7 +115,7 @@ def _text_table(cells: list[dict[str, Any]]) -> list[str]:
 
 
 def _auc(a: dict[str, Any] | None) -> str:
-    return f"{a['auc']:.3f} [{a['lo']:.3f}, {a['hi']:.3f}]" if a else ""
+    return estimate(a["auc"], (a["lo"], a["hi"]), ".3f") if a else ""
 
 
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
@@ -130,12 +128,13 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
              f"failures) never trigger and are counted by reason. Intervals: {summary['draws']:,} draws of whole "
              f"groups, seed {summary['seed']}.", ""]
     if timing:
-        lines += [f"Run time: {timing['seconds'] / 60:.1f} min for {timing['cases_run']} pairs.", ""]
+        lines += [run_time(timing, "pairs"), ""]
     if summary["text_detectors"]:
         lines += ["## JSON classifiers", ""] + _text_table(summary["text_detectors"]) + [""]
     if summary["yes_no"]:
-        lines += ["## YES/NO score", "", "| dataset | split | n | AUC [95% CI] | role swap vs role confirmation AUC "
-                  "| score range | distinct scores | single tokens |", "|---|---|---|---|---|---|---|---|"]
+        lines += ["## YES/NO score", "", *table_head(["dataset", "split", "n", "AUC [95% CI]",
+                                                        "role swap vs role confirmation AUC", "score range",
+                                                        "distinct scores", "single tokens"])]
         for c in summary["yes_no"]:
             lo, hi = c["score_range"]
             lines.append(f"| {c['dataset']} | {c['split']} | {c['n']} | {_auc(c.get('auc'))} | "
@@ -144,13 +143,14 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         lines.append("")
     for dataset, cal in summary["calibration"].items():
         lines += [f"## YES/NO thresholds on {dataset} (fitted on dev, applied to test)", "",
-                  "| rule | threshold | dev balanced accuracy | test actions | test balanced accuracy "
-                  "[conditional 95% CI] | [joint 95% CI, threshold refit] | notes |", "|---|---|---|---|---|---|---|"]
+                  *table_head(["rule", "threshold", "dev balanced accuracy", "test actions",
+                               "test balanced accuracy [conditional 95% CI]", "[joint 95% CI, threshold refit]",
+                               "notes"])]
         for name, r in cal["rules"].items():
             t = "-inf" if r["threshold"] is None else f"{r['threshold']:.6g}"
             cond = r["conditional"].get("balanced_accuracy")
             joint = r.get("joint", {}).get("balanced_accuracy")
-            fmt = (lambda ci: f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+            fmt = (lambda ci: interval(ci, ".3f") if ci else "")
             dev_ba = r.get("dev_balanced_accuracy")
             lines.append(f"| {name} | {t} | {'' if dev_ba is None else f'{dev_ba:.3f}'} | {r['test_actions']} | "
                          f"{r['test_balanced_accuracy']:.3f} {fmt(cond)} | {fmt(joint)} | {'; '.join(r['notes'])} |")
@@ -158,5 +158,5 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     return "\n".join(lines)
 
 
-def write_summary(out_dir: Path | str, seed: int = SEED) -> dict[str, Any]:
+def write_summary(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]:
     return write_run_summary(out_dir, summarize, format_report, seed=seed)

@@ -18,12 +18,18 @@ The history cache is checked bit-identical after every case.
 UNCLEAR (paper): which queries the controlled comparison asks (it reports one
 accuracy per condition); we ask the current query by default and can add the
 historical and unrelated ones (``queries``).
+
+On the study protocol (:class:`~kvprobe.studies.protocol.HistoryStudy`) the case's
+conditions are full access and the source mask; the query-aware arms depend on the
+question (matched K), so :meth:`QueryAwareStudy.setup` builds every question's arms
+and :meth:`QueryAwareStudy.question_conditions` hands them to the run loop. A row's
+``condition`` is its arm (``full``, ``source-mask``, ``quest@matched``...).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
@@ -33,16 +39,20 @@ from kvprobe.interventions.quest import Quest, RecentPages
 from kvprobe.interventions.refreshkv import RefreshKV
 from kvprobe.studies.detection.detectors import use_chat
 from kvprobe.studies.quantity.grading import normalize
+from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.recognition.records import POSITIVE_VARIANTS
-from kvprobe.studies.records.cases import RecordHistory, question_text
+from kvprobe.studies.records.cases import QUERY_KINDS, RecordHistory, question_text
 from kvprobe.studies.records.study import MAX_NEW_TOKENS, grade, selected_histories
 
-from ..conditions import check_unchanged
+from ..conditions import supported
+from ..protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices
 from ..runner import study_parameters
 
 METHODS = ("recent-pages", "quest", "finch", "refreshkv")
 #: The paper's fixed capacity for the controlled histories (E4).
 FIXED_BUDGET = 128
+#: The arms every question is answered under besides the query-aware ones (the case's conditions).
+REFERENCES = ("full", "source-mask")
 
 
 def method_condition(method: str, budget: int) -> kvprobe.Access:
@@ -59,20 +69,34 @@ def method_condition(method: str, budget: int) -> kvprobe.Access:
 
 
 @dataclass
-class QueryAwareStudy:
-    """Full, source mask and the query-aware methods at matched and fixed capacity (runner protocol)."""
+class QueryAwareStudy(HistoryStudy):
+    """Full, source mask and the query-aware methods at matched and fixed capacity on the record histories."""
 
+    name: ClassVar[str] = "query-aware"
+    #: Split of the record histories (the paper: the 300 test histories, 50 items x 6 variants).
     split: str = "test"
-    n_groups: int | None = None  # N items (6 histories each), families in turn; None: all 50
+    #: Run only N items (6 histories each), taken from the families in turn; None: all 50.
+    n_groups: int | None = None
+    #: Queries asked of every history (current, historical, unrelated; the paper reports one accuracy).
     queries: tuple[str, ...] = ("current",)
+    #: Query-aware methods compared with the source mask (recent-pages, quest, finch, refreshkv).
     methods: tuple[str, ...] = METHODS
-    fixed_budget: int | None = FIXED_BUDGET  # None: matched capacity only
+    #: The fixed capacity K besides the matched one (the paper: 128); None: matched capacity only.
+    fixed_budget: int | None = FIXED_BUDGET
+    #: Greedy answer budget in tokens (as the record-history study: 40).
     max_new_tokens: int = MAX_NEW_TOKENS
+    #: Ask through the chat template (auto: when the tokenizer has one).
     chat: bool | None = None
+    #: Generator seed of the record dataset.
     seed: int = 20260910
+    #: Histories answered in one batch.
     cases_per_batch: int = 4
-    name: str = "query-aware"
     _cases: list[RecordHistory] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.queries, self.methods = tuple(self.queries), tuple(self.methods)
+        require_at_least(self, n_groups=1, fixed_budget=1, max_new_tokens=1, cases_per_batch=1)
+        require_choices(self, split=SPLITS, queries=QUERY_KINDS, methods=METHODS)
 
     def config(self) -> dict[str, Any]:
         return study_parameters(self)
@@ -96,40 +120,52 @@ class QueryAwareStudy:
                 arms.append((f"{method}@{kind}", kind, K, method_condition(method, K)))
         return arms
 
-    def run_cases(self, model: kvprobe.Model, cases: list[RecordHistory]) -> list[list[dict[str, Any]]]:
-        chat = use_chat(model, self.chat)
-        plans, items = [], []
-        for case in cases:
-            history = model.prefill(case.prompt(chat))
-            plan = []
-            for kind, question, reference in case.queries():
-                if kind not in self.queries:
-                    continue
-                q = question_text(question)
-                window = observation_length(model, history, q)
-                for arm, capacity, K, condition in self.arms(model, history, case, q):
-                    plan.append((kind, reference, arm, capacity, K, len(items), window))
-                    items.append((history, kvprobe.Request(q, condition)))
-            plans.append((case, history, plan))
-        answers = decoding.answer(model, items, max_new_tokens=self.max_new_tokens)
-        out = []
-        for case, history, plan in plans:
-            rows = []
-            values = [case.case.old_value, case.case.new_value, case.other_value]
-            masked = len(case.a_span(history))
-            for kind, reference, arm, capacity, K, i, window in plan:
-                g = answers[i].generation
-                method = arm.split("@")[0]
-                rows.append({
-                    "case_id": case.case_id, "group": case.case.group, "family": case.case.family,
-                    "variant": case.case.variant, "changed_value": case.case.variant in POSITIVE_VARIANTS,
-                    "query": kind, "arm": arm, "method": method, "capacity": capacity, "budget": K,
-                    "history_tokens": len(history), "observation_tokens": window, "masked_tokens": masked,
-                    "resident_tokens": resident_tokens(method, len(history), window, K or 0),
-                    "reference": reference, "output": g.text, "stop_reason": g.stop_reason,
-                    "output_tokens": g.n_tokens, **grade(g.text, reference, values),
-                    "mentions_old": normalize(case.case.old_value) in normalize(g.text),
-                })
-            check_unchanged(history, case.case_id)
-            out.append(rows)
-        return out
+    # ------------------------------------------------------------------ the protocol's hooks
+    def group(self, case: RecordHistory) -> str:
+        return case.case.group
+
+    def prompt(self, model: kvprobe.Model, case: RecordHistory) -> kvprobe.Prompt:
+        return case.prompt(use_chat(model, self.chat))
+
+    def questions(self, model: kvprobe.Model, case: RecordHistory, history: kvprobe.History) -> list[Question]:
+        """The asked queries (``queries``); ``info``: the reference answer."""
+        return [Question(kind, question_text(question), None, reference)
+                for kind, question, reference in case.queries() if kind in self.queries]
+
+    def conditions(self, model: kvprobe.Model, case: RecordHistory, history: kvprobe.History
+                   ) -> dict[str, kvprobe.Access]:
+        """Full access and the source mask (the question-independent arms, prepared once per history)."""
+        return {"full": kvprobe.Full(), "source-mask": kvprobe.Mask(case.a_span(history), name="source-mask")}
+
+    def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
+        """Every question's arms (matched K depends on the question), observation window and masked tokens."""
+        run.extra["masked"] = len(run.case.a_span(run.history))
+        run.extra["window"], run.extra["arms"] = {}, {}
+        for q in run.questions:
+            run.extra["window"][q.text] = observation_length(model, run.history, q.text)
+            arms = self.arms(model, run.history, run.case, q.text)
+            methods = supported(self.name, run.history, {a: c for a, _, _, c in arms if a not in REFERENCES})
+            run.extra["arms"][q.text] = {
+                arm: (capacity, K, run.conditions[arm] if arm in REFERENCES else methods[arm])
+                for arm, capacity, K, _ in arms if arm in run.conditions or arm in methods}
+
+    def question_conditions(self, run: CaseRun, question: Question) -> dict[str, kvprobe.Access]:
+        """The question's arms: full, source mask, then each method at matched and fixed capacity."""
+        return {arm: condition for arm, (_, _, condition) in run.extra["arms"][question.text].items()}
+
+    def row(self, run: CaseRun, question: Question, condition: str,
+            answers: dict[str, decoding.Answer]) -> dict[str, Any]:
+        c = run.case.case
+        g = answers[condition].generation
+        capacity, K, _ = run.extra["arms"][question.text][condition]
+        window = run.extra["window"][question.text]
+        method = condition.split("@")[0]
+        values = [c.old_value, c.new_value, run.case.other_value]
+        return {
+            "family": c.family, "variant": c.variant, "changed_value": c.variant in POSITIVE_VARIANTS,
+            "method": method, "capacity": capacity, "budget": K, "observation_tokens": window,
+            "masked_tokens": run.extra["masked"],
+            "resident_tokens": resident_tokens(method, len(run.history), window, K or 0),
+            "reference": question.info, **grade(g.text, question.info, values),
+            "mentions_old": normalize(c.old_value) in normalize(g.text),
+        }

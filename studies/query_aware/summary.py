@@ -18,13 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from kvprobe.readouts.stats import group_bootstrap_indices
+from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
 
-from ..paired import format_change, paired_change
+from ..report import format_change, run_time, table_head
 from ..runner import read_rows, write_run_summary
 
-DRAWS = 10_000
-SEED = 20260919
 RULES = ("correct", "lenient")
 REFERENCES = ("full", "source-mask")
 
@@ -34,21 +32,21 @@ def _arm_order(arms: set[str]) -> list[str]:
     return fixed + sorted(a for a in arms if a not in REFERENCES)
 
 
-def summarize(out_dir: Path | str, seed: int = SEED, draws: int = DRAWS) -> dict[str, Any]:
+def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -> dict[str, Any]:
     rows = list(read_rows(out_dir))
     by_key: dict[tuple[str, str], dict[str, dict]] = defaultdict(dict)
     for r in rows:
-        by_key[(r["query"], r["arm"])][r["case_id"]] = r
+        by_key[(r["query"], r["condition"])][r["case_id"]] = r
     cells, capacity = [], []
     queries = sorted({r["query"] for r in rows})
-    arms = _arm_order({r["arm"] for r in rows})
+    arms = _arm_order({r["condition"] for r in rows})
     for query in queries:
         base = by_key.get((query, "full"), {})
         for subset in ("all", "changed-value"):
             keys = sorted(k for k in base if subset == "all" or base[k]["changed_value"])
             if not keys:
                 continue
-            weights = group_bootstrap_indices([base[k]["group"] for k in keys], n_draws=draws, seed=seed).weights()
+            weights = group_bootstrap_weights([base[k]["group"] for k in keys], n_draws=draws, seed=seed)
             for arm in arms:
                 mine = by_key.get((query, arm), {})
                 got = [mine[k] for k in keys if k in mine]
@@ -80,8 +78,8 @@ def summarize(out_dir: Path | str, seed: int = SEED, draws: int = DRAWS) -> dict
 
 
 def _table(cells: list[dict[str, Any]]) -> list[str]:
-    lines = ["| query | subset | arm | n | exact | vs full [95% CI] | lenient | vs full [95% CI] "
-             "| vs source mask [95% CI] | mentions old | parse ok |", "|" + "---|" * 11]
+    lines = table_head(["query", "subset", "arm", "n", "exact", "vs full [95% CI]", "lenient", "vs full [95% CI]",
+                        "vs source mask [95% CI]", "mentions old", "parse ok"])
     for c in cells:
         lines.append(f"| {c['query']} | {c['subset']} | {c['arm']} | {c['n']} | {c['correct']} | "
                      f"{format_change(c.get('correct_vs_full'))} | {c['lenient']} | "
@@ -103,15 +101,15 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
              "reference; lenient (ours) = the first history value the answer mentions is the reference. Changes are "
              f"paired, 95 % intervals from {summary['draws']:,} draws of whole items (seed {summary['seed']}).", ""]
     if timing:
-        lines += [f"Run time: {timing['seconds'] / 60:.1f} min for {timing['cases_run']} histories.", ""]
+        lines += [run_time(timing, "histories"), ""]
     lines += _table(summary["cells"])
     if summary["capacity"]:
         lines += ["", "Capacity: K per question (min / median / max) and key slots kept resident before the final "
                   "question token (medians). Quest reads `K // 16` pages (the current page included); FINCH keeps K "
                   "slots per KV head, its window included; Quest, RefreshKV and the recent-page control keep every "
                   "slot resident and only read fewer.", "",
-                  "| query | arm | K min / median / max | resident (median) | history (median) | masked (median) |",
-                  "|---|---|---|---|---|---|"]
+                  *table_head(["query", "arm", "K min / median / max", "resident (median)", "history (median)",
+                               "masked (median)"])]
         for c in summary["capacity"]:
             k = c["K"]
             lines.append(f"| {c['query']} | {c['arm']} | {k[0]} / {k[1]:g} / {k[2]} | {c['resident_median']:g} | "
@@ -119,6 +117,6 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     return "\n".join(lines) + "\n"
 
 
-def write_summary(out_dir: Path | str, seed: int = SEED) -> dict[str, Any]:
+def write_summary(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]:
     """summary.json and report.md of a query-aware run."""
     return write_run_summary(out_dir, summarize, format_report, seed=seed)

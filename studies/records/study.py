@@ -1,7 +1,7 @@
 """The record-history study: seven policies x three queries per history (paper partD section 3).
 
-Per history the common prefix is prefilled once; each query is answered on its
-own copy of the cache under each policy (greedy, 40 tokens, EOS stop):
+Per history the prompt is prefilled once; each query is answered on its own copy
+of the cache under each policy (greedy, 40 tokens, EOS stop):
 
 * ``keep-all``: full access;
 * ``detector-mask`` / ``detector-recompute``: hide record A, or delete the whole
@@ -16,10 +16,15 @@ own copy of the cache under each policy (greedy, 40 tokens, EOS stop):
   paper's matched-score experiment, where the mask is applied unconditionally,
   partD section 6).
 
-Policies that reduce to the same operation share one generated answer (L5466-5467).
+Policies that reduce to the same operation share one generated answer (L5466-5467):
+on the study protocol (:class:`~kvprobe.studies.protocol.HistoryStudy`) the
+*operations* (``full``, ``mask``, ``recompute``) are the conditions, each query is
+answered under the operations its policies need, and :meth:`RecordsStudy.rows` writes
+one row per policy (``condition`` = the policy, ``operation`` = what it applied).
 Detector decisions come from a detection run (``detections``: its directory, the
 decisions of one detector shared by every generator, as in the paper) or, when
-none is given, from the generator model itself running the detector inline.
+none is given, from the generator model itself running the detector inline on every
+history of a batch at once (:meth:`RecordsStudy.start_batch`).
 Correct = exact case-folded, whitespace-normalized equality of the JSON answer
 field; malformed JSON is wrong (L5447-5449). The history K/V are checked
 bit-identical after every case.
@@ -30,19 +35,23 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.studies.detection.detectors import REPLACEMENT, RecordPair, run_text_detectors, use_chat
+from kvprobe.studies.detection.detectors import REPLACEMENT, TEXT_DETECTORS, RecordPair, run_text_detectors, \
+    use_chat
 from kvprobe.studies.quantity.grading import normalize, parse_strict
+from kvprobe.studies.recognition.cases import SPLITS
 
-from ..conditions import check_unchanged
+from ..protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices
 from ..runner import study_parameters
 from .cases import RecordHistory, question_text, record_histories
 
 POLICIES = ("keep-all", "detector-mask", "detector-recompute", "oracle-mask", "oracle-recompute",
             "latest-record", "query-aware-mask", "always-mask")
+#: The operations the policies apply (the protocol's conditions), in the order they are prepared.
+OPERATIONS = ("full", "mask", "recompute")
 #: Answer budget (paper L5450-5451).
 MAX_NEW_TOKENS = 40
 
@@ -91,21 +100,36 @@ def grade(text: str, reference: str, values: list[str]) -> dict[str, Any]:
 
 
 @dataclass
-class RecordsStudy:
-    """The 300 test histories under the seven policies (runner protocol)."""
+class RecordsStudy(HistoryStudy):
+    """The 300 test histories under the seven policies (and always-mask), three queries each."""
 
+    name: ClassVar[str] = "records"
+    #: Split of the record histories (the paper: the 300 test histories, 50 items x 6 variants).
     split: str = "test"
-    n_groups: int | None = None  # N items (6 histories each), taken from the families in turn; None: all
-    detections: str | None = None  # a detection run directory; None: detect inline with the generator
+    #: Run only N items (6 histories each), taken from the families in turn; None: all.
+    n_groups: int | None = None
+    #: A detection run directory whose decisions the detector policies use; None: detect inline with the generator.
+    detections: str | None = None
+    #: The JSON detector whose decisions drive the detector policies (the paper: asserted-value).
     detector: str = "asserted-value"
+    #: Use the detector's lexically filtered decisions (no replacement when A's value occurs in both records).
     lexical_filter: bool = False
+    #: Greedy answer budget in tokens (paper L5450-5451: 40).
     max_new_tokens: int = MAX_NEW_TOKENS
+    #: Ask through the chat template (auto: when the tokenizer has one).
     chat: bool | None = None
+    #: Generator seed of the record dataset.
     seed: int = 20260910
+    #: Histories answered in one batch.
     cases_per_batch: int = 4
-    name: str = "records"
     _cases: list[RecordHistory] | None = field(default=None, repr=False, compare=False)
     _decisions: dict[str, str] | None = field(default=None, repr=False, compare=False)
+    # Detector verdicts of the histories run so far, by case id (filled batch by batch).
+    _detected: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        require_at_least(self, n_groups=1, max_new_tokens=1, cases_per_batch=1)
+        require_choices(self, split=SPLITS, detector=tuple(TEXT_DETECTORS))
 
     def config(self) -> dict[str, Any]:
         cfg = study_parameters(self)
@@ -138,49 +162,66 @@ class RecordsStudy:
         return [{"decision": v[self.detector][key], "source": "inline", "parse": v[self.detector]["parse"]}
                 for v in verdicts]
 
-    def run_cases(self, model: kvprobe.Model, cases: list[RecordHistory]) -> list[list[dict[str, Any]]]:
-        """Every (history, query, policy) row of a batch; distinct operations run in one batch."""
+    def operation(self, case: RecordHistory, query: str, policy: str) -> str:
+        """The operation ``policy`` applies to ``query`` of ``case`` (its detector verdict known)."""
+        detected = self._detected[case.case_id]["decision"] == REPLACEMENT
+        return policy_operation(policy, query, case.case.labels["replacement"], detected, case.same_slot)
+
+    def operations(self, case: RecordHistory, query: str) -> list[str]:
+        """The distinct operations the policies apply to ``query``, in the order the policies first need them."""
+        return list(dict.fromkeys(self.operation(case, query, policy) for policy in POLICIES))
+
+    # ------------------------------------------------------------------ the protocol's hooks
+    def group(self, case: RecordHistory) -> str:
+        return case.case.group
+
+    def start_batch(self, model: kvprobe.Model, cases: list[RecordHistory]) -> None:
+        """The detector's verdicts on every history of the batch (inline: one generation batch)."""
+        if cases:
+            self._detected.update(zip((c.case_id for c in cases), self._detect(model, cases)))
+
+    def prompt(self, model: kvprobe.Model, case: RecordHistory) -> kvprobe.Prompt:
+        return case.prompt(use_chat(model, self.chat))
+
+    def questions(self, model: kvprobe.Model, case: RecordHistory, history: kvprobe.History) -> list[Question]:
+        """The current, historical and unrelated queries; ``info``: the reference answer."""
+        return [Question(kind, question_text(question), None, reference)
+                for kind, question, reference in case.queries()]
+
+    def conditions(self, model: kvprobe.Model, case: RecordHistory, history: kvprobe.History
+                   ) -> dict[str, kvprobe.Access]:
+        """The operations some policy applies to some query of the case (a recompute only when one acts)."""
         from kvprobe.interventions import TextRecompute
 
-        chat = use_chat(model, self.chat)
-        detected = self._detect(model, cases)
-        plans, items = [], []
-        for case, det in zip(cases, detected):
-            history = model.prefill(case.prompt(chat))
-            operations = {"full": kvprobe.Full(), "mask": kvprobe.Mask(case.a_span(history), name="mask"),
-                          "recompute": TextRecompute(["time1"])}
-            label = case.case.labels["replacement"]
-            index: dict[tuple[str, str], int] = {}  # (query, operation) -> its one generation
-            plan: dict[tuple[str, str], tuple[str, int]] = {}  # (query, policy) -> (operation, generation)
-            for kind, question, reference in case.queries():
-                for policy in POLICIES:
-                    op = policy_operation(policy, kind, label, det["decision"] == REPLACEMENT, case.same_slot)
-                    if (kind, op) not in index:
-                        index[(kind, op)] = len(items)
-                        items.append((history, kvprobe.Request(question_text(question), operations[op])))
-                    plan[(kind, policy)] = (op, index[(kind, op)])
-            plans.append((case, det, history, plan, label))
-        answers = decoding.answer(model, items, max_new_tokens=self.max_new_tokens)
+        needed = {op for kind, _, _ in case.queries() for op in self.operations(case, kind)}
+        ops = {"full": kvprobe.Full, "mask": lambda: kvprobe.Mask(case.a_span(history), name="mask"),
+               "recompute": lambda: TextRecompute(["time1"])}
+        return {op: ops[op]() for op in OPERATIONS if op in needed}
+
+    def question_conditions(self, run: CaseRun, question: Question) -> dict[str, kvprobe.Access]:
+        """The operations the policies apply to this query (each answered once)."""
+        return {op: run.conditions[op] for op in self.operations(run.case, question.query) if op in run.conditions}
+
+    def rows(self, run: CaseRun, question: Question, answers: dict[str, decoding.Answer]) -> list[dict[str, Any]]:
+        """One row per policy: the answer of the operation it applies (policies left without one are skipped)."""
         out = []
-        for case, det, history, plan, label in plans:
-            rows = []
-            values = [case.case.old_value, case.case.new_value, case.other_value]
-            for kind, question, reference in case.queries():
-                for policy in POLICIES:
-                    op, i = plan[(kind, policy)]
-                    g = answers[i].generation
-                    rows.append({
-                        "case_id": case.case_id, "group": case.case.group, "family": case.case.family,
-                        "variant": case.case.variant, "label": label, "query": kind, "policy": policy,
-                        "operation": op, "detector_decision": det["decision"], "reference": reference,
-                        "old_value": case.case.old_value, "output": g.text, "stop_reason": g.stop_reason,
-                        "output_tokens": g.n_tokens, "history_tokens": len(history),
-                        "prompt_sha256": history.rendered.sha256, **grade(g.text, reference, values),
-                        "mentions_old": normalize(case.case.old_value) in normalize(g.text),
-                    })
-            check_unchanged(history, case.case_id)
-            out.append(rows)
+        for policy in POLICIES:
+            op = self.operation(run.case, question.query, policy)
+            if op in answers:
+                out.append({**self.row(run, question, op, answers),
+                            **self.common(run, question, policy, answers[op].generation)})
         return out
+
+    def row(self, run: CaseRun, question: Question, condition: str,
+            answers: dict[str, decoding.Answer]) -> dict[str, Any]:
+        """The columns of a policy's row besides the common ones; ``condition`` is the operation it applied."""
+        c = run.case.case
+        g = answers[condition].generation
+        values = [c.old_value, c.new_value, run.case.other_value]
+        return {"family": c.family, "variant": c.variant, "label": c.labels["replacement"], "operation": condition,
+                "detector_decision": self._detected[run.case.case_id]["decision"], "reference": question.info,
+                "old_value": c.old_value, **grade(g.text, question.info, values),
+                "mentions_old": normalize(c.old_value) in normalize(g.text)}
 
 
 def selected_histories(split: str, seed: int, n_groups: int | None) -> list[RecordHistory]:

@@ -19,24 +19,21 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kvprobe.readouts.stats import group_bootstrap_indices
+from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
 from kvprobe.studies.detection.coverage import coverage_curve, plot_coverage
 from kvprobe.studies.detection.detectors import REPLACEMENT
 
-from ..paired import format_change, paired_change
+from ..report import corrections_reversals, estimate, format_change, run_time, table_head
 from ..runner import read_rows, write_run_summary
 from .study import POLICIES
 
-DRAWS = 10_000
 QUERIES = ("current", "historical", "unrelated")
 RULES = ("correct", "lenient")
-#: Interval seed of the paper's generation experiments (partD section 0).
-SEED = 20260919
 
 
 def _cells(by_key: dict, keys: list[str], groups: dict[str, str], seed: int, draws: int,
            subset: str = "all") -> list[dict[str, Any]]:
-    weights = group_bootstrap_indices([groups[k] for k in keys], n_draws=draws, seed=seed).weights()
+    weights = group_bootstrap_weights([groups[k] for k in keys], n_draws=draws, seed=seed)
     cells = []
     for query in QUERIES:
         full = by_key.get((query, "keep-all"), {})
@@ -72,14 +69,14 @@ def _detector(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "accuracy": float(np.mean([f == bool(r["label"]) for f, r in zip(fire, rows)])) if rows else None}
 
 
-def summarize(out_dir: Path | str, seed: int = SEED, draws: int = DRAWS,
+def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS,
               rankings: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
     """The run's summary; ``rankings`` adds coverage curves ranked by other scores (e.g. learned
     readouts, ``studies.detection.readout_scores``), ``{name: {case_id: score}}``."""
     rows = list(read_rows(out_dir))
     by_key: dict[tuple[str, str], dict[str, dict]] = defaultdict(dict)
     for r in rows:
-        by_key[(r["query"], r["policy"])][r["case_id"]] = r
+        by_key[(r["query"], r["condition"])][r["case_id"]] = r
     base = by_key.get(("current", "keep-all"), {})
     keys = sorted(base)
     groups = {k: base[k]["group"] for k in keys}
@@ -109,14 +106,13 @@ def summarize(out_dir: Path | str, seed: int = SEED, draws: int = DRAWS,
 
 
 def _table(cells: list[dict[str, Any]]) -> list[str]:
-    lines = ["| query | subset | policy | n | acted | exact correct | change vs keep-all [95% CI] | C / R "
-             "| lenient | change vs keep-all [95% CI] | parse ok | EOS |", "|" + "---|" * 12]
+    lines = table_head(["query", "subset", "policy", "n", "acted", "exact correct", "change vs keep-all [95% CI]",
+                        "C / R", "lenient", "change vs keep-all [95% CI]", "parse ok", "EOS"])
     for c in cells:
         ch, lch = c.get("correct_change"), c.get("lenient_change")
-        cr = f"{ch['corrections']} / {ch['reversals']}" if ch else ""
         lines.append(f"| {c['query']} | {c['subset']} | {c['policy']} | {c['n']} | {c['acted']} | {c['correct']} | "
-                     f"{format_change(ch)} | {cr} | {c['lenient']} | {format_change(lch)} | {c['parse_ok']} | "
-                     f"{c['eos']} |")
+                     f"{format_change(ch)} | {corrections_reversals(ch)} | {c['lenient']} | {format_change(lch)} | "
+                     f"{c['parse_ok']} | {c['eos']} |")
     return lines
 
 
@@ -135,7 +131,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
              f"95 % intervals from {summary['draws']:,} draws of whole items (seed {summary['seed']}). "
              "C / R = corrections / reversals of the exact rule.", ""]
     if timing:
-        lines += [f"Run time: {timing['seconds'] / 60:.1f} min for {timing['cases_run']} histories.", ""]
+        lines += [run_time(timing, "histories"), ""]
     lines += [f"Detector: {det['true_triggers']}/{det['positives']} true triggers, {det['false_triggers']}/"
               f"{det['negatives']} false triggers (unresolved counts as no trigger); decisions per variant: "
               + "; ".join(f"{v}: {dict(sorted(c.items()))}" for v, c in sorted(det["per_variant"].items())), ""]
@@ -144,20 +140,20 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         lines += ["", "Coverage (current queries; acting = hiding A): expected net corrections when acting on the "
                   "top share of histories ranked by the score, ties averaged; excess over random at the same "
                   "coverage in percentage points of all histories.", "",
-                  "| rule | ranking | coverage | net [95% CI] | random | excess pp [95% CI] |", "|---|---|---|---|---|---|"]
+                  *table_head(["rule", "ranking", "coverage", "net [95% CI]", "random", "excess pp [95% CI]"])]
         for rule, curves in summary["coverage"].items():
             for name, cur in curves.items():
                 for i, cov in enumerate(cur["coverage"]):
                     if round(cov * 10) % 2:  # every 20 %
                         continue
-                    lines.append(f"| {rule} | {name} | {cov:.0%} | {cur['net'][i]:+.2f} [{cur['net_lo'][i]:+.2f}, "
-                                 f"{cur['net_hi'][i]:+.2f}] | {cur['random'][i] + 0.0:+.2f} | {cur['excess_pp'][i]:+.1f} "
-                                 f"[{cur['excess_lo'][i]:+.1f}, {cur['excess_hi'][i]:+.1f}] |")
+                    net = estimate(cur["net"][i], (cur["net_lo"][i], cur["net_hi"][i]))
+                    excess = estimate(cur["excess_pp"][i], (cur["excess_lo"][i], cur["excess_hi"][i]), "+.1f")
+                    lines.append(f"| {rule} | {name} | {cov:.0%} | {net} | {cur['random'][i] + 0.0:+.2f} | {excess} |")
         lines += ["", "![coverage](coverage.png)"]
     return "\n".join(lines) + "\n"
 
 
-def write_summary(out_dir: Path | str, seed: int = SEED, readout_scores: str | Path | None = None
+def write_summary(out_dir: Path | str, seed: int = PAPER_SEED, readout_scores: str | Path | None = None
                   ) -> dict[str, Any]:
     """summary.json, report.md and coverage.png; ``readout_scores``: a ``kvprobe readout`` scores.json
     (or its folder) whose readouts also rank the histories."""

@@ -1,4 +1,4 @@
-"""The repeated-request cost workload (paper partE E6-E7): runner protocol and run directory.
+"""The repeated-request cost workload (paper partE E6-E7): the study and its run directory.
 
 Cases are (history, background length) pairs, history-major: 30 histories x
 (0, 100, 300) background lines = 90 cases, each running every policy in a seeded
@@ -6,10 +6,11 @@ shuffled order on one resident history (``studies.requests.sequence``).
 
 Output (``run``):
 
-* ``results.jsonl`` (the runner's): one row per (case, policy, question): the
-  operation the question read (full / mask / recompute), the detector's decision, the
-  greedy answer and its grades (exact JSON field and the lenient first-value rule of
-  ``studies.records``). No timings, so the file is byte-reproducible and resumable.
+* ``results.jsonl`` (the runner's): one row per (case, policy, question), the policy
+  in the protocol's ``condition`` column: the operation the question read (full / mask /
+  recompute), the detector's decision, the greedy answer and its grades (exact JSON
+  field and the lenient first-value rule of ``studies.records``). No timings, so the
+  file is byte-reproducible and resumable.
 * ``timings.jsonl`` (ours): one line per (case, policy) with every timed component in
   milliseconds (history tokenization and prefill, detection, update tokenization,
   append or re-encode, mask, per question tokenization / cache copy / suffix prefill /
@@ -22,6 +23,12 @@ Output (``run``):
 
 Timing on a shared machine: run nothing else meanwhile. Each process warms up once per
 background length (one untimed sequence on the first case of that length).
+
+Each policy updates and reads its own cache in a timed sequence
+(``studies.requests.sequence``), not a history answered under conditions in one
+batch, so the study subclasses the protocol's minimal
+:class:`~kvprobe.studies.protocol.Study` and runs its cases itself; its rows carry the
+protocol's common columns (``condition`` is the policy).
 """
 
 from __future__ import annotations
@@ -31,17 +38,19 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import kvprobe
 from kvprobe.studies.detection.detectors import MAX_NEW_TOKENS as DETECTOR_MAX_NEW_TOKENS
 from kvprobe.studies.detection.detectors import use_chat
 
+from ..protocol import InvalidParameter, Study, require_at_least, require_choices
 from ..runner import read_rows, study_parameters
 from . import policies as pol
 from .detector import DETECTOR_NAMES, Detector, detector_name, make_detector
 from .sequence import Settings, run_case, warm_up
-from .workload import LENGTHS, N_GROUPS, ORDER, SEED, WorkloadCase, workload_cases
+from .workload import BACKGROUND_PLACES, BACKGROUND_SOURCES, LENGTHS, N_GROUPS, ORDER, SEED, WorkloadCase, \
+    workload_cases
 
 if TYPE_CHECKING:
     from ..runner import RunInfo
@@ -51,33 +60,54 @@ MAX_NEW_TOKENS = 40
 TIMINGS = "timings.jsonl"
 
 
-@dataclass
-class RequestsStudy:
-    """The ten-request workload after one update, under the five policies (runner protocol)."""
+def result_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A sequence's answer row as ``results.jsonl`` holds it: the policy in the protocol's ``condition`` column."""
+    return {("condition" if k == "policy" else k): v for k, v in row.items()}
 
-    n_groups: int | None = N_GROUPS  # None: all 30
-    lengths: tuple[int, ...] = LENGTHS  # background lines per history
+
+@dataclass
+class RequestsStudy(Study):
+    """The ten-request workload after one update, under the five policies."""
+
+    name: ClassVar[str] = "requests"
+    #: Record histories of the workload (the paper: 30); None: all 30.
+    n_groups: int | None = N_GROUPS
+    #: Background lines per history, one case each (the paper: 0, 100 and 300).
+    lengths: tuple[int, ...] = LENGTHS
+    #: Policies run on every case (keep-all, the paired reference, is required).
     policies: tuple[str, ...] = pol.POLICIES
+    #: Greedy answer budget in tokens (E6: 40; E7 used 256).
     max_new_tokens: int = MAX_NEW_TOKENS
-    # Detector: a name (studies.requests.detector.DETECTOR_NAMES: the paper's JSON detectors, or
-    # "always"/"never") or any Detector callable (recorded by its ``name``).
-    detector: str | Detector = "asserted-value"
+    #: The detector: a JSON detector (direct, expanded, asserted-value) or always / never; from Python also
+    #: any Detector callable (recorded by its name).
+    detector: str = "asserted-value"
+    #: Use the detector's lexically filtered decision (no replacement when A's value occurs in both records).
     lexical_filter: bool = False
+    #: Greedy budget of the JSON detector in tokens (the paper: 128).
     detector_max_new_tokens: int = DETECTOR_MAX_NEW_TOKENS
-    detector_model: str | None = None  # None: the generator detects (the paper used a fixed Qwen3-4B)
-    # UNCLEAR (brief vs paper): "label" recomputes the true replacements (the paper's
-    # "oracle-label recomputation", L6473); "always" deletes A in every history.
+    #: A separate model that detects; None: the generator detects (the paper used a fixed Qwen3-4B).
+    detector_model: str | None = None
+    #: What oracle-recompute deletes: label (the true replacements, the paper's oracle-label recomputation,
+    #: L6473) or always (A in every history). UNCLEAR (brief vs paper).
     oracle: str = "label"
-    stored_prefix: bool = False  # recompute re-encodes all retained text (True: reuse rows before A)
-    prefill_per_policy: bool = False  # False: one timed cold prefill shared by the case's policies
-    background: str = "ledger"  # "ledger" (seeded synthetic) or "pg19" (../shared/data/pg19)
-    background_at: str = "after_time1"  # or "before_time1"
-    chat: bool | None = None  # None: the chat template when the tokenizer has one
-    seed: int = SEED  # record dataset and background lines
-    order_seed: int = 0  # shuffled policy order per case
+    #: Recompute reuses the resident rows before record A (default: re-encode all retained text).
+    stored_prefix: bool = False
+    #: Prefill the resident history again, timed, before every policy (default: one cold prefill per case).
+    prefill_per_policy: bool = False
+    #: Background lines: ledger (seeded synthetic) or pg19 (../shared/data/pg19).
+    background: str = "ledger"
+    #: Where the background lines go: after_time1 or before_time1.
+    background_at: str = "after_time1"
+    #: Ask through the chat template (auto: when the tokenizer has one).
+    chat: bool | None = None
+    #: Seed of the record dataset and of the background lines.
+    seed: int = SEED
+    #: Seed of each case's shuffled policy order.
+    order_seed: int = 0
+    #: Run one untimed sequence per background length first (warm caches and allocators).
     warmup: bool = True
+    #: Cases run per batch (each case is timed on its own).
     cases_per_batch: int = 1
-    name: str = "requests"
     #: Where timing lines go (set by :func:`run`); not part of the config.
     timing_log: str | None = field(default=None, compare=False)
     _cases: list[WorkloadCase] | None = field(default=None, repr=False, compare=False)
@@ -89,11 +119,18 @@ class RequestsStudy:
         self.n_groups = N_GROUPS if self.n_groups is None else self.n_groups
         self.lengths = tuple(self.lengths)
         self.policies = tuple(self.policies)
-        pol.check_policies(self.policies)
-        if self.oracle not in pol.ORACLE_RULES:
-            raise ValueError(f"oracle must be one of {pol.ORACLE_RULES}, got {self.oracle!r}")
-        if isinstance(self.detector, str) and self.detector not in DETECTOR_NAMES:
-            raise ValueError(f"unknown detector {self.detector!r}; choose from {list(DETECTOR_NAMES)} or pass a callable")
+        require_at_least(self, n_groups=1, lengths=0, max_new_tokens=1, detector_max_new_tokens=1,
+                         cases_per_batch=1)
+        require_choices(self, policies=pol.POLICIES, oracle=pol.ORACLE_RULES, background=BACKGROUND_SOURCES,
+                        background_at=BACKGROUND_PLACES)
+        try:
+            pol.check_policies(self.policies)
+        except ValueError as exc:
+            raise InvalidParameter("policies", str(exc)) from None
+        if isinstance(self.detector, str):
+            require_choices(self, detector=DETECTOR_NAMES)
+        elif not callable(self.detector):
+            raise InvalidParameter("detector", f"a detector name or a Detector callable, got {self.detector!r}")
 
     def config(self) -> dict[str, Any]:
         """Every parameter that decides the rows, plus a hash of every prompt and question."""
@@ -118,7 +155,7 @@ class RequestsStudy:
         """The detector callable (a named one is built once; a detector model is loaded once)."""
         if self._detector is None:
             if not isinstance(self.detector, str):
-                self._detector = self.detector
+                self._detector = self.detector  # a Detector passed from Python
             else:
                 other = kvprobe.load_model(self.detector_model) if self.detector_model else None
                 self._detector = make_detector(self.detector, self.lexical_filter, self.detector_max_new_tokens,
@@ -137,7 +174,7 @@ class RequestsStudy:
                 self._warm.add(key)
             rows, timings = run_case(model, case, detector, settings)
             self._log(model, timings)
-            out.append(rows)
+            out.append([result_row(r) for r in rows])
         return out
 
     def _log(self, model: kvprobe.Model, timings: list[dict[str, Any]]) -> None:

@@ -30,21 +30,20 @@ from typing import Any
 
 import numpy as np
 
-from kvprobe.readouts.stats import group_bootstrap_indices
+from kvprobe.readouts.stats import DRAWS, bootstrap_mean, group_bootstrap_weights, percentile_interval
 
-from ..paired import percentile_interval
+from ..report import estimate, interval, run_time, table_head
 from ..runner import read_rows, write_run_summary
 from .policies import DETECTOR_POLICIES, POLICIES
 from .study import read_timings
 
-DRAWS = 10_000
 KINDS = ("current", "historical", "unrelated")
 RULES = ("lenient", "correct")
 
 
 def _mean_ci(diff: np.ndarray, weights: np.ndarray) -> dict[str, Any]:
     """Mean of per-history values and its bootstrap interval (weights: [draws, histories])."""
-    return {"mean": float(diff.mean()), "ci": percentile_interval(weights @ diff / len(diff))}
+    return {"mean": float(diff.mean()), "ci": percentile_interval(bootstrap_mean(diff, weights))}
 
 
 def _stats(values: list[float]) -> dict[str, float] | None:
@@ -119,7 +118,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
     policies = [p for p in POLICIES if p in config["study_config"]["policies"]]
     rows_by: dict[tuple[int, str], dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in read_rows(out):
-        rows_by[(r["lines"], r["policy"])][r["group"]].append(r)
+        rows_by[(r["lines"], r["condition"])][r["group"]].append(r)
     times_by: dict[tuple[int, str], dict[str, dict]] = defaultdict(dict)
     for t in read_timings(out):
         times_by[(t["lines"], t["policy"])][t["group"]] = t
@@ -129,7 +128,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
         keys = sorted(base_rows)
         if not keys:
             continue
-        weights = group_bootstrap_indices(keys, n_draws=draws, seed=seed).weights()
+        weights = group_bootstrap_weights(keys, n_draws=draws, seed=seed)
         base_times = times_by.get((lines, "keep-all"), {})
         timed = all(k in base_times for k in keys)
         tokens = [base_rows[k][0]["history_tokens"] for k in keys]
@@ -172,8 +171,7 @@ def _fmt_ci(d: dict[str, Any] | None, scale: float = 1.0, digits: int = 0) -> st
     if not d:
         return ""
     lo, hi = d["ci"]
-    f = f"{{:+.{digits}f}}"
-    return f"{f.format(d['mean'] * scale)} [{f.format(lo * scale)}, {f.format(hi * scale)}]"
+    return estimate(d["mean"] * scale, (lo * scale, hi * scale), f"+.{digits}f")
 
 
 def _s(stats: dict[str, float] | None, key: str = "mean", scale: float = 1e-3, digits: int = 2) -> str:
@@ -186,8 +184,8 @@ def _acc(cell: dict[str, Any], rule: str = "lenient") -> str:
 
 def cost_table(summary: dict[str, Any]) -> list[str]:
     """The compact cost table (markdown lines) for the README."""
-    lines = ["| lines | tokens | policy | resident s | cold s | overhead vs keep-all, ms [95% CI] | detector ms (fired) "
-             "| append / re-encode ms | C / H / U % (lenient) |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = table_head(["lines", "tokens", "policy", "resident s", "cold s", "overhead vs keep-all, ms [95% CI]",
+                        "detector ms (fired)", "append / re-encode ms", "C / H / U % (lenient)"])
     for entry in summary["lengths"]:
         lo, hi = entry["history_tokens"]
         for policy, cell in entry["policies"].items():
@@ -202,8 +200,8 @@ def cost_table(summary: dict[str, Any]) -> list[str]:
 
 
 def _accuracy_table(summary: dict[str, Any]) -> list[str]:
-    lines = ["| lines | policy | rule | " + " | ".join(f"{k} % [95% CI] | change pp [95% CI]" for k in KINDS) + " |",
-             "|---|---|---|" + "---|---|" * len(KINDS)]
+    lines = table_head(["lines", "policy", "rule",
+                        *(col for k in KINDS for col in (f"{k} % [95% CI]", "change pp [95% CI]"))])
     for entry in summary["lengths"]:
         for policy, cell in entry["policies"].items():
             for rule in RULES:
@@ -214,16 +212,16 @@ def _accuracy_table(summary: dict[str, Any]) -> list[str]:
                         parts += ["", ""]
                         continue
                     r = a[rule]
-                    parts += [f"{r['pct']:.1f} ({r['correct']}/{a['n']}) [{r['ci'][0]:.1f}, {r['ci'][1]:.1f}]",
+                    parts += [f"{r['pct']:.1f} ({r['correct']}/{a['n']}) {interval(r['ci'], '.1f')}",
                               _fmt_ci(r.get("change_pp"), digits=1)]
                 lines.append(f"| {entry['lines']} | {policy} | {rule} | " + " | ".join(parts) + " |")
     return lines
 
 
 def _components_table(summary: dict[str, Any]) -> list[str]:
-    lines = ["| lines | policy | detect | update tokenize | append | re-encode (n) | mask | per request: tokenize "
-             "| copy | suffix prefill | decode | decode per token | output tokens | capped | queries change vs keep-all |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = table_head(["lines", "policy", "detect", "update tokenize", "append", "re-encode (n)", "mask",
+                        "per request: tokenize", "copy", "suffix prefill", "decode", "decode per token",
+                        "output tokens", "capped", "queries change vs keep-all"])
     for entry in summary["lengths"]:
         for policy, cell in entry["policies"].items():
             t = cell.get("time")
@@ -269,7 +267,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         + (f"; peak RSS {m['peak_rss_bytes'] / 2**20:,.0f} MiB." if m.get("peak_rss_bytes") else "."), "",
     ]
     if timing:
-        lines += [f"Run time: {timing['seconds'] / 60:.1f} min for {timing['cases_run']} cases.", ""]
+        lines += [run_time(timing), ""]
     lines += ["## Cost over ten requests", ""] + cost_table(summary)
     lines += ["", "## Accuracy per query kind", "",
               "lenient = the first value of the history the answer names is the reference; correct = exact JSON "
