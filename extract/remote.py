@@ -62,7 +62,7 @@ class NnsightEncoder:
         lm: an nnsight ``LanguageModel`` (see :func:`language_model`) of a decoder whose layers are at
             ``lm.model.layers``.
         name: the model's name in the store (its Hub id).
-        remote: run each trace on NDIF (needs ``NDIF_API_KEY``; see the README).
+        remote: run each trace on NDIF (needs ``NDIF_API_KEY``; see docs/scaling.md).
         separator: text between A and B in joint encodings (kvprobe's default).
     """
 

@@ -1,6 +1,6 @@
 """``kvprobe verify`` checks for the cache operations, each against an independent reference.
 
-Each check names the operation it covers (the column of the README's family x
+Each check names the operation it covers (the column of the family x
 operation matrix). References are plain transformers forwards (no nnsight, no
 kvprobe engine, transformers' own eager attention) or the model's own RoPE code:
 

@@ -5,7 +5,7 @@ Every cell is the outcome of the checks of one operation on one model
 against its independent reference passed, ``refuses`` when the architecture
 cannot support the operation and the operation raised the expected error
 (a footnote gives the message), ``FAIL`` otherwise. ``tests/test_architectures.py``
-builds the table from a run over every tiny model and requires the README to
+builds the table from a run over every tiny model and requires docs/architectures.md to
 carry exactly that table; ``kvprobe matrix`` writes it (and JSON with every
 value) under ``artifacts/matrix/``.
 """

@@ -170,7 +170,7 @@ def run_core_bench(model: Model, prompt: Prompt, out_dir: Path, steps: int = 40)
 
 
 def format_core_markdown(r: dict[str, Any]) -> str:
-    """The short markdown table quoted by the README."""
+    """The short markdown table quoted by docs/benchmarks.md."""
     d, m = r["decode_step"], r["memory"]
     mb = 1024 * 1024
     batch_rows = []

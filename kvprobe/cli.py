@@ -2,7 +2,7 @@
 
 Subcommands:
   verify   prove mask equivalences on a model (exit status 1 if any check fails)
-  matrix   verify many models; the family x operation table (artifacts/matrix, README)
+  matrix   verify many models; the family x operation table (artifacts/matrix, docs/architectures.md)
   models   list registry models and what is installed; pull a registry model
   demo     the quantity example under five access conditions (the quick-start job)
   bench    benchmarks written to artifacts/bench
@@ -492,7 +492,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                    help="models to verify (default: every tiny-* test model, one per architecture family)")
     p.add_argument("--out", default="artifacts/matrix", help="output directory (default artifacts/matrix)")
     p.add_argument("--readme", default=None,
-                   help="also replace the generated matrix block of this README (e.g. README.md)")
+                   help="also replace the generated matrix block of this markdown file (e.g. docs/architectures.md)")
     p.add_argument("--quiet", action="store_true", help="print nothing but failures")
     p.set_defaults(func=cmd_matrix)
 

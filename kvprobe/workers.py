@@ -18,7 +18,7 @@ model of a :class:`~kvprobe.sharding.ModelSpec` once, and runs functions
 
 The driver starts a local Ray instance (``address=None``) or joins a running
 cluster (``address="auto"`` or ``"ray://host:10001"``); every node needs kvprobe
-and the model installed (see the README's scaling section).
+and the model installed (see docs/scaling.md).
 """
 
 from __future__ import annotations

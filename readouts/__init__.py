@@ -9,13 +9,20 @@ Fixed scores (:mod:`readouts.fixed`)
     select_head(per_head_dev, y_dev, groups=None) -> (layer, head, sign)
     select_sign(scores_dev, y_dev, groups=None) -> +1 | -1
 
-Statistics (:mod:`readouts.stats`)
+Statistics (:mod:`readouts.stats`, the statistics of every study too)
     auc(scores, labels) -> float                            tie-aware Mann-Whitney AUC
+    auc_two_samples(positives, negatives) -> float          the same, from two samples
     weighted_auc(scores, labels, weights) -> float          weighted U-statistic
     macro_auc(scores, labels, strata) -> float              mean of per-stratum AUCs
     group_bootstrap_indices(groups, n_draws, seed, strata) -> GroupBootstrap
+    group_bootstrap_weights(groups, n_draws, seed, strata) -> [n_draws, n_cases] multiplicities
+    bootstrap_mean(values, weights) -> per-draw means       (NaN values left out)
     bootstrap_auc_draws(scores, labels, bootstrap, strata) -> {name: AUC per draw}
     bootstrap_auc(scores, labels, groups, n_draws, seed, alpha, strata) -> dict
+    paired_change(arm, reference, weights) -> dict          change, corrections, reversals, interval
+    percentile_interval(values, alpha, points) -> [lo, hi]
+    clopper_pearson(k, n), zero_failure_bound(n)            exact binomial bounds
+    DRAWS, ALPHA, PROBE_SEED, PAPER_SEED, REPORT_SEED, ...  the paper's draws and seeds
     GroupBootstrap                                          compact sequence of group-bootstrap draws
 
 Probes (:mod:`readouts.probes`, scikit-learn estimators)
@@ -25,54 +32,37 @@ Probes (:mod:`readouts.probes`, scikit-learn estimators)
     pairwise_features(h_a, h_b, kind="interaction") -> ndarray
     select_C(X_train, y_train, X_dev, y_dev, C_grid, dev_mask, estimator, **probe_params)
     rademacher_matrix(n_features_in, n_components, seed) -> ndarray
+
+The names above load their module on first use, so ``import kvprobe.readouts.stats`` (the
+command line's seeds) does not pull in scikit-learn or scipy.
 """
 
-from .fixed import (
-    char_distance,
-    key_similarity,
-    per_head_value_distance,
-    select_head,
-    select_sign,
-    token_jaccard,
-    value_distance,
-)
-from .probes import (
-    BalancedL2Probe,
-    PairwiseProbe,
-    RademacherProjection,
-    pairwise_features,
-    rademacher_matrix,
-    select_C,
-)
-from .stats import (
-    GroupBootstrap,
-    auc,
-    bootstrap_auc,
-    bootstrap_auc_draws,
-    group_bootstrap_indices,
-    macro_auc,
-    weighted_auc,
-)
+from __future__ import annotations
 
-__all__ = [
-    "BalancedL2Probe",
-    "GroupBootstrap",
-    "PairwiseProbe",
-    "RademacherProjection",
-    "auc",
-    "bootstrap_auc",
-    "bootstrap_auc_draws",
-    "char_distance",
-    "group_bootstrap_indices",
-    "key_similarity",
-    "macro_auc",
-    "pairwise_features",
-    "per_head_value_distance",
-    "rademacher_matrix",
-    "select_C",
-    "select_head",
-    "select_sign",
-    "token_jaccard",
-    "value_distance",
-    "weighted_auc",
-]
+import importlib
+from typing import Any
+
+#: Exported name -> the submodule defining it.
+_EXPORTS = {
+    **dict.fromkeys(("char_distance", "key_similarity", "per_head_value_distance", "select_head", "select_sign",
+                     "token_jaccard", "value_distance"), "fixed"),
+    **dict.fromkeys(("BalancedL2Probe", "PairwiseProbe", "RademacherProjection", "pairwise_features",
+                     "rademacher_matrix", "select_C"), "probes"),
+    **dict.fromkeys(("GroupBootstrap", "auc", "bootstrap_auc", "bootstrap_auc_draws", "group_bootstrap_indices",
+                     "macro_auc", "weighted_auc"), "stats"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -34,11 +34,9 @@ from kvprobe.extract.store import StoreError, StoreGroup
 from .fixed import char_distance, key_similarity, per_head_value_distance, select_head, select_sign, \
     token_jaccard, value_distance
 from .probes import BalancedL2Probe, PairwiseProbe, select_C
-from .stats import auc, bootstrap_auc, macro_auc
+from .stats import DRAWS, SHUFFLE_SEED, auc, bootstrap_auc, macro_auc, percentile_interval
 
-DRAWS = 10_000
-#: Seed and number of the shuffled-label control's permutations.
-SHUFFLE_SEED = 20260917
+#: Number of the shuffled-label control's permutations (their seed: ``stats.SHUFFLE_SEED``).
 SHUFFLES = 20
 REPLACEMENT_VARIANTS = ("replacement", "role_swap", "explicit_rejection")
 #: The signed leave-one-out scores the *expected* answer, which the label decides (the new value
@@ -224,8 +222,8 @@ def shuffled_label_control(X: np.ndarray, y: np.ndarray, train: np.ndarray, dev:
 
 def _null_summary(aucs: list[float]) -> dict[str, float]:
     values = np.asarray(aucs)
-    return {"mean": float(values.mean()), "lo": float(np.percentile(values, 2.5)),
-            "hi": float(np.percentile(values, 97.5)), "permutations": int(len(values))}
+    lo, hi = percentile_interval(values, points="alpha")
+    return {"mean": float(values.mean()), "lo": lo, "hi": hi, "permutations": int(len(values))}
 
 
 # ----------------------------------------------------------------------------- role pairs

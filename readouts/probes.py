@@ -41,7 +41,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .stats import auc
+from .stats import INTERACTION_SEED, PAIR_SEED, PROBE_SEED, auc
 
 __all__ = [
     "BalancedL2Probe",
@@ -52,10 +52,8 @@ __all__ = [
     "select_C",
 ]
 
-#: Seeds of partB 3: probe projection, pairwise A/B projection, interaction projection.
-PROBE_SEED = 20260910
-PAIR_SEED = 20260915
-INTERACTION_SEED = 20260916
+# Seeds of partB 3 (probe projection, pairwise A/B projection, interaction projection):
+# PROBE_SEED, PAIR_SEED and INTERACTION_SEED of :mod:`readouts.stats`.
 #: The C grid of partB 3.
 C_GRID = (0.01, 0.1, 1.0, 10.0)
 

@@ -1,4 +1,7 @@
-"""Tie-aware AUC, weighted U-statistics and group bootstraps (paper partB sections 2 and 3).
+"""The statistics of every study and readout: seeds, bootstraps, intervals, AUC, binomial bounds.
+
+This is the one place that draws random numbers for intervals and that names the paper's seeds;
+studies and readouts import from here (``kvprobe.readouts.stats``) rather than define their own.
 
 AUC is the Mann-Whitney probability that a positive outranks a negative, ties
 counted one half::
@@ -16,7 +19,10 @@ was drawn, and the AUC of a draw is the weighted U-statistic
 
 which equals the plain AUC of the data with every case repeated w_i times.
 Every score is evaluated on the *same* draws, so paired differences of two
-scores are differences of per-draw AUCs.
+scores are differences of per-draw AUCs. The history studies use the same
+draws for every arm of a report: a paired change (:func:`paired_change`) is
+the per-draw sum of the case-aligned differences, weighted by the draw's case
+multiplicities (:meth:`GroupBootstrap.weights`).
 
 Labels are binary: ``1``/``True`` = positive, ``0``/``False`` = negative.
 
@@ -28,6 +34,17 @@ Choices where the paper is silent (partB marks them [UNCLEAR]):
   lower bound is the alpha percentile (5th percentile for alpha = 0.05).
 - A draw in which a class is empty (in any stratum, for a macro AUC) has no
   AUC; it is dropped for every score alike and counted as ``dropped_draws``.
+
+Two ways of drawing and two ways of naming an interval's percentile points are kept, each
+selected by an explicit parameter, because committed summaries were written with both and
+their numbers must not move:
+
+- ``group_bootstrap_indices(seed=int)`` starts a fresh generator for one set of draws (every
+  study but BABILong); ``seed=np.random.Generator`` continues a stream shared by several
+  sets (BABILong draws each (task, length) cell's stories in turn from one generator).
+- ``percentile_interval(points="level")`` (the history studies' paired changes) and
+  ``points="alpha"`` (quantity, components, derived note, readouts) differ in the last bits
+  of the lower percentile point (2.500000000000002 against 2.5 at 95 %).
 """
 
 from __future__ import annotations
@@ -38,17 +55,80 @@ from functools import cached_property
 from typing import Any, Iterator
 
 import numpy as np
-from scipy.stats import rankdata
 
 __all__ = [
+    "ALPHA",
+    "BABILONG_SEED",
+    "DRAWS",
+    "FIXTURE_SEED",
     "GroupBootstrap",
+    "INTERACTION_SEED",
+    "MQUAKE_SEED",
+    "PAIR_SEED",
+    "PAPER_SEED",
+    "PROBE_SEED",
+    "QUANTITY_SEED",
+    "RECORDS_SEED",
+    "REPORT_SEED",
+    "ROLE_PAIRS_SEED",
+    "SHUFFLE_SEED",
     "auc",
+    "auc_two_samples",
     "bootstrap_auc",
     "bootstrap_auc_draws",
+    "bootstrap_mean",
+    "bootstrap_stream",
+    "clopper_pearson",
     "group_bootstrap_indices",
+    "group_bootstrap_weights",
     "macro_auc",
+    "paired_change",
+    "percentile_interval",
+    "percentile_points",
     "weighted_auc",
+    "zero_failure_bound",
 ]
+
+# --------------------------------------------------------------------------- draws and seeds
+
+#: Bootstrap draws of every interval (the paper's 10,000, spec partD section 0).
+DRAWS = 10_000
+#: Two-sided 95 % intervals.
+ALPHA = 0.05
+
+# The paper's seeds, one name per use (a value serves several uses where the paper reuses it).
+#: 20260910, the paper's probe seed: the Rademacher projection of every probe (``readouts.probes``).
+PROBE_SEED = 20260910
+#: 20260910 again: the synthetic record histories (``studies.recognition.records``,
+#: ``studies.records.cases``; the records, query-aware, detection and requests studies' datasets,
+#: ``studies.requests.workload``).
+RECORDS_SEED = 20260910
+#: 20260911: the role-pair dataset (``studies.recognition.role_pairs``).
+ROLE_PAIRS_SEED = 20260911
+#: 20260912: contextual MQuAKE case generation (``studies.mquake.generate``).
+MQUAKE_SEED = 20260912
+#: 20260913: BABILong sample selection (``studies.babilong.samples``).
+BABILONG_SEED = 20260913
+#: 20260915: the pairwise probe's A/B projection (``readouts.probes.PairwiseProbe``).
+PAIR_SEED = 20260915
+#: 20260916: the pairwise probe's interaction projection (``readouts.probes.PairwiseProbe``).
+INTERACTION_SEED = 20260916
+#: 20260916 again: quantity task generation (``studies.quantity.tasks.TaskConfig``; the
+#: cross-checkpoint and detection studies' quantity cases).
+QUANTITY_SEED = 20260916
+#: 20260916 again: the bootstrap seed ``kvprobe run`` and ``kvprobe report`` pass to a study's
+#: summary (``studies.registry``); the committed summaries under ``artifacts/`` record it
+#: (the MQuAKE run records seed 0).
+REPORT_SEED = 20260916
+#: 20260917: the shuffled-label control's permutations (``readouts.evaluate``).
+SHUFFLE_SEED = 20260917
+#: 20260919, the paper's interval seed (spec partD section 0): default of the records,
+#: query-aware, detection and derived-note summaries, the coverage curves, threshold
+#: calibration and action tables (``studies.detection.coverage``, ``.calibration``, ``.action``).
+PAPER_SEED = 20260919
+#: 20260919 again: the appendix fixtures (``studies.components.clusters``,
+#: ``studies.derived_note.groups``, ``studies.session_bias.fixtures``).
+FIXTURE_SEED = 20260919
 
 
 # --------------------------------------------------------------------------- input checks
@@ -87,6 +167,8 @@ def _auc_columns(scores: np.ndarray, positive: np.ndarray) -> np.ndarray:
     n_neg = len(positive) - n_pos
     if n_pos == 0 or n_neg == 0:
         return np.full(scores.shape[1], np.nan)
+    from scipy.stats import rankdata  # here, not at import: scipy.stats takes half a second to load
+
     ranks = rankdata(scores, axis=0)  # average ranks of ties: 1/2 per tied pair
     u = ranks[positive].sum(axis=0) - n_pos * (n_pos + 1) / 2.0
     return u / (n_pos * n_neg)
@@ -112,6 +194,20 @@ def auc(scores: Sequence[float] | np.ndarray, labels: Sequence[int] | np.ndarray
     s = _as_scores(scores)
     y = _as_labels(labels, len(s))
     return float(_auc_columns(s[:, None], y)[0])
+
+
+def auc_two_samples(positives: Sequence[float] | np.ndarray, negatives: Sequence[float] | np.ndarray) -> float:
+    """:func:`auc` of two samples: the probability that a positive outranks a negative, ties one half.
+
+    Counted over all ``n+ n-`` pairs (the same U, so the same float as :func:`auc`, and much faster
+    for the small samples of a per-draw loop such as the quantity warning signal's lost vs kept
+    answers). NaN if either sample is empty.
+    """
+    pos, neg = _as_scores(positives, "positives"), _as_scores(negatives, "negatives")
+    if len(pos) == 0 or len(neg) == 0:
+        return float("nan")
+    diff = pos[:, None] - neg[None, :]
+    return float(((diff > 0).sum() + 0.5 * (diff == 0).sum()) / diff.size)
 
 
 def macro_auc(scores: Sequence[float] | np.ndarray, labels: Sequence[int] | np.ndarray,
@@ -246,16 +342,24 @@ class GroupBootstrap(Sequence[np.ndarray]):
         return self.group_counts(rows)[:, self.case_group]
 
 
-def group_bootstrap_indices(groups: Sequence[Any] | np.ndarray, n_draws: int = 10_000, seed: int = 0,
+def group_bootstrap_indices(groups: Sequence[Any] | np.ndarray, n_draws: int = DRAWS,
+                            seed: int | np.random.Generator = 0,
                             strata: Sequence[Any] | np.ndarray | None = None) -> GroupBootstrap:
     """Draw ``n_draws`` bootstrap resamples of whole groups with replacement.
 
-    Every draw samples ``n_groups`` group ids uniformly with replacement from
-    ``np.random.default_rng(seed)`` (one ``rng.integers`` call of shape
-    ``[n_draws, n_groups]``); a case's multiplicity is its group's count. With
-    ``strata`` (one label per case, constant within a group, e.g. the D1
-    family) each stratum's groups are resampled within the stratum, so every
-    draw keeps the per-stratum group counts.
+    Every draw samples ``n_groups`` group ids (the distinct ``groups``, sorted)
+    uniformly with replacement from ``np.random.default_rng(seed)`` (one
+    ``rng.integers`` call of shape ``[n_draws, n_groups]``); a case's
+    multiplicity is its group's count. With ``strata`` (one label per case,
+    constant within a group, e.g. the D1 family or a quantity relation) each
+    stratum's groups are resampled within the stratum (strata in sorted order,
+    one ``rng.integers`` call each), so every draw keeps the per-stratum group
+    counts. With every case its own group, ``.draws`` are case indices.
+
+    ``seed``: an int starts a fresh generator (the same draws for the same
+    groups, whoever asks); a ``np.random.Generator`` is drawn from as it stands,
+    so several bootstraps can share one stream in a fixed order (BABILong's
+    cells: ``rng = bootstrap_stream(seed)``, then one call per cell).
 
     Returns
     -------
@@ -269,7 +373,7 @@ def group_bootstrap_indices(groups: Sequence[Any] | np.ndarray, n_draws: int = 1
     if g.ndim != 1:
         raise ValueError(f"groups must be one-dimensional, got shape {g.shape}")
     labels, case_group = np.unique(g, return_inverse=True)
-    rng = np.random.default_rng(seed)
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     if strata is None:
         draws = rng.integers(0, len(labels), size=(n_draws, len(labels)))
     else:
@@ -288,6 +392,110 @@ def group_bootstrap_indices(groups: Sequence[Any] | np.ndarray, n_draws: int = 1
             columns.append(members[rng.integers(0, len(members), size=(n_draws, len(members)))])
         draws = np.concatenate(columns, axis=1)
     return GroupBootstrap(groups=labels, case_group=case_group.astype(np.intp), draws=draws.astype(np.intp))
+
+
+def bootstrap_stream(seed: int) -> np.random.Generator:
+    """One generator that several :func:`group_bootstrap_indices` calls draw from in turn (pass it as ``seed``)."""
+    return np.random.default_rng(seed)
+
+
+def group_bootstrap_weights(groups: Sequence[Any] | np.ndarray, n_draws: int = DRAWS,
+                            seed: int | np.random.Generator = 0,
+                            strata: Sequence[Any] | np.ndarray | None = None) -> np.ndarray:
+    """Case multiplicities of :func:`group_bootstrap_indices`: int array [n_draws, n_cases].
+
+    The weights every paired statistic of a report shares (:func:`paired_change`,
+    :func:`bootstrap_mean`): one row per draw, one column per case, in the order of ``groups``.
+    """
+    return group_bootstrap_indices(groups, n_draws=n_draws, seed=seed, strata=strata).weights()
+
+
+def bootstrap_mean(values: Sequence[float] | np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Per-draw mean of the drawn cases' ``values`` (NaN = the case has no value): float array.
+
+    ``weights``: case multiplicities [n_draws, n_cases] (:func:`group_bootstrap_weights`).
+    A draw's mean is ``sum_i w_i v_i / sum_i w_i`` over the cases with a value;
+    draws holding none of them are dropped, so the result may be shorter than ``n_draws``.
+    """
+    v = np.asarray(values, dtype=float)
+    present = ~np.isnan(v)
+    w = weights * present
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = (w @ np.where(present, v, 0.0)) / w.sum(axis=1)
+    return means[~np.isnan(means)]
+
+
+# --------------------------------------------------------------------------- intervals
+
+
+def percentile_points(alpha: float = ALPHA, points: str = "level") -> tuple[float, float]:
+    """The two percentile points (0-100) of a two-sided ``1 - alpha`` interval.
+
+    ``points="alpha"``: ``100 alpha / 2`` and ``100 (1 - alpha / 2)`` (2.5 and 97.5 at alpha 0.05).
+    ``points="level"``: the paired-change convention, from the level ``1 - alpha``:
+    ``tail = 100 (1 - level) / 2`` and ``100 - tail`` (2.500000000000002 and 97.5 at 0.05).
+    The two give the same interval but for the last bits of the lower bound; committed
+    summaries were written with both, so each caller keeps its own.
+    """
+    if points == "alpha":
+        return 100 * alpha / 2, 100 * (1 - alpha / 2)
+    if points == "level":
+        tail = 100 * (1 - (1 - alpha)) / 2
+        return tail, 100 - tail
+    raise ValueError(f"points must be 'level' or 'alpha', got {points!r}")
+
+
+def percentile_interval(values: Sequence[float] | np.ndarray, alpha: float = ALPHA, points: str = "level"
+                        ) -> list[float]:
+    """Two-sided percentile interval ``[lo, hi]`` of bootstrap values (numpy's linear interpolation).
+
+    ``points`` names how the two percentile points follow from ``alpha`` (:func:`percentile_points`).
+    """
+    lo, hi = percentile_points(alpha, points)
+    return [float(np.percentile(values, lo)), float(np.percentile(values, hi))]
+
+
+# --------------------------------------------------------------------------- paired changes
+
+
+def paired_change(arm: Sequence[float] | np.ndarray, reference: Sequence[float] | np.ndarray,
+                  weights: np.ndarray, alpha: float = ALPHA) -> dict[str, Any]:
+    """Change in the sum of ``arm`` against ``reference`` (case-aligned 0/1 or real outcomes).
+
+    For the cases both arms answered: the change (arm minus reference), its
+    corrections (cases that went up) and reversals (down), and the percentile
+    interval (``points="level"``) of the change over the bootstrap draws, each
+    draw's change being ``weights[d] @ (arm - reference)``.
+
+    Args:
+        weights: bootstrap case multiplicities, int array [n_draws, n_cases]
+            (:func:`group_bootstrap_weights`; the same for every arm of a report, so cells are comparable).
+    """
+    diff = np.asarray(arm, dtype=float) - np.asarray(reference, dtype=float)
+    if weights.shape[1] != len(diff):
+        raise ValueError(f"{weights.shape[1]} bootstrap columns for {len(diff)} paired cases")
+    change = float(diff.sum())
+    return {"change": int(change) if change.is_integer() else change, "corrections": int((diff > 0).sum()),
+            "reversals": int((diff < 0).sum()), "ci": percentile_interval(weights @ diff, alpha)}
+
+
+# --------------------------------------------------------------------------- binomial bounds
+
+
+def clopper_pearson(k: int, n: int, alpha: float = ALPHA) -> list[float] | None:
+    """Exact binomial two-sided interval for k successes in n trials (None if n = 0)."""
+    if n == 0:
+        return None
+    from scipy.stats import beta
+
+    lo = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
+    return [lo, hi]
+
+
+def zero_failure_bound(n: int, alpha: float = ALPHA) -> float:
+    """Exact one-sided upper bound on a rate with zero observed failures in n trials: 1 - alpha^(1/n)."""
+    return 1.0 - alpha ** (1.0 / n) if n > 0 else float("nan")
 
 
 def bootstrap_auc_draws(scores: dict[str, Any], labels: Sequence[int] | np.ndarray,
@@ -334,8 +542,8 @@ def bootstrap_auc_draws(scores: dict[str, Any], labels: Sequence[int] | np.ndarr
 
 
 def bootstrap_auc(scores: dict[str, Any], labels: Sequence[int] | np.ndarray,
-                  groups: Sequence[Any] | np.ndarray, n_draws: int = 10_000, seed: int = 0,
-                  alpha: float = 0.05, strata: Sequence[Any] | np.ndarray | None = None) -> dict[str, Any]:
+                  groups: Sequence[Any] | np.ndarray, n_draws: int = DRAWS, seed: int = 0,
+                  alpha: float = ALPHA, strata: Sequence[Any] | np.ndarray | None = None) -> dict[str, Any]:
     """Group-bootstrap percentile intervals of AUCs and of their paired differences.
 
     Whole groups are resampled with replacement (:func:`group_bootstrap_indices`,

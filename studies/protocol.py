@@ -27,13 +27,17 @@ reason-then-score, :meth:`rows` for several policies sharing one answer,
 
 Example (a complete study)::
 
+    Case = collections.namedtuple("Case", "case_id group")
+
     @dataclass
     class Tiny(HistoryStudy):
         name: ClassVar[str] = "tiny"
+        #: Greedy answer budget.
         max_new_tokens: int = 8
+        #: Cases per batch.
         cases_per_batch: int = 2
 
-        def cases(self): return [SimpleCase("c0", "g0")]
+        def cases(self): return [Case("c0", "g0")]
         def prompt(self, model, case): return kvprobe.Prompt([("A", "The box is red."), ("B", "It is blue.")])
         def questions(self, model, case, history): return [Question("current", "What color is the box?")]
         def conditions(self, model, case, history):

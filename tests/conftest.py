@@ -21,6 +21,18 @@ SEGMENTS = [
 QUESTIONS = ["Which room is the weekly planning meeting in now?", "What is gray?"]
 
 
+#: Test modules that are end-to-end runs as a whole (a Ray cluster, subprocesses, several model loads).
+SLOW_MODULES = {"test_scale.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """``slow``: tests marked so, tests of :data:`SLOW_MODULES`, and every test loading the embedded
+    model (``embedded``). The fast subset is ``python -m pytest -q -m "not slow"``."""
+    for item in items:
+        if item.path.name in SLOW_MODULES or item.get_closest_marker("embedded"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Run a module's tests on one torch thread (tiny models gain nothing from a second one, and on a

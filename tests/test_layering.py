@@ -207,8 +207,7 @@ STUDY_PACKAGES = ("quantity", "babilong", "mquake", "detection", "records", "com
 CROSS_STUDY_DEBT = {
     ("cross_checkpoint", "quantity"), ("detection", "quantity"), ("query_aware", "detection"),
     ("query_aware", "records"), ("records", "detection"), ("requests", "babilong"),
-    ("requests", "detection"), ("requests", "records"), ("derived_note", "quantity"),
-    ("query_aware", "quantity"), ("records", "quantity"), ("requests", "quantity"),
+    ("requests", "detection"), ("requests", "records"),
 }
 
 

@@ -1,4 +1,8 @@
-"""The committed quantity runs: their reports are what their results recompute to."""
+"""The committed quantity runs: complete, with the report's headline cell from the summary.
+
+That each summary and report is exactly what its results recompute to is checked for every
+committed run of every study in ``tests/test_committed_summaries.py``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from kvprobe.studies.quantity.summary import summarize
 from kvprobe.studies.runner import read_rows
 
 RUNS = sorted(p for p in (Path(__file__).resolve().parents[1] / "artifacts" / "quantity").glob("*")
@@ -19,16 +22,13 @@ def test_committed_runs_exist():
 
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
-def test_committed_summary_matches_a_recomputation_from_results(run):
+def test_committed_run_is_complete_and_reported(run):
     config = json.loads((run / "config.json").read_text())
     committed = json.loads((run / "summary.json").read_text())
     rows = sum(1 for _ in read_rows(run))
     study = config["study_config"]
     conditions = 5 if not study["operations"] else 8
     assert rows == config["cases"] * 3 * conditions
-    again = summarize(run, seed=committed["seed"], draws=committed["draws"])
-    assert again["cells"] == committed["cells"]
-    assert again["warning_signal"] == committed["warning_signal"]
     report = (run / "report.md").read_text()
     head = next(c for c in committed["cells"] if (c["relation"], c["information"], c["query"], c["condition"]) ==
                 ("replacement", "unit_from_a", "current", "source"))

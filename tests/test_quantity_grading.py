@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from kvprobe.studies.answers import first_answer, normalize, parse_strict
 from kvprobe.studies.quantity.grading import (
     UNIT_ALIASES,
-    first_answer,
     grade_label,
     grade_quantity,
     lenient_quantity,
-    normalize,
-    parse_strict,
     unit_canonical,
 )
 

@@ -117,7 +117,8 @@ def test_cli_run_quantity(tmp_path):
 def test_auc_and_zero_failure_bound():
     import numpy as np
 
-    from kvprobe.studies.quantity.summary import auc, zero_failure_bound
+    from kvprobe.readouts.stats import auc_two_samples as auc
+    from kvprobe.readouts.stats import zero_failure_bound
 
     assert auc(np.array([3.0, 4.0]), np.array([1.0, 2.0])) == 1.0
     assert auc(np.array([1.0]), np.array([1.0])) == 0.5

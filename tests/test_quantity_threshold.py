@@ -9,8 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from kvprobe.studies.quantity.threshold import (TAU_GRID, clopper_pearson, fit_tau, held_out_thresholds, signal_cases,
-                                        write_thresholds, youden, SignalCases)
+from kvprobe.readouts.stats import clopper_pearson
+from kvprobe.studies.quantity.threshold import (TAU_GRID, SignalCases, fit_tau, held_out_thresholds, signal_cases,
+                                                write_thresholds, youden)
 
 
 def test_grid_is_the_papers():

@@ -338,3 +338,46 @@ def test_pairwise_features_and_probe():
     assert auc(interaction.decision_function(X_pair[100:]), change[100:]) > 0.75
     with pytest.raises(ValueError):
         PairwiseProbe().fit(X_pair[:, :-1], change)
+
+
+# --------------------------------------------------------------------------- the studies' statistics
+
+
+def test_study_statistics_reproduce_the_schemes_they_replace():
+    from kvprobe.readouts.stats import (auc_two_samples, bootstrap_mean, bootstrap_stream, clopper_pearson,
+                                        group_bootstrap_weights, paired_change, percentile_interval,
+                                        percentile_points, zero_failure_bound)
+
+    rng = np.random.default_rng(3)
+    # two percentile conventions, kept apart: the paired changes' "level" one and the "alpha" one
+    assert percentile_points(0.05, "alpha") == (2.5, 97.5)
+    assert percentile_points(0.05, "level") == (100 * (1 - 0.95) / 2, 100 - 100 * (1 - 0.95) / 2)
+    values = rng.normal(size=1001)
+    assert percentile_interval(values, points="alpha") == [float(np.percentile(values, 2.5)),
+                                                           float(np.percentile(values, 97.5))]
+    with pytest.raises(ValueError):
+        percentile_points(0.05, "other")
+    # a shared stream (BABILong's cells) continues where the previous bootstrap stopped
+    groups_a, groups_b = ["s1", "s1", "s2", "s3"], ["t1", "t2"]
+    stream = bootstrap_stream(7)
+    first, second = (group_bootstrap_weights(g, n_draws=50, seed=stream) for g in (groups_a, groups_b))
+    replay = np.random.default_rng(7)
+    draws_a = replay.integers(0, 3, size=(50, 3))
+    draws_b = replay.integers(0, 2, size=(50, 2))
+    counts_a = np.stack([np.bincount(d, minlength=3) for d in draws_a])
+    assert np.array_equal(first, counts_a[:, [0, 0, 1, 2]])
+    assert np.array_equal(second, np.stack([np.bincount(d, minlength=2) for d in draws_b]))
+    assert np.array_equal(group_bootstrap_weights(groups_a, n_draws=50, seed=7), first)  # an int seed starts afresh
+    # per-draw means: NaN values are left out, draws without a value are dropped
+    w = np.array([[2, 0, 1], [0, 3, 0], [1, 1, 1]])
+    assert bootstrap_mean([1.0, np.nan, 4.0], w).tolist() == [2.0, 2.5]
+    assert np.allclose(bootstrap_mean([1.0, 2.0, 4.0], w), w @ [1.0, 2.0, 4.0] / w.sum(axis=1))
+    change = paired_change([1, 1, 0], [0, 1, 1], w)
+    assert (change["change"], change["corrections"], change["reversals"]) == (0, 1, 1)
+    # the two-sample AUC is the rank AUC
+    pos, neg = rng.integers(0, 4, size=9).astype(float), rng.integers(0, 4, size=7).astype(float)
+    assert auc_two_samples(pos, neg) == auc(np.r_[pos, neg], np.r_[np.ones(9), np.zeros(7)])
+    assert math.isnan(auc_two_samples([], [1.0]))
+    # exact binomial bounds
+    assert clopper_pearson(0, 0) is None and clopper_pearson(0, 10)[0] == 0.0
+    assert zero_failure_bound(60) == pytest.approx(1 - 0.05 ** (1 / 60))

@@ -177,3 +177,22 @@ def test_out_pointing_at_a_file_is_refused(tmp_path, capsys):
     target.write_text("x")
     assert main(["run", "quantity", "--out", str(target), "--model", "no-such-model"]) == 2
     assert "is an existing file, not a directory" in capsys.readouterr().err
+
+
+def test_the_protocol_docstring_example_runs(tmp_path, monkeypatch):
+    """The complete study in ``kvprobe.studies.protocol``'s docstring runs as written."""
+    import collections
+    import textwrap
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from kvprobe.studies import protocol
+
+    doc = protocol.__doc__
+    code = textwrap.dedent(doc[doc.index("Example (a complete study)::") + len("Example (a complete study)::"):])
+    monkeypatch.chdir(tmp_path)
+    namespace = {"collections": collections, "dataclass": dataclass, "ClassVar": ClassVar, "kvprobe": kvprobe,
+                 "HistoryStudy": HistoryStudy, "Question": protocol.Question, "run_study": run_study}
+    exec(compile(code, "protocol-docstring", "exec"), namespace)
+    rows = [json.loads(line) for line in (tmp_path / "runs/tiny/results.jsonl").read_text().splitlines()]
+    assert [r["condition"] for r in rows] == ["full", "mask-A"] and rows[0]["query"] == "current"

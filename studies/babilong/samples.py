@@ -42,6 +42,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from kvprobe.readouts.stats import BABILONG_SEED
+
 from .babi import Fact, Story, parse_babi
 from .dependencies import dependency_keep, naive_keep
 
@@ -53,7 +55,6 @@ BABI_FILES = {
 PROMPT_CONFIGS = {task: DATA_DIR / "babilong" / "prompts" / f"{task}_prompt_config.json" for task in BABI_FILES}
 TEST_IDXS = DATA_DIR / "babilong" / "test_100_idxs.json"
 PG19_DIR = DATA_DIR / "pg19"
-DEFAULT_SEED = 20260913
 MASK_RULES = ("naive", "dependency", "neutral")
 
 Span = tuple[int, int]
@@ -197,7 +198,7 @@ def _choose_count(counts: list[int], base: int, target: int) -> int:
 
 
 def build_sample(story: Story, question_index: int, filler: Sequence[str], target_tokens: int,
-                 count_tokens: CountTokens | None = None, seed: int = DEFAULT_SEED,
+                 count_tokens: CountTokens | None = None, seed: int = BABILONG_SEED,
                  sample_index: int | None = None, task: str | None = None) -> Sample:
     """The facts before question ``question_index`` of ``story``, scattered in ``filler``.
 
@@ -367,7 +368,7 @@ def sample_seed(seed: int, task: str, sample_index: int) -> int:
 
 
 def build_samples(task: str, lengths: Sequence[int] = (0, 1000, 2000, 4000), n: int | None = None,
-                  seed: int = DEFAULT_SEED, count_tokens: CountTokens | None = None,
+                  seed: int = BABILONG_SEED, count_tokens: CountTokens | None = None,
                   filler: Sequence[str] | None = None, babi_path: str | Path | None = None) -> list[Sample]:
     """Samples of the official 100 test questions of ``task`` (the first ``n``), at every length.
 

@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
+from kvprobe.readouts.stats import BABILONG_SEED
 
 from ..protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
 from ..runner import study_parameters
@@ -73,7 +74,7 @@ class BabilongStudy(HistoryStudy):
     #: Run the first N of the official 100 test questions of each task (None: all).
     n: int | None = 50
     #: Seed of the filler text around the story facts.
-    seed: int = 20260913
+    seed: int = BABILONG_SEED
     #: Greedy answer budget in tokens ([UNCLEAR] for small models; the paper used 128).
     max_new_tokens: int = MAX_NEW_TOKENS
     #: Ask through the chat template (auto: when the tokenizer has one; instruct models then end with EOS).

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from kvprobe.readouts.stats import DRAWS, bootstrap_stream, group_bootstrap_weights, paired_change
 
-from ..paired import paired_change
+from ..report import corrections_reversals, estimate, heading, run_time, table_head
 from ..runner import read_rows, write_run_summary
 from .study import POLICIES
 
-DRAWS = 10_000
 RULES = ("official", "official_no_eos", "strict")
 
 
@@ -31,15 +31,11 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
     for r in rows:
         by_cell[(r["task"], r["length"])][r["condition"]][r["case_id"]] = r
     cells = []
-    rng = np.random.default_rng(seed)
+    rng = bootstrap_stream(seed)  # one stream: each cell's draws follow the previous cell's
     for (task, length), per_policy in sorted(by_cell.items()):
         full = per_policy.get("full", {})
         case_ids = sorted(full)
-        groups = sorted({full[c]["group"] for c in case_ids})
-        group_index = {g: i for i, g in enumerate(groups)}
-        members = np.array([group_index[full[c]["group"]] for c in case_ids])
-        sample = rng.integers(0, len(groups), size=(draws, len(groups)))
-        counts = np.stack([np.bincount(s, minlength=len(groups)) for s in sample])  # [draws, groups]
+        weights = group_bootstrap_weights([full[c]["group"] for c in case_ids], n_draws=draws, seed=rng)
         for policy in [p for p in POLICIES if p in per_policy]:
             mine = per_policy[policy]
             cell = {"task": task, "length": length, "policy": policy, "n": len(mine),
@@ -48,18 +44,16 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
             for rule in RULES:
                 cell[rule] = sum(bool(r[rule]) for r in mine.values())
             if policy != "full" and all(c in mine for c in case_ids):
-                # counts[:, members]: each case's multiplicity in each draw (its story's count)
                 cell["official_change_vs_full"] = paired_change([int(mine[c]["official"]) for c in case_ids],
                                                                 [int(full[c]["official"]) for c in case_ids],
-                                                                counts[:, members])
+                                                                weights)
             cells.append(cell)
     return {"cells": cells, "draws": draws, "seed": seed, "rows": len(rows)}
 
 
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
-    model = config.get("model", {}).get("name", "?")
     study = config.get("study_config", {})
-    lines = [f"# BABILong object dependencies: {model}", "",
+    lines = [*heading("BABILong object dependencies", config),
              f"Tasks {', '.join(study.get('tasks', []))}, context lengths {study.get('lengths')} (tokens of "
              f"filler + facts, estimated), {study.get('n')} questions per task, greedy answers of at most "
              f"{study.get('max_new_tokens')} tokens, official prompt "
@@ -69,14 +63,13 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
              "parser with EOS required; change vs full with a 95% interval from "
              f"{summary['draws']:,} bootstrap draws of source stories.", ""]
     if timing:
-        lines += [f"Run time: {timing['seconds'] / 60:.1f} min for {timing['cases_run']} inputs.", ""]
-    lines += ["| task | length | policy | n | correct (official) | change vs full [95% CI] | corrections / reversals "
-              "| no-EOS parser | strict | EOS | masked tokens |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [run_time(timing, "inputs"), ""]
+    lines += table_head(["task", "length", "policy", "n", "correct (official)", "change vs full [95% CI]",
+                         "corrections / reversals", "no-EOS parser", "strict", "EOS", "masked tokens"])
     for c in summary["cells"]:
         ch = c.get("official_change_vs_full")
-        change = f"{ch['change']:+d} [{ch['ci'][0]:+.0f}, {ch['ci'][1]:+.0f}]" if ch else ""
-        cr = f"{ch['corrections']} / {ch['reversals']}" if ch else ""
+        change = estimate(ch["change"], ch["ci"], "+d", "+.0f") if ch else ""
+        cr = corrections_reversals(ch)
         lines.append(f"| {c['task']} | {c['length']} | {c['policy']} | {c['n']} | {c['official']} | {change} | {cr} "
                      f"| {c['official_no_eos']} | {c['strict']} | {c['eos']} | {c['masked_tokens_mean']:.0f} |")
     lines.append("")

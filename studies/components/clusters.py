@@ -53,6 +53,7 @@ import random
 from dataclasses import asdict, dataclass
 
 import kvprobe
+from kvprobe.readouts.stats import FIXTURE_SEED as SEED  # also the study's default, as clusters.SEED
 
 from . import strings
 
@@ -60,7 +61,6 @@ FAMILIES = ("location", "api_endpoint", "preference", "deadline", "incident_caus
 STATES = ("current", "superseded")
 QUERIES = ("target", "unrelated")
 POSITIONS = ("early", "late")
-SEED = 20260919
 #: Clusters per family in the paper (L1772: 400 clusters equally split over 5 families).
 PAPER_CLUSTERS_PER_FAMILY = 80
 

@@ -9,8 +9,8 @@ Component effect, for c in K, V, K+V and the Q-K mask (positive control), per cl
 
 (the ``m(none)`` terms cancel algebraically; they are kept to follow the paper's wording),
 m = logp(expected) - logp(alternative). Delta_c is the mean over clusters; intervals come
-from ``draws`` bootstrap resamples of whole clusters (``readouts.stats.group_bootstrap_indices``),
-percentile method. K, V and K+V get Bonferroni intervals for 3 comparisons (two-sided
+from ``draws`` bootstrap resamples of whole clusters (``readouts.stats.group_bootstrap_weights``),
+percentile method (``points="alpha"``). K, V and K+V get Bonferroni intervals for 3 comparisons (two-sided
 1 - 0.05/3, i.e. the 0.83 and 99.17 percentiles) and pointwise 95 % ones; the Q-K control and
 Delta_V - Delta_K (paired, same draws) get pointwise 95 % intervals (UNCLEAR: the paper's
 "separately specified two-sided interval" for V - K is not specified further).
@@ -33,14 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from kvprobe.readouts.stats import group_bootstrap_indices
+from kvprobe.readouts.stats import ALPHA, DRAWS, bootstrap_mean, group_bootstrap_weights, percentile_interval
 
+from ..report import estimate, heading, interval, run_time, table_head
 from ..runner import read_rows, write_run_summary
 from .clusters import FAMILIES, QUERIES, STATES
 from .study import CONDITIONS
 
-DRAWS = 10_000
-ALPHA = 0.05
 #: Comparisons of the Bonferroni correction (K, V, K+V within one model).
 BONFERRONI = 3
 #: Accuracy-preservation threshold on the lower bounds (paper L5712).
@@ -54,16 +53,12 @@ def _condition(component: str, span: str) -> str:
     return f"mask-{span}" if component == "qk" else f"zero-{component}-{span}"
 
 
-def _interval(draws: np.ndarray, alpha: float) -> list[float]:
-    return [float(np.percentile(draws, 100 * alpha / 2)), float(np.percentile(draws, 100 * (1 - alpha / 2)))]
-
-
-def _bootstrap_means(values: dict[str, float], draws: int, seed: int) -> tuple[float, np.ndarray]:
+def _cluster_means(values: dict[str, float], draws: int, seed: int) -> tuple[float, np.ndarray]:
     """Mean over clusters and its per-draw means (whole clusters resampled)."""
     keys = sorted(values)
     x = np.array([values[k] for k in keys], dtype=np.float64)
-    weights = group_bootstrap_indices(keys, n_draws=draws, seed=seed).weights()  # [draws, n]
-    return float(x.mean()), weights @ x / len(keys)
+    weights = group_bootstrap_weights(keys, n_draws=draws, seed=seed)  # [draws, n]
+    return float(x.mean()), bootstrap_mean(x, weights)
 
 
 def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[str, Any]:
@@ -104,11 +99,11 @@ def summarize_rows(by: dict[tuple[str, str, str, str], dict], families: dict[str
             values[c] = d["superseded"] - d["current"]
         if not values:
             continue
-        mean, boot = _bootstrap_means(values, draws, seed)
+        mean, boot = _cluster_means(values, draws, seed)
         per_cluster[label], draws_of[label] = values, boot
-        cell = {"delta": mean, "n_clusters": len(values), "ci_95": _interval(boot, ALPHA)}
+        cell = {"delta": mean, "n_clusters": len(values), "ci_95": percentile_interval(boot, ALPHA, "alpha")}
         if label in TESTED:
-            cell["ci_bonferroni"] = _interval(boot, ALPHA / BONFERRONI)
+            cell["ci_bonferroni"] = percentile_interval(boot, ALPHA / BONFERRONI, "alpha")
         bound = cell.get("ci_bonferroni", cell["ci_95"])
         cell["excludes_zero"] = bound[0] > 0 or bound[1] < 0
         effects[label] = cell
@@ -116,8 +111,8 @@ def summarize_rows(by: dict[tuple[str, str, str, str], dict], families: dict[str
     if "V" in per_cluster and "K" in per_cluster:
         common = sorted(set(per_cluster["V"]) & set(per_cluster["K"]))
         diff = {c: per_cluster["V"][c] - per_cluster["K"][c] for c in common}
-        mean, boot = _bootstrap_means(diff, draws, seed)
-        v_minus_k = {"delta": mean, "n_clusters": len(diff), "ci_95": _interval(boot, ALPHA)}
+        mean, boot = _cluster_means(diff, draws, seed)
+        v_minus_k = {"delta": mean, "n_clusters": len(diff), "ci_95": percentile_interval(boot, ALPHA, "alpha")}
 
     accuracy: dict[str, Any] = {}
     for label, comp in COMPONENTS.items():
@@ -131,8 +126,9 @@ def summarize_rows(by: dict[tuple[str, str, str, str], dict], families: dict[str
             continue
         cell: dict[str, Any] = {}
         for name, values in (("target_current", target), ("unrelated", unrelated)):
-            mean, boot = _bootstrap_means(values, draws, seed)
-            ci95, cib = _interval(boot, ALPHA), _interval(boot, ALPHA / BONFERRONI)
+            mean, boot = _cluster_means(values, draws, seed)
+            ci95 = percentile_interval(boot, ALPHA, "alpha")
+            cib = percentile_interval(boot, ALPHA / BONFERRONI, "alpha")
             cell[name] = {"change": mean, "n_clusters": len(values), "ci_95": ci95, "ci_bonferroni": cib,
                           "lower_95": ci95[0], "lower_bonferroni": cib[0]}
         cell["passes_bonferroni"] = all(cell[k]["lower_bonferroni"] >= THRESHOLD for k in ("target_current",
@@ -163,16 +159,11 @@ def summarize_rows(by: dict[tuple[str, str, str, str], dict], families: dict[str
             "alpha": ALPHA, "bonferroni_comparisons": BONFERRONI, "threshold": THRESHOLD}
 
 
-def _ci(ci: list[float] | None, digits: int = 2) -> str:
-    return "" if ci is None else f"[{ci[0]:+.{digits}f}, {ci[1]:+.{digits}f}]"
-
-
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     """report.md of a run: effects, accuracy preservation, per-cell accuracy and margins."""
-    model = config.get("model", {}).get("name", "?")
     study = config.get("study_config", {})
     budget = study.get("budget")
-    lines = [f"# Component interventions: {model}", "",
+    lines = [*heading("Component interventions", config),
              f"{summary['clusters']} controlled history clusters ({study.get('n_per_family')} per family x "
              f"{len(study.get('families', []))} families), 2 states x 2 queries x {len(CONDITIONS)} conditions = "
              f"{summary['rows']:,} rows. Raw prompt `History:\\n ... \\nQuestion:\\n ... \\nReasoning:\\n`, "
@@ -182,44 +173,42 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
              f"neutral note. Intervals: {summary['draws']:,} bootstrap draws of whole clusters (seed "
              f"{summary['seed']}), percentile.", ""]
     if timing:
-        lines += [f"Run time: {timing['seconds'] / 60:.1f} min for {timing['cases_run']} cases "
-                  f"({timing['seconds_per_case']:.2f} s per case of {len(CONDITIONS) * 2} rows).", ""]
+        per_case = f" ({timing['seconds_per_case']:.2f} s per case of {len(CONDITIONS) * 2} rows)"
+        lines += [run_time(timing, detail=per_case), ""]
     lines += ["## Component effects", "",
               "Delta_c = [(margin change under c at the old span) - (change at the matched span)] on "
               "SUPERSEDED minus the same on CURRENT, target queries, mean over clusters (nats). K, V and K+V: "
               f"Bonferroni interval for {summary['bonferroni_comparisons']} comparisons (two-sided "
               f"{1 - summary['alpha'] / summary['bonferroni_comparisons']:.4f}); the Q-K mask (positive control) and "
               "V - K: pointwise 95 %.", "",
-              "| component | Delta (nats) | Bonferroni interval | pointwise 95 % | excludes 0 | clusters |",
-              "|---|---|---|---|---|---|"]
+              *table_head(["component", "Delta (nats)", "Bonferroni interval", "pointwise 95 %", "excludes 0",
+                           "clusters"])]
     names = {"K": "zero K", "V": "zero V", "K+V": "zero K+V", "QK": "Q-K mask (positive control)"}
     for label, e in summary["effects"].items():
-        lines.append(f"| {names[label]} | {e['delta']:+.3f} | {_ci(e.get('ci_bonferroni'), 3) or 'n/a'} | "
-                     f"{_ci(e['ci_95'], 3)} | {'yes' if e['excludes_zero'] else 'no'} | {e['n_clusters']} |")
+        lines.append(f"| {names[label]} | {e['delta']:+.3f} | {interval(e.get('ci_bonferroni'), '+.3f') or 'n/a'} | "
+                     f"{interval(e['ci_95'], '+.3f')} | {'yes' if e['excludes_zero'] else 'no'} | {e['n_clusters']} |")
     vk = summary.get("v_minus_k")
     if vk:
         excl = vk["ci_95"][0] > 0 or vk["ci_95"][1] < 0
-        lines.append(f"| Delta_V - Delta_K (paired) | {vk['delta']:+.3f} | n/a | {_ci(vk['ci_95'], 3)} | "
+        lines.append(f"| Delta_V - Delta_K (paired) | {vk['delta']:+.3f} | n/a | {interval(vk['ci_95'], '+.3f')} | "
                      f"{'yes' if excl else 'no'} | {vk['n_clusters']} |")
     lines += ["", "## Accuracy preservation", "",
               "Accuracy change, old span minus matched span, under the same component: (i) CURRENT-state target "
               "queries, (ii) unrelated queries (both states). A component passes iff both lower bounds are "
               f">= {summary['threshold']}. **The paper is inconsistent here**: its 4-model table uses "
               "Bonferroni-adjusted bounds, its 9-model table paired 95 % intervals; both verdicts are shown.", "",
-              "| component | target CURRENT: change [Bonferroni] | unrelated: change [Bonferroni] | passes "
-              "(Bonferroni) | lower bounds 95 %: target / unrelated | passes (95 %) |",
-              "|---|---|---|---|---|---|"]
+              *table_head(["component", "target CURRENT: change [Bonferroni]", "unrelated: change [Bonferroni]",
+                           "passes (Bonferroni)", "lower bounds 95 %: target / unrelated", "passes (95 %)"])]
     for label, a in summary["accuracy"].items():
         t, u = a["target_current"], a["unrelated"]
         verdict = (lambda ok: "yes" if ok else "no") if a["tested"] else (lambda ok: f"({'yes' if ok else 'no'})")
-        lines.append(f"| {names[label]} | {t['change']:+.3f} {_ci(t['ci_bonferroni'], 3)} | {u['change']:+.3f} "
-                     f"{_ci(u['ci_bonferroni'], 3)} | {verdict(a['passes_bonferroni'])} | {t['lower_95']:+.3f} / "
-                     f"{u['lower_95']:+.3f} | {verdict(a['passes_95'])} |")
+        lines.append(f"| {names[label]} | {estimate(t['change'], t['ci_bonferroni'], '+.3f')} | "
+                     f"{estimate(u['change'], u['ci_bonferroni'], '+.3f')} | {verdict(a['passes_bonferroni'])} | "
+                     f"{t['lower_95']:+.3f} / {u['lower_95']:+.3f} | {verdict(a['passes_95'])} |")
     lines += ["", "(Verdicts in parentheses: the Q-K mask is the positive control, not a tested edit.)", "",
               "## Accuracy and mean margin per cell", "",
-              "| condition | acc. CURRENT target | acc. SUPERSEDED target | acc. unrelated (CUR / SUP) | "
-              "margin CURRENT target | margin SUPERSEDED target | margin unrelated (CUR / SUP) |",
-              "|---|---|---|---|---|---|---|"]
+              *table_head(["condition", "acc. CURRENT target", "acc. SUPERSEDED target", "acc. unrelated (CUR / SUP)",
+                           "margin CURRENT target", "margin SUPERSEDED target", "margin unrelated (CUR / SUP)"])]
     cell = {(c["state"], c["query"], c["condition"]): c for c in summary["cells"]}
 
     def get(s: str, q: str, cond: str, key: str, fmt: str) -> str:
@@ -241,8 +230,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     if summary["families"]:
         labels = list(summary["effects"])
         lines += ["", "## Delta by family (point estimates, nats)", "",
-                  "| family | clusters | " + " | ".join(f"Delta {names[k]}" for k in labels) + " |",
-                  "|---|---|" + "---|" * len(labels)]
+                  *table_head(["family", "clusters", *(f"Delta {names[k]}" for k in labels)])]
         for f in summary["families"]:
             vals = " | ".join("-" if f.get(k) is None else f"{f[k]:+.2f}" for k in labels)
             lines.append(f"| {f['family']} | {f['n_clusters']} | {vals} |")

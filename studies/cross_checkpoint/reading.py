@@ -45,8 +45,7 @@ from kvprobe.decoding import Generation, Request
 from kvprobe.history import History
 from kvprobe.model import Model
 from kvprobe.reference import cached_explicit_logits, explicit_cached_mask, reference_logits, transformers_eager
-from kvprobe.studies.json_output import PLAIN_DECODER
-from kvprobe.studies.quantity.grading import parse_strict
+from kvprobe.studies.answers import PLAIN_DECODER, parse_strict
 
 from .checks import check_history_readable
 

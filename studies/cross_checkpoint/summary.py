@@ -25,7 +25,7 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change
 
-from ..report import estimate, run_time, table_head
+from ..report import estimate, table_head
 from ..runner import read_rows, write_run_summary
 from .study import ACCESS, CACHES, ROLES
 

@@ -38,7 +38,7 @@ from kvprobe.files import atomic_write_text
 from kvprobe.model import Model
 from kvprobe.readouts.evaluate import ROLE_VARIANTS, nearest, probe_depths
 from kvprobe.readouts.probes import C_GRID, BalancedL2Probe, select_C
-from kvprobe.readouts.stats import auc, bootstrap_auc
+from kvprobe.readouts.stats import DRAWS, auc, bootstrap_auc
 from kvprobe.studies.recognition.cases import RecognitionCase
 from kvprobe.studies.recognition.records import generate_records
 
@@ -89,7 +89,7 @@ def _readout(probe: Any, X_test: np.ndarray, y: np.ndarray, test: np.ndarray, ro
 
 
 def readout_transfer(main: Model, sibling: Model, cases: Sequence[RecognitionCase] | None = None,
-                     batch_size: int = 16, draws: int = 10_000, seed: int = 0,
+                     batch_size: int = 16, draws: int = DRAWS, seed: int = 0,
                      C_grid: Sequence[float] = C_GRID) -> dict[str, Any]:
     """Own vs transferred joint-K/V readout AUCs on the main model (see the module docstring).
 
@@ -145,7 +145,7 @@ def readout_transfer(main: Model, sibling: Model, cases: Sequence[RecognitionCas
             **blocks, "role_auc": boot}
 
 
-def transfer_from_store(store: Path | str, main_group: str, sibling_group: str, draws: int = 10_000,
+def transfer_from_store(store: Path | str, main_group: str, sibling_group: str, draws: int = DRAWS,
                         seed: int = 0) -> dict[str, Any]:
     """Own and transferred joint-K/V AUCs from two groups of a ``kvprobe extract`` store (``readouts.evaluate.transfer``).
 

@@ -2,11 +2,11 @@
 
 Primary score, **exact field** (spec partD 0: "case-folded, whitespace-normalised
 equality of the JSON ``answer`` field; malformed JSON counts as wrong"): the
-response is parsed with the quantity study's strict parser
-(:func:`studies.quantity.grading.parse_strict`: exactly one JSON object with one
+response is parsed with the shared strict parser
+(:func:`studies.answers.parse_strict`: exactly one JSON object with one
 string field ``answer``, nothing else; one clean outer Markdown fence allowed, as
 in the paper's v35 rule) and the field must equal the reference after
-:func:`studies.quantity.grading.normalize`. Our choices (UNCLEAR in the paper):
+:func:`studies.answers.normalize`. Our choices (UNCLEAR in the paper):
 an output that hit the token cap is never correct (EOS precondition, as in the
 quantity study); the parse failure kind is recorded (``parse_reason``).
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kvprobe.studies.quantity.grading import normalize, parse_strict
+from kvprobe.studies.answers import UNKNOWN, normalize, parse_strict
 
 CATEGORIES = ("capped", "format_failure", "unknown", "correct", "other_value", "wrong_value")
 
@@ -66,7 +66,7 @@ def grade(text: str, stop_reason: str, reference: str, other: str) -> Grade:
         category = "format_failure"
     else:
         a = normalize(parsed.answer or "")
-        category = ("unknown" if a == "unknown" else "correct" if a == normalize(reference)
+        category = ("unknown" if a == UNKNOWN else "correct" if a == normalize(reference)
                     else "other_value" if a == normalize(other) else "wrong_value")
     first = first_value(text, reference, other)
     return Grade(correct=category == "correct", category=category, parse_reason=parsed.reason,

@@ -30,11 +30,12 @@ import json
 import random
 from dataclasses import asdict, dataclass
 
+from kvprobe.readouts.stats import FIXTURE_SEED as SEED  # also the study's default, as groups.SEED
+
 from . import strings
 
 #: Paper: fifty synthetic groups; intervals use seed 20260919 (spec partD section 0).
 N_GROUPS = 50
-SEED = 20260919
 #: The two note conditions: C present, or its token interval replaced by neutral tokens.
 NOTES = ("derived", "neutral")
 QUERIES = ("current", "historical")

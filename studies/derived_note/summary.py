@@ -33,16 +33,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kvprobe.readouts.stats import group_bootstrap_indices
+from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, percentile_interval
 
+from ..report import corrections_reversals, estimate, heading, ordered, run_time, table_head
 from ..runner import read_rows, write_run_summary
 from .groups import NOTES, QUERIES
 from .history import CONDITIONS
 from .study import COSTS
-
-DRAWS = 10_000
-#: The paper's bootstrap seed (spec partD section 0).
-PAPER_SEED = 20260919
 
 Vec = Callable[[str, str, str, str], np.ndarray]
 
@@ -87,33 +84,20 @@ CONTRASTS: list[tuple[str, str, str, str, Callable[[Vec], np.ndarray]]] = [
 ]
 
 
-def _order(values: list[str], known: tuple[str, ...]) -> list[str]:
-    return sorted(values, key=lambda x: (known.index(x) if x in known else len(known), x))
+def _mean(v: np.ndarray, weights: np.ndarray, scale: float = 1.0) -> dict[str, Any] | None:
+    """Mean of the groups present (NaN = group not in the cell) and its interval over the shared draws."""
+    present = ~np.isnan(v)
+    if not present.any():
+        return None
+    lo, hi = percentile_interval(bootstrap_mean(v, weights), points="alpha")
+    return {"mean": float(np.mean(v[present]) * scale), "n": int(present.sum()), "ci": [lo * scale, hi * scale]}
 
 
-class _Bootstrap:
-    """Paired group bootstrap: statistics are group means over the same draws (NaN = group not in the cell)."""
-
-    def __init__(self, groups: list[str], draws: int, seed: int) -> None:
-        self.weights = group_bootstrap_indices(groups, n_draws=draws, seed=seed).weights().astype(float)
-
-    def mean(self, v: np.ndarray, scale: float = 1.0) -> dict[str, Any] | None:
-        present = ~np.isnan(v)
-        if not present.any():
-            return None
-        w = self.weights * present
-        with np.errstate(invalid="ignore", divide="ignore"):
-            boot = (w @ np.where(present, v, 0.0)) / w.sum(axis=1)
-        boot = boot[~np.isnan(boot)]
-        return {"mean": float(np.mean(v[present]) * scale), "n": int(present.sum()),
-                "ci": [float(np.percentile(boot, 2.5) * scale), float(np.percentile(boot, 97.5) * scale)]}
-
-
-def _versus(mine: np.ndarray, base: np.ndarray, boot: _Bootstrap) -> dict[str, Any]:
+def _versus(mine: np.ndarray, base: np.ndarray, weights: np.ndarray) -> dict[str, Any]:
     both = ~np.isnan(mine) & ~np.isnan(base)
     diff = np.where(both, mine - base, np.nan)
     return {"change": int(np.nansum(diff)), "corrections": int((diff > 0).sum()),
-            "reversals": int((diff < 0).sum()), "pp": boot.mean(diff, 100.0)}
+            "reversals": int((diff < 0).sum()), "pp": _mean(diff, weights, 100.0)}
 
 
 def read_costs(out_dir: Path | str) -> dict[str, Any] | None:
@@ -130,7 +114,7 @@ def read_costs(out_dir: Path | str) -> dict[str, Any] | None:
     for (_, cond), entry in last.items():
         by_condition[cond].append(entry)
     out = {}
-    for cond in _order(list(by_condition), CONDITIONS):
+    for cond in ordered(by_condition, CONDITIONS):
         seconds = np.array([e["seconds"] for e in by_condition[cond]])
         out[cond] = {"n": len(seconds), "median_seconds": float(np.median(seconds)),
                      "mean_seconds": float(seconds.mean()),
@@ -151,7 +135,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
         n_rows += 1
     group_ids = sorted({g for cell in cells.values() for g in cell})
     index = {g: i for i, g in enumerate(group_ids)}
-    boot = _Bootstrap(group_ids, draws, seed)
+    weights = group_bootstrap_weights(group_ids, n_draws=draws, seed=seed).astype(float)  # shared by every cell
 
     def vec(note: str, query: str, cond: str, key: str) -> np.ndarray:
         v = np.full(len(group_ids), np.nan)
@@ -160,12 +144,12 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
                 v[index[g]] = float(row[key])
         return v
 
-    notes = _order(list({k[0] for k in cells}), NOTES)
-    queries = _order(list({k[1] for k in cells}), QUERIES)
+    notes = ordered({k[0] for k in cells}, NOTES)
+    queries = ordered({k[1] for k in cells}, QUERIES)
     out_cells = []
     for note in notes:
         for query in queries:
-            for cond in _order([k[2] for k in cells if k[:2] == (note, query)], CONDITIONS):
+            for cond in ordered([k[2] for k in cells if k[:2] == (note, query)], CONDITIONS):
                 rows = list(cells[(note, query, cond)].values())
                 cell: dict[str, Any] = {
                     "note": note, "query": query, "condition": cond, "n": len(rows),
@@ -177,22 +161,22 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
                     "categories": dict(sorted(Counter(r["category"] for r in rows).items())),
                     "parse_failures": dict(sorted(Counter(r["parse_reason"] for r in rows
                                                           if r["parse_reason"] != "ok").items())),
-                    "margin": boot.mean(vec(note, query, cond, "margin")),
+                    "margin": _mean(vec(note, query, cond, "margin"), weights),
                 }
                 for base in ("full", "mask-A"):
                     if cond == base or (note, query, base) not in cells:
                         continue
                     key = "vs_full" if base == "full" else "vs_mask_A"
                     mine, ref = vec(note, query, cond, "correct"), vec(note, query, base, "correct")
-                    cell[key] = {**_versus(mine, ref, boot),
+                    cell[key] = {**_versus(mine, ref, weights),
                                  "lenient": _versus(vec(note, query, cond, "lenient_correct"),
-                                                    vec(note, query, base, "lenient_correct"), boot),
-                                 "margin": boot.mean(vec(note, query, cond, "margin")
-                                                     - vec(note, query, base, "margin"))}
+                                                    vec(note, query, base, "lenient_correct"), weights),
+                                 "margin": _mean(vec(note, query, cond, "margin") - vec(note, query, base, "margin"),
+                                                 weights)}
                 out_cells.append(cell)
     contrasts = []
     for key, label, unit, paper, fn in CONTRASTS:
-        stat = boot.mean(fn(vec), 100.0 if unit == "pp" else 1.0)
+        stat = _mean(fn(vec), weights, 100.0 if unit == "pp" else 1.0)
         contrasts.append({"key": key, "label": label, "unit": unit, "paper": paper, "stat": stat})
     return {"groups": len(group_ids), "rows": n_rows, "draws": draws, "seed": seed, "cells": out_cells,
             "contrasts": contrasts, "operation_cost": read_costs(out_dir)}
@@ -201,22 +185,19 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
 # ----------------------------------------------------------------------------- report
 
 def _ci(stat: dict[str, Any] | None, fmt: str = "+.2f") -> str:
-    if not stat:
-        return ""
-    return f"{stat['mean']:{fmt}} [{stat['ci'][0]:{fmt}}, {stat['ci'][1]:{fmt}}]"
+    return estimate(stat["mean"], stat["ci"], fmt) if stat else ""
 
 
 def _change(v: dict[str, Any] | None) -> str:
     if not v:
         return ""
-    return f"{v['change']:+d} ({v['corrections']}/{v['reversals']}) {_ci(v['pp'], '+.0f')}"
+    return f"{v['change']:+d} ({corrections_reversals(v, '/')}) {_ci(v['pp'], '+.0f')}"
 
 
 def _cell_table(cells: list[dict[str, Any]]) -> list[str]:
-    lines = ["| condition | correct | vs full: net (C/R) pp [95% CI] | vs mask A: net (C/R) pp [95% CI] | lenient "
-             "| valid JSON | EOS | UNKNOWN | mean margin [95% CI] | margin vs full [95% CI] | margin vs mask A "
-             "[95% CI] | format failures |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = table_head(["condition", "correct", "vs full: net (C/R) pp [95% CI]", "vs mask A: net (C/R) pp [95% CI]",
+                        "lenient", "valid JSON", "EOS", "UNKNOWN", "mean margin [95% CI]", "margin vs full [95% CI]",
+                        "margin vs mask A [95% CI]", "format failures"])
     for c in cells:
         fails = ", ".join(f"{k} {v}" for k, v in sorted(c["parse_failures"].items(), key=lambda kv: -kv[1]))
         lines.append(
@@ -229,17 +210,16 @@ def _cell_table(cells: list[dict[str, Any]]) -> list[str]:
 
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     """Markdown report: key contrasts, one table per note and query, operation cost, run time."""
-    model = config.get("model", {}).get("name", "?")
     study = config.get("study_config", {})
     lines = [
-        f"# Derived note and selective refresh: {model}", "",
+        *heading("Derived note and selective refresh", config),
         f"{summary['groups']} groups (seed {study.get('seed')}), notes {study.get('notes')}, {summary['rows']} rows; "
         f"greedy answers of at most {study.get('max_new_tokens')} tokens, EOS stop. Correct = exact normalized "
         "JSON answer field with EOS (one outer code fence allowed); lenient = the first of the two values "
         "mentioned is the right one, with EOS. Margin = log p(right JSON) - log p(other JSON), nats. Intervals: "
         f"paired bootstrap of groups, {summary['draws']:,} draws, seed {summary['seed']}, percentile 95 %.", "",
         "## Key contrasts", "",
-        "| contrast | estimate [95% CI] | n | paper anchor |", "|---|---|---|---|",
+        *table_head(["contrast", "estimate [95% CI]", "n", "paper anchor"]),
     ]
     for c in summary["contrasts"]:
         s = c["stat"]
@@ -257,15 +237,15 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         lines += ["", "## Operation cost", "",
                   "Seconds to prepare each condition's cache (crop/copy plus recomputation; excludes the shared "
                   "prefill and the question and answer tokens), median over cases.", "",
-                  "| condition | cases | median s | ratio to mask A | median recomputed tokens | median history "
-                  "tokens |", "|---|---|---|---|---|---|"]
+                  *table_head(["condition", "cases", "median s", "ratio to mask A", "median recomputed tokens",
+                               "median history tokens"])]
         for cond, e in cost.items():
             ratio = f"{e['ratio_vs_mask_A']:.1f}x" if e["ratio_vs_mask_A"] else ""
             lines.append(f"| {cond} | {e['n']} | {e['median_seconds']:.4f} | {ratio} | "
                          f"{e['median_recomputed_tokens']:.0f} | {e['median_history_tokens']:.0f} |")
     if timing:
         per = f", {timing['seconds_per_case']:.1f} s per case" if timing.get("seconds_per_case") else ""
-        lines += ["", f"Run time: {timing['seconds'] / 60:.1f} min for {timing['cases_run']} cases{per}."]
+        lines += ["", run_time(timing, detail=per)]
     return "\n".join(lines) + "\n"
 
 

@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.files import atomic_write_text
+from kvprobe.readouts.stats import DRAWS, PAPER_SEED
 
+from ..report import COVERAGE_COLUMNS, coverage_rows, interval, table_head, table_row
 from ..runner import read_rows
 from .calibration import calibrate
 from .coverage import coverage_curve, plot_coverage
@@ -35,7 +37,6 @@ from .detectors import YES_NO
 
 RULES = ("complete", "lenient_complete")
 MASKS = ("source", "number")
-SEED = 20260919
 
 
 def quantity_outcomes(run_dir: str | Path, query: str = "current") -> dict[tuple[str, str], dict[str, Any]]:
@@ -56,8 +57,8 @@ def _join(scores: dict[str, dict[str, Any]], outcomes: dict[tuple[str, str], dic
 
 
 def action_utility(detection_dir: str | Path, dev_dir: str | Path, test_dir: str | Path,
-                   rules: tuple[str, ...] = RULES, masks: tuple[str, ...] = MASKS, seed: int = SEED,
-                   draws: int = 10_000) -> dict[str, Any]:
+                   rules: tuple[str, ...] = RULES, masks: tuple[str, ...] = MASKS, seed: int = PAPER_SEED,
+                   draws: int = DRAWS) -> dict[str, Any]:
     """Calibration and coverage for every (grading rule, mask scope)."""
     scores = {r["case_id"].split("/", 1)[1]: r for r in read_rows(detection_dir)
               if r["dataset"] == "quantity" and r["detector"] == YES_NO}
@@ -82,7 +83,7 @@ def action_utility(detection_dir: str | Path, dev_dir: str | Path, test_dir: str
 
 
 def _ci(ci: list[float] | None) -> str:
-    return f"[{ci[0]:+.0f}, {ci[1]:+.0f}]" if ci else ""
+    return interval(ci, "+.0f") if ci else ""
 
 
 def format_action_report(summary: dict[str, Any], model: str) -> str:
@@ -95,27 +96,23 @@ def format_action_report(summary: dict[str, Any], model: str) -> str:
     for cell in summary["cells"]:
         lines += [f"## {cell['rule']} rule, {cell['mask']} mask ({cell['dev_cases']} dev / {cell['test_cases']} "
                   "test cases)", "",
-                  "| rule | threshold | dev actions | dev net | test actions | test net (C / R) | conditional 95% CI "
-                  "| joint 95% CI | notes |", "|---|---|---|---|---|---|---|---|---|"]
+                  *table_head(["rule", "threshold", "dev actions", "dev net", "test actions", "test net (C / R)",
+                               "conditional 95% CI", "joint 95% CI", "notes"])]
         for name, r in cell["calibration"]["rules"].items():
             t = "-inf" if r["threshold"] is None else f"{r['threshold']:.6g}"
             lines.append(f"| {name} | {t} | {r['dev_actions']} | {r['dev_net']:+.0f} | {r['test_actions']} | "
                          f"{r['test_net']:+.0f} ({r['test_corrections']} / {r['test_reversals']}) | "
                          f"{_ci(r['conditional'].get('net'))} | {_ci(r.get('joint', {}).get('net'))} | "
                          f"{'; '.join(r['notes'])} |")
-        lines += ["", "| ranking | coverage | net [95% CI] | random | excess pp [95% CI] |", "|---|---|---|---|---|"]
+        lines += ["", *table_head(["ranking", *COVERAGE_COLUMNS])]
         for name, cur in cell["coverage"].items():
-            for i, cov in enumerate(cur["coverage"]):
-                if round(cov * 10) % 2 == 0:
-                    lines.append(f"| {name} | {cov:.0%} | {cur['net'][i]:+.2f} [{cur['net_lo'][i]:+.2f}, "
-                                 f"{cur['net_hi'][i]:+.2f}] | {cur['random'][i] + 0.0:+.2f} | {cur['excess_pp'][i]:+.1f} "
-                                 f"[{cur['excess_lo'][i]:+.1f}, {cur['excess_hi'][i]:+.1f}] |")
+            lines += [table_row([name, *cells]) for cells in coverage_rows(cur)]
         lines += ["", f"![coverage](coverage-{cell['rule']}-{cell['mask']}.png)", ""]
     return "\n".join(lines)
 
 
 def write_action_report(out_dir: str | Path, detection_dir: str | Path, dev_dir: str | Path, test_dir: str | Path,
-                        seed: int = SEED) -> dict[str, Any]:
+                        seed: int = PAPER_SEED) -> dict[str, Any]:
     """Write ``action.json``, ``action.md`` and one coverage figure per (rule, mask) into ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -40,9 +40,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kvprobe.readouts.stats import group_bootstrap_indices
-
-from .coverage import PAPER_SEED
+from kvprobe.readouts.stats import ALPHA, DRAWS, PAPER_SEED, group_bootstrap_indices, percentile_points
 
 __all__ = ["OBJECTIVES", "Selection", "above_all_threshold", "apply_threshold", "balanced_accuracy", "calibrate",
            "candidate_thresholds", "conditional_bootstrap", "joint_bootstrap", "select_threshold", "summarize"]
@@ -172,7 +170,7 @@ def summarize(scores: Array, threshold: float, utility: Array | None = None,
 
 def conditional_bootstrap(test_scores: Array, thresholds: Array, test_groups: Sequence[Any] | None = None,
                           utility: Array | None = None, labels: Array | None = None,
-                          strata: Sequence[Any] | None = None, n_draws: int = 10_000,
+                          strata: Sequence[Any] | None = None, n_draws: int = DRAWS,
                           seed: int = PAPER_SEED) -> dict[str, np.ndarray]:
     """Per-draw test metrics [n_draws, len(thresholds)] with the thresholds fixed (same draws for all)."""
     s = _vec(test_scores)
@@ -189,7 +187,7 @@ def joint_bootstrap(dev_scores: Array, dev_target: Array, test_scores: Array, ob
                     dev_groups: Sequence[Any] | None = None, test_groups: Sequence[Any] | None = None,
                     test_utility: Array | None = None, test_labels: Array | None = None,
                     dev_strata: Sequence[Any] | None = None, test_strata: Sequence[Any] | None = None,
-                    n_draws: int = 10_000, seed: int = PAPER_SEED) -> dict[str, Any]:
+                    n_draws: int = DRAWS, seed: int = PAPER_SEED) -> dict[str, Any]:
     """Refit the threshold on every dev draw and evaluate it on an independent test draw.
 
     Returns ``threshold``, ``dev_value``, ``dev_actions`` and the test metrics
@@ -221,7 +219,7 @@ def _interval(draws: np.ndarray, alpha: float) -> list[float | None]:
     """Percentile interval [lo, hi] of the non-NaN draws (None if there are none)."""
     if np.all(np.isnan(draws)):
         return [None, None]
-    return [_num(v) for v in np.nanpercentile(draws, [100 * alpha / 2, 100 * (1 - alpha / 2)])]
+    return [_num(v) for v in np.nanpercentile(draws, list(percentile_points(alpha, "alpha")))]
 
 
 def _rule(name: str, threshold: float, dev: dict[str, float], test: dict[str, float],
@@ -249,7 +247,7 @@ def calibrate(dev_scores: Array, test_scores: Array, *, dev_groups: Sequence[Any
               test_groups: Sequence[Any] | None = None, dev_labels: Array | None = None,
               dev_utility: Array | None = None, test_labels: Array | None = None, test_utility: Array | None = None,
               dev_strata: Sequence[Any] | None = None, test_strata: Sequence[Any] | None = None,
-              n_draws: int = 10_000, seed: int = PAPER_SEED, alpha: float = 0.05) -> dict[str, Any]:
+              n_draws: int = DRAWS, seed: int = PAPER_SEED, alpha: float = ALPHA) -> dict[str, Any]:
     """Fit each objective on dev (balanced accuracy needs ``dev_labels``, utility ``dev_utility``), add the
     baselines ``fixed_0.5``, ``always`` and ``never``, and evaluate all on test.
 

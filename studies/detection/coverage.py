@@ -37,15 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from kvprobe.readouts.stats import GroupBootstrap, group_bootstrap_indices
+from kvprobe.readouts.stats import ALPHA, DRAWS, PAPER_SEED, GroupBootstrap, group_bootstrap_indices, percentile_points
 
-__all__ = ["DEFAULT_COVERAGES", "PAPER_SEED", "coverage_curve", "coverage_draws", "coverage_k",
-           "expected_net", "plot_coverage"]
+__all__ = ["DEFAULT_COVERAGES", "coverage_curve", "coverage_draws", "coverage_k", "expected_net", "plot_coverage"]
 
 #: Coverages at 10 % steps, 0 to 1.
 DEFAULT_COVERAGES: tuple[float, ...] = tuple(i / 10 for i in range(11))
-#: The paper's interval seed (partD section 0).
-PAPER_SEED = 20260919
 
 
 def _vector(values: Any, name: str, n: int | None = None) -> np.ndarray:
@@ -139,8 +136,8 @@ def coverage_draws(scores: Sequence[float] | np.ndarray, utility: Sequence[float
 
 def coverage_curve(scores: Sequence[float] | np.ndarray, utility: Sequence[float] | np.ndarray,
                    coverages: Sequence[float] = DEFAULT_COVERAGES, groups: Sequence[Any] | None = None,
-                   strata: Sequence[Any] | None = None, n_draws: int = 10_000, seed: int = PAPER_SEED,
-                   alpha: float = 0.05) -> dict[str, Any]:
+                   strata: Sequence[Any] | None = None, n_draws: int = DRAWS, seed: int = PAPER_SEED,
+                   alpha: float = ALPHA) -> dict[str, Any]:
     """Expected net, random baseline and excess at each coverage, with paired bootstrap intervals.
 
     ``groups`` (default: each case its own group) are resampled whole, within
@@ -171,7 +168,7 @@ def coverage_curve(scores: Sequence[float] | np.ndarray, utility: Sequence[float
         boot = group_bootstrap_indices(np.arange(n) if groups is None else groups, n_draws=n_draws, seed=seed,
                                        strata=strata)
         draws = coverage_draws(s, u, boot, c)
-        q = [100 * alpha / 2, 100 * (1 - alpha / 2)]
+        q = list(percentile_points(alpha, "alpha"))
         bounds = {"net": np.percentile(draws["net"], q, axis=0),
                   "excess": np.percentile(draws["excess_pp"], q, axis=0)}
     for key, (lo, hi) in bounds.items():

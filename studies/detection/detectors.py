@@ -6,7 +6,7 @@ prompts (:mod:`.strings`): the *direct* and *expanded* relation classifiers
 (``{"same_slot": ..., "old_current": ..., "later_current": ...}``). A fourth,
 *yes-no*, scores the single next-token answer YES against NO.
 
-Every output is parsed strictly (:func:`studies.json_output.parse_object`) and
+Every output is parsed strictly (:func:`studies.answers.parse_object`) and
 every failure is kept with its reason. Decisions are three-valued:
 ``"replacement"``, ``"no_replacement"`` or ``"unresolved"``; an unresolved
 verdict never triggers a mask (paper L2578-2580).
@@ -36,7 +36,6 @@ record is the history (prefilled once per pair) and the later record is the
 from __future__ import annotations
 
 import math
-import re
 import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -44,7 +43,7 @@ from typing import Any, Sequence
 import kvprobe
 from kvprobe import decoding
 
-from ..json_output import parse_object
+from ..answers import normalize, parse_object
 from . import strings
 
 REPLACEMENT, NO_REPLACEMENT, UNRESOLVED = "replacement", "no_replacement", "unresolved"
@@ -71,11 +70,6 @@ YES_NO = "yes-no"
 DETECTORS = (*TEXT_DETECTORS, YES_NO)
 
 
-def normalize_value(value: str) -> str:
-    """Case-folded, whitespace-normalized value (the extraction rule's equality)."""
-    return re.sub(r"\s+", " ", value.casefold()).strip()
-
-
 def _nonempty_string(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
 
@@ -86,7 +80,7 @@ class Verdict:
 
     Attributes:
         decision: ``replacement``, ``no_replacement`` or ``unresolved``.
-        reason: ``"ok"``, a parse failure (:data:`studies.json_output.FAILURES`) or a
+        reason: ``"ok"``, a parse failure (:data:`studies.answers.FAILURES`) or a
             field failure (``"missing:<field>"``, ``"type:<field>"``, ``"empty:<field>"``).
         fields: the parsed object (empty when parsing failed).
     """
@@ -105,7 +99,7 @@ def _supersedes(obj: dict[str, Any], check_values: bool) -> Verdict:
         return Verdict(NO_REPLACEMENT, "ok", obj)
     old, new = obj.get("old_value"), obj.get("new_value")
     if check_values and _nonempty_string(old) and _nonempty_string(new) \
-            and normalize_value(old) == normalize_value(new):
+            and normalize(old) == normalize(new):
         return Verdict(NO_REPLACEMENT, "ok", obj)
     return Verdict(REPLACEMENT, "ok", obj)
 
@@ -124,7 +118,7 @@ def _extraction(obj: dict[str, Any]) -> Verdict:
             return Verdict(UNRESOLVED, f"type:{key}", obj)
         if not obj[key].strip():
             return Verdict(UNRESOLVED, f"empty:{key}", obj)
-    same = normalize_value(obj["old_current"]) == normalize_value(obj["later_current"])
+    same = normalize(obj["old_current"]) == normalize(obj["later_current"])  # case-folded, whitespace-normalized
     return Verdict(NO_REPLACEMENT if same else REPLACEMENT, "ok", obj)
 
 

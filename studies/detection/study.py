@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import kvprobe
+from kvprobe.readouts.stats import QUANTITY_SEED, RECORDS_SEED
 from kvprobe.studies.recognition.cases import SPLITS
 
 from ..protocol import InvalidParameter, Study, require_at_least, require_choices
@@ -98,9 +99,9 @@ class DetectionStudy(Study):
     #: Accept a JSON verdict inside one outer code fence.
     allow_fence: bool = True
     #: Generator seed of the record dataset.
-    records_seed: int = 20260910
+    records_seed: int = RECORDS_SEED
     #: Generator seed of the quantity groups.
-    quantity_seed: int = 20260916
+    quantity_seed: int = QUANTITY_SEED
     #: Run only the first N groups of each (dataset, split), for quick runs; None: all.
     n_groups: int | None = None
     #: Pairs run in one batch.

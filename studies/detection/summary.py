@@ -21,7 +21,7 @@ import numpy as np
 from kvprobe.readouts.stats import (DRAWS, PAPER_SEED, bootstrap_auc, bootstrap_mean, group_bootstrap_weights,
                                     percentile_interval)
 
-from ..report import estimate, interval, run_time, table_head
+from ..report import estimate, heading, interval, run_time, table_head
 from ..runner import read_rows, write_run_summary
 from .calibration import calibrate
 from .detectors import REPLACEMENT, TEXT_DETECTORS, YES_NO
@@ -120,7 +120,7 @@ def _auc(a: dict[str, Any] | None) -> str:
 
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     sc = config["study_config"]
-    lines = [f"# Detection: {config['model']['name']}", "",
+    lines = [*heading("Detection", config),
              f"Detectors on record pairs: the paper's direct, expanded and asserted-value JSON classifiers "
              f"(greedy, at most {sc['max_new_tokens']} tokens, verbatim prompts) and a YES/NO score "
              f"(P(YES) / (P(YES) + P(NO)) of the answer's first token(s); prompt ours). Datasets: "

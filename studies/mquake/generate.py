@@ -26,10 +26,11 @@ import json
 import random
 from dataclasses import dataclass
 
+from kvprobe.readouts.stats import MQUAKE_SEED
+
 from . import strings
 from .schema import MQuAKECase, Orig, Rewrite, SingleHop, Target, to_json
 
-DEFAULT_SEED = 20260912
 DEFAULT_N_PER_HOPS = {2: 200, 3: 200, 4: 200}
 
 #: relation id -> (subject type, object type)
@@ -72,7 +73,7 @@ class Entity:
 class World:
     """Fictional entities and one object per (entity, relation)."""
 
-    def __init__(self, seed: int = DEFAULT_SEED):
+    def __init__(self, seed: int = MQUAKE_SEED):
         self.rng = random.Random(f"mquake-world-{seed}")
         self.entities: dict[str, Entity] = {}
         self.by_type: dict[str, list[str]] = {}
@@ -270,7 +271,7 @@ def _case(world: World, case_id: int, ents, rels, new, edits) -> MQuAKECase:
     )
 
 
-def generate_cases(n_per_hops: dict[int, int] | None = None, seed: int = DEFAULT_SEED) -> list[MQuAKECase]:
+def generate_cases(n_per_hops: dict[int, int] | None = None, seed: int = MQUAKE_SEED) -> list[MQuAKECase]:
     """``n_per_hops[k]`` fictional k-hop cases per hop count k, ordered by k; deterministic.
 
     Each hop count draws from its own generator (seeded by ``seed`` and k), so changing the

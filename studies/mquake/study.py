@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
+from kvprobe.readouts.stats import MQUAKE_SEED
 
 from ..protocol import CaseRun, HistoryStudy, Question, require_at_least
 from ..runner import study_parameters
@@ -62,7 +63,7 @@ class MQuAKEStudy(HistoryStudy):
     #: Generated cases per hop count.
     n_per_hop: int = 20
     #: Generator seed of the fictional world and its cases.
-    seed: int = 20260912
+    seed: int = MQUAKE_SEED
     #: Greedy answer budget in tokens ([UNCLEAR] in the paper; the 40 of its other generation studies).
     max_new_tokens: int = MAX_NEW_TOKENS
     #: Ask through the chat template (auto: when the tokenizer has one).

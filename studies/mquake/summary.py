@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 
-from kvprobe.readouts.stats import group_bootstrap_indices
+from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change
 
-from ..paired import paired_change
+from ..report import corrections_reversals, estimate, heading, run_time, table_head
 from ..runner import read_rows, write_run_summary
 from .study import POLICIES
 
-DRAWS = 10_000
 KINDS = ("current", "historical", "single_hop")
 
 
@@ -36,7 +35,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
         keys = sorted(full)
         if not keys:
             continue
-        boot = group_bootstrap_indices([k[0] for k in keys], n_draws=draws, seed=seed).weights()  # [draws, n]
+        boot = group_bootstrap_weights([k[0] for k in keys], n_draws=draws, seed=seed)  # [draws, n]
         for policy in [p for p in POLICIES if (kind, p) in by_key]:
             mine = by_key[(kind, policy)]
             cell = {"kind": kind, "policy": policy, "n": len(mine), "em": sum(r["em"] for r in mine.values()),
@@ -58,25 +57,23 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
 
 
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
-    model = config.get("model", {}).get("name", "?")
     study = config.get("study_config", {})
-    lines = [f"# Contextual MQuAKE: {model}", "",
+    lines = [*heading("Contextual MQuAKE", config),
              f"Generated fictional cases, hops {study.get('hops')}, {study.get('n_per_hop')} per hop count, greedy "
              f"answers of at most {study.get('max_new_tokens')} tokens. Exact match = normalized answer or alias "
              f"with EOS; change vs full with a 95% interval from {summary['draws']:,} bootstrap draws of whole "
              "cases (paraphrases together).", ""]
     if timing:
-        lines += [f"Run time: {timing['seconds'] / 60:.1f} min for {timing['cases_run']} cases.", ""]
-    lines += ["| question | policy | n | exact match | change vs full [95% CI] | contains answer | change vs full "
-              "[95% CI] | corrections / reversals (contains) | EOS |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [run_time(timing), ""]
+    lines += table_head(["question", "policy", "n", "exact match", "change vs full [95% CI]", "contains answer",
+                         "change vs full [95% CI]", "corrections / reversals (contains)", "EOS"])
 
     def change(c: dict[str, Any], rule: str) -> str:
         ch = c.get(f"{rule}_change_vs_full")
-        return f"{ch['change']:+d} [{ch['ci'][0]:+.0f}, {ch['ci'][1]:+.0f}]" if ch else ""
+        return estimate(ch["change"], ch["ci"], "+d", "+.0f") if ch else ""
 
     for c in summary["cells"]:
-        ch = c.get("contains_change_vs_full")
-        cr = f"{ch['corrections']} / {ch['reversals']}" if ch else ""
+        cr = corrections_reversals(c.get("contains_change_vs_full"))
         lines.append(f"| {c['kind']} | {c['policy']} | {c['n']} | {c['em']} | {change(c, 'em')} | {c['contains']} "
                      f"| {change(c, 'contains')} | {cr} | {c['eos']} |")
     hist = [c for c in summary["cells"] if c["kind"] == "historical"]

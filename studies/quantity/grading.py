@@ -1,6 +1,6 @@
 """Answer classification for the quantity task (paper section "Answer classification").
 
-Source: spec ``/work/shared/spec/partC.md`` section 2 (paper L3419-3429,
+Source: spec ``../shared/spec/partC.md`` section 2 (paper L3419-3429,
 L4023-4052, L4420-4442, L4817-4825). The model is asked for exactly one JSON
 string field ``{"answer": "<value>"}`` (system string in
 :mod:`studies.quantity.strings`, spec section 1.2). References are complete
@@ -11,7 +11,8 @@ Rules implemented here
 * **EOS precondition.** An output whose ``stop_reason`` is ``"cap"`` is never
   complete, even when its prefix holds a correct JSON answer (L4035-4038). It
   gets the category ``"capped"`` plus the capped-output diagnostics.
-* **Strict parse** (:func:`parse_strict`). After stripping surrounding
+* **Strict parse** (:func:`studies.answers.parse_strict`, shared by every study
+  that asks for a JSON answer). After stripping surrounding
   whitespace (our choice: whitespace is not "text"), the whole response must be
   one JSON object with exactly one key ``answer`` whose value is a string.
   Rejected: invalid JSON (incl. unquoted ``{"answer": UNKNOWN}``), duplicate
@@ -22,7 +23,7 @@ Rules implemented here
   (```` ``` ```` or ```` ```json ````) around the object is also allowed.
   Two fences, an unclosed fence or text beside the fence are format failures.
 * **Exact rule** (pre-specified primary): the answer field equals the reference
-  after :func:`normalize` (casefold, collapse whitespace). ``261 liter``,
+  after :func:`studies.answers.normalize` (casefold, collapse whitespace). ``261 liter``,
   ``628 min`` and ``181 V`` are not complete under it.
 * **Equivalent rule** (post hoc): the answer is ``<number> <unit form>`` with
   the number numerically equal to the reference number (compared as
@@ -64,7 +65,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterable
 
-from ..json_output import FENCE, find_objects, parse_object
+from ..answers import FENCE, UNKNOWN, find_answers, first_answer, normalize, parse_strict
 
 __all__ = [
     "UNIT_ALIASES",
@@ -72,12 +73,7 @@ __all__ = [
     "GENERIC_UNITS",
     "CATEGORIES",
     "LABEL_CATEGORIES",
-    "ParseResult",
     "Grade",
-    "normalize",
-    "parse_strict",
-    "first_answer",
-    "find_answers",
     "unit_canonical",
     "lenient_quantity",
     "classify_answer",
@@ -125,7 +121,6 @@ CATEGORIES: tuple[str, ...] = (
 )
 LABEL_CATEGORIES: tuple[str, ...] = ("capped", "format_failure", "unknown", "complete", "other_value")
 
-UNKNOWN = "unknown"  # normalized form of the UNKNOWN answer
 STOP_EOS = "eos"
 STOP_CAP = "cap"
 
@@ -133,11 +128,6 @@ _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
 _LEADING_NUMBER_RE = re.compile(rf"\A\s*(?P<num>{_NUMBER})(?P<rest>.*)\Z", re.DOTALL)
 _RECHECK_RE = re.compile(r"\bwait\b|\bre-?read\b|\bmisread\b", re.IGNORECASE)
 _MISSING_REFERENT_RE = re.compile(r"\bnot specified\b|\bdoes not mention\b|\bmissing\b", re.IGNORECASE)
-
-
-def normalize(s: str) -> str:
-    """Casefold, collapse runs of whitespace to one space, and strip."""
-    return " ".join(s.casefold().split())
 
 
 def _number(s: str) -> Decimal | None:
@@ -173,78 +163,6 @@ def _split_quantity(q: str) -> tuple[str | None, str]:
     if not m:
         return None, q.strip()
     return m.group("num"), " ".join(m.group("rest").split())
-
-
-# --------------------------------------------------------------------------
-# Parsing
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ParseResult:
-    """Result of :func:`parse_strict`.
-
-    Attributes:
-        ok: the response is valid under the requested rule.
-        answer: the string answer when ``ok``, else None.
-        reason: ``"ok"`` or why it failed: ``"empty"``, ``"not_json"``,
-            ``"not_object"``, ``"text_outside"``, ``"multiple_objects"``,
-            ``"duplicate_keys"``, ``"missing_answer"``, ``"extra_fields"``,
-            ``"non_string"``, ``"fenced"`` (fence present, not allowed),
-            ``"multiple_fences"``, ``"unclosed_fence"``.
-        fenced: one outer code fence was present and removed.
-        strict_single_field: valid without any fence allowance.
-    """
-
-    ok: bool
-    answer: str | None
-    reason: str
-    fenced: bool
-    strict_single_field: bool
-
-
-def _fail(reason: str, fenced: bool = False) -> ParseResult:
-    return ParseResult(ok=False, answer=None, reason=reason, fenced=fenced, strict_single_field=False)
-
-
-def parse_strict(text: str, allow_fence: bool = True) -> ParseResult:
-    """Strict single-string-field parse of a whole response.
-
-    The stripped response must be exactly ``{"answer": "<string>"}`` (any JSON
-    whitespace, no other key, no duplicate key, nothing else). With
-    ``allow_fence`` (the "fenced complete" rule) exactly one outer Markdown code
-    fence (```` ``` ```` or ```` ```json ````) may wrap it; the result then has
-    ``fenced=True`` and ``strict_single_field=False``.
-    """
-    parsed = parse_object(text, allow_fence, embedded=lambda body: bool(find_answers(body)))
-    if not parsed.ok:
-        return _fail(parsed.reason, parsed.fenced)
-    obj, fenced = parsed.obj, parsed.fenced
-    assert obj is not None
-    if "answer" not in obj:
-        return _fail("missing_answer", fenced)
-    if len(obj) != 1:
-        return _fail("extra_fields", fenced)
-    if not isinstance(obj["answer"], str):
-        return _fail("non_string", fenced)
-    return ParseResult(ok=True, answer=obj["answer"], reason="ok", fenced=fenced, strict_single_field=not fenced)
-
-
-def find_answers(text: str) -> list[tuple[str, int, int]]:
-    """Every JSON object in ``text`` with a string ``answer`` field, in order.
-
-    Scans with :meth:`json.JSONDecoder.raw_decode` from each ``{``; objects
-    nested in an already found answer object are skipped. Returns
-    ``(answer, start_char, end_char)`` triples. Duplicate keys and extra fields
-    are tolerated here (last duplicate wins, as in :mod:`json`).
-    """
-    return [(obj["answer"], a, b) for obj, a, b in find_objects(text, lambda o: isinstance(o.get("answer"), str))]
-
-
-def first_answer(text: str) -> str | None:
-    """The ``answer`` string of the first JSON object anywhere in ``text`` that has one."""
-    found = find_answers(text)
-    return found[0][0] if found else None
 
 
 # --------------------------------------------------------------------------
@@ -305,7 +223,7 @@ class Grade:
         answer: the strictly parsed answer string, or None.
         strict_single_field: valid single string field without fence allowance.
         fenced: the response had one outer code fence.
-        parse_reason: :attr:`ParseResult.reason` of the fenced-allowed parse.
+        parse_reason: :attr:`studies.answers.ParseResult.reason` of the fenced-allowed parse.
         rule: ``"exact"`` or ``"equivalent"`` (labels: ``"exact"``).
         magnitude: for quantity answers with a leading number: ``"reference"``,
             ``"old"``, ``"auxiliary"`` or ``"other"``; else None.

@@ -25,7 +25,7 @@ from . import grading, tasks
 
 #: Answer budget (paper section 1.3: 40 tokens for the small models).
 MAX_NEW_TOKENS = 40
-#: Cases run together as one batch (measured on 2 CPU cores: see README "Performance").
+#: Cases run together as one batch (measured on 2 CPU cores: see docs/benchmarks.md).
 CASES_PER_BATCH = 4
 #: Conditions whose matched control is named "<name>-control".
 CONTROLLED = ("source", "number")

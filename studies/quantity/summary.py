@@ -18,10 +18,12 @@ from typing import Any
 import numpy as np
 
 from kvprobe.files import atomic_write_text
+from kvprobe.readouts.stats import DRAWS, auc_two_samples, group_bootstrap_indices, percentile_interval, \
+    zero_failure_bound
 
+from ..report import estimate, heading, interval, table_head
 from ..runner import read_rows
 
-DRAWS = 10_000
 #: Report order of conditions (unknown names sort after these, alphabetically).
 RELATION_ORDER = ("replacement", "confirmation", "other_attribute", "other_entity")
 CONDITION_ORDER = ("full", "source", "source-control", "number", "number-control", "recompute", "rebuild", "compact")
@@ -38,21 +40,7 @@ RULES = ("complete", "complete_exact", "lenient_complete")
 
 def _interval(values: np.ndarray, draws: np.ndarray) -> list[float]:
     """Percentile 95 % interval of the mean of ``values`` (NaN = not in the cell) over bootstrap draws."""
-    boot = np.nanmean(values[draws], axis=1)
-    return [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))]
-
-
-def auc(scores_pos: np.ndarray, scores_neg: np.ndarray) -> float:
-    """Probability that a positive outranks a negative, ties counted one half (Mann-Whitney)."""
-    if len(scores_pos) == 0 or len(scores_neg) == 0:
-        return float("nan")
-    diff = scores_pos[:, None] - scores_neg[None, :]
-    return float(((diff > 0).sum() + 0.5 * (diff == 0).sum()) / diff.size)
-
-
-def zero_failure_bound(n: int, alpha: float = 0.05) -> float:
-    """One-sided upper bound on a rate with zero observed failures in n trials: 1 - alpha^(1/n)."""
-    return 1.0 - alpha ** (1.0 / n) if n > 0 else float("nan")
+    return percentile_interval(np.nanmean(values[draws], axis=1), points="alpha")
 
 
 def warning_signal(cells, order: list[str], sample: np.ndarray, rule: str = "lenient_complete") -> dict[str, Any]:
@@ -87,30 +75,16 @@ def warning_signal(cells, order: list[str], sample: np.ndarray, rule: str = "len
             lab, dc = label[:, idx], d_c[:, idx]
             p_, n_ = dc[lab == 1], dc[lab == 0]
             if len(p_) and len(n_):
-                boot.append(auc(p_, n_))
+                boot.append(auc_two_samples(p_, n_))
                 kept += 1
-        value = auc(pos, neg)
+        value = auc_two_samples(pos, neg)
         out[info] = {"rule": rule, "lost": int(len(pos)), "kept": int(len(neg)),
                      "auc": None if np.isnan(value) else value,  # undefined with an empty class
-                     "auc_ci": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))] if boot else None,
+                     "auc_ci": percentile_interval(boot, points="alpha") if boot else None,
                      "draws_kept": kept,
                      "mean_d_c_lost": float(pos.mean()) if len(pos) else None,
                      "mean_d_c_kept": float(neg.mean()) if len(neg) else None}
     return out
-
-
-def stratified_draws(order: list[str], stratum_of: dict[str, str], draws: int, seed: int) -> np.ndarray:
-    """Long[draws, n] bootstrap draws of groups, resampled within each stratum (relation).
-
-    Every draw holds as many groups of each stratum as the data, so a statistic
-    restricted to one stratum sees a full resample of it (paper partC 6).
-    """
-    rng = np.random.default_rng(seed)
-    columns = []
-    for stratum in sorted(set(stratum_of.values())):
-        members = np.array([i for i, g in enumerate(order) if stratum_of[g] == stratum])
-        columns.append(members[rng.integers(0, len(members), size=(draws, len(members)))])
-    return np.concatenate(columns, axis=1)
 
 
 def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[str, Any]:
@@ -127,7 +101,9 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
         relation_of[row["group_id"]] = row["relation"]
     order = sorted(relation_of)
     index = {g: i for i, g in enumerate(order)}
-    sample = stratified_draws(order, relation_of, draws, seed)
+    # Long[draws, groups]: indices into ``order`` (each group its own bootstrap unit), resampled within
+    # each relation, so a statistic restricted to one relation sees a full resample of it (paper partC 6).
+    sample = group_bootstrap_indices(order, n_draws=draws, seed=seed, strata=[relation_of[g] for g in order]).draws
     relations = ("all",) + tuple(r for r in RELATION_ORDER if r in relation_of.values())
 
     def vector(cell: dict[str, dict[str, Any]], key: str, members: np.ndarray) -> np.ndarray:
@@ -177,16 +153,15 @@ def _cells(summary: dict[str, Any], relation: str, info: str, query: str) -> lis
 
 def _table(entries: list[dict[str, Any]]) -> list[str]:
     def fmt(m: dict[str, Any] | None) -> str:
-        return "" if m is None else f"{m['mean']:+.2f} [{m['ci'][0]:+.2f}, {m['ci'][1]:+.2f}]"
+        return "" if m is None else estimate(m["mean"], m["ci"])
 
     def net(v: dict[str, Any] | None) -> str:
         if v is None:
             return ""
-        return f"{v['corrections']}/{v['reversals']}, {v['net']:+.3f} [{v['net_ci'][0]:+.3f}, {v['net_ci'][1]:+.3f}]"
+        return f"{v['corrections']}/{v['reversals']}, {estimate(v['net'], v['net_ci'], '+.3f')}"
 
-    lines = ["| condition | strict | exact | lenient | lenient C/R, net vs full [95% CI] | "
-             "lenient C/R, net vs control | margin change vs full | margin change vs control |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = table_head(["condition", "strict", "exact", "lenient", "lenient C/R, net vs full [95% CI]",
+                        "lenient C/R, net vs control", "margin change vs full", "margin change vs control"])
     for c in entries:
         lines.append(f"| {c['condition']} | {c['complete']}/{c['n']} | {c['complete_exact']}/{c['n']} | "
                      f"{c['lenient_complete']}/{c['n']} | {net(c['lenient_complete_vs_full'])} | "
@@ -198,8 +173,7 @@ def _table(entries: list[dict[str, Any]]) -> list[str]:
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     """A markdown report: replacements' current query first (the paper's headline), then the warning
     signal, the other relations, and all groups for the historical and unrelated queries."""
-    model = config.get("model", {}).get("name", "?")
-    lines = [f"# Quantity study: {model}", "",
+    lines = [*heading("Quantity study", config),
              f"{summary['groups']} groups; paired group bootstrap, {summary['draws']} draws, 95 % percentile "
              "intervals. complete = strict JSON, equivalent units, EOS; lenient = first complete quantity "
              "anywhere in the answer, EOS. C/R = corrections / reversals; net = (C - R) / groups. Bootstrap "
@@ -223,10 +197,10 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     if warn:
         lines += ["## Warning signal: D_c = drop of log p(current) under the source mask vs its control", "",
                   "Replacements, current query, lenient rule; cases complete under full access.", "",
-                  "| information | lost | kept | mean D_c lost / kept | AUC (lost ranked above kept) [95% CI] |",
-                  "|---|---|---|---|---|"]
+                  *table_head(["information", "lost", "kept", "mean D_c lost / kept",
+                               "AUC (lost ranked above kept) [95% CI]"])]
         for info, w in warn.items():
-            ci = "" if not w["auc_ci"] else f" [{w['auc_ci'][0]:.2f}, {w['auc_ci'][1]:.2f}]"
+            ci = "" if not w["auc_ci"] else f" {interval(w['auc_ci'], '.2f')}"
             value = "undefined (a class is empty)" if w["auc"] is None else f"{w['auc']:.2f}{ci}"
             means = " / ".join("-" if w.get(k) is None else f"{w[k]:+.2f}" for k in ("mean_d_c_lost", "mean_d_c_kept"))
             lines.append(f"| {info} | {w['lost']} | {w['kept']} | {means} | {value} |")

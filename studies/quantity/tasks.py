@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import kvprobe
+from kvprobe.readouts.stats import QUANTITY_SEED
 
 from . import strings
 
@@ -132,7 +133,7 @@ class Query:
 class TaskConfig:
     """Generator parameters (all defaults follow the paper where it gives them)."""
 
-    seed: int = 20260916
+    seed: int = QUANTITY_SEED
     n_groups: int | None = None  # first N test groups (None: all 120); for quick runs
     dev: bool = False
     value_range: tuple[int, int] = (100, 999)  # UNCLEAR (paper): examples 159, 233, 628, 807

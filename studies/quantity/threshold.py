@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.stats import beta
 
 from kvprobe.files import atomic_write_text
+from kvprobe.readouts.stats import clopper_pearson
 
 from ..runner import read_rows
 
@@ -76,15 +76,6 @@ def fit_tau(d_c: np.ndarray, lost: np.ndarray, grid: tuple[float, ...] = TAU_GRI
     best = max(s for s in scores if not np.isnan(s))
     tau = max(t for t, s in zip(grid, scores) if s == best)
     return tau, best
-
-
-def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> list[float] | None:
-    """Exact binomial two-sided interval for k successes in n trials (None if n = 0)."""
-    if n == 0:
-        return None
-    lo = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
-    hi = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
-    return [lo, hi]
 
 
 def held_out_thresholds(runs: list[SignalCases]) -> list[dict[str, Any]]:

@@ -37,8 +37,9 @@ from kvprobe.interventions.capacity import matched_capacity, observation_length,
 from kvprobe.interventions.finch import Finch
 from kvprobe.interventions.quest import Quest, RecentPages
 from kvprobe.interventions.refreshkv import RefreshKV
+from kvprobe.readouts.stats import RECORDS_SEED
+from kvprobe.studies.answers import normalize
 from kvprobe.studies.detection.detectors import use_chat
-from kvprobe.studies.quantity.grading import normalize
 from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.recognition.records import POSITIVE_VARIANTS
 from kvprobe.studies.records.cases import QUERY_KINDS, RecordHistory, question_text
@@ -88,7 +89,7 @@ class QueryAwareStudy(HistoryStudy):
     #: Ask through the chat template (auto: when the tokenizer has one).
     chat: bool | None = None
     #: Generator seed of the record dataset.
-    seed: int = 20260910
+    seed: int = RECORDS_SEED
     #: Histories answered in one batch.
     cases_per_batch: int = 4
     _cases: list[RecordHistory] | None = field(default=None, repr=False, compare=False)

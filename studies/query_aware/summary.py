@@ -20,7 +20,7 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
 
-from ..report import format_change, run_time, table_head
+from ..report import format_change, heading, run_time, table_head
 from ..runner import read_rows, write_run_summary
 
 RULES = ("correct", "lenient")
@@ -90,7 +90,7 @@ def _table(cells: list[dict[str, Any]]) -> list[str]:
 
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     sc = config["study_config"]
-    lines = [f"# Query-aware selection vs a source mask: {config['model']['name']}", "",
+    lines = [*heading("Query-aware selection vs a source mask", config),
              f"{summary['histories']} record histories ({sc['split']} split), queries {', '.join(sc['queries'])}; "
              "arms: full access, a source mask hiding record A in every history, and Quest (16-token pages, first "
              "2 layers dense), FINCH (question-window attention, per-head selection, keys re-rotated to compact "

@@ -5,12 +5,14 @@ Deterministic, seeded generators of (earlier record A, later record B) cases; se
 leaves open.
 """
 
+from kvprobe.readouts.stats import RECORDS_SEED, ROLE_PAIRS_SEED
+
 from .cases import FAMILIES, SPLITS, RecognitionCase, dataset_hash, word_multiset
 from .records import RECORD_VARIANTS, generate_records, split_vocabulary
 from .role_pairs import PATTERNS, ROLE_PAIR_VARIANTS, generate_role_pairs
 
 #: Dataset name (as ``kvprobe extract --dataset`` takes it) -> (generator, default seed).
-DATASETS = {"records": (generate_records, 20260910), "role-pairs": (generate_role_pairs, 20260911)}
+DATASETS = {"records": (generate_records, RECORDS_SEED), "role-pairs": (generate_role_pairs, ROLE_PAIRS_SEED)}
 
 __all__ = [
     "DATASETS", "FAMILIES", "PATTERNS", "RECORD_VARIANTS", "ROLE_PAIR_VARIANTS", "SPLITS", "RecognitionCase",

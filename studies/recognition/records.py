@@ -37,6 +37,8 @@ import random
 from collections import Counter
 from typing import Iterator
 
+from kvprobe.readouts.stats import RECORDS_SEED
+
 from . import families
 from .cases import FAMILIES, SPLITS, RecognitionCase, capitalize, word_multiset
 
@@ -123,7 +125,7 @@ def _pools(rng: random.Random) -> dict[tuple[str, str], dict[str, list]]:
     return pools
 
 
-def split_vocabulary(seed: int = 20260910) -> dict[str, dict[str, set[str]]]:
+def split_vocabulary(seed: int = RECORDS_SEED) -> dict[str, dict[str, set[str]]]:
     """Per split: the sets of entities, values, slot phrasings and frames the generator may use."""
     pools = _pools(random.Random(seed))
     out: dict[str, dict[str, set[str]]] = {}
@@ -178,7 +180,7 @@ def _item_cases(group: str, split: str, family: str, k: int, entity: str, other:
     ]
 
 
-def generate_records(seed: int = 20260910) -> list[RecognitionCase]:
+def generate_records(seed: int = RECORDS_SEED) -> list[RecognitionCase]:
     """The 570 cases of D3, ordered by split (train, dev, test), family, item and variant."""
     rng = random.Random(seed)
     pools = _pools(rng)

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import random
 
+from kvprobe.readouts.stats import ROLE_PAIRS_SEED
+
 from . import families
 from .cases import FAMILIES, RecognitionCase, capitalize, word_multiset
 from .records import SHORT_NAMES
@@ -72,7 +74,7 @@ def _entity_keys(rng: random.Random, family: str) -> tuple[int, int]:
     return first, second
 
 
-def generate_role_pairs(seed: int = 20260911) -> list[RecognitionCase]:
+def generate_role_pairs(seed: int = ROLE_PAIRS_SEED) -> list[RecognitionCase]:
     """The 1,200 cases of D1, ordered by family, pattern, group and variant."""
     rng = random.Random(seed)
     cases: list[RecognitionCase] = []

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import kvprobe
+from kvprobe.readouts.stats import RECORDS_SEED
 from kvprobe.studies.detection import strings
 from kvprobe.studies.recognition import families
 from kvprobe.studies.recognition.cases import RecognitionCase, expected_answer
@@ -87,7 +88,7 @@ def question_text(question: str) -> str:
     return f"{strings.QUESTION} {question}"
 
 
-def record_histories(split: str = "test", seed: int = 20260910) -> list[RecordHistory]:
+def record_histories(split: str = "test", seed: int = RECORDS_SEED) -> list[RecordHistory]:
     """The D3 cases of ``split`` with their other-entity records, in dataset order."""
     cases = [c for c in generate_records(seed) if c.split == split]
     items: dict[str, list[RecognitionCase]] = {}

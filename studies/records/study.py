@@ -39,9 +39,10 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
+from kvprobe.readouts.stats import RECORDS_SEED
+from kvprobe.studies.answers import normalize, parse_strict
 from kvprobe.studies.detection.detectors import REPLACEMENT, TEXT_DETECTORS, RecordPair, run_text_detectors, \
     use_chat
-from kvprobe.studies.quantity.grading import normalize, parse_strict
 from kvprobe.studies.recognition.cases import SPLITS
 
 from ..protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices
@@ -119,7 +120,7 @@ class RecordsStudy(HistoryStudy):
     #: Ask through the chat template (auto: when the tokenizer has one).
     chat: bool | None = None
     #: Generator seed of the record dataset.
-    seed: int = 20260910
+    seed: int = RECORDS_SEED
     #: Histories answered in one batch.
     cases_per_batch: int = 4
     _cases: list[RecordHistory] | None = field(default=None, repr=False, compare=False)

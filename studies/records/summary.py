@@ -23,7 +23,8 @@ from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, p
 from kvprobe.studies.detection.coverage import coverage_curve, plot_coverage
 from kvprobe.studies.detection.detectors import REPLACEMENT
 
-from ..report import corrections_reversals, estimate, format_change, run_time, table_head
+from ..report import COVERAGE_COLUMNS, corrections_reversals, coverage_rows, format_change, heading, run_time, \
+    table_head, table_row
 from ..runner import read_rows, write_run_summary
 from .study import POLICIES
 
@@ -121,7 +122,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     det = summary["detector"]
     source = f"decisions from the detection run `{sc['detections']}`" if sc.get("detections") else \
         "decisions from the generator running the detector inline"
-    lines = [f"# Record histories: {config['model']['name']}", "",
+    lines = [*heading("Record histories", config),
              f"{summary['histories']} synthetic record histories ({sc['split']} split), three queries, "
              f"eight arms (the paper's seven policies and an always-mask reference), greedy answers of at most "
              f"{sc['max_new_tokens']} tokens. Detector: `{sc['detector']}`"
@@ -140,15 +141,10 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         lines += ["", "Coverage (current queries; acting = hiding A): expected net corrections when acting on the "
                   "top share of histories ranked by the score, ties averaged; excess over random at the same "
                   "coverage in percentage points of all histories.", "",
-                  *table_head(["rule", "ranking", "coverage", "net [95% CI]", "random", "excess pp [95% CI]"])]
+                  *table_head(["rule", "ranking", *COVERAGE_COLUMNS])]
         for rule, curves in summary["coverage"].items():
             for name, cur in curves.items():
-                for i, cov in enumerate(cur["coverage"]):
-                    if round(cov * 10) % 2:  # every 20 %
-                        continue
-                    net = estimate(cur["net"][i], (cur["net_lo"][i], cur["net_hi"][i]))
-                    excess = estimate(cur["excess_pp"][i], (cur["excess_lo"][i], cur["excess_hi"][i]), "+.1f")
-                    lines.append(f"| {rule} | {name} | {cov:.0%} | {net} | {cur['random'][i] + 0.0:+.2f} | {excess} |")
+                lines += [table_row([rule, name, *cells]) for cells in coverage_rows(cur)]
         lines += ["", "![coverage](coverage.png)"]
     return "\n".join(lines) + "\n"
 

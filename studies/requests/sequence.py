@@ -35,7 +35,7 @@ import torch
 
 import kvprobe
 from kvprobe.studies.conditions import check_unchanged
-from kvprobe.studies.quantity.grading import normalize
+from kvprobe.studies.answers import normalize
 from kvprobe.studies.records.study import grade
 
 from . import policies as pol

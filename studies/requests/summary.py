@@ -32,7 +32,7 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, bootstrap_mean, group_bootstrap_weights, percentile_interval
 
-from ..report import estimate, interval, run_time, table_head
+from ..report import estimate, heading, interval, run_time, table_head
 from ..runner import read_rows, write_run_summary
 from .policies import DETECTOR_POLICIES, POLICIES
 from .study import read_timings
@@ -249,7 +249,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     machine = (f"{m.get('platform', '?')}, {m.get('processor', '?')}, {m.get('cpus', '?')} CPUs, "
                f"{m.get('threads', '?')} torch threads, torch {m.get('torch', '?')}")
     lines = [
-        f"# Repeated requests after one update: {config['model']['name']}", "",
+        *heading("Repeated requests after one update", config),
         f"{summary['lengths'][0]['histories'] if summary['lengths'] else 0} record histories, one relation variant "
         f"each, at {lengths} (keep-all, B appended; background: {sc['background']} lines {sc['background_at']}). "
         f"Ten requests per sequence (C H U C C H U C H U), greedy, EOS or {sc['max_new_tokens']} tokens, answers not "

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import kvprobe
+from kvprobe.readouts.stats import RECORDS_SEED as SEED  # the study's default (requests.study imports it)
 from kvprobe.studies.detection import strings
 from kvprobe.studies.detection.detectors import RecordPair
 from kvprobe.studies.recognition import families
@@ -54,7 +55,6 @@ LENGTHS = (0, 100, 300)
 BACKGROUND_SOURCES = ("ledger", "pg19")
 BACKGROUND_PLACES = ("after_time1", "before_time1")
 #: Seed of the record dataset (``studies.recognition``) and of the background lines.
-SEED = 20260910
 
 # Question wordings (ours). The first of each kind is the records study's wording
 # (studies.detection.strings); the k-th question of a kind names the attribute with the

@@ -31,9 +31,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from kvprobe.readouts.stats import FIXTURE_SEED as SEED  # also the study's default, as fixtures.SEED
+
 from .longmemeval import Question, parse_questions, write_questions
 
-SEED = 20260919
 N_BASES = 24
 BASE_TYPES = ("knowledge-update", "temporal-reasoning", "single-session-user", "single-session-assistant")
 WITH_ABSTENTION = ("knowledge-update", "single-session-user")

@@ -9,7 +9,7 @@ E2/E3), token-cap hits. Paired changes Soft-Full and Hard-Full: net change,
 corrections / reversals, and the change in percentage points with a 95 %
 percentile interval over a paired bootstrap of question groups (an answerable
 question and its ``_abs`` variant move together; the same draws for every cell;
-``studies.paired``). Also: how many inactive questions gave identical answers in
+``readouts.stats.paired_change``). Also: how many inactive questions gave identical answers in
 every arm (the paper: all), and accuracy per question type.
 
 ``grades``: a ``grades.jsonl`` from ``grading.grade_run`` (e.g. an LLM judge)
@@ -27,16 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from kvprobe.readouts.stats import group_bootstrap_indices
+from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change, percentile_interval
 
-from ..paired import paired_change, percentile_interval
+from ..report import corrections_reversals, estimate, heading, ordered, run_time, table_head, table_row
 from ..runner import read_rows, write_run_summary
 from .history import ARMS
 from .longmemeval import QUESTION_TYPES
-
-DRAWS = 10_000
-#: The paper's bootstrap seed (spec partD section 0); ``write_summary`` defaults to 0 as asked.
-PAPER_SEED = 20260919
 
 Case = dict[str, Any]
 #: (key, label, membership of a case); a case is its full-arm (or first) row.
@@ -54,10 +50,6 @@ SUBSETS: list[tuple[str, str, Callable[[Case], bool]]] = [
     ("inactive", "inactive (gate off or one session)", lambda c: not c["active"]),
     ("without_crossing_groups", "all, without groups crossing the split", lambda c: not c["group_crosses_split"]),
 ]
-
-
-def _order(values: set[str], known: tuple[str, ...]) -> list[str]:
-    return sorted(values, key=lambda x: (known.index(x) if x in known else len(known), x))
 
 
 def read_grades(path: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
@@ -99,10 +91,10 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
         graders.add(str(row.get("grader")))
         by_case[row["case_id"]][row["condition"]] = row
     case_ids = sorted(by_case)
-    arms = _order({a for rows in by_case.values() for a in rows}, ARMS)
+    arms = ordered({a for rows in by_case.values() for a in rows}, ARMS)
     cases = [rows.get("full") or next(iter(rows.values())) for rows in (by_case[c] for c in case_ids)]
     groups = [c["group"] for c in cases]
-    weights = (group_bootstrap_indices(groups, n_draws=draws, seed=seed).weights().astype(float)
+    weights = (group_bootstrap_weights(groups, n_draws=draws, seed=seed).astype(float)
                if cases else np.zeros((draws, 0)))
 
     def vec(arm: str, key: Callable[[dict[str, Any]], float]) -> np.ndarray:
@@ -148,7 +140,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
 
 def _by_type(cases: list[Case], by_case: dict, case_ids: list[str], arms: list[str]) -> list[dict[str, Any]]:
     out = []
-    kinds = _order({(c["question_type"], c["is_abstention"]) for c in cases},
+    kinds = ordered({(c["question_type"], c["is_abstention"]) for c in cases},
                    tuple((t, a) for a in (False, True) for t in QUESTION_TYPES))
     for qtype, abstention in kinds:
         ids = [cid for cid, c in zip(case_ids, cases) if (c["question_type"], c["is_abstention"]) == (qtype, abstention)]
@@ -175,18 +167,16 @@ def _pct(cell: dict[str, Any]) -> str:
 def _delta(change: dict[str, Any] | None) -> str:
     if not change:
         return ""
-    lo, hi = change["ci"]
-    return f"{change['pp']:+.2f} [{lo:+.2f}, {hi:+.2f}] ({change['corrections']}/{change['reversals']})"
+    return f"{estimate(change['pp'], change['ci'])} ({corrections_reversals(change, '/')})"
 
 
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     """Markdown report: accuracy and paired changes per subset, termination, question types, run time."""
-    model = config.get("model", {}).get("name", "?")
     study = config.get("study_config", {})
     arms = summary["arms"]
     others = [a for a in arms if a != "full"]
     lines = [
-        f"# Session-order bias and hard mask: {model}", "",
+        *heading("Session-order bias and hard mask", config),
         f"Source `{study.get('source')}`, split {study.get('split')}, {summary['questions']} questions in "
         f"{summary['groups']} groups ({summary['skipped_questions']} skipped as too long), {summary['rows']} rows. "
         f"Greedy answers of at most {study.get('max_new_tokens')} tokens, EOS stop; oldest-session weight "
@@ -196,15 +186,14 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         f"(corrections/reversals); paired bootstrap of question groups, {summary['draws']:,} draws, seed "
         f"{summary['seed']}.", "",
         "## Accuracy", "",
-        "| subset | questions | " + " | ".join(arms) + " | " + " | ".join(f"{a} - full, pp" for a in others) + " |",
-        "|---|---|" + "---|" * (len(arms) + len(others)),
+        *table_head(["subset", "questions", *arms, *(f"{a} - full, pp" for a in others)]),
     ]
     for s in summary["subsets"]:
         cells = [_pct(s["arms"][a]) for a in arms] + [_delta(s["arms"][a].get("vs_full")) for a in others]
-        lines.append(f"| {s['label']} | {s['questions']} | " + " | ".join(cells) + " |")
+        lines.append(table_row([s["label"], s["questions"], *cells]))
     lines += ["", "## Termination", "",
               "EOS-restricted correct = correct and ended by EOS (the paper reports it beside the judge score).", "",
-              "| subset | arm | EOS-restricted correct | vs full, pp | cap hits | mean tokens |", "|---|---|---|---|---|---|"]
+              *table_head(["subset", "arm", "EOS-restricted correct", "vs full, pp", "cap hits", "mean tokens"])]
     for s in summary["subsets"]:
         if s["key"] not in ("all", "active") or not s["questions"]:
             continue
@@ -217,14 +206,13 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
               f"{ident['inactive_questions']}" + (f" ({ident['copied_from_full']} copied from full, not generated)"
                                                    if ident["copied_from_full"] else "") + ".",
               "", "## By question type", "",
-              "| question type | questions | active | " + " | ".join(arms) + " |", "|---|---|---|" + "---|" * len(arms)]
+              *table_head(["question type", "questions", "active", *arms])]
     for t in summary["by_type"]:
         name = t["question_type"] + (" (abstention)" if t["abstention"] else "")
-        lines.append(f"| {name} | {t['questions']} | {t['active']} | "
-                     + " | ".join(str(t["correct"][a]) for a in arms) + " |")
+        lines.append(table_row([name, t["questions"], t["active"], *(t["correct"][a] for a in arms)]))
     if timing:
         per = f", {timing['seconds_per_case']:.1f} s per question" if timing.get("seconds_per_case") else ""
-        lines += ["", f"Run time: {timing['seconds'] / 60:.1f} min for {timing['cases_run']} questions{per}."]
+        lines += ["", run_time(timing, "questions", per)]
     return "\n".join(lines) + "\n"
 
 

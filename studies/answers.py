@@ -1,0 +1,240 @@
+"""Strict parsing of model answers: one JSON object, the ``answer`` field, normalization.
+
+Shared by every study whose prompt asks for JSON: answers ``{"answer": "..."}``
+(quantity, records, query-aware, requests, derived note, cross-checkpoint) and
+detector verdicts (``{"supersedes": ...}``, ``{"same_slot": ...}``).
+
+Objects (:func:`parse_object`). Whether the object has the right fields is the
+caller's rule; :func:`parse_object` only decides whether the whole response *is*
+one object and, when it is not, names why, so every failure can be counted
+rather than dropped. Rules: surrounding whitespace is ignored (our choice:
+whitespace is not text); the rest must be one JSON object, with no duplicate key
+and nothing beside it. With ``allow_fence`` exactly one outer Markdown code fence
+(```` ``` ```` or ```` ```json ````) may wrap it (the paper's "fenced" allowance,
+partD section 0; for detector outputs the paper leaves fence handling UNCLEAR,
+so it is a parameter there too).
+
+Answers (:func:`parse_strict`, spec partC section 2). The object must have
+exactly one key, ``answer``, whose value is a string; ``strict_single_field``
+records validity without any fence allowance (paper L4820-4825).
+:func:`find_answers` and :func:`first_answer` look for answer objects anywhere
+in a text (the capped-output diagnostics and the lenient rules).
+
+Normalization (:func:`normalize`): casefold and collapse whitespace, the
+equality every exact-answer rule and the detectors' value comparisons use.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+__all__ = ["FAILURES", "FENCE", "PLAIN_DECODER", "UNKNOWN", "ParseResult", "ParsedObject", "find_answers",
+           "find_objects", "first_answer", "has_object", "normalize", "parse_object", "parse_strict"]
+
+FENCE = "```"
+_FENCE_RE = re.compile(r"\A```(?:[jJ][sS][oO][nN])?[ \t]*\n?(?P<body>.*?)\s*```\Z", re.DOTALL)
+
+#: Every failure reason :func:`parse_object` can give, besides ``"ok"``.
+FAILURES = ("empty", "not_json", "not_object", "text_outside", "multiple_objects", "duplicate_keys",
+            "fenced", "multiple_fences", "unclosed_fence")
+
+
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    keys = [k for k, _ in pairs]
+    if len(keys) != len(set(keys)):
+        raise _DuplicateKeyError(keys)
+    return dict(pairs)
+
+
+_STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates)
+PLAIN_DECODER = json.JSONDecoder()
+
+
+@dataclass(frozen=True)
+class ParsedObject:
+    """Result of :func:`parse_object`.
+
+    Attributes:
+        obj: the object when ``reason == "ok"``, else None.
+        reason: ``"ok"`` or one of :data:`FAILURES`.
+        fenced: one outer code fence was present (removed when allowed).
+    """
+
+    obj: dict[str, Any] | None
+    reason: str
+    fenced: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.reason == "ok"
+
+
+def _fail(reason: str, fenced: bool) -> ParsedObject:
+    return ParsedObject(None, reason, fenced)
+
+
+def _parse_body(body: str, fenced: bool, embedded: Callable[[str], bool]) -> ParsedObject:
+    if not body:
+        return _fail("empty", fenced)
+    if not body.startswith("{"):
+        try:
+            PLAIN_DECODER.decode(body)
+            return _fail("not_object", fenced)
+        except json.JSONDecodeError:
+            pass
+        return _fail("text_outside" if embedded(body) else "not_json", fenced)
+    try:
+        obj, end = _STRICT_DECODER.raw_decode(body)
+    except _DuplicateKeyError:
+        return _fail("duplicate_keys", fenced)
+    except json.JSONDecodeError:
+        return _fail("not_json", fenced)
+    rest = body[end:].strip()
+    if rest:
+        if rest.startswith("{"):
+            try:
+                PLAIN_DECODER.raw_decode(rest)
+                return _fail("multiple_objects", fenced)
+            except json.JSONDecodeError:
+                pass
+        return _fail("text_outside", fenced)
+    if not isinstance(obj, dict):  # pragma: no cover - a body starting with "{" decodes to a dict
+        return _fail("not_object", fenced)
+    return ParsedObject(obj, "ok", fenced)
+
+
+def has_object(text: str) -> bool:
+    """Whether a JSON object starts somewhere in ``text``."""
+    return bool(find_objects(text))
+
+
+def parse_object(text: str, allow_fence: bool = True,
+                 embedded: Callable[[str], bool] = has_object) -> ParsedObject:
+    """Parse a whole response that must be exactly one JSON object.
+
+    Args:
+        text: the model output (EOS already removed).
+        allow_fence: accept exactly one outer Markdown code fence around the object.
+        embedded: for a body that does not start with ``{``, whether it still
+            contains what the caller was looking for; then the failure is
+            ``"text_outside"`` (an object surrounded by prose), else ``"not_json"``.
+    """
+    s = text.strip()
+    n_fences = s.count(FENCE)
+    if n_fences == 0:
+        return _parse_body(s, False, embedded)
+    if n_fences > 2:
+        return _fail("multiple_fences", True)
+    m = _FENCE_RE.fullmatch(s)
+    if m is None:
+        return _fail("unclosed_fence" if n_fences == 1 else "text_outside", True)
+    if not allow_fence:
+        return _fail("fenced", True)
+    return _parse_body(m.group("body").strip(), True, embedded)
+
+
+def find_objects(text: str, keep: Callable[[dict[str, Any]], bool] = lambda obj: True
+                 ) -> list[tuple[dict[str, Any], int, int]]:
+    """Every JSON object in ``text`` that ``keep`` accepts, in order, as ``(object, start, end)``.
+
+    Scans with :meth:`json.JSONDecoder.raw_decode` from each ``{``; objects nested
+    in an already found object are skipped. Duplicate keys are tolerated here
+    (the last one wins, as in :mod:`json`).
+    """
+    found: list[tuple[dict[str, Any], int, int]] = []
+    i = text.find("{")
+    while i != -1:
+        try:
+            obj, end = PLAIN_DECODER.raw_decode(text, i)
+        except json.JSONDecodeError:
+            i = text.find("{", i + 1)
+            continue
+        if isinstance(obj, dict) and keep(obj):
+            found.append((obj, i, end))
+            i = text.find("{", end)
+        else:
+            i = text.find("{", i + 1)
+    return found
+
+
+#: The normalized form of the UNKNOWN answer the prompts allow.
+UNKNOWN = "unknown"
+
+
+def normalize(s: str) -> str:
+    """Casefold, collapse runs of whitespace to one space, and strip."""
+    return " ".join(s.casefold().split())
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    """Result of :func:`parse_strict`.
+
+    Attributes:
+        ok: the response is valid under the requested rule.
+        answer: the string answer when ``ok``, else None.
+        reason: ``"ok"`` or why it failed: ``"empty"``, ``"not_json"``,
+            ``"not_object"``, ``"text_outside"``, ``"multiple_objects"``,
+            ``"duplicate_keys"``, ``"missing_answer"``, ``"extra_fields"``,
+            ``"non_string"``, ``"fenced"`` (fence present, not allowed),
+            ``"multiple_fences"``, ``"unclosed_fence"``.
+        fenced: one outer code fence was present and removed.
+        strict_single_field: valid without any fence allowance.
+    """
+
+    ok: bool
+    answer: str | None
+    reason: str
+    fenced: bool
+    strict_single_field: bool
+
+
+def _answer_fail(reason: str, fenced: bool = False) -> ParseResult:
+    return ParseResult(ok=False, answer=None, reason=reason, fenced=fenced, strict_single_field=False)
+
+
+def parse_strict(text: str, allow_fence: bool = True) -> ParseResult:
+    """Strict single-string-field parse of a whole response.
+
+    The stripped response must be exactly ``{"answer": "<string>"}`` (any JSON
+    whitespace, no other key, no duplicate key, nothing else). With
+    ``allow_fence`` (the "fenced complete" rule) exactly one outer Markdown code
+    fence (```` ``` ```` or ```` ```json ````) may wrap it; the result then has
+    ``fenced=True`` and ``strict_single_field=False``.
+    """
+    parsed = parse_object(text, allow_fence, embedded=lambda body: bool(find_answers(body)))
+    if not parsed.ok:
+        return _answer_fail(parsed.reason, parsed.fenced)
+    obj, fenced = parsed.obj, parsed.fenced
+    assert obj is not None
+    if "answer" not in obj:
+        return _answer_fail("missing_answer", fenced)
+    if len(obj) != 1:
+        return _answer_fail("extra_fields", fenced)
+    if not isinstance(obj["answer"], str):
+        return _answer_fail("non_string", fenced)
+    return ParseResult(ok=True, answer=obj["answer"], reason="ok", fenced=fenced, strict_single_field=not fenced)
+
+
+def find_answers(text: str) -> list[tuple[str, int, int]]:
+    """Every JSON object in ``text`` with a string ``answer`` field, in order.
+
+    Scans with :meth:`json.JSONDecoder.raw_decode` from each ``{``; objects
+    nested in an already found answer object are skipped. Returns
+    ``(answer, start_char, end_char)`` triples. Duplicate keys and extra fields
+    are tolerated here (last duplicate wins, as in :mod:`json`).
+    """
+    return [(obj["answer"], a, b) for obj, a, b in find_objects(text, lambda o: isinstance(o.get("answer"), str))]
+
+
+def first_answer(text: str) -> str | None:
+    """The ``answer`` string of the first JSON object anywhere in ``text`` that has one."""
+    found = find_answers(text)
+    return found[0][0] if found else None

@@ -1,0 +1,105 @@
+"""Every committed study run: its ``summary.json`` and ``report.md`` are exactly what its results recompute to.
+
+For each run directory under ``artifacts/`` holding ``summary.json`` and ``results.jsonl.gz``, the
+inputs (config, timing, side logs such as ``operation_costs.jsonl``, ``timings.jsonl`` or
+``transfer.json``, and the results) are copied into a temporary directory, the study's current
+``write_summary`` (found through the registry, as ``kvprobe report`` finds it) rewrites the summary
+there, and both files must be byte-identical to the committed ones. This guards refactors of the
+statistics, parsing and report code: a changed random draw, interval, rounding or table cell shows up
+as a byte difference.
+
+Seed: the one the committed summary records (``kvprobe report``'s default, ``REPORT_SEED``, when it
+records none). Summary options: a records run whose committed coverage curves rank histories by
+learned readouts gets the ``scores.json`` of the same model's committed ``kvprobe readout`` run.
+
+The committed ``kvprobe calibrate`` outputs (``artifacts/calibration/*/action.json`` and ``action.md``:
+threshold calibration and coverage curves over a detection run and two quantity runs) are recomputed
+the same way from the runs their ``sources`` name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvprobe.readouts.stats import DRAWS
+from kvprobe.studies.registry import REPORT_SEED, entry
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "artifacts"
+#: Files a summary writes (never copied: the recomputation must not read them).
+OUTPUTS = {"summary.json", "report.md"}
+OUTPUT_SUFFIXES = {".png"}
+#: Coverage rankings every records summary has without readout scores.
+RECORDS_BUILTIN_RANKINGS = {"detector", "oracle label"}
+
+RUNS = sorted(p.parent for p in ARTIFACTS.glob("*/*/summary.json") if (p.parent / "results.jsonl.gz").is_file())
+ACTION_REPORTS = sorted(p.parent for p in ARTIFACTS.glob("calibration/*/action.json"))
+
+
+def _study(run: Path) -> str:
+    return json.loads((run / "config.json").read_text())["study"]
+
+
+def summary_options(run: Path, committed: dict[str, Any]) -> dict[str, Any]:
+    """Keyword options of ``write_summary`` the committed summary was written with (besides the seed)."""
+    options: dict[str, Any] = {}
+    if _study(run) == "records":
+        names = {n for curves in committed.get("coverage", {}).values() for n in curves}
+        if names - RECORDS_BUILTIN_RANKINGS:
+            model = json.loads((run / "config.json").read_text())["model"]["name"]
+            options["readout_scores"] = ARTIFACTS / "recognition" / model / "records" / "scores.json"
+    return options
+
+
+def recompute(run: Path, into: Path) -> Path:
+    """Copy the run's inputs into ``into`` and rewrite its summary there with the current code."""
+    into.mkdir(parents=True, exist_ok=True)
+    for path in run.iterdir():
+        if path.is_file() and path.name not in OUTPUTS and path.suffix not in OUTPUT_SUFFIXES:
+            shutil.copy2(path, into / path.name)
+    committed = json.loads((run / "summary.json").read_text())
+    entry(_study(run)).write_summary()(into, seed=committed.get("seed", REPORT_SEED),
+                                       **summary_options(run, committed))
+    return into
+
+
+def _assert_same_bytes(committed: Path, again: Path) -> None:
+    a, b = committed.read_bytes(), again.read_bytes()
+    if a != b:
+        diff = "".join(list(difflib.unified_diff(a.decode().splitlines(True), b.decode().splitlines(True),
+                                                 f"committed/{committed.name}", f"recomputed/{again.name}"))[:60])
+        pytest.fail(f"{committed} differs from its recomputation:\n{diff}")
+
+
+def test_every_study_has_a_committed_run():
+    assert {_study(r) for r in RUNS} >= {"quantity", "babilong", "mquake", "detection", "records", "components",
+                                         "derived-note", "query-aware", "cross-checkpoint", "session-bias",
+                                         "requests"}
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_committed_summary_is_reproduced_byte_for_byte(run, tmp_path):
+    committed = json.loads((run / "summary.json").read_text())
+    assert committed.get("draws", DRAWS) == DRAWS  # write_summary always draws DRAWS
+    again = recompute(run, tmp_path / run.name)
+    for name in sorted(OUTPUTS):
+        _assert_same_bytes(run / name, again / name)
+
+
+@pytest.mark.parametrize("report", ACTION_REPORTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_committed_action_report_is_reproduced_byte_for_byte(report, tmp_path, monkeypatch):
+    from kvprobe.studies.detection.action import write_action_report
+
+    committed = json.loads((report / "action.json").read_text())
+    assert committed["draws"] == DRAWS
+    sources = committed["sources"]
+    monkeypatch.chdir(ROOT)  # the sources are recorded as given, relative to the checkout
+    write_action_report(tmp_path, sources["detection"], sources["dev"], sources["test"], seed=committed["seed"])
+    for name in ("action.json", "action.md"):
+        _assert_same_bytes(report / name, tmp_path / name)
