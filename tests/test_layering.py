@@ -183,8 +183,16 @@ def test_an_install_adds_only_the_kvprobe_import_name(tmp_path):
     import sys
     import zipfile
 
+    import shutil
+
+    # Build from a copy: an in-tree build/ folder could hold modules deleted since.
+    source = tmp_path / "src"
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(ROOT / name, source / name if source.exists() else (source.mkdir() or source / name))
+    for folder in FOLDERS.values():
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                           "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300,
+                           "-w", str(tmp_path), str(source)], capture_output=True, text=True, timeout=300,
                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     (wheel,) = tmp_path.glob("kvprobe-*.whl")
