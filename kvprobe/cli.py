@@ -20,7 +20,22 @@ import json
 import sys
 from typing import Sequence
 
+from kvprobe.readouts.stats import DRAWS, PAPER_SEED
+
 DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def _at_least(low: int, kind: type = int):
+    """argparse type: a number of ``kind`` that is at least ``low`` (counts, sizes, budgets)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {text}")
+        return value
+    return parse
 
 
 def _load(name: str, quiet: bool, attn_implementation: str | None = None, device: str = "cpu"):
@@ -139,7 +154,7 @@ def cmd_readout(args: argparse.Namespace) -> int:
         for name in names:
             if not args.quiet:
                 print(f"evaluating {name} ...", file=sys.stderr)
-            result = evaluate_group(store[name], draws=args.draws, seed=args.seed, probes=args.readout != "fixed")
+            result = evaluate_group(store[name], draws=args.draws, seed=args.bootstrap_seed, probes=args.readout != "fixed")
             where = write_group_report(result, out / name)
             if not args.quiet:
                 print(f"{name}: {where}/report.md")
@@ -147,7 +162,7 @@ def cmd_readout(args: argparse.Namespace) -> int:
             source, _, target = args.transfer.partition(":")
             if not target:
                 raise ValueError("--transfer takes TRAIN_GROUP:TEST_GROUP, e.g. tiny-llama/records:tiny-qwen3/records")
-            result = transfer(store[source], store[target], draws=args.draws, seed=args.seed)
+            result = transfer(store[source], store[target], draws=args.draws, seed=args.bootstrap_seed)
             path = out / "transfer" / f"{source.replace('/', '__')}__to__{target.replace('/', '__')}.md"
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(path.with_suffix(".json"), json.dumps(result, indent=1) + "\n")
@@ -333,7 +348,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     for run_dir in (args.detection, args.dev, args.test):
         results_file(run_dir)  # a clear error before anything is written
-    write_action_report(args.out, args.detection, args.dev, args.test, seed=args.seed)
+    write_action_report(args.out, args.detection, args.dev, args.test, seed=args.bootstrap_seed)
     if not args.quiet:
         print(f"calibration and coverage written to {args.out}/ (action.json, action.md, coverage-*.png)")
     return 0
@@ -374,11 +389,11 @@ def _add_backend_arguments(p: argparse.ArgumentParser, nnsight: bool = False) ->
     g.add_argument("--address", default=None,
                    help="ray: a running Ray cluster ('auto' on a cluster node, or ray://HEAD:10001); default: "
                    "start a local Ray instance on this machine")
-    g.add_argument("--workers", type=int, default=2, help="ray: model workers (default 2)")
-    g.add_argument("--threads-per-worker", type=int, default=1,
+    g.add_argument("--workers", type=_at_least(1), default=2, help="ray: model workers (default 2)")
+    g.add_argument("--threads-per-worker", type=_at_least(1), default=1,
                    help="ray: torch threads (and CPUs reserved) per worker (default 1; rows are byte-identical "
                    "to a local run with the same thread count)")
-    g.add_argument("--gpus-per-worker", type=float, default=0.0,
+    g.add_argument("--gpus-per-worker", type=_at_least(0, float), default=0.0,
                    help="ray: GPUs reserved per worker (default 0; with --device auto a worker spreads the model "
                    "over all of them)")
     g.add_argument("--device", default="cpu",
@@ -508,7 +523,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                        "and generate greedily under full access, whole-source mask, its control, "
                        "number-only mask and its control.")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
-    p.add_argument("--max-new-tokens", type=int, default=40, help="generation budget per answer (default 40)")
+    p.add_argument("--max-new-tokens", type=_at_least(1), default=40, help="generation budget per answer (default 40)")
     p.add_argument("--unit-stated", action="store_true",
                    help="use the B record that states the unit (default: B refers to A for its unit)")
     p.add_argument("--conditions", default="",
@@ -530,7 +545,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--dev", required=True, help="quantity run on the development groups")
     p.add_argument("--test", required=True, help="quantity run on the test groups")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--seed", type=int, default=20260919, help="bootstrap seed (default 20260919, the paper's)")
+    p.add_argument("--bootstrap-seed", type=int, default=PAPER_SEED,
+                   help=f"bootstrap seed (default {PAPER_SEED}, the paper's)")
     p.add_argument("--quiet", action="store_true", help="no messages")
     p.set_defaults(func=cmd_calibrate)
 
@@ -544,7 +560,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                    help="records: 95 items x 6 variants (train/dev/test); role-pairs: 400 groups x 3 pairs")
     p.add_argument("--out", required=True, help="the HDF5 store to create or add the group to")
     p.add_argument("--seed", type=int, default=None, help="dataset seed (default: the dataset's own)")
-    p.add_argument("--batch-size", type=int, default=16, help="records per forward (default 16)")
+    p.add_argument("--batch-size", type=_at_least(1), default=16, help="records per forward (default 16)")
     p.add_argument("--dtype", default="float16", help="feature dtype in the store (default float16)")
     p.add_argument("--token-level", default="K",
                    help="features also stored per token for records encoded alone, comma-separated among "
@@ -571,8 +587,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--transfer", default=None,
                    help="TRAIN_GROUP:TEST_GROUP: train the joint K/V probe on one checkpoint's records group and "
                    "test it on another's (identical token ids required)")
-    p.add_argument("--draws", type=int, default=10_000, help="bootstrap draws (default 10000)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--draws", type=_at_least(1), default=DRAWS, help=f"bootstrap draws (default {DRAWS})")
+    p.add_argument("--bootstrap-seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
     p.set_defaults(func=cmd_readout)
@@ -586,7 +602,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--rule", choices=["dependency", "naive"], default="dependency",
                    help="dependency (default): keep each person's last movement plus the movements that place "
                    "pickups and drops and carry objects; naive: keep only each person's last movement")
-    p.add_argument("--show", type=int, default=3, help="mismatches to print per file (default 3)")
+    p.add_argument("--show", type=_at_least(0), default=3, help="mismatches to print per file (default 3)")
     p.set_defaults(func=cmd_babi_verify)
 
     p = sub.add_parser("conditions", help="list access conditions and cache operations usable by name",
@@ -605,22 +621,22 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                        "meanwhile.")
     p.add_argument("suite", choices=["core", "operations", "extract", "scale"], help="which benchmark to run")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
-    p.add_argument("--steps", type=int, default=40, help="interleaved decode steps to time (default 40)")
+    p.add_argument("--steps", type=_at_least(1), default=40, help="interleaved decode steps to time (default 40)")
     p.add_argument("--out", default="artifacts/bench", help="output directory (default artifacts/bench)")
     p.add_argument("--lengths", default="512,1024,2048,4096,8192",
                    help="operations: history lengths in tokens, comma-separated")
     p.add_argument("--fractions", default="0.1,0.5,0.9",
                    help="operations: where record A sits, as fractions of the history")
-    p.add_argument("--warmups", type=int, default=3, help="operations: warm-up runs per cell (default 3)")
-    p.add_argument("--repeats", type=int, default=9,
+    p.add_argument("--warmups", type=_at_least(0), default=3, help="operations: warm-up runs per cell (default 3)")
+    p.add_argument("--repeats", type=_at_least(1), default=9,
                    help="operations: timed runs per cell, median reported (default 9; 1+3 from 4096 tokens)")
     p.add_argument("--data", default="../shared/data", help="operations: folder holding pg19/ (default ../shared/data)")
-    p.add_argument("--cases", type=int, default=120,
+    p.add_argument("--cases", type=_at_least(1), default=120,
                    help="extract: first N cases of the records dataset (default 120: 20 items, ~260 records)")
-    p.add_argument("--batch-size", type=int, default=16, help="extract: records per forward (default 16)")
-    p.add_argument("--groups", type=int, default=6,
+    p.add_argument("--batch-size", type=_at_least(1), default=16, help="extract: records per forward (default 16)")
+    p.add_argument("--groups", type=_at_least(1), default=6,
                    help="scale: quantity groups (2 cases each) run under every configuration (default 6)")
-    p.add_argument("--rounds", type=int, default=2,
+    p.add_argument("--rounds", type=_at_least(1), default=2,
                    help="scale: rounds over the four configurations, in alternating order (default 2)")
     p.add_argument("--target", choices=["study", "extract"], default="study",
                    help="scale: time a study (scale.json; default) or an extraction of --cases records cases with "

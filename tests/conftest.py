@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import kvprobe
@@ -23,13 +25,20 @@ QUESTIONS = ["Which room is the weekly planning meeting in now?", "What is gray?
 
 #: Test modules that are end-to-end runs as a whole (a Ray cluster, subprocesses, several model loads).
 SLOW_MODULES = {"test_scale.py"}
+#: Other end-to-end tests of several seconds each (a subprocess, a feature store, a whole workload).
+SLOW_TESTS = {"test_run_summary_and_resume", "test_records_evaluation_and_report",
+              "test_tiny_tokenizer_is_deterministic_across_processes", "test_corrupt_results_line_is_named",
+              "test_calibrate_command_joins_scores_and_quantity_answers"}
 
 
 def pytest_collection_modifyitems(config, items):
-    """``slow``: tests marked so, tests of :data:`SLOW_MODULES`, and every test loading the embedded
-    model (``embedded``). The fast subset is ``python -m pytest -q -m "not slow"``."""
+    """``slow``: tests of :data:`SLOW_MODULES` and :data:`SLOW_TESTS`, command-line tests that start a
+    subprocess (``cli`` in the name), and every test loading the embedded model (``embedded``). Nothing
+    is skipped by default; the fast subset is ``python -m pytest -q -m "not slow"``."""
     for item in items:
-        if item.path.name in SLOW_MODULES or item.get_closest_marker("embedded"):
+        name = item.originalname if hasattr(item, "originalname") else item.name
+        if (item.path.name in SLOW_MODULES or name in SLOW_TESTS or item.get_closest_marker("embedded")
+                or re.search(r"(^|_)cli(_|$)", name)):
             item.add_marker(pytest.mark.slow)
 
 
