@@ -165,7 +165,7 @@ def write_group_report(r: dict[str, Any], out_dir: Path) -> Path:
     """readouts.json, report.md and figure.png of one group's evaluation under ``out_dir``.
 
     Per-case scores of the development and test cases (records only) go to ``scores.json``,
-    where ``studies.detection.readout_scores`` reads them as detector scores.
+    where ``studies.detectors.readout_scores`` reads them as detector scores.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     r = dict(r)

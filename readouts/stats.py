@@ -100,7 +100,7 @@ ALPHA = 0.05
 #: 20260910, the paper's probe seed: the Rademacher projection of every probe (``readouts.probes``).
 PROBE_SEED = 20260910
 #: 20260910 again: the synthetic record histories (``studies.recognition.records``,
-#: ``studies.records.cases``; the records, query-aware, detection and requests studies' datasets,
+#: ``studies.record_histories``; the records, query-aware, detection and requests studies' datasets,
 #: ``studies.requests.workload``).
 RECORDS_SEED = 20260910
 #: 20260911: the role-pair dataset (``studies.recognition.role_pairs``).
@@ -113,7 +113,7 @@ BABILONG_SEED = 20260913
 PAIR_SEED = 20260915
 #: 20260916: the pairwise probe's interaction projection (``readouts.probes.PairwiseProbe``).
 INTERACTION_SEED = 20260916
-#: 20260916 again: quantity task generation (``studies.quantity.tasks.TaskConfig``; the
+#: 20260916 again: quantity task generation (``studies.quantity_task.tasks.TaskConfig``; the
 #: cross-checkpoint and detection studies' quantity cases).
 QUANTITY_SEED = 20260916
 #: 20260916 again: the bootstrap seed ``kvprobe run`` and ``kvprobe report`` pass to a study's
@@ -124,7 +124,7 @@ REPORT_SEED = 20260916
 SHUFFLE_SEED = 20260917
 #: 20260919, the paper's interval seed (spec partD section 0): default of the records,
 #: query-aware, detection and derived-note summaries, the coverage curves, threshold
-#: calibration and action tables (``studies.detection.coverage``, ``.calibration``, ``.action``).
+#: calibration and action tables (``studies.detectors.coverage``, ``studies.detection.calibration``, ``.action``).
 PAPER_SEED = 20260919
 #: 20260919 again: the appendix fixtures (``studies.components.clusters``,
 #: ``studies.derived_note.groups``, ``studies.session_bias.fixtures``).

@@ -22,6 +22,10 @@ in a text (the capped-output diagnostics and the lenient rules).
 
 Normalization (:func:`normalize`): casefold and collapse whitespace, the
 equality every exact-answer rule and the detectors' value comparisons use.
+
+The record-history answer rule (:func:`grade`, the records, query-aware and requests
+studies; paper L5447-5449): the exact ``answer`` field, plus diagnostics and a lenient
+first-mentioned-value rule (:func:`first_value`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["FAILURES", "FENCE", "PLAIN_DECODER", "UNKNOWN", "ParseResult", "ParsedObject", "find_answers",
-           "find_objects", "first_answer", "has_object", "normalize", "parse_object", "parse_strict"]
+           "find_objects", "first_answer", "first_value", "grade", "has_object", "normalize", "parse_object",
+           "parse_strict"]
 
 FENCE = "```"
 _FENCE_RE = re.compile(r"\A```(?:[jJ][sS][oO][nN])?[ \t]*\n?(?P<body>.*?)\s*```\Z", re.DOTALL)
@@ -238,3 +243,24 @@ def first_answer(text: str) -> str | None:
     """The ``answer`` string of the first JSON object anywhere in ``text`` that has one."""
     found = find_answers(text)
     return found[0][0] if found else None
+
+
+def first_value(text: str, values: list[str]) -> str | None:
+    """The value among ``values`` whose first occurrence in ``text`` comes first (case-folded)."""
+    found = [(normalize(text).find(normalize(v)), i) for i, v in enumerate(values)]
+    found = [(pos, i) for pos, i in found if pos >= 0]
+    return values[min(found)[1]] if found else None
+
+
+def grade(text: str, reference: str, values: list[str]) -> dict[str, Any]:
+    """Record-history grade: the exact ``answer`` field (the paper's rule) plus diagnostics.
+
+    ``correct``: the strict answer (one outer fence allowed) equals ``reference`` after
+    :func:`normalize`; ``parse``: the parse reason; ``contains``: the reference occurs in
+    the output. ``lenient`` (ours, for models that answer in sentences): of the history's
+    values, the first one the output mentions is the reference.
+    """
+    parsed = parse_strict(text, allow_fence=True)
+    return {"correct": bool(parsed.ok and normalize(parsed.answer or "") == normalize(reference)),
+            "parse": parsed.reason, "contains": normalize(reference) in normalize(text),
+            "lenient": first_value(text, values) == reference}

@@ -53,7 +53,7 @@ COVERAGE_COLUMNS = ("coverage", "net [95% CI]", "random", "excess pp [95% CI]")
 
 
 def coverage_rows(curve: dict[str, Any]) -> list[list[str]]:
-    """Table cells (:data:`COVERAGE_COLUMNS`) of a coverage curve (``studies.detection.coverage.coverage_curve``)
+    """Table cells (:data:`COVERAGE_COLUMNS`) of a coverage curve (``studies.detectors.coverage.coverage_curve``)
     at every 20 % of coverage."""
     rows = []
     for i, cov in enumerate(curve["coverage"]):

@@ -48,7 +48,7 @@ from kvprobe.files import atomic_write_text
 from kvprobe.sharding import ModelSpec, assign_shards
 from kvprobe.workers import RayOptions, WorkerPool, peak_rss_bytes
 
-from .quantity import tasks
+from .quantity_task import tasks
 from .quantity.study import QuantityStudy
 from .recognition.questions import signed_loo_scores
 from .runner import RESULTS, run_study

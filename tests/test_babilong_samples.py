@@ -12,9 +12,10 @@ from kvprobe.studies.babilong.grading import (
     location_vocabulary, official_correct, predicted_location, strict_correct,
 )
 from kvprobe.studies.babilong.samples import (
-    BABI_FILES, PROMPT_CONFIGS, build_sample, build_samples, filler_sentences, mask_spans, masked_amount, render_prompt,
-    shift_spans, split_sentences, strip_gutenberg, word_count_tokens,
+    BABI_FILES, PROMPT_CONFIGS, build_sample, build_samples, mask_spans, masked_amount, render_prompt, shift_spans,
+    word_count_tokens,
 )
+from kvprobe.studies.filler import filler_sentences, split_sentences, strip_gutenberg
 
 LENGTHS = (0, 1000, 2000, 4000)
 

@@ -1,11 +1,11 @@
-"""Table-driven tests of the quantity-task answer classification (studies.quantity.grading)."""
+"""Table-driven tests of the quantity-task answer classification (studies.quantity_task.grading)."""
 
 from __future__ import annotations
 
 import pytest
 
 from kvprobe.studies.answers import first_answer, normalize, parse_strict
-from kvprobe.studies.quantity.grading import (
+from kvprobe.studies.quantity_task.grading import (
     UNIT_ALIASES,
     grade_label,
     grade_quantity,

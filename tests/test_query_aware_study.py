@@ -42,7 +42,7 @@ def test_matched_arms_equal_full_when_nothing_is_masked_away(llama):
     study = QueryAwareStudy(n_groups=1, max_new_tokens=6, fixed_budget=100_000, methods=("quest", "finch", "refreshkv"))
     case = study.cases()[0]
     history = llama.prefill(case.prompt(False))
-    from kvprobe.studies.records.cases import question_text
+    from kvprobe.studies.record_histories import question_text
 
     question = question_text(case.queries()[0][1])
     arms = {a: c for a, _, _, c in study.arms(llama, history, case, question)}

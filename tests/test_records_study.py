@@ -7,10 +7,11 @@ import json
 import pytest
 
 import kvprobe
-from kvprobe.studies.detection import strings
-from kvprobe.studies.detection.readout_scores import load_readout_scores
-from kvprobe.studies.records.cases import question_text, record_histories
-from kvprobe.studies.records.study import POLICIES, RecordsStudy, first_value, grade, policy_operation
+from kvprobe.studies.answers import first_value, grade
+from kvprobe.studies.detectors import strings
+from kvprobe.studies.detectors.readout_scores import load_readout_scores
+from kvprobe.studies.record_histories import question_text, record_histories
+from kvprobe.studies.records.study import POLICIES, RecordsStudy, policy_operation
 from kvprobe.studies.records.summary import write_summary
 from kvprobe.studies.runner import read_rows, run_study
 

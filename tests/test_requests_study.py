@@ -177,7 +177,7 @@ def test_fake_detectors_drive_every_question(model, cases, fires, variant):
 
 
 def test_json_detector_matches_the_detection_study(model, cases):
-    from kvprobe.studies.detection.detectors import run_text_detectors
+    from kvprobe.studies.detectors.text import run_text_detectors
 
     for name in ("asserted-value", "direct"):
         detector = JsonDetector(name, max_new_tokens=8)

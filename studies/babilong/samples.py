@@ -7,11 +7,12 @@ fact's exact character span in the context is recorded so attention masks can be
 
 Decisions (UNCLEAR upstream or deliberately simplified), with our choice:
 
-* Filler: one PG-19 book (``../shared/data/pg19``), split into sentences by a regex (no nltk);
-  upstream samples random PG-19 books and Punkt sentences. Sentences shorter than
-  ``min_words`` (headings) or longer than ``max_words`` are dropped. Filler is taken as
-  consecutive sentences from a seeded start sentence; whole sentences only (upstream cuts the
-  last sentence to hit the length exactly), so the length is approximate (closest whole sentence).
+* Filler (:mod:`studies.filler`): one PG-19 book (``../shared/data/pg19``), split into
+  sentences by a regex (no nltk); upstream samples random PG-19 books and Punkt sentences.
+  Sentences shorter than ``min_words`` (headings) or longer than ``max_words`` are dropped.
+  Filler is taken as consecutive sentences from a seeded start sentence; whole sentences only
+  (upstream cuts the last sentence to hit the length exactly), so the length is approximate
+  (closest whole sentence).
 * Fact positions: one seeded draw per fact, with replacement, among the ``k + 1`` gaps of the
   ``k`` filler sentences, sorted (as upstream); facts sharing a gap keep their story order.
 * Pieces (facts and filler sentences) are joined by one space; upstream concatenates token ids.
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.readouts.stats import BABILONG_SEED
+from kvprobe.studies.filler import filler_sentences
 
 from .babi import Fact, Story, parse_babi
 from .dependencies import dependency_keep, naive_keep
@@ -54,7 +56,6 @@ BABI_FILES = {
 }
 PROMPT_CONFIGS = {task: DATA_DIR / "babilong" / "prompts" / f"{task}_prompt_config.json" for task in BABI_FILES}
 TEST_IDXS = DATA_DIR / "babilong" / "test_100_idxs.json"
-PG19_DIR = DATA_DIR / "pg19"
 MASK_RULES = ("naive", "dependency", "neutral")
 
 Span = tuple[int, int]
@@ -69,62 +70,6 @@ def word_count_tokens(text: str) -> int:
 def tokenizer_counter(tokenizer: Any) -> CountTokens:
     """A ``count_tokens`` from a Hugging Face-style tokenizer (no special tokens)."""
     return lambda text: len(tokenizer.encode(text, add_special_tokens=False))
-
-
-# --------------------------------------------------------------------------- filler text
-
-_START = re.compile(r"\*\*\* ?START OF (?:THE|THIS) PROJECT GUTENBERG[^\n]*\n")
-_END = re.compile(r"\*\*\* ?END OF (?:THE|THIS) PROJECT GUTENBERG")
-# a sentence ends at . ! ? (plus closing quotes/brackets/underscores) before whitespace and an
-# upper-case letter or digit (possibly after opening quotes), unless the word is a title abbreviation
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u2019\u201d)\]_]*(?=\s+[\"'\u2018\u201c(\[_]*[A-Z0-9])")
-_ABBREVIATIONS = ("Mr.", "Mrs.", "Messrs.", "Dr.", "St.", "Co.")
-
-
-def strip_gutenberg(text: str) -> str:
-    """Drop a Project Gutenberg header/footer if their ``*** START/END OF`` markers are present."""
-    start = _START.search(text)
-    if start:
-        text = text[start.end():]
-    end = _END.search(text)
-    if end:
-        text = text[:end.start()]
-    return text
-
-
-def split_sentences(text: str, min_words: int = 5, max_words: int = 100) -> list[str]:
-    """Deterministic regex sentence split: paragraphs by blank lines, whitespace collapsed.
-
-    Sentences outside ``min_words..max_words`` are dropped (upstream drops sentences under 10
-    tokens); "consecutive" filler means consecutive among the kept sentences.
-    """
-    sentences = []
-    for paragraph in re.split(r"\n\s*\n", text):
-        paragraph = " ".join(paragraph.split())
-        start = 0
-        for match in _SENTENCE_END.finditer(paragraph):
-            if paragraph[:match.end()].endswith(_ABBREVIATIONS):
-                continue
-            sentences.append(paragraph[start:match.end()].strip())
-            start = match.end()
-        sentences.append(paragraph[start:].strip())
-    return [s for s in sentences if min_words <= len(s.split()) <= max_words]
-
-
-@lru_cache(maxsize=4)
-def _filler_cached(path: str, min_words: int, max_words: int) -> tuple[str, ...]:
-    text = Path(path).read_text(encoding="utf-8")
-    return tuple(split_sentences(strip_gutenberg(text), min_words, max_words))
-
-
-def filler_sentences(path: str | Path | None = None, min_words: int = 5, max_words: int = 100) -> list[str]:
-    """Sentences of a PG-19 book (default: the one ``.txt`` in ``../shared/data/pg19``)."""
-    if path is None:
-        books = sorted(PG19_DIR.glob("*.txt"))
-        if not books:
-            raise FileNotFoundError(f"no PG-19 book in {PG19_DIR}")
-        path = books[0]
-    return list(_filler_cached(str(path), min_words, max_words))
 
 
 # --------------------------------------------------------------------------- samples

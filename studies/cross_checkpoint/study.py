@@ -34,7 +34,7 @@ uncached forward over history + question (a tie within 1e-4 logits is recorded, 
 real mismatch raises).
 
 Rows (``kind: "answer"``): one per (reader, cache, access, query) with the graded
-answer (``studies.quantity.grading``, equivalent units, strict JSON with one outer
+answer (``studies.quantity_task.grading``, equivalent units, strict JSON with one outer
 fence allowed, EOS), ``invalid`` (cap or format failure), ``changed`` and
 ``top1_agree`` against the same reader's own read (cross rows); ``condition`` names
 the read. One ``kind: "state"`` row per case holds the per-layer K/V cosine and
@@ -51,10 +51,10 @@ from typing import Any, ClassVar, Sequence
 import kvprobe
 from kvprobe import decoding
 from kvprobe.decoding import Request
+from kvprobe.studies.quantity_task import grading, tasks
 
 from ..conditions import check_unchanged
 from ..protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
-from ..quantity import grading, tasks
 from ..runner import study_parameters
 from .checks import same_ids
 from .reading import (LOGIT_TOLERANCE, answer_content, first_token_agrees, full_forward_first_token, is_invalid,

@@ -5,12 +5,12 @@ Record pairs come from two datasets:
 * ``records``: the synthetic record histories D3 (``studies.recognition.records``),
   development and test splits by default; label = replacement (replacement, role
   swap, explicit rejection);
-* ``quantity``: the quantity calibration set D4 (``studies.quantity.tasks``), its 18
+* ``quantity``: the quantity calibration set D4 (``studies.quantity_task.tasks``), its 18
   development and 120 test groups in both information versions (each group
   contributes both versions of the later record, paper L2834); label = the group's
   relation is a replacement.
 
-Detectors (``detectors.py``): the direct, expanded and asserted-value JSON
+Detectors (``studies.detectors.text``): the direct, expanded and asserted-value JSON
 classifiers (greedy, 128 tokens) and the YES/NO score. One row per (pair,
 detector), holding the raw output, its parse reason and decision, or the score.
 Which detectors run on which dataset and split is a parameter; by default the
@@ -30,12 +30,12 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe.readouts.stats import QUANTITY_SEED, RECORDS_SEED
+from kvprobe.studies.detectors.text import DETECTORS, MAX_NEW_TOKENS, TEXT_DETECTORS, YES_NO, RecordPair, \
+    run_text_detectors, yes_no_scores
 from kvprobe.studies.recognition.cases import SPLITS
 
 from ..protocol import InvalidParameter, Study, require_at_least, require_choices
 from ..runner import study_parameters
-from .detectors import DETECTORS, MAX_NEW_TOKENS, TEXT_DETECTORS, YES_NO, RecordPair, run_text_detectors, \
-    yes_no_scores
 
 DATASETS = ("records", "quantity")
 
@@ -64,7 +64,7 @@ def records_cases(splits: tuple[str, ...], seed: int) -> list[DetectionCase]:
 
 def quantity_cases(splits: tuple[str, ...], seed: int) -> list[DetectionCase]:
     """D4 pairs (record A, record B) of the given splits, both information versions per group."""
-    from kvprobe.studies.quantity import tasks
+    from kvprobe.studies.quantity_task import tasks
 
     out = []
     for split in splits:

@@ -20,11 +20,11 @@ import numpy as np
 
 from kvprobe.readouts.stats import (DRAWS, PAPER_SEED, bootstrap_auc, bootstrap_mean, group_bootstrap_weights,
                                     percentile_interval)
+from kvprobe.studies.detectors.text import REPLACEMENT, TEXT_DETECTORS, YES_NO
 
 from ..report import estimate, heading, interval, run_time, table_head
 from ..runner import read_rows, write_run_summary
 from .calibration import calibrate
-from .detectors import REPLACEMENT, TEXT_DETECTORS, YES_NO
 
 
 def _by(rows: list[dict[str, Any]], *keys: str) -> dict[tuple, list[dict[str, Any]]]:

@@ -13,9 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 import kvprobe
-
-from . import tasks
-from .tasks import Case, Group
+from kvprobe.studies.quantity_task import tasks
+from kvprobe.studies.quantity_task.tasks import Case, Group
 
 # The worked example (paper L3795-3815): Llama-3.2-3B, test-000.
 EXAMPLE = Group(

@@ -7,7 +7,7 @@ canonical JSON answers) are scored from copies of that row and the greedy
 answer continues from it.
 Each row holds the candidate log-probabilities, the margin and its change
 against full access and against the matched control, the raw answer with its
-stop reason, and the grades of ``grading.py`` (exact, equivalent-unit and
+stop reason, and the grades of ``quantity_task/grading.py`` (exact, equivalent-unit and
 lenient rules).
 """
 
@@ -19,9 +19,9 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
+from kvprobe.studies.quantity_task import grading, tasks
 
 from ..protocol import CaseRun, HistoryStudy, Question, require_at_least
-from . import grading, tasks
 
 #: Answer budget (paper section 1.3: 40 tokens for the small models).
 MAX_NEW_TOKENS = 40

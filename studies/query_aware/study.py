@@ -1,7 +1,7 @@
 """Query-aware selection against a fixed source mask on the record histories (paper partE section E4).
 
 The paper's controlled comparison: 300 record histories (50 test items x 6
-variants, ``studies.records``), each question answered greedily under
+variants, ``studies.record_histories``), each question answered greedily under
 
 * ``full``: every key readable;
 * ``source-mask``: record A hidden (in all 300 histories, whatever B says);
@@ -38,12 +38,12 @@ from kvprobe.interventions.finch import Finch
 from kvprobe.interventions.quest import Quest, RecentPages
 from kvprobe.interventions.refreshkv import RefreshKV
 from kvprobe.readouts.stats import RECORDS_SEED
-from kvprobe.studies.answers import normalize
-from kvprobe.studies.detection.detectors import use_chat
+from kvprobe.studies.answers import grade, normalize
+from kvprobe.studies.detectors.text import use_chat
 from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.recognition.records import POSITIVE_VARIANTS
-from kvprobe.studies.records.cases import QUERY_KINDS, RecordHistory, question_text
-from kvprobe.studies.records.study import MAX_NEW_TOKENS, grade, selected_histories
+from kvprobe.studies.record_histories import MAX_NEW_TOKENS, QUERY_KINDS, RecordHistory, question_text, \
+    selected_histories
 
 from ..conditions import supported
 from ..protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices

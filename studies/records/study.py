@@ -40,21 +40,18 @@ from typing import Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.readouts.stats import RECORDS_SEED
-from kvprobe.studies.answers import normalize, parse_strict
-from kvprobe.studies.detection.detectors import REPLACEMENT, TEXT_DETECTORS, RecordPair, run_text_detectors, \
-    use_chat
+from kvprobe.studies.answers import grade, normalize
+from kvprobe.studies.detectors.text import REPLACEMENT, TEXT_DETECTORS, RecordPair, run_text_detectors, use_chat
 from kvprobe.studies.recognition.cases import SPLITS
+from kvprobe.studies.record_histories import MAX_NEW_TOKENS, RecordHistory, question_text, selected_histories
 
 from ..protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices
 from ..runner import study_parameters
-from .cases import RecordHistory, question_text, record_histories
 
 POLICIES = ("keep-all", "detector-mask", "detector-recompute", "oracle-mask", "oracle-recompute",
             "latest-record", "query-aware-mask", "always-mask")
 #: The operations the policies apply (the protocol's conditions), in the order they are prepared.
 OPERATIONS = ("full", "mask", "recompute")
-#: Answer budget (paper L5450-5451).
-MAX_NEW_TOKENS = 40
 
 
 def policy_operation(policy: str, query: str, label: int, detected: bool, same_slot: bool) -> str:
@@ -79,25 +76,6 @@ def read_decisions(run_dir: str | Path, detector: str, filtered: bool) -> dict[s
     if not out:
         raise ValueError(f"{run_dir}: no {detector!r} decisions on the record dataset")
     return out
-
-
-def first_value(text: str, values: list[str]) -> str | None:
-    """The value among ``values`` whose first occurrence in ``text`` comes first (case-folded)."""
-    found = [(normalize(text).find(normalize(v)), i) for i, v in enumerate(values)]
-    found = [(pos, i) for pos, i in found if pos >= 0]
-    return values[min(found)[1]] if found else None
-
-
-def grade(text: str, reference: str, values: list[str]) -> dict[str, Any]:
-    """Exact-field grade (the paper's rule) plus diagnostics.
-
-    ``lenient`` (ours, for models that answer in sentences): of the history's
-    values, the first one the output mentions is the reference.
-    """
-    parsed = parse_strict(text, allow_fence=True)
-    return {"correct": bool(parsed.ok and normalize(parsed.answer or "") == normalize(reference)),
-            "parse": parsed.reason, "contains": normalize(reference) in normalize(text),
-            "lenient": first_value(text, values) == reference}
 
 
 @dataclass
@@ -223,24 +201,3 @@ class RecordsStudy(HistoryStudy):
                 "detector_decision": self._detected[run.case.case_id]["decision"], "reference": question.info,
                 "old_value": c.old_value, **grade(g.text, question.info, values),
                 "mentions_old": normalize(c.old_value) in normalize(g.text)}
-
-
-def selected_histories(split: str, seed: int, n_groups: int | None) -> list[RecordHistory]:
-    """The record histories of ``split``, or those of ``n_groups`` items taken from the families in turn."""
-    cases = record_histories(split, seed)
-    if n_groups is not None:
-        groups = _spread_groups(cases, n_groups)
-        cases = [c for c in cases if c.case.group in groups]
-    return cases
-
-
-def _spread_groups(cases: list[RecordHistory], n: int) -> set[str]:
-    """``n`` items taken from the families in turn (the first item of each family, then the second...)."""
-    by_family: dict[str, list[str]] = {}
-    for c in cases:
-        items = by_family.setdefault(c.case.family, [])
-        if c.case.group not in items:
-            items.append(c.case.group)
-    order = [items[i] for i in range(max(map(len, by_family.values()))) for items in by_family.values()
-             if i < len(items)]
-    return set(order[:n])

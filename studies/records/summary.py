@@ -20,8 +20,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
-from kvprobe.studies.detection.coverage import coverage_curve, plot_coverage
-from kvprobe.studies.detection.detectors import REPLACEMENT
+from kvprobe.studies.detectors.coverage import coverage_curve, plot_coverage
+from kvprobe.studies.detectors.text import REPLACEMENT
 
 from ..report import COVERAGE_COLUMNS, corrections_reversals, coverage_rows, format_change, heading, run_time, \
     table_head, table_row
@@ -73,7 +73,7 @@ def _detector(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS,
               rankings: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
     """The run's summary; ``rankings`` adds coverage curves ranked by other scores (e.g. learned
-    readouts, ``studies.detection.readout_scores``), ``{name: {case_id: score}}``."""
+    readouts, ``studies.detectors.readout_scores``), ``{name: {case_id: score}}``."""
     rows = list(read_rows(out_dir))
     by_key: dict[tuple[str, str], dict[str, dict]] = defaultdict(dict)
     for r in rows:
@@ -155,7 +155,7 @@ def write_summary(out_dir: Path | str, seed: int = PAPER_SEED, readout_scores: s
     (or its folder) whose readouts also rank the histories."""
     rankings = None
     if readout_scores is not None:
-        from kvprobe.studies.detection.readout_scores import load_readout_scores
+        from kvprobe.studies.detectors.readout_scores import load_readout_scores
 
         rankings = load_readout_scores(readout_scores)
     summary = write_run_summary(out_dir, functools.partial(summarize, rankings=rankings), format_report, seed=seed)

@@ -34,9 +34,8 @@ from typing import Any, Sequence
 import torch
 
 import kvprobe
+from kvprobe.studies.answers import grade, normalize
 from kvprobe.studies.conditions import check_unchanged
-from kvprobe.studies.answers import normalize
-from kvprobe.studies.records.study import grade
 
 from . import policies as pol
 from .detector import Detection, Detector, detector_name

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import kvprobe
-from kvprobe.studies.detection.detectors import MAX_NEW_TOKENS as DETECTOR_MAX_NEW_TOKENS
-from kvprobe.studies.detection.detectors import use_chat
+from kvprobe.studies.detectors.text import MAX_NEW_TOKENS as DETECTOR_MAX_NEW_TOKENS
+from kvprobe.studies.detectors.text import use_chat
 
 from ..protocol import InvalidParameter, Study, require_at_least, require_choices
 from ..runner import read_rows, study_parameters

@@ -1,5 +1,8 @@
 """Synthetic record histories for generation (paper partD section 3, L5437-5491).
 
+Shared by the records, query-aware and requests studies (answers graded with
+:func:`studies.answers.grade`).
+
 Each history is one D3 test case (``studies.recognition.records``: 50 items x 6
 variants = 300) laid out as the paper's user message: ``Ordered records:``,
 ``Time 1:`` A, ``Other record:`` a record about a different entity,
@@ -13,7 +16,7 @@ variants = 300) laid out as the paper's user message: ``Ordered records:``,
 UNCLEAR (paper), our choices: the other record is record A of the next item of the
 same split and family (the first later item whose entity differs from this item's
 entities and whose value differs from both candidate values), so it uses the same
-wording and vocabulary as A; the query wordings (:mod:`studies.detection.strings`)
+wording and vocabulary as A; the query wordings (:mod:`studies.detectors.strings`)
 name the attribute with the split's first slot phrasing.
 """
 
@@ -23,12 +26,14 @@ from dataclasses import dataclass
 
 import kvprobe
 from kvprobe.readouts.stats import RECORDS_SEED
-from kvprobe.studies.detection import strings
+from kvprobe.studies.detectors import strings
 from kvprobe.studies.recognition import families
 from kvprobe.studies.recognition.cases import RecognitionCase, expected_answer
 from kvprobe.studies.recognition.records import SLOT_INDICES, generate_records
 
 QUERY_KINDS = ("current", "historical", "unrelated")
+#: Answer budget (paper L5450-5451).
+MAX_NEW_TOKENS = 40
 #: Segment names of the history; ``time1`` is the section recompute arms delete.
 SEGMENTS = ("header", "time1", "other", "time2")
 
@@ -109,3 +114,24 @@ def record_histories(split: str = "test", seed: int = RECORDS_SEED) -> list[Reco
                 raise ValueError(f"{item.group}: no other record with a distinct entity and value")
     return [RecordHistory(c, other_of[c.group].entity, other_of[c.group].old_value, other_of[c.group].a_text)
             for c in cases]
+
+
+def selected_histories(split: str, seed: int, n_groups: int | None) -> list[RecordHistory]:
+    """The record histories of ``split``, or those of ``n_groups`` items taken from the families in turn."""
+    cases = record_histories(split, seed)
+    if n_groups is not None:
+        groups = _spread_groups(cases, n_groups)
+        cases = [c for c in cases if c.case.group in groups]
+    return cases
+
+
+def _spread_groups(cases: list[RecordHistory], n: int) -> set[str]:
+    """``n`` items taken from the families in turn (the first item of each family, then the second...)."""
+    by_family: dict[str, list[str]] = {}
+    for c in cases:
+        items = by_family.setdefault(c.case.family, [])
+        if c.case.group not in items:
+            items.append(c.case.group)
+    order = [items[i] for i in range(max(map(len, by_family.values()))) for items in by_family.values()
+             if i < len(items)]
+    return set(order[:n])

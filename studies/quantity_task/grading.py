@@ -3,7 +3,7 @@
 Source: spec ``../shared/spec/partC.md`` section 2 (paper L3419-3429,
 L4023-4052, L4420-4442, L4817-4825). The model is asked for exactly one JSON
 string field ``{"answer": "<value>"}`` (system string in
-:mod:`studies.quantity.strings`, spec section 1.2). References are complete
+:mod:`studies.quantity_task.strings`, spec section 1.2). References are complete
 quantities ``"{num} {plural unit}"`` (e.g. ``"233 hours"``) or a color label.
 
 Rules implemented here

@@ -1,4 +1,4 @@
-"""Task generator of the quantity study (paper section 3, spec partC section 1).
+"""Generator of the quantity task (paper section 3, spec partC section 1).
 
 120 test groups (60 strict replacements, 20 confirmations, 20 other-attribute,
 20 other-entity) over six units, each in two information conditions (B states
