@@ -50,11 +50,11 @@ from typing import Any, ClassVar, Sequence
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.decoding import Request
 from kvprobe.studies.quantity_task import grading, tasks
+from kvprobe.studies.quantity_task.histories import QuantityTaskHistories
 
 from ..conditions import check_unchanged
-from ..protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
+from ..protocol import CaseRun, InvalidParameter, Question, require_at_least, require_choices
 from ..runner import study_parameters
 from .checks import same_ids
 from .reading import (LOGIT_TOLERANCE, answer_content, first_token_agrees, full_forward_first_token, is_invalid,
@@ -83,7 +83,7 @@ def _other(role: str) -> str:
 
 
 @dataclass
-class CrossCheckpointStudy(HistoryStudy):
+class CrossCheckpointStudy(QuantityTaskHistories):
     """Own/cross x full/mask reads of the quantity histories by a checkpoint pair."""
 
     name: ClassVar[str] = "cross-checkpoint"
@@ -161,16 +161,6 @@ class CrossCheckpointStudy(HistoryStudy):
         return [q for q in tasks.queries(case) if q.role in self.queries]
 
     # ------------------------------------------------------------------ the protocol's hooks
-    def group(self, case: tasks.Case) -> str:
-        return case.group.group_id
-
-    def reuse_key(self, case: tasks.Case) -> str:
-        # A group's second support condition reuses the first one's K/V up to B (in both checkpoints).
-        return case.group.group_id
-
-    def prompt(self, model: kvprobe.Model, case: tasks.Case) -> kvprobe.Prompt:
-        return tasks.build_prompt(case)
-
     def questions(self, model: kvprobe.Model, case: tasks.Case, history: kvprobe.History) -> list[Question]:
         return [Question(q.role, q.question, None, q) for q in self.asked(case)]
 

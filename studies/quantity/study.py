@@ -20,8 +20,9 @@ from typing import Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.studies.quantity_task import grading, tasks
+from kvprobe.studies.quantity_task.histories import QuantityTaskHistories
 
-from ..protocol import CaseRun, HistoryStudy, Question, require_at_least
+from ..protocol import CaseRun, Question, require_at_least
 
 #: Answer budget (paper section 1.3: 40 tokens for the small models).
 MAX_NEW_TOKENS = 40
@@ -32,7 +33,7 @@ CONTROLLED = ("source", "number")
 
 
 @dataclass
-class QuantityStudy(HistoryStudy):
+class QuantityStudy(QuantityTaskHistories):
     """The quantity study: 120 test groups (or the 18 development groups) x two information conditions."""
 
     name: ClassVar[str] = "quantity"
@@ -64,17 +65,6 @@ class QuantityStudy(HistoryStudy):
         cfg["segment_order"] = list(tasks.SEGMENT_ORDER)
         cfg["template_kwargs"] = tasks.TEMPLATE_KWARGS
         return cfg
-
-    def group(self, case: tasks.Case) -> str:
-        return case.group.group_id
-
-    def reuse_key(self, case: tasks.Case) -> str:
-        # The information conditions of a group differ only in record B, the last
-        # segment: the second one reuses the first one's K/V up to B.
-        return case.group.group_id
-
-    def prompt(self, model: kvprobe.Model, case: tasks.Case) -> kvprobe.Prompt:
-        return tasks.build_prompt(case)
 
     def questions(self, model: kvprobe.Model, case: tasks.Case, history: kvprobe.History) -> list[Question]:
         return [Question(q.role, q.question, q.candidates, q) for q in tasks.queries(case)]
