@@ -239,3 +239,22 @@ def test_no_new_cross_study_imports():
                 found.add((mine, theirs))
     assert found <= CROSS_STUDY_DEBT, f"new imports between studies: {sorted(found - CROSS_STUDY_DEBT)}"
     assert CROSS_STUDY_DEBT <= found, f"paid off, remove from CROSS_STUDY_DEBT: {sorted(CROSS_STUDY_DEBT - found)}"
+
+
+def test_studies_import_style_is_consistent():
+    """Inside ``studies/``: relative imports within a package (``from .grading import``), absolute ones
+    across packages (``from kvprobe.studies.protocol import``); never ``from ..x`` or a package
+    importing itself by its absolute name."""
+    bad = []
+    for path in sorted((ROOT / "studies").rglob("*.py")):
+        rel = path.relative_to(ROOT / "studies")
+        own = ".".join(["kvprobe", "studies", *rel.parts[:-1]])
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            where = f"studies/{rel}:{node.lineno}"
+            if node.level > 1:
+                bad.append(f"{where}: from {'.' * node.level}{node.module or ''} (use kvprobe.studies....)")
+            elif node.level == 0 and len(rel.parts) > 1 and (node.module or "").startswith(own + "."):
+                bad.append(f"{where}: from {node.module} (inside its own package: use a relative import)")
+    assert not bad, "\n".join(bad)

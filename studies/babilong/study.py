@@ -33,9 +33,8 @@ from typing import Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.readouts.stats import BABILONG_SEED
-
-from ..protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
-from ..runner import study_parameters
+from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
+from kvprobe.studies.runner import study_parameters
 from . import grading, samples
 
 POLICIES = ("full", "naive", "dependency", "neutral")

@@ -16,9 +16,8 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, bootstrap_stream, group_bootstrap_weights, paired_change
-
-from ..report import corrections_reversals, estimate, heading, run_time, table_head
-from ..runner import read_rows, write_run_summary
+from kvprobe.studies.report import corrections_reversals, estimate, heading, run_time, table_head
+from kvprobe.studies.runner import read_rows, write_run_summary
 from .study import POLICIES
 
 RULES = ("official", "official_no_eos", "strict")

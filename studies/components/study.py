@@ -46,9 +46,8 @@ from typing import Any, ClassVar, Sequence
 
 import kvprobe
 from kvprobe import decoding
-
-from ..protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
-from ..runner import study_parameters
+from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
+from kvprobe.studies.runner import study_parameters
 from . import strings
 from .clusters import FAMILIES, QUERIES, SEED, STATES, Cluster, clusters_hash, generate_clusters, prompt
 

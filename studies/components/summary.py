@@ -34,9 +34,8 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import ALPHA, DRAWS, bootstrap_mean, group_bootstrap_weights, percentile_interval
-
-from ..report import estimate, heading, interval, run_time, table_head
-from ..runner import read_rows, write_run_summary
+from kvprobe.studies.report import estimate, heading, interval, run_time, table_head
+from kvprobe.studies.runner import read_rows, write_run_summary
 from .clusters import FAMILIES, QUERIES, STATES
 from .study import CONDITIONS
 

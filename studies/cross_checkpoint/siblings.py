@@ -183,10 +183,10 @@ def hub_pair(main_name: str, sibling_name: str, **load_kwargs: Any) -> SiblingPa
     Recipe (paper pairs; needs the Hub and memory for both models)::
 
         import torch
-        from kvprobe.studies.cross_checkpoint.siblings import hub_pair
-        from kvprobe.studies.cross_checkpoint.study import CrossCheckpointStudy
+        from .siblings import hub_pair
+        from .study import CrossCheckpointStudy
         from kvprobe.studies.runner import run_study
-        from kvprobe.studies.cross_checkpoint.summary import write_summary
+        from .summary import write_summary
 
         pair = hub_pair("Qwen/Qwen3-8B", "Qwen/Qwen3-8B-Base", dtype=torch.bfloat16)  # 2 x 16 GB
         study = CrossCheckpointStudy(sibling="Qwen/Qwen3-8B-Base", max_new_tokens=40)  # 256 for Gemma pairs

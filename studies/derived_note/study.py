@@ -36,12 +36,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.engine import fork_rows
-
-from ..protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
+from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
 from . import grading, groups, history, strings
 
 if TYPE_CHECKING:
-    from ..runner import RunInfo
+    from kvprobe.studies.runner import RunInfo
 
 #: Answer budget (paper L5843: 40-token limit for these models).
 MAX_NEW_TOKENS = 40
@@ -178,6 +177,6 @@ def _info(condition: kvprobe.Access) -> dict[str, Any]:
 def run(model: kvprobe.Model, out_dir: Path | str, study: DerivedNoteStudy | None = None,
         progress: bool = True) -> "RunInfo":
     """``studies.runner.run_study`` with operation costs appended to ``out_dir/operation_costs.jsonl``."""
-    from ..runner import run_with_log
+    from kvprobe.studies.runner import run_with_log
 
     return run_with_log(study or DerivedNoteStudy(), model, out_dir, "cost_log", COSTS, progress=progress)

@@ -34,9 +34,8 @@ from typing import Any, Callable
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, percentile_interval
-
-from ..report import corrections_reversals, estimate, heading, ordered, run_time, table_head
-from ..runner import read_rows, write_run_summary
+from kvprobe.studies.report import corrections_reversals, estimate, heading, ordered, run_time, table_head
+from kvprobe.studies.runner import read_rows, write_run_summary
 from .groups import NOTES, QUERIES
 from .history import CONDITIONS
 from .study import COSTS

@@ -30,9 +30,8 @@ from kvprobe.files import atomic_write_text
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED
 from kvprobe.studies.detectors.coverage import coverage_curve, plot_coverage
 from kvprobe.studies.detectors.text import YES_NO
-
-from ..report import COVERAGE_COLUMNS, coverage_rows, interval, table_head, table_row
-from ..runner import read_rows
+from kvprobe.studies.report import COVERAGE_COLUMNS, coverage_rows, interval, table_head, table_row
+from kvprobe.studies.runner import read_rows
 from .calibration import calibrate
 
 RULES = ("complete", "lenient_complete")

@@ -33,9 +33,8 @@ from kvprobe.readouts.stats import QUANTITY_SEED, RECORDS_SEED
 from kvprobe.studies.detectors.text import DETECTORS, MAX_NEW_TOKENS, TEXT_DETECTORS, YES_NO, RecordPair, \
     run_text_detectors, yes_no_scores
 from kvprobe.studies.recognition.cases import SPLITS
-
-from ..protocol import InvalidParameter, Study, require_at_least, require_choices
-from ..runner import study_parameters
+from kvprobe.studies.protocol import InvalidParameter, Study, require_at_least, require_choices
+from kvprobe.studies.runner import study_parameters
 
 DATASETS = ("records", "quantity")
 

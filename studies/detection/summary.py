@@ -21,9 +21,8 @@ import numpy as np
 from kvprobe.readouts.stats import (DRAWS, PAPER_SEED, bootstrap_auc, bootstrap_mean, group_bootstrap_weights,
                                     percentile_interval)
 from kvprobe.studies.detectors.text import REPLACEMENT, TEXT_DETECTORS, YES_NO
-
-from ..report import estimate, heading, interval, run_time, table_head
-from ..runner import read_rows, write_run_summary
+from kvprobe.studies.report import estimate, heading, interval, run_time, table_head
+from kvprobe.studies.runner import read_rows, write_run_summary
 from .calibration import calibrate
 
 

@@ -42,8 +42,7 @@ from typing import Any, Sequence
 
 import kvprobe
 from kvprobe import decoding
-
-from ..answers import normalize, parse_object
+from kvprobe.studies.answers import normalize, parse_object
 from . import strings
 
 REPLACEMENT, NO_REPLACEMENT, UNRESOLVED = "replacement", "no_replacement", "unresolved"

@@ -31,9 +31,8 @@ from typing import Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.readouts.stats import MQUAKE_SEED
-
-from ..protocol import CaseRun, HistoryStudy, Question, require_at_least
-from ..runner import study_parameters
+from kvprobe.studies.protocol import CaseRun, HistoryStudy, Question, require_at_least
+from kvprobe.studies.runner import study_parameters
 from .generate import generate_cases
 from .history import build_history, contains_answer, normalized_exact_match, questions, retained_text, \
     source_segments, value_spans

@@ -16,9 +16,8 @@ from typing import Any
 
 
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change
-
-from ..report import corrections_reversals, estimate, heading, run_time, table_head
-from ..runner import read_rows, write_run_summary
+from kvprobe.studies.report import corrections_reversals, estimate, heading, run_time, table_head
+from kvprobe.studies.runner import read_rows, write_run_summary
 from .study import POLICIES
 
 KINDS = ("current", "historical", "single_hop")

@@ -21,8 +21,7 @@ import kvprobe
 from kvprobe import decoding
 from kvprobe.studies.quantity_task import grading, tasks
 from kvprobe.studies.quantity_task.histories import QuantityTaskHistories
-
-from ..protocol import CaseRun, Question, require_at_least
+from kvprobe.studies.protocol import CaseRun, Question, require_at_least
 
 #: Answer budget (paper section 1.3: 40 tokens for the small models).
 MAX_NEW_TOKENS = 40

@@ -20,9 +20,8 @@ import numpy as np
 from kvprobe.files import atomic_write_text
 from kvprobe.readouts.stats import DRAWS, auc_two_samples, group_bootstrap_indices, percentile_interval, \
     zero_failure_bound
-
-from ..report import estimate, heading, interval, table_head
-from ..runner import read_rows
+from kvprobe.studies.report import estimate, heading, interval, table_head
+from kvprobe.studies.runner import read_rows
 
 #: Report order of conditions (unknown names sort after these, alphabetically).
 RELATION_ORDER = ("replacement", "confirmation", "other_attribute", "other_entity")

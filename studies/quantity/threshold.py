@@ -26,8 +26,7 @@ import numpy as np
 
 from kvprobe.files import atomic_write_text
 from kvprobe.readouts.stats import clopper_pearson
-
-from ..runner import read_rows
+from kvprobe.studies.runner import read_rows
 
 #: The paper's grid: 0-10 nats in 0.25-nat steps.
 TAU_GRID = tuple(float(x) for x in np.arange(0.0, 10.0 + 1e-9, 0.25))

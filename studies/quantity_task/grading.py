@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterable
 
-from ..answers import FENCE, UNKNOWN, find_answers, first_answer, normalize, parse_strict
+from kvprobe.studies.answers import FENCE, UNKNOWN, find_answers, first_answer, normalize, parse_strict
 
 __all__ = [
     "UNIT_ALIASES",

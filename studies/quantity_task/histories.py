@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import kvprobe
-
-from ..protocol import HistoryStudy
+from kvprobe.studies.protocol import HistoryStudy
 from . import tasks
 
 

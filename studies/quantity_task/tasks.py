@@ -284,7 +284,7 @@ def study_conditions(history: kvprobe.History, case: Case, operations: bool = Tr
     if operations:
         from kvprobe.interventions import Compact, Rebuild, TextRecompute
 
-        from ..conditions import supported
+        from kvprobe.studies.conditions import supported
 
         # Operations the model's architecture cannot support (compaction with recurrent
         # layers...) are left out, with a warning saying why.

@@ -44,10 +44,9 @@ from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.recognition.records import POSITIVE_VARIANTS
 from kvprobe.studies.record_histories import MAX_NEW_TOKENS, QUERY_KINDS, RecordHistory, question_text, \
     selected_histories
-
-from ..conditions import supported
-from ..protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices
-from ..runner import study_parameters
+from kvprobe.studies.conditions import supported
+from kvprobe.studies.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices
+from kvprobe.studies.runner import study_parameters
 
 METHODS = ("recent-pages", "quest", "finch", "refreshkv")
 #: The paper's fixed capacity for the controlled histories (E4).

@@ -19,9 +19,8 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
-
-from ..report import format_change, heading, run_time, table_head
-from ..runner import read_rows, write_run_summary
+from kvprobe.studies.report import format_change, heading, run_time, table_head
+from kvprobe.studies.runner import read_rows, write_run_summary
 
 RULES = ("correct", "lenient")
 REFERENCES = ("full", "source-mask")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from kvprobe.studies.recognition.loo import LooItem
+from .loo import LooItem
 
 from .cases import RecognitionCase, expected_answer
 from .families import slot
@@ -33,6 +33,6 @@ def loo_items(cases: Sequence[RecognitionCase]) -> list[LooItem]:
 def signed_loo_scores(model: "Model", cases: Sequence[RecognitionCase]) -> "np.ndarray":
     """The signed leave-one-out score of each case (nats), scored with ``model`` (8 cases per batch):
     the function of the ``signed_loo`` :class:`extract.CaseScore` of ``kvprobe extract``."""
-    from kvprobe.studies.recognition.loo import signed_loo
+    from .loo import signed_loo
 
     return signed_loo(model, loo_items(cases))

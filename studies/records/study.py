@@ -44,9 +44,8 @@ from kvprobe.studies.answers import grade, normalize
 from kvprobe.studies.detectors.text import REPLACEMENT, TEXT_DETECTORS, RecordPair, run_text_detectors, use_chat
 from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.record_histories import MAX_NEW_TOKENS, RecordHistory, question_text, selected_histories
-
-from ..protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices
-from ..runner import study_parameters
+from kvprobe.studies.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices
+from kvprobe.studies.runner import study_parameters
 
 POLICIES = ("keep-all", "detector-mask", "detector-recompute", "oracle-mask", "oracle-recompute",
             "latest-record", "query-aware-mask", "always-mask")

@@ -22,10 +22,9 @@ import numpy as np
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
 from kvprobe.studies.detectors.coverage import coverage_curve, plot_coverage
 from kvprobe.studies.detectors.text import REPLACEMENT
-
-from ..report import COVERAGE_COLUMNS, corrections_reversals, coverage_rows, format_change, heading, run_time, \
+from kvprobe.studies.report import COVERAGE_COLUMNS, corrections_reversals, coverage_rows, format_change, heading, run_time, \
     table_head, table_row
-from ..runner import read_rows, write_run_summary
+from kvprobe.studies.runner import read_rows, write_run_summary
 from .study import POLICIES
 
 QUERIES = ("current", "historical", "unrelated")

@@ -43,9 +43,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import kvprobe
 from kvprobe.studies.detectors.text import MAX_NEW_TOKENS as DETECTOR_MAX_NEW_TOKENS
 from kvprobe.studies.detectors.text import use_chat
-
-from ..protocol import InvalidParameter, Study, require_at_least, require_choices
-from ..runner import read_rows, study_parameters
+from kvprobe.studies.protocol import InvalidParameter, Study, require_at_least, require_choices
+from kvprobe.studies.runner import read_rows, study_parameters
 from . import policies as pol
 from .detector import DETECTOR_NAMES, Detector, detector_name, make_detector
 from .sequence import Settings, run_case, warm_up
@@ -53,7 +52,7 @@ from .workload import BACKGROUND_PLACES, BACKGROUND_SOURCES, LENGTHS, N_GROUPS, 
     workload_cases
 
 if TYPE_CHECKING:
-    from ..runner import RunInfo
+    from kvprobe.studies.runner import RunInfo
 
 #: Answer budget of the 40-token workload (E6; E7 used 256).
 MAX_NEW_TOKENS = 40
@@ -189,7 +188,7 @@ class RequestsStudy(Study):
 def run(model: kvprobe.Model, out_dir: Path | str, study: RequestsStudy | None = None,
         progress: bool = True) -> "RunInfo":
     """``studies.runner.run_study`` with the timing lines appended to ``out_dir/timings.jsonl``."""
-    from ..runner import run_with_log
+    from kvprobe.studies.runner import run_with_log
 
     return run_with_log(study or RequestsStudy(), model, out_dir, "timing_log", TIMINGS, progress=progress)
 

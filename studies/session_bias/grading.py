@@ -264,7 +264,7 @@ def grade_run(run_dir: str | Path, grader: Grader, out_name: str = GRADES) -> Pa
     """Grade every generated row of a run with ``grader``; write ``out_name`` (one JSON line per
     (case_id, arm): correct, explanation, grader). :func:`summary.write_summary` reads it with
     ``grades=``. Rows are passed in file order; a batching grader shuffles them itself."""
-    from ..runner import read_rows
+    from kvprobe.studies.runner import read_rows
 
     rows = [r for r in read_rows(run_dir) if not r.get("skipped")]
     verdicts = grader.grade([task_of(r) for r in rows])

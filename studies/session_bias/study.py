@@ -38,9 +38,8 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-
-from ..protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
-from ..runner import study_parameters
+from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
+from kvprobe.studies.runner import study_parameters
 from . import fixtures, grading, history, longmemeval, strings
 
 #: Answer budget (paper E1, app:v8_public L5916: "up to 128 new tokens"; E3 used 256).
@@ -254,6 +253,6 @@ def strings_hash() -> str:
 
 def run(model: kvprobe.Model, out_dir: Path | str, study: SessionBiasStudy | None = None, progress: bool = True):
     """``studies.runner.run_study`` of the study (default: fixtures, validation split)."""
-    from ..runner import run_study
+    from kvprobe.studies.runner import run_study
 
     return run_study(study or SessionBiasStudy(), model, out_dir, progress=progress)

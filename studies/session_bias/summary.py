@@ -28,9 +28,8 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change, percentile_interval
-
-from ..report import corrections_reversals, estimate, heading, ordered, run_time, table_head, table_row
-from ..runner import read_rows, write_run_summary
+from kvprobe.studies.report import corrections_reversals, estimate, heading, ordered, run_time, table_head, table_row
+from kvprobe.studies.runner import read_rows, write_run_summary
 from .history import ARMS
 from .longmemeval import QUESTION_TYPES
 
