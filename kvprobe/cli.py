@@ -423,7 +423,8 @@ def _add_run_parser(sub, argv: Sequence[str] | None) -> None:
                                  title="studies (kvprobe run STUDY --help for its parameters)")
     wanted = _run_target(argv)
     for name, entry in STUDIES.items():
-        p = studies.add_parser(name, help=entry.description, description=entry.description)
+        # No abbreviations: `--n` must not silently mean `--n-groups` in one study and `--n` in another.
+        p = studies.add_parser(name, help=entry.description, description=entry.description, allow_abbrev=False)
         if name != wanted:
             continue
         params = p.add_argument_group(f"{name} parameters (the study's fields; defaults are the study's)")

@@ -162,8 +162,9 @@ def add_field_options(parser: argparse.ArgumentParser | Any, cls: type, reserved
                                     help=f"{text} (default: off)")
             continue
         parse, metavar = _value_parser(annotation, option)
+        shown = "auto" if kind is bool and default is None else _show(default)
         parser.add_argument(option, dest=f.name, type=parse, metavar=metavar, default=argparse.SUPPRESS,
-                            help=f"{text} (default: {_show(default)})")
+                            help=f"{text} (default: {shown})")
 
 
 def given_fields(cls: type, namespace: argparse.Namespace) -> dict[str, Any]:

@@ -196,3 +196,12 @@ def test_the_protocol_docstring_example_runs(tmp_path, monkeypatch):
     exec(compile(code, "protocol-docstring", "exec"), namespace)
     rows = [json.loads(line) for line in (tmp_path / "runs/tiny/results.jsonl").read_text().splitlines()]
     assert [r["condition"] for r in rows] == ["full", "mask-A"] and rows[0]["query"] == "current"
+
+
+def test_options_are_not_abbreviated(capsys):
+    """``--n`` is babilong's field; in quantity it must not silently mean ``--n-groups``."""
+    from kvprobe.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "quantity", "--n", "3", "--model", "no-such-model"])
+    assert exit_.value.code == 2 and "unrecognized arguments: --n 3" in capsys.readouterr().err
