@@ -266,3 +266,26 @@ def test_joint_refits_are_fast_at_paper_scale():
                             test_utility=tu)
     assert time.perf_counter() - start < 15.0
     assert joint["threshold"].shape == (10_000,)
+
+
+def test_action_utility_applies_the_decision_to_all_three_queries():
+    """Paper L2840-2849: thresholds fitted on the current query's utility, the decision applied to the
+    current, historical and unrelated queries; the current query alone is the named sensitivity."""
+    import json
+    from pathlib import Path
+
+    from kvprobe.studies.detection.action import QUERIES
+
+    summary = json.loads((Path(__file__).resolve().parents[1] / "artifacts/calibration/smollm2-135m-instruct"
+                          / "action.json").read_text())
+    assert QUERIES == ("current", "historical", "unrelated")
+    for cell in summary["cells"]:
+        assert cell["queries"] == list(QUERIES)
+        for name, rule in cell["calibration"]["rules"].items():
+            sensitivity = cell["current_only"]["calibration"]["rules"][name]
+            assert rule["threshold"] == sensitivity["threshold"]          # one fit, on the current query
+            assert sum(rule["test_net_by_query"].values()) == rule["test_net"]
+            assert rule["test_net_by_query"]["current"] == sensitivity["test_net"]
+    lenient_source = next(c for c in summary["cells"] if (c["rule"], c["mask"]) == ("lenient_complete", "source"))
+    by_query = lenient_source["calibration"]["rules"]["always"]["test_net_by_query"]
+    assert by_query["unrelated"] != 0  # the other queries do move: the sum is not the current query again

@@ -3,17 +3,23 @@
 Joins the YES/NO scores of a detection run on the quantity pairs with the
 generation outcomes of two quantity-study runs (development and test groups).
 Acting on a case means answering under a mask scope (``source``: the whole old
-record; ``number``: the old number only); its utility is
-U = 1{correct under the mask} - 1{correct under full access} on the current query.
+record; ``number``: the old number only); its utility on one query is
+U_q = 1{correct under the mask} - 1{correct under full access}.
 
 * Calibration: thresholds fitted on the development cases for balanced accuracy
-  and for current-answer utility (ties to the fewest actions), against fixed 0.5,
-  always and never, evaluated on the test cases with conditional (threshold fixed,
-  relation-stratified group resamples) and joint (dev and test resampled, threshold
-  refit per draw) intervals.
+  and for *current*-answer utility U_current (ties to the fewest actions; paper
+  L2840-2842), against fixed 0.5, always and never. On the test cases the
+  record-pair decision is applied to the current, historical and unrelated
+  queries (paper L2847-2849: "without an assumed historical guard"): the primary
+  test utility of a case is U_current + U_historical + U_unrelated, with each
+  query's net beside it. The current-query-only test utility (this module's
+  earlier endpoint) is kept as the named sensitivity ``current_only``. Intervals:
+  conditional (threshold fixed, relation-stratified group resamples) and joint
+  (dev and test resampled, threshold refit per draw).
 * Coverage curves on the test cases: expected net corrections when acting on the
   top share ranked by the YES/NO score (ties averaged), against random at matched
-  coverage; the true replacement label is the informed reference ranking.
+  coverage; the true replacement label is the informed reference ranking (for the
+  primary utility, and for the current query only).
 
 Correct answers use a quantity-study grading rule (``complete``: the paper's
 complete single-answer JSON with the same unit; ``lenient_complete``: the right
@@ -26,16 +32,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from kvprobe.files import atomic_write_text
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED
 from kvprobe.studies.detectors.coverage import coverage_curve, plot_coverage
 from kvprobe.studies.detectors.text import YES_NO
 from kvprobe.studies.report import COVERAGE_COLUMNS, coverage_rows, interval, table_head, table_row
 from kvprobe.studies.runner import read_rows
-from .calibration import calibrate
+from .calibration import calibrate, summarize
 
 RULES = ("complete", "lenient_complete")
 MASKS = ("source", "number")
+#: The queries a record-pair decision applies to (paper L2847-2849); thresholds are fitted on the first.
+QUERIES = ("current", "historical", "unrelated")
 
 
 def quantity_outcomes(run_dir: str | Path, query: str = "current") -> dict[tuple[str, str], dict[str, Any]]:
@@ -43,40 +53,61 @@ def quantity_outcomes(run_dir: str | Path, query: str = "current") -> dict[tuple
     return {(r["case_id"], r["condition"]): r for r in read_rows(run_dir) if r["query"] == query}
 
 
-def _join(scores: dict[str, dict[str, Any]], outcomes: dict[tuple[str, str], dict[str, Any]], mask: str,
-          rule: str) -> dict[str, list]:
-    cases = sorted(c for c, cond in outcomes if cond == "full")
-    missing = [c for c in cases if c not in scores or (c, mask) not in outcomes]
-    if missing:
-        raise ValueError(f"no YES/NO score or no {mask!r} answer for quantity case {missing[0]!r}")
-    full = [outcomes[(c, "full")] for c in cases]
+def _join(scores: dict[str, dict[str, Any]], outcomes: dict[str, dict[tuple[str, str], dict[str, Any]]],
+          mask: str, rule: str) -> dict[str, list]:
+    """Scores, labels, groups, relations and the utility of acting on each query, case by case."""
+    current = outcomes[QUERIES[0]]
+    cases = sorted(c for c, cond in current if cond == "full")
+    for query, rows in outcomes.items():
+        missing = [c for c in cases if c not in scores or (c, mask) not in rows or (c, "full") not in rows]
+        if missing:
+            raise ValueError(f"no YES/NO score or no {query} {mask!r} answer for quantity case {missing[0]!r}")
+    full = [current[(c, "full")] for c in cases]
+    utility = {q: [int(rows[(c, mask)][rule]) - int(rows[(c, "full")][rule]) for c in cases]
+               for q, rows in outcomes.items()}
     return {"score": [scores[c]["score"] for c in cases], "label": [scores[c]["label"] for c in cases],
             "group": [r["group_id"] for r in full], "relation": [r["relation"] for r in full],
-            "utility": [int(outcomes[(c, mask)][rule]) - int(outcomes[(c, "full")][rule]) for c in cases]}
+            "utility": utility, "all_queries": [sum(u) for u in zip(*utility.values())]}
+
+
+def _curves(test: dict[str, list], utility: list[int], draws: int, seed: int) -> dict[str, Any]:
+    return {name: coverage_curve(ranking, utility, groups=test["group"], strata=test["relation"], n_draws=draws,
+                                 seed=seed)
+            for name, ranking in (("yes-no score", test["score"]), ("replacement label", test["label"]))}
 
 
 def action_utility(detection_dir: str | Path, dev_dir: str | Path, test_dir: str | Path,
                    rules: tuple[str, ...] = RULES, masks: tuple[str, ...] = MASKS, seed: int = PAPER_SEED,
                    draws: int = DRAWS) -> dict[str, Any]:
-    """Calibration and coverage for every (grading rule, mask scope)."""
+    """Calibration and coverage for every (grading rule, mask scope): thresholds fitted on the current
+    query's utility, evaluated on all three queries (primary) and on the current one (``current_only``)."""
     scores = {r["case_id"].split("/", 1)[1]: r for r in read_rows(detection_dir)
               if r["dataset"] == "quantity" and r["detector"] == YES_NO}
     if not scores:
         raise ValueError(f"{detection_dir}: no YES/NO scores on the quantity dataset")
-    dev_out, test_out = quantity_outcomes(dev_dir), quantity_outcomes(test_dir)
+    dev_out = {q: quantity_outcomes(dev_dir, q) for q in QUERIES}
+    test_out = {q: quantity_outcomes(test_dir, q) for q in QUERIES}
     cells = []
     for rule in rules:
         for mask in masks:
             dev, test = _join(scores, dev_out, mask, rule), _join(scores, test_out, mask, rule)
-            cal = calibrate(dev["score"], test["score"], dev_groups=dev["group"], test_groups=test["group"],
-                            dev_labels=dev["label"], dev_utility=dev["utility"], test_labels=test["label"],
-                            test_utility=test["utility"], dev_strata=dev["relation"], test_strata=test["relation"],
-                            n_draws=draws, seed=seed)
-            curves = {name: coverage_curve(ranking, test["utility"], groups=test["group"], strata=test["relation"],
-                                           n_draws=draws, seed=seed)
-                      for name, ranking in (("yes-no score", test["score"]), ("replacement label", test["label"]))}
+
+            def evaluate(test_utility: list[int]) -> dict[str, Any]:
+                return calibrate(dev["score"], test["score"], dev_groups=dev["group"], test_groups=test["group"],
+                                 dev_labels=dev["label"], dev_utility=dev["utility"][QUERIES[0]],
+                                 test_labels=test["label"], test_utility=test_utility, dev_strata=dev["relation"],
+                                 test_strata=test["relation"], n_draws=draws, seed=seed)
+
+            cal = evaluate(test["all_queries"])
+            for r in cal["rules"].values():
+                t = -np.inf if r["threshold"] is None else r["threshold"]
+                r["test_net_by_query"] = {q: int(summarize(test["score"], t, test["utility"][q])["net"])
+                                          for q in QUERIES}
             cells.append({"rule": rule, "mask": mask, "dev_cases": len(dev["score"]),
-                          "test_cases": len(test["score"]), "calibration": cal, "coverage": curves})
+                          "test_cases": len(test["score"]), "queries": list(QUERIES), "calibration": cal,
+                          "coverage": _curves(test, test["all_queries"], draws, seed),
+                          "current_only": {"calibration": evaluate(test["utility"][QUERIES[0]]),
+                                           "coverage": _curves(test, test["utility"][QUERIES[0]], draws, seed)}})
     return {"cells": cells, "seed": seed, "draws": draws,
             "sources": {"detection": str(detection_dir), "dev": str(dev_dir), "test": str(test_dir)}}
 
@@ -85,28 +116,45 @@ def _ci(ci: list[float] | None) -> str:
     return interval(ci, "+.0f") if ci else ""
 
 
+def _rules_table(calibration: dict[str, Any], by_query: bool) -> list[str]:
+    head = ["rule", "threshold", "dev actions", "dev net (current)" if by_query else "dev net", "test actions",
+            "test net (C / R)", "conditional 95% CI", "joint 95% CI"]
+    lines = list(table_head([*head, *(["test net by query (cur / hist / unrel)"] if by_query else []), "notes"]))
+    for name, r in calibration["rules"].items():
+        t = "-inf" if r["threshold"] is None else f"{r['threshold']:.6g}"
+        per_query = ([" / ".join(f"{v:+d}" for v in r["test_net_by_query"].values())] if by_query else [])
+        lines.append(table_row([name, t, r["dev_actions"], f"{r['dev_net']:+.0f}", r["test_actions"],
+                                f"{r['test_net']:+.0f} ({r['test_corrections']} / {r['test_reversals']})",
+                                _ci(r["conditional"].get("net")), _ci(r.get("joint", {}).get("net")), *per_query,
+                                "; ".join(r["notes"])]))
+    return lines
+
+
+def _coverage_table(coverage: dict[str, Any]) -> list[str]:
+    lines = list(table_head(["ranking", *COVERAGE_COLUMNS]))
+    for name, cur in coverage.items():
+        lines += [table_row([name, *cells]) for cells in coverage_rows(cur)]
+    return lines
+
+
 def format_action_report(summary: dict[str, Any], model: str) -> str:
     lines = [f"# Detection vs action on the quantity set: {model}", "",
-             "YES/NO scores of the record pairs decide whether to hide the old record (or only its number) before "
-             "the current question. Utility of a case = correct under the mask minus correct under full access. "
-             "Thresholds are fitted on the development groups (ties to the fewest actions); conditional intervals "
-             "keep the threshold fixed, joint ones refit it in each draw "
+             "YES/NO scores of the record pairs decide whether to hide the old record (or only its number). "
+             "Utility of a case on one query = correct under the mask minus correct under full access. "
+             "Thresholds are fitted on the development groups' current-query utility (ties to the fewest actions); "
+             "on the test groups the decision applies to the current, historical and unrelated queries (paper "
+             "L2847-2849), so a case's test utility is the sum over the three (its net per query beside it); the "
+             "current query alone is the sensitivity below each table. Conditional intervals keep the threshold "
+             "fixed, joint ones refit it in each draw "
              f"({summary['draws']:,} relation-stratified group draws, seed {summary['seed']}).", ""]
     for cell in summary["cells"]:
         lines += [f"## {cell['rule']} rule, {cell['mask']} mask ({cell['dev_cases']} dev / {cell['test_cases']} "
-                  "test cases)", "",
-                  *table_head(["rule", "threshold", "dev actions", "dev net", "test actions", "test net (C / R)",
-                               "conditional 95% CI", "joint 95% CI", "notes"])]
-        for name, r in cell["calibration"]["rules"].items():
-            t = "-inf" if r["threshold"] is None else f"{r['threshold']:.6g}"
-            lines.append(f"| {name} | {t} | {r['dev_actions']} | {r['dev_net']:+.0f} | {r['test_actions']} | "
-                         f"{r['test_net']:+.0f} ({r['test_corrections']} / {r['test_reversals']}) | "
-                         f"{_ci(r['conditional'].get('net'))} | {_ci(r.get('joint', {}).get('net'))} | "
-                         f"{'; '.join(r['notes'])} |")
-        lines += ["", *table_head(["ranking", *COVERAGE_COLUMNS])]
-        for name, cur in cell["coverage"].items():
-            lines += [table_row([name, *cells]) for cells in coverage_rows(cur)]
-        lines += ["", f"![coverage](coverage-{cell['rule']}-{cell['mask']}.png)", ""]
+                  "test cases)", "", "Test utility over the current, historical and unrelated queries:", "",
+                  *_rules_table(cell["calibration"], by_query=True), "", *_coverage_table(cell["coverage"]), "",
+                  f"![coverage](coverage-{cell['rule']}-{cell['mask']}.png)", "",
+                  "Sensitivity, current query only:", "",
+                  *_rules_table(cell["current_only"]["calibration"], by_query=False), "",
+                  *_coverage_table(cell["current_only"]["coverage"]), ""]
     return "\n".join(lines)
 
 
