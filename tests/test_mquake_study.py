@@ -70,3 +70,26 @@ def test_run_resumes_and_summarizes(study, tmp_path):
     kinds = {(c["kind"], c["policy"]) for c in summary["cells"]}
     assert ("historical", "rebuild") in kinds and ("current", "compact") in kinds
     assert "Offline routing" in (out / "report.md").read_text()
+
+
+def test_recompute_vs_source_counts_discordant_cases_by_stratum():
+    """Hand-built rows: the stratified McNemar counts and the loss x gain table of the paper's analysis."""
+    from kvprobe.studies.mquake.summary import recompute_vs_source
+
+    def row(em, retained=True):
+        return {"em": em, "contains": em, "retained_text": retained}
+
+    by_key = {
+        ("historical", "recompute"): {("a", 3): row(0), ("b", 3): row(1), ("c", 3): row(0, False), ("d", 3): row(0)},
+        ("historical", "source-mask"): {("a", 3): row(1), ("b", 3): row(0), ("c", 3): row(1, False),
+                                        ("d", 3): row(0)},
+        ("current", "recompute"): {("a", 0): row(1), ("b", 0): row(0), ("d", 0): row(1)},
+        ("current", "source-mask"): {("a", 0): row(0), ("b", 0): row(0), ("d", 0): row(0)},
+    }
+    out = recompute_vs_source(by_key)["em"]
+    assert out["strata"]["retained"] | {"mcnemar_p": 0} == {"n": 3, "arm_correct": 1, "reference_correct": 1,
+                                                            "arm_only": 1, "reference_only": 1, "mcnemar_p": 0}
+    assert out["strata"]["masked_only"]["reference_only"] == 1 and out["strata"]["masked_only"]["n"] == 1
+    # losses {a, c}, current gains {a, d}: [[a], [c]], [[d], [b]]
+    assert out["loss_and_current_gain"]["table"] == [[1, 1], [1, 1]]
+    assert recompute_vs_source({("historical", "full"): {}}) is None

@@ -381,3 +381,32 @@ def test_study_statistics_reproduce_the_schemes_they_replace():
     # exact binomial bounds
     assert clopper_pearson(0, 0) is None and clopper_pearson(0, 10)[0] == 0.0
     assert zero_failure_bound(60) == pytest.approx(1 - 0.05 ** (1 / 60))
+
+
+def test_exact_mcnemar_against_hand_computation():
+    from math import comb
+
+    from kvprobe.readouts.stats import mcnemar_exact
+
+    assert mcnemar_exact(5, 0) == pytest.approx(0.0625)  # the paper's "5 discordant pairs against 0: p = 0.06"
+    # 7 against 2: 2 * sum_{k<=2} C(9, k) / 2^9
+    assert mcnemar_exact(7, 2) == pytest.approx(2 * sum(comb(9, k) for k in range(3)) / 2 ** 9)
+    assert mcnemar_exact(3, 3) == 1.0 and mcnemar_exact(0, 0) == 1.0
+    with pytest.raises(ValueError):
+        mcnemar_exact(-1, 2)
+
+
+def test_fisher_exact_against_hand_computation():
+    from math import comb
+
+    from kvprobe.readouts.stats import fisher_exact
+
+    # [[3, 1], [1, 3]]: hypergeometric with margins 4/4 of 8; two-sided = tables as or less likely.
+    probs = [comb(4, a) * comb(4, 4 - a) / comb(8, 4) for a in range(5)]
+    observed = probs[3]
+    assert fisher_exact([[3, 1], [1, 3]])["p"] == pytest.approx(sum(p for p in probs if p <= observed + 1e-12))
+    result = fisher_exact([[12, 5], [2, 11]])
+    assert result["ci"][0] < result["odds_ratio"] < result["ci"][1] and result["p"] < 0.05
+    assert fisher_exact([[0, 0], [0, 60]])["odds_ratio"] is None  # zero margins: undefined, not NaN
+    with pytest.raises(ValueError):
+        fisher_exact([[1, 2, 3], [4, 5, 6]])

@@ -6,6 +6,12 @@ both against full access with a 95 % interval from 10,000 bootstrap draws of who
 paraphrases stay together). The historical question is also split by the
 retained-text stratum, and the offline routing (historical prefix -> full
 access, every other question -> text recompute) is scored.
+
+Recompute against the source mask (paper L4228-4270): per retained-text stratum,
+the historical question's discordant cases with the exact McNemar test; and
+whether a case's historical loss under recompute goes with a gain on a current
+paraphrase (2 x 2 table of cases, conditional odds ratio, Fisher exact test).
+Both on the exact-match and the contains-answer rules.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 
-from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change
+from kvprobe.readouts.stats import DRAWS, fisher_exact, group_bootstrap_weights, mcnemar_exact, paired_change
 from kvprobe.studies.report import corrections_reversals, estimate, heading, run_time, table_head
 from kvprobe.studies.runner import read_rows, write_run_summary
 from .study import POLICIES
@@ -52,7 +58,38 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
               and r["condition"] in ("full", "recompute")]
     routing = {"n": len(routed), "em": sum(r["em"] for r in routed), "contains": sum(r["contains"] for r in routed),
                "rule": "historical prefix -> full access; other questions -> text recompute"}
-    return {"cells": cells, "routing": routing, "draws": draws, "seed": seed, "rows": len(rows)}
+    return {"cells": cells, "routing": routing, "recompute_vs_source": recompute_vs_source(by_key), "draws": draws,
+            "seed": seed, "rows": len(rows)}
+
+
+#: The two operations the paper's stratified comparison contrasts (arm, reference).
+CONTRAST = ("recompute", "source-mask")
+
+
+def recompute_vs_source(by_key: dict[tuple[str, str], dict[tuple[str, int], dict]]) -> dict[str, Any] | None:
+    """Exact tests of recompute against the source mask (None when a run lacks either operation)."""
+    arm, ref = CONTRAST
+    hist_arm, hist_ref = by_key.get(("historical", arm)), by_key.get(("historical", ref))
+    if not hist_arm or not hist_ref:
+        return None
+    cases = sorted(k for k in hist_ref if k in hist_arm)
+    out: dict[str, Any] = {"arm": arm, "reference": ref}
+    for rule in ("em", "contains"):
+        strata = {}
+        for name, retained in (("retained", True), ("masked_only", False)):
+            keys = [k for k in cases if bool(hist_ref[k]["retained_text"]) == retained]
+            b = sum(bool(hist_arm[k][rule]) and not hist_ref[k][rule] for k in keys)
+            c = sum(bool(hist_ref[k][rule]) and not hist_arm[k][rule] for k in keys)
+            strata[name] = {"n": len(keys), "arm_correct": sum(bool(hist_arm[k][rule]) for k in keys),
+                            "reference_correct": sum(bool(hist_ref[k][rule]) for k in keys),
+                            "arm_only": b, "reference_only": c, "mcnemar_p": mcnemar_exact(b, c)}
+        current_arm, current_ref = by_key.get(("current", arm), {}), by_key.get(("current", ref), {})
+        gains = {k[0] for k, r in current_arm.items() if r[rule] and k in current_ref and not current_ref[k][rule]}
+        losses = {k[0] for k in cases if hist_ref[k][rule] and not hist_arm[k][rule]}
+        ids = {k[0] for k in cases}
+        table = [[len(losses & gains), len(losses - gains)], [len((ids - losses) & gains), len(ids - losses - gains)]]
+        out[rule] = {"strata": strata, "loss_and_current_gain": fisher_exact(table)}
+    return out
 
 
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
@@ -80,10 +117,36 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         lines += ["", "Historical question, retained-text stratum (the historical answer still occurs in the text "
                   "that remains after deleting the superseded records), exact matches: " +
                   ", ".join(f"{c['policy']} {c['em_retained']}/{c['n_retained']}" for c in hist) + "."]
+    lines += _contrast_lines(summary.get("recompute_vs_source"))
     r = summary["routing"]
     lines += ["", f"Offline routing ({r['rule']}): {r['em']}/{r['n']} exact matches, {r['contains']}/{r['n']} "
               "containing the answer.", ""]
     return "\n".join(lines)
+
+
+def _contrast_lines(contrast: dict[str, Any] | None) -> list[str]:
+    if not contrast:
+        return []
+    lines = ["", f"{contrast['arm']} vs {contrast['reference']} on the historical question, by retained-text "
+             "stratum (exact McNemar test of the discordant cases):", "",
+             *table_head(["rule", "stratum", "n", contrast["arm"], contrast["reference"],
+                          f"only {contrast['arm']} / only {contrast['reference']}", "McNemar p"])]
+    for rule in ("em", "contains"):
+        for name, st in contrast[rule]["strata"].items():
+            lines.append(f"| {rule} | {name} | {st['n']} | {st['arm_correct']} | {st['reference_correct']} | "
+                         f"{st['arm_only']} / {st['reference_only']} | {st['mcnemar_p']:.3g} |")
+    lines += ["", f"Cases whose historical answer {contrast['arm']} loses against {contrast['reference']}, and whether "
+              "it gains a current paraphrase (rows: historical loss yes/no; columns: current gain yes/no; "
+              "conditional odds ratio with its exact 95% interval, Fisher exact test):", "",
+              *table_head(["rule", "loss & gain", "loss, no gain", "no loss, gain", "neither", "odds ratio [95% CI]",
+                           "Fisher p"])]
+    for rule in ("em", "contains"):
+        f = contrast[rule]["loss_and_current_gain"]
+        (a, b), (c, d) = f["table"]
+        odds = "n/a" if f["odds_ratio"] is None else f"{f['odds_ratio']:.3g}"
+        lo, hi = ("n/a" if x is None else f"{x:.3g}" for x in f["ci"])
+        lines.append(f"| {rule} | {a} | {b} | {c} | {d} | {odds} [{lo}, {hi}] | {f['p']:.3g} |")
+    return lines
 
 
 def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
