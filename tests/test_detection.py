@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import kvprobe
@@ -42,6 +43,25 @@ def test_detector_prompts_are_the_papers_bytes():
     text = " ".join(PAPER.read_text().split())
     for sentence in (strings.SYSTEM_COMPACT, strings.SYSTEM_RECORDS):
         assert sentence in text.replace("`` ", "").replace(" ''", "")
+
+
+@pytest.mark.skipif(not PAPER.exists(), reason="the paper text (../shared/seed) is not beside the repository")
+def test_yes_no_prompt_is_the_papers_template():
+    """The quoted template (seed L3550-3562) with the layout the paper states in words (L3565-3567): one
+    instruction line, two newlines before Record A, one before each record, two between A and Record B,
+    two trailing newlines; and the system message (L3543)."""
+    text = PAPER.read_text()
+    start = text.index("\\begin{quote}\\small\\ttfamily\\raggedright", text.index("The exact user template"))
+    body = text[text.index("\n", start) + 1: text.index("\\end{quote}", start)]
+    instruction, record_a, record_b = (p.strip() for p in body.split("\n\n"))
+    assert record_a == "Record A:\\\\\n\\{old\\}" and record_b == "Record B:\\\\\n\\{later\\}"
+    expected = (" ".join(instruction.split()) + "\n\nRecord A:\n" + strings.OLD_PLACEHOLDER + "\n\nRecord B:\n"
+                + strings.LATER_PLACEHOLDER + "\n\n")
+    assert strings.YES_NO == expected
+    assert "\\emph{" + strings.YES_NO_SYSTEM + "}" in text
+    # The later record and the two trailing newlines end the user message.
+    prompt, question = detector_prompt(strings.YES_NO, "A.", "B.", strings.YES_NO_SYSTEM, True)
+    assert question == "B.\n\n" and prompt.segments[0][1].endswith("Record A:\nA.\n\nRecord B:\n")
 
 
 @pytest.mark.parametrize("output, decision, reason", [
@@ -151,6 +171,10 @@ def test_yes_no_score_is_the_normalized_candidate_probability():
                for c in strings.YES_NO_TOKENS)  # uncached plain forward, fp32
     assert row["logp_yes"] == pytest.approx(yes, abs=1e-4) and row["logp_no"] == pytest.approx(no, abs=1e-4)
     assert row["score"] == pytest.approx(1 / (1 + math.exp(no - yes)), abs=1e-6)
+    # The paper's float32 score with the log-odds clipped to [-80, 80].
+    assert row["score"] == float(np.float32(1) / (np.float32(1) + np.exp(np.clip(np.float32(row["logp_no"])
+                                                                                  - np.float32(row["logp_yes"]),
+                                                                                  -80, 80))))
 
 
 def test_calibrate_command_joins_scores_and_quantity_answers(tmp_path):

@@ -28,6 +28,9 @@ def test_test_groups_follow_the_paper_design():
 def test_dev_groups_are_disjoint():
     test, dev = generate_groups(), generate_groups(TaskConfig(dev=True))
     assert len(dev) == 18
+    # The paper's development split: nine replacements and three of each other relation (L2830-2831).
+    assert Counter(g.relation for g in dev) == {"replacement": 9, "confirmation": 3, "other_attribute": 3,
+                                                "other_entity": 3}
     assert not {g.entity for g in test} & {g.entity for g in dev}
     assert not ({g.old_num for g in test} | {g.new_num for g in test}) & ({g.old_num for g in dev} | {g.new_num for g in dev})
     assert not {g.color for g in test} & {g.color for g in dev}

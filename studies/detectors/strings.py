@@ -104,19 +104,19 @@ SYSTEM_RECORDS = "Return only the requested JSON. Do not include reasoning or ma
 QUESTION_CONDITIONED = ("The target entity/attribute is specified by this question: {question} "
                         "Extract the states relevant to that target.")
 
-# UNCLEAR (paper): the YES/NO probability detector's prompt is not quoted in the paper ("forced YES/NO
-# sequence scores for whether the value of the same entity and attribute changed", L3464). Ours asks
-# exactly that, with the records laid out as in the asserted-value prompt.
-YES_NO = """\
-Read the two ordered authoritative records below. Did Record B change the
-value of Record A's entity and attribute to a different value? Answer YES or NO.
-
-Record A:
-<OLD RECORD>
-
-Record B:
-<LATER RECORD>"""
-YES_NO_SYSTEM = "Answer with YES or NO only."
+# The replacement detector scored by forced YES/NO (paper appendix, seed L3543-3572): the system
+# message and the exact user template. The paper typesets the instruction wrapped in a quote; the
+# literal template is one instruction line, two newlines before "Record A:", one newline before each
+# record, two newlines between A and "Record B:", and two trailing newlines (seed L3565-3567).
+YES_NO = (
+    "Do records A and B affirm DIFFERENT values for the SAME entity and the SAME single-valued attribute "
+    "at their respective reference times? A later confirmation of the same quantity is not a replacement; "
+    "updates to a different entity or attribute are not replacements of A. Resolve any explicit reference "
+    "to A's unit. Answer only YES or NO.\n\nRecord A:\n<OLD RECORD>\n\nRecord B:\n<LATER RECORD>\n\n"
+)
+YES_NO_SYSTEM = "Return only the requested answer. Do not include reasoning or markdown."
+#: The score's clip of the log-odds (seed L3577: s = 1 / (1 + exp(clip(log p(NO) - log p(YES), -80, 80)))).
+YES_NO_CLIP = 80.0
 YES_NO_TOKENS = ("YES", "NO")
 
 # Record-history generation task (paper L5481-5486, appendix "Synthetic Record Histories"): the shared

@@ -35,7 +35,6 @@ record is the history (prefilled once per pair) and the later record is the
 
 from __future__ import annotations
 
-import math
 import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -146,7 +145,8 @@ def lexical_filter(decision: str, old_value: str, a_text: str, b_text: str) -> s
 
 def detector_prompt(template: str, old: str, later: str, system: str | None, chat: bool,
                     question: str | None = None) -> tuple[kvprobe.Prompt, str]:
-    """(prompt holding everything before the later record, the later record as the question).
+    """(prompt holding everything before the later record, the later record (and the template's
+    trailing whitespace, e.g. the YES/NO template's two newlines) as the question).
 
     The user message (or raw text) is exactly ``strings.fill(template, old, later)``,
     preceded by the question-conditioned sentences when ``question`` is given.
@@ -155,11 +155,11 @@ def detector_prompt(template: str, old: str, later: str, system: str | None, cha
     if question is not None:
         text = strings.QUESTION_CONDITIONED.format(question=question) + "\n\n" + text
     head, tail = text.split(strings.LATER_PLACEHOLDER)
-    if tail:
-        raise ValueError("the later record must end the detector prompt")
+    if tail.strip():
+        raise ValueError("only whitespace may follow the later record in a detector prompt")
     prompt = kvprobe.Prompt([("prompt", head)], chat=chat, system=system if chat else None, question_sep="",
                             raw_suffix="\n")
-    return prompt, later
+    return prompt, later + tail
 
 
 @dataclass(frozen=True)
@@ -231,12 +231,16 @@ def run_text_detectors(model: kvprobe.Model, pairs: Sequence[RecordPair], names:
 
 def yes_no_scores(model: kvprobe.Model, pairs: Sequence[RecordPair], chat: bool | None = None
                   ) -> list[dict[str, Any]]:
-    """P(YES) / (P(YES) + P(NO)) of the first answer token(s), per pair.
+    """The paper's YES/NO replacement score of each pair (seed L3569-3578).
 
-    The two candidates are scored by teacher forcing (summed log-probabilities, so a
-    tokenizer that splits YES still gets a sequence score; ``single_token`` says whether
-    both were single tokens, as in the paper).
+    ``YES`` and ``NO`` are tokenized alone (no special tokens) and scored by teacher
+    forcing after the prompt (summed float32 log-probabilities: a tokenizer that splits a
+    candidate still gets a sequence score; ``single_token`` says whether both were one
+    token, as in the paper), and s = 1 / (1 + exp(clip(log p(NO) - log p(YES), -80, 80)))
+    in float32: the probability of YES normalized over the two candidates.
     """
+    import numpy as np
+
     chat = use_chat(model, chat)
     items = []
     for pair in pairs:
@@ -247,7 +251,7 @@ def yes_no_scores(model: kvprobe.Model, pairs: Sequence[RecordPair], chat: bool 
     for ans in answers:
         s = ans.scores
         yes, no = s.logprobs
-        top = max(yes, no)
-        p_yes = math.exp(yes - top) / (math.exp(yes - top) + math.exp(no - top))
-        rows.append({"score": p_yes, "logp_yes": yes, "logp_no": no, "single_token": s.n_tokens == (1, 1)})
+        log_odds = np.clip(np.float32(no) - np.float32(yes), -strings.YES_NO_CLIP, strings.YES_NO_CLIP)
+        score = np.float32(1) / (np.float32(1) + np.exp(np.float32(log_odds)))
+        rows.append({"score": float(score), "logp_yes": yes, "logp_no": no, "single_token": s.n_tokens == (1, 1)})
     return rows

@@ -33,6 +33,8 @@ UNITS = ("minutes", "hours", "meters", "liters", "grams", "volts")
 #: Strict-replacement groups per unit (paper L3376-3378: 9/6/14/10/11/10).
 REPLACEMENTS_PER_UNIT = {"minutes": 9, "hours": 6, "meters": 14, "liters": 10, "grams": 11, "volts": 10}
 RELATION_COUNTS = {"replacement": 60, "confirmation": 20, "other_attribute": 20, "other_entity": 20}
+#: The 18 development groups: nine replacements and three of each other relation (paper L2830-2831).
+DEV_RELATION_COUNTS = {"replacement": 9, "confirmation": 3, "other_attribute": 3, "other_entity": 3}
 INFORMATION = ("unit_stated", "unit_from_a")
 QUERIES = ("current", "historical", "unrelated")
 
@@ -156,7 +158,9 @@ def generate_groups(config: TaskConfig | None = None) -> list[Group]:
     config = config or TaskConfig()
     rng = random.Random(config.seed + (1 if config.dev else 0))
     if config.dev:
-        plan = [(("replacement", "confirmation", "other_attribute")[i % 3], UNITS[i % len(UNITS)]) for i in range(18)]
+        # UNCLEAR (paper): units of the development groups; we cycle through the six.
+        relations = [r for r, n in DEV_RELATION_COUNTS.items() for _ in range(n)]
+        plan = [(relation, UNITS[i % len(UNITS)]) for i, relation in enumerate(relations)]
         lo, hi = config.dev_value_range
         prefix, colors = "Assembly-DEV", DEV_COLORS
     else:
