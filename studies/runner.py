@@ -102,6 +102,16 @@ def study_parameters(study: Any) -> dict[str, Any]:
     return cfg
 
 
+def strings_sha256(module: Any) -> str:
+    """SHA-256 of every upper-case string constant of a ``strings`` module (a study's exact prompts), so
+    ``config.json`` changes when a prompt does and a run directory never mixes two prompt versions."""
+    import hashlib
+
+    names = sorted(k for k in vars(module) if k.isupper())
+    blob = json.dumps({k: getattr(module, k) for k in names}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 def full_config(study: Study, model: kvprobe.Model | dict[str, Any]) -> dict[str, Any]:
     """The config written to ``config.json`` (``model``: a loaded model or its :func:`model_description`)."""
     description = model if isinstance(model, dict) else model_description(model)

@@ -32,9 +32,10 @@ import kvprobe
 from kvprobe.readouts.stats import QUANTITY_SEED, RECORDS_SEED
 from kvprobe.studies.detectors.text import DETECTORS, MAX_NEW_TOKENS, TEXT_DETECTORS, YES_NO, RecordPair, \
     run_text_detectors, yes_no_scores
+from kvprobe.studies.detectors import strings
 from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.protocol import InvalidParameter, Study, require_at_least, require_choices
-from kvprobe.studies.runner import study_parameters
+from kvprobe.studies.runner import strings_sha256, study_parameters
 
 DATASETS = ("records", "quantity")
 
@@ -117,7 +118,7 @@ class DetectionStudy(Study):
         require_at_least(self, max_new_tokens=1, n_groups=1, cases_per_batch=1)
 
     def config(self) -> dict[str, Any]:
-        return study_parameters(self)
+        return {**study_parameters(self), "strings_sha256": strings_sha256(strings)}
 
     def cases(self) -> list[DetectionCase]:
         if self._cases is None:

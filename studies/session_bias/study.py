@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
-from kvprobe.studies.runner import study_parameters
+from kvprobe.studies.runner import strings_sha256, study_parameters
 from . import fixtures, grading, history, longmemeval, strings
 
 #: Answer budget (paper E1, app:v8_public L5916: "up to 128 new tokens"; E3 used 256).
@@ -246,9 +246,7 @@ class SessionBiasStudy(HistoryStudy):
 
 def strings_hash() -> str:
     """SHA-256 of every prompt string of ``strings.py`` (part of the config)."""
-    names = sorted(k for k in vars(strings) if k.isupper())
-    blob = json.dumps({k: getattr(strings, k) for k in names}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
+    return strings_sha256(strings)
 
 
 def run(model: kvprobe.Model, out_dir: Path | str, study: SessionBiasStudy | None = None, progress: bool = True):
