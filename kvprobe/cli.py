@@ -293,6 +293,12 @@ def _study_from_args(entry, args: argparse.Namespace):
         raise ValueError(f"{flag(exc.field_name)}: {str(exc).split(': ', 1)[1]}") from None
 
 
+def _given_options(entry, args: argparse.Namespace, to: str) -> dict:
+    """The registry options of ``entry`` bound for ``to`` (``"run"`` or ``"summary"``) that were given."""
+    return {o.name: getattr(args, o.name) for o in entry.options
+            if o.to == to and getattr(args, o.name, None) not in (None, False)}
+
+
 def _check_out_dir(out: str) -> None:
     """``--out`` must be a directory (new or existing), not a file."""
     from pathlib import Path
@@ -309,14 +315,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from kvprobe.studies.registry import entry as study_entry
     from kvprobe.studies.runner import run_study
 
+    from .parameters import flag
+
     entry = study_entry(args.study)
     study = _study_from_args(entry, args)
-    run_options = {o.name: getattr(args, o.name) for o in entry.options
-                   if o.to == "run" and getattr(args, o.name, None) not in (None, False)}
-    summary_options = {o.name: getattr(args, o.name) for o in entry.options
-                       if o.to == "summary" and getattr(args, o.name, None) is not None}
+    run_options, summary_options = _given_options(entry, args, "run"), _given_options(entry, args, "summary")
     if args.backend == "ray" and (entry.local_only or run_options):
-        why = entry.local_only or f"--{next(iter(run_options)).replace('_', '-')} runs on the driver after the run"
+        why = entry.local_only or f"{flag(next(iter(run_options)))} runs on the driver after the run"
         print(f"kvprobe run {args.study}: --backend ray is not supported ({why}); use --backend local",
               file=sys.stderr)
         return 2
@@ -361,8 +366,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     entry = study_entry(args.study)
     for run_dir in args.runs:
         results_file(run_dir)  # a clear error before anything is written
-    summary_options = {o.name: getattr(args, o.name) for o in entry.options
-                       if o.to == "summary" and getattr(args, o.name, None) is not None}
+    summary_options = _given_options(entry, args, "summary")
     if len(args.runs) > 1 and entry.compare is not None:
         if not args.out:
             raise ValueError(f"several {args.study} runs: give --out DIR for the comparison")
@@ -412,7 +416,7 @@ def _add_run_parser(sub, argv: Sequence[str] | None) -> None:
     parameter options (importing every study to build the parser would make each command slow)."""
     from kvprobe.studies.registry import REPORT_SEED, STUDIES
 
-    from .parameters import add_field_options
+    from .parameters import add_field_options, flag
 
     run = sub.add_parser("run", help="run a study (resumable) and write results, summary and report",
                          description="Run a study case by case into --out: config.json, results.jsonl (one row per "
@@ -430,11 +434,10 @@ def _add_run_parser(sub, argv: Sequence[str] | None) -> None:
         params = p.add_argument_group(f"{name} parameters (the study's fields; defaults are the study's)")
         add_field_options(params, entry.study_class(), reserved=COMMON_RUN_OPTIONS)
         for option in entry.options:
-            o = "--" + option.name.replace("_", "-")
             if option.flag:
-                params.add_argument(o, dest=option.name, action="store_true", help=option.help)
+                params.add_argument(flag(option.name), dest=option.name, action="store_true", help=option.help)
             else:
-                params.add_argument(o, dest=option.name, default=None, help=option.help)
+                params.add_argument(flag(option.name), dest=option.name, default=None, help=option.help)
         g = p.add_argument_group("run options")
         g.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
         g.add_argument("--out", default=None, help=f"output directory (default runs/{name}/MODEL)")
@@ -461,6 +464,8 @@ def _run_target(argv: Sequence[str] | None) -> str | None:
 def _add_report_parser(sub) -> None:
     from kvprobe.studies.registry import REPORT_SEED, STUDIES
 
+    from .parameters import flag
+
     p = sub.add_parser("report", help="rewrite a run's report, or compare runs of several models",
                        description="With one run directory: recompute summary.json, report.md (and figures) "
                        "from its results.jsonl. Quantity with several (one model each): fit the warning threshold "
@@ -470,7 +475,7 @@ def _add_report_parser(sub) -> None:
     p.add_argument("runs", nargs="+", help="output directories of `kvprobe run` (several: quantity thresholds, "
                    "or each rewritten for the other studies)")
     for option in {o.name: o for e in STUDIES.values() for o in e.options if o.to == "summary"}.values():
-        p.add_argument("--" + option.name.replace("_", "-"), dest=option.name, default=None,
+        p.add_argument(flag(option.name), dest=option.name, default=None,
                        help=f"{', '.join(e.name for e in STUDIES.values() if option in e.options)}: {option.help}")
     p.add_argument("--out", default=None, help="where to write the comparison of several runs (quantity: "
                    "thresholds.{json,md})")

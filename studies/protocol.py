@@ -102,6 +102,12 @@ class CaseRun:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def use_chat(tokenizer: Any, chat: bool | None) -> bool:
+    """``chat``, or when None whether the tokenizer has a chat template (an instruct model then ends its
+    answer with EOS). Every study's ``chat`` field means this."""
+    return chat if chat is not None else getattr(tokenizer, "chat_template", None) is not None
+
+
 def prepared(model: kvprobe.Model, history: kvprobe.History, condition: kvprobe.Access) -> kvprobe.Access:
     """``condition`` prepared once for every question (``kvprobe.Prepared.of``), unless it depends on the
     question or selects keys per query (those are applied per row)."""
@@ -188,6 +194,8 @@ class HistoryStudy(Study):
         cases_per_batch: consecutive cases answered in one batch.
     """
 
+    #: Condition names applied per row rather than prepared once (derived-note times its own preparation).
+    skip_prepare: ClassVar[tuple[str, ...]] = ()
     max_new_tokens: int
 
     # ------------------------------------------------------------------ what a study supplies
@@ -317,5 +325,3 @@ class HistoryStudy(Study):
             ran = iter(batch)
             batch = [skipped[i] if i in skipped else next(ran) for i in range(len(cases))]
         return self.finish(model, batch)
-
-    skip_prepare: ClassVar[tuple[str, ...]] = ()

@@ -90,14 +90,14 @@ class RunInfo:
 
 
 def study_parameters(study: Any) -> dict[str, Any]:
-    """The base of a dataclass study's ``config()``: its public fields (not ``name``, not ``_private``
-    caches), JSON-shaped (tuples as lists, as ``config.json`` stores them), and ``case_ids_sha256`` of
-    its cases in order."""
+    """The base of a dataclass study's ``config()``: its public fields (not ``_private`` caches; the
+    study's ``name`` is a class attribute, not a field), JSON-shaped (tuples as lists, as ``config.json``
+    stores them), and ``case_ids_sha256`` of its cases in order."""
     import dataclasses
     import hashlib
 
     cfg = {f.name: list(v) if isinstance(v := getattr(study, f.name), tuple) else v
-           for f in dataclasses.fields(study) if not f.name.startswith("_") and f.name != "name"}
+           for f in dataclasses.fields(study) if not f.name.startswith("_")}
     cfg["case_ids_sha256"] = hashlib.sha256("\n".join(c.case_id for c in study.cases()).encode()).hexdigest()
     return cfg
 

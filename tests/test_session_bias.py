@@ -15,6 +15,7 @@ import kvprobe
 from kvprobe.interventions import session_gate
 from kvprobe.access import select_layers
 from kvprobe.decoding import question_logits
+from kvprobe.studies.protocol import use_chat
 from kvprobe.studies.runner import run_study
 from kvprobe.studies.session_bias import fixtures, grading, history, longmemeval
 from kvprobe.studies.session_bias.study import SessionBiasCase, SessionBiasStudy
@@ -201,7 +202,7 @@ _PREFILLED: dict = {}
 
 def _prefill(model, q: longmemeval.Question):
     """Prefill (a question and its abstention variant share one history) and build the arms."""
-    prompt, layout = history.build_prompt(q, chat=history.use_chat(model.tokenizer, None))
+    prompt, layout = history.build_prompt(q, chat=use_chat(model.tokenizer, None))
     key = (model.name, json.dumps(prompt.segments))
     h = _PREFILLED[key] if key in _PREFILLED else _PREFILLED.setdefault(key, model.prefill(prompt))
     asked = history.question_text(q)

@@ -33,7 +33,8 @@ from typing import Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.readouts.stats import BABILONG_SEED
-from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
+from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
+                                      require_choices, use_chat)
 from kvprobe.studies.runner import study_parameters
 from . import grading, samples
 
@@ -110,7 +111,7 @@ class BabilongStudy(HistoryStudy):
         after = text[offset + len(s.context):]
         marker = "Question: "
         cut = after.rindex(marker)
-        chat = self.chat if self.chat is not None else getattr(model.tokenizer, "chat_template", None) is not None
+        chat = use_chat(model.tokenizer, self.chat)
         return kvprobe.Prompt([("before", before), ("context", s.context)], chat=chat, sep="",
                               question_sep=after[:cut] + marker, raw_suffix="\n")
 

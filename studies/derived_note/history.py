@@ -49,6 +49,7 @@ from typing import Any
 
 import kvprobe
 from kvprobe.prompts import SpanError, TokenSpan, char_span_to_tokens
+from kvprobe.studies.protocol import use_chat
 
 from . import strings
 from .groups import Case, Group
@@ -88,11 +89,6 @@ def segments(group: Group, c_text: str | None = None) -> list[tuple[str, str]]:
     """``[(name, text), ...]`` of the history; ``c_text`` replaces the derived note in segment ``C``."""
     return [("header", strings.HEADER), ("rule", group.rule), ("A", group.record_a),
             ("C", group.derived_note if c_text is None else c_text), ("B", group.record_b)]
-
-
-def use_chat(tokenizer: Any, chat: bool | None) -> bool:
-    """``chat`` or, when None, whether the tokenizer has a chat template."""
-    return getattr(tokenizer, "chat_template", None) is not None if chat is None else chat
 
 
 def build_prompt(group: Group, c_text: str | None = None, chat: bool = True) -> kvprobe.Prompt:

@@ -48,9 +48,14 @@ MASKS = ("source", "number")
 QUERIES = ("current", "historical", "unrelated")
 
 
-def quantity_outcomes(run_dir: str | Path, query: str = "current") -> dict[tuple[str, str], dict[str, Any]]:
-    """Rows of a quantity run for one query, by (case id, condition)."""
-    return {(r["case_id"], r["condition"]): r for r in read_rows(run_dir) if r["query"] == query}
+def quantity_outcomes(run_dir: str | Path, queries: tuple[str, ...] = QUERIES
+                      ) -> dict[str, dict[tuple[str, str], dict[str, Any]]]:
+    """Rows of a quantity run by query, then by (case id, condition); the file is read once."""
+    out: dict[str, dict[tuple[str, str], dict[str, Any]]] = {q: {} for q in queries}
+    for r in read_rows(run_dir):
+        if r["query"] in out:
+            out[r["query"]][(r["case_id"], r["condition"])] = r
+    return out
 
 
 def _join(scores: dict[str, dict[str, Any]], outcomes: dict[str, dict[tuple[str, str], dict[str, Any]]],
@@ -85,8 +90,7 @@ def action_utility(detection_dir: str | Path, dev_dir: str | Path, test_dir: str
               if r["dataset"] == "quantity" and r["detector"] == YES_NO}
     if not scores:
         raise ValueError(f"{detection_dir}: no YES/NO scores on the quantity dataset")
-    dev_out = {q: quantity_outcomes(dev_dir, q) for q in QUERIES}
-    test_out = {q: quantity_outcomes(test_dir, q) for q in QUERIES}
+    dev_out, test_out = quantity_outcomes(dev_dir), quantity_outcomes(test_dir)
     cells = []
     for rule in rules:
         for mask in masks:

@@ -42,6 +42,7 @@ from typing import Any, Sequence
 import kvprobe
 from kvprobe import decoding
 from kvprobe.studies.answers import normalize, parse_object
+from kvprobe.studies.protocol import use_chat
 from . import strings
 
 REPLACEMENT, NO_REPLACEMENT, UNRESOLVED = "replacement", "no_replacement", "unresolved"
@@ -171,10 +172,6 @@ class RecordPair:
     old_value: str
 
 
-def use_chat(model: kvprobe.Model, chat: bool | None) -> bool:
-    """``chat`` or, when None, whether the tokenizer has a chat template."""
-    return chat if chat is not None else getattr(model.tokenizer, "chat_template", None) is not None
-
 
 _BASES: weakref.WeakKeyDictionary[kvprobe.Model, dict[tuple[str, str | None, bool], kvprobe.History]] = \
     weakref.WeakKeyDictionary()
@@ -207,7 +204,7 @@ def run_text_detectors(model: kvprobe.Model, pairs: Sequence[RecordPair], names:
     Returns per pair ``{detector: fields}`` with the raw output, stop reason, token
     count, parse/field reason, the decision and the lexically filtered decision.
     """
-    chat = use_chat(model, chat)
+    chat = use_chat(model.tokenizer, chat)
     items, keys = [], []
     for i, pair in enumerate(pairs):
         for name in names:
@@ -241,7 +238,7 @@ def yes_no_scores(model: kvprobe.Model, pairs: Sequence[RecordPair], chat: bool 
     """
     import numpy as np
 
-    chat = use_chat(model, chat)
+    chat = use_chat(model.tokenizer, chat)
     items = []
     for pair in pairs:
         history, later = prefill_detector(model, strings.YES_NO, strings.YES_NO_SYSTEM, chat, pair.a_text, pair.b_text)

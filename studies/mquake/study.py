@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.readouts.stats import MQUAKE_SEED
-from kvprobe.studies.protocol import CaseRun, HistoryStudy, Question, require_at_least
+from kvprobe.studies.protocol import CaseRun, HistoryStudy, Question, require_at_least, use_chat
 from kvprobe.studies.runner import study_parameters
 from .generate import generate_cases
 from .history import build_history, contains_answer, normalized_exact_match, questions, retained_text, \
@@ -92,7 +92,7 @@ class MQuAKEStudy(HistoryStudy):
 
     def prompt(self, model: kvprobe.Model, case: MQuAKEStudyCase) -> kvprobe.Prompt:
         """The history: earlier relations, remaining links, later updates (``history.py``)."""
-        chat = self.chat if self.chat is not None else getattr(model.tokenizer, "chat_template", None) is not None
+        chat = use_chat(model.tokenizer, self.chat)
         return kvprobe.Prompt(build_history(case.case), chat=chat, sep="\n")
 
     def questions(self, model: kvprobe.Model, case: MQuAKEStudyCase, history: kvprobe.History) -> list[Question]:

@@ -59,7 +59,7 @@ class QuantityStudy(QuantityTaskHistories):
         return tasks.generate_cases(self.task_config())
 
     def config(self) -> dict[str, Any]:
-        cfg = {k: v for k, v in asdict(self).items() if k != "name"}
+        cfg = asdict(self)
         cfg["dataset_hash"] = tasks.dataset_hash(self.cases())
         cfg["segment_order"] = list(tasks.SEGMENT_ORDER)
         cfg["template_kwargs"] = tasks.TEMPLATE_KWARGS

@@ -39,13 +39,12 @@ from kvprobe.interventions.quest import Quest, RecentPages
 from kvprobe.interventions.refreshkv import RefreshKV
 from kvprobe.readouts.stats import RECORDS_SEED
 from kvprobe.studies.answers import grade, normalize
-from kvprobe.studies.detectors.text import use_chat
 from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.recognition.records import POSITIVE_VARIANTS
 from kvprobe.studies.record_histories import MAX_NEW_TOKENS, QUERY_KINDS, RecordHistory, question_text, \
     selected_histories
 from kvprobe.studies.conditions import supported
-from kvprobe.studies.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices
+from kvprobe.studies.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices, use_chat
 from kvprobe.studies.runner import study_parameters
 
 METHODS = ("recent-pages", "quest", "finch", "refreshkv")
@@ -125,7 +124,7 @@ class QueryAwareStudy(HistoryStudy):
         return case.case.group
 
     def prompt(self, model: kvprobe.Model, case: RecordHistory) -> kvprobe.Prompt:
-        return case.prompt(use_chat(model, self.chat))
+        return case.prompt(use_chat(model.tokenizer, self.chat))
 
     def questions(self, model: kvprobe.Model, case: RecordHistory, history: kvprobe.History) -> list[Question]:
         """The asked queries (``queries``); ``info``: the reference answer."""

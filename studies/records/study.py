@@ -41,10 +41,10 @@ import kvprobe
 from kvprobe import decoding
 from kvprobe.readouts.stats import RECORDS_SEED
 from kvprobe.studies.answers import grade, normalize
-from kvprobe.studies.detectors.text import REPLACEMENT, TEXT_DETECTORS, RecordPair, run_text_detectors, use_chat
+from kvprobe.studies.detectors.text import REPLACEMENT, TEXT_DETECTORS, RecordPair, run_text_detectors
 from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.record_histories import MAX_NEW_TOKENS, RecordHistory, question_text, selected_histories
-from kvprobe.studies.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices
+from kvprobe.studies.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices, use_chat
 from kvprobe.studies.runner import study_parameters
 
 POLICIES = ("keep-all", "detector-mask", "detector-recompute", "oracle-mask", "oracle-recompute",
@@ -159,7 +159,7 @@ class RecordsStudy(HistoryStudy):
             self._detected.update(zip((c.case_id for c in cases), self._detect(model, cases)))
 
     def prompt(self, model: kvprobe.Model, case: RecordHistory) -> kvprobe.Prompt:
-        return case.prompt(use_chat(model, self.chat))
+        return case.prompt(use_chat(model.tokenizer, self.chat))
 
     def questions(self, model: kvprobe.Model, case: RecordHistory, history: kvprobe.History) -> list[Question]:
         """The current, historical and unrelated queries; ``info``: the reference answer."""

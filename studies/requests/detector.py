@@ -23,7 +23,8 @@ from typing import Any, Callable, Protocol
 
 import kvprobe
 from kvprobe.studies.detectors.text import (MAX_NEW_TOKENS, REPLACEMENT, TEXT_DETECTORS, RecordPair, detector_prompt,
-                                            lexical_filter, parse_verdict, use_chat)
+                                            lexical_filter, parse_verdict)
+from kvprobe.studies.protocol import use_chat
 
 FIXED = ("always", "never")
 DETECTOR_NAMES = (*TEXT_DETECTORS, *FIXED)
@@ -88,7 +89,7 @@ class JsonDetector:
 
         m = self.model if self.model is not None else model
         det = TEXT_DETECTORS[self.name]
-        chat = use_chat(m, self.chat)
+        chat = use_chat(m.tokenizer, self.chat)
         key = (id(m), chat)
         if key not in self._bases:  # the instruction text, shared by every pair (untimed after the first call)
             base_prompt = detector_prompt(det.prompt, _STAND_IN, _STAND_IN, det.system, chat)[0]

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import kvprobe
 from kvprobe.studies.detectors.text import MAX_NEW_TOKENS as DETECTOR_MAX_NEW_TOKENS
-from kvprobe.studies.detectors.text import use_chat
+from kvprobe.studies.protocol import use_chat
 from kvprobe.studies.protocol import InvalidParameter, Study, require_at_least, require_choices
 from kvprobe.studies.runner import read_rows, study_parameters
 from . import policies as pol
@@ -148,7 +148,7 @@ class RequestsStudy(Study):
 
     def settings(self, model: kvprobe.Model) -> Settings:
         return Settings(self.policies, self.max_new_tokens, self.oracle, self.stored_prefix, self.prefill_per_policy,
-                        use_chat(model, self.chat), self.order_seed)
+                        use_chat(model.tokenizer, self.chat), self.order_seed)
 
     def get_detector(self) -> Detector:
         """The detector callable (a named one is built once; a detector model is loaded once)."""

@@ -62,11 +62,6 @@ class SessionLayout:
         return len(self.content_segments)
 
 
-def use_chat(tokenizer: Any, chat: bool | None) -> bool:
-    """``chat`` or, when None, whether the tokenizer has a chat template."""
-    return getattr(tokenizer, "chat_template", None) is not None if chat is None else chat
-
-
 def session_text(turns: Any) -> str:
     """A session's content: one ``Role: content`` line per turn."""
     return strings.TURN_SEP.join(

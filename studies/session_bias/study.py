@@ -38,7 +38,8 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
+from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
+                                      require_choices, use_chat)
 from kvprobe.studies.runner import strings_sha256, study_parameters
 from . import fixtures, grading, history, longmemeval, strings
 
@@ -145,7 +146,7 @@ class SessionBiasStudy(HistoryStudy):
         return case.question.group
 
     def _prompt(self, model: kvprobe.Model, case: SessionBiasCase) -> tuple[kvprobe.Prompt, history.SessionLayout]:
-        return history.build_prompt(case.question, chat=history.use_chat(model.tokenizer, self.chat),
+        return history.build_prompt(case.question, chat=use_chat(model.tokenizer, self.chat),
                                     order=self.order)
 
     def prompt(self, model: kvprobe.Model, case: SessionBiasCase) -> kvprobe.Prompt:
