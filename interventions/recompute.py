@@ -52,16 +52,50 @@ def recompute_hidden(
     that is not itself hidden, in every attention layer; the returned state hides
     them from later tokens too. Positions and length are unchanged.
     """
+    return recompute_in_stages(model, history, [(start, hidden)], chunk_size)
+
+
+def recompute_in_stages(
+    model: "Model",
+    history: "History",
+    stages: Sequence[tuple[int, torch.Tensor]],
+    chunk_size: int = CHUNK_SIZE,
+) -> RowState:
+    """Recompute the history in stages, each hiding more: ``[(start_k, Bool[T] hidden_k), ...]``.
+
+    Rows before the first start are kept. Tokens in ``[start_k, start_k+1)`` (the last
+    stage runs to the end) are recomputed with the ``hidden_k`` positions invisible,
+    unless they are themselves hidden; starts must increase and each ``hidden_k``
+    must contain the previous one. The returned state hides the last stage's
+    positions from every later token. One stage is :func:`recompute_hidden`; the
+    online mask of several records uses one stage per replacement.
+
+    Example: records at ``a`` and ``b`` replaced by records ending at ``e_a < e_b``
+    give ``[(e_a, {a}), (e_b, {a, b})]``.
+    """
     T = len(history)
-    if not 0 <= start <= T:
-        raise SpanError(f"recompute start {start} outside the history of {T} tokens")
+    if not stages:
+        raise SpanError("recompute_in_stages needs at least one stage")
+    starts = [start for start, _ in stages]
+    if not all(0 <= a <= T for a in starts) or any(b < a for a, b in zip(starts, starts[1:])):
+        raise SpanError(f"recompute starts {starts} must increase within the history of {T} tokens")
+    for (_, before), (_, after) in zip(stages, stages[1:]):
+        if bool((before & ~after).any()):
+            raise SpanError("each recompute stage must keep hiding what the previous stage hid")
     layers = model.arch.attention_layers
     # Recurrent layers keep their state only after the whole history, so hybrid
-    # models recompute from position 0; rows before ``start`` come out unchanged.
-    begin = 0 if model.arch.recurrent_layers else start
-    affected = (history.positions[begin:] >= start) & ~hidden[begin:]
-    state = extend_state(model, history.prefix_state(begin), history.input_ids[begin:],
-                         history.positions[begin:], chunk_size, hidden=hidden, affected=affected)
+    # models recompute from position 0; rows before the first start come out unchanged.
+    first, hidden = stages[0]
+    begin = 0 if model.arch.recurrent_layers else first
+    ends = [*starts[1:], T]
+    state = history.prefix_state(begin)
+    for k, ((start, hidden), end) in enumerate(zip(stages, ends)):
+        lo = begin if k == 0 else start
+        if k > 0 and end <= lo:
+            continue
+        affected = (history.positions[lo:end] >= start) & ~hidden[lo:end]
+        state = extend_state(model, state, history.input_ids[lo:end], history.positions[lo:end], chunk_size,
+                             hidden=hidden[:end], affected=affected)
     state.info = {"recomputed_tokens": T - begin, "reused_tokens": begin}
     return state.hide(hidden, layers)
 
@@ -119,26 +153,63 @@ class SelectiveRefresh(_HiddenRecompute):
         return 0 if self.full else self.spans[-1].end
 
 
+def _span_list(spans: TokenSpan | Sequence[TokenSpan], what: str) -> tuple[TokenSpan, ...]:
+    """One span or several as a tuple, in the order given (not merged: each pairs with a replacement)."""
+    spans = (spans,) if isinstance(spans, TokenSpan) else tuple(spans)
+    if not spans or not all(isinstance(x, TokenSpan) for x in spans):
+        raise SpanError(f"{what} needs one or more TokenSpan objects, got {spans!r}")
+    return spans
+
+
 @dataclass(frozen=True, init=False)
 class OnlineMask(_HiddenRecompute):
-    """Hide a superseded record from every token after its replacement has been read."""
+    """Hide each superseded record from every token after its own replacement has been read.
 
-    replacement: TokenSpan = TokenSpan(0, 1)
+    Records are read in order (paper L1404-1407): superseded record ``k`` stays
+    visible until the end of ``replacements[k]`` and is hidden from every later
+    token, history and question alike. One replacement for several records hides
+    them all from the end of that replacement on.
 
-    def __init__(self, superseded: TokenSpan | Sequence[TokenSpan], replacement: TokenSpan,
+    Example::
+
+        OnlineMask([h.span("old:0"), h.span("old:1")], [h.span("update:0"), h.span("update:1")])
+    """
+
+    superseded: tuple[TokenSpan, ...] = ()
+    replacements: tuple[TokenSpan, ...] = ()
+
+    def __init__(self, superseded: TokenSpan | Sequence[TokenSpan], replacement: TokenSpan | Sequence[TokenSpan],
                  name: str = "online-mask", chunk_size: int = CHUNK_SIZE):
-        spans = as_spans(superseded, "OnlineMask")
-        if not isinstance(replacement, TokenSpan):
-            raise SpanError("OnlineMask replacement must be a TokenSpan")
-        if any(s.end > replacement.start for s in spans):
-            raise SpanError(f"OnlineMask: superseded {spans} must end before the replacement {replacement!r}")
-        object.__setattr__(self, "spans", spans)
-        object.__setattr__(self, "replacement", replacement)
+        olds = _span_list(superseded, "OnlineMask superseded")
+        news = (replacement,) * len(olds) if isinstance(replacement, TokenSpan) else _span_list(
+            replacement, "OnlineMask replacement")
+        if len(news) != len(olds):
+            raise SpanError(f"OnlineMask: {len(olds)} superseded spans but {len(news)} replacements")
+        for old, new in zip(olds, news):
+            if old.end > new.start:
+                raise SpanError(f"OnlineMask: superseded {old!r} must end before its replacement {new!r}")
+        object.__setattr__(self, "spans", as_spans(olds, "OnlineMask"))
+        object.__setattr__(self, "superseded", olds)
+        object.__setattr__(self, "replacements", news)
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "chunk_size", chunk_size)
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
-        check_spans(self.name, (*self.spans, self.replacement), history_len)
+        check_spans(self.name, (*self.spans, *self.replacements), history_len)
 
-    def _start(self, history_len: int) -> int:
-        return self.replacement.end
+    def hidden_from(self, history_len: int) -> torch.Tensor:
+        """Long[T]: for each superseded position, the first token that cannot see it (T elsewhere)."""
+        first = torch.full((history_len,), history_len, dtype=torch.long)
+        for old, new in zip(self.superseded, self.replacements):
+            first[old.start:old.end] = torch.minimum(first[old.start:old.end], torch.tensor(new.end))
+        return first
+
+    def stages(self, history_len: int) -> list[tuple[int, torch.Tensor]]:
+        """``[(start, Bool[T] hidden), ...]``: one stage per distinct replacement end, in order."""
+        first = self.hidden_from(history_len)
+        superseded = positions_of(self.spans, history_len)
+        return [(end, superseded & (first <= end)) for end in sorted({new.end for new in self.replacements})]
+
+    def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
+        require_unedited(self.name, history, state)
+        return recompute_in_stages(model, history, self.stages(len(history)), self.chunk_size)

@@ -2,7 +2,7 @@
 
 Grammar: ``NAME`` or ``NAME:ARG``, where ARG names segments of the history
 (``A`` or ``A,B``), or for ``online-mask`` the superseded and replacement
-segments as ``A>B``, or for ``bias`` segment=value pairs (``A=-0.69,B=0``), or for the query-aware methods a capacity in tokens
+segments as ``A>B`` (pairs ``A>B,C>D``: each record hidden after its own replacement), or for ``bias`` segment=value pairs (``A=-0.69,B=0``), or for the query-aware methods a capacity in tokens
 (``quest:128``, ``finch:128``, ``refreshkv:128``, ``recent-pages:128``).
 Masks accept an optional ``@layers`` suffix (``mask:A@0-3,7``).
 """
@@ -48,10 +48,14 @@ def _capacity(arg: str) -> int:
 
 
 def _online(h: "History", arg: str) -> Access:
-    old, sep, new = arg.partition(">")
-    if not sep:
-        raise SpanError("online-mask needs OLD>NEW segment names, e.g. online-mask:A>B")
-    return OnlineMask(h.span(old.strip()), h.span(new.strip()))
+    olds, news = [], []
+    for pair in arg.split(","):
+        old, sep, new = pair.partition(">")
+        if not sep:
+            raise SpanError("online-mask needs OLD>NEW segment names, e.g. online-mask:A>B or A>B,C>D")
+        olds.append(h.span(old.strip()))
+        news.append(h.span(new.strip()))
+    return OnlineMask(olds, news)
 
 
 def _bias(h: "History", arg: str) -> Access:
@@ -77,7 +81,7 @@ OPERATIONS: dict[str, tuple[Callable[["History", str], Access], str]] = {
     "rebuild": (lambda h, a: Rebuild(_spans(h, a)), "recompute later states with the segments hidden"),
     "refresh": (lambda h, a: SelectiveRefresh(_spans(h, a)), "selective refresh after record A"),
     "refresh-full": (lambda h, a: SelectiveRefresh(_spans(h, a), full=True), "full-recompute comparator"),
-    "online-mask": (_online, "hide OLD from every token after NEW was read (OLD>NEW)"),
+    "online-mask": (_online, "hide OLD from every token after NEW was read (OLD>NEW, or OLD>NEW,OLD2>NEW2)"),
     "compact": (lambda h, a: Compact(_spans(h, a)), "delete rows, re-rotate later keys"),
     "drop": (lambda h, a: Drop(_spans(h, a)), "delete rows without re-rotation"),
     "recompute": (lambda h, a: TextRecompute([s.strip() for s in a.split(",")]), "delete text, prefill again"),

@@ -340,7 +340,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             info = runner(model, out, study=study, progress=not args.quiet, **run_options)
     finally:
         _close(pool)
-    entry.write_summary()(out, seed=args.bootstrap_seed, **summary_options)
+    entry.write_summary()(out, seed=_seed(entry, args), **summary_options)
     if not args.quiet:
         print(f"{info.cases_run} cases run, {info.cases_skipped} already done; results in {out}/ "
               "(config.json, results.jsonl, summary.json, report.md)")
@@ -359,6 +359,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seed(entry, args: argparse.Namespace) -> int:
+    """``--bootstrap-seed``, or the study's default (``Entry.seed``)."""
+    return entry.seed if args.bootstrap_seed is None else args.bootstrap_seed
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from kvprobe.studies.registry import entry as study_entry
     from kvprobe.studies.runner import results_file
@@ -370,12 +375,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     if len(args.runs) > 1 and entry.compare is not None:
         if not args.out:
             raise ValueError(f"several {args.study} runs: give --out DIR for the comparison")
-        table = entry.compare_function()(args.runs, args.out)
+        table = entry.compare_function()(args.runs, args.out, seed=_seed(entry, args))
         if not args.quiet:
             print(table)
         return 0
     for run_dir in args.runs:
-        entry.write_summary()(run_dir, seed=args.bootstrap_seed, **summary_options)
+        entry.write_summary()(run_dir, seed=_seed(entry, args), **summary_options)
         if not args.quiet:
             print(f"rewrote summary.json and report.md in {run_dir}/")
     return 0
@@ -414,7 +419,7 @@ COMMON_RUN_OPTIONS = {"--model", "--out", "--quiet", "--attn", "--bootstrap-seed
 def _add_run_parser(sub, argv: Sequence[str] | None) -> None:
     """``kvprobe run``: one sub-command per registered study. Only the study named in ``argv`` gets its
     parameter options (importing every study to build the parser would make each command slow)."""
-    from kvprobe.studies.registry import REPORT_SEED, STUDIES
+    from kvprobe.studies.registry import STUDIES
 
     from .parameters import add_field_options, flag
 
@@ -441,8 +446,8 @@ def _add_run_parser(sub, argv: Sequence[str] | None) -> None:
         g = p.add_argument_group("run options")
         g.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
         g.add_argument("--out", default=None, help=f"output directory (default runs/{name}/MODEL)")
-        g.add_argument("--bootstrap-seed", type=int, default=REPORT_SEED,
-                       help=f"seed of the summary's bootstrap intervals (default {REPORT_SEED})")
+        g.add_argument("--bootstrap-seed", type=int, default=None,
+                       help=f"seed of the summary's bootstrap intervals (default {entry.seed})")
         g.add_argument("--attn", choices=["kvprobe_grouped", "eager", "sdpa"], default="kvprobe_grouped",
                        help="attention implementation (default kvprobe_grouped: eager attention computed per "
                        "KV-head group, equal to transformers' eager to float32 rounding and faster; eager and sdpa "
@@ -479,8 +484,9 @@ def _add_report_parser(sub) -> None:
                        help=f"{', '.join(e.name for e in STUDIES.values() if option in e.options)}: {option.help}")
     p.add_argument("--out", default=None, help="where to write the comparison of several runs (quantity: "
                    "thresholds.{json,md})")
-    p.add_argument("--bootstrap-seed", type=int, default=REPORT_SEED,
-                   help=f"seed of the bootstrap intervals (default {REPORT_SEED})")
+    p.add_argument("--bootstrap-seed", type=int, default=None,
+                   help=f"seed of the bootstrap intervals (default: the study's, {REPORT_SEED}; "
+                   f"{', '.join(f'{e.name} {e.seed}' for e in STUDIES.values() if e.seed != REPORT_SEED)})")
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
     p.set_defaults(func=cmd_report)
 

@@ -46,22 +46,28 @@ def transformers_eager(model: "Model") -> Iterator[None]:
 
 
 def uncached_mask(
-    model: "Model", n_tokens: int, history_len: int, hidden: torch.Tensor | None, hidden_from: int | None = None
+    model: "Model", n_tokens: int, history_len: int, hidden: torch.Tensor | None,
+    hidden_from: int | torch.Tensor | None = None,
 ) -> torch.Tensor | dict[str, torch.Tensor]:
     """The explicit 4-D mask(s) of one uncached forward over ``n_tokens`` tokens.
 
-    Rows from ``hidden_from`` on (default: the first row after the history) that are
-    not themselves hidden cannot see the Bool[history_len] ``hidden`` positions, in
-    every attention layer; hidden rows keep ordinary causal attention.
+    Rows from ``hidden_from`` on (default: the first row after the history) cannot see
+    the Bool[history_len] ``hidden`` positions, in every attention layer. ``hidden_from``
+    may also be a Long[history_len] tensor: position ``j`` is hidden from rows
+    ``hidden_from[j]`` on (an online mask of several records). A hidden row that is
+    already hidden from itself keeps ordinary causal attention (rebuilt records).
     """
     pos = torch.arange(n_tokens)[None]
     row_hidden = torch.zeros(1, n_tokens, n_tokens, dtype=torch.bool)
     if hidden is not None:
         start = history_len if hidden_from is None else hidden_from
-        rows = torch.zeros(n_tokens, dtype=torch.bool)
-        rows[start:] = True
-        rows[:history_len] &= ~hidden
-        row_hidden[0, :, :history_len] = rows[:, None] & hidden[None, :]
+        first = (start if isinstance(start, torch.Tensor)
+                 else torch.full((history_len,), int(start), dtype=torch.long))
+        rows = torch.arange(n_tokens)[:, None]
+        blocked = hidden[None, :] & (rows >= first[None, :])
+        exempt = torch.zeros(n_tokens, dtype=torch.bool)
+        exempt[:history_len] = hidden & (first <= torch.arange(history_len))
+        row_hidden[0, :, :history_len] = blocked & ~exempt[:, None]
     masks = {
         layer_type: m.masked_fill(row_hidden[:, None], torch.finfo(model.dtype).min)
         for layer_type, m in layer_type_masks(
@@ -77,7 +83,7 @@ def reference_logits(
     suffix: Sequence[int],
     hidden: torch.Tensor | None = None,
     explicit_mask: bool = True,
-    hidden_from: int | None = None,
+    hidden_from: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Logits Float[len(suffix), V] of the suffix rows of one uncached forward.
 
@@ -89,7 +95,8 @@ def reference_logits(
             transformers builds its own native causal / sliding-window masks.
         hidden_from: first row that cannot see the hidden positions (default T: only
             the suffix). Earlier values model rebuilt history states; hidden rows
-            themselves always keep ordinary causal attention.
+            themselves keep ordinary causal attention. A Long[T] tensor gives each
+            position its own first row (see :func:`uncached_mask`).
     """
     ids = torch.tensor([list(history_ids) + list(suffix)], dtype=torch.long)
     T, N = len(history_ids), ids.shape[1]
@@ -102,10 +109,11 @@ def reference_logits(
 
 
 def reference_hidden_kv(
-    model: "Model", history_ids: torch.Tensor, hidden: torch.Tensor, start: int
+    model: "Model", history_ids: torch.Tensor, hidden: torch.Tensor, start: int | torch.Tensor
 ) -> list[tuple[torch.Tensor | None, torch.Tensor | None]]:
     """Per layer K/V of one uncached forward over the history where rows from ``start`` on
-    (outside ``hidden``) cannot see ``hidden``; ``(None, None)`` for layers without rows of their own."""
+    (outside ``hidden``) cannot see ``hidden``; ``(None, None)`` for layers without rows of their own.
+    ``start`` may be Long[T], each hidden position's own first row (see :func:`uncached_mask`)."""
     from .engine import fork_rows
 
     T = int(history_ids.shape[0])
@@ -188,7 +196,7 @@ def reference_generate(
     suffix: Sequence[int],
     hidden: torch.Tensor | None = None,
     max_new_tokens: int = 20,
-    hidden_from: int | None = None,
+    hidden_from: int | torch.Tensor | None = None,
 ) -> list[int]:
     """Greedy tokens, recomputing the whole sequence at every step (no cache)."""
     out: list[int] = []

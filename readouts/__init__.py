@@ -21,6 +21,8 @@ Statistics (:mod:`readouts.stats`, the statistics of every study too)
     bootstrap_auc(scores, labels, groups, n_draws, seed, alpha, strata) -> dict
     paired_change(arm, reference, weights) -> dict          change, corrections, reversals, interval
     percentile_interval(values, alpha, points) -> [lo, hi]
+    one_sided_lower(values, alpha) -> float                 one-sided lower bound (the paper's L.95)
+    youden_thresholds(scores, labels, grid, weights) -> (t, J) per draw   max Youden J, ties to the largest t
     clopper_pearson(k, n), zero_failure_bound(n)            exact binomial bounds
     DRAWS, ALPHA, PROBE_SEED, PAPER_SEED, REPORT_SEED, ...  the paper's draws and seeds
     GroupBootstrap                                          compact sequence of group-bootstrap draws

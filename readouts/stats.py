@@ -63,6 +63,7 @@ __all__ = [
     "FIXTURE_SEED",
     "GroupBootstrap",
     "INTERACTION_SEED",
+    "MQUAKE_SAMPLE_SEED",
     "MQUAKE_SEED",
     "PAIR_SEED",
     "PAPER_SEED",
@@ -84,10 +85,12 @@ __all__ = [
     "group_bootstrap_indices",
     "group_bootstrap_weights",
     "macro_auc",
+    "one_sided_lower",
     "paired_change",
     "percentile_interval",
     "percentile_points",
     "weighted_auc",
+    "youden_thresholds",
     "zero_failure_bound",
 ]
 
@@ -109,6 +112,8 @@ RECORDS_SEED = 20260910
 ROLE_PAIRS_SEED = 20260911
 #: 20260912: contextual MQuAKE case generation (``studies.mquake.generate``).
 MQUAKE_SEED = 20260912
+#: 20260920 + h: the sample of h-hop cases from a released MQuAKE file (paper L1376-1377).
+MQUAKE_SAMPLE_SEED = 20260920
 #: 20260913: BABILong sample selection (``studies.babilong.samples``).
 BABILONG_SEED = 20260913
 #: 20260915: the pairwise probe's A/B projection (``readouts.probes.PairwiseProbe``).
@@ -124,9 +129,12 @@ QUANTITY_SEED = 20260916
 REPORT_SEED = 20260916
 #: 20260917: the shuffled-label control's permutations (``readouts.evaluate``).
 SHUFFLE_SEED = 20260917
-#: 20260919, the paper's interval seed (spec partD section 0): default of the records,
-#: query-aware, detection and derived-note summaries, the coverage curves, threshold
-#: calibration and action tables (``studies.detectors.coverage``, ``studies.detection.calibration``, ``.action``).
+#: 20260919, the paper's interval seed (spec partD section 0; seed L4929: "10,000 paired bootstrap
+#: draws with seed 20260919"): default of the records, query-aware, detection, derived-note and
+#: quantity summaries (``kvprobe run``/``report quantity`` pass it: ``studies.registry``), the
+#: quantity held-out threshold's refit bootstrap (``studies.quantity.threshold``), the coverage curves,
+#: threshold calibration and action tables (``studies.detectors.coverage``, ``studies.detection.calibration``,
+#: ``.action``).
 PAPER_SEED = 20260919
 #: 20260919 again: the appendix fixtures (``studies.components.clusters``,
 #: ``studies.derived_note.groups``, ``studies.session_bias.fixtures``).
@@ -201,9 +209,8 @@ def auc(scores: Sequence[float] | np.ndarray, labels: Sequence[int] | np.ndarray
 def auc_two_samples(positives: Sequence[float] | np.ndarray, negatives: Sequence[float] | np.ndarray) -> float:
     """:func:`auc` of two samples: the probability that a positive outranks a negative, ties one half.
 
-    Counted over all ``n+ n-`` pairs (the same U, so the same float as :func:`auc`, and much faster
-    for the small samples of a per-draw loop such as the quantity warning signal's lost vs kept
-    answers). NaN if either sample is empty.
+    Counted over all ``n+ n-`` pairs (the same U, so the same float as :func:`auc`, and faster for
+    small samples). NaN if either sample is empty.
     """
     pos, neg = _as_scores(positives, "positives"), _as_scores(negatives, "negatives")
     if len(pos) == 0 or len(neg) == 0:
@@ -457,6 +464,12 @@ def percentile_interval(values: Sequence[float] | np.ndarray, alpha: float = ALP
     return [float(np.percentile(values, lo)), float(np.percentile(values, hi))]
 
 
+def one_sided_lower(values: Sequence[float] | np.ndarray, alpha: float = ALPHA) -> float:
+    """One-sided ``1 - alpha`` lower bound of bootstrap values: their ``100 alpha`` percentile (numpy's linear
+    interpolation), e.g. the paper's L.95 (the 5th percentile at alpha 0.05)."""
+    return float(np.percentile(values, 100 * alpha))
+
+
 # --------------------------------------------------------------------------- paired changes
 
 
@@ -538,6 +551,42 @@ def zero_failure_bound(n: int, alpha: float = ALPHA) -> float:
     return 1.0 - alpha ** (1.0 / n) if n > 0 else float("nan")
 
 
+# --------------------------------------------------------------------------- thresholds
+
+
+def youden_thresholds(scores: Sequence[float] | np.ndarray, labels: Sequence[int] | np.ndarray,
+                      grid: Sequence[float], weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The grid threshold maximizing Youden's J of the rule "flag when score > t", for every row of ``weights``.
+
+    With positive weight ``P``, negative weight ``N`` and the flagged weights ``TP`` (positives) and ``FP``
+    (negatives) of a row, ``J(t) = TP/P - FP/N = (TP N - FP P) / (P N)``; the numerator is compared, so
+    integer weights (bootstrap multiplicities) tie exactly, and ties go to the largest ``t`` (the paper's
+    held-out tau, seed L4147-4150: refit inside each draw in its bootstrap variant).
+
+    Args:
+        weights: case multiplicities [rows, n] (``GroupBootstrap.weights()``); None: one row of ones.
+
+    Returns:
+        ``(thresholds, j)``, float arrays [rows]; NaN where a row has no positive or no negative weight.
+    """
+    s = _as_scores(scores)
+    y = _as_labels(labels, len(s))
+    w = np.ones((1, len(s))) if weights is None else np.asarray(weights, dtype=np.float64)
+    if w.ndim != 2 or w.shape[1] != len(s):
+        raise ValueError(f"weights must have shape (rows, {len(s)}), got {w.shape}")
+    g = np.asarray(grid, dtype=np.float64)
+    flagged = (s[None, :] > g[:, None]).astype(np.float64)  # [grid, n]
+    w_pos, w_neg = w * y, w * ~y
+    p, n = w_pos.sum(axis=1), w_neg.sum(axis=1)
+    numerator = (w_pos @ flagged.T) * n[:, None] - (w_neg @ flagged.T) * p[:, None]  # [rows, grid]
+    best = len(g) - 1 - np.argmax(numerator[:, ::-1], axis=1)  # the last maximum: ties to the largest t
+    rows = np.arange(len(w))
+    defined = (p > 0) & (n > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        j = numerator[rows, best] / (p * n)
+    return np.where(defined, g[best], np.nan), np.where(defined, j, np.nan)
+
+
 def bootstrap_auc_draws(scores: dict[str, Any], labels: Sequence[int] | np.ndarray,
                         bootstrap: GroupBootstrap, strata: Sequence[Any] | np.ndarray | None = None,
                         chunk_size: int = 2_000) -> dict[str, np.ndarray]:
@@ -610,11 +659,12 @@ def bootstrap_auc(scores: dict[str, Any], labels: Sequence[int] | np.ndarray,
     boot = group_bootstrap_indices(groups, n_draws=n_draws, seed=seed, strata=strata)
     per_draw = bootstrap_auc_draws(scores, labels, boot, strata=strata)
     kept = ~np.any(np.isnan(np.stack(list(per_draw.values()))), axis=0)
-    quantiles = np.array([alpha / 2, 1 - alpha / 2, alpha]) * 100
 
     def bounds(values: np.ndarray) -> list[float]:
         values = values[kept]
-        return np.percentile(values, quantiles).tolist() if len(values) else [float("nan")] * 3
+        if not len(values):
+            return [float("nan")] * 3
+        return [*percentile_interval(values, alpha, points="alpha"), one_sided_lower(values, alpha)]
 
     point = {name: (auc(v, labels) if strata is None else macro_auc(v, labels, strata)) for name, v in scores.items()}
     result: dict[str, Any] = {"auc": {}, "diff": {}, "n_draws": int(n_draws),

@@ -14,9 +14,21 @@ and nothing beside it. With ``allow_fence`` exactly one outer Markdown code fenc
 partD section 0; for detector outputs the paper leaves fence handling UNCLEAR,
 so it is a parameter there too).
 
-Answers (:func:`parse_strict`, spec partC section 2). The object must have
-exactly one key, ``answer``, whose value is a string; ``strict_single_field``
-records validity without any fence allowance (paper L4820-4825).
+Answers (spec partC section 2), two parsers of a whole response, both through
+:func:`parse_object` (no duplicate key, nothing beside the object):
+
+* :func:`parse_answer_field`, the paper's *answer-field parser* (its scoring rules 1
+  and 2, paper L4029-4030, L4819-4821): no fence (a fenced response is a format
+  failure, L4080-4081); the object's ``answer`` field is read and additional fields
+  are permitted. A numeric ``answer`` is read as its JSON number text: the paper
+  counts such outputs as answer-field valid but not strict-single-field valid
+  (L4822-4825), and a bare number is never a complete quantity. Any other
+  non-string value (null, boolean, list, object) is ``"non_string"``.
+* :func:`parse_strict` (rule 3 with ``allow_fence``, L4031-4037): the object must
+  have exactly one key, ``answer``, whose value is a string.
+
+Both record ``strict_single_field``: one string-valued ``answer`` and nothing else,
+without any fence (paper L4820-4825).
 :func:`find_answers` and :func:`first_answer` look for answer objects anywhere
 in a text (the capped-output diagnostics and the lenient rules).
 
@@ -36,8 +48,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["FAILURES", "FENCE", "PLAIN_DECODER", "UNKNOWN", "ParseResult", "ParsedObject", "find_answers",
-           "find_objects", "first_answer", "first_value", "grade", "has_object", "normalize", "parse_object",
-           "parse_strict"]
+           "find_objects", "first_answer", "first_value", "grade", "has_object", "normalize", "parse_answer_field",
+           "parse_object", "parse_strict"]
 
 FENCE = "```"
 _FENCE_RE = re.compile(r"\A```(?:[jJ][sS][oO][nN])?[ \t]*\n?(?P<body>.*?)\s*```\Z", re.DOTALL)
@@ -180,18 +192,19 @@ def normalize(s: str) -> str:
 
 @dataclass(frozen=True)
 class ParseResult:
-    """Result of :func:`parse_strict`.
+    """Result of :func:`parse_strict` or :func:`parse_answer_field`.
 
     Attributes:
         ok: the response is valid under the requested rule.
-        answer: the string answer when ``ok``, else None.
+        answer: the answer when ``ok`` (a numeric answer field as its JSON text), else None.
         reason: ``"ok"`` or why it failed: ``"empty"``, ``"not_json"``,
             ``"not_object"``, ``"text_outside"``, ``"multiple_objects"``,
             ``"duplicate_keys"``, ``"missing_answer"``, ``"extra_fields"``,
             ``"non_string"``, ``"fenced"`` (fence present, not allowed),
             ``"multiple_fences"``, ``"unclosed_fence"``.
         fenced: one outer code fence was present and removed.
-        strict_single_field: valid without any fence allowance.
+        strict_single_field: the response is exactly one string-valued ``answer``
+            field, without any fence allowance.
     """
 
     ok: bool
@@ -205,6 +218,26 @@ def _answer_fail(reason: str, fenced: bool = False) -> ParseResult:
     return ParseResult(ok=False, answer=None, reason=reason, fenced=fenced, strict_single_field=False)
 
 
+def _parse_answer(text: str, allow_fence: bool, extra_fields: bool) -> ParseResult:
+    """:func:`parse_object`, then the ``answer`` field (the two parsers differ only in their arguments)."""
+    parsed = parse_object(text, allow_fence, embedded=lambda body: bool(find_answers(body)))
+    if not parsed.ok:
+        return _answer_fail(parsed.reason, parsed.fenced)
+    obj, fenced = parsed.obj, parsed.fenced
+    assert obj is not None
+    if "answer" not in obj:
+        return _answer_fail("missing_answer", fenced)
+    value = obj["answer"]
+    single = len(obj) == 1 and isinstance(value, str) and not fenced
+    if len(obj) != 1 and not extra_fields:
+        return _answer_fail("extra_fields", fenced)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and extra_fields:
+        value = json.dumps(value)  # the answer-field parser reads a number (paper L4822-4825)
+    if not isinstance(value, str):
+        return _answer_fail("non_string", fenced)
+    return ParseResult(ok=True, answer=value, reason="ok", fenced=fenced, strict_single_field=single)
+
+
 def parse_strict(text: str, allow_fence: bool = True) -> ParseResult:
     """Strict single-string-field parse of a whole response.
 
@@ -214,18 +247,18 @@ def parse_strict(text: str, allow_fence: bool = True) -> ParseResult:
     fence (```` ``` ```` or ```` ```json ````) may wrap it; the result then has
     ``fenced=True`` and ``strict_single_field=False``.
     """
-    parsed = parse_object(text, allow_fence, embedded=lambda body: bool(find_answers(body)))
-    if not parsed.ok:
-        return _answer_fail(parsed.reason, parsed.fenced)
-    obj, fenced = parsed.obj, parsed.fenced
-    assert obj is not None
-    if "answer" not in obj:
-        return _answer_fail("missing_answer", fenced)
-    if len(obj) != 1:
-        return _answer_fail("extra_fields", fenced)
-    if not isinstance(obj["answer"], str):
-        return _answer_fail("non_string", fenced)
-    return ParseResult(ok=True, answer=obj["answer"], reason="ok", fenced=fenced, strict_single_field=not fenced)
+    return _parse_answer(text, allow_fence, extra_fields=False)
+
+
+def parse_answer_field(text: str) -> ParseResult:
+    """The paper's answer-field parser (its scoring rules 1-2): read ``answer`` from one whole JSON object.
+
+    Like :func:`parse_strict` without a fence (a fenced response fails with ``"fenced"``), except that
+    additional fields are permitted and a numeric ``answer`` is read as its JSON number text
+    (``{"answer": 628}`` gives ``"628"``). ``strict_single_field`` still records whether the response is
+    exactly one string-valued field.
+    """
+    return _parse_answer(text, allow_fence=False, extra_fields=True)
 
 
 def find_answers(text: str) -> list[tuple[str, int, int]]:

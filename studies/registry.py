@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 # The bootstrap seed ``kvprobe run`` and ``kvprobe report`` pass to a study's summary by default
-# (the committed summaries under artifacts/ record it; the MQuAKE run records 0). Importing the
-# stats module costs numpy only (``kvprobe.readouts`` loads its other modules on use).
-from kvprobe.readouts.stats import REPORT_SEED  # noqa: F401  (re-exported for kvprobe.cli)
+# (``Entry.seed``: REPORT_SEED, or the paper's PAPER_SEED where the paper gives it; the committed
+# summaries under artifacts/ record theirs; the MQuAKE run records 0). Importing the stats module
+# costs numpy only (``kvprobe.readouts`` loads its other modules on use).
+from kvprobe.readouts.stats import PAPER_SEED, REPORT_SEED
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ class Entry:
         options: options beyond the study's fields.
         local_only: why the study cannot run on Ray workers (None: it can).
         compare: ``"module:function"`` of ``kvprobe report NAME DIR DIR ... --out OUT`` (several runs):
-            ``fn(run_dirs, out_dir)`` writes its files and returns a markdown table to print.
+            ``fn(run_dirs, out_dir, seed=...)`` writes its files and returns a markdown table to print.
+        seed: the bootstrap seed ``kvprobe run`` and ``kvprobe report`` pass by default (``--bootstrap-seed``).
     """
 
     name: str
@@ -63,6 +65,7 @@ class Entry:
     options: tuple[Option, ...] = ()
     local_only: str | None = None
     compare: str | None = None
+    seed: int = REPORT_SEED
 
     def study_class(self) -> type:
         return _load(self.study)
@@ -86,7 +89,8 @@ _P = "kvprobe.studies."
 STUDIES: dict[str, Entry] = {e.name: e for e in (
     Entry("quantity", _P + "quantity.study:QuantityStudy", _P + "quantity.summary",
           "quantity records: does hiding, rebuilding or recomputing the old record change answers? (partC)",
-          compare=_P + "quantity.threshold:write_comparison"),
+          compare=_P + "quantity.threshold:write_comparison",
+          seed=PAPER_SEED),  # the paper's seed of its answer-quality intervals (seed L4929)
     Entry("babilong", _P + "babilong.study:BabilongStudy", _P + "babilong.summary",
           "BABILong qa2/qa3 object dependencies under naive, dependency-keeping and neutral masks (partA 2)"),
     Entry("mquake", _P + "mquake.study:MQuAKEStudy", _P + "mquake.summary",

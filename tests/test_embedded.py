@@ -39,6 +39,11 @@ def test_quantity_demo_masks_and_matches_reference(smol):
     conds = tasks.study_conditions(h, case, operations=False)
     assert h.token_text(conds["number"].spans[0]).strip() == "159"
     assert conds["source-control"].n_tokens == conds["source"].n_tokens
+    # The control starts at the note's first word, as the paper's quoted window does (seed ~3803-3806).
+    control = conds["source-control"].spans[0]
+    assert control.start == h.span("note").start and h.token_text(control).startswith(tasks.strings.NOTE_SENTENCE[:13])
+    skipped = tasks.study_conditions(h, case, operations=False, control_skip=1)["source-control"].spans[0]
+    assert skipped.start == control.start + 1 and not h.token_text(skipped).startswith("A square")
     question = tasks.queries(case)[0].question
     out = smol.generate(h, question, access=conds, max_new_tokens=16)
     for name in ("full", "source"):

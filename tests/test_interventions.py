@@ -12,12 +12,12 @@ import kvprobe
 from kvprobe import Compose, Full, Mask, SpanError
 from kvprobe.access import positions_of
 from kvprobe.decoding import question_logits, suffix_ids
-from kvprobe.reference import reference_generate
+from kvprobe.reference import reference_generate, reference_hidden_kv
 from kvprobe.interventions import (
     Compact, Drop, OnlineMask, OperationError, Rebuild, SelectiveRefresh, SessionOrderBias, SoftBias,
     TextRecompute, Zero, parse_condition, rotate_keys, session_gate,
 )
-from kvprobe.interventions.checks import prerope_keys, rope_with_model
+from kvprobe.interventions.checks import LOGIT_TOLERANCE, _max_kv_diff, prerope_keys, rope_with_model
 
 from conftest import QUESTIONS, make_history
 
@@ -146,6 +146,39 @@ def test_recomputed_states_generate_like_the_uncached_reference(tiny_model, kind
                              _hidden(h, span), max_new_tokens=STEPS, hidden_from=start)
     assert list(got.token_ids) == ref
     assert h.check_digest()
+
+
+@pytest.mark.parametrize("family", ["tiny-llama", "tiny-gemma3", "tiny-qwen3.5"])
+def test_online_mask_hides_each_record_only_after_its_own_replacement(family):
+    """Two records, two replacements (A replaced by the note, the note by B): the states equal one
+    uncached forward whose explicit 4-D mask hides A from rows after the note and the note from rows
+    after B, and differ from hiding both after the first replacement."""
+    model = kvprobe.load_model(family)
+    h = make_history(model)
+    a, note, b = h.span("A"), h.span("note"), h.span("B")
+    online = OnlineMask([a, note], [note, b])
+    first = torch.full((len(h),), len(h), dtype=torch.long)
+    first[a.start:a.end], first[note.start:note.end] = note.end, b.end
+    assert torch.equal(online.hidden_from(len(h)), first)
+    hidden = positions_of([a, note], len(h))
+    state = online.prepare(model, h)
+    ref = reference_hidden_kv(model, h.input_ids, hidden, first)
+    assert _max_kv_diff(state.kv, ref, model.arch.kv_layers) <= LOGIT_TOLERANCE
+    early = reference_hidden_kv(model, h.input_ids, hidden, note.end)  # both hidden after the first update
+    assert _max_kv_diff(state.kv, early, model.arch.kv_layers) > 100 * LOGIT_TOLERANCE
+    got = model.generate(h, QUESTIONS[0], access=online, max_new_tokens=STEPS)
+    want = reference_generate(model, h.input_ids.tolist(), suffix_ids(model, h, QUESTIONS[0]), hidden,
+                              max_new_tokens=STEPS, hidden_from=first)
+    assert list(got.token_ids) == want
+    assert h.check_digest()
+
+
+def test_online_mask_needs_one_replacement_per_record(llama):
+    h = make_history(llama)
+    with pytest.raises(SpanError, match="2 superseded spans but 1 replacements"):
+        OnlineMask([h.span("A"), h.span("note")], [h.span("B")])
+    with pytest.raises(SpanError, match="must end before its replacement"):
+        OnlineMask([h.span("A"), h.span("B")], [h.span("note"), h.span("note")])
 
 
 def test_rebuild_changes_later_states_but_not_earlier_rows(llama):
@@ -349,7 +382,7 @@ def test_parse_condition(llama):
     h = make_history(llama)
     assert isinstance(parse_condition("compact:A", h), Compact)
     online = parse_condition("online-mask:A>B", h)
-    assert isinstance(online, OnlineMask) and online.replacement == h.span("B")
+    assert isinstance(online, OnlineMask) and online.replacements == (h.span("B"),)
     masked = parse_condition("mask:A@0-1,3", h)
     assert masked.layers == (0, 1, 3)
     assert isinstance(parse_condition("recompute-prefix:A", h), TextRecompute)

@@ -46,6 +46,36 @@ def test_hybrid_leaves_compaction_out(study):
     assert "compact" not in conditions and "rebuild" in conditions
 
 
+def test_online_mask_hides_record_k_only_after_update_k():
+    """A three-update case: record k is hidden from the tokens after update k and before it is not
+    (checked against one uncached forward with an explicit 4-D mask), unlike hiding every
+    superseded record from the first update on."""
+    import torch
+
+    from kvprobe.access import positions_of
+    from kvprobe.interventions.checks import LOGIT_TOLERANCE, _max_kv_diff
+    from kvprobe.reference import reference_hidden_kv
+    from kvprobe.studies.mquake.history import online_pairs
+
+    study = MQuAKEStudy(hops=(4,), n_per_hop=40)
+    case = next(c for c in study.cases() if len(c.case.requested_rewrite) == 3)
+    pairs = online_pairs(case.case)
+    assert [new for _, new in pairs] == ["update:0", "update:1", "update:2"]
+    llama = kvprobe.load_model("tiny-llama")
+    history = llama.prefill(study.prompt(llama, case))
+    online = prepared(llama, history, study.conditions(llama, case, history)["online-mask"]).state
+    T = len(history)
+    first = torch.full((T,), T, dtype=torch.long)
+    for old, new in pairs:
+        span = history.span(old)
+        first[span.start:span.end] = history.span(new).end
+    hidden = positions_of([history.span(old) for old, _ in pairs], T)
+    exact = _max_kv_diff(online.kv, reference_hidden_kv(llama, history.input_ids, hidden, first), llama.arch.kv_layers)
+    assert exact <= LOGIT_TOLERANCE
+    from_first = reference_hidden_kv(llama, history.input_ids, hidden, history.span("update:0").end)
+    assert _max_kv_diff(online.kv, from_first, llama.arch.kv_layers) > 100 * LOGIT_TOLERANCE
+
+
 def test_bad_parameters_fail_before_a_model_loads():
     with pytest.raises(ValueError, match="hops"):
         MQuAKEStudy(hops=(0, 2))
@@ -93,3 +123,48 @@ def test_recompute_vs_source_counts_discordant_cases_by_stratum():
     # losses {a, c}, current gains {a, d}: [[a], [c]], [[d], [b]]
     assert out["loss_and_current_gain"]["table"] == [[1, 1], [1, 1]]
     assert recompute_vs_source({("historical", "full"): {}}) is None
+
+
+FIXTURE = __import__("pathlib").Path(__file__).parent / "fixtures" / "mquake_sample.json"
+
+
+def test_released_file_sample_is_seeded_per_hop_count_and_in_file_order():
+    from kvprobe.studies.mquake.released import sample_released
+    from kvprobe.studies.mquake.schema import load_mquake
+
+    ids = [c.case_id for c in sample_released(FIXTURE, (2, 3), 1)]
+    assert len(ids) == 2 and ids == [c.case_id for c in sample_released(FIXTURE, (2, 3), 1)]
+    both = [c.case_id for c in sample_released(FIXTURE, (2,), 2)]
+    assert both == [c.case_id for c in load_mquake(FIXTURE) if c.hops == 2]  # file order, whatever the draw
+    seeds = {tuple(c.case_id for c in sample_released(FIXTURE, (2,), 1, seed=s)) for s in range(20)}
+    assert len(seeds) == 2  # the seed decides which of the two 2-hop cases is drawn
+
+
+def test_source_file_errors_name_the_file_before_a_model_loads(tmp_path):
+    from kvprobe.studies.protocol import InvalidParameter
+
+    with pytest.raises(InvalidParameter, match=r"source: .*missing\.json"):
+        MQuAKEStudy(source=str(tmp_path / "missing.json"))
+    with pytest.raises(InvalidParameter, match=r"source: .*mquake_sample\.json: 1 cases of 3 hops, fewer than the 2"):
+        MQuAKEStudy(source=str(FIXTURE), hops=(3,), n_per_hop=2)
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"case_id": 7}]')
+    with pytest.raises(InvalidParameter, match=r"bad\.json case #0 \(case_id=7\): missing field"):
+        MQuAKEStudy(source=str(bad))
+
+
+def test_released_file_runs_with_boxed_questions_and_strata(tmp_path):
+    study = MQuAKEStudy(source=str(FIXTURE), hops=(2, 3), n_per_hop=1, max_new_tokens=3)
+    cfg = study.config()
+    assert cfg["source"] == str(FIXTURE) and cfg["boxed_instruction"].endswith("\\boxed{}.")
+    llama = kvprobe.load_model("tiny-llama")
+    out = tmp_path / "run"
+    run_study(study, llama, out, progress=False)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert {r["hops"] for r in rows} == {2, 3} and all(r["question"].endswith(cfg["boxed_instruction"]) for r in rows)
+    assert {"em_strict_boxed", "edits"} <= set(rows[0])
+    summary = write_summary(out)
+    assert {s["hops"] for s in summary["strata"]["hops"]} == {2, 3}
+    assert [a["policy"] for a in summary["any_paraphrase"]][0] == "full"
+    report = (out / "report.md").read_text()
+    assert "mquake_sample.json" in report and "By hop count" in report and "By edit count" in report

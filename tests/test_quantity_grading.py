@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvprobe.studies.answers import first_answer, normalize, parse_strict
+from kvprobe.studies.answers import first_answer, normalize, parse_answer_field, parse_strict
 from kvprobe.studies.quantity_task.grading import (
+    RULES,
     UNIT_ALIASES,
     grade_label,
     grade_quantity,
@@ -20,7 +21,9 @@ CAPPED_CORRECT_FIRST = (
     '{"answer": "628 minutes"}\nWait, let me re-read the records. The unit is not specified in B. {"answer": "159'
 )
 
-# (id, text, stop, reference, old, auxiliary, rule, category, complete, lenient_complete)
+# (id, text, stop, reference, old, auxiliary, rule, category, complete, lenient_complete).
+# Rules "exact" and "equivalent" read the answer field (extra fields allowed, no fence); "fenced" (rule 3)
+# is the strict single field with one outer fence allowed.
 QUANTITY_ROWS = [
     ("plain", '{"answer": "628 minutes"}', "eos", "628 minutes", "159 minutes", None, "equivalent",
      "complete", True, True),
@@ -47,21 +50,41 @@ QUANTITY_ROWS = [
     ("hrs-equiv", '{"answer": "233 hrs"}', "eos", "233 hours", None, None, "equivalent", "complete", True, True),
     ("H-is-not-hours", '{"answer": "233 H"}', "eos", "233 hours", None, None, "equivalent", "wrong_unit", False, False),
     ("kg-not-grams", '{"answer": "412 kg"}', "eos", "412 grams", None, None, "equivalent", "wrong_unit", False, False),
-    ("fenced", FENCED, "eos", "628 minutes", None, None, "equivalent", "complete", True, True),
-    ("fenced-plain", PLAIN_FENCED, "eos", "628 minutes", None, None, "exact", "complete", True, True),
+    ("fenced", FENCED, "eos", "628 minutes", None, None, "fenced", "complete", True, True),
+    ("fenced-plain", PLAIN_FENCED, "eos", "628 minutes", None, None, "fenced", "complete", True, True),
+    ("fenced-answer-field", FENCED, "eos", "628 minutes", None, None, "equivalent", "format_failure", False, True),
+    ("fenced-exact", PLAIN_FENCED, "eos", "628 minutes", None, None, "exact", "format_failure", False, True),
+    ("fenced-min", '```json\n{"answer": "628 min"}\n```', "eos", "628 minutes", None, None, "fenced",
+     "complete", True, True),
     ("two-fences", TWO_FENCES, "eos", "628 minutes", None, None, "equivalent", "format_failure", False, True),
     ("unquoted-unknown", '{"answer": UNKNOWN}', "eos", "628 minutes", None, None, "equivalent",
      "format_failure", False, False),
     ("unknown", '{"answer": "UNKNOWN"}', "eos", "628 minutes", None, None, "equivalent", "unknown", False, False),
-    ("numeric-value", '{"answer": 628}', "eos", "628 minutes", None, None, "equivalent", "format_failure", False, False),
+    ("numeric-value", '{"answer": 628}', "eos", "628 minutes", None, None, "fenced", "format_failure", False, False),
+    ("numeric-answer-field", '{"answer": 628}', "eos", "628 minutes", None, None, "equivalent", "missing_unit",
+     False, False),
+    ("null-answer-field", '{"answer": null}', "eos", "628 minutes", None, None, "equivalent", "format_failure",
+     False, False),
     ("capped-correct-prefix", CAPPED_CORRECT_FIRST, "cap", "628 minutes", "159 minutes", None, "equivalent",
      "capped", False, False),
     ("capped-clean-json", '{"answer": "628 minutes"}', "cap", "628 minutes", None, None, "equivalent",
      "capped", False, False),
-    ("extra-fields", '{"answer": "628 minutes", "unit": "minutes"}', "eos", "628 minutes", None, None, "equivalent",
+    ("extra-fields", '{"answer": "628 minutes", "unit": "minutes"}', "eos", "628 minutes", None, None, "fenced",
      "format_failure", False, True),
+    ("extra-fields-equivalent", '{"answer": "628 min", "unit": "minutes"}', "eos", "628 minutes", None, None,
+     "equivalent", "complete", True, True),
+    ("extra-fields-exact", '{"answer": "628 Minutes", "confidence": 0.9}', "eos", "628 minutes", None, None,
+     "exact", "complete", True, True),
+    ("extra-fields-capped", '{"answer": "628 minutes", "unit": "minutes"}', "cap", "628 minutes", None, None,
+     "equivalent", "capped", False, False),
     ("duplicate-keys", '{"answer": "628 minutes", "answer": "628 minutes"}', "eos", "628 minutes", None, None,
      "equivalent", "format_failure", False, True),
+    ("duplicate-keys-fenced", '{"answer": "628 minutes", "answer": "628 minutes"}', "eos", "628 minutes", None,
+     None, "fenced", "format_failure", False, True),
+    ("two-objects-fenced", '{"answer": "628 minutes"}\n{"answer": "628 minutes"}', "eos", "628 minutes", None,
+     None, "fenced", "format_failure", False, True),
+    ("text-outside-fence", 'Answer:\n' + FENCED, "eos", "628 minutes", None, None, "fenced", "format_failure",
+     False, True),
     ("two-objects", '{"answer": "628 minutes"}\n{"answer": "628 minutes"}', "eos", "628 minutes", None, None,
      "equivalent", "format_failure", False, True),
     ("bare-number", '{"answer": "628"}', "eos", "628 minutes", None, None, "equivalent", "missing_unit", False, False),
@@ -103,6 +126,35 @@ def test_grade_quantity_table(text, stop, reference, old, aux, rule, category, c
     assert g.complete is complete
     assert g.lenient_complete is lenient
     assert g.rule == rule
+
+
+@pytest.mark.parametrize("text,complete", [
+    # (exact, equivalent, fenced): rules 1-2 read the answer field and permit additional fields; only
+    # rule 3 requires the entire response to be one string-valued answer field, and only it allows a fence.
+    ('{"answer": "628 minutes"}', (True, True, True)),
+    ('{"answer": "628 minutes", "unit": "minutes"}', (True, True, False)),
+    ('{"answer": "628 min", "note": "from B"}', (False, True, False)),
+    ('{"answer": "628 min"}', (False, True, True)),
+    (FENCED, (False, False, True)),
+    ('{"answer": "628 minutes"} {"answer": "628 minutes"}', (False, False, False)),
+    ('Here it is: {"answer": "628 minutes"}', (False, False, False)),
+    ('{"answer": 628}', (False, False, False)),
+])
+def test_the_three_rules_on_the_same_text(text, complete):
+    grades = [grade_quantity(text, "eos", "628 minutes", rule=rule) for rule in RULES]
+    assert RULES == ("exact", "equivalent", "fenced")
+    assert tuple(g.complete for g in grades) == complete
+    assert len({g.strict_single_field for g in grades}) == 1  # recorded the same way under every rule
+    assert not any(grade_quantity(text, "cap", "628 minutes", rule=rule).complete for rule in RULES)  # EOS
+
+
+def test_strict_single_field_is_recorded_beside_the_answer_field():
+    extra = grade_quantity('{"answer": "628 minutes", "unit": "minutes"}', "eos", "628 minutes", rule="equivalent")
+    assert extra.complete and extra.answer == "628 minutes" and not extra.strict_single_field
+    single = grade_quantity('{"answer": "628 minutes"}', "eos", "628 minutes", rule="exact")
+    assert single.complete and single.strict_single_field
+    numeric = grade_quantity('{"answer": 628}', "eos", "628 minutes", old="159 minutes", rule="equivalent")
+    assert numeric.answer == "628" and numeric.category == "missing_unit" and not numeric.strict_single_field
 
 
 def test_fenced_flags():
@@ -184,6 +236,33 @@ def test_parse_strict(text, allow_fence, ok, reason, fenced, strict_single):
 
 
 @pytest.mark.parametrize(
+    "text,ok,answer,reason,strict_single",
+    [
+        ('{"answer": "628 minutes"}', True, "628 minutes", "ok", True),
+        ('{"answer": "628 minutes", "unit": "minutes"}', True, "628 minutes", "ok", False),
+        ('{"unit": "minutes", "answer": "a", "confidence": 0.5}', True, "a", "ok", False),
+        ('{"answer": 628}', True, "628", "ok", False),
+        ('{"answer": 6.5, "unit": "h"}', True, "6.5", "ok", False),
+        ('{"answer": null}', False, None, "non_string", False),
+        ('{"answer": true}', False, None, "non_string", False),
+        ('{"answer": ["a"]}', False, None, "non_string", False),
+        ('{"value": "a"}', False, None, "missing_answer", False),
+        (FENCED, False, None, "fenced", False),
+        ('{"answer": "a", "answer": "a"}', False, None, "duplicate_keys", False),
+        ('{"answer": "a"} {"answer": "b"}', False, None, "multiple_objects", False),
+        ('{"answer": "a", "unit": "b"} done', False, None, "text_outside", False),
+        ('Sure. {"answer": "a"}', False, None, "text_outside", False),
+        ('{"answer": UNKNOWN}', False, None, "not_json", False),
+        ("", False, None, "empty", False),
+    ],
+)
+def test_parse_answer_field(text, ok, answer, reason, strict_single):
+    r = parse_answer_field(text)
+    assert (r.ok, r.answer, r.reason, r.strict_single_field) == (ok, answer, reason, strict_single)
+    assert r.strict_single_field is parse_strict(text, allow_fence=False).ok  # the strict check, recorded
+
+
+@pytest.mark.parametrize(
     "text,expected",
     [
         ("The current cycle duration is 628 minutes.", ("628", "minutes")),
@@ -223,6 +302,15 @@ LABEL_ROWS = [
     ("extra-field", '{"answer": "amber", "envelope": "Envelope-TEST-000"}', "eos", "amber",
      "format_failure", False, True),
 ]
+
+
+@pytest.mark.parametrize("text,complete", [
+    ('{"answer": "amber", "envelope": "Envelope-TEST-000"}', (True, True, False)),
+    ('```json\n{"answer": "amber"}\n```', (False, False, True)),
+    ('{"answer": "Amber"}', (True, True, True)),
+])
+def test_label_rules(text, complete):
+    assert tuple(grade_label(text, "eos", "amber", rule=rule).complete for rule in RULES) == complete
 
 
 @pytest.mark.parametrize(

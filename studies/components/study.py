@@ -79,17 +79,17 @@ class ComponentCase:
         return f"{self.cluster.cluster_id}-{self.state}"
 
 
-def conditions_for(history: kvprobe.History) -> tuple[dict[str, kvprobe.Access], kvprobe.TokenSpan,
-                                                      kvprobe.TokenSpan]:
+def conditions_for(history: kvprobe.History, control_skip: int = 0
+                   ) -> tuple[dict[str, kvprobe.Access], kvprobe.TokenSpan, kvprobe.TokenSpan]:
     """The nine conditions of a prefilled cluster history, the old span and the matched span.
 
     The old span is every token of the ``old`` record; the matched span is as many tokens
-    from the start of the ``note`` segment (``kvprobe.matched_control``).
+    of the ``note`` segment, from its token ``control_skip`` on (``kvprobe.matched_control``).
     """
     from kvprobe.interventions import Zero
 
     old = history.span("old")
-    matched = kvprobe.matched_control(history, kvprobe.Mask(old), segment="note").spans[0]
+    matched = kvprobe.matched_control(history, kvprobe.Mask(old), segment="note", skip=control_skip).spans[0]
     spans = {"old": old, "matched": matched}
     out: dict[str, kvprobe.Access] = {}
     for name, (component, where) in CONDITIONS.items():
@@ -115,6 +115,8 @@ class ComponentStudy(HistoryStudy):
     budget: int = BUDGET
     #: Cluster families to generate.
     families: tuple[str, ...] = FAMILIES
+    #: Note tokens skipped before the matched span starts ([UNCLEAR] for this study; 0: the note's first token).
+    control_skip: int = 0
     #: Cases answered in one batch (2: both states of one cluster).
     cases_per_batch: int = 2
     _cases: list[ComponentCase] | None = field(default=None, repr=False, compare=False)
@@ -124,7 +126,7 @@ class ComponentStudy(HistoryStudy):
         if not self.families:
             raise InvalidParameter("families", "give at least one family")
         require_choices(self, families=FAMILIES)
-        require_at_least(self, n_per_family=1, budget=0, cases_per_batch=1)
+        require_at_least(self, n_per_family=1, budget=0, control_skip=0, cases_per_batch=1)
 
     def config(self) -> dict[str, Any]:
         cfg = study_parameters(self)
@@ -158,10 +160,10 @@ class ComponentStudy(HistoryStudy):
 
     def conditions(self, model: kvprobe.Model, case: ComponentCase, history: kvprobe.History
                    ) -> dict[str, kvprobe.Access]:
-        return conditions_for(history)[0]
+        return conditions_for(history, self.control_skip)[0]
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
-        _, run.extra["old"], run.extra["matched"] = conditions_for(run.history)
+        _, run.extra["old"], run.extra["matched"] = conditions_for(run.history, self.control_skip)
 
     def answer(self, model: kvprobe.Model, items: Sequence[tuple[kvprobe.History, kvprobe.Request]],
                candidates: Sequence[Sequence[str]] | None) -> list[decoding.Answer]:

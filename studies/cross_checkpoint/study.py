@@ -234,7 +234,7 @@ class CrossCheckpointStudy(QuantityTaskHistories):
         if q.kind == "quantity":
             auxiliary = g.b_value if g.relation in ("other_attribute", "other_entity") else None
             grade = grading.grade_quantity(out.text, out.stop_reason, q.reference, old=g.old_value,
-                                           auxiliary=auxiliary, rule="equivalent")
+                                           auxiliary=auxiliary)  # rule 3, the paper's complete answer
         else:
             grade = grading.grade_label(out.text, out.stop_reason, q.reference)
         first = out.token_ids[0] if out.token_ids else None

@@ -34,29 +34,33 @@ from .schema import MQuAKECase
 Segment = tuple[str, str]
 
 
-def _edited_pairs(case: MQuAKECase) -> tuple[set, set]:
-    """Edited (subject id, relation) and (subject label, relation) pairs."""
-    by_id = {(t[0], t[1]) for t in case.orig.edit_triples}
-    by_label = {(r.subject, r.relation_id) for r in case.requested_rewrite}
-    return by_id, by_label
+def _rewrite_index(case: MQuAKECase, triple, labeled) -> int | None:
+    """Index of the ``requested_rewrite`` that edits a chain triple's subject/relation pair, or None.
+
+    Matched by subject label and relation id, else by the Wikidata ids of ``orig.edit_triples``
+    (whose order is that of ``requested_rewrite``).
+    """
+    for j, rw in enumerate(case.requested_rewrite):
+        if (rw.subject, rw.relation_id) == (labeled[0], triple[1]):
+            return j
+    for j, edit in enumerate(case.orig.edit_triples[:len(case.requested_rewrite)]):
+        if (edit[0], edit[1]) == (triple[0], triple[1]):
+            return j
+    return None
 
 
-def _is_edited(case: MQuAKECase, triple, labeled) -> bool:
-    by_id, by_label = _edited_pairs(case)
-    return (triple[0], triple[1]) in by_id or (labeled[0], triple[1]) in by_label
-
-
-def _old_facts(case: MQuAKECase) -> list[tuple[str, str, bool]]:
-    """(fact sentence, old target string, is source) of every earlier record, in order."""
+def _old_facts(case: MQuAKECase) -> list[tuple[str, str, int | None]]:
+    """(fact sentence, old target string, index of the rewrite superseding it or None) of every earlier record."""
     o = case.orig
     out = []
-    chain_pairs = set()
+    superseded = set()
     for t, lab, hop in zip(o.triples, o.triples_labeled, case.single_hops):
-        out.append((strings.fact_sentence(hop.cloze, hop.answer), hop.answer, _is_edited(case, t, lab)))
-        chain_pairs.add((lab[0], t[1]))
-    for rw in case.requested_rewrite:
-        if (rw.subject, rw.relation_id) not in chain_pairs:
-            out.append((strings.fact_sentence(rw.cloze, rw.target_true.text), rw.target_true.text, True))
+        j = _rewrite_index(case, t, lab)
+        out.append((strings.fact_sentence(hop.cloze, hop.answer), hop.answer, j))
+        superseded.add(j)
+    for j, rw in enumerate(case.requested_rewrite):
+        if j not in superseded:
+            out.append((strings.fact_sentence(rw.cloze, rw.target_true.text), rw.target_true.text, j))
     return out
 
 
@@ -66,7 +70,7 @@ def build_history(case: MQuAKECase) -> list[Segment]:
     o = case.orig
     old_triples = {tuple(t) for t in o.triples}
     for i, (t, lab, hop) in enumerate(zip(o.new_triples, o.new_triples_labeled, case.new_single_hops)):
-        if tuple(t) in old_triples or _is_edited(case, t, lab):
+        if tuple(t) in old_triples or _rewrite_index(case, t, lab) is not None:
             continue
         segs.append((f"link:{i}", strings.LINK_RECORD.format(fact=strings.fact_sentence(hop.cloze, hop.answer))))
     for j, rw in enumerate(case.requested_rewrite):
@@ -86,15 +90,24 @@ def history_text(case: MQuAKECase, kept_segments: Iterable[str] | None = None) -
 
 def source_segments(case: MQuAKECase) -> list[str]:
     """Names of the earlier records of edited subject/relation pairs (the source mask)."""
-    return [f"old:{i}" for i, (_, _, src) in enumerate(_old_facts(case)) if src]
+    return [f"old:{i}" for i, (_, _, j) in enumerate(_old_facts(case)) if j is not None]
+
+
+def online_pairs(case: MQuAKECase) -> list[tuple[str, str]]:
+    """``(source segment, update segment)``: each superseded record and the later update replacing it.
+
+    The online policy hides a record only from the tokens after its own update
+    (paper L1404-1407); ``source_segments`` lists the same records in history order.
+    """
+    return [(f"old:{i}", f"update:{j}") for i, (_, _, j) in enumerate(_old_facts(case)) if j is not None]
 
 
 def value_spans(case: MQuAKECase) -> list[tuple[str, int, int]]:
     """``(segment_name, start, end)`` character spans of the old target strings in source segments."""
     offset = strings.OLD_RECORD.index("{fact}")
     out = []
-    for i, (fact, value, src) in enumerate(_old_facts(case)):
-        if src:
+    for i, (fact, value, j) in enumerate(_old_facts(case)):
+        if j is not None:
             start = offset + len(fact) - 1 - len(value)  # fact = "<cloze> <value>."
             out.append((f"old:{i}", start, start + len(value)))
     return out

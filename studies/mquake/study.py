@@ -9,9 +9,14 @@ each policy:
 * ``value-mask``: hide the old target strings in the superseded records;
 * ``source-mask``: hide the superseded records;
 * ``recompute``: delete the superseded records' text and prefill again;
-* ``online-mask``: hide the superseded records from every token after the first update;
+* ``online-mask``: hide each superseded record from every token after its own update;
 * ``rebuild``: recompute every state from the first superseded record on, with the records hidden;
 * ``compact``: delete the superseded records' rows and re-rotate later keys.
+
+Cases are generated fictional ones (``generate.py``, the offline default) or the
+paper's sample of a released file (``--source MQuAKE-CF-3k-v2.json``: 200 cases per
+hop count h drawn with seed 20260920 + h, ``released.py``). Every question carries the
+boxed-answer instruction (``strings.BOXED_INSTRUCTION``) unless ``--no-boxed``.
 
 Operations a model cannot support (compaction on hybrids) are left out with a
 warning. Every (case, question, policy) row of a batch of cases is answered in
@@ -19,8 +24,8 @@ one ``decoding.answer`` call; the run loop (prefill, preparing each policy once
 per case, the common row columns, the unchanged-cache check) is the protocol's
 (``studies.protocol.HistoryStudy``). The row's ``query`` is the question's kind
 (``current``, ``historical``, ``single_hop``). Answers are graded by normalized
-exact match to the answer or an alias with EOS; the historical question's
-retained-text stratum is recorded.
+exact match to the answer or an alias with EOS (``em``; ``em_strict_boxed`` accepts only
+the boxed content); the historical question's retained-text stratum is recorded.
 """
 
 from __future__ import annotations
@@ -30,17 +35,23 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.readouts.stats import MQUAKE_SEED
-from kvprobe.studies.protocol import CaseRun, HistoryStudy, Question, require_at_least, use_chat
+from kvprobe.readouts.stats import MQUAKE_SAMPLE_SEED, MQUAKE_SEED
+from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, use_chat
 from kvprobe.studies.runner import study_parameters
-from .generate import generate_cases
-from .history import build_history, contains_answer, normalized_exact_match, questions, retained_text, \
-    source_segments, value_spans
-from .schema import MQuAKECase
+from . import strings
+from .generate import dataset_hash, generate_cases
+from .history import build_history, contains_answer, normalized_exact_match, online_pairs, questions, \
+    retained_text, source_segments, value_spans
+from .released import sample_released
+from .schema import MQuAKECase, MQuAKEFormatError
 
 POLICIES = ("full", "value-mask", "source-mask", "recompute", "online-mask", "rebuild", "compact")
-#: Answer budget ([UNCLEAR] in the paper; the 40 tokens of its other generation studies).
-MAX_NEW_TOKENS = 40
+#: Answer budget (paper L1408-1409: "a 128-token answer ceiling").
+MAX_NEW_TOKENS = 128
+#: Cases per hop count (paper L1376: 200).
+N_PER_HOP = 200
+#: ``--source`` value for the generated fictional cases.
+GENERATED = "generated"
 
 
 @dataclass(frozen=True)
@@ -54,17 +65,24 @@ class MQuAKEStudyCase:
 
 @dataclass
 class MQuAKEStudy(HistoryStudy):
-    """Generated fictional MQuAKE cases under the seven policies (five questions per case)."""
+    """MQuAKE cases (generated, or sampled from a released file) under the seven policies, five questions each."""
 
     name: ClassVar[str] = "mquake"
-    #: Hop counts of the generated cases (the paper: 2, 3 and 4).
+    #: "generated" (fictional cases in the released schema, offline) or the path of a released
+    #: MQuAKE JSON file such as MQuAKE-CF-3k-v2.json (the paper's data).
+    source: str = GENERATED
+    #: Hop counts (the paper: 2, 3 and 4).
     hops: tuple[int, ...] = (2, 3, 4)
-    #: Generated cases per hop count.
-    n_per_hop: int = 20
-    #: Generator seed of the fictional world and its cases.
+    #: Cases per hop count (the paper: 200).
+    n_per_hop: int = N_PER_HOP
+    #: Generator seed of the fictional world and its cases (generated cases only).
     seed: int = MQUAKE_SEED
-    #: Greedy answer budget in tokens ([UNCLEAR] in the paper; the 40 of its other generation studies).
+    #: Sample seed of a released file: hop count h is drawn with this seed + h (the paper: 20260920 + h).
+    sample_seed: int = MQUAKE_SAMPLE_SEED
+    #: Greedy answer budget in tokens (the paper: 128).
     max_new_tokens: int = MAX_NEW_TOKENS
+    #: Append the boxed-answer instruction to every question (the paper keeps it).
+    boxed: bool = True
     #: Ask through the chat template (auto: when the tokenizer has one).
     chat: bool | None = None
     #: Cases answered in one batch.
@@ -74,16 +92,25 @@ class MQuAKEStudy(HistoryStudy):
     def __post_init__(self) -> None:
         self.hops = tuple(self.hops)
         require_at_least(self, hops=1, n_per_hop=1, max_new_tokens=1, cases_per_batch=1)
+        if self.source != GENERATED:
+            try:  # read and sample the file now, so a bad file fails before any model loads
+                self.cases()
+            except (OSError, MQuAKEFormatError) as e:
+                raise InvalidParameter("source", str(e)) from e
 
     def config(self) -> dict[str, Any]:
         cfg = study_parameters(self)
         cfg["policies"] = list(POLICIES)
+        cfg["dataset_sha256"] = dataset_hash([c.case for c in self.cases()])
+        cfg["boxed_instruction"] = strings.BOXED_INSTRUCTION if self.boxed else None
         return cfg
 
     def cases(self) -> list[MQuAKEStudyCase]:
         if self._cases is None:
-            self._cases = [MQuAKEStudyCase(c) for c in generate_cases({h: self.n_per_hop for h in self.hops},
-                                                                        seed=self.seed)]
+            chosen = (generate_cases({h: self.n_per_hop for h in self.hops}, seed=self.seed)
+                      if self.source == GENERATED else
+                      sample_released(self.source, self.hops, self.n_per_hop, seed=self.sample_seed))
+            self._cases = [MQuAKEStudyCase(c) for c in chosen]
         return self._cases
 
     def group(self, case: MQuAKEStudyCase) -> str:
@@ -96,8 +123,12 @@ class MQuAKEStudy(HistoryStudy):
         return kvprobe.Prompt(build_history(case.case), chat=chat, sep="\n")
 
     def questions(self, model: kvprobe.Model, case: MQuAKEStudyCase, history: kvprobe.History) -> list[Question]:
-        """Three current paraphrases, the historical question, the single-hop question; ``info``: (index, gold)."""
-        return [Question(kind, text, None, (index, gold))
+        """Three current paraphrases, the historical question, the single-hop question; ``info``: (index, gold).
+
+        Each carries the boxed-answer instruction unless ``boxed`` is off.
+        """
+        suffix = strings.QUESTION_JOINER + strings.BOXED_INSTRUCTION if self.boxed else ""
+        return [Question(kind, text + suffix, None, (index, gold))
                 for index, (kind, text, gold) in enumerate(questions(case.case))]
 
     def conditions(self, model: kvprobe.Model, case: MQuAKEStudyCase, history: kvprobe.History
@@ -105,17 +136,17 @@ class MQuAKEStudy(HistoryStudy):
         """The seven policies on the superseded records (unsupported ones are left out by the protocol)."""
         from kvprobe.interventions import Compact, OnlineMask, Rebuild, TextRecompute
 
-        segments = build_history(case.case)
         sources = source_segments(case.case)
         source_spans = [history.span(name) for name in sources]
         values = [history.span(name, chars=(a, b)) for name, a, b in value_spans(case.case)]
-        first_update = next(name for name, _ in segments if name.startswith("update:"))
+        pairs = online_pairs(case.case)
         return {
             "full": kvprobe.Full(),
             "value-mask": kvprobe.Mask(values, name="value-mask"),
             "source-mask": kvprobe.Mask(source_spans, name="source-mask"),
             "recompute": TextRecompute(sources),
-            "online-mask": OnlineMask(source_spans, history.span(first_update)),
+            "online-mask": OnlineMask([history.span(old) for old, _ in pairs],
+                                      [history.span(new) for _, new in pairs]),
             "rebuild": Rebuild(source_spans),
             "compact": Compact(source_spans),
         }
@@ -129,8 +160,10 @@ class MQuAKEStudy(HistoryStudy):
             answers: dict[str, decoding.Answer]) -> dict[str, Any]:
         g = answers[condition].generation
         index, gold = question.info
+        eos = g.stop_reason == "eos"
         return {
-            "hops": run.case.case.hops, "question_index": index, "question": question.text, "answers": gold,
-            "em": normalized_exact_match(g.text, gold, g.stop_reason == "eos"),
+            "hops": run.case.case.hops, "edits": len(run.case.case.requested_rewrite), "question_index": index,
+            "question": question.text, "answers": gold, "em": normalized_exact_match(g.text, gold, eos),
+            "em_strict_boxed": normalized_exact_match(g.text, gold, eos, strict_boxed=True),
             "contains": contains_answer(g.text, gold), "retained_text": run.extra["retained_text"],
         }

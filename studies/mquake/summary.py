@@ -27,6 +27,10 @@ from kvprobe.studies.runner import read_rows, write_run_summary
 from .study import POLICIES
 
 KINDS = ("current", "historical", "single_hop")
+#: Scoring rules counted per cell: exact match with EOS, boxed content only, answer contained.
+RULES = ("em", "em_strict_boxed", "contains")
+#: Row columns the tables are stratified by (paper L1397-1398: "hop count and edit count remain stratified").
+STRATA = ("hops", "edits")
 
 
 def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[str, Any]:
@@ -43,8 +47,8 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
         boot = group_bootstrap_weights([k[0] for k in keys], n_draws=draws, seed=seed)  # [draws, n]
         for policy in [p for p in POLICIES if (kind, p) in by_key]:
             mine = by_key[(kind, policy)]
-            cell = {"kind": kind, "policy": policy, "n": len(mine), "em": sum(r["em"] for r in mine.values()),
-                    "contains": sum(r["contains"] for r in mine.values()),
+            cell = {"kind": kind, "policy": policy, "n": len(mine),
+                    **{rule: sum(bool(r[rule]) for r in mine.values()) for rule in RULES},
                     "eos": sum(r["stop_reason"] == "eos" for r in mine.values())}
             if kind == "historical":
                 cell["em_retained"] = sum(r["em"] for r in mine.values() if r["retained_text"])
@@ -58,8 +62,39 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
               and r["condition"] in ("full", "recompute")]
     routing = {"n": len(routed), "em": sum(r["em"] for r in routed), "contains": sum(r["contains"] for r in routed),
                "rule": "historical prefix -> full access; other questions -> text recompute"}
-    return {"cells": cells, "routing": routing, "recompute_vs_source": recompute_vs_source(by_key), "draws": draws,
-            "seed": seed, "rows": len(rows)}
+    return {"cells": cells, "any_paraphrase": any_paraphrase(by_key), "strata": strata(rows), "routing": routing,
+            "recompute_vs_source": recompute_vs_source(by_key), "draws": draws, "seed": seed, "rows": len(rows)}
+
+
+def any_paraphrase(by_key: dict[tuple[str, str], dict[tuple[str, int], dict]]) -> list[dict[str, Any]]:
+    """Per policy: cases answered correctly on at least one of the three current paraphrases."""
+    out = []
+    for policy in POLICIES:
+        mine = by_key.get(("current", policy))
+        if not mine:
+            continue
+        cases = sorted({k[0] for k in mine})
+        out.append({"policy": policy, "cases": len(cases),
+                    **{rule: sum(any(r[rule] for k, r in mine.items() if k[0] == c) for c in cases)
+                       for rule in ("em", "contains")}})
+    return out
+
+
+def strata(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per stratum column (hops, edits) and value: per (kind, policy) the rows and exact / contains matches."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for column in STRATA:
+        counts: dict[tuple[int, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+        for r in rows:
+            c = counts[(r[column], r["query"], r["condition"])]
+            c[0] += 1
+            c[1] += bool(r["em"])
+            c[2] += bool(r["contains"])
+        order = {p: i for i, p in enumerate(POLICIES)}
+        out[column] = [{column: v, "kind": kind, "policy": policy, "n": n, "em": em, "contains": contains}
+                       for (v, kind, policy), (n, em, contains) in
+                       sorted(counts.items(), key=lambda kv: (kv[0][0], KINDS.index(kv[0][1]), order[kv[0][2]]))]
+    return out
 
 
 #: The two operations the paper's stratified comparison contrasts (arm, reference).
@@ -94,15 +129,20 @@ def recompute_vs_source(by_key: dict[tuple[str, str], dict[tuple[str, int], dict
 
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     study = config.get("study_config", {})
+    source = study.get("source", "generated")
+    data = ("Generated fictional cases" if source == "generated" else
+            f"Cases sampled from `{Path(source).name}` (seed {study.get('sample_seed')} + hop count)")
+    boxed = study.get("boxed_instruction")
     lines = [*heading("Contextual MQuAKE", config),
-             f"Generated fictional cases, hops {study.get('hops')}, {study.get('n_per_hop')} per hop count, greedy "
-             f"answers of at most {study.get('max_new_tokens')} tokens. Exact match = normalized answer or alias "
-             f"with EOS; change vs full with a 95% interval from {summary['draws']:,} bootstrap draws of whole "
-             "cases (paraphrases together).", ""]
+             f"{data}, hops {study.get('hops')}, {study.get('n_per_hop')} per hop count, greedy answers of at most "
+             f"{study.get('max_new_tokens')} tokens" + (f", each question followed by \"{boxed}\"" if boxed else "")
+             + ". Exact match = normalized answer or alias with EOS (the whole answer or its last box); strict "
+             f"boxed = the box only; change vs full with a 95% interval from {summary['draws']:,} bootstrap draws "
+             "of whole cases (paraphrases together).", ""]
     if timing:
         lines += [run_time(timing), ""]
-    lines += table_head(["question", "policy", "n", "exact match", "change vs full [95% CI]", "contains answer",
-                         "change vs full [95% CI]", "corrections / reversals (contains)", "EOS"])
+    lines += table_head(["question", "policy", "n", "exact match", "change vs full [95% CI]", "strict boxed",
+                         "contains answer", "change vs full [95% CI]", "corrections / reversals (contains)", "EOS"])
 
     def change(c: dict[str, Any], rule: str) -> str:
         ch = c.get(f"{rule}_change_vs_full")
@@ -110,18 +150,38 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
 
     for c in summary["cells"]:
         cr = corrections_reversals(c.get("contains_change_vs_full"))
-        lines.append(f"| {c['kind']} | {c['policy']} | {c['n']} | {c['em']} | {change(c, 'em')} | {c['contains']} "
-                     f"| {change(c, 'contains')} | {cr} | {c['eos']} |")
+        lines.append(f"| {c['kind']} | {c['policy']} | {c['n']} | {c['em']} | {change(c, 'em')} | "
+                     f"{c['em_strict_boxed']} | {c['contains']} | {change(c, 'contains')} | {cr} | {c['eos']} |")
     hist = [c for c in summary["cells"] if c["kind"] == "historical"]
     if hist:
         lines += ["", "Historical question, retained-text stratum (the historical answer still occurs in the text "
                   "that remains after deleting the superseded records), exact matches: " +
                   ", ".join(f"{c['policy']} {c['em_retained']}/{c['n_retained']}" for c in hist) + "."]
+    anyp = summary.get("any_paraphrase")
+    if anyp:
+        lines += ["", "Current question, success on any of the three paraphrases (cases): " +
+                  ", ".join(f"{a['policy']} {a['em']}/{a['cases']} exact, {a['contains']}/{a['cases']} contains"
+                            for a in anyp) + "."]
+    for column, cells in summary.get("strata", {}).items():
+        lines += _stratum_lines(column, cells)
     lines += _contrast_lines(summary.get("recompute_vs_source"))
     r = summary["routing"]
     lines += ["", f"Offline routing ({r['rule']}): {r['em']}/{r['n']} exact matches, {r['contains']}/{r['n']} "
               "containing the answer.", ""]
     return "\n".join(lines)
+
+
+def _stratum_lines(column: str, cells: list[dict[str, Any]]) -> list[str]:
+    """One table per stratum column: rows (value, policy), cells exact / contains of n per question kind."""
+    name = {"hops": "hop count", "edits": "edit count"}.get(column, column)
+    table: dict[tuple[int, str], dict[str, dict[str, Any]]] = defaultdict(dict)
+    for c in cells:
+        table[(c[column], c["policy"])][c["kind"]] = c
+    lines = ["", f"By {name} (exact / contains / n):", "", *table_head([name, "policy", *KINDS])]
+    for (value, policy), kinds in table.items():
+        cols = [f"{k['em']} / {k['contains']} / {k['n']}" if (k := kinds.get(kind)) else "" for kind in KINDS]
+        lines.append(f"| {value} | {policy} | " + " | ".join(cols) + " |")
+    return lines
 
 
 def _contrast_lines(contrast: dict[str, Any] | None) -> list[str]:

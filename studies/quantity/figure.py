@@ -36,12 +36,12 @@ def plot_summary(summary: dict[str, Any], path: Path | str, model: str = "", que
         strict = [c["complete"] for c in mine]
         lenient = [c["lenient_complete"] for c in mine]
         ax.barh([v + 0.2 for v in y], lenient, height=0.4, label="lenient", color="#8fb3d9")
-        ax.barh([v - 0.2 for v in y], strict, height=0.4, label="strict JSON", color="#1f4e79")
+        ax.barh([v - 0.2 for v in y], strict, height=0.4, label="complete (paper)", color="#1f4e79")
         for yi, s, l, c in zip(y, strict, lenient, mine):
             ax.text(max(s, l) + 0.3, yi, f"{s} / {l} of {c['n']}", va="center", fontsize=8)
         ax.set_yticks(y, names)
         ax.set_xlim(0, max(c["n"] for c in mine) * 1.35)
-        ax.set_xlabel("complete answers (strict / lenient)")
+        ax.set_xlabel("complete answers (paper / lenient)")
         ax.set_title(f"{relation}, {info}, {query} query")
         ax = axes[row][1]
         for yi, c in zip(y, mine):

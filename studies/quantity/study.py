@@ -7,15 +7,16 @@ canonical JSON answers) are scored from copies of that row and the greedy
 answer continues from it.
 Each row holds the candidate log-probabilities, the margin and its change
 against full access and against the matched control, the raw answer with its
-stop reason, and the grades of ``quantity_task/grading.py`` (exact, equivalent-unit and
-lenient rules).
+stop reason, and the grades of ``quantity_task/grading.py`` (:data:`GRADE_COLUMNS`: the
+paper's three rules and the lenient one). Generation does not depend on grading, so a
+stored row can be regraded with the current rules (:func:`regrade_row`).
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterator
 
 import kvprobe
 from kvprobe import decoding
@@ -29,6 +30,53 @@ MAX_NEW_TOKENS = 40
 CASES_PER_BATCH = 4
 #: Conditions whose matched control is named "<name>-control".
 CONTROLLED = ("source", "number")
+
+
+#: The row columns the grading writes: ``complete_exact``, ``complete_equivalent`` and ``complete`` are
+#: the paper's rules 1, 2 and 3 (``grading.RULES``); ``category``, ``strict_single_field``, ``fenced``
+#: and ``first_answer_correct`` come from rule 3's grade; ``lenient_complete`` is the lenient rule.
+GRADE_COLUMNS = ("category", "complete_exact", "complete_equivalent", "complete", "lenient_complete",
+                 "strict_single_field", "fenced", "first_answer_correct")
+
+
+def grade_columns(group: tasks.Group, query: tasks.Query, text: str, stop_reason: str) -> dict[str, Any]:
+    """The :data:`GRADE_COLUMNS` of one answer to ``query`` in ``group``."""
+    if query.kind == "quantity":
+        auxiliary = group.b_value if group.relation in ("other_attribute", "other_entity") else None
+        grades = {rule: grading.grade_quantity(text, stop_reason, query.reference, old=group.old_value,
+                                               auxiliary=auxiliary, rule=rule) for rule in grading.RULES}
+    else:
+        grades = {rule: grading.grade_label(text, stop_reason, query.reference, rule=rule) for rule in grading.RULES}
+    complete = grades["fenced"]
+    return {"category": complete.category, "complete_exact": grades["exact"].complete,
+            "complete_equivalent": grades["equivalent"].complete, "complete": complete.complete,
+            "lenient_complete": complete.lenient_complete, "strict_single_field": complete.strict_single_field,
+            "fenced": complete.fenced, "first_answer_correct": complete.first_answer_correct}
+
+
+def run_groups(config: dict[str, Any]) -> dict[str, tasks.Group]:
+    """The groups of a run by id, regenerated from its ``config.json`` (checked against its dataset hash)."""
+    study = config["study_config"]
+    task = tasks.TaskConfig(seed=study["seed"], n_groups=study["n_groups"], dev=study["dev"])
+    if tasks.dataset_hash(tasks.generate_cases(task)) != study["dataset_hash"]:
+        raise ValueError(f"the task generator no longer gives this run's groups (seed {study['seed']})")
+    return {g.group_id: g for g in tasks.generate_groups(task)}
+
+
+def regrade_row(row: dict[str, Any], groups: dict[str, tasks.Group]) -> dict[str, Any]:
+    """``row`` with its :data:`GRADE_COLUMNS` recomputed from its stored output and stop reason."""
+    group = groups[row["group_id"]]
+    query = next(q for q in tasks.queries(tasks.Case(group, row["information"])) if q.role == row["query"])
+    if query.reference != row["reference"]:
+        raise ValueError(f"{row['case_id']} {row['query']}: reference {row['reference']!r}, the task gives "
+                         f"{query.reference!r}")
+    return {**row, **grade_columns(group, query, row["output"], row["stop_reason"])}
+
+
+def regrade_rows(rows: Iterator[dict[str, Any]], config: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """:func:`regrade_row` of every row of a run (its groups regenerated once)."""
+    groups = run_groups(config)
+    return (regrade_row(row, groups) for row in rows)
 
 
 @dataclass
@@ -46,11 +94,14 @@ class QuantityStudy(QuantityTaskHistories):
     max_new_tokens: int = MAX_NEW_TOKENS
     #: Also run the cache operations (recompute, rebuild, compact), not only the five access conditions.
     operations: bool = True
+    #: Note tokens skipped before each matched control starts (0: the note's first word, as in the
+    #: paper's quoted control window, seed ~3803-3806).
+    control_skip: int = tasks.CONTROL_SKIP
     #: Cases answered in one batch (4 was fastest on 2 CPU cores).
     cases_per_batch: int = CASES_PER_BATCH
 
     def __post_init__(self) -> None:
-        require_at_least(self, n_groups=1, max_new_tokens=1, cases_per_batch=1)
+        require_at_least(self, n_groups=1, max_new_tokens=1, control_skip=0, cases_per_batch=1)
 
     def task_config(self) -> tasks.TaskConfig:
         return tasks.TaskConfig(seed=self.seed, n_groups=self.n_groups, dev=self.dev)
@@ -70,21 +121,13 @@ class QuantityStudy(QuantityTaskHistories):
 
     def conditions(self, model: kvprobe.Model, case: tasks.Case, history: kvprobe.History
                    ) -> dict[str, kvprobe.Access]:
-        return tasks.study_conditions(history, case, operations=self.operations)
+        return tasks.study_conditions(history, case, operations=self.operations, control_skip=self.control_skip)
 
     def row(self, run: CaseRun, question: Question, condition: str,
             answers: dict[str, decoding.Answer]) -> dict[str, Any]:
         case, q, g = run.case, question.info, run.case.group
         out, scores = answers[condition].generation, answers[condition].scores
         margins = {name: a.scores.margin() for name, a in answers.items()}
-        if q.kind == "quantity":
-            auxiliary = g.b_value if g.relation in ("other_attribute", "other_entity") else None
-            equiv = grading.grade_quantity(out.text, out.stop_reason, q.reference, old=g.old_value,
-                                           auxiliary=auxiliary, rule="equivalent")
-            exact = grading.grade_quantity(out.text, out.stop_reason, q.reference, old=g.old_value,
-                                           auxiliary=auxiliary, rule="exact")
-        else:
-            equiv = exact = grading.grade_label(out.text, out.stop_reason, q.reference)
         original = run.originals[condition]
         control = f"{condition}-control"
         return {
@@ -103,12 +146,6 @@ class QuantityStudy(QuantityTaskHistories):
             "margin_change_vs_full": round(margins[condition] - margins["full"], 6),
             "margin_change_vs_control": (round(margins[condition] - margins[control], 6)
                                          if condition in CONTROLLED else None),
-            "category": equiv.category,
-            "complete_exact": exact.complete,
-            "complete": equiv.complete,
-            "lenient_complete": equiv.lenient_complete,
-            "strict_single_field": equiv.strict_single_field,
-            "fenced": equiv.fenced,
-            "first_answer_correct": equiv.first_answer_correct,
+            **grade_columns(g, q, out.text, out.stop_reason),
             "case_complete": True,
         }

@@ -8,29 +8,44 @@ quantities ``"{num} {plural unit}"`` (e.g. ``"233 hours"``) or a color label.
 
 Rules implemented here
 ----------------------
-* **EOS precondition.** An output whose ``stop_reason`` is ``"cap"`` is never
-  complete, even when its prefix holds a correct JSON answer (L4035-4038). It
-  gets the category ``"capped"`` plus the capped-output diagnostics.
-* **Strict parse** (:func:`studies.answers.parse_strict`, shared by every study
-  that asks for a JSON answer). After stripping surrounding
-  whitespace (our choice: whitespace is not "text"), the whole response must be
-  one JSON object with exactly one key ``answer`` whose value is a string.
-  Rejected: invalid JSON (incl. unquoted ``{"answer": UNKNOWN}``), duplicate
-  keys, extra fields, a non-string value (``{"answer": 628}``), several
-  objects, any text outside. ``strict_single_field`` records validity without
-  any fence allowance (L4820-4825).
-* **Fenced complete** (L4031-4035). Exactly one outer Markdown code fence
-  (```` ``` ```` or ```` ```json ````) around the object is also allowed.
-  Two fences, an unclosed fence or text beside the fence are format failures.
-* **Exact rule** (pre-specified primary): the answer field equals the reference
-  after :func:`studies.answers.normalize` (casefold, collapse whitespace). ``261 liter``,
-  ``628 min`` and ``181 V`` are not complete under it.
-* **Equivalent rule** (post hoc): the answer is ``<number> <unit form>`` with
-  the number numerically equal to the reference number (compared as
-  :class:`decimal.Decimal`, thousands commas removed) and the unit form in
-  :data:`UNIT_ALIASES` of the reference unit. No conversion ever: ``kg`` for
-  grams is a wrong unit. One trailing period (``628 min.``) is tolerated.
-* **Lenient criterion** (:func:`lenient_quantity`): the first complete quantity
+The paper reports three scoring rules on the same texts (L4029-4037, L4817-4821);
+:data:`RULES` names them, :func:`grade_quantity` and :func:`grade_label` take one.
+
+* **EOS precondition** (every rule). An output whose ``stop_reason`` is ``"cap"``
+  is never complete, even when its prefix holds a correct JSON answer
+  (L4035-4038). It gets the category ``"capped"`` plus the capped-output
+  diagnostics.
+* **Answer-field parser** (rules 1-2; :func:`studies.answers.parse_answer_field`).
+  After stripping surrounding whitespace (our choice: whitespace is not "text"),
+  the whole response must be one JSON object with an ``answer`` field; the paper's
+  parser "permits additional fields" (L4819-4821), so they are accepted. A numeric
+  ``answer`` is read as its number text (valid under this parser, L4822-4825; a
+  bare number is ``missing_unit``). Rejected: a code fence (the paper counts
+  correct fenced responses as format failures under these rules, L4080-4081),
+  invalid JSON (incl. unquoted ``{"answer": UNKNOWN}``), several objects, any text
+  outside, duplicate keys (our choice; the paper names them only for rule 3).
+* **Strict single-field parse** (rule 3; :func:`studies.answers.parse_strict`). The
+  entire response must hold exactly one string-valued ``answer`` field: extra
+  fields, a non-string value (``{"answer": 628}``), duplicate keys, several objects
+  or fences and any text outside are rejected; exactly one outer Markdown code
+  fence (```` ``` ```` or ```` ```json ````) around the object is allowed
+  (L4031-4035). ``strict_single_field`` records single-field validity without any
+  fence allowance (L4820-4825), whatever the rule.
+* **Rule 1, exact** (``"exact"``, pre-specified primary): answer-field parser; the
+  answer equals the reference after :func:`studies.answers.normalize` (casefold,
+  collapse whitespace). ``261 liter``, ``628 min`` and ``181 V`` are not complete
+  under it.
+* **Rule 2, equivalent units** (``"equivalent"``, post hoc): answer-field parser;
+  the answer is ``<number> <unit form>`` with the number numerically equal to the
+  reference number (compared as :class:`decimal.Decimal`, thousands commas removed)
+  and the unit form in :data:`UNIT_ALIASES` of the reference unit. No conversion
+  ever: ``kg`` for grams is a wrong unit. One trailing period (``628 min.``) is
+  tolerated.
+* **Rule 3, fenced complete** (``"fenced"``): strict single-field parse with one
+  outer fence allowed, and the equivalent-unit comparison (the same list of accepted
+  unit forms, L4039-4040). This is the paper's "complete correct response" (L4916-4917):
+  the quantity study's ``complete`` column and its categories.
+* **Lenient criterion** (:func:`lenient_quantity`, ours): the first complete quantity
   (number + unit form of one of the six task units) anywhere in the output
   after stripping JSON syntax; digits inside IDs such as ``TEST-011`` or ``T2``
   never count as a number. ``lenient_complete`` requires that quantity to match
@@ -53,9 +68,9 @@ Category precedence (the paper does not give one, spec says UNCLEAR; ours)::
   ``other_value``. Magnitudes compare as number strings under the exact rule
   (``628.0`` is not ``628``) and numerically under the equivalent rule.
 
-Labels (unrelated questions) use exact normalized label match with the same
-strict/fence/EOS rules; categories capped > format_failure > unknown >
-complete > other_value.
+Labels (unrelated questions) use exact normalized label match under every rule,
+with the rule's parser and the EOS precondition; categories capped >
+format_failure > unknown > complete > other_value.
 """
 
 from __future__ import annotations
@@ -65,9 +80,11 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterable
 
-from kvprobe.studies.answers import FENCE, UNKNOWN, find_answers, first_answer, normalize, parse_strict
+from kvprobe.studies.answers import (FENCE, UNKNOWN, ParseResult, find_answers, first_answer, normalize,
+                                    parse_answer_field, parse_strict)
 
 __all__ = [
+    "RULES",
     "UNIT_ALIASES",
     "CASE_SENSITIVE_FORMS",
     "GENERIC_UNITS",
@@ -120,6 +137,11 @@ CATEGORIES: tuple[str, ...] = (
     "other_value",
 )
 LABEL_CATEGORIES: tuple[str, ...] = ("capped", "format_failure", "unknown", "complete", "other_value")
+
+#: The paper's three scoring rules (module docstring): rule 1, rule 2, rule 3.
+RULES: tuple[str, ...] = ("exact", "equivalent", "fenced")
+#: How each rule compares units (:func:`classify_answer`).
+_UNIT_RULE = {"exact": "exact", "equivalent": "equivalent", "fenced": "equivalent"}
 
 STOP_EOS = "eos"
 STOP_CAP = "cap"
@@ -216,15 +238,15 @@ class Grade:
 
     Attributes:
         category: one of :data:`CATEGORIES` (labels: :data:`LABEL_CATEGORIES`).
-        complete: strict parse (one outer fence allowed) + category complete + EOS.
+        complete: the rule's parse succeeded, category complete, EOS.
         lenient_complete: EOS and the first lenient quantity (labels: first
             answer field, else the label as a whole word) matches the
             reference under the equivalent rule.
-        answer: the strictly parsed answer string, or None.
+        answer: the answer string the rule's parser read, or None.
         strict_single_field: valid single string field without fence allowance.
         fenced: the response had one outer code fence.
-        parse_reason: :attr:`studies.answers.ParseResult.reason` of the fenced-allowed parse.
-        rule: ``"exact"`` or ``"equivalent"`` (labels: ``"exact"``).
+        parse_reason: :attr:`studies.answers.ParseResult.reason` of the rule's parse.
+        rule: one of :data:`RULES`.
         magnitude: for quantity answers with a leading number: ``"reference"``,
             ``"old"``, ``"auxiliary"`` or ``"other"``; else None.
         lenient_quantity: result of :func:`lenient_quantity` (quantities only).
@@ -343,29 +365,39 @@ def _diagnostics(text: str, correct: Callable[[str], bool]) -> dict[str, Any]:
     }
 
 
+def _check_rule(rule: str) -> None:
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+
+
+def _parse(text: str, rule: str) -> ParseResult:
+    """The rule's parser: the answer-field parser (rules 1-2) or the strict fenced parse (rule 3)."""
+    return parse_strict(text, allow_fence=True) if rule == "fenced" else parse_answer_field(text)
+
+
 def grade_quantity(
     text: str,
     stop_reason: str,
     reference: str,
     old: str | None = None,
     auxiliary: str | None = None,
-    rule: str = "equivalent",
+    rule: str = "fenced",
 ) -> Grade:
-    """Grade a quantity answer (current or historical question).
+    """Grade a quantity answer (current or historical question) under one of :data:`RULES`.
 
     ``reference``/``old``/``auxiliary`` are quantities like ``"628 minutes"``;
-    ``stop_reason`` is ``"eos"`` or ``"cap"``; ``rule`` is ``"exact"`` or
-    ``"equivalent"``. Precedence: capped > format_failure > unknown > complete
+    ``stop_reason`` is ``"eos"`` or ``"cap"``; ``rule``: ``"exact"`` (rule 1),
+    ``"equivalent"`` (rule 2) or ``"fenced"`` (rule 3, the default: the paper's
+    complete answer). Precedence: capped > format_failure > unknown > complete
     > missing_unit > generic_unit > wrong_unit > old_value > auxiliary_value >
     other_value (module docstring).
     """
-    if rule not in ("exact", "equivalent"):
-        raise ValueError(f"rule must be 'exact' or 'equivalent', got {rule!r}")
+    _check_rule(rule)
     eos = _check_stop(stop_reason)
-    parsed = parse_strict(text, allow_fence=True)
+    parsed = _parse(text, rule)
     if parsed.ok:
         assert parsed.answer is not None
-        category, mag = classify_answer(parsed.answer, reference, old, auxiliary, rule)
+        category, mag = classify_answer(parsed.answer, reference, old, auxiliary, _UNIT_RULE[rule])
     else:
         category, mag = "format_failure", None
     if not eos:
@@ -395,17 +427,19 @@ def grade_quantity(
     )
 
 
-def grade_label(text: str, stop_reason: str, reference_label: str) -> Grade:
+def grade_label(text: str, stop_reason: str, reference_label: str, rule: str = "fenced") -> Grade:
     """Grade an unrelated-question answer: exact label match after :func:`normalize`.
 
-    Same strict/fence/EOS rules as :func:`grade_quantity`. Categories: capped >
+    ``rule`` (one of :data:`RULES`) chooses the parser as in :func:`grade_quantity`; the
+    label comparison is the same under all three. Categories: capped >
     format_failure > unknown > complete > other_value. ``lenient_complete``
     (our choice): EOS and the first answer field anywhere matches the label, or,
     when there is no answer object, the label occurs as a whole word.
     """
+    _check_rule(rule)
     eos = _check_stop(stop_reason)
     ref = normalize(reference_label)
-    parsed = parse_strict(text, allow_fence=True)
+    parsed = _parse(text, rule)
     if not parsed.ok:
         category = "format_failure"
     else:
@@ -429,7 +463,7 @@ def grade_label(text: str, stop_reason: str, reference_label: str) -> Grade:
         strict_single_field=parsed.strict_single_field,
         fenced=parsed.fenced,
         parse_reason=parsed.reason,
-        rule="exact",
+        rule=rule,
         magnitude=None,
         lenient_quantity=None,
         **_diagnostics(text, lambda a: normalize(a) == ref),

@@ -274,16 +274,26 @@ def number_span(history: kvprobe.History, case: Case) -> kvprobe.TokenSpan:
     return history.span("A", chars=(start, start + len(g.old_num)))
 
 
-def study_conditions(history: kvprobe.History, case: Case, operations: bool = True) -> dict[str, kvprobe.Access]:
-    """The study's conditions: full, source mask + control, number mask + control, and operations."""
+#: Tokens of the neutral note skipped before a matched control starts. The paper's quoted control
+#: window (L3803-3806: "Its 31 masked tokens ... read exactly: ``A square seal is printed ...``")
+#: starts at the note's first word, which is the note segment's first token here (tested).
+CONTROL_SKIP = 0
+
+
+def study_conditions(history: kvprobe.History, case: Case, operations: bool = True,
+                     control_skip: int = CONTROL_SKIP) -> dict[str, kvprobe.Access]:
+    """The study's conditions: full, source mask + control, number mask + control, and operations.
+
+    ``control_skip``: note tokens skipped before each matched control starts.
+    """
     source = kvprobe.Mask(history.span("A"), name="source")
     number = kvprobe.Mask(number_span(history, case), name="number")
     conds: dict[str, kvprobe.Access] = {
         "full": kvprobe.Full(),
         "source": source,
-        "source-control": kvprobe.matched_control(history, source, "note"),
+        "source-control": kvprobe.matched_control(history, source, "note", skip=control_skip),
         "number": number,
-        "number-control": kvprobe.matched_control(history, number, "note"),
+        "number-control": kvprobe.matched_control(history, number, "note", skip=control_skip),
     }
     if operations:
         from kvprobe.interventions import Compact, Rebuild, TextRecompute
