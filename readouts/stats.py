@@ -68,6 +68,7 @@ __all__ = [
     "PAIR_SEED",
     "PAPER_SEED",
     "PROBE_SEED",
+    "PROMPT_FORMAT_SEED",
     "QUANTITY_SEED",
     "RECORDS_SEED",
     "REPORT_SEED",
@@ -77,6 +78,7 @@ __all__ = [
     "auc_two_samples",
     "bootstrap_auc",
     "bootstrap_auc_draws",
+    "balanced_mean",
     "bootstrap_mean",
     "bootstrap_stream",
     "clopper_pearson",
@@ -104,6 +106,8 @@ ALPHA = 0.05
 # The paper's seeds, one name per use (a value serves several uses where the paper reuses it).
 #: 20260910, the paper's probe seed: the Rademacher projection of every probe (``readouts.probes``).
 PROBE_SEED = 20260910
+#: 20260910 again: the paired prompt-format comparison's draws (paper L1889-1890, ``studies.source_influence``).
+PROMPT_FORMAT_SEED = 20260910
 #: 20260910 again: the synthetic record histories (``studies.recognition.records``,
 #: ``studies.record_histories``; the records, query-aware, detection and requests studies' datasets,
 #: ``studies.requests.workload``).
@@ -432,6 +436,27 @@ def bootstrap_mean(values: Sequence[float] | np.ndarray, weights: np.ndarray) ->
     with np.errstate(invalid="ignore", divide="ignore"):
         means = (w @ np.where(present, v, 0.0)) / w.sum(axis=1)
     return means[~np.isnan(means)]
+
+
+def balanced_mean(values: Sequence[float] | np.ndarray, strata: Sequence[Any] | np.ndarray,
+                  weights: np.ndarray | None = None) -> float | np.ndarray:
+    """Mean over strata of each stratum's mean, the strata weighted equally (the paper's eight
+    wording patterns): a float, or with ``weights`` ([n_draws, n_cases] multiplicities drawn within
+    strata, :func:`group_bootstrap_weights` with ``strata``) one value per draw.
+
+    Example: ``balanced_mean([1, 3, 10], ["a", "a", "b"])`` is ``(2 + 10) / 2 = 6``.
+    """
+    v = np.asarray(values, dtype=float)
+    st = np.asarray(strata)
+    if st.shape != v.shape:
+        raise ValueError(f"strata have shape {st.shape}, values have shape {v.shape}")
+    labels = np.unique(st)
+    if weights is None:
+        return float(np.mean([v[st == s].mean() for s in labels]))
+    if weights.shape[1] != len(v):
+        raise ValueError(f"{weights.shape[1]} bootstrap columns for {len(v)} values")
+    per_stratum = [(weights[:, st == s] @ v[st == s]) / weights[:, st == s].sum(axis=1) for s in labels]
+    return np.mean(per_stratum, axis=0)
 
 
 # --------------------------------------------------------------------------- intervals

@@ -19,7 +19,7 @@ from typing import Any, Callable
 # (``Entry.seed``: REPORT_SEED, or the paper's PAPER_SEED where the paper gives it; the committed
 # summaries under artifacts/ record theirs; the MQuAKE run records 0). Importing the stats module
 # costs numpy only (``kvprobe.readouts`` loads its other modules on use).
-from kvprobe.readouts.stats import PAPER_SEED, REPORT_SEED
+from kvprobe.readouts.stats import PAPER_SEED, PROMPT_FORMAT_SEED, REPORT_SEED
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,12 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
           options=(Option("transfer", "also train the joint K/V readout on the sibling's cache of the recognition "
                           "records and test it on the main model's (transfer.json, in the report)", to="run",
                           flag=True),)),
+    Entry("source-influence", _P + "source_influence.study:SourceInfluenceStudy", _P + "source_influence.summary",
+          "role-matched source influence: old-source mask vs equal-token control on candidate margins (partA 5)",
+          compare=_P + "source_influence.summary:write_panel"),
+    Entry("prompt-format", _P + "source_influence.study:PromptFormatStudy", _P + "source_influence.summary",
+          "the source-influence events as raw text and through the native chat template, paired (partA 7)",
+          compare=_P + "source_influence.summary:write_panel", seed=PROMPT_FORMAT_SEED),
     Entry("session-bias", _P + "session_bias.study:SessionBiasStudy", _P + "session_bias.summary",
           "soft session-order bias and hard mask on LongMemEval-schema conversations (partD 10, partE E1-E3)"),
     Entry("requests", _P + "requests.study:RequestsStudy", _P + "requests.summary",

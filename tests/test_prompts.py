@@ -88,3 +88,20 @@ def test_prompt_validation():
         kvprobe.Prompt([("A", "x"), ("A", "y")])
     with pytest.raises(SpanError, match="empty"):
         kvprobe.Prompt([("A", "")])
+
+
+def test_segment_encoding_and_special_tokens_are_raw_mode_options(llama):
+    import kvprobe
+    from kvprobe import SpanError
+
+    segs = [("A", "Record A."), ("B", "Record B.")]
+    with pytest.raises(SpanError, match="raw-mode options"):
+        kvprobe.Prompt(segs, chat=True, encode_segments=True)
+    tok = llama.tokenizer
+    rendered = kvprobe.Prompt(segs, chat=False, sep="\n", special_tokens=False, encode_segments=True).render(tok)
+    ids, offsets = rendered.encode(tok)
+    pieces = ["Record A.", "\n", "Record B."]
+    assert ids == [t for p in pieces for t in tok(p, add_special_tokens=False)["input_ids"]]
+    assert rendered.pieces == ((0, 9), (9, 10), (10, 19)) and offsets[-1][1] == 19
+    whole = kvprobe.Prompt(segs, chat=False, sep="\n").render(tok)
+    assert whole.encode(tok)[0] == tok("Record A.\nRecord B.")["input_ids"] and whole.sha256 != rendered.sha256

@@ -33,6 +33,8 @@ SMALL: dict[str, dict] = {
     "query-aware": dict(n_groups=1, max_new_tokens=3, fixed_budget=48, methods=("quest",)),
     "cross-checkpoint": dict(sibling="noise", n_groups=1, max_new_tokens=2, queries=("current",)),
     "session-bias": dict(split="all", n=2, max_new_tokens=2),
+    "source-influence": dict(split="development", n=3),
+    "prompt-format": dict(split="development", n=2),
     "requests": dict(n_groups=1, lengths=(0,), max_new_tokens=2, detector_max_new_tokens=2),
 }
 #: Studies whose rows are not (case, question, condition) rows of a history (no common answer columns).

@@ -81,11 +81,6 @@ def _compare_ids(what: str, a: Sequence[int], b: Sequence[int], tok_a: Any, tok_
             f"{_describe_ids(tok_a, a, i)}, reader {reader!r} has {_describe_ids(tok_b, b, i)}")
 
 
-def _encode(tokenizer: Any, text: str, add_special_tokens: bool) -> tuple[list[int], list[tuple[int, int]]]:
-    enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
-    return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
-
-
 def check_compatible(
     writer: "Model",
     reader: "Model",
@@ -140,8 +135,8 @@ def check_compatible(
                 f"{where}: the writer's chat template renders a different history (first difference at character "
                 f"{i}: {own.history_text[i:i + 30]!r} vs {rendered.history_text[i:i + 30]!r}); "
                 "render both with the main model's tokenizer (siblings.SiblingPair)")
-        ids_w, off_w = _encode(tok_w, rendered.history_text, rendered.add_special_tokens)
-        ids_r, off_r = _encode(tok_r, rendered.history_text, rendered.add_special_tokens)
+        ids_w, off_w = rendered.encode(tok_w)
+        ids_r, off_r = rendered.encode(tok_r)
         _compare_ids(f"{where} history", ids_w, ids_r, tok_w, tok_r, writer.name, reader.name)
         masked = set(rendered.segments if mask_segments is None else mask_segments)
         for name, (start, end) in rendered.segments.items():

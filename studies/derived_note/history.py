@@ -103,12 +103,10 @@ def build_prompt(group: Group, c_text: str | None = None, chat: bool = True) -> 
 def tokenize(tokenizer: Any, prompt: kvprobe.Prompt) -> tuple[list[int], dict[str, TokenSpan]]:
     """History token ids and each segment's token span (as ``Model.tokenize`` and ``History.span`` do)."""
     rendered = prompt.render(tokenizer)
-    enc = tokenizer(rendered.history_text, add_special_tokens=rendered.add_special_tokens,
-                    return_offsets_mapping=True)
-    offsets = [tuple(o) for o in enc["offset_mapping"]]
+    ids, offsets = rendered.encode(tokenizer)
     spans = {name: char_span_to_tokens(offsets, rendered.history_text, a, b, label=name)
              for name, (a, b) in rendered.segments.items()}
-    return list(enc["input_ids"]), spans
+    return ids, spans
 
 
 def _matches(ids: list[int], seg: TokenSpan, ref_ids: list[int], interval: TokenSpan) -> bool:

@@ -1,0 +1,186 @@
+"""The role-matched source-influence study (paper L1794-1812, prompt L1302-1311; spec partA section 5).
+
+Per event (one role-matched group) the prefix ``Earlier source / Unrelated source / Later
+source`` is prefilled once, without special tokens, its four segments encoded
+independently (``--encoding segments``, the paper's default) or the whole prefix at once
+(``--encoding whole``, its Mistral variant). The question ``\\nQuestion: {query}\\nAnswer:``
+follows, and the two options (current and other value) are scored teacher-forced, with no
+continuation, under three conditions sharing that prefill:
+
+* ``full``: full access;
+* ``source``: the earlier source's record (the old-source span, not its heading) hidden;
+* ``control``: as many tokens hidden from the start of the unrelated source's text.
+
+Rows hold both options' summed log-probabilities and the margin
+``m = log p(current) - log p(other)``; the summary averages the eight wording patterns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import kvprobe
+from kvprobe import decoding
+from kvprobe.studies.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices
+from kvprobe.studies.runner import study_parameters, strings_sha256
+from . import strings
+from .events import LATER_VARIANTS, SPLITS, Event, generate_events
+
+CONDITIONS = ("full", "source", "control")
+#: Prompt formats: the paper's segment-by-segment encoding, the whole prefix encoded at once (its
+#: Mistral variant, and the "raw" format of the prompt-format comparison), the native chat template.
+FORMATS = ("segments", "whole", "raw", "native")
+#: Segment names of the prefix (each one of the paper's segments).
+SEGMENTS = ("earlier", "unrelated", "later")
+
+
+def prompt_for(event: Event, prompt_format: str = "segments") -> kvprobe.Prompt:
+    """The paper's prefix as three history segments; the question segment follows as the suffix.
+
+    ``segments``/``whole``/``raw``: no special tokens, each segment encoded on its own
+    (``segments``) or the prefix at once; ``native``: the same text as one user message of the
+    chat template (no system message, thinking off), the options after the assistant header.
+    """
+    segments = [("earlier", strings.EARLIER_SOURCE.format(old=event.old)),
+                ("unrelated", strings.UNRELATED_SOURCE.format(neutral=strings.NEUTRAL_SOURCE)),
+                ("later", strings.LATER_SOURCE.format(later=event.later))]
+    head = strings.QUESTION.split("{query}")[0]
+    if prompt_format == "native":
+        return kvprobe.Prompt(segments, chat=True, sep="", question_sep=head,
+                              template_kwargs=strings.NATIVE_TEMPLATE_KWARGS)
+    return kvprobe.Prompt(segments, chat=False, sep="", question_sep=head, raw_suffix="", special_tokens=False,
+                          encode_segments=prompt_format == "segments")
+
+
+def question_text(event: Event) -> str:
+    """The question segment after its heading: ``{query}\nAnswer:``."""
+    return event.query + strings.QUESTION.split("{query}")[1]
+
+
+def source_spans(history: kvprobe.History, event: Event) -> tuple[kvprobe.TokenSpan, kvprobe.TokenSpan]:
+    """(old-source span, unrelated-source text span): the record tokens, not their headings."""
+    earlier_head = strings.EARLIER_SOURCE.index("{old}")
+    unrelated_head = strings.UNRELATED_SOURCE.index("{neutral}")
+    old = history.span("earlier", chars=(earlier_head, earlier_head + len(event.old)))
+    neutral = history.span("unrelated", chars=(unrelated_head, unrelated_head + len(strings.NEUTRAL_SOURCE)))
+    return old, neutral
+
+
+@dataclass(frozen=True)
+class FormattedEvent:
+    """An event in one prompt format (the study's case)."""
+
+    event: Event
+    format: str
+
+    @property
+    def case_id(self) -> str:
+        return f"{self.event.group}-{self.format}"
+
+
+@dataclass
+class RoleMatchedStudy(HistoryStudy):
+    """What the source-influence and prompt-format studies share: events, conditions, rows."""
+
+    #: Events: evaluation (the paper's 320), development (its 80) or all (400).
+    split: str = "evaluation"
+    #: The later source: the Supersedes record (the paper's events) or the Duplicate record.
+    variant: str = "supersedes"
+    #: Text before each option ([UNCLEAR] in the paper; default: one space after "Answer:", none after a chat
+    #: template's assistant header).
+    option_prefix: str | None = None
+    #: Unrelated-source tokens skipped before the control starts (0: its first token).
+    control_skip: int = 0
+    #: Score only the first N events of the split (None: all).
+    n: int | None = None
+    #: Events scored in one batch.
+    cases_per_batch: int = 8
+    #: The options are scored only: the paper generates no continuation.
+    max_new_tokens: ClassVar[int] = 0
+    _cases: list[FormattedEvent] | None = field(default=None, repr=False, compare=False)
+
+    def formats(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def __post_init__(self) -> None:
+        require_choices(self, split=SPLITS, variant=LATER_VARIANTS)
+        require_at_least(self, control_skip=0, n=1, cases_per_batch=1)
+
+    def config(self) -> dict[str, Any]:
+        cfg = study_parameters(self)
+        cfg["conditions"] = list(CONDITIONS)
+        cfg["strings_sha256"] = strings_sha256(strings)
+        return cfg
+
+    def cases(self) -> list[FormattedEvent]:
+        """Every event in every format, format by format within an event (they share its groups)."""
+        if self._cases is None:
+            events = generate_events(self.split, self.variant)[:self.n]
+            self._cases = [FormattedEvent(e, f) for e in events for f in self.formats()]
+        return self._cases
+
+    def group(self, case: FormattedEvent) -> str:
+        """The bootstrap unit: the role-matched group (resampled within its wording pattern)."""
+        return case.event.group
+
+    def prompt(self, model: kvprobe.Model, case: FormattedEvent) -> kvprobe.Prompt:
+        return prompt_for(case.event, case.format)
+
+    def questions(self, model: kvprobe.Model, case: FormattedEvent, history: kvprobe.History) -> list[Question]:
+        """The query with its two options (current first)."""
+        e = case.event
+        prefix = self.option_prefix if self.option_prefix is not None else \
+            ("" if case.format == "native" else strings.OPTION_PREFIX)
+        return [Question("current", question_text(e), (prefix + e.current, prefix + e.other))]
+
+    def conditions(self, model: kvprobe.Model, case: FormattedEvent, history: kvprobe.History
+                   ) -> dict[str, kvprobe.Access]:
+        old, neutral = source_spans(history, case.event)
+        source = kvprobe.Mask(old, name="source")
+        return {"full": kvprobe.Full(), "source": source,
+                "control": kvprobe.matched_control(history, source, neutral, skip=self.control_skip, name="control")}
+
+    def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
+        old, _ = source_spans(run.history, run.case.event)
+        run.extra["old_tokens"] = len(old)
+
+    def row(self, run: CaseRun, question: Question, condition: str,
+            answers: dict[str, decoding.Answer]) -> dict[str, Any]:
+        """Both options' scores, the margin, and which option is chosen (ties count as the other option)."""
+        event: Event = run.case.event
+        lp_current, lp_other = answers[condition].scores.logprobs
+        chosen = event.current if lp_current > lp_other else event.other
+        return {"format": run.case.format, "family": event.family, "pattern": event.pattern,
+                "replicate": event.replicate, "split": event.split, "variant": event.variant,
+                "current": event.current, "other": event.other, "lp_current": lp_current, "lp_other": lp_other,
+                "margin": lp_current - lp_other, "correct": chosen == event.current,
+                "old_choice": chosen == event.old_value,
+                "masked_tokens": 0 if condition == "full" else run.extra["old_tokens"]}
+
+
+@dataclass
+class SourceInfluenceStudy(RoleMatchedStudy):
+    """Role-matched events under full access, the old-source mask and its equal-token control."""
+
+    name: ClassVar[str] = "source-influence"
+    #: Prefix tokenization: each paper segment on its own (the paper's default) or the whole prefix (its Mistral variant).
+    encoding: str = "segments"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require_choices(self, encoding=("segments", "whole"))
+
+    def formats(self) -> tuple[str, ...]:
+        return (self.encoding,)
+
+
+@dataclass
+class PromptFormatStudy(RoleMatchedStudy):
+    """The same events tokenized as a whole in two formats: raw concatenation and the native chat template
+    (paper L2015-2040; spec partA section 7)."""
+
+    name: ClassVar[str] = "prompt-format"
+
+    def formats(self) -> tuple[str, ...]:
+        return ("raw", "native")
