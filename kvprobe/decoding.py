@@ -18,7 +18,7 @@ all under each row's condition.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
@@ -286,6 +286,8 @@ def reason_then_score(
     candidates: Sequence[Sequence[str]],
     budget: int,
     cue: str,
+    capture_attention: tuple[int, ...] = (),
+    on_cue: Callable[[list[int], Rows, ForwardOutput], None] | None = None,
 ) -> list[tuple[Generation, CandidateScores]]:
     """Continue greedily for exactly ``budget`` tokens, append ``cue``, then score candidates; one batch.
 
@@ -303,6 +305,11 @@ def reason_then_score(
         candidates: per item, the non-empty strings to score.
         budget: continuation tokens (0: the cue follows the question directly).
         cue: text between the continuation and the candidates (may be empty).
+        capture_attention: layers whose attention probabilities the block of the last
+            continuation token and the cue captures (read them in ``on_cue``).
+        on_cue: called after that block with (item indices of the batch rows, the rows,
+            the block's :class:`~kvprobe.engine.ForwardOutput`), e.g. to read how much the
+            token before the candidates attends to a span; not called when the block is empty.
 
     Returns:
         per item, (the continuation, the candidate scores). The continuation's
@@ -324,7 +331,10 @@ def reason_then_score(
         block = [t[-1:] + cue_ids for t in toks]  # the last continuation token was not fed back yet
         if block[0]:
             feed = torch.tensor(block, dtype=torch.long)
-            last = traced_forward(model, rows, feed, logits_to_keep=1).logits[:, -1].float()
+            block_out = traced_forward(model, rows, feed, logits_to_keep=1, capture_attention=capture_attention)
+            if on_cue is not None:
+                on_cue(group, rows, block_out)
+            last = block_out.logits[:, -1].float()
         sums = _candidate_logprobs(model, rows, last, [cand_ids[i] for i in group])
         for r, i in enumerate(group):
             name = items[i][1].access.name

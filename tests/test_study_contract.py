@@ -29,6 +29,7 @@ SMALL: dict[str, dict] = {
     "detection": dict(n_groups=1, max_new_tokens=4, datasets=("records",)),
     "records": dict(n_groups=1, max_new_tokens=3),
     "components": dict(n_per_family=1, budget=2, families=("location",)),
+    "question-relevance": dict(n_per_family=2, budget=2, families=("location",)),
     "derived-note": dict(n_groups=1, max_new_tokens=3),
     "query-aware": dict(n_groups=1, max_new_tokens=3, fixed_budget=48, methods=("quest",)),
     "cross-checkpoint": dict(sibling="noise", n_groups=1, max_new_tokens=2, queries=("current",)),
