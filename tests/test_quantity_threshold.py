@@ -12,7 +12,7 @@ import pytest
 
 from kvprobe.readouts.stats import (PAPER_SEED, REPORT_SEED, clopper_pearson, group_bootstrap_indices,
                                     one_sided_lower, youden_thresholds)
-from kvprobe.studies.quantity.threshold import (TAU_GRID, SignalCases, bootstrap_held_out, fit_tau,
+from kvprobe.studies.quantity.threshold import (TAU_GRID, SignalCases, bootstrap_held_out, fit_tau, midpoint_grid,
                                                 held_out_thresholds, signal_cases, write_thresholds, youden)
 
 
@@ -60,6 +60,11 @@ def test_each_model_is_scored_with_a_tau_fitted_on_the_others():
     assert (pooled["flagged_lost"], pooled["lost"], pooled["flagged_kept"], pooled["kept"]) == (4, 5, 0, 5)
     assert pooled["sensitivity_ci"] == clopper_pearson(4, 5)
     assert pooled["sensitivity_ci_refit"][0] <= 0.8 <= pooled["sensitivity_ci_refit"][1]
+    # Midpoint sensitivity (seed ~4206): held out a, b + c train scores 0.3 1 2 3.2 8 9 -> midpoints
+    # 0.65 1.5 2.6 5.6 8.5; the classes separate at 2.6 (the largest tau with J = 1 is 2.6).
+    assert midpoint_grid(np.array([1.0, 3.0, 3.0, 4.0])) == (2.0, 3.5)
+    assert rows["a"]["midpoints"]["tau"] == pytest.approx(2.6)
+    assert (rows["a"]["midpoints"]["flagged_lost"], rows["a"]["midpoints"]["flagged_kept"]) == (2, 0)
     with pytest.raises(ValueError, match="at least two"):
         held_out_thresholds([a])
     with pytest.raises(ValueError, match="different model"):

@@ -158,3 +158,15 @@ def test_prompt_format_pairs_raw_and_native_on_the_same_events(llama, tmp_path):
     dm = {f: summary["formats"][f]["estimates"]["delta_m"]["value"] for f in ("raw", "native")}
     assert summary["native_minus_raw"]["delta_m"]["value"] == pytest.approx(dm["native"] - dm["raw"])
     assert "Native minus raw" in (tmp_path / "report.md").read_text()
+
+
+def test_committed_panel_is_what_its_runs_recompute_to(tmp_path):
+    """``artifacts/source-influence/panel``: the committed table equals the runs it names, recomputed."""
+    from kvprobe.studies.source_influence.summary import write_panel
+
+    root = Path(__file__).resolve().parents[1]
+    committed = root / "artifacts" / "source-influence" / "panel"
+    meta = json.loads((committed / "panel.json").read_text())
+    runs = list(dict.fromkeys(r["run"] for r in meta["rows"]))
+    write_panel([root / r for r in runs], tmp_path, seed=meta["seed"])
+    assert (tmp_path / "panel.md").read_text() == (committed / "panel.md").read_text()
