@@ -65,6 +65,7 @@ __all__ = [
     "INTERACTION_SEED",
     "MQUAKE_SAMPLE_SEED",
     "MQUAKE_SEED",
+    "OAKS_DEMO_SEED",
     "PAIR_SEED",
     "PAPER_SEED",
     "PROBE_SEED",
@@ -116,6 +117,8 @@ RECORDS_SEED = 20260910
 ROLE_PAIRS_SEED = 20260911
 #: 20260912: contextual MQuAKE case generation (``studies.mquake.generate``).
 MQUAKE_SEED = 20260912
+#: 20260921: the offline OAKS-schema demonstration set built from the PG-19 novel (``studies.source_influence.oaks``).
+OAKS_DEMO_SEED = 20260921
 #: 20260920 + h: the sample of h-hop cases from a released MQuAKE file (paper L1376-1377).
 MQUAKE_SAMPLE_SEED = 20260920
 #: 20260913: BABILong sample selection (``studies.babilong.samples``).

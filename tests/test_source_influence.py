@@ -106,20 +106,20 @@ def test_each_criterion_follows_its_interval(tmp_path):
     good = {"full": list(base), "control": list(base), "source": list(base + 1.0)}
     right = {c: [1] * 32 for c in ("full", "source", "control")}
     s = _summary(tmp_path, _rows(good, right))
-    assert s["criteria"] == {"delta_m_interval_above_0": True, "l95_above_minus_3pp": True,
-                             "positive_patterns_at_least_6": True} and s["passed"] == 3
+    assert s["criteria"] == {"effect_interval_excludes_0": True, "l95_above_minus_3pp": True,
+                             "favorable_strata": True} and s["passed"] == 3
     # (1) no margin change at all: the interval includes 0, and no pattern is positive
     flat = {**good, "source": list(base)}
-    assert not _summary(tmp_path, _rows(flat, right))["criteria"]["delta_m_interval_above_0"]
+    assert not _summary(tmp_path, _rows(flat, right))["criteria"]["effect_interval_excludes_0"]
     # (2) the control loses a quarter of the answers: L.95 far below -3 pp
     hurt = {**right, "control": [0 if i % 4 == 0 else 1 for i in range(32)]}
     s = _summary(tmp_path, _rows(good, hurt))
-    assert not s["criteria"]["l95_above_minus_3pp"] and s["criteria"]["delta_m_interval_above_0"]
+    assert not s["criteria"]["l95_above_minus_3pp"] and s["criteria"]["effect_interval_excludes_0"]
     # (3) three patterns with a negative change: 5 of 8 positive, the pooled interval still above 0
     mixed = {**good, "source": [b + (3.0 if i % 8 < 5 else -0.5) for i, b in enumerate(base)]}
     s = _summary(tmp_path, _rows(mixed, right))
-    assert s["positive_patterns"] == 5 and not s["criteria"]["positive_patterns_at_least_6"]
-    assert s["criteria"]["delta_m_interval_above_0"]
+    assert s["positive_patterns"] == 5 and not s["criteria"]["favorable_strata"]
+    assert s["criteria"]["effect_interval_excludes_0"]
 
 
 def test_paper_rows_are_the_seed_text():

@@ -36,6 +36,7 @@ SMALL: dict[str, dict] = {
     "session-bias": dict(split="all", n=2, max_new_tokens=2),
     "source-influence": dict(split="development", n=3),
     "prompt-format": dict(split="development", n=2),
+    "oaks": dict(n=3),
     "requests": dict(n_groups=1, lengths=(0,), max_new_tokens=2, detector_max_new_tokens=2),
 }
 #: Studies whose rows are not (case, question, condition) rows of a history (no common answer columns).

@@ -53,6 +53,8 @@ class Event:
     current: str
     other: str
     old_value: str
+    #: The unrelated source's text (the role-matched events share one neutral text).
+    neutral: str = strings.NEUTRAL_SOURCE
 
 
 def replicate_of(group: str) -> int:

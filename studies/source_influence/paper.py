@@ -50,3 +50,13 @@ FORMAT_CONTRASTS: dict[str, tuple[float, tuple[float, float], float, tuple[float
     "Qwen3-8B": (-1.011, (-1.182, -0.833), 12.81, (9.06, 16.56), -2.81),
     "Llama-3.2-3B": (-0.098, (-0.264, 0.068), 6.88, (3.75, 10.00), -0.94),
 }
+
+#: model -> (full, control, source accuracy %, obsolete-choice change source - control pp, its interval,
+#: books with a favorable direction of 5); OAKS candidate decisions, 336 events, seed L2118-2122.
+OAKS: dict[str, tuple[float, float, float, float, tuple[float, float], int]] = {
+    "Qwen3-32B": (52.14, 51.49, 68.26, -16.77, (-21.16, -12.78), 5),
+    "Qwen3.8-27B": (48.41, 48.59, 64.29, -15.70, (-20.10, -11.53), 5),
+    "Llama-3.1-70B": (50.72, 50.39, 68.72, -18.33, (-23.28, -13.81), 5),
+    "Gemma 4 26B-A4B": (57.27, 56.55, 65.49, -8.94, (-12.32, -5.84), 5),
+    "Gemma 4 31B": (58.49, 58.56, 59.36, -0.80, (-4.10, 2.38), 2),
+}

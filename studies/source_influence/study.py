@@ -43,7 +43,7 @@ def prompt_for(event: Event, prompt_format: str = "segments") -> kvprobe.Prompt:
     chat template (no system message, thinking off), the options after the assistant header.
     """
     segments = [("earlier", strings.EARLIER_SOURCE.format(old=event.old)),
-                ("unrelated", strings.UNRELATED_SOURCE.format(neutral=strings.NEUTRAL_SOURCE)),
+                ("unrelated", strings.UNRELATED_SOURCE.format(neutral=event.neutral)),
                 ("later", strings.LATER_SOURCE.format(later=event.later))]
     head = strings.QUESTION.split("{query}")[0]
     if prompt_format == "native":
@@ -58,12 +58,22 @@ def question_text(event: Event) -> str:
     return event.query + strings.QUESTION.split("{query}")[1]
 
 
-def source_spans(history: kvprobe.History, event: Event) -> tuple[kvprobe.TokenSpan, kvprobe.TokenSpan]:
-    """(old-source span, unrelated-source text span): the record tokens, not their headings."""
+def source_spans(history: kvprobe.History, event: Event, trailing_newline: bool = False
+                 ) -> tuple[kvprobe.TokenSpan, kvprobe.TokenSpan]:
+    """(old-source span, unrelated-source text span): the record tokens, not their headings.
+
+    ``trailing_newline``: the old span also covers the newline after the record (the first
+    character of the next segment), as the paper's natural-source panel does (seed L1325-1327).
+    """
     earlier_head = strings.EARLIER_SOURCE.index("{old}")
     unrelated_head = strings.UNRELATED_SOURCE.index("{neutral}")
     old = history.span("earlier", chars=(earlier_head, earlier_head + len(event.old)))
-    neutral = history.span("unrelated", chars=(unrelated_head, unrelated_head + len(strings.NEUTRAL_SOURCE)))
+    if trailing_newline:
+        newline = history.span("unrelated", chars=(0, 1))
+        if newline.start != old.end:
+            raise kvprobe.SpanError(f"{event.case_id}: the newline after the old source is not next to it")
+        old = kvprobe.TokenSpan(old.start, newline.end, old.label)
+    neutral = history.span("unrelated", chars=(unrelated_head, unrelated_head + len(event.neutral)))
     return old, neutral
 
 
@@ -80,31 +90,34 @@ class FormattedEvent:
 
 
 @dataclass
-class RoleMatchedStudy(HistoryStudy):
-    """What the source-influence and prompt-format studies share: events, conditions, rows."""
+class EventStudy(HistoryStudy):
+    """What every candidate-decision study shares: one prefill per event and format, three conditions,
+    both options scored, the same rows (role-matched events, prompt formats, OAKS changes)."""
 
-    #: Events: evaluation (the paper's 320), development (its 80) or all (400).
-    split: str = "evaluation"
-    #: The later source: the Supersedes record (the paper's events) or the Duplicate record.
-    variant: str = "supersedes"
     #: Text before each option ([UNCLEAR] in the paper; default: one space after "Answer:", none after a chat
     #: template's assistant header).
     option_prefix: str | None = None
     #: Unrelated-source tokens skipped before the control starts (0: its first token).
     control_skip: int = 0
-    #: Score only the first N events of the split (None: all).
+    #: Score only the first N events (None: all).
     n: int | None = None
     #: Events scored in one batch.
     cases_per_batch: int = 8
     #: The options are scored only: the paper generates no continuation.
     max_new_tokens: ClassVar[int] = 0
+    #: Whether the old span includes the newline after the record (the natural-source panel's rule).
+    trailing_newline: ClassVar[bool] = False
     _cases: list[FormattedEvent] | None = field(default=None, repr=False, compare=False)
+    _events: list[Event] | None = field(default=None, repr=False, compare=False)
 
     def formats(self) -> tuple[str, ...]:
         raise NotImplementedError
 
+    def events(self) -> list[Event]:
+        """The study's events (every format is asked about each)."""
+        raise NotImplementedError
+
     def __post_init__(self) -> None:
-        require_choices(self, split=SPLITS, variant=LATER_VARIANTS)
         require_at_least(self, control_skip=0, n=1, cases_per_batch=1)
 
     def config(self) -> dict[str, Any]:
@@ -116,7 +129,7 @@ class RoleMatchedStudy(HistoryStudy):
     def cases(self) -> list[FormattedEvent]:
         """Every event in every format, format by format within an event (they share its groups)."""
         if self._cases is None:
-            events = generate_events(self.split, self.variant)[:self.n]
+            events = self.events()[:self.n]
             self._cases = [FormattedEvent(e, f) for e in events for f in self.formats()]
         return self._cases
 
@@ -136,13 +149,13 @@ class RoleMatchedStudy(HistoryStudy):
 
     def conditions(self, model: kvprobe.Model, case: FormattedEvent, history: kvprobe.History
                    ) -> dict[str, kvprobe.Access]:
-        old, neutral = source_spans(history, case.event)
+        old, neutral = source_spans(history, case.event, self.trailing_newline)
         source = kvprobe.Mask(old, name="source")
         return {"full": kvprobe.Full(), "source": source,
                 "control": kvprobe.matched_control(history, source, neutral, skip=self.control_skip, name="control")}
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
-        old, _ = source_spans(run.history, run.case.event)
+        old, _ = source_spans(run.history, run.case.event, self.trailing_newline)
         run.extra["old_tokens"] = len(old)
 
     def row(self, run: CaseRun, question: Question, condition: str,
@@ -151,12 +164,29 @@ class RoleMatchedStudy(HistoryStudy):
         event: Event = run.case.event
         lp_current, lp_other = answers[condition].scores.logprobs
         chosen = event.current if lp_current > lp_other else event.other
-        return {"format": run.case.format, "family": event.family, "pattern": event.pattern,
+        return {"event": event.case_id, "format": run.case.format, "family": event.family, "pattern": event.pattern,
                 "replicate": event.replicate, "split": event.split, "variant": event.variant,
                 "current": event.current, "other": event.other, "lp_current": lp_current, "lp_other": lp_other,
                 "margin": lp_current - lp_other, "correct": chosen == event.current,
                 "old_choice": chosen == event.old_value,
                 "masked_tokens": 0 if condition == "full" else run.extra["old_tokens"]}
+
+
+@dataclass
+class RoleMatchedStudy(EventStudy):
+    """Events of the role-matched dataset (source influence, prompt format)."""
+
+    #: Events: evaluation (the paper's 320), development (its 80) or all (400).
+    split: str = "evaluation"
+    #: The later source: the Supersedes record (the paper's events) or the Duplicate record.
+    variant: str = "supersedes"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require_choices(self, split=SPLITS, variant=LATER_VARIANTS)
+
+    def events(self) -> list[Event]:
+        return generate_events(self.split, self.variant)
 
 
 @dataclass
@@ -184,3 +214,72 @@ class PromptFormatStudy(RoleMatchedStudy):
 
     def formats(self) -> tuple[str, ...]:
         return ("raw", "native")
+
+
+#: ``--source`` value for the offline demonstration set (generated from the PG-19 novel).
+DEMONSTRATION = "demonstration"
+OAKS_SPLITS = ("evaluation", "calibration", "development", "all")
+
+
+@dataclass
+class OaksStudy(EventStudy):
+    """OAKS-Novel answer changes as candidate decisions (paper L1826-1852; spec partA section 6).
+
+    Each kept change is an event: its old source sentence is the earlier source, its new source
+    sentence the later one, unrelated text from another book the unrelated source (``oaks.py``), the
+    question the query and the old and new answers the options. The old mask covers the old source
+    and its trailing newline; books are the strata (weighted equally) and questions the resampled groups.
+    """
+
+    name: ClassVar[str] = "oaks"
+    trailing_newline: ClassVar[bool] = True
+    #: "demonstration" (an OAKS-schema set generated from the PG-19 novel in ../shared/data/pg19, labelled as
+    #: generated) or the path of an OAKS JSON file in the schema of studies/source_influence/oaks.py.
+    source: str = DEMONSTRATION
+    #: Books: evaluation (the paper's 5 held-out books), calibration, development (9) or all.
+    split: str = "evaluation"
+    #: Prefix tokenization: each paper segment on its own (the paper's default) or the whole prefix.
+    encoding: str = "segments"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require_choices(self, split=OAKS_SPLITS, encoding=("segments", "whole"))
+        if self.source != DEMONSTRATION:
+            from kvprobe.studies.protocol import InvalidParameter
+
+            from .oaks import OaksFormatError
+            try:  # read the file now, so a bad file fails before any model loads
+                self.events()
+            except (OSError, OaksFormatError) as e:
+                raise InvalidParameter("source", str(e)) from e
+
+    def formats(self) -> tuple[str, ...]:
+        return (self.encoding,)
+
+    def books(self) -> list:
+        from . import oaks
+
+        if self.source == DEMONSTRATION:
+            from kvprobe.studies.filler import PG19_DIR
+
+            books = sorted(PG19_DIR.glob("*.txt"))
+            if not books:
+                raise FileNotFoundError(f"no PG-19 novel in {PG19_DIR} for the OAKS demonstration set")
+            return oaks.parse_oaks(oaks.demonstration_set(books[0].read_text(encoding="utf-8")), "demonstration")
+        return oaks.load_oaks(self.source)
+
+    def events(self) -> list[Event]:
+        if self._events is None:
+            from . import oaks
+
+            books = self.books()
+            splits = oaks.split_books(books)
+            chosen = books if self.split == "all" else splits[self.split]
+            split_of = {b.book_id: name for name, bs in splits.items() for b in bs}
+            self._events = [
+                Event(case_id=c.case_id, group=c.question_id, family=book.title, pattern=book.book_id, replicate=0,
+                      split=split_of.get(book.book_id, "unassigned"), variant="oaks", old=c.old_source,
+                      later=c.new_source, query=c.question, current=c.new_answer, other=c.old_answer,
+                      old_value=c.old_answer, neutral=oaks.unrelated_text(books, book, c))
+                for book in chosen for c in oaks.changes(book)]
+        return self._events

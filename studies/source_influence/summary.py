@@ -37,8 +37,14 @@ from .study import CONDITIONS, FORMATS
 
 #: Criterion 2: the control may cost at most this much accuracy (pp) at its one-sided lower bound.
 PRESERVATION_PP = -3.0
-#: Criterion 3: patterns with a positive Delta_m needed (of 8).
-PATTERNS_NEEDED = 6
+#: Criterion 3: strata with a positive Delta_m needed: 6 of 8 wording patterns, 4 of 5 books (spec partB 2).
+STRATA_NEEDED = {8: 6, 5: 4}
+
+
+def strata_needed(n: int) -> int:
+    """Positive strata criterion 3 needs: the paper's 6 of 8 patterns or 4 of 5 books, else three quarters."""
+    return STRATA_NEEDED.get(n, -(-3 * n // 4))
+
 
 
 def _estimate(values: np.ndarray, patterns: np.ndarray, weights: np.ndarray) -> dict[str, Any]:
@@ -50,17 +56,22 @@ def _estimate(values: np.ndarray, patterns: np.ndarray, weights: np.ndarray) -> 
 Table = dict[str, dict[str, np.ndarray]]
 
 
-def event_tables(rows: list[dict[str, Any]]) -> tuple[list[str], dict[str, Table], np.ndarray]:
-    """(group ids, format -> condition -> column -> values per group, patterns): the events every format
-    and condition scored, in group order (so every format shares the same bootstrap draws)."""
+def event_tables(rows: list[dict[str, Any]]) -> tuple[list[str], dict[str, Table], np.ndarray, np.ndarray]:
+    """(event ids, format -> condition -> column -> values per event, strata, groups): the events every
+    format and condition scored, in event order (so every format shares the same bootstrap draws).
+    Strata are the wording patterns (OAKS: the books), groups the resampled units (role-matched
+    groups; OAKS: questions)."""
     formats = sorted({r.get("format", "segments") for r in rows}, key=lambda f: FORMATS.index(f))
-    by = {(f, c): {r["group"]: r for r in rows if r.get("format", "segments") == f and r["condition"] == c}
+    by = {(f, c): {r.get("event", r["group"]): r for r in rows
+                   if r.get("format", "segments") == f and r["condition"] == c}
           for f in formats for c in CONDITIONS}
-    groups = sorted(set.intersection(*(set(v) for v in by.values()))) if rows else []
-    tables = {f: {c: {col: np.array([float(by[(f, c)][g][col]) for g in groups])
+    events = sorted(set.intersection(*(set(v) for v in by.values()))) if rows else []
+    tables = {f: {c: {col: np.array([float(by[(f, c)][e][col]) for e in events])
                       for col in ("margin", "correct", "old_choice")} for c in CONDITIONS} for f in formats}
-    patterns = np.array([by[(formats[0], "full")][g]["pattern"] for g in groups]) if groups else np.array([])
-    return groups, tables, patterns
+    first = by[(formats[0], "full")] if events else {}
+    strata = np.array([first[e]["pattern"] for e in events])
+    groups = np.array([first[e]["group"] for e in events])
+    return events, tables, strata, groups
 
 
 def estimates(t: Table, patterns: np.ndarray, weights: np.ndarray) -> dict[str, Any]:
@@ -73,33 +84,48 @@ def estimates(t: Table, patterns: np.ndarray, weights: np.ndarray) -> dict[str, 
         "delta_m": _estimate(source["margin"] - control["margin"], patterns, weights),
         **{f"accuracy_{c}": _estimate(100 * t[c]["correct"], patterns, weights) for c in CONDITIONS},
         "old_choice_change_pp": _estimate(100 * (source["old_choice"] - control["old_choice"]), patterns, weights),
+        "r_obs_pp": _estimate(100 * (control["old_choice"] - source["old_choice"]), patterns, weights),
         "source_minus_control_pp": _estimate(100 * (source["correct"] - control["correct"]), patterns, weights),
         "control_minus_full_pp": _estimate(100 * (control["correct"] - full["correct"]), patterns, weights),
     }
 
 
-def format_summary(t: Table, patterns: np.ndarray, weights: np.ndarray) -> dict[str, Any]:
-    """One format's estimates, Delta_m per pattern and the three criteria."""
+def format_summary(t: Table, patterns: np.ndarray, weights: np.ndarray, oaks: bool = False) -> dict[str, Any]:
+    """One format's estimates, Delta_m (and the old-choice change) per stratum and the three criteria.
+
+    Role-matched events (seed L1912-1924): the Delta_m interval above 0, L.95 above -3 pp, Delta_m > 0 in
+    6 of 8 patterns. OAKS (seed L2098-2101): fewer obsolete choices (the source - control old-choice change
+    interval below 0), L.95 above -3 pp, a favorable old-choice change in 4 of 5 books.
+    """
     est = estimates(t, patterns, weights)
     dm = t["source"]["margin"] - t["control"]["margin"]
-    per_pattern = {str(p): {"events": int((patterns == p).sum()), "delta_m": float(dm[patterns == p].mean())}
-                   for p in np.unique(patterns)}
-    positive = sum(v["delta_m"] > 0 for v in per_pattern.values())
-    criteria = {"delta_m_interval_above_0": est["delta_m"]["ci"][0] > 0,
+    old = 100 * (t["source"]["old_choice"] - t["control"]["old_choice"])
+    per_pattern = {str(p): {"events": int((patterns == p).sum()), "delta_m": float(dm[patterns == p].mean()),
+                            "old_choice_change_pp": float(old[patterns == p].mean())} for p in np.unique(patterns)}
+    if oaks:
+        positive = sum(v["old_choice_change_pp"] < 0 for v in per_pattern.values())
+        first = est["old_choice_change_pp"]["ci"][1] < 0
+    else:
+        positive = sum(v["delta_m"] > 0 for v in per_pattern.values())
+        first = est["delta_m"]["ci"][0] > 0
+    criteria = {"effect_interval_excludes_0": first,
                 "l95_above_minus_3pp": est["control_minus_full_pp"]["lower_one_sided"] > PRESERVATION_PP,
-                "positive_patterns_at_least_6": positive >= PATTERNS_NEEDED}
+                "favorable_strata": positive >= strata_needed(len(per_pattern))}
     return {"estimates": est, "per_pattern": per_pattern, "patterns": len(per_pattern),
             "positive_patterns": positive, "criteria": criteria, "passed": sum(criteria.values())}
 
 
 def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[str, Any]:
     rows = list(read_rows(out_dir))
-    groups, tables, patterns = event_tables(rows)
-    out: dict[str, Any] = {"events": len(groups), "rows": len(rows), "seed": seed, "draws": draws}
-    if not groups:
+    events, tables, patterns, groups = event_tables(rows)
+    out: dict[str, Any] = {"events": len(events), "groups": len(set(groups)), "rows": len(rows), "seed": seed,
+                           "draws": draws}
+    if not events:
         return out
     weights = group_bootstrap_weights(groups, n_draws=draws, seed=seed, strata=patterns)
-    formats = {f: format_summary(t, patterns, weights) for f, t in tables.items()}
+    config = Path(out_dir) / "config.json"
+    oaks = config.exists() and json.loads(config.read_text()).get("study") == "oaks"
+    formats = {f: format_summary(t, patterns, weights, oaks) for f, t in tables.items()}
     out["formats"] = formats
     if set(formats) == {"raw", "native"}:
         raw, native = tables["raw"], tables["native"]
@@ -115,8 +141,8 @@ def criteria_cells(summary: dict[str, Any]) -> list[str]:
     """The panel columns of one model: Delta_m [CI], L.95, positive patterns, criteria passed."""
     e = summary["estimates"]
     c = summary["criteria"]
-    marks = "".join("y" if c[k] else "n" for k in ("delta_m_interval_above_0", "l95_above_minus_3pp",
-                                                    "positive_patterns_at_least_6"))
+    marks = "".join("y" if c[k] else "n" for k in ("effect_interval_excludes_0", "l95_above_minus_3pp",
+                                                    "favorable_strata"))
     return [estimate(e["delta_m"]["value"], e["delta_m"]["ci"]), f"{e['control_minus_full_pp']['lower_one_sided']:+.2f}",
             f"{summary['positive_patterns']}/{summary['patterns']}", f"{summary['passed']}/3 ({marks})"]
 
@@ -130,6 +156,7 @@ ESTIMATE_ROWS = (("m_F", "m_F, full-access margin (nats)", "+.2f"),
                  ("accuracy_control", "accuracy, control (%)", ".2f"),
                  ("accuracy_source", "accuracy, source mask (%)", ".2f"),
                  ("old_choice_change_pp", "old-choice change, source - control (pp)", "+.2f"),
+                 ("r_obs_pp", "R_obs, old choices under control - under source mask (pp)", "+.2f"),
                  ("source_minus_control_pp", "accuracy, source - control (pp)", "+.2f"),
                  ("control_minus_full_pp", "accuracy, control - full (pp)", "+.2f"))
 FORMAT_NAMES = {"segments": "segments encoded one by one", "whole": "prefix encoded at once",
@@ -139,13 +166,21 @@ FORMAT_NAMES = {"segments": "segments encoded one by one", "whole": "prefix enco
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     study = config.get("study_config", {})
     formats = summary.get("formats", {})
-    title = "Prompt-format sensitivity" if len(formats) > 1 else "Role-matched source influence"
+    oaks = config.get("study") == "oaks"
+    title = ("OAKS candidate decisions" if oaks else "Prompt-format sensitivity" if len(formats) > 1
+             else "Role-matched source influence")
+    data = ((f"OAKS-schema demonstration set GENERATED from the PG-19 novel (not the OAKS data), "
+             if study.get("source") == "demonstration" else f"OAKS file `{study.get('source')}`, ")
+            + f"{summary['events']} changes of {summary.get('groups')} questions in the {study.get('split')} books; "
+            "strata are books, questions are resampled within book ("
+            if oaks else f"{summary['events']} {study.get('split')} events ({study.get('variant')} later sources; ")
     lines = [*heading(title, config),
-             f"{summary['events']} {study.get('split')} events ({study.get('variant')} later sources; "
+             data +
              f"{'; '.join(FORMAT_NAMES[f] for f in formats) or 'no format yet'}; no special tokens outside a chat "
              "template). Options scored teacher-forced, no continuation. Every estimate averages the "
-             f"{max((f['patterns'] for f in formats.values()), default=0)} wording patterns equally; 95% intervals from {summary['draws']:,} draws "
-             "of groups resampled within pattern, the same draws for every estimate and format.", ""]
+             f"{max((f['patterns'] for f in formats.values()), default=0)} {'books' if oaks else 'wording patterns'} "
+             f"equally; 95% intervals from {summary['draws']:,} draws "
+             "of groups resampled within stratum, the same draws for every estimate and format.", ""]
     if timing:
         lines += [run_time(timing, unit="events x formats" if len(formats) > 1 else "events"), ""]
     if not summary["events"]:
@@ -163,15 +198,33 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
                   f"{estimate(c['accuracy_full_pp']['value'], c['accuracy_full_pp']['ci'])} pp."]
     for name, f in formats.items():
         crit = f["criteria"]
-        lines += ["", f"{name}: Delta_m by wording pattern: " + ", ".join(
-            f"{p} {v['delta_m']:+.2f}" for p, v in f["per_pattern"].items()) + ".", "",
-            f"{name}: the paper's three criteria (seed L1912-1924): Delta_m interval above 0 "
-            f"{'yes' if crit['delta_m_interval_above_0'] else 'no'}; L.95 above -3 pp "
-            f"{'yes' if crit['l95_above_minus_3pp'] else 'no'}; Delta_m > 0 in at least 6 of 8 patterns "
-            f"{'yes' if crit['positive_patterns_at_least_6'] else 'no'} ({f['positive_patterns']}/{f['patterns']}). "
-            f"Criteria passed: {f['passed']}/3."]
-    lines += [""] + (paper_format_lines() if len(formats) > 1 else paper_lines())
+        yes = {k: "yes" if v else "no" for k, v in crit.items()}
+        strata = "book" if oaks else "wording pattern"
+        lines += ["", f"{name}: by {strata}, Delta_m (nats) / old-choice change (pp): " + ", ".join(
+            f"{p} {v['delta_m']:+.2f} / {v['old_choice_change_pp']:+.2f}" for p, v in f["per_pattern"].items()) + "."]
+        if oaks:
+            lines += ["", f"{name}: the paper's OAKS requirements (seed L2098-2101): fewer obsolete choices "
+                      f"(old-choice change interval below 0) {yes['effect_interval_excludes_0']}; L.95 above -3 pp "
+                      f"{yes['l95_above_minus_3pp']}; favorable in at least {strata_needed(f['patterns'])} of "
+                      f"{f['patterns']} books {yes['favorable_strata']} ({f['positive_patterns']}/"
+                      f"{f['patterns']}). Passed: {f['passed']}/3."]
+        else:
+            lines += ["", f"{name}: the paper's three criteria (seed L1912-1924): Delta_m interval above 0 "
+                      f"{yes['effect_interval_excludes_0']}; L.95 above -3 pp {yes['l95_above_minus_3pp']}; Delta_m > 0 "
+                      f"in at least {strata_needed(f['patterns'])} of {f['patterns']} patterns "
+                      f"{yes['favorable_strata']} ({f['positive_patterns']}/{f['patterns']}). "
+                      f"Criteria passed: {f['passed']}/3."]
+    lines += [""] + (paper_oaks_lines() if oaks else paper_format_lines() if len(formats) > 1 else paper_lines())
     return "\n".join(lines)
+
+
+def paper_oaks_lines() -> list[str]:
+    """The paper's OAKS rows (336 events from 116 questions in five books, seed L2118-2122)."""
+    lines = ["The paper's OAKS rows (seed L2118-2122; accuracy %, obsolete-choice change source - control in pp):", "",
+             *table_head(["paper checkpoint", "full", "control", "source", "obsolete change [95% CI]", "books"])]
+    for name, (full, control, source, change, ci, books) in paper.OAKS.items():
+        lines.append(f"| {name} | {full:.2f} | {control:.2f} | {source:.2f} | {estimate(change, ci)} | {books}/5 |")
+    return lines + [""]
 
 
 def paper_format_lines() -> list[str]:

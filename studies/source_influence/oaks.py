@@ -1,0 +1,214 @@
+"""OAKS-Novel candidate-decision events (paper appendix "Natural Sources and Book Transfer",
+seed L1826-1852; spec partA section 6).
+
+The paper uses the OAKS-Novel release at commit ``0bbc4b3877ea``: 19 novels, 435 questions,
+1,354 ordered chunks, 1,722 answer changes, of which 1,316 have a nonempty earlier source
+sentence for the old answer and a nonempty source sentence for the new answer at the change
+chunk; a hash-ordered 9/5/5 book split (development, calibration, held-out evaluation). "Each
+event identifies the book, chunk order, answers at every chunk, and source sentences."
+
+The release is not on this machine and its file layout is not quoted in the paper. ``load_oaks``
+reads a JSON rendering of exactly what the paper describes (UNCLEAR, ours)::
+
+    {"release": "OAKS-Novel", "commit": "0bbc4b3877ea",
+     "books": [{"book_id": "...", "title": "...", "chunks": ["chunk 0 text", ...],
+                "questions": [{"question_id": "...", "question": "...",
+                               "answers": ["answer at chunk 0", ...],       # one per chunk
+                               "sources": ["source sentence at chunk 0", ...]}]}]}  # "" if none
+
+A change is a chunk ``k`` whose answer differs from chunk ``k - 1``; it is kept when the old
+answer has a nonempty source sentence at an earlier chunk (the latest one) and the new answer a
+nonempty source sentence at chunk ``k``. The split orders books by the SHA-256 of their id.
+
+Offline, :func:`demonstration_set` builds a file in this schema from the PG-19 novel in
+``../shared/data/pg19`` by a documented seeded edit rule; reports label it as generated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvprobe.readouts.stats import OAKS_DEMO_SEED
+
+#: Books per split, in hash order (paper L1833-1834: 9/5/5).
+SPLIT_SIZES = {"development": 9, "calibration": 5, "evaluation": 5}
+#: Words shorter than this are trivial answer tokens (UNCLEAR, ours: the unrelated text excludes
+#: every answer word of at least four letters).
+NONTRIVIAL_LENGTH = 4
+
+
+class OaksFormatError(ValueError):
+    """An OAKS file that does not follow the schema (names the file and the entry)."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One answer change of one question: the old and new answers and their source sentences."""
+
+    book_id: str
+    question_id: str
+    question: str
+    chunk: int
+    old_answer: str
+    new_answer: str
+    old_source: str
+    new_source: str
+
+    @property
+    def case_id(self) -> str:
+        return f"{self.question_id}@{self.chunk}"
+
+
+@dataclass(frozen=True)
+class Book:
+    book_id: str
+    title: str
+    chunks: tuple[str, ...]
+    questions: tuple[dict[str, Any], ...]
+
+
+def _need(obj: Any, keys: tuple[str, ...], where: str) -> None:
+    if not isinstance(obj, dict):
+        raise OaksFormatError(f"{where}: expected an object, got {type(obj).__name__}")
+    missing = [k for k in keys if k not in obj]
+    if missing:
+        raise OaksFormatError(f"{where}: missing field(s) {', '.join(missing)}")
+
+
+def parse_oaks(data: Any, where: str = "OAKS") -> list[Book]:
+    """Books of an OAKS document (the schema above); errors name the book and question."""
+    _need(data, ("books",), where)
+    books = []
+    for i, b in enumerate(data["books"]):
+        w = f"{where} books[{i}]"
+        _need(b, ("book_id", "title", "chunks", "questions"), w)
+        n = len(b["chunks"])
+        for j, q in enumerate(b["questions"]):
+            wq = f"{w} ({b['book_id']}) questions[{j}]"
+            _need(q, ("question_id", "question", "answers", "sources"), wq)
+            if len(q["answers"]) != n or len(q["sources"]) != n:
+                raise OaksFormatError(f"{wq} ({q['question_id']}): {len(q['answers'])} answers and "
+                                      f"{len(q['sources'])} sources for {n} chunks (one of each per chunk)")
+        books.append(Book(str(b["book_id"]), str(b["title"]), tuple(b["chunks"]), tuple(b["questions"])))
+    ids = [b.book_id for b in books]
+    if len(set(ids)) != len(ids):
+        raise OaksFormatError(f"{where}: book ids repeat")
+    return books
+
+
+def load_oaks(path: str | Path) -> list[Book]:
+    """Read an OAKS JSON file (see the module docstring)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: no such OAKS file (kvprobe does not download the release; pass its path, or "
+                                "'demonstration' for the set generated from ../shared/data/pg19)")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise OaksFormatError(f"{p}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    return parse_oaks(data, str(p))
+
+
+def changes(book: Book) -> list[Change]:
+    """The kept answer changes of a book's questions, in question and chunk order."""
+    out = []
+    for q in book.questions:
+        answers, sources = q["answers"], q["sources"]
+        for k in range(1, len(answers)):
+            old, new = answers[k - 1], answers[k]
+            if old == new or not old or not new or not sources[k].strip():
+                continue
+            earlier = [sources[j] for j in range(k) if answers[j] == old and sources[j].strip()]
+            if earlier:
+                out.append(Change(book.book_id, str(q["question_id"]), str(q["question"]), k, old, new,
+                                  earlier[-1].strip(), sources[k].strip()))
+    return out
+
+
+def split_books(books: list[Book]) -> dict[str, list[Book]]:
+    """The hash-ordered split: books sorted by SHA-256 of their id, then 9 / 5 / 5 (fewer books: in that order,
+    each split capped)."""
+    ordered = sorted(books, key=lambda b: hashlib.sha256(b.book_id.encode()).hexdigest())
+    out, start = {}, 0
+    for name, size in SPLIT_SIZES.items():
+        out[name] = ordered[start:start + size]
+        start += size
+    return out
+
+
+_WORDS = re.compile(r"\w+")
+
+
+def unrelated_text(books: list[Book], book: Book, change: Change, n_chars: int | None = None) -> str:
+    """Deterministic unrelated text from other books: the chunks of the next books in hash order that hold
+    no nontrivial word of either answer, joined until ``n_chars`` (default: three times the old source's
+    length, at least 1,200; enough tokens for the equal-token control), cut at a word boundary."""
+    n_chars = max(1200, 3 * len(change.old_source)) if n_chars is None else n_chars
+    banned = {w.casefold() for a in (change.old_answer, change.new_answer) for w in _WORDS.findall(a)
+              if len(w) >= NONTRIVIAL_LENGTH}
+    ordered = sorted(books, key=lambda b: hashlib.sha256(b.book_id.encode()).hexdigest())
+    start = ordered.index(book)
+    text = ""
+    for other in ordered[start + 1:] + ordered[:start]:
+        for chunk in other.chunks:
+            if not banned & {w.casefold() for w in _WORDS.findall(chunk)}:
+                text = f"{text} {' '.join(chunk.split())}".strip()
+                if len(text) >= n_chars:
+                    return text[:n_chars].rsplit(" ", 1)[0]
+    raise OaksFormatError(f"{change.case_id}: other books hold fewer than {n_chars} characters free of the "
+                          "answers' words")
+
+
+# --------------------------------------------------------------------------- offline demonstration
+
+#: Demonstration questions per pseudo-book (chapter).
+DEMO_QUESTIONS_PER_BOOK = 8
+_CAPITALIZED = re.compile(r"(?<=[a-z,;] )([A-Z][a-z]{3,})\b")
+
+
+def demonstration_set(text: str, n_books: int = 19, per_book: int = DEMO_QUESTIONS_PER_BOOK,
+                      seed: int = OAKS_DEMO_SEED) -> dict[str, Any]:
+    """An OAKS-schema document generated from one novel (labelled "generated" in every report).
+
+    Rule: the novel's first ``n_books`` chapters are the books (split into paragraphs, the chunks).
+    In each, ``per_book`` sentences are drawn (``random.Random(seed)``) among those of 8-40 words
+    holding a capitalized word of at least four letters after a lower-case word (a name or place,
+    not a sentence start). The question asks which word fills that word's place in the sentence;
+    its answer is the word at the sentence's paragraph, and from a later paragraph on another
+    capitalized word of the novel (drawn from the same generator) with the same sentence edited,
+    the new source. So every question has one change, its old and new source sentences.
+    """
+    rng = random.Random(seed)
+    chapters = [c for c in re.split(r"\n\s*CHAPTER [IVXLC]+[^\n]*\n", text)[1:] if c.strip()]
+    vocabulary = sorted(set(_CAPITALIZED.findall(text)))
+    books = []
+    for b, chapter in enumerate(chapters[:n_books]):
+        paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", chapter) if len(p.split()) >= 8]
+        candidates = []
+        for i, para in enumerate(paragraphs[:-1]):
+            for sentence in re.split(r"(?<=[.!?])\s+", para):
+                words = sentence.split()
+                if 8 <= len(words) <= 40 and _CAPITALIZED.search(sentence):
+                    candidates.append((i, sentence))
+        questions = []
+        for q, (i, sentence) in enumerate(rng.sample(candidates, min(per_book, len(candidates)))):
+            old = rng.choice(_CAPITALIZED.findall(sentence))
+            new = rng.choice([w for w in vocabulary if w != old and w not in sentence])
+            j = rng.randrange(i + 1, len(paragraphs))
+            blank = sentence.replace(old, "____", 1)
+            answers = [""] * i + [old] * (j - i) + [new] * (len(paragraphs) - j)
+            sources = [""] * len(paragraphs)
+            sources[i], sources[j] = sentence, sentence.replace(old, new, 1)
+            questions.append({"question_id": f"demo-{b:02d}-q{q}", "question":
+                              f'Which word belongs in the blank of "{blank}"?', "answers": answers,
+                              "sources": sources})
+        books.append({"book_id": f"demo-chapter-{b + 1:02d}", "title": f"News from Nowhere, chapter {b + 1}",
+                      "chunks": paragraphs, "questions": questions})
+    return {"release": "OAKS-Novel schema, generated offline from one PG-19 novel (not the OAKS data)",
+            "generator": {"seed": seed, "books": n_books, "questions_per_book": per_book}, "books": books}
