@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvprobe.studies.datafiles import need_fields
+
 
 class MQuAKEFormatError(ValueError):
     """A case in an MQuAKE file does not follow the schema."""
@@ -93,12 +95,8 @@ _HOP_KEYS = ("question", "cloze", "answer", "answer_alias")
 _ORIG_KEYS = ("triples", "triples_labeled", "new_triples", "new_triples_labeled", "edit_triples")
 
 
-def _need(d: Any, keys: tuple[str, ...], where: str) -> None:
-    if not isinstance(d, dict):
-        raise MQuAKEFormatError(f"{where}: expected an object, got {type(d).__name__}")
-    missing = [k for k in keys if k not in d]
-    if missing:
-        raise MQuAKEFormatError(f"{where}: missing field(s) {', '.join(missing)}")
+def _need(obj: Any, keys: tuple[str, ...], where: str) -> None:
+    need_fields(obj, keys, where, MQuAKEFormatError)
 
 
 def _rest(d: dict, keys: tuple[str, ...]) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.readouts.stats import OAKS_DEMO_SEED
+from kvprobe.studies.datafiles import need_fields
 
 #: Books per split, in hash order (paper L1833-1834: 9/5/5).
 SPLIT_SIZES = {"development": 9, "calibration": 5, "evaluation": 5}
@@ -74,11 +75,7 @@ class Book:
 
 
 def _need(obj: Any, keys: tuple[str, ...], where: str) -> None:
-    if not isinstance(obj, dict):
-        raise OaksFormatError(f"{where}: expected an object, got {type(obj).__name__}")
-    missing = [k for k in keys if k not in obj]
-    if missing:
-        raise OaksFormatError(f"{where}: missing field(s) {', '.join(missing)}")
+    need_fields(obj, keys, where, OaksFormatError)
 
 
 def parse_oaks(data: Any, where: str = "OAKS") -> list[Book]:
