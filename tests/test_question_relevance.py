@@ -68,3 +68,15 @@ def test_auc_and_relevance_on_hand_built_rows(tmp_path):
     assert s["question_relevance"]["lexical"]["value"] == 1.0
     assert s["question_relevance"]["attention_old"]["value"] == pytest.approx(4 / 12)
     assert s["question_relevance"]["loo"]["value"] == 1.0
+
+
+def test_committed_budget_comparison_is_what_its_runs_recompute_to(tmp_path):
+    from pathlib import Path
+
+    from kvprobe.studies.components.relevance_summary import write_comparison
+
+    root = Path(__file__).resolve().parents[1]
+    committed = root / "artifacts" / "question-relevance" / "budgets"
+    meta = json.loads((committed / "relevance.json").read_text())
+    write_comparison([root / r["run"] for r in meta["runs"]], tmp_path, seed=meta["seed"])
+    assert (tmp_path / "relevance.md").read_text() == (committed / "relevance.md").read_text()

@@ -1,22 +1,27 @@
-"""Summary and report of a source-influence run, recomputed from ``results.jsonl`` alone
-(paper L1794-1812, L1912-1960; spec partA section 5).
+"""Summary and report of a source-influence, prompt-format or OAKS run, recomputed from ``results.jsonl``
+alone (paper L1794-1812, L1861-1890, L1912-1960, L2092-2122; spec partA sections 5-7).
 
 Per event and condition c: the margin ``m_c = log p(current) - log p(other)`` (nats), whether
 the current option is chosen (strictly higher score) and whether the earlier source's value is.
-Every estimate averages the eight wording patterns with equal weight; intervals come from
-``draws`` bootstrap draws of groups resampled within pattern (one set of draws for every
-estimate, so they are paired), percentile method:
+Every estimate averages the strata (the eight wording patterns; OAKS: the books) with equal
+weight; intervals come from ``draws`` bootstrap draws of groups (role-matched groups; OAKS:
+questions) resampled within stratum (one set of draws for every estimate and prompt format, so
+they are paired), percentile method:
 
 * ``m_F`` (full), ``Delta_A = m_source - m_full``, ``Delta_N = m_control - m_full`` and
   ``Delta_m = m_source - m_control = Delta_A - Delta_N``;
 * candidate accuracy under full access, the control and the source mask (%); the old-choice
   change, source minus control (pp); control minus full accuracy (pp) with its one-sided 95 %
   lower bound ``L.95``;
-* per pattern, Delta_m (point) and how many patterns have Delta_m > 0.
+* ``R_obs``, old choices under the control minus under the source mask (pp; OAKS' metric);
+* per stratum, Delta_m and the old-choice change (points), and how many strata are favorable;
+* with raw and native formats, native minus raw.
 
 The paper's three criteria (L1912-1924, "inferred" in the spec): (1) the Delta_m interval lies
-above 0; (2) L.95 > -3 pp; (3) Delta_m > 0 in at least 6 of 8 patterns. The report prints them
-with pass/fail beside the paper's own rows (``paper.py``).
+above 0; (2) L.95 > -3 pp; (3) Delta_m > 0 in at least 6 of 8 patterns. For OAKS (L2098-2101):
+fewer obsolete choices (the old-choice change interval below 0), L.95 > -3 pp, a favorable
+old-choice change in at least 4 of 5 books. The report prints them with pass/fail beside the
+paper's own rows (``paper.py``).
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, balanced_mean, group_bootstrap_weights, one_sided_lower, \
     percentile_interval
-from kvprobe.studies.report import estimate, heading, run_time, table_head
 from kvprobe.files import atomic_write_text
+from kvprobe.studies.report import estimate, heading, run_time, table_head
 from kvprobe.studies.runner import read_rows, write_run_summary
 from . import paper
 from .study import CONDITIONS, FORMATS
@@ -44,7 +49,6 @@ STRATA_NEEDED = {8: 6, 5: 4}
 def strata_needed(n: int) -> int:
     """Positive strata criterion 3 needs: the paper's 6 of 8 patterns or 4 of 5 books, else three quarters."""
     return STRATA_NEEDED.get(n, -(-3 * n // 4))
-
 
 
 def _estimate(values: np.ndarray, patterns: np.ndarray, weights: np.ndarray) -> dict[str, Any]:
