@@ -412,17 +412,23 @@ def grade_quantity(
     def correct(a: str) -> bool:
         return classify_answer(a, reference, old, auxiliary, "equivalent")[0] == "complete"
 
+    return _grade(text, parsed, category, bool(lenient_ok), rule, correct, magnitude=mag, lenient=lq)
+
+
+def _grade(text: str, parsed: ParseResult, category: str, lenient_complete: bool, rule: str,
+           correct: Callable[[str], bool], magnitude: Any = None, lenient: Any = None) -> Grade:
+    """The :class:`Grade` of a graded output: its category, the parse it came from, the diagnostics."""
     return Grade(
         category=category,
         complete=category == "complete",
-        lenient_complete=bool(lenient_ok),
+        lenient_complete=lenient_complete,
         answer=parsed.answer,
         strict_single_field=parsed.strict_single_field,
         fenced=parsed.fenced,
         parse_reason=parsed.reason,
         rule=rule,
-        magnitude=mag,
-        lenient_quantity=lq,
+        magnitude=magnitude,
+        lenient_quantity=lenient,
         **_diagnostics(text, correct),
     )
 
@@ -455,16 +461,4 @@ def grade_label(text: str, stop_reason: str, reference_label: str, rule: str = "
     else:
         lenient_ok = bool(re.search(rf"(?<![\w-]){re.escape(ref)}(?![\w-])", normalize(text)))
 
-    return Grade(
-        category=category,
-        complete=category == "complete",
-        lenient_complete=eos and lenient_ok,
-        answer=parsed.answer,
-        strict_single_field=parsed.strict_single_field,
-        fenced=parsed.fenced,
-        parse_reason=parsed.reason,
-        rule=rule,
-        magnitude=None,
-        lenient_quantity=None,
-        **_diagnostics(text, lambda a: normalize(a) == ref),
-    )
+    return _grade(text, parsed, category, eos and lenient_ok, rule, lambda a: normalize(a) == ref)

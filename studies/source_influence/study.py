@@ -154,10 +154,6 @@ class EventStudy(HistoryStudy):
         return {"full": kvprobe.Full(), "source": source,
                 "control": kvprobe.matched_control(history, source, neutral, skip=self.control_skip, name="control")}
 
-    def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
-        old, _ = source_spans(run.history, run.case.event, self.trailing_newline)
-        run.extra["old_tokens"] = len(old)
-
     def row(self, run: CaseRun, question: Question, condition: str,
             answers: dict[str, decoding.Answer]) -> dict[str, Any]:
         """Both options' scores, the margin, and which option is chosen (ties count as the other option)."""
@@ -169,7 +165,7 @@ class EventStudy(HistoryStudy):
                 "current": event.current, "other": event.other, "lp_current": lp_current, "lp_other": lp_other,
                 "margin": lp_current - lp_other, "correct": chosen == event.current,
                 "old_choice": chosen == event.old_value,
-                "masked_tokens": 0 if condition == "full" else run.extra["old_tokens"]}
+                "masked_tokens": 0 if condition == "full" else run.originals["source"].n_tokens}
 
 
 @dataclass

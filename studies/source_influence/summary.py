@@ -127,8 +127,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
     if not events:
         return out
     weights = group_bootstrap_weights(groups, n_draws=draws, seed=seed, strata=patterns)
-    config = Path(out_dir) / "config.json"
-    oaks = config.exists() and json.loads(config.read_text()).get("study") == "oaks"
+    oaks = any(r.get("variant") == "oaks" for r in rows)  # OAKS events have their own criteria
     formats = {f: format_summary(t, patterns, weights, oaks) for f, t in tables.items()}
     out["formats"] = formats
     if set(formats) == {"raw", "native"}:
