@@ -1,27 +1,48 @@
-"""Grouped-query eager attention: the eager computation without copying K/V per query head.
+"""kvprobe's attention: SDPA where it is exact and enough, eager where logits or probabilities are needed.
 
-transformers' eager attention expands every cached key and value to all query
-heads (``repeat_kv``) on every forward. With a long cache and short queries
-(decoding, question suffixes) that copy costs more than the attention itself:
-on SmolLM2-135M (9 query heads, 3 KV heads) it was half of a decode step's
-time. This module computes the same thing by grouping the query heads that
-share a KV head, so keys and values are read in place:
+transformers calls the registered attention function of every attention layer
+with the layer's query [B, H, Q, D], the keys and values the cache returned
+[B, KVH, S, D] / [B, KVH, S, Dv] and the layer's additive 4-D mask [B, 1, Q, S]
+(kvprobe always passes explicit masks, edited per layer by the access
+condition). kvprobe registers two implementations:
+
+``kvprobe`` (:data:`KVPROBE_SDPA`, the default) picks per call:
+
+* **shared history** (:class:`kvprobe.slots.SharedSlotLayer`): the rows of a
+  batch read one shared copy of their history's K/V plus their own new slots.
+  :func:`shared_attention` computes the eager formula in two parts, folding
+  every row's queries into one matrix product per shared history, so the
+  history is read once per forward instead of once per row;
+* **eager** (:func:`grouped_eager_attention`) when the layer's attention
+  probabilities were requested (:func:`probabilities_for`), when a query-aware
+  selector must edit the logits (``kvprobe.selection``), or when the layer caps
+  its logits (``softcap``, Gemma 2), which SDPA cannot express;
+* otherwise ``torch.nn.functional.scaled_dot_product_attention`` with the
+  additive mask and ``enable_gqa`` (keys and values are not copied per query
+  head). On CPU torch runs its flash kernel; on CUDA an arbitrary additive
+  mask selects the memory-efficient kernel (flash kernels take no mask).
+
+``kvprobe_grouped`` (:data:`GROUPED_EAGER`) never uses SDPA: eager grouped
+attention everywhere (and the shared-history path), for comparisons.
+
+Every path computes scaled dot products, the additive mask, a float32 softmax
+and the weighted sum of values; they agree to float32 rounding
+(tests/test_fast_paths.py and ``kvprobe verify``'s ``sdpa_equals_eager``).
+References in ``kvprobe.reference`` always run transformers' own eager
+attention, so every check compares two implementations. The eager grouping:
 
     scores[b, kv, g, q, s] = scaling * <query[b, kv*G + g, q], key[b, kv, s]>
 
-(the head order of ``repeat_kv``), then the additive mask, a float32 softmax and
-the weighted sum of values, exactly as eager does. Logits agree with eager to
-float32 rounding (tests/test_fast_paths.py checks every tiny family and the
-embedded model); the returned attention probabilities have eager's shape
-[B, H, Q, S], so attention capture works unchanged.
-
-Registered with transformers under :data:`GROUPED_EAGER` on import; load a model
-with ``attn_implementation="kvprobe_grouped"`` (kvprobe's default) or switch with
-``model.hf.set_attn_implementation(...)``. References in ``kvprobe.reference``
-always run transformers' own eager attention, so every check compares the two.
+(the head order of transformers' ``repeat_kv``), so keys and values are read in
+place, never expanded to every query head.
 """
 
 from __future__ import annotations
+
+import contextvars
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator
 
 import torch
 from transformers import AttentionInterface, AttentionMaskInterface
@@ -29,8 +50,80 @@ from transformers.masking_utils import eager_mask
 
 from . import selection
 
-#: Name under which the grouped attention is registered with transformers.
+if TYPE_CHECKING:
+    from transformers import DynamicCache
+
+#: kvprobe's default attention: SDPA, eager where needed, shared-history batches.
+KVPROBE_SDPA = "kvprobe"
+#: kvprobe's eager-only attention (grouped query heads; shared-history batches too).
 GROUPED_EAGER = "kvprobe_grouped"
+#: The implementations that run kvprobe's attention function (selectors, shared histories).
+KVPROBE_IMPLEMENTATIONS = (KVPROBE_SDPA, GROUPED_EAGER)
+
+#: Largest score block (elements) the shared-history path materializes at once;
+#: longer query blocks are split (a 15-row question block over 32k tokens would
+#: otherwise hold gigabytes of scores).
+SHARED_SCORE_BLOCK = 1 << 26
+
+
+@dataclass(frozen=True)
+class ForwardContext:
+    """What the attention calls of one traced forward need beyond their arguments.
+
+    Attributes:
+        cache: the batch's cache (shared-history layers are looked up in it).
+        kv_source: per layer, the layer whose cache rows it attends to.
+        probabilities: layers whose attention probabilities must be returned.
+    """
+
+    cache: "DynamicCache | None" = None
+    kv_source: tuple[int | None, ...] = ()
+    probabilities: frozenset[int] = frozenset()
+
+
+_CONTEXT: contextvars.ContextVar[ForwardContext] = contextvars.ContextVar("kvprobe_forward", default=ForwardContext())
+
+
+@contextmanager
+def forward_context(context: ForwardContext) -> Iterator[None]:
+    """Make ``context`` the one kvprobe's attention reads inside the block."""
+    token = _CONTEXT.set(context)
+    try:
+        yield
+    finally:
+        _CONTEXT.reset(token)
+
+
+def probabilities_for(layers: tuple[int, ...] | frozenset[int]) -> ForwardContext:
+    """A context that only asks for the attention probabilities of ``layers`` (no cache lookups)."""
+    return ForwardContext(probabilities=frozenset(layers))
+
+
+def _shared_layer(module: torch.nn.Module, key: torch.Tensor):
+    """The shared-history cache layer this call reads, if any (checked to be the one that returned ``key``)."""
+    from .slots import SharedSlotLayer
+
+    ctx = _CONTEXT.get()
+    layer_idx = getattr(module, "layer_idx", None)
+    if ctx.cache is None or layer_idx is None or layer_idx >= len(ctx.kv_source):
+        return None
+    source = ctx.kv_source[layer_idx]
+    layer = None if source is None else ctx.cache.layers[source]
+    if not isinstance(layer, SharedSlotLayer):
+        return None
+    if key is not layer.keys:
+        raise RuntimeError(f"layer {layer_idx}: the attention received keys other than its shared-history cache "
+                           "returned (the model transforms cached keys before attention; this family cannot "
+                           "share histories, see ArchSummary.shared_history_refusal)")
+    return layer
+
+
+def _check_supported(name: str, module: torch.nn.Module, dropout: float, kwargs: dict) -> None:
+    if kwargs.get("s_aux") is not None:
+        raise NotImplementedError(f"{name} does not implement attention sinks (s_aux); "
+                                  "load the model with attn_implementation='eager'")
+    if dropout and module.training:
+        raise NotImplementedError(f"{name} is for inference; training dropout is not implemented")
 
 
 def grouped_eager_attention(
@@ -48,18 +141,18 @@ def grouped_eager_attention(
 
     Returns (output [B, Q, H, Dv], probabilities [B, H, Q, S]) like transformers' eager.
     ``softcap`` (Gemma 2 style logit capping) is applied as eager does; attention
-    sinks (``s_aux``) are not supported and raise.
+    sinks (``s_aux``) are not supported and raise. A shared-history cache layer
+    (see the module docstring) is read through :func:`shared_attention`.
     """
-    if kwargs.get("s_aux") is not None:
-        raise NotImplementedError(f"{GROUPED_EAGER} does not implement attention sinks (s_aux); "
-                                  "load the model with attn_implementation='eager'")
-    if dropout and module.training:
-        raise NotImplementedError(f"{GROUPED_EAGER} is for inference; training dropout is not implemented")
+    _check_supported(GROUPED_EAGER, module, dropout, kwargs)
+    if scaling is None:
+        scaling = module.head_dim**-0.5
+    shared = _shared_layer(module, key)
+    if shared is not None:
+        return shared_attention(module, query, shared, attention_mask, scaling, softcap, want_probabilities=True)
     B, H, Q, D = query.shape
     KVH, S = key.shape[1], key.shape[2]
     G = H // KVH
-    if scaling is None:
-        scaling = module.head_dim**-0.5
     # Query heads kv*G .. kv*G+G-1 read KV head kv; fold them into the query axis.
     grouped = query.reshape(B, KVH, G * Q, D)
     scores = (torch.matmul(grouped, key.transpose(2, 3)) * scaling).view(B, KVH, G, Q, S)
@@ -77,5 +170,162 @@ def grouped_eager_attention(
     return out.transpose(1, 2).contiguous(), probs.view(B, H, Q, S)
 
 
+def kvprobe_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    softcap: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """kvprobe's default attention: shared-history, eager or SDPA (see the module docstring).
+
+    Returns (output [B, Q, H, Dv], probabilities [B, H, Q, S] or ``None`` when SDPA ran).
+    """
+    _check_supported(KVPROBE_SDPA, module, dropout, kwargs)
+    if scaling is None:
+        scaling = module.head_dim**-0.5
+    wanted = getattr(module, "layer_idx", None) in _CONTEXT.get().probabilities
+    shared = _shared_layer(module, key)
+    if shared is not None:
+        if selection.current() is not None:
+            raise RuntimeError("query-aware selection runs on per-row caches (fork_rows(share=False))")
+        return shared_attention(module, query, shared, attention_mask, scaling, softcap, want_probabilities=wanted)
+    if wanted or softcap is not None or selection.current() is not None:
+        return grouped_eager_attention(module, query, key, value, attention_mask, scaling, 0.0, softcap, **kwargs)
+    S = key.shape[2]
+    mask = None if attention_mask is None else attention_mask[..., :S]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+def shared_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    layer,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    softcap: float | None = None,
+    want_probabilities: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Eager attention of a batch whose rows read shared histories plus their own new slots.
+
+    ``layer`` (a :class:`kvprobe.slots.SharedSlotLayer`) holds the distinct
+    histories ("bases", [1, KVH, T_j, D] each), which base every row reads, and
+    every row's own new slots ([B, KVH, F, D], what it returned to the model).
+    In the mask's coordinates the first ``layer.base_length`` slots are the base
+    (a row whose base is shorter has invalid slots there) and the rest are the
+    row's own. For each base, the queries of all rows reading it are folded
+    into one [KVH, rows x G x Q, D] product with the base keys, so the base is
+    read once; the softmax runs over both parts in float32 (max-subtracted, as
+    ``torch.softmax``), and the output adds the two weighted sums of values.
+    Long query blocks are split so the scores stay under :data:`SHARED_SCORE_BLOCK` elements.
+    """
+    B, H, Q, _ = query.shape
+    bases = sum(k.shape[2] for k, _, _ in layer.groups)
+    rows_per_q = max(1, SHARED_SCORE_BLOCK // max(1, B * H * (max(bases, 1) + layer.keys.shape[2])))
+    if Q <= rows_per_q:
+        return _shared_block(query, layer, attention_mask, scaling, softcap, want_probabilities)
+    outs, probs = [], []
+    for q0 in range(0, Q, rows_per_q):
+        mask = None if attention_mask is None else attention_mask[:, :, q0 : q0 + rows_per_q]
+        o, p = _shared_block(query[:, :, q0 : q0 + rows_per_q], layer, mask, scaling, softcap, want_probabilities)
+        outs.append(o)
+        probs.append(p)
+    return torch.cat(outs, dim=1), torch.cat(probs, dim=2) if want_probabilities else None
+
+
+def _kv_major(mask: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """A mask [n, 1 or H, Q, S] laid out to broadcast over kv-head-major scores [KVH, n, G, Q, S]."""
+    n, heads, Q, S = mask.shape
+    if heads == 1:
+        return mask.transpose(0, 1)[:, :, None]  # [1, n, 1, Q, S]
+    return mask.view(n, kv_heads, heads // kv_heads, Q, S).transpose(0, 1)
+
+
+def _shared_block(query, layer, attention_mask, scaling, softcap, want_probabilities):
+    """:func:`shared_attention` on one block of query rows."""
+    B, H, Q, D = query.shape
+    own_k, own_v = layer.keys, layer.values  # [B, KVH, F, D] / [B, KVH, F, Dv]
+    KVH, F, Dv = own_k.shape[1], own_k.shape[2], own_v.shape[-1]
+    G = H // KVH
+    T0 = layer.base_length
+    grouped = query.reshape(B, KVH, G * Q, D)
+
+    def logits(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Scaled, capped and masked kv-head-major scores [KVH, n, G, Q, S] (as eager, in place)."""
+        scores = scores.mul_(scaling)
+        if softcap is not None:
+            scores = torch.tanh(scores / softcap) * softcap
+        return scores if mask is None else scores.add_(_kv_major(mask, KVH))
+
+    def columns(lo: int, hi: int, rows: torch.Tensor | None) -> torch.Tensor | None:
+        if attention_mask is None:
+            return None
+        mask = attention_mask[..., lo:hi]
+        return mask if rows is None else mask[rows]
+
+    # The rows' own slots: an ordinary batched product, then kv-head major [KVH, B, G, Q, F].
+    own = torch.matmul(grouped, own_k.transpose(2, 3)).view(B, KVH, G, Q, F).transpose(0, 1).contiguous()
+    own = logits(own, columns(T0, T0 + F, None))
+    peak = own.amax(dim=-1)  # [KVH, B, G, Q]
+    # Each base once, for all rows reading it: queries folded to [KVH, n * G * Q, D].
+    base_scores = []
+    for base_k, _, rows in layer.groups:
+        n, T = (B if rows is None else int(rows.shape[0])), base_k.shape[2]
+        q_rows = grouped if rows is None else grouped[rows]
+        folded = q_rows.transpose(0, 1).reshape(KVH, n * G * Q, D)
+        scores = logits(torch.matmul(folded, base_k[0].transpose(1, 2)).view(KVH, n, G, Q, T), columns(0, T, rows))
+        base_scores.append(scores)
+        if T:
+            if rows is None:
+                peak = torch.maximum(peak, scores.amax(dim=-1))
+            else:
+                peak[:, rows] = torch.maximum(peak[:, rows], scores.amax(dim=-1))
+    # Float32 softmax over both parts: exp(s - max) / sum, as torch.softmax computes it.
+    peak = peak.float()[..., None]
+    own_p = (own.float() - peak).exp_()
+    total = own_p.sum(dim=-1)
+    base_p = []
+    for (_, _, rows), scores in zip(layer.groups, base_scores):
+        p = (scores.float() - (peak if rows is None else peak[:, rows])).exp_()
+        if rows is None:
+            total += p.sum(dim=-1)
+        else:
+            total[:, rows] += p.sum(dim=-1)
+        base_p.append(p)
+    inv = total.reciprocal_()[..., None]
+    own_p = own_p.mul_(inv).to(query.dtype)
+    out = torch.matmul(own_p.transpose(0, 1).reshape(B, KVH, G * Q, F), own_v)  # [B, KVH, G*Q, Dv]
+    for i, ((base_k, base_v, rows), p) in enumerate(zip(layer.groups, base_p)):
+        n, T = (B if rows is None else int(rows.shape[0])), base_k.shape[2]
+        p = p.mul_(inv if rows is None else inv[:, rows]).to(query.dtype)
+        base_p[i] = p
+        weighted = torch.matmul(p.view(KVH, n * G * Q, T), base_v[0]).view(KVH, n, G * Q, Dv).transpose(0, 1)
+        if rows is None:
+            out += weighted
+        else:
+            out.index_add_(0, rows, weighted)
+    out = out.view(B, H, Q, Dv).transpose(1, 2).contiguous()
+    if not want_probabilities:
+        return out, None
+    probs = query.new_zeros(B, H, Q, T0 + F)
+    probs[..., T0:] = own_p.transpose(0, 1).reshape(B, H, Q, F)
+    for (base_k, _, rows), p in zip(layer.groups, base_p):
+        n, T = (B if rows is None else int(rows.shape[0])), base_k.shape[2]
+        block = p.transpose(0, 1).reshape(n, H, Q, T)
+        if rows is None:
+            probs[..., :T] = block
+        else:
+            probs[rows, :, :, :T] = block
+    return out, probs
+
+
+AttentionInterface.register(KVPROBE_SDPA, kvprobe_attention)
+AttentionMaskInterface.register(KVPROBE_SDPA, eager_mask)
 AttentionInterface.register(GROUPED_EAGER, grouped_eager_attention)
 AttentionMaskInterface.register(GROUPED_EAGER, eager_mask)

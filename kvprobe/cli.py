@@ -253,15 +253,33 @@ def cmd_bench(args: argparse.Namespace) -> int:
             result = run_scale_bench(args.model, Path(args.out), groups=args.groups, rounds=args.rounds)
         print(format_scale_markdown(result))
         return 0
+    if args.suite == "long":
+        # kvprobe vs plain transformers on long histories (interventions package, loaded on demand).
+        from kvprobe.interventions import long_bench
+
+        lengths = long_bench.parse_counts(args.lengths, "--lengths") if args.lengths is not None else None
+        rows = long_bench.parse_counts(args.rows, "--rows")
+        warmups = long_bench.DEFAULT_WARMUPS if args.warmups is None else args.warmups
+        repeats = long_bench.DEFAULT_REPEATS if args.repeats is None else args.repeats
+        # Bad input is refused here, before the model loads.
+        long_bench.preflight(args.model, args.out, args.data, lengths, warmups, repeats, args.decode_steps,
+                             restart=args.restart)
+        model = _load(args.model, False)
+        result = long_bench.run_long_bench(model, Path(args.out), Path(args.data), lengths=lengths, rows=rows,
+                                           warmups=warmups, repeats=repeats, decode_steps=args.decode_steps,
+                                           restart=args.restart)
+        print(long_bench.format_long_markdown(result))
+        return 0
     model = _load(args.model, False)
     if args.suite == "operations":
         # The operations live in the interventions package; loaded on demand.
         from kvprobe.interventions.bench import format_markdown, run_operations_bench
 
-        lengths = tuple(int(x) for x in args.lengths.split(","))
+        lengths = tuple(int(x) for x in (args.lengths or "512,1024,2048,4096,8192").split(","))
         fractions = tuple(float(x) for x in args.fractions.split(","))
         result = run_operations_bench(model, Path(args.out), Path(args.data), lengths=lengths, fractions=fractions,
-                                      warmups=args.warmups, repeats=args.repeats)
+                                      warmups=3 if args.warmups is None else args.warmups,
+                                      repeats=9 if args.repeats is None else args.repeats)
         print(format_markdown(result))
         return 0
     if args.suite == "extract":
@@ -448,10 +466,12 @@ def _add_run_parser(sub, argv: Sequence[str] | None) -> None:
         g.add_argument("--out", default=None, help=f"output directory (default runs/{name}/MODEL)")
         g.add_argument("--bootstrap-seed", type=int, default=None,
                        help=f"seed of the summary's bootstrap intervals (default {entry.seed})")
-        g.add_argument("--attn", choices=["kvprobe_grouped", "eager", "sdpa"], default="kvprobe_grouped",
-                       help="attention implementation (default kvprobe_grouped: eager attention computed per "
-                       "KV-head group, equal to transformers' eager to float32 rounding and faster; eager and sdpa "
-                       "are transformers' own); recorded in config.json")
+        g.add_argument("--attn", choices=["kvprobe", "kvprobe_grouped", "eager", "sdpa"], default="kvprobe",
+                       help="attention implementation (default kvprobe: SDPA, eager where attention probabilities "
+                       "or query-aware selection need logits, and batches that read one shared copy of each history; "
+                       "kvprobe_grouped: the same without SDPA; eager and sdpa are transformers' own and give every "
+                       "row its own cache copy); all equal transformers' eager to float32 rounding; recorded in "
+                       "config.json")
         g.add_argument("--quiet", action="store_true", help="no progress bar or messages")
         _add_backend_arguments(p)
         p.set_defaults(func=cmd_run)
@@ -630,19 +650,41 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                        "`kvprobe bench operations`: time of every cache operation and of the first answer "
                        "token after it on long PG-19 histories. `kvprobe bench scale`: a quantity study on "
                        "1 vs 2 Ray workers against the local backend (scale.json, scale.md); run nothing else "
-                       "meanwhile.")
-    p.add_argument("suite", choices=["core", "operations", "extract", "scale"], help="which benchmark to run")
+                       "meanwhile. `kvprobe bench long`: kvprobe beside plain transformers (same weights, SDPA, the "
+                       "loop written by hand) on PG-19 histories of --lengths tokens: prefill tokens/s, the masked "
+                       "decode step of --rows rows, mask/rebuild/recompute/stored-prefix recompute plus the first "
+                       "answer token, peak memory of each piece, agreement checks (long.json, long.md, long.png). "
+                       "It is resumable: long.json is saved after every (length, measure) cell and a rerun with the "
+                       "same --out and settings runs only the missing cells.")
+    p.add_argument("suite", choices=["core", "operations", "extract", "scale", "long"], help="which benchmark to run")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
     p.add_argument("--steps", type=_at_least(1), default=40, help="interleaved decode steps to time (default 40)")
     p.add_argument("--out", default="artifacts/bench", help="output directory (default artifacts/bench)")
-    p.add_argument("--lengths", default="512,1024,2048,4096,8192",
-                   help="operations: history lengths in tokens, comma-separated")
+    p.add_argument("--lengths", default=None,
+                   help="operations, long: history lengths in tokens, comma-separated (operations default "
+                   "512,1024,2048,4096,8192; long default 1024,2048,4096,8192,16384, keeping those within the "
+                   "model's context; a given length beyond max_position_embeddings is refused)")
     p.add_argument("--fractions", default="0.1,0.5,0.9",
                    help="operations: where record A sits, as fractions of the history")
-    p.add_argument("--warmups", type=_at_least(0), default=3, help="operations: warm-up runs per cell (default 3)")
-    p.add_argument("--repeats", type=_at_least(1), default=9,
-                   help="operations: timed runs per cell, median reported (default 9; 1+3 from 4096 tokens)")
-    p.add_argument("--data", default="../shared/data", help="operations: folder holding pg19/ (default ../shared/data)")
+    p.add_argument("--warmups", type=_at_least(0), default=None,
+                   help="operations, long: untimed warm-up runs per cell and side (default 3 for operations, "
+                   "1 for long; for long's decode cells, warm-up steps)")
+    p.add_argument("--repeats", type=_at_least(1), default=None,
+                   help="operations, long: timed runs per cell, median reported (operations default 9, 1+3 from "
+                   "4096 tokens; long default 3 per side, interleaved with plain transformers; long's decode cells "
+                   "time --decode-steps steps instead)")
+    p.add_argument("--rows", default="1,15",
+                   help="long: batch sizes of the masked decode step, comma-separated (default 1,15: one row and "
+                   "15 access-only rows of one history)")
+    p.add_argument("--decode-steps", type=_at_least(1), default=8,
+                   help="long: interleaved single-token decode steps timed per side and batch size, median "
+                   "reported (default 8)")
+    p.add_argument("--restart", action="store_true",
+                   help="long: ignore an earlier long.json in --out and start afresh (by default finished cells "
+                   "are reused, and a long.json written with another model, dtype, thread count, warm-ups, repeats "
+                   "or decode steps is refused, naming the setting)")
+    p.add_argument("--data", default="../shared/data",
+                   help="operations, long: folder holding pg19/ (default ../shared/data)")
     p.add_argument("--cases", type=_at_least(1), default=120,
                    help="extract: first N cases of the records dataset (default 120: 20 items, ~260 records)")
     p.add_argument("--batch-size", type=_at_least(1), default=16, help="extract: records per forward (default 16)")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import torch
 
 from .access import Access
-from .engine import ForwardOutput, Rows, RowState, fork_rows, pad_suffix_block, traced_forward
+from .engine import ForwardOutput, Rows, RowState, fork_rows, pad_suffix_block, shares_history, traced_forward
 from .selection import KeySelector, SelectionAccess
 
 if TYPE_CHECKING:
@@ -128,7 +128,8 @@ def question_logits(
     The building block of checks and benchmarks: logits Float[len(conditions), L, V]
     and any captured attention probabilities.
     """
-    rows = fork_rows(prepare_states(model, [(history, Request(question, c)) for c in conditions]))
+    rows = fork_rows(prepare_states(model, [(history, Request(question, c)) for c in conditions]),
+                     share=shares_history(model))
     ids, valid = pad_suffix_block([suffix_ids(model, history, question)] * len(conditions), model.pad_id)
     return traced_forward(model, rows, ids, valid, capture_attention=capture_attention,
                           logits_to_keep=logits_to_keep)
@@ -207,8 +208,12 @@ def remaining_suffix(model: "Model", history: "History", question: str, state: R
 
 def _run_questions(model: "Model", states: list[RowState], suffixes: list[list[int]],
                    selector: KeySelector | None = None) -> tuple[Rows, torch.Tensor]:
-    """Fork the rows and run each row's question suffix: (the rows, each row's last logits Float[B, V])."""
-    rows = fork_rows(states)
+    """Fork the rows and run each row's question suffix: (the rows, each row's last logits Float[B, V]).
+
+    Rows read shared history copies where the model allows it (:func:`~kvprobe.engine.shares_history`);
+    query-aware selections run on per-row copies (their selectors read every row's keys).
+    """
+    rows = fork_rows(states, share=selector is None and shares_history(model))
     rows.selector = selector
     ids, valid = pad_suffix_block(suffixes, model.pad_id)
     return rows, traced_forward(model, rows, ids, valid, logits_to_keep=1).logits[:, -1].float()

@@ -11,9 +11,14 @@ Query-aware methods (Quest, RefreshKV: ``kvprobe.selection``) cannot be
 expressed as a fixed hidden set; a batch may carry a ``selector`` that kvprobe's
 attention function consults inside every attention call of the forward.
 
-A :class:`Rows` object is the per-row state of a batch: the cache (each row is
-its own fork of the history), every key slot's RoPE position and validity, and
-per layer the key slots that row's condition hides.
+A :class:`Rows` object is the per-row state of a batch: the cache, every key
+slot's RoPE position and validity, and per layer the key slots that row's
+condition hides. The cache either gives every row its own copy of its history
+(:class:`~kvprobe.slots.SlotLayer`) or, with ``fork_rows(..., share=True)``, lets
+rows whose K/V are the same tensors (access-only conditions of one history, or
+the questions of one edited state) read one shared copy and store only their own
+new slots (:class:`~kvprobe.slots.SharedSlotLayer`; see docs/concepts.md, "Memory
+layout of a batch"). Both layouts compute the same attention.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from transformers import DynamicCache
 from transformers.cache_utils import DummyLayer, LinearAttentionLayer
 
 from . import selection
+from .attention import KVPROBE_IMPLEMENTATIONS, ForwardContext, forward_context
 from .masks import layer_type_masks
-from .slots import SlotLayer
+from .slots import SPARE_SLOTS, SharedSlotLayer, SlotLayer
 
 if TYPE_CHECKING:
     from .arch import ArchSummary
@@ -206,20 +212,40 @@ def mask_argument(arch: "ArchSummary", masks: dict[str, torch.Tensor]) -> "torch
     return {t: masks.get(t) for t in arch.distinct_layer_types}
 
 
-def fork_rows(states: list[RowState]) -> Rows:
-    """Stack row states into one batch; every row gets its own copy of its cache.
+def shares_history(model: "Model") -> bool:
+    """Whether batches of ``model`` can read shared history copies (:func:`fork_rows` ``share=True``).
+
+    Needs ``model.share_history`` (default True), kvprobe's attention (it reads the shared
+    copies) and a family whose attention reads the cached tensors as stored
+    (``ArchSummary.shared_history_refusal``).
+    """
+    impl = getattr(model.hf.config, "_attn_implementation", None)
+    return (getattr(model, "share_history", True) and impl in KVPROBE_IMPLEMENTATIONS
+            and model.arch.shared_history_refusal is None)
+
+
+def fork_rows(states: list[RowState], share: bool = False, spare: int = SPARE_SLOTS) -> Rows:
+    """Stack row states into one batch.
 
     Rows with fewer slots are padded at the end with invalid slots, which no
-    token ever reads.
+    token ever reads. By default every row gets its own copy of its cache. With
+    ``share=True`` (only for models where :func:`shares_history` holds), a layer
+    whose rows mostly read the same K/V tensors (at least two rows per distinct
+    tensor) keeps one reference to each distinct tensor and gives rows storage
+    only for their new slots: B access-only rows over a T-token history then hold
+    T + B x (new slots) instead of B x T. ``spare``: new slots allocated per row
+    before a buffer has to grow (a prefill passes its length).
     """
     n, S = len(states), max(s.length for s in states)
     cache = DynamicCache()
-    cache.layers = [
-        LinearAttentionLayer() if layer in states[0].recurrent  # recurrent layer: filled below
-        else DummyLayer() if states[0].kv[layer][0] is None  # reads another layer's rows
-        else SlotLayer([s.kv[layer][0] for s in states], [s.kv[layer][1] for s in states])
-        for layer in range(len(states[0].kv))
-    ]
+    cache.layers = []
+    for layer in range(len(states[0].kv)):
+        if layer in states[0].recurrent:
+            cache.layers.append(LinearAttentionLayer())  # recurrent layer: filled below
+        elif states[0].kv[layer][0] is None:
+            cache.layers.append(DummyLayer())  # reads another layer's rows
+        else:
+            cache.layers.append(_attention_layer([s.kv[layer] for s in states], S, share, spare))
     key_pos = torch.zeros(n, S, dtype=torch.long)
     key_valid = torch.zeros(n, S, dtype=torch.bool)
     for i, s in enumerate(states):
@@ -234,6 +260,23 @@ def fork_rows(states: list[RowState]) -> Rows:
         hidden=_stack_per_layer([s.hidden for s in states], n, S, torch.bool),
         bias=_stack_per_layer([s.bias for s in states], n, S, torch.float32),
     )
+
+
+def _attention_layer(kv: list[tuple[torch.Tensor, torch.Tensor]], length: int, share: bool, spare: int) -> SlotLayer:
+    """One attention layer's cache for rows with these (K, V): shared bases or per-row copies."""
+    if share and len(kv) > 1:
+        index: dict[int, int] = {}
+        bases: list[tuple[torch.Tensor, torch.Tensor]] = []
+        of_row = []
+        for k, v in kv:
+            key = (id(k), id(v))  # an edit may replace only one of the two (zero-v)
+            if key not in index:
+                index[key] = len(bases)
+                bases.append((k, v))
+            of_row.append(index[key])
+        if 2 * len(bases) <= len(kv) and length > 0:
+            return SharedSlotLayer(bases, torch.tensor(of_row, dtype=torch.long), length, spare)
+    return SlotLayer([k for k, _ in kv], [v for _, v in kv], spare)
 
 
 def _take_layer(layer, indices: torch.Tensor):
@@ -349,7 +392,9 @@ def traced_forward(
     touched = sorted(set(rows.hidden) | set(rows.bias) | set(capture_attention) | set(capture_hidden))
     if rows.selector is not None:
         rows.selector.begin(rows, Q)
-    with torch.inference_mode(), selection.active(rows.selector):
+    context = ForwardContext(cache=rows.cache, kv_source=model.arch.kv_sources,
+                             probabilities=frozenset(capture_attention))
+    with torch.inference_mode(), selection.active(rows.selector), forward_context(context):
         if not touched:
             logits = model.hf(**kwargs).logits
             return ForwardOutput(logits=logits)
@@ -392,7 +437,7 @@ def extend_state(
     """
     n = int(ids.shape[0])
     P = prefix.length
-    rows = fork_rows([replace(prefix, hidden={}, bias={})])
+    rows = fork_rows([replace(prefix, hidden={}, bias={})], spare=n)  # room for every new row: no regrowth
     if hidden is not None:
         shared = hidden[None, :P].clone()  # one tensor for all layers, grown once per chunk
         rows.hidden = {layer: shared for layer in model.arch.attention_layers}
@@ -409,8 +454,8 @@ def extend_state(
             new_hidden=None if hidden is None else hidden[P + lo : P + hi][None],
             logits_to_keep=1,
         )
-    # Compact copies: a history keeps no spare capacity of the batch's buffers.
-    kv = [(cache_layer.keys.clone(), cache_layer.values.clone()) if isinstance(cache_layer, SlotLayer) else (None, None)
+    # Compact tensors: a history keeps no spare capacity of the batch's buffers.
+    kv = [cache_layer.compact() if isinstance(cache_layer, SlotLayer) else (None, None)
           for cache_layer in rows.cache.layers]
     return RowState(
         kv=kv,

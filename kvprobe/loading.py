@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from .files import atomic_write_text
-from .attention import GROUPED_EAGER
+from .attention import KVPROBE_SDPA
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -425,7 +425,7 @@ def load_weights(
     name: str,
     *,
     dtype: torch.dtype = torch.float32,
-    attn_implementation: str = GROUPED_EAGER,
+    attn_implementation: str = KVPROBE_SDPA,
     device: str = "cpu",
 ) -> LoadedWeights:
     """Load model + fast tokenizer from a tiny name, registry name, GGUF file, HF dir or Hub id.

@@ -25,6 +25,9 @@ class Model:
         arch: :class:`ArchSummary` (per layer: type, cached shapes, RoPE placement).
         adapter: the family adapter that read the config (``kvprobe.arch``).
         name, source, weight_hash: where the weights came from.
+        share_history: let batch rows that read the same history K/V share one copy of
+            it (default True; where the family and attention allow, see
+            :func:`kvprobe.engine.shares_history`); False gives every row its own copy.
     """
 
     def __init__(self, hf: Any, tokenizer: Any, *, name: str = "", source: str = "", weight_hash: str = ""):
@@ -37,6 +40,7 @@ class Model:
         self.arch: ArchSummary = self.adapter.summary(hf.config)
         self.nn = nnsight.NNsight(self.hf)
         self._layers = self.nn.model.layers
+        self.share_history = True
 
     # -- facts ---------------------------------------------------------------
     @property

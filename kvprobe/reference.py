@@ -28,14 +28,15 @@ if TYPE_CHECKING:
 def transformers_eager(model: "Model") -> Iterator[None]:
     """Run ``model.hf`` under transformers' own eager attention inside the block.
 
-    kvprobe's default attention (``kvprobe.attention``) is an exact regrouping of
-    eager; references switch back so every check compares the two implementations.
-    Models loaded with another implementation (``sdpa``...) keep it.
+    kvprobe's attentions (``kvprobe.attention``: SDPA or grouped eager, shared
+    histories) compute what eager computes; references switch back so every check
+    compares two implementations. Models loaded with another implementation
+    (``sdpa``...) keep it.
     """
-    from .attention import GROUPED_EAGER
+    from .attention import KVPROBE_IMPLEMENTATIONS
 
     impl = model.hf.config._attn_implementation
-    if impl != GROUPED_EAGER:
+    if impl not in KVPROBE_IMPLEMENTATIONS:
         yield
         return
     model.hf.set_attn_implementation("eager")

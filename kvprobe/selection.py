@@ -18,9 +18,10 @@ forward and tells it which forward it is (:meth:`KeySelector.begin`).
 Conditions that select keys per query subclass :class:`SelectionAccess`: the
 decoding loop batches rows of one selection kind together (rows may differ in
 budget) and builds the selector from their conditions. The history cache is
-never changed; selection only masks. Only models loaded with kvprobe's grouped
-attention (the default ``attn_implementation``) call selectors; others are
-refused when the selector is attached.
+never changed; selection only masks. Only models loaded with kvprobe's
+attention (the default ``attn_implementation``; it runs eager attention while
+a selector is active) call selectors; others are refused when the selector is
+attached.
 """
 
 from __future__ import annotations
@@ -131,12 +132,12 @@ class SelectionAccess(Access):
 
 def check_selectable(model: "Model", name: str) -> None:
     """Refuse models whose attention does not call selectors, or whose caches cannot be rolled per row."""
-    from .attention import GROUPED_EAGER
+    from .attention import KVPROBE_IMPLEMENTATIONS, KVPROBE_SDPA
 
     impl = getattr(model.hf.config, "_attn_implementation", None)
-    if impl != GROUPED_EAGER:
-        raise SelectionError(f"{name}: query-aware selection runs inside kvprobe's grouped attention; model "
-                             f"{model.name!r} uses {impl!r} (load it with attn_implementation={GROUPED_EAGER!r})")
+    if impl not in KVPROBE_IMPLEMENTATIONS:
+        raise SelectionError(f"{name}: query-aware selection runs inside kvprobe's attention; model "
+                             f"{model.name!r} uses {impl!r} (load it with attn_implementation={KVPROBE_SDPA!r})")
     if model.arch.recurrent_layers:
         raise SelectionError(f"{name}: model {model.name!r} has recurrent layers; query-aware selection "
                              "is implemented for attention-only models")

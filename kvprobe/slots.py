@@ -1,4 +1,4 @@
-"""A cache layer that writes new keys and values into preallocated slots.
+"""Cache layers that write new keys and values into preallocated slots.
 
 transformers' ``DynamicLayer`` grows by ``torch.cat`` on every forward, copying
 the whole cache of every layer once per generated token. For a batch of forked
@@ -8,6 +8,12 @@ new slots in place and hands the model views of the filled part; when the
 buffer is full it grows by a quarter (at least ``GROWTH`` slots).
 
 The values are the same tensors either way; only where they live differs.
+
+:class:`SharedSlotLayer` is the shared-history form: rows that read an
+unedited (or identically edited) history point at one copy of its K/V (a
+"base", never written) and keep only their own new slots in the buffer.
+kvprobe's attention (``kvprobe.attention.shared_attention``) reads the base
+once for all its rows. Memory: T + B x (new slots) instead of B x T.
 """
 
 from __future__ import annotations
@@ -85,6 +91,16 @@ class SlotLayer(DynamicLayer):
         self.filled = length
         self._expose()
 
+    def full_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every row's keys and values [B, heads, S, dim] (views of the buffer)."""
+        return self.keys, self.values
+
+    def compact(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values without spare capacity: the buffers themselves when full, else copies."""
+        if self.filled == self._key_buffer.shape[2]:
+            return self._key_buffer, self._value_buffer
+        return self.keys.clone(), self.values.clone()
+
     def crop(self, tokens_to_remove: int) -> None:
         """transformers' cache API: ``tokens_to_remove`` < 0 drops that many trailing slots."""
         if tokens_to_remove > 0:
@@ -109,3 +125,83 @@ def _stacked(rows: list[torch.Tensor], capacity: int) -> torch.Tensor:
         buf[i, :, :n] = r[0]
         buf[i, :, n:] = 0  # padding and free slots: zeros, never uninitialized memory
     return buf
+
+
+class SharedSlotLayer(SlotLayer):
+    """Rows reading shared histories ("bases", never written) plus their own new slots.
+
+    Args:
+        bases: distinct (K, V) base tensors [1, KV heads, T_j, dim]; stored by reference.
+        base_of_row: Long[B] which base each row reads.
+        base_length: where every row's own slots start in the batch's slot coordinates
+            (the longest base; a row with a shorter base has invalid slots in between).
+        spare: free own slots allocated per row.
+
+    ``keys``/``values`` (what :meth:`update` returns to the model) hold only the rows'
+    own slots; ``base_length + filled`` is the layer's length. :meth:`full_kv` builds
+    every row's complete K/V (a copy, for inspection).
+    """
+
+    def __init__(self, bases: list[tuple[torch.Tensor, torch.Tensor]], base_of_row: torch.Tensor,
+                 base_length: int, spare: int = SPARE_SLOTS):
+        DynamicLayer.__init__(self)
+        first_k, first_v = bases[0]
+        self.dtype, self.device = first_k.dtype, first_k.device
+        self.is_initialized = True
+        self.bases = bases
+        self.base_of_row = base_of_row
+        self.base_length = base_length
+        self.filled = 0
+        B = int(base_of_row.shape[0])
+        self._key_buffer = first_k.new_zeros(B, first_k.shape[1], spare, first_k.shape[3])
+        self._value_buffer = first_v.new_zeros(B, first_v.shape[1], spare, first_v.shape[3])
+        self._group()
+        self._expose()
+
+    def _group(self) -> None:
+        """``groups``: per base (K, V, Long rows reading it, or None when it is every row in order)."""
+        self.groups = []
+        for j, (k, v) in enumerate(self.bases):
+            rows = torch.nonzero(self.base_of_row == j).flatten()
+            if len(rows):
+                every = len(self.bases) == 1 or len(rows) == len(self.base_of_row)
+                self.groups.append((k, v, None if every else rows))
+
+    def get_seq_length(self) -> int:
+        return self.base_length + self.filled
+
+    def take(self, indices: torch.Tensor) -> "SharedSlotLayer":
+        taken = super().take(indices)
+        taken.base_of_row = self.base_of_row[indices]
+        taken._group()
+        return taken
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        super().batch_select_indices(indices)
+        self.base_of_row = self.base_of_row[indices]
+        self._group()
+
+    def truncate(self, length: int) -> None:
+        """Forget every slot from ``length`` on (batch coordinates: bases included)."""
+        if length < self.base_length:
+            raise ValueError(f"cannot truncate into the shared history ({self.base_length} slots) to {length}")
+        super().truncate(length - self.base_length)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes a negative number of slots to remove")
+        self.truncate(self.get_seq_length() + tokens_to_remove)
+
+    def full_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every row's keys and values [B, heads, base_length + filled, dim]: its base (zeros after a
+        shorter base), then its own slots. A copy."""
+        out = []
+        for which, own in ((0, self.keys), (1, self.values)):
+            B, heads, F, dim = own.shape
+            full = own.new_zeros(B, heads, self.base_length + F, dim)
+            for row, j in enumerate(self.base_of_row.tolist()):
+                base = self.bases[j][which]
+                full[row, :, : base.shape[2]] = base[0]
+            full[:, :, self.base_length :] = own
+            out.append(full)
+        return out[0], out[1]

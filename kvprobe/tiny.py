@@ -53,7 +53,7 @@ import itertools
 
 import torch
 
-from .attention import GROUPED_EAGER
+from .attention import KVPROBE_SDPA
 
 __all__ = ["TINY_MODELS", "TINY_SEED", "build_tiny", "tiny_tokenizer", "tiny_config"]
 
@@ -251,7 +251,7 @@ def tiny_config(name: str, tokenizer=None):
     return AutoConfig.for_model(model_type, **{**common, **fields})
 
 
-def build_tiny(name: str, *, dtype: torch.dtype = torch.float32, attn_implementation: str = GROUPED_EAGER):
+def build_tiny(name: str, *, dtype: torch.dtype = torch.float32, attn_implementation: str = KVPROBE_SDPA):
     """Build tiny model ``name`` -> ``(model, tokenizer)``; deterministic, eval mode, no grads."""
     from transformers import AutoModelForCausalLM
 
@@ -273,7 +273,11 @@ def build_tiny(name: str, *, dtype: torch.dtype = torch.float32, attn_implementa
 
 # QK-norm rescales q and k to unit RMS, which with a random init leaves the
 # attention almost uniform; a larger norm gain (2.5 -> logits ~6x larger)
-# gives peaked attention, like a trained model's.
+# gives peaked attention, like a trained model's. The gain is for attention
+# scaled by 1/sqrt(head_dim); a family that scales otherwise (Gemma 4: 1.0) gets
+# the gain that gives the same logits. (At 2.5 with scaling 1.0, Gemma 4's
+# attention was one-hot, with logits up to 143, and float32 rounding of 5e-7 in
+# one attention output reached 9e-4 in the logits: SDPA vs eager.)
 QK_NORM_GAIN = 2.5
 
 
@@ -283,13 +287,19 @@ RECURRENT_INIT_RANGE = 0.02
 
 @torch.no_grad()
 def _sharpen_qk_norm(model) -> None:
-    """Set every q/k norm's effective gain to ``QK_NORM_GAIN``, whether it scales by w or by 1 + w."""
-    for mod_name, module in model.named_modules():
+    """Set every q/k norm's effective gain to ``QK_NORM_GAIN`` (for 1/sqrt(head_dim) scaling),
+    whether it scales by w or by 1 + w."""
+    modules = dict(model.named_modules())
+    for mod_name, module in modules.items():
         if mod_name.endswith(("q_norm", "k_norm")) and getattr(module, "weight", None) is not None:
+            attn = modules[mod_name.rsplit(".", 1)[0]]
+            head_dim = module.weight.shape[-1]
+            relative = float(getattr(attn, "scaling", head_dim**-0.5)) * head_dim**0.5  # 1 for 1/sqrt(d)
+            gain = QK_NORM_GAIN / relative**0.5 if relative > 1 else QK_NORM_GAIN
             module.weight.zero_()
-            probe = torch.ones(1, module.weight.shape[-1])
+            probe = torch.ones(1, head_dim)
             offset = float(module(probe).abs().mean())  # 0 for w scaling, 1 for (1 + w)
-            module.weight.fill_(QK_NORM_GAIN - round(offset))
+            module.weight.fill_(gain - round(offset))
 
 
 @torch.no_grad()

@@ -14,6 +14,11 @@ e. ``cached_equals_one_pass``: cached history + question equals one uncached for
 f. ``condition_order_invariant``: running the conditions in another order changes nothing.
 g. ``batched_equals_single_rows``: the conditions batched together equal each run alone
    (exactly on dense models; routed experts round differently per batch composition).
+h. ``sdpa_equals_eager``: kvprobe's default attention (SDPA where no logits are needed)
+   equals its eager attention on the same batch (models loaded with ``kvprobe``).
+i. ``shared_history_equals_per_row``: a batch whose rows read one shared copy of the
+   history equals the same batch with a copy per row (refused, with the reason, where
+   the family cannot share: ``ArchSummary.shared_history_refusal``).
 
 Checks (a), (b) and (e) run each condition as a batch of one row, like the references.
 
@@ -37,7 +42,8 @@ import torch
 
 from .access import Access, Full, Mask, matched_control
 from .decoding import question_logits, suffix_ids
-from .engine import fork_rows, pad_suffix_block, traced_forward
+from .attention import GROUPED_EAGER, KVPROBE_SDPA
+from .engine import fork_rows, pad_suffix_block, shares_history, traced_forward
 from .prompts import Prompt
 from .reference import cached_explicit_logits, reference_logits
 
@@ -52,6 +58,8 @@ LOGIT_TOLERANCE = 1e-4
 #: (up to 1.1e-4 on tiny-gemma4 with transformers' grouped_mm experts). A row mix-up
 #: changes logits by O(1).
 BATCH_TOLERANCE = 1e-3
+#: The operation name of check (i): batches reading one shared copy of the history.
+SHARED = "shared-history"
 
 # A neutral two-record history used by verify (not a paper task).
 VERIFY_SEGMENTS = [
@@ -146,12 +154,36 @@ def verify_access(model: "Model", history: "History | None" = None,
     record("condition_order_invariant", diff_f)
     record("batched_equals_single_rows", float((batched - out).abs().max()), BATCH_TOLERANCE)
 
+    # (h) SDPA vs eager attention on per-row copies, and (i) shared history vs per-row copies.
+    sharing = shares_history(model)
+    model.share_history = False
+    try:
+        per_row = question_logits(model, history, question, conditions).logits
+        if model.hf.config._attn_implementation == KVPROBE_SDPA:
+            model.hf.set_attn_implementation(GROUPED_EAGER)
+            try:
+                eager = question_logits(model, history, question, conditions).logits
+            finally:
+                model.hf.set_attn_implementation(KVPROBE_SDPA)
+            record("sdpa_equals_eager", float((per_row - eager).abs().max()))
+    finally:
+        model.share_history = True
+    if sharing:
+        results.append(CheckResult("shared_history_equals_per_row", name,
+                                   bool(float((batched - per_row).abs().max()) <= LOGIT_TOLERANCE),
+                                   float((batched - per_row).abs().max()), LOGIT_TOLERANCE, operation=SHARED))
+    else:
+        reason = model.arch.shared_history_refusal or f"attention {model.hf.config._attn_implementation!r} " \
+            "reads per-row copies (load with attn_implementation='kvprobe' to share histories)"
+        results.append(CheckResult("shared_history_equals_per_row", name, True, float("nan"), LOGIT_TOLERANCE,
+                                   operation=SHARED, refused=reason))
+
     op_results: list[CheckResult] = extra(model, history, question) if extra is not None else []
     # (c) the shared prefix is bit-identical after everything above.
     record("prefix_digest_unchanged", 0.0 if history.check_digest() else 1.0, 0.0)
     order = ["nnsight_mask_equals_explicit_4d", "empty_mask_equals_full", "prefix_digest_unchanged",
              "masked_attention_zero", "cached_equals_one_pass", "condition_order_invariant",
-             "batched_equals_single_rows"]
+             "batched_equals_single_rows", "sdpa_equals_eager", "shared_history_equals_per_row"]
     results = sorted(results, key=lambda r: order.index(r.check))
     return results + op_results
 

@@ -280,7 +280,8 @@ def test_finch_matches_fresh_prefill_with_rope_at_compact_positions(name):
         v = torch.stack([values[0, h, keep[h]] for h in range(keep.shape[0])])[None]
         k = model.adapter.apply_rope(model, layer, pre, torch.arange(budget))
         assert torch.allclose(state.kv[layer][0], k, atol=1e-4), (layer, (state.kv[layer][0] - k).abs().amax(dim=(0, 2, 3)))
-        assert torch.equal(state.kv[layer][1], v)
+        # the history was prefilled with SDPA, this reference with eager: float32 rounding apart
+        assert torch.allclose(state.kv[layer][1], v, atol=1e-4)
         cache.update(k, v, layer)
     with torch.inference_mode():
         ref = model.hf(input_ids=torch.tensor([[suffix[-1]]]), position_ids=torch.tensor([[budget]]),

@@ -23,7 +23,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 A = "Record A, Monday: the weekly planning meeting is held in Room 12 on the third floor."
 B = "Record B, Friday: the weekly planning meeting moves to Room 18 on the fifth floor."
-TOL = 1e-5
+#: the engine runs SDPA (the default), the nnsight encoder transformers' eager: fp32 rounding
+#: apart (largest seen 1.4e-5 on K/V of magnitude ~4); a capture of the wrong row or layer is O(1).
+TOL = 1e-4
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from kvprobe.interventions import verify_model
 
 CHECKS = {"nnsight_mask_equals_explicit_4d", "empty_mask_equals_full", "prefix_digest_unchanged",
           "masked_attention_zero", "cached_equals_one_pass", "condition_order_invariant",
-          "batched_equals_single_rows"}
+          "batched_equals_single_rows", "sdpa_equals_eager", "shared_history_equals_per_row"}
 OPERATION_CHECKS = {"bias_equals_explicit_mask", "zero_bias_equals_full", "zero_k_equals_plain_forward",
                     "zero_v_equals_plain_forward", "zero_kv_equals_plain_forward", "rebuild_equals_one_pass",
                     "refresh_equals_one_pass", "online_mask_equals_one_pass",
@@ -79,10 +79,10 @@ def test_verify_detects_an_off_by_one_mask(monkeypatch):
 
     real = decoding.fork_rows
 
-    def shifted(states):
+    def shifted(states, **kwargs):
         for s in states:
             s.hidden = {layer: torch.roll(h, 1) for layer, h in s.hidden.items()}
-        return real(states)
+        return real(states, **kwargs)
 
     monkeypatch.setattr(decoding, "fork_rows", shifted)  # the traced path; references stay correct
     results = {r.check: r for r in verify_model(kvprobe.load_model("tiny-llama"), operations=False)}

@@ -36,7 +36,7 @@ class MLAAdapter(StandardAdapter):
         return LayerSpec(
             kind=kind, cache=OWN_KV, kv_layer=layer,
             key_shape=(1, latent), value_shape=(1, rope_dim),
-            rope_tensor=1, rope_dims=rope_dim, rope_layout=INTERLEAVED, separable_kv=False,
+            rope_tensor=1, rope_dims=rope_dim, rope_layout=INTERLEAVED, separable_kv=False, attends_cache=False,
             cache_note=f"the MLA latent c_KV (1 x {latent}) in the K slot and the decoupled RoPE key "
                        f"(1 x {rope_dim}) in the V slot",
         )

@@ -51,6 +51,8 @@ class LayerSpec:
         separable_kv: whether zeroing only the keys or only the values is a cache
             edit (false on MLA, whose cache holds one latent both are expanded from).
         cache_note: what the two cached tensors are, for messages and the README.
+        attends_cache: whether the attention reads the cached tensors as stored (false on
+            MLA, whose attention expands the cached latent into keys and values first).
     """
 
     kind: str
@@ -64,6 +66,7 @@ class LayerSpec:
     rope_layout: str = HALF
     separable_kv: bool = True
     cache_note: str = "K (after RoPE) and V per KV head"
+    attends_cache: bool = True
 
     @property
     def is_attention(self) -> bool:
@@ -113,6 +116,24 @@ class ArchSummary:
     def kv_layers(self) -> tuple[int, ...]:
         """Layers that store their own K/V rows (what cache operations edit)."""
         return tuple(i for i, s in enumerate(self.layers) if s.cache == OWN_KV)
+
+    @property
+    def kv_sources(self) -> tuple[int | None, ...]:
+        """Per layer, the layer whose cached rows it attends to (``None`` for recurrent layers)."""
+        return tuple(s.kv_layer for s in self.layers)
+
+    @property
+    def shared_history_refusal(self) -> str | None:
+        """Why batches of this family cannot read one shared copy of a history, or ``None``.
+
+        kvprobe's attention reads shared copies itself, so the model must attend to the
+        cached tensors exactly as the cache returns them.
+        """
+        expanded = [i for i in self.kv_layers if not self.layers[i].attends_cache]
+        if expanded:
+            return (f"{self.model_type}: the attention of layers {expanded[:3]}... expands the cached tensors "
+                    "(a latent) into keys and values after reading the cache; every row keeps its own copy")
+        return None
 
     @property
     def shared_layers(self) -> tuple[int, ...]:
