@@ -48,7 +48,7 @@ from kvprobe.access import Access, Full, Mask
 from kvprobe.decoding import question_logits, suffix_ids
 from kvprobe.prompts import SpanError
 from kvprobe.reference import cached_explicit_logits, reference_hidden_kv, reference_logits
-from kvprobe.verify import LOGIT_TOLERANCE, CheckResult, verify_access
+from kvprobe.verify import CheckResult, scaled_tolerance, verify_access
 
 from ._base import OperationError
 from .bias import SoftBias
@@ -102,6 +102,9 @@ class _Checks:
         self.hidden = torch.zeros(len(history), dtype=torch.bool)
         self.hidden[self.span.start : self.span.end] = True
         self.results: list[CheckResult] = []
+        # float32 tolerances scaled to what is compared (kvprobe.verify.scaled_tolerance)
+        self.logit_tol = scaled_tolerance(reference_logits(model, history.input_ids.tolist(), self.q_ids))
+        self.kv_tol = scaled_tolerance(*(t for i in self.arch.kv_layers for t in history.kv[i]))
 
     def record(self, operation: str, check: str, value: float, tolerance: float, passed: bool | None = None) -> None:
         ok = value <= tolerance if passed is None else passed
@@ -124,7 +127,7 @@ class _Checks:
         zero = SoftBias({p: 0.0 for p in self.span.positions()})
         got = _logits(self.model, h, self.question, [bias, zero, Full()])
         ref = cached_explicit_logits(self.model, h.base_state(), self.q_ids, bias=bias.bias_vector(len(h)))
-        self.record("bias", "bias_equals_explicit_mask", float((got[0] - ref).abs().max()), LOGIT_TOLERANCE)
+        self.record("bias", "bias_equals_explicit_mask", float((got[0] - ref).abs().max()), self.logit_tol)
         self.record("bias", "zero_bias_equals_full", float((got[1] - got[2]).abs().max()), 0.0)
 
     def zero(self, component: str) -> None:
@@ -149,8 +152,8 @@ class _Checks:
         diff = float((got - ref).abs().max())
         effect = float((got - full).abs().max())
         same_shape = state.length == len(h) and bool((state.key_pos == h.positions).all())
-        self.record(operation, check, diff, LOGIT_TOLERANCE,
-                    passed=diff <= LOGIT_TOLERANCE and effect >= MIN_EFFECT and same_shape)
+        self.record(operation, check, diff, self.logit_tol,
+                    passed=diff <= self.logit_tol and effect >= MIN_EFFECT and same_shape)
 
     def recomputes(self) -> None:
         for operation, check, op, start in [
@@ -161,7 +164,7 @@ class _Checks:
         ]:
             state = op.prepare(self.model, self.history)
             ref = reference_hidden_kv(self.model, self.history.input_ids, self.hidden, start)
-            self.record(operation, check, _max_kv_diff(state.kv, ref, self.arch.kv_layers), LOGIT_TOLERANCE)
+            self.record(operation, check, _max_kv_diff(state.kv, ref, self.arch.kv_layers), self.kv_tol)
 
     def compact(self) -> None:
         check = "compact_keys_equal_rope_at_new_positions"
@@ -190,7 +193,7 @@ class _Checks:
             self.expect_refusal("drop", check, lambda: op.prepare(self.model, self.history))
             return
         dropped, masked = _logits(self.model, self.history, self.question, [op, Mask(self.span)])
-        self.record("drop", check, float((dropped - masked).abs().max()), LOGIT_TOLERANCE)
+        self.record("drop", check, float((dropped - masked).abs().max()), self.logit_tol)
 
     def text_recompute(self) -> None:
         model, h = self.model, self.history
@@ -199,7 +202,7 @@ class _Checks:
         got = _logits(model, h, self.question, [op])[0]
         ref = reference_logits(model, fresh.input_ids.tolist(), suffix_ids(model, fresh, self.question), None,
                                explicit_mask=False)
-        self.record("recompute", "text_recompute_equals_one_pass", float((got - ref).abs().max()), LOGIT_TOLERANCE)
+        self.record("recompute", "text_recompute_equals_one_pass", float((got - ref).abs().max()), self.logit_tol)
 
         check = "text_recompute_prefix_equals_fresh_prefill"
         prefix_op = TextRecompute(self.record_segment, stored_prefix=True)
@@ -212,7 +215,7 @@ class _Checks:
         got = _logits(model, h, self.question, [prefix_op])[0]
         want = _logits(model, fresh, self.question, [Full()])[0]
         diff = max(diff, float((got - want).abs().max()))
-        self.record("recompute-prefix", check, diff, LOGIT_TOLERANCE)
+        self.record("recompute-prefix", check, diff, max(self.kv_tol, self.logit_tol))
 
 
 def verify_operations(model: "Model", history: "History", question: str,

@@ -65,7 +65,7 @@ from transformers import DynamicCache
 import kvprobe
 from kvprobe.access import Mask, Prepared
 from kvprobe.decoding import question_logits, suffix_ids
-from kvprobe.engine import CHUNK_SIZE, fork_rows, pad_suffix_block, traced_forward
+from kvprobe.engine import CHUNK_SIZE, fork_rows, pad_suffix_block, shares_history, traced_forward
 from kvprobe.files import atomic_write_text, versions
 from kvprobe.history import kv_digest
 from kvprobe.reference import explicit_cached_mask
@@ -445,11 +445,7 @@ def plain_operation(model: kvprobe.Model, history: kvprobe.History, name: str, c
 
 
 def _fork(model: kvprobe.Model, states: list) -> Any:
-    """``fork_rows`` as kvprobe's own question path forks (shared history copies where the engine has them)."""
-    try:
-        from kvprobe.engine import shares_history
-    except ImportError:  # an engine without shared histories: every row its own copy
-        return fork_rows(states)
+    """``fork_rows`` as kvprobe's own question path forks (shared history copies where the model allows)."""
     return fork_rows(states, share=shares_history(model))
 
 
@@ -630,6 +626,18 @@ def measures_for(rows: Sequence[int]) -> list[str]:
     return ["prefill", *(f"decode-{b}" for b in rows), *OPERATIONS]
 
 
+def select_measures(measures: Sequence[str] | None, rows: Sequence[int]) -> list[str]:
+    """The cells to run per length: ``measures`` (validated, in run order), or all of :func:`measures_for`."""
+    names = measures_for(rows)
+    if measures is None:
+        return names
+    wanted = [m.strip() for m in measures if m.strip()]
+    unknown = sorted(set(wanted) - set(names))
+    if unknown or not wanted:
+        raise ValueError(f"--measures: unknown {unknown or 'empty list'}; choose from {', '.join(names)}")
+    return [m for m in names if m in wanted]
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
@@ -650,6 +658,7 @@ def run_long_bench(
     chunk_size: int = CHUNK_SIZE,
     restart: bool = False,
     progress: bool = True,
+    measures: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) the long-context benchmark and write ``long.json``, ``long.md``, ``long.png``.
 
@@ -659,7 +668,8 @@ def run_long_bench(
     decode steps, chunk size, book, torch and transformers versions) equal this run's, refused
     (:class:`SettingsMismatch`, naming the setting) when they differ, ignored with ``restart``.
     The returned result has ``run["ran"]`` and ``run["reused"]``: the cells this call measured
-    and the finished ones it kept.
+    and the finished ones it kept. ``measures`` restricts a run to some cells of each length
+    (names as :func:`measures_for` gives them, e.g. ``("prefill",)`` for a 32k-token prefill alone).
     """
     out_dir, data_dir = Path(out_dir), Path(data_dir)
     say = print if progress else (lambda *a, **k: None)
@@ -667,6 +677,7 @@ def run_long_bench(
     context = loaded_context_length(model)
     lengths, skipped = choose_lengths(lengths, context, model.name)
     rows = parse_counts(",".join(str(r) for r in rows), "--rows")
+    names = select_measures(measures, rows)
     for what, value, low in (("warmups", warmups, 0), ("repeats", repeats, 1), ("decode_steps", decode_steps, 1),
                              ("chunk_size", chunk_size, 1)):
         if int(value) < low:
@@ -693,7 +704,6 @@ def run_long_bench(
         "lengths": list(lengths), "rows": list(rows), "skipped_lengths": skipped,
     })
     cells = result["cells"]
-    names = measures_for(rows)
     finished = [f"{n}/{m}" for n in lengths for m in names if m in cells.get(str(n), {}).get("measures", {})]
     run = {"started": _now(), "ran": [], "reused": finished}
     result["runs"].append(run)
@@ -715,10 +725,14 @@ def run_long_bench(
             continue
         if book is None:
             book = book_tokens(model, data_dir)
-        history = build_history(model, book, length, FRACTION)
+        gc.collect()
+        history, seconds, peak, increment = measured(lambda: build_history(model, book, length, FRACTION))
         span = history.span("A")
         facts = {"history_tokens": len(history), "span_a": [span.start, span.end],
-                 "question_tokens": len(suffix_ids(model, history, QUESTION)), "history_kv_bytes": _kv_bytes(history)}
+                 "question_tokens": len(suffix_ids(model, history, QUESTION)), "history_kv_bytes": _kv_bytes(history),
+                 # the history every measure reads, prefilled once by kvprobe (untimed by the cells)
+                 "history_prefill": {"seconds": seconds, "tokens_per_s": len(history) / seconds,
+                                     "peak_bytes": peak, "increment_bytes": increment}}
         if "history_tokens" in cell and cell["history_tokens"] != facts["history_tokens"]:
             raise ValueError(f"the {length}-token history now has {facts['history_tokens']} tokens, the earlier run's "
                              f"had {cell['history_tokens']}; pass --restart")
@@ -848,6 +862,18 @@ def format_long_markdown(result: dict[str, Any]) -> str:
                          f"{sum(extra.values()):.1f} |")
     lines += ["", "kvprobe's prefill (`model.prefill(prompt)`) also tokenizes the prompt and hashes the cache "
                   "(SHA-256 digest); the last column times those two alone, once.", ""]
+    built = [(n, c) for n, c, _ in cells if "history_prefill" in c]
+    if built:
+        lines += ["The history every cell reads, prefilled once by kvprobe before the cells (one untimed-by-the-"
+                  "cells run, no warm-up, no plain side):", "",
+                  "| target | tokens | kvprobe s | tok/s | peak MiB (+incr) | weights + history K/V MiB |",
+                  "|---|---|---|---|---|---|"]
+        for n, c in built:
+            h = c["history_prefill"]
+            lines.append(f"| {n} | {c['history_tokens']} | {h['seconds']:.1f} | {h['tokens_per_s']:.0f} | "
+                         f"{_mib(h['peak_bytes'])} (+{_mib(h['increment_bytes'])}) | "
+                         f"{_mib(result['weight_bytes'] + c['history_kv_bytes'])} |")
+        lines.append("")
     context = result.get("context_length")
     beyond = [f"{n} (up to position {c['last_position']})" for n, c, _ in cells
               if context and c.get("last_position", 0) > context]

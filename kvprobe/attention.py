@@ -94,6 +94,11 @@ def forward_context(context: ForwardContext) -> Iterator[None]:
         _CONTEXT.reset(token)
 
 
+def current_cache() -> "DynamicCache | None":
+    """The cache of the traced forward running now (``None`` outside ``traced_forward``)."""
+    return _CONTEXT.get().cache
+
+
 def probabilities_for(layers: tuple[int, ...] | frozenset[int]) -> ForwardContext:
     """A context that only asks for the attention probabilities of ``layers`` (no cache lookups)."""
     return ForwardContext(probabilities=frozenset(layers))

@@ -102,7 +102,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             if r.refused:
                 print(f"  {status}  {r.check:<42} refuses, as expected: {r.refused}")
             else:
-                print(f"  {status}  {r.check:<42} value {r.value:.3g}  (tolerance {r.tolerance:g})")
+                print(f"  {status}  {r.check:<42} value {r.value:.3g}  (tolerance {r.tolerance:.3g})")
     return 0 if all(r.passed for r in results) else 1
 
 
@@ -259,6 +259,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         lengths = long_bench.parse_counts(args.lengths, "--lengths") if args.lengths is not None else None
         rows = long_bench.parse_counts(args.rows, "--rows")
+        measures = None if args.measures is None else long_bench.select_measures(args.measures.split(","), rows)
         warmups = long_bench.DEFAULT_WARMUPS if args.warmups is None else args.warmups
         repeats = long_bench.DEFAULT_REPEATS if args.repeats is None else args.repeats
         # Bad input is refused here, before the model loads.
@@ -267,7 +268,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         model = _load(args.model, False)
         result = long_bench.run_long_bench(model, Path(args.out), Path(args.data), lengths=lengths, rows=rows,
                                            warmups=warmups, repeats=repeats, decode_steps=args.decode_steps,
-                                           restart=args.restart)
+                                           restart=args.restart, measures=measures)
         print(long_bench.format_long_markdown(result))
         return 0
     model = _load(args.model, False)
@@ -676,6 +677,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--rows", default="1,15",
                    help="long: batch sizes of the masked decode step, comma-separated (default 1,15: one row and "
                    "15 access-only rows of one history)")
+    p.add_argument("--measures", default=None,
+                   help="long: only these cells of each length, comma-separated, from prefill, decode-B (one per "
+                   "--rows B), mask, rebuild, recompute, recompute-prefix (default: all); e.g. --measures prefill "
+                   "for a 32k-token prefill alone")
     p.add_argument("--decode-steps", type=_at_least(1), default=8,
                    help="long: interleaved single-token decode steps timed per side and batch size, median "
                    "reported (default 8)")

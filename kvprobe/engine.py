@@ -230,10 +230,10 @@ def fork_rows(states: list[RowState], share: bool = False, spare: int = SPARE_SL
     Rows with fewer slots are padded at the end with invalid slots, which no
     token ever reads. By default every row gets its own copy of its cache. With
     ``share=True`` (only for models where :func:`shares_history` holds), a layer
-    whose rows mostly read the same K/V tensors (at least two rows per distinct
-    tensor) keeps one reference to each distinct tensor and gives rows storage
-    only for their new slots: B access-only rows over a T-token history then hold
-    T + B x (new slots) instead of B x T. ``spare``: new slots allocated per row
+    whose rows read one K/V tensor pair, or at least two rows per distinct pair,
+    keeps one reference to each distinct pair and gives rows storage only for
+    their new slots: B access-only rows over a T-token history then hold
+    T + B x (new slots) instead of B x T (one row: no copy of its history). ``spare``: new slots allocated per row
     before a buffer has to grow (a prefill passes its length).
     """
     n, S = len(states), max(s.length for s in states)
@@ -263,8 +263,13 @@ def fork_rows(states: list[RowState], share: bool = False, spare: int = SPARE_SL
 
 
 def _attention_layer(kv: list[tuple[torch.Tensor, torch.Tensor]], length: int, share: bool, spare: int) -> SlotLayer:
-    """One attention layer's cache for rows with these (K, V): shared bases or per-row copies."""
-    if share and len(kv) > 1:
+    """One attention layer's cache for rows with these (K, V): shared bases or per-row copies.
+
+    Shared when every row reads one base (a single row then reads the history in place, with
+    no copy) or the rows average at least two per base; many distinct bases with a row each
+    batch better as copies.
+    """
+    if share:
         index: dict[int, int] = {}
         bases: list[tuple[torch.Tensor, torch.Tensor]] = []
         of_row = []
@@ -274,7 +279,7 @@ def _attention_layer(kv: list[tuple[torch.Tensor, torch.Tensor]], length: int, s
                 index[key] = len(bases)
                 bases.append((k, v))
             of_row.append(index[key])
-        if 2 * len(bases) <= len(kv) and length > 0:
+        if (len(bases) == 1 or 2 * len(bases) <= len(kv)) and length > 0:
             return SharedSlotLayer(bases, torch.tensor(of_row, dtype=torch.long), length, spare)
     return SlotLayer([k for k, _ in kv], [v for _, v in kv], spare)
 

@@ -170,6 +170,15 @@ class SharedSlotLayer(SlotLayer):
     def get_seq_length(self) -> int:
         return self.base_length + self.filled
 
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Write the rows' new slots; only kvprobe's attention, inside ``traced_forward``, reads the bases."""
+        from .attention import current_cache
+
+        if current_cache() is None:
+            raise RuntimeError("a shared-history cache (fork_rows(share=True)) is only read inside "
+                               "kvprobe.engine.traced_forward; a plain forward would miss the shared history")
+        return super().update(key_states, value_states, *args, **kwargs)
+
     def take(self, indices: torch.Tensor) -> "SharedSlotLayer":
         taken = super().take(indices)
         taken.base_of_row = self.base_of_row[indices]

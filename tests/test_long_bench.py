@@ -130,3 +130,11 @@ def test_peak_memory_falls_back_to_ru_maxrss(monkeypatch):
     assert long_bench.memory_method() == "ru_maxrss"
     result, seconds, peak, _ = long_bench.measured(lambda: 7)
     assert result == 7 and seconds >= 0 and peak > 0
+
+
+def test_measures_restrict_the_cells(model, tmp_path):
+    result = run_long_bench(model, tmp_path, DATA, progress=False, measures=["prefill", "decode-1"],
+                            **{**SETTINGS, "lengths": (256,)})
+    assert list(result["cells"]["256"]["measures"]) == ["prefill", "decode-1"]
+    with pytest.raises(ValueError, match="--measures: unknown \\['decode-7'\\]"):
+        long_bench.select_measures(["decode-7"], (1, 3))

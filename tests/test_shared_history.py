@@ -264,3 +264,13 @@ def test_mla_cannot_share_and_says_why():
 
     refused = [r for r in verify_model(model) if r.check == "shared_history_equals_per_row"]
     assert refused and refused[0].passed and "latent" in refused[0].refused
+
+
+def test_a_plain_forward_on_a_shared_cache_is_refused(llama):
+    """Outside traced_forward nothing would read the shared history: refused, not silently wrong."""
+    h = make_history(llama)
+    rows = fork_rows([h.base_state()] * 2, share=True)
+    with pytest.raises(RuntimeError, match="only read inside"):
+        with torch.inference_mode():
+            llama.hf(input_ids=torch.tensor([[5], [6]]), position_ids=torch.full((2, 1), len(h)),
+                     past_key_values=rows.cache, use_cache=True)
