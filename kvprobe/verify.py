@@ -139,7 +139,7 @@ def verify_access(model: "Model", history: "History | None" = None,
     record("nnsight_mask_equals_explicit_4d", diff_a)
 
     # (b) an intervention that hides nothing, in every attention layer, equals full access exactly.
-    rows = fork_rows([history.base_state()])
+    rows = fork_rows([history.base_state()], share=shares_history(model))  # as question_logits forks
     rows.hidden = {layer: torch.zeros(1, len(history), dtype=torch.bool) for layer in model.arch.attention_layers}
     ids, valid = pad_suffix_block([q_ids], model.pad_id)
     empty = traced_forward(model, rows, ids, valid).logits[0]

@@ -138,7 +138,11 @@ def test_shared_attention_function_with_several_bases_and_per_head_masks(llama):
     of_row = torch.tensor([1, 0, 1, 2, 1])
     B, T0 = len(of_row), 11
     layer = SharedSlotLayer(bases, of_row, T0, spare=8)
-    layer.update(torch.randn(B, KVH, F, D), torch.randn(B, KVH, F, D))
+    from transformers import DynamicCache
+    from kvprobe.attention import ForwardContext
+
+    with forward_context(ForwardContext(cache=DynamicCache())):  # updates happen inside traced forwards
+        layer.update(torch.randn(B, KVH, F, D), torch.randn(B, KVH, F, D))
     full_k, full_v = layer.full_kv()
     q = torch.randn(B, H, Q, D)
     for mask in (torch.randn(B, 1, Q, T0 + F), torch.randn(B, H, Q, T0 + F)):
