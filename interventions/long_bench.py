@@ -55,7 +55,6 @@ import platform
 import resource
 import statistics
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -68,7 +67,8 @@ from kvprobe.decoding import question_logits, suffix_ids
 from kvprobe.engine import CHUNK_SIZE, fork_rows, pad_suffix_block, shares_history, traced_forward
 from kvprobe.files import atomic_write_text, versions
 from kvprobe.history import kv_digest
-from kvprobe.reference import explicit_cached_mask
+from kvprobe.model import _common_prefix
+from kvprobe.reference import attention_implementation, explicit_cached_mask
 
 from .bench import QUESTION, book_tokens, build_history
 from .recompute import Rebuild
@@ -305,18 +305,9 @@ def _side(runs: dict) -> dict[str, Any]:
 # --------------------------------------------------------------------------- plain transformers
 
 
-@contextmanager
-def transformers_sdpa(model: kvprobe.Model) -> Iterator[None]:
+def transformers_sdpa(model: kvprobe.Model):
     """Run ``model.hf`` under transformers' own SDPA attention inside the block (same weights), then restore."""
-    impl = model.hf.config._attn_implementation
-    if impl == "sdpa":
-        yield
-        return
-    model.hf.set_attn_implementation("sdpa")
-    try:
-        yield
-    finally:
-        model.hf.set_attn_implementation(impl)
+    return attention_implementation(model, "sdpa")
 
 
 def _cache(kv, n: int | None = None, rows: int = 1) -> DynamicCache:
@@ -388,12 +379,6 @@ def _hidden_a(history: kvprobe.History) -> torch.Tensor:
 def _edited_prompt(history: kvprobe.History) -> kvprobe.Prompt:
     """The history's prompt without record A (what a recompute prefills)."""
     return dataclasses.replace(history.prompt, segments=[(n, t) for n, t in history.prompt.segments if n != "A"])
-
-
-def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
-    n = min(len(a), len(b))
-    differ = torch.nonzero(a[:n] != b[:n])
-    return int(differ[0]) if len(differ) else n
 
 
 def plain_operation(model: kvprobe.Model, history: kvprobe.History, name: str, chunk_size: int) -> dict[str, Any]:

@@ -149,12 +149,50 @@ def grouped_eager_attention(
     sinks (``s_aux``) are not supported and raise. A shared-history cache layer
     (see the module docstring) is read through :func:`shared_attention`.
     """
-    _check_supported(GROUPED_EAGER, module, dropout, kwargs)
+    return _attend(GROUPED_EAGER, module, query, key, value, attention_mask, scaling, dropout, softcap, kwargs)
+
+
+def kvprobe_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    softcap: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """kvprobe's default attention: shared-history, eager or SDPA (see the module docstring).
+
+    Returns (output [B, Q, H, Dv], probabilities [B, H, Q, S] or ``None`` when SDPA ran).
+    """
+    return _attend(KVPROBE_SDPA, module, query, key, value, attention_mask, scaling, dropout, softcap, kwargs)
+
+
+def _attend(impl: str, module, query, key, value, attention_mask, scaling, dropout, softcap, kwargs):
+    """The one dispatch of both implementations: shared history, eager, or (``kvprobe`` only) SDPA."""
+    _check_supported(impl, module, dropout, kwargs)
     if scaling is None:
         scaling = module.head_dim**-0.5
+    # the eager implementation always returns probabilities, as transformers' eager does
+    wanted = impl == GROUPED_EAGER or getattr(module, "layer_idx", None) in _CONTEXT.get().probabilities
     shared = _shared_layer(module, key)
     if shared is not None:
-        return shared_attention(module, query, shared, attention_mask, scaling, softcap, want_probabilities=True)
+        if selection.current() is not None:
+            raise RuntimeError("query-aware selection runs on per-row caches (fork_rows(share=False))")
+        return shared_attention(module, query, shared, attention_mask, scaling, softcap, want_probabilities=wanted)
+    if wanted or softcap is not None or selection.current() is not None:
+        return _eager(module, query, key, value, attention_mask, scaling, softcap)
+    S = key.shape[2]
+    mask = None if attention_mask is None else attention_mask[..., :S]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _eager(module, query, key, value, attention_mask, scaling, softcap) -> tuple[torch.Tensor, torch.Tensor]:
+    """The grouped eager computation on per-row K/V (a selector, if active, edits the logits)."""
     B, H, Q, D = query.shape
     KVH, S = key.shape[1], key.shape[2]
     G = H // KVH
@@ -173,39 +211,6 @@ def grouped_eager_attention(
     probs = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     out = torch.matmul(probs.view(B, KVH, G * Q, S), value).view(B, H, Q, value.shape[-1])
     return out.transpose(1, 2).contiguous(), probs.view(B, H, Q, S)
-
-
-def kvprobe_attention(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    softcap: float | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """kvprobe's default attention: shared-history, eager or SDPA (see the module docstring).
-
-    Returns (output [B, Q, H, Dv], probabilities [B, H, Q, S] or ``None`` when SDPA ran).
-    """
-    _check_supported(KVPROBE_SDPA, module, dropout, kwargs)
-    if scaling is None:
-        scaling = module.head_dim**-0.5
-    wanted = getattr(module, "layer_idx", None) in _CONTEXT.get().probabilities
-    shared = _shared_layer(module, key)
-    if shared is not None:
-        if selection.current() is not None:
-            raise RuntimeError("query-aware selection runs on per-row caches (fork_rows(share=False))")
-        return shared_attention(module, query, shared, attention_mask, scaling, softcap, want_probabilities=wanted)
-    if wanted or softcap is not None or selection.current() is not None:
-        return grouped_eager_attention(module, query, key, value, attention_mask, scaling, 0.0, softcap, **kwargs)
-    S = key.shape[2]
-    mask = None if attention_mask is None else attention_mask[..., :S]
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask, scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
-    return out.transpose(1, 2).contiguous(), None
 
 
 def shared_attention(

@@ -276,11 +276,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         # The operations live in the interventions package; loaded on demand.
         from kvprobe.interventions.bench import format_markdown, run_operations_bench
 
-        lengths = tuple(int(x) for x in (args.lengths or "512,1024,2048,4096,8192").split(","))
+        given = {"lengths": None if args.lengths is None else tuple(int(x) for x in args.lengths.split(",")),
+                 "warmups": args.warmups, "repeats": args.repeats}  # not given: run_operations_bench's defaults
         fractions = tuple(float(x) for x in args.fractions.split(","))
-        result = run_operations_bench(model, Path(args.out), Path(args.data), lengths=lengths, fractions=fractions,
-                                      warmups=3 if args.warmups is None else args.warmups,
-                                      repeats=9 if args.repeats is None else args.repeats)
+        result = run_operations_bench(model, Path(args.out), Path(args.data), fractions=fractions,
+                                      **{k: v for k, v in given.items() if v is not None})
         print(format_markdown(result))
         return 0
     if args.suite == "extract":

@@ -36,14 +36,22 @@ def transformers_eager(model: "Model") -> Iterator[None]:
     from .attention import KVPROBE_IMPLEMENTATIONS
 
     impl = model.hf.config._attn_implementation
-    if impl not in KVPROBE_IMPLEMENTATIONS:
+    with attention_implementation(model, "eager" if impl in KVPROBE_IMPLEMENTATIONS else impl):
+        yield
+
+
+@contextmanager
+def attention_implementation(model: "Model", impl: str) -> Iterator[None]:
+    """Run ``model.hf`` with transformers attention implementation ``impl`` inside the block, then restore."""
+    before = model.hf.config._attn_implementation
+    if before == impl:
         yield
         return
-    model.hf.set_attn_implementation("eager")
+    model.hf.set_attn_implementation(impl)
     try:
         yield
     finally:
-        model.hf.set_attn_implementation(impl)
+        model.hf.set_attn_implementation(before)
 
 
 def uncached_mask(

@@ -101,11 +101,15 @@ class SlotLayer(DynamicLayer):
             return self._key_buffer, self._value_buffer
         return self.keys.clone(), self.values.clone()
 
+    def get_seq_length(self) -> int:
+        """The layer's length in the batch's slot coordinates (what :meth:`truncate` takes)."""
+        return self.filled
+
     def crop(self, tokens_to_remove: int) -> None:
         """transformers' cache API: ``tokens_to_remove`` < 0 drops that many trailing slots."""
         if tokens_to_remove > 0:
             raise ValueError("crop takes a negative number of slots to remove")
-        self.truncate(self.filled + tokens_to_remove)
+        self.truncate(self.get_seq_length() + tokens_to_remove)
 
 
 def _buffer(contents: torch.Tensor, capacity: int) -> torch.Tensor:
@@ -195,11 +199,6 @@ class SharedSlotLayer(SlotLayer):
         if length < self.base_length:
             raise ValueError(f"cannot truncate into the shared history ({self.base_length} slots) to {length}")
         super().truncate(length - self.base_length)
-
-    def crop(self, tokens_to_remove: int) -> None:
-        if tokens_to_remove > 0:
-            raise ValueError("crop takes a negative number of slots to remove")
-        self.truncate(self.get_seq_length() + tokens_to_remove)
 
     def full_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every row's keys and values [B, heads, base_length + filled, dim]: its base (zeros after a

@@ -45,7 +45,7 @@ from .decoding import question_logits, suffix_ids
 from .attention import GROUPED_EAGER, KVPROBE_SDPA
 from .engine import fork_rows, pad_suffix_block, shares_history, traced_forward
 from .prompts import Prompt
-from .reference import cached_explicit_logits, reference_logits
+from .reference import attention_implementation, cached_explicit_logits, reference_logits
 
 if TYPE_CHECKING:
     from .history import History
@@ -174,11 +174,8 @@ def verify_access(model: "Model", history: "History | None" = None,
     try:
         per_row = question_logits(model, history, question, conditions).logits
         if model.hf.config._attn_implementation == KVPROBE_SDPA:
-            model.hf.set_attn_implementation(GROUPED_EAGER)
-            try:
+            with attention_implementation(model, GROUPED_EAGER):
                 eager = question_logits(model, history, question, conditions).logits
-            finally:
-                model.hf.set_attn_implementation(KVPROBE_SDPA)
             record("sdpa_equals_eager", float((per_row - eager).abs().max()))
     finally:
         model.share_history = True
