@@ -38,18 +38,26 @@ equality every exact-answer rule and the detectors' value comparisons use.
 The record-history answer rule (:func:`grade`, the records, query-aware and requests
 studies; paper L5447-5449): the exact ``answer`` field, plus diagnostics and a lenient
 first-mentioned-value rule (:func:`first_value`).
+
+Free-text answers (MQuAKE, MINTEval, FactConsolidation, revision histories; spec partA
+section 1): :func:`normalize_answer` (SQuAD normalization), :func:`boxed_content` (the last
+``\\boxed{}``), :func:`normalized_exact_match` (EM to an answer or alias, EOS required) and
+:func:`contains_answer` (word-bounded occurrence, the lenient variant).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import string
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["FAILURES", "FENCE", "PLAIN_DECODER", "UNKNOWN", "ParseResult", "ParsedObject", "find_answers",
            "find_objects", "first_answer", "first_value", "grade", "has_object", "normalize", "parse_answer_field",
-           "parse_object", "parse_strict"]
+           "parse_object", "parse_strict", "normalize_answer", "boxed_content", "normalized_exact_match",
+           "contains_answer"]
 
 FENCE = "```"
 _FENCE_RE = re.compile(r"\A```(?:[jJ][sS][oO][nN])?[ \t]*\n?(?P<body>.*?)\s*```\Z", re.DOTALL)
@@ -297,3 +305,67 @@ def grade(text: str, reference: str, values: list[str]) -> dict[str, Any]:
     return {"correct": bool(parsed.ok and normalize(parsed.answer or "") == normalize(reference)),
             "parse": parsed.reason, "contains": normalize(reference) in normalize(text),
             "lenient": first_value(text, values) == reference}
+
+
+# ----------------------------------------------------------------------------- free-text answers (EM with EOS)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = set(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalization: lowercase, drop punctuation, drop articles, collapse whitespace.
+
+    Punctuation (``string.punctuation`` plus Unicode punctuation such as curly quotes) is
+    deleted, as in SQuAD, so "Washington, D.C." -> "washington dc".
+    """
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in _PUNCT and not unicodedata.category(ch).startswith("P"))
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def boxed_content(output: str) -> str | None:
+    r"""Content of the last ``\boxed{...}`` (balanced braces), or None."""
+    start = output.rfind("\\boxed{")
+    if start < 0:
+        return None
+    i = start + len("\\boxed{")
+    depth = 1
+    for j in range(i, len(output)):
+        if output[j] == "{":
+            depth += 1
+        elif output[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return output[i:j]
+    return None
+
+
+def normalized_exact_match(output: str, answers: list[str], stopped_at_eos: bool, strict_boxed: bool = False) -> bool:
+    r"""Primary metric: normalized exact match to an answer or alias, with EOS.
+
+    "With EOS": the generation must have stopped at EOS (not at the token ceiling), and
+    the normalized candidate must equal a normalized answer exactly. Candidates are the
+    whole output (a correct bare answer still counts, spec partA section 1) and, when
+    present, the content of the last ``\boxed{}``. ``strict_boxed=True`` (sensitivity)
+    accepts only the boxed content. Answers that normalize to "" never match.
+    """
+    if not stopped_at_eos:
+        return False
+    boxed = boxed_content(output)
+    candidates = [] if strict_boxed else [output]
+    if boxed is not None:
+        candidates.append(boxed)
+    refs = {normalize_answer(a) for a in answers} - {""}
+    return any(normalize_answer(c) in refs for c in candidates)
+
+
+def _occurs(answer_norm: str, text_norm: str) -> bool:
+    """Word-bounded occurrence of a normalized answer in normalized text."""
+    return bool(answer_norm) and f" {answer_norm} " in f" {text_norm} "
+
+
+def contains_answer(output: str, answers: list[str]) -> bool:
+    """Lenient variant: a normalized answer occurs word-bounded anywhere in the output; no EOS needed."""
+    text = normalize_answer(output)
+    return any(_occurs(normalize_answer(a), text) for a in answers)

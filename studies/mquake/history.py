@@ -23,10 +23,10 @@ old target strings.
 
 from __future__ import annotations
 
-import re
-import string
-import unicodedata
 from collections.abc import Iterable
+
+from kvprobe.studies.answers import _occurs, boxed_content, contains_answer, normalize_answer, \
+    normalized_exact_match
 
 from . import strings
 from .schema import MQuAKECase
@@ -140,70 +140,6 @@ def questions(case: MQuAKECase) -> list[tuple[str, str, list[str]]]:
                for a in h.answer_alias]
     out.append(("single_hop", rw.question, _dedupe([rw.target_new.text, *aliases])))
     return out
-
-
-# -- scoring --------------------------------------------------------------------------------
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCT = set(string.punctuation)
-
-
-def normalize_answer(text: str) -> str:
-    """SQuAD normalization: lowercase, drop punctuation, drop articles, collapse whitespace.
-
-    Punctuation (``string.punctuation`` plus Unicode punctuation such as curly quotes) is
-    deleted, as in SQuAD, so "Washington, D.C." -> "washington dc".
-    """
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in _PUNCT and not unicodedata.category(ch).startswith("P"))
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
-
-
-def boxed_content(output: str) -> str | None:
-    r"""Content of the last ``\boxed{...}`` (balanced braces), or None."""
-    start = output.rfind("\\boxed{")
-    if start < 0:
-        return None
-    i = start + len("\\boxed{")
-    depth = 1
-    for j in range(i, len(output)):
-        if output[j] == "{":
-            depth += 1
-        elif output[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return output[i:j]
-    return None
-
-
-def normalized_exact_match(output: str, answers: list[str], stopped_at_eos: bool, strict_boxed: bool = False) -> bool:
-    r"""Primary metric: normalized exact match to an answer or alias, with EOS.
-
-    "With EOS": the generation must have stopped at EOS (not at the token ceiling), and
-    the normalized candidate must equal a normalized answer exactly. Candidates are the
-    whole output (a correct bare answer still counts, spec partA section 1) and, when
-    present, the content of the last ``\boxed{}``. ``strict_boxed=True`` (sensitivity)
-    accepts only the boxed content. Answers that normalize to "" never match.
-    """
-    if not stopped_at_eos:
-        return False
-    boxed = boxed_content(output)
-    candidates = [] if strict_boxed else [output]
-    if boxed is not None:
-        candidates.append(boxed)
-    refs = {normalize_answer(a) for a in answers} - {""}
-    return any(normalize_answer(c) in refs for c in candidates)
-
-
-def _occurs(answer_norm: str, text_norm: str) -> bool:
-    """Word-bounded occurrence of a normalized answer in normalized text."""
-    return bool(answer_norm) and f" {answer_norm} " in f" {text_norm} "
-
-
-def contains_answer(output: str, answers: list[str]) -> bool:
-    """Lenient variant: a normalized answer occurs word-bounded anywhere in the output; no EOS needed."""
-    text = normalize_answer(output)
-    return any(_occurs(normalize_answer(a), text) for a in answers)
 
 
 def _names(kept: Iterable, segs: list[Segment]) -> set[str]:
