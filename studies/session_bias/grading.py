@@ -22,7 +22,8 @@ LongMemEval rubric, which needs a network):
 * abstention questions: correct when the response declines, i.e. contains one of
   :data:`DECLINE_PHRASES` (e.g. "don't know", "not mentioned", "no information").
 
-:class:`BatchedJudge` implements the paper's LLM-judge protocol around a
+:class:`BatchedJudge` implements the paper's LLM-judge protocol (shared by every graded study:
+:mod:`kvprobe.studies.judge`) around a
 :class:`JudgeClient` that users implement (the stub: nothing here opens a
 network connection): empty answers are marked incorrect without asking; every
 other task becomes its full rubric prompt (``rubric(task)``; default
@@ -38,13 +39,15 @@ verdict's ``grader``.
 from __future__ import annotations
 
 import json
-import random
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+from kvprobe.studies import judge
+from kvprobe.studies.judge import JudgeClient, JudgeError, JudgeReply  # noqa: F401 (re-exported)
 
 from . import strings
 
@@ -61,7 +64,6 @@ DECLINE_PHRASES = (
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
                 "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
                 "nineteen", "twenty")
-MAX_BATCH = 48
 
 
 @dataclass(frozen=True)
@@ -138,24 +140,6 @@ class RuleGrader:
 
 # ----------------------------------------------------------------------------- LLM judge protocol
 
-@dataclass(frozen=True)
-class JudgeReply:
-    """A judge model's raw reply to one request and the exact model variant that produced it."""
-
-    text: str
-    model_variant: str
-
-
-class JudgeClient(Protocol):
-    """Send one request text to a judge model (users implement this; e.g. an API client)."""
-
-    def complete(self, prompt: str) -> JudgeReply: ...
-
-
-class JudgeError(RuntimeError):
-    """The judge kept returning invalid or incomplete replies."""
-
-
 def paraphrased_rubric(task: GradeTask) -> str:
     """Our paraphrase of the LongMemEval question-type rubric (see ``strings.RUBRIC_*``)."""
     fields = {"question": task.question, "reference": task.reference, "response": task.response}
@@ -166,87 +150,29 @@ def paraphrased_rubric(task: GradeTask) -> str:
     return strings.RUBRIC_ANSWERABLE.format(**fields, extra=strings.RUBRIC_EXTRA.get(task.question_type, ""))
 
 
-def batch_request(items: Sequence[tuple[str, str]]) -> str:
-    """The request text of one batch of (anonymous id, full rubric prompt)."""
-    tasks = [{"id": i, "prompt": p} for i, p in items]
-    return strings.JUDGE_BATCH_INSTRUCTIONS + "\n\n" + json.dumps(tasks, ensure_ascii=False, indent=1)
-
-
-def parse_reply(text: str, ids: Sequence[str]) -> dict[str, tuple[bool, str]] | None:
-    """``{id: (yes, explanation)}`` if the reply is one JSON object judging exactly ``ids``; else None."""
-    body = text.strip()
-    fence = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", body, flags=re.DOTALL)
-    if fence:
-        body = fence.group(1)
-    try:
-        data = json.loads(body)
-    except json.JSONDecodeError:
-        return None
-    results = data.get("results") if isinstance(data, dict) else None
-    if not isinstance(results, list):
-        return None
-    out: dict[str, tuple[bool, str]] = {}
-    for r in results:
-        if not isinstance(r, dict) or r.get("id") not in ids or r["id"] in out:
-            return None
-        verdict = str(r.get("verdict", "")).strip().lower()
-        if verdict not in ("yes", "no"):
-            return None
-        out[r["id"]] = (verdict == "yes", str(r.get("explanation", "")))
-    return out if set(out) == set(ids) else None
-
-
 class BatchedJudge:
-    """The paper's judge protocol around a user-supplied :class:`JudgeClient` (module docstring)."""
+    """A :class:`Grader` asking a judge model yes/no through the shared protocol (:mod:`kvprobe.studies.judge`):
+    empty answers are incorrect without asking; every other task becomes its full ``rubric(task)`` prompt.
+    Keyword arguments (``batch_size``, ``seed``, ``max_retries``, ``log_path``, ``name``) go to
+    :class:`kvprobe.studies.judge.BatchedJudge`."""
 
     def __init__(self, client: JudgeClient, rubric: Callable[[GradeTask], str] = paraphrased_rubric,
-                 batch_size: int = MAX_BATCH, seed: int = 0, max_retries: int = 3,
-                 log_path: str | Path | None = None, name: str = "llm-judge") -> None:
-        if not 1 <= batch_size <= MAX_BATCH:
-            raise ValueError(f"batch_size must be in 1..{MAX_BATCH}, got {batch_size}")
-        self.client, self.rubric, self.batch_size = client, rubric, batch_size
-        self.seed, self.max_retries, self.name = seed, max_retries, name
-        self.log_path = None if log_path is None else Path(log_path)
-        self.requests = 0
+                 **protocol: Any) -> None:
+        self.protocol = judge.BatchedJudge(client, labels=("yes", "no"), **protocol)
+        self.rubric, self.name = rubric, self.protocol.name
+
+    @property
+    def requests(self) -> int:
+        return self.protocol.requests
 
     def grade(self, tasks: Sequence[GradeTask]) -> list[Verdict]:
-        verdicts: list[Verdict | None] = [None] * len(tasks)
-        by_prompt: dict[str, list[int]] = {}
-        for i, t in enumerate(tasks):
-            if not t.response.strip():
-                verdicts[i] = Verdict(False, "empty answer", self.name)
-            else:
-                by_prompt.setdefault(self.rubric(t), []).append(i)
-        rng = random.Random(self.seed)
-        prompts = list(by_prompt)
-        rng.shuffle(prompts)
-        for start in range(0, len(prompts), self.batch_size):
-            chunk = prompts[start : start + self.batch_size]
-            ids = [f"task-{k + 1:02d}" for k in range(len(chunk))]
-            judged, variant = self._ask(list(zip(ids, chunk)), start // self.batch_size)
-            for anon, prompt in zip(ids, chunk):
-                yes, why = judged[anon]
-                for i in by_prompt[prompt]:
-                    verdicts[i] = Verdict(yes, why, f"{self.name}:{variant}")
-        return verdicts  # type: ignore[return-value]
-
-    def _ask(self, items: list[tuple[str, str]], batch: int) -> tuple[dict[str, tuple[bool, str]], str]:
-        request = batch_request(items)
-        ids = [i for i, _ in items]
-        for attempt in range(self.max_retries + 1):
-            reply = self.client.complete(request)
-            self.requests += 1
-            parsed = parse_reply(reply.text, ids)
-            self._log({"batch": batch, "attempt": attempt, "tasks": len(items), "model_variant": reply.model_variant,
-                       "valid": parsed is not None, "request": request, "reply": reply.text})
-            if parsed is not None:
-                return parsed, reply.model_variant
-        raise JudgeError(f"batch {batch}: no valid reply after {self.max_retries + 1} attempts")
-
-    def _log(self, entry: dict) -> None:
-        if self.log_path is not None:
-            with open(self.log_path, "a") as f:
-                f.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        asked = [i for i, t in enumerate(tasks) if t.response.strip()]
+        judged = iter(self.protocol.judge([self.rubric(tasks[i]) for i in asked]))
+        verdicts = [Verdict(False, "empty answer", self.name)] * len(tasks)
+        for i in asked:
+            j = next(judged)
+            verdicts[i] = Verdict(j.label == "yes", j.explanation, j.grader)
+        return verdicts
 
 
 # ----------------------------------------------------------------------------- regrading a run

@@ -48,17 +48,6 @@ QUESTION_PREFIX = "Question: "
 #: date for templates that insert today's date, so prompts are reproducible (as in the other studies).
 TEMPLATE_KWARGS = {"enable_thinking": False, "date_string": "16 Sep 2026"}
 
-#: UNCLEAR (paper): the judge request that wraps a batch of rubric prompts. The paper says only
-#: that "Each request contains up to 48 tasks in random order, with anonymous task identifiers.
-#: A structured response contains one Yes/No decision and a short explanation for each task"
-#: (L6152-6155). Ours asks for one JSON object.
-JUDGE_BATCH_INSTRUCTIONS = (
-    "You grade answers of a chat assistant. Below is a JSON list of tasks; each has an id and a "
-    "complete grading prompt. Judge each task on its own, following its prompt. Reply with only one "
-    'JSON object of the form {"results": [{"id": "<task id>", "verdict": "yes" or "no", '
-    '"explanation": "<one short sentence>"}]} with exactly one entry per task id.'
-)
-
 #: Our paraphrase (not the official wording) of the LongMemEval question-type rubric the paper's
 #: judge uses unchanged (app:v17_judge, L6141-6147): it accepts complete intermediate steps, has a
 #: one-unit temporal tolerance, accepts previous information next to the updated answer for

@@ -1,0 +1,188 @@
+"""The batched LLM-judge protocol every graded study shares (paper app:v17_judge L6139-6183; spec partE E2).
+
+A study turns each answer into one complete rubric prompt (question, references,
+the answer's displayed text...; never the condition, model or any prior label) and
+hands the prompts to :meth:`BatchedJudge.judge`, which returns one
+:class:`Judgment` per prompt, in order. The protocol:
+
+* identical prompts are judged once (the paper: "exact repeats share one judgment");
+* the distinct prompts go out in random order (seeded) in requests of at most
+  :data:`MAX_BATCH` prompts, each under an anonymous id (``task-01``...);
+* a reply must be one JSON object (optionally in one Markdown fence) giving exactly
+  one label from ``labels`` per id, else the request is resubmitted, up to
+  ``max_retries`` times, then :class:`JudgeError`;
+* the model variant the client reports with every reply is logged (``log_path``,
+  JSON lines: request, reply, validity) and named in each judgment's ``grader``.
+
+The judge model itself is a :class:`JudgeClient` that users implement (an API
+client, a local model...): nothing here opens a network connection, so offline runs
+use each study's rule grader and say so in their reports.
+
+Example::
+
+    class Echo:  # a stand-in client: says "complete" to every task
+        def complete(self, prompt):
+            ids = [t["id"] for t in json.loads(prompt.split("\\n\\n", 1)[1])]
+            results = [{"id": i, "verdict": "complete", "explanation": "ok"} for i in ids]
+            return JudgeReply(json.dumps({"results": results}), "echo-1")
+
+    judge = BatchedJudge(Echo(), labels=("complete", "wrong", "abstain"))
+    [j.label for j in judge.judge(["rubric of answer 1", "rubric of answer 2"])]  # ['complete', 'complete']
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+#: The largest request (the paper's batches hold at most 48 answers).
+MAX_BATCH = 48
+
+#: The request's instructions; ``{labels}`` becomes the allowed verdicts (``"yes" or "no"``).
+#: UNCLEAR (paper): the judge request that wraps a batch of rubric prompts. The paper says only
+#: that "Each request contains up to 48 tasks in random order, with anonymous task identifiers.
+#: A structured response contains one Yes/No decision and a short explanation for each task"
+#: (L6152-6155). Ours asks for one JSON object.
+BATCH_INSTRUCTIONS = (
+    "You grade answers of a chat assistant. Below is a JSON list of tasks; each has an id and a "
+    "complete grading prompt. Judge each task on its own, following its prompt. Reply with only one "
+    'JSON object of the form {{"results": [{{"id": "<task id>", "verdict": {labels}, '
+    '"explanation": "<one short sentence>"}}]}} with exactly one entry per task id.'
+)
+
+
+@dataclass(frozen=True)
+class JudgeReply:
+    """A judge model's raw reply to one request and the exact model variant that produced it."""
+
+    text: str
+    model_variant: str
+
+
+class JudgeClient(Protocol):
+    """Send one request text to a judge model (users implement this; e.g. an API client)."""
+
+    def complete(self, prompt: str) -> JudgeReply: ...
+
+
+@dataclass(frozen=True)
+class Judgment:
+    """One verdict: a label from the judge's labels, a short reason, and the grader (and model variant)."""
+
+    label: str
+    explanation: str
+    grader: str
+
+
+class JudgeError(RuntimeError):
+    """The judge kept returning invalid or incomplete replies."""
+
+
+def instructions_for(labels: Sequence[str]) -> str:
+    """:data:`BATCH_INSTRUCTIONS` with the allowed verdicts filled in."""
+    quoted = [json.dumps(label) for label in labels]
+    return BATCH_INSTRUCTIONS.format(labels=" or ".join(quoted) if len(quoted) <= 2 else
+                                     ", ".join(quoted[:-1]) + " or " + quoted[-1])
+
+
+def batch_request(items: Sequence[tuple[str, str]], instructions: str) -> str:
+    """The request text of one batch of (anonymous id, full rubric prompt)."""
+    tasks = [{"id": i, "prompt": p} for i, p in items]
+    return instructions + "\n\n" + json.dumps(tasks, ensure_ascii=False, indent=1)
+
+
+def parse_reply(text: str, ids: Sequence[str], labels: Sequence[str] = ("yes", "no")
+                ) -> dict[str, tuple[str, str]] | None:
+    """``{id: (label, explanation)}`` if the reply is one JSON object judging exactly ``ids`` with labels
+    from ``labels`` (case-insensitive); else None."""
+    body = text.strip()
+    fence = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", body, flags=re.DOTALL)
+    if fence:
+        body = fence.group(1)
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError:
+        return None
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, list):
+        return None
+    allowed = {label.lower(): label for label in labels}
+    out: dict[str, tuple[str, str]] = {}
+    for r in results:
+        if not isinstance(r, dict) or r.get("id") not in ids or r["id"] in out:
+            return None
+        verdict = str(r.get("verdict", "")).strip().lower()
+        if verdict not in allowed:
+            return None
+        out[r["id"]] = (allowed[verdict], str(r.get("explanation", "")))
+    return out if set(out) == set(ids) else None
+
+
+class BatchedJudge:
+    """The paper's judge protocol around a user-supplied :class:`JudgeClient` (module docstring).
+
+    Args:
+        client: sends one request, returns the reply and the model variant.
+        labels: the verdicts a reply may give (``("yes", "no")``; FactConsolidation uses
+            outcome names such as complete / wrong / abstain).
+        instructions: the request's instructions (default :func:`instructions_for` ``labels``).
+        batch_size: prompts per request (1..48).
+        seed: the order in which distinct prompts are sent.
+        max_retries: resubmissions of an invalid reply before :class:`JudgeError`.
+        log_path: JSON-lines log of every request and reply (None: no log).
+        name: the grader name in each judgment (``name:model_variant``).
+    """
+
+    def __init__(self, client: JudgeClient, labels: Sequence[str] = ("yes", "no"), instructions: str | None = None,
+                 batch_size: int = MAX_BATCH, seed: int = 0, max_retries: int = 3,
+                 log_path: str | Path | None = None, name: str = "llm-judge") -> None:
+        if not 1 <= batch_size <= MAX_BATCH:
+            raise ValueError(f"batch_size must be in 1..{MAX_BATCH}, got {batch_size}")
+        if len(set(map(str.lower, labels))) != len(labels) or len(labels) < 2:
+            raise ValueError(f"labels must be at least two distinct verdicts, got {list(labels)}")
+        self.client, self.labels, self.batch_size = client, tuple(labels), batch_size
+        self.instructions = instructions if instructions is not None else instructions_for(self.labels)
+        self.seed, self.max_retries, self.name = seed, max_retries, name
+        self.log_path = None if log_path is None else Path(log_path)
+        self.requests = 0
+
+    def judge(self, prompts: Sequence[str]) -> list[Judgment]:
+        """One judgment per prompt, in order (identical prompts judged once)."""
+        by_prompt: dict[str, list[int]] = {}
+        for i, p in enumerate(prompts):
+            by_prompt.setdefault(p, []).append(i)
+        distinct = list(by_prompt)
+        random.Random(self.seed).shuffle(distinct)
+        out: list[Judgment | None] = [None] * len(prompts)
+        for start in range(0, len(distinct), self.batch_size):
+            chunk = distinct[start : start + self.batch_size]
+            ids = [f"task-{k + 1:02d}" for k in range(len(chunk))]
+            judged, variant = self._ask(list(zip(ids, chunk)), start // self.batch_size)
+            for anon, prompt in zip(ids, chunk):
+                label, why = judged[anon]
+                for i in by_prompt[prompt]:
+                    out[i] = Judgment(label, why, f"{self.name}:{variant}")
+        return out  # type: ignore[return-value]
+
+    def _ask(self, items: list[tuple[str, str]], batch: int) -> tuple[dict[str, tuple[str, str]], str]:
+        request = batch_request(items, self.instructions)
+        ids = [i for i, _ in items]
+        for attempt in range(self.max_retries + 1):
+            reply = self.client.complete(request)
+            self.requests += 1
+            parsed = parse_reply(reply.text, ids, self.labels)
+            self._log({"batch": batch, "attempt": attempt, "tasks": len(items), "model_variant": reply.model_variant,
+                       "valid": parsed is not None, "request": request, "reply": reply.text})
+            if parsed is not None:
+                return parsed, reply.model_variant
+        raise JudgeError(f"batch {batch}: no valid reply after {self.max_retries + 1} attempts")
+
+    def _log(self, entry: dict) -> None:
+        if self.log_path is not None:
+            with open(self.log_path, "a") as f:
+                f.write(json.dumps(entry, ensure_ascii=False) + "\n")
