@@ -156,14 +156,6 @@ def model_context_length(name: str) -> int | None:
     return None
 
 
-def loaded_context_length(model: kvprobe.Model) -> int | None:
-    """``max_position_embeddings`` of a loaded model (text config of multimodal ones)."""
-    config = model.hf.config
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    value = getattr(text, "max_position_embeddings", None)
-    return None if value is None else int(value)
-
-
 def choose_lengths(lengths: Sequence[int] | None, context: int | None,
                    model_name: str) -> tuple[tuple[int, ...], list[int]]:
     """(lengths to run, default lengths skipped): explicit lengths beyond the context are refused
@@ -659,7 +651,7 @@ def run_long_bench(
     out_dir, data_dir = Path(out_dir), Path(data_dir)
     say = print if progress else (lambda *a, **k: None)
     book_path = find_book(data_dir)
-    context = loaded_context_length(model)
+    context = model.context_length
     lengths, skipped = choose_lengths(lengths, context, model.name)
     rows = parse_counts(",".join(str(r) for r in rows), "--rows")
     names = select_measures(measures, rows)

@@ -59,6 +59,14 @@ class Model:
         return frozenset(int(i) for i in ids)
 
     @property
+    def context_length(self) -> int | None:
+        """The model's ``max_position_embeddings`` (text config of multimodal models), or None if unknown."""
+        config = self.hf.config
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        value = getattr(text, "max_position_embeddings", None)
+        return None if value is None else int(value)
+
+    @property
     def pad_id(self) -> int:
         pad = self.tokenizer.pad_token_id
         return int(pad if pad is not None else min(self.eos_ids))

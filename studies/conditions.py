@@ -37,3 +37,28 @@ def check_unchanged(history: kvprobe.History, case_id: str) -> None:
     """Raise if the shared history cache changed while a case ran (every condition works on a copy)."""
     if not history.check_digest():
         raise RuntimeError(f"{case_id}: the shared history cache changed during the case")
+
+
+#: The query-aware key-selection methods (paper partE E4; ``interventions.quest`` / ``finch`` / ``refreshkv``).
+QUERY_AWARE_METHODS = ("recent-pages", "quest", "finch", "refreshkv")
+
+
+def query_aware_condition(method: str, budget: int) -> kvprobe.Access:
+    """The query-aware condition ``method`` at ``budget`` tokens, with the paper's settings (16-token
+    Quest pages, two dense layers; FINCH's observation window; RefreshKV's 10-step check at cosine 0.95).
+
+    Example: ``query_aware_condition("quest", 512)`` is ``Quest(budget=512)``.
+    """
+    from kvprobe.interventions.finch import Finch
+    from kvprobe.interventions.quest import Quest, RecentPages
+    from kvprobe.interventions.refreshkv import RefreshKV
+
+    if method == "quest":
+        return Quest(budget=budget)
+    if method == "recent-pages":
+        return RecentPages(budget)
+    if method == "finch":
+        return Finch(budget=budget)
+    if method == "refreshkv":
+        return RefreshKV(budget=budget)
+    raise ValueError(f"unknown query-aware method {method!r}; choose from {QUERY_AWARE_METHODS}")

@@ -91,3 +91,66 @@ def test_run_resumes_and_summarizes(llama, study, tmp_path):
     cells = {(c["task"], c["length"], c["policy"]): c for c in summary["cells"]}
     assert cells[("qa2", 300, "naive")]["n"] == 2 and "official_change_vs_full" in cells[("qa2", 300, "naive")]
     assert "| qa3 | 300 | dependency |" in (out / "report.md").read_text()
+
+
+# --------------------------------------------------------------------------- the published samples
+
+RELEASED = __import__("pathlib").Path(__file__).parent / "fixtures" / "babilong_released"
+
+
+def test_released_samples_locate_every_fact_and_match_the_babi_release():
+    from kvprobe.studies.babilong.released import load_released
+
+    got = load_released(RELEASED, "qa3", "1k")
+    built = samples.build_samples("qa3", (400,), 10)
+    # records 0 and 1 are the first official questions; record 2 is another question, found by search
+    assert [s.sample_index for s in got] == [built[0].sample_index, built[1].sample_index, built[7].sample_index]
+    for s, b in zip(got, [built[0], built[1], built[7]]):
+        assert (s.story_index, s.question_index, s.question, s.answer) == (b.story_index, b.question_index,
+                                                                           b.question, b.answer)
+        assert s.facts == b.facts and s.fact_spans == b.fact_spans and s.target_tokens == 1000
+        assert all(s.context[a:e] == s.facts[i].text for i, a, e in s.fact_spans)
+        # the book text is everything between facts, so the neutral mask never touches a fact
+        covered = sorted([(a, e) for _, a, e in s.fact_spans] + list(s.filler_spans))
+        assert all(e1 <= a2 for (_, e1), (a2, _) in zip(covered, covered[1:]))
+        assert "".join(s.context[a:e] for a, e in covered).replace(" ", "") == s.context.replace(" ", "")
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"input": "x", "question": "Where is the milk?"}\n', r"qa3.jsonl:1: missing field\(s\) target"),
+    ('{"input": "x", "question": "Where is', r"qa3.jsonl:1: not JSON"),
+    ('[{"input": 3, "question": "q", "target": "t"}]', r"record #0: field 'input' must be a string"),
+    ('{"input": "no facts here", "question": "Where was the football before the kitchen?", "target": "garden"}\n',
+     r"qa3.jsonl record #0: no qa3 test question"),
+])
+def test_released_loader_refuses_malformed_files(tmp_path, content, message):
+    from kvprobe.studies.babilong.released import BabilongFormatError, load_released
+
+    (tmp_path / "8k").mkdir()
+    (tmp_path / "8k" / "qa3.jsonl").write_text(content)
+    with pytest.raises(BabilongFormatError, match=message):
+        load_released(tmp_path, "qa3", "8k")
+    with pytest.raises(ValueError, match="source: .*qa3.jsonl"):  # the study fails before a model loads
+        BabilongStudy(tasks=("qa3",), source=str(tmp_path), released_lengths=("8k",))
+    with pytest.raises(ValueError, match=r"source: .*no 32k/qa3.jsonl"):
+        BabilongStudy(tasks=("qa3",), source=str(tmp_path), released_lengths=("32k",))
+
+
+def test_released_run_with_query_aware_policies(llama, tmp_path):
+    """All seven policies on the published-format fixture: Quest/FINCH/RefreshKV at the fixed capacity."""
+    study = BabilongStudy(tasks=("qa3",), source=str(RELEASED), released_lengths=("1k",), n=2, capacity=64,
+                          max_new_tokens=4)
+    run_study(study, llama, tmp_path, progress=False)
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * len(POLICIES) and {r["length"] for r in rows} == {1000}
+    assert {r["condition"]: r["capacity"] for r in rows} == {p: 64 if p in ("quest", "finch", "refreshkv") else None
+                                                             for p in POLICIES}
+    write_summary(tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    assert "published samples at 1k" in report and "| qa3 | 1000 | finch |" in report
+
+
+def test_a_history_beyond_the_model_positions_is_refused(llama):
+    study = BabilongStudy(tasks=("qa2",), lengths=(2100,), n=1, policies=("full",), max_new_tokens=4)
+    with pytest.raises(ValueError, match=r"lengths: qa2-q\d+-2100: \d+ history tokens .* exceed tiny-llama's 2048"):
+        study.run_cases(llama, study.cases())

@@ -1,4 +1,4 @@
-"""The BABILong object-dependency study (paper partA section 2): four access policies per input.
+"""The BABILong object-dependency study (paper partA section 2, app:v41_babilong): seven policies per input.
 
 Per case (one bAbI question at one context length) the official prompt up to
 the question is prefilled once; then, under each policy, the question is asked
@@ -9,7 +9,10 @@ and a greedy answer generated:
 * ``dependency``: also keep the movements that place pickups and drops and carry
   objects (verified symbolically: ``kvprobe babi-verify``);
 * ``neutral``: hide as much filler text as the dependency rule hides facts
-  (equal-token control when a token counter is used; never facts or framing).
+  (equal-token control; never facts or framing);
+* ``quest``, ``finch``, ``refreshkv``: the query-aware methods at a fixed capacity
+  of 512 tokens at every length (paper L1490-1494), with the schedules of
+  app:v41_dynamic (``studies.conditions.query_aware_condition``).
 
 Masks hide the spans' tokens from the question and every generated token
 (kvprobe ``Mask``); the stored cache is never changed. The run loop (prefill,
@@ -17,12 +20,17 @@ one batched ``decoding.answer`` call per batch of cases, the common row
 columns, the unchanged-cache check) is the protocol's
 (``studies.protocol.HistoryStudy``). Rows are graded with the official-style
 location parser (question locations excluded, EOS required) and the strict
-bare-location rule. The prompt is the official one, through the
-model's chat template when it has one ([UNCLEAR] in the paper; an instruct
-model then ends its answer with EOS, which the metric requires), as one user
-message with no system prompt. Answers get the paper's 128 new tokens (L1490);
-the quick reproduction lengths (two short contexts) are our choice for a 2-core
-CPU, the paper used 8k/32k contexts.
+bare-location rule; answers stopped by the ceiling are recorded (``stop_reason``).
+The prompt is the official one, through the model's chat template when it has
+one ([UNCLEAR] in the paper; an instruct model then ends its answer with EOS,
+which the metric requires), as one user message with no system prompt. Answers
+get the paper's 128 new tokens (L1497).
+
+Inputs are the published samples (``--source FOLDER``: ``<FOLDER>/<length>/<task>.jsonl``
+records ``input``/``question``/``target``, ``released.py``) or, offline, our
+reconstruction from the bAbI test release and PG-19 text (``samples.py``; labelled
+``generated`` in the config and report). A case whose prompt, question and answer
+budget do not fit the model's positions is refused (no RoPE extension, as in the paper).
 """
 
 from __future__ import annotations
@@ -36,9 +44,17 @@ from kvprobe.readouts.stats import BABILONG_SEED
 from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices, use_chat)
 from kvprobe.studies.runner import study_parameters
-from . import grading, samples
+from kvprobe.studies.conditions import query_aware_condition
+from . import grading, released, samples
 
-POLICIES = ("full", "naive", "dependency", "neutral")
+#: Mask policies (the fact rules and their equal-token control), then the query-aware methods.
+MASK_POLICIES = ("full", "naive", "dependency", "neutral")
+QUERY_AWARE = ("quest", "finch", "refreshkv")
+POLICIES = MASK_POLICIES + QUERY_AWARE
+#: The query-aware methods' fixed capacity at both lengths (paper L1491: "a fixed 512-token capacity").
+CAPACITY = 512
+#: ``--source`` value of the offline reconstruction from bAbI + PG-19.
+GENERATED = "generated"
 #: Answer budget (the paper: 128 tokens, L1490, rather than BABILong's original 20).
 MAX_NEW_TOKENS = 128
 #: The row's ``query``: every case asks its one bAbI question.
@@ -64,13 +80,22 @@ class BabilongCase:
 
 @dataclass
 class BabilongStudy(HistoryStudy):
-    """BABILong qa2/qa3 under the four policies (one question per case, one row per policy)."""
+    """BABILong qa2/qa3 under the seven policies (one question per case, one row per policy)."""
 
     name: ClassVar[str] = "babilong"
     #: bAbI tasks to run: qa2 (two supporting facts) and/or qa3 (three supporting facts).
     tasks: tuple[str, ...] = ("qa2", "qa3")
-    #: Target context lengths in tokens (0: the story facts alone; the paper used 8k and 32k).
+    #: "generated" (facts among PG-19 text, offline) or a folder of published samples laid out as
+    #: <folder>/<length>/<task>.jsonl with input/question/target records (the paper's data).
+    source: str = GENERATED
+    #: Generated inputs: target context lengths in estimated tokens (0: the story facts alone).
     lengths: tuple[int, ...] = (0, 1000)
+    #: Published inputs: the release's length names to read (the paper: 8k and 32k).
+    released_lengths: tuple[str, ...] = ("8k", "32k")
+    #: Policies to run (default all seven; full is always run, as every change is paired with it).
+    policies: tuple[str, ...] = POLICIES
+    #: Capacity in tokens of Quest, FINCH and RefreshKV (the paper: 512 at every length).
+    capacity: int = CAPACITY
     #: Run the first N of the official 100 test questions of each task (None: all).
     n: int | None = 50
     #: Seed of the filler text around the story facts.
@@ -85,21 +110,39 @@ class BabilongStudy(HistoryStudy):
 
     def __post_init__(self) -> None:
         self.tasks, self.lengths = tuple(self.tasks), tuple(self.lengths)
-        if not self.tasks or not self.lengths:
-            raise InvalidParameter("tasks" if not self.tasks else "lengths", "give at least one")
-        require_choices(self, tasks=tuple(samples.BABI_FILES))
-        require_at_least(self, lengths=0, n=1, max_new_tokens=1, cases_per_batch=1)
+        self.released_lengths = tuple(self.released_lengths)
+        self.policies = ("full", *[p for p in POLICIES if p in self.policies and p != "full"])
+        lengths = "lengths" if self.source == GENERATED else "released_lengths"
+        if not self.tasks or not getattr(self, lengths):
+            raise InvalidParameter("tasks" if not self.tasks else lengths, "give at least one")
+        require_choices(self, tasks=tuple(samples.BABI_FILES), policies=POLICIES)
+        require_at_least(self, lengths=0, n=1, max_new_tokens=1, cases_per_batch=1, capacity=1)
+        if self.source != GENERATED:
+            require_choices(self, released_lengths=released.RELEASED_LENGTHS)
+            try:  # read and match the files now, so a bad file fails before any model loads
+                self.cases()
+            except (OSError, released.BabilongFormatError) as e:
+                raise InvalidParameter("source", str(e)) from e
 
     def config(self) -> dict[str, Any]:
         cfg = study_parameters(self)
-        cfg["policies"] = list(POLICIES)
+        if self.source == GENERATED:
+            cfg.pop("released_lengths")
+        else:
+            cfg.pop("lengths")
+            cfg.pop("seed")
         return cfg
 
     def cases(self) -> list[BabilongCase]:
         if self._cases is None:
             out = []
             for task in self.tasks:
-                out += [BabilongCase(s) for s in samples.build_samples(task, self.lengths, self.n, self.seed)]
+                if self.source == GENERATED:
+                    chosen = samples.build_samples(task, self.lengths, self.n, self.seed)
+                else:
+                    chosen = [s for length in self.released_lengths
+                              for s in released.load_released(self.source, task, length, self.n)]
+                out += [BabilongCase(s) for s in chosen]
             self._cases = out
         return self._cases
 
@@ -116,18 +159,28 @@ class BabilongStudy(HistoryStudy):
                               question_sep=after[:cut] + marker, raw_suffix="\n")
 
     def questions(self, model: kvprobe.Model, case: BabilongCase, history: kvprobe.History) -> list[Question]:
-        return [Question(QUERY, case.sample.question)]
+        """The bAbI question, once its prompt, question and answer budget are known to fit the model."""
+        question = Question(QUERY, case.sample.question)
+        need = len(history) + len(model.tokenizer.encode(question.text, add_special_tokens=False)) + 32  # + framing
+        if model.context_length is not None and need + self.max_new_tokens > model.context_length:
+            field_name = "lengths" if self.source == GENERATED else "released_lengths"
+            raise InvalidParameter(field_name, f"{case.case_id}: {len(history)} history tokens + the question + "
+                                   f"{self.max_new_tokens} answer tokens exceed {model.name}'s "
+                                   f"{model.context_length} positions (no RoPE extension); use a shorter length")
+        return [question]
 
     def conditions(self, model: kvprobe.Model, case: BabilongCase, history: kvprobe.History
                    ) -> dict[str, kvprobe.Access]:
-        """The four policies: full access and the masks of the naive, dependency and neutral rules."""
+        """Full access, the masks of the naive, dependency and neutral rules, and the query-aware methods."""
         s = case.sample
         conditions: dict[str, kvprobe.Access] = {"full": kvprobe.Full()}
         count = samples.tokenizer_counter(model.tokenizer)  # the neutral mask matches tokens, not characters
-        for rule in POLICIES[1:]:
+        for rule in [p for p in MASK_POLICIES[1:] if p in self.policies]:
             spans = [history.span("context", chars=_trim(s.context, a, b))
                      for a, b in samples.mask_spans(s, rule, count_tokens=count) if s.context[a:b].strip()]
             conditions[rule] = kvprobe.Mask(spans, name=rule) if spans else kvprobe.Full(name=rule)
+        for method in [p for p in QUERY_AWARE if p in self.policies]:
+            conditions[method] = query_aware_condition(method, self.capacity)
         return conditions
 
     def row(self, run: CaseRun, question: Question, condition: str,
@@ -142,6 +195,7 @@ class BabilongStudy(HistoryStudy):
             "question": s.question,
             "answer": s.answer,
             "masked_tokens": sum(len(x) for x in getattr(run.originals[condition], "spans", ())),
+            "capacity": self.capacity if condition in QUERY_AWARE else None,
             "official": grading.official_correct(generation.text, s.answer, s.question, eos),
             "official_no_eos": grading.official_correct(generation.text, s.answer, s.question, eos,
                                                         require_eos=False),

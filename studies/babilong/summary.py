@@ -39,6 +39,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
             mine = per_policy[policy]
             cell = {"task": task, "length": length, "policy": policy, "n": len(mine),
                     "eos": sum(r["stop_reason"] == "eos" for r in mine.values()),
+                    "capped": sum(r["stop_reason"] == "cap" for r in mine.values()),
                     "masked_tokens_mean": float(np.mean([r["masked_tokens"] for r in mine.values()]))}
             for rule in RULES:
                 cell[rule] = sum(bool(r[rule]) for r in mine.values())
@@ -52,25 +53,36 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
 
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     study = config.get("study_config", {})
+    source = study.get("source", "generated")
+    if source == "generated":
+        inputs = (f"context lengths {study.get('lengths')} (estimated tokens of filler + facts; inputs **generated** "
+                  "from the bAbI test release and PG-19 text, not the published samples)")
+    else:
+        inputs = f"the published samples at {', '.join(study.get('released_lengths', []))} (from `{source}`)"
+    policies = study.get("policies", list(POLICIES[:4]))
+    dynamic = [p for p in policies if p in ("quest", "finch", "refreshkv")]
     lines = [*heading("BABILong object dependencies", config),
-             f"Tasks {', '.join(study.get('tasks', []))}, context lengths {study.get('lengths')} (tokens of "
-             f"filler + facts, estimated), {study.get('n')} questions per task, greedy answers of at most "
+             f"Tasks {', '.join(study.get('tasks', []))}, {inputs}, {study.get('n')} questions per task, greedy "
+             "answers of at most "
              f"{study.get('max_new_tokens')} tokens, official prompt "
              f"({'templateless' if study.get('chat') is False else 'through the chat template when the model has one'}). Policies: full access; naive (hide all but each person's last movement); "
              "dependency (also keep the movements that place pickups and drops and carry objects); neutral "
-             "(hide as many filler tokens as the dependency rule hides). Correct = official-style location "
+             "(hide as many filler tokens as the dependency rule hides)"
+             + (f"; {', '.join(dynamic)} at a fixed capacity of {study.get('capacity')} tokens" if dynamic else "")
+             + ". Correct = official-style location "
              "parser with EOS required; change vs full with a 95% interval from "
              f"{summary['draws']:,} bootstrap draws of source stories.", ""]
     if timing:
         lines += [run_time(timing, "inputs"), ""]
     lines += table_head(["task", "length", "policy", "n", "correct (official)", "change vs full [95% CI]",
-                         "corrections / reversals", "no-EOS parser", "strict", "EOS", "masked tokens"])
+                         "corrections / reversals", "no-EOS parser", "strict", "EOS", "capped", "masked tokens"])
     for c in summary["cells"]:
         ch = c.get("official_change_vs_full")
         change = estimate(ch["change"], ch["ci"], "+d", "+.0f") if ch else ""
         cr = corrections_reversals(ch)
         lines.append(f"| {c['task']} | {c['length']} | {c['policy']} | {c['n']} | {c['official']} | {change} | {cr} "
-                     f"| {c['official_no_eos']} | {c['strict']} | {c['eos']} | {c['masked_tokens_mean']:.0f} |")
+                     f"| {c['official_no_eos']} | {c['strict']} | {c['eos']} | {c.get('capped', '')} "
+                     f"| {c['masked_tokens_mean']:.0f} |")
     lines.append("")
     return "\n".join(lines)
 

@@ -34,37 +34,21 @@ from typing import Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.interventions.capacity import matched_capacity, observation_length, resident_tokens
-from kvprobe.interventions.finch import Finch
-from kvprobe.interventions.quest import Quest, RecentPages
-from kvprobe.interventions.refreshkv import RefreshKV
 from kvprobe.readouts.stats import RECORDS_SEED
 from kvprobe.studies.answers import grade, normalize
 from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.recognition.records import POSITIVE_VARIANTS
 from kvprobe.studies.record_histories import MAX_NEW_TOKENS, QUERY_KINDS, RecordHistory, question_text, \
     selected_histories
-from kvprobe.studies.conditions import supported
+from kvprobe.studies.conditions import QUERY_AWARE_METHODS, query_aware_condition, supported
 from kvprobe.studies.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices, use_chat
 from kvprobe.studies.runner import study_parameters
 
-METHODS = ("recent-pages", "quest", "finch", "refreshkv")
+METHODS = QUERY_AWARE_METHODS
 #: The paper's fixed capacity for the controlled histories (E4).
 FIXED_BUDGET = 128
 #: The arms every question is answered under besides the query-aware ones (the case's conditions).
 REFERENCES = ("full", "source-mask")
-
-
-def method_condition(method: str, budget: int) -> kvprobe.Access:
-    """The query-aware condition ``method`` at ``budget`` tokens (paper settings)."""
-    if method == "quest":
-        return Quest(budget=budget)
-    if method == "recent-pages":
-        return RecentPages(budget)
-    if method == "finch":
-        return Finch(budget=budget)
-    if method == "refreshkv":
-        return RefreshKV(budget=budget)
-    raise ValueError(f"unknown query-aware method {method!r}; choose from {METHODS}")
 
 
 @dataclass
@@ -116,7 +100,7 @@ class QueryAwareStudy(HistoryStudy):
             budgets.append(("fixed", self.fixed_budget))
         for kind, K in budgets:
             for method in self.methods:
-                arms.append((f"{method}@{kind}", kind, K, method_condition(method, K)))
+                arms.append((f"{method}@{kind}", kind, K, query_aware_condition(method, K)))
         return arms
 
     # ------------------------------------------------------------------ the protocol's hooks
