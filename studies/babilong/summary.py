@@ -9,6 +9,7 @@ whole source stories (the paper's clusters), the same draws for every cell.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, bootstrap_stream, group_bootstrap_weights, paired_change
-from kvprobe.studies.report import corrections_reversals, estimate, heading, run_time, table_head
-from kvprobe.studies.runner import read_rows, write_run_summary
+from kvprobe.studies.figures import plot_changes
+from kvprobe.studies.report import corrections_reversals, estimate, heading, model_name, run_time, table_head
+from kvprobe.studies.runner import CONFIG, read_rows, write_run_summary
 from .study import POLICIES
 
 RULES = ("official", "official_no_eos", "strict")
@@ -87,6 +89,23 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     return "\n".join(lines)
 
 
+def plot(summary: dict[str, Any], path: Path | str, model: str = "") -> Path:
+    """figure.png: each policy's change in correct answers against full access, one panel per (task, length)."""
+    full = {(c["task"], c["length"]): c for c in summary["cells"] if c["policy"] == "full"}
+    panels: dict[str, list] = {}
+    for c in summary["cells"]:
+        if (ch := c.get("official_change_vs_full")) is not None:
+            f = full[(c["task"], c["length"])]
+            name = f"{c['task']}, {c['length']} tokens (full: {f['official']}/{f['n']})"
+            panels.setdefault(name, []).append((c["policy"], ch["change"], ch["ci"]))
+    return plot_changes(panels, path, title=f"BABILong{': ' + model if model else ''}",
+                        xlabel="change in correct answers vs full (95% CI)")
+
+
 def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
-    """summary.json and report.md of a run directory."""
-    return write_run_summary(out_dir, summarize, format_report, seed)
+    """summary.json, report.md and figure.png of a run directory."""
+    summary = write_run_summary(out_dir, summarize, format_report, seed)
+    if any("official_change_vs_full" in c for c in summary["cells"]):
+        config = json.loads((Path(out_dir) / CONFIG).read_text())
+        plot(summary, Path(out_dir) / "figure.png", model_name(config))
+    return summary

@@ -1,0 +1,56 @@
+"""One figure every policy study can draw: paired changes against full access with their intervals.
+
+Panels side by side (one per task, length or question type), one row per policy:
+the point is the change of the policy against full access on the same inputs, the
+bar its 95% paired-bootstrap interval, and the full-access level is written in each
+panel's title. Drawn from ``summary.json`` values only, so the figure always
+matches the report.
+
+Example::
+
+    panels = {"qa3, 7500 tokens": [("naive", -7.0, (-13.0, -2.0)), ("dependency", -3.0, (-8.0, 2.0))]}
+    plot_changes(panels, "figure.png", title="BABILong on smollm2", xlabel="change in correct answers")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+#: One row of a panel: (policy, change vs full, (low, high) of its interval).
+ChangeRow = tuple[str, float, Sequence[float]]
+
+
+def plot_changes(panels: Mapping[str, Sequence[ChangeRow]], path: Path | str, title: str = "",
+                 xlabel: str = "change vs full access (95% CI)") -> Path:
+    """Write one forest panel per key of ``panels`` to ``path`` (PNG, written atomically); returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(panels)
+    if not names:
+        raise ValueError("plot_changes: no panels to draw")
+    height = 1.2 + 0.35 * max(len(rows) for rows in panels.values())
+    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names) + 0.8, height), squeeze=False, sharex=True)
+    for ax, name in zip(axes[0], names):
+        rows = list(panels[name])
+        y = list(range(len(rows)))[::-1]
+        for yi, (_, change, ci) in zip(y, rows):
+            lo, hi = ci
+            color = "#b03a48" if hi < 0 else "#1f4e79" if lo > 0 else "#555555"
+            ax.errorbar(change, yi, xerr=[[change - lo], [hi - change]], fmt="o", color=color, capsize=3)
+        ax.axvline(0, color="gray", lw=0.8)
+        ax.set_yticks(y, [r[0] for r in rows])
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel(xlabel, fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
