@@ -57,7 +57,7 @@ from typing import Any, Callable
 __all__ = ["FAILURES", "FENCE", "PLAIN_DECODER", "UNKNOWN", "ParseResult", "ParsedObject", "find_answers",
            "find_objects", "first_answer", "first_value", "grade", "has_object", "normalize", "parse_answer_field",
            "parse_object", "parse_strict", "normalize_answer", "boxed_content", "normalized_exact_match",
-           "contains_answer"]
+           "contains_answer", "DECLINE_PHRASES", "NUMBER_WORDS", "declines"]
 
 FENCE = "```"
 _FENCE_RE = re.compile(r"\A```(?:[jJ][sS][oO][nN])?[ \t]*\n?(?P<body>.*?)\s*```\Z", re.DOTALL)
@@ -369,3 +369,29 @@ def contains_answer(output: str, answers: list[str]) -> bool:
     """Lenient variant: a normalized answer occurs word-bounded anywhere in the output; no EOS needed."""
     text = normalize_answer(output)
     return any(_occurs(normalize_answer(a), text) for a in answers)
+
+
+# ----------------------------------------------------------------------------- declining to answer
+#: Phrases that decline an answer (case-insensitive, whole words; :func:`declines`).
+DECLINE_PHRASES = (
+    "don't know", "do not know", "not mentioned", "never mentioned", "didn't mention", "did not mention",
+    "haven't mentioned", "have not mentioned", "hasn't been mentioned", "has not been mentioned",
+    "wasn't mentioned", "was not mentioned", "no mention", "no information", "not enough information",
+    "information is not", "not provided", "didn't provide", "did not provide", "haven't provided",
+    "have not provided", "not specified", "didn't specify", "did not specify", "not sure",
+    "cannot determine", "can't determine", "cannot be determined", "unable to determine", "not available",
+    "no record", "don't have", "do not have", "doesn't say", "does not say", "not stated", "unknown",
+)
+NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+                "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+                "nineteen", "twenty")
+
+
+def _apostrophes(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold().replace("\u2019", "'").replace("\u2018", "'")
+
+
+def declines(response: str) -> bool:
+    """The response declines to answer (contains a decline phrase, case-insensitive, whole words)."""
+    t = re.sub(r"\s+", " ", _apostrophes(response))
+    return any(re.search(rf"(?<!\w){re.escape(p)}(?!\w)", t) for p in DECLINE_PHRASES)

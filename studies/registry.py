@@ -95,6 +95,9 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
           "BABILong qa2/qa3 object dependencies under naive, dependency-keeping and neutral masks (partA 2)"),
     Entry("mquake", _P + "mquake.study:MQuAKEStudy", _P + "mquake.summary",
           "contextual MQuAKE multi-hop questions after in-context updates, seven policies (partA 1b)"),
+    Entry("revisions", _P + "revisions.study:RevisionsStudy", _P + "revisions.summary",
+          "questions about article revision histories under whole-source, changed-text masks and recompute "
+          "(partE E9)"),
     Entry("detection", _P + "detection.study:DetectionStudy", _P + "detection.summary",
           "replacement detectors (JSON classifiers, YES/NO score) on record pairs (partB 4-5)"),
     Entry("records", _P + "records.study:RecordsStudy", _P + "records.summary",

@@ -26,6 +26,7 @@ SMALL: dict[str, dict] = {
     "quantity": dict(n_groups=1, max_new_tokens=4, operations=False),
     "babilong": dict(tasks=("qa2",), lengths=(0,), n=2, max_new_tokens=4),
     "mquake": dict(hops=(2,), n_per_hop=1, max_new_tokens=3),
+    "revisions": dict(n_articles=1, max_new_tokens=3),
     "detection": dict(n_groups=1, max_new_tokens=4, datasets=("records",)),
     "records": dict(n_groups=1, max_new_tokens=3),
     "components": dict(n_per_family=1, budget=2, families=("location",)),

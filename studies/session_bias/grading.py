@@ -40,31 +40,16 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from kvprobe.studies import judge
+from kvprobe.studies.answers import DECLINE_PHRASES, NUMBER_WORDS, _apostrophes, declines  # noqa: F401 (re-exported)
 from kvprobe.studies.judge import JudgeClient, JudgeError, JudgeReply  # noqa: F401 (re-exported)
 
 from . import strings
-
-#: Phrases that decline an answer (matched on the normalized response; see module docstring).
-DECLINE_PHRASES = (
-    "don't know", "do not know", "not mentioned", "never mentioned", "didn't mention", "did not mention",
-    "haven't mentioned", "have not mentioned", "hasn't been mentioned", "has not been mentioned",
-    "wasn't mentioned", "was not mentioned", "no mention", "no information", "not enough information",
-    "information is not", "not provided", "didn't provide", "did not provide", "haven't provided",
-    "have not provided", "not specified", "didn't specify", "did not specify", "not sure",
-    "cannot determine", "can't determine", "cannot be determined", "unable to determine", "not available",
-    "no record", "don't have", "do not have", "doesn't say", "does not say", "not stated", "unknown",
-)
-NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-                "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
-                "nineteen", "twenty")
-
 
 @dataclass(frozen=True)
 class GradeTask:
@@ -95,10 +80,6 @@ class Grader(Protocol):
     def grade(self, tasks: Sequence[GradeTask]) -> list[Verdict]: ...
 
 
-def _apostrophes(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).casefold().replace("\u2019", "'").replace("\u2018", "'")
-
-
 def normalize(text: str) -> str:
     """Case-folded words and digits joined by single spaces (module docstring)."""
     t = _apostrophes(text)
@@ -112,12 +93,6 @@ def contains_answer(response: str, reference: str) -> bool:
     """The normalized reference occurs as whole words in the normalized response."""
     ref = normalize(reference)
     return bool(ref) and f" {ref} " in f" {normalize(response)} "
-
-
-def declines(response: str) -> bool:
-    """The response declines to answer (contains a decline phrase, case-insensitive, whole words)."""
-    t = re.sub(r"\s+", " ", _apostrophes(response))
-    return any(re.search(rf"(?<!\w){re.escape(p)}(?!\w)", t) for p in DECLINE_PHRASES)
 
 
 class RuleGrader:

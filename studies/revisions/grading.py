@@ -1,0 +1,154 @@
+"""Grading revision-history answers: the paper's outcomes, a rule grader (default) and the LLM-judge path.
+
+Outcomes (seed L6878; spec partE E9): ``capped`` takes precedence over every semantic
+label and is read from the decode record (the token cap was reached, no EOS); every other
+outcome requires EOS: ``complete``, ``partial``, ``wrong``, ``abstain``, ``unverifiable``.
+The displayed answer is the content of the last ``\\boxed{}`` when a box marker is present,
+else the whole response (seed L6846-6848; ``studies.answers.boxed_content``).
+
+:func:`rule_grade` (the default, offline; the paper used GPT-5.6 against the complete
+history): capped; else an empty displayed answer is ``wrong`` (spec partE E2); else
+``complete`` when a reference or alias occurs word-bounded in the displayed answer after
+SQuAD normalization (``studies.answers.contains_answer``) and no other choice of the
+question's ``options`` does (Ordering: "X or Y?" answered "X, then Y" is wrong); else
+``abstain`` when it declines (``studies.session_bias.grading.declines``); else ``wrong``. It never gives ``partial`` or
+``unverifiable``, and it cannot tell an answer naming the reference in a wrong claim from a
+complete one (an LLM judge can).
+
+The LLM path (:func:`grade_run`): every EOS or capped answer with a non-empty displayed
+text becomes one rubric prompt (``strings.RUBRIC``: the complete history, question type,
+question, references, source assessment and displayed answer; never the operation, the
+model or the termination) judged through :class:`kvprobe.studies.judge.BatchedJudge`
+with the labels :data:`JUDGE_LABELS` (identical prompts judged once, shuffled anonymous
+batches of at most 48, retries, model variant logged). The grades go to ``grades.jsonl``,
+which ``summary.write_summary`` uses instead of the rule outcomes; capped still takes
+precedence there.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from kvprobe.studies.answers import boxed_content, contains_answer, normalize_answer
+from kvprobe.studies.answers import declines
+from . import strings
+from .history import history_text
+
+if TYPE_CHECKING:
+    from kvprobe.studies.judge import BatchedJudge, JudgeClient
+
+#: Every outcome, in report order.
+OUTCOMES = ("complete", "partial", "wrong", "abstain", "unverifiable", "capped")
+assert set(OUTCOMES) == set(strings.PAPER_OUTCOMES)
+#: The labels an LLM judge chooses from (capped is read from the decode record, not judged).
+JUDGE_LABELS = tuple(o for o in OUTCOMES if o != "capped")
+#: Name of the rule grader in rows and reports.
+RULE_GRADER = "rule-v1"
+#: The file :func:`grade_run` writes in a run directory.
+GRADES = "grades.jsonl"
+
+
+@dataclass(frozen=True)
+class Grade:
+    """One answer's outcome, the text that was graded, and why."""
+
+    outcome: str
+    displayed: str
+    explanation: str
+
+
+def displayed_answer(output: str) -> str:
+    r"""The last ``\boxed{}``'s content when present, else the whole response (seed L6846-6848).
+
+    Example: ``displayed_answer("So \\boxed{Dick}.") == "Dick"``.
+    """
+    boxed = boxed_content(output)
+    return output if boxed is None else boxed
+
+
+def rule_grade(output: str, stop_reason: str, answers: Sequence[str], options: Sequence[str] = ()) -> Grade:
+    """The rule grader (module docstring).
+
+    Example: ``rule_grade("It was \\boxed{Dick}.", "eos", ["Dick"]).outcome == "complete"``.
+    """
+    shown = displayed_answer(output)
+    if stop_reason != "eos":
+        return Grade("capped", shown, "no EOS before the token cap")
+    if not shown.strip():
+        return Grade("wrong", shown, "empty answer")
+    others = [o for o in options if normalize_answer(o) not in {normalize_answer(a) for a in answers}]
+    if contains_answer(shown, list(answers)):
+        if contains_answer(shown, others):
+            return Grade("wrong", shown, "names a reference and another choice")
+        return Grade("complete", shown, "a reference occurs in the displayed answer")
+    if declines(shown):
+        return Grade("abstain", shown, "declines to answer")
+    return Grade("wrong", shown, "no reference in the displayed answer")
+
+
+def final_outcome(stop_reason: str | None, judged: str) -> str:
+    """``capped`` when the decode hit the cap (it takes precedence), else the judged label."""
+    return "capped" if stop_reason != "eos" else judged
+
+
+# ----------------------------------------------------------------------------- the LLM judge path
+
+def make_judge(client: "JudgeClient", **protocol: Any) -> "BatchedJudge":
+    """A :class:`kvprobe.studies.judge.BatchedJudge` with this study's labels (keywords: ``batch_size``,
+    ``seed``, ``max_retries``, ``log_path``, ``name``).
+
+    Example: ``grade_run("runs/revisions", make_judge(MyApiClient(), log_path="runs/revisions/judge.jsonl"))``.
+    """
+    from kvprobe.studies.judge import BatchedJudge
+
+    return BatchedJudge(client, labels=JUDGE_LABELS, **protocol)
+
+
+def rubric(history: str, row: dict[str, Any]) -> str:
+    """The complete grading prompt of one answer row (``strings.RUBRIC``; no operation, model or termination)."""
+    return strings.RUBRIC.format(history=history, question_type=row["question_type"], question=row["question"],
+                                 references=json.dumps(row["answers"], ensure_ascii=False),
+                                 source=row["source_answerable"] or "not assessed", answer=row["displayed"])
+
+
+def grade_run(run_dir: str | Path, judge: "BatchedJudge", out_name: str = GRADES) -> Path:
+    """Grade every answered row of a run with an LLM ``judge`` (:func:`make_judge`); write ``out_name``.
+
+    One JSON line per row: ``case_id``, ``question_id``, ``condition``, ``label``, ``explanation``,
+    ``grader``. Rows with an empty displayed answer are ``wrong`` without asking. The articles are
+    rebuilt from the run's ``config.json`` (their hash must match).
+    """
+    from kvprobe.studies.runner import read_rows
+    from .study import study_from_config
+
+    if set(judge.labels) != set(JUDGE_LABELS):
+        raise ValueError(f"the judge's labels must be {list(JUDGE_LABELS)}, got {list(judge.labels)} (use make_judge)")
+    study = study_from_config(run_dir)
+    histories = {a.article_id: history_text(a) for a in study.articles()}
+    rows = [r for r in read_rows(run_dir) if not r.get("skipped")]
+    asked = [r for r in rows if r["displayed"].strip()]
+    judged = iter(judge.judge([rubric(histories[r["article_id"]], r) for r in asked]))
+    path = Path(run_dir) / out_name
+    with open(path, "w") as f:
+        for r in rows:
+            if r["displayed"].strip():
+                j = next(judged)
+                label, why, grader = j.label, j.explanation, j.grader
+            else:
+                label, why, grader = "wrong", "empty answer", judge.name
+            f.write(json.dumps({"case_id": r["case_id"], "question_id": r["question_id"], "condition": r["condition"],
+                                "label": label, "explanation": why, "grader": grader}, sort_keys=True) + "\n")
+    return path
+
+
+def read_grades(path: str | Path) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """``(case_id, question_id, condition) -> grade line`` of a ``grades.jsonl``."""
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            g = json.loads(line)
+            out[(g["case_id"], g["question_id"], g["condition"])] = g
+    return out
