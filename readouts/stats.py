@@ -123,6 +123,8 @@ OAKS_DEMO_SEED = 20260921
 MQUAKE_SAMPLE_SEED = 20260920
 #: 20260913: BABILong sample selection (``studies.babilong.samples``).
 BABILONG_SEED = 20260913
+#: 20260914: the offline MINTEval sessions generated from bAbI stories (``studies.minteval.generate``).
+MINTEVAL_SEED = 20260914
 #: 20260915: the pairwise probe's A/B projection (``readouts.probes.PairwiseProbe``).
 PAIR_SEED = 20260915
 #: 20260916: the pairwise probe's interaction projection (``readouts.probes.PairwiseProbe``).

@@ -308,6 +308,13 @@ def grade(text: str, reference: str, values: list[str]) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- free-text answers (EM with EOS)
+#: The boxed-answer instruction of the MQuAKE and MINTEval questions. The paper keeps "Boxed-answer
+#: instructions" (L1409: "Boxed-answer instructions and the original normalization are retained")
+#: without quoting them: UNCLEAR; ours is the common instruction of Qwen's chat models for boxed
+#: answers. It follows every question after QUESTION_JOINER (UNCLEAR, ours: one space).
+BOXED_INSTRUCTION = "Put your final answer within \\boxed{}."
+QUESTION_JOINER = " "
+
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
 

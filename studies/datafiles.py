@@ -1,5 +1,5 @@
-"""What every loader of a released data file shares: checking an object's fields with an error that names
-the file and the entry (MQuAKE, OAKS)."""
+"""What every loader of a released data file shares: checking an object's fields and ids with an error that
+names the file and the entry (MQuAKE, OAKS, MINTEval, revision histories, FactConsolidation)."""
 
 from __future__ import annotations
 
@@ -17,3 +17,16 @@ def need_fields(obj: Any, keys: tuple[str, ...], where: str, error: type[ValueEr
     missing = [k for k in keys if k not in obj]
     if missing:
         raise error(f"{where}: missing field(s) {', '.join(missing)}")
+
+
+def need_unique(ids: list[Any], what: str, where: str, error: type[ValueError]) -> None:
+    """Raise ``error`` naming ``where`` when an id in ``ids`` repeats.
+
+    Example: ``need_unique(["a", "a"], "event id", "file.json session #0", ValueError)`` raises
+    ``ValueError("file.json session #0: event id 'a' repeats")``.
+    """
+    seen: set[Any] = set()
+    for i in ids:
+        if i in seen:
+            raise error(f"{where}: {what} {i!r} repeats")
+        seen.add(i)

@@ -95,6 +95,8 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
           "BABILong qa2/qa3 object dependencies under naive, dependency-keeping and neutral masks (partA 2)"),
     Entry("mquake", _P + "mquake.study:MQuAKEStudy", _P + "mquake.summary",
           "contextual MQuAKE multi-hop questions after in-context updates, seven policies (partA 1b)"),
+    Entry("minteval", _P + "minteval.study:MINTEvalStudy", _P + "minteval.summary",
+          "MINTEval state tracking: five policies over superseded movement records (partA 1a)"),
     Entry("revisions", _P + "revisions.study:RevisionsStudy", _P + "revisions.summary",
           "questions about article revision histories under whole-source, changed-text masks and recompute "
           "(partE E9)"),

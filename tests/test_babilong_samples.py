@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kvprobe.studies.babilong.babi import parse_babi, parse_babi_lines
+from kvprobe.studies.babi import parse_babi, parse_babi_lines
 from kvprobe.studies.babilong.dependencies import dependency_keep, naive_keep
 from kvprobe.studies.babilong.grading import (
     location_vocabulary, official_correct, predicted_location, strict_correct,

@@ -83,8 +83,8 @@ def _broken(data: dict, edit: str) -> None:
     ("bad-type", ["article #1", "question #0", "field type", "'Trivia'"]),
     ("bad-source", ["article #1", "question #0", "field source_answerable", "'maybe'"]),
     ("no-revisions", ["article #1", "field revisions is empty"]),
-    ("duplicate-revision", ["article #1", "duplicate revision_id '2001'"]),
-    ("duplicate-article", ["duplicate article_id 'bridge'"]),
+    ("duplicate-revision", ["article #1", "revision_id '2001' repeats"]),
+    ("duplicate-article", ["article_id 'bridge' repeats"]),
 ])
 def test_loader_refuses_a_malformed_file_with_a_named_error(tmp_path, edit, named):
     data = json.loads(FIXTURE.read_text())

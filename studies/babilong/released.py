@@ -39,7 +39,7 @@ from typing import Any
 
 from kvprobe.studies.datafiles import need_fields
 
-from .babi import Story
+from kvprobe.studies.babi import Story
 from .samples import BABI_FILES, CountTokens, Sample, _stories, question_list, test_100_pairs, word_count_tokens
 
 #: The fields of a released record.

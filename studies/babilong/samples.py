@@ -46,7 +46,7 @@ from typing import Any
 from kvprobe.readouts.stats import BABILONG_SEED
 from kvprobe.studies.filler import filler_sentences
 
-from .babi import Fact, Story, parse_babi
+from kvprobe.studies.babi import Fact, Story, parse_babi
 from .dependencies import dependency_keep, naive_keep
 
 DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"

@@ -19,11 +19,8 @@ HISTORICAL_PREFIX = "According to earlier records, before updates:"
 # UNCLEAR (paper, spec partA 1b "joiner UNCLEAR"): between prefix and question; we use one space.
 HISTORICAL_JOINER = " "
 
-# Boxed-answer instruction. The paper keeps "Boxed-answer instructions" (L1409: "Boxed-answer
-# instructions and the original normalization are retained") without quoting them: UNCLEAR;
-# ours is the common instruction of Qwen's chat models for boxed answers. It follows every question after QUESTION_JOINER (UNCLEAR, ours: one space).
-BOXED_INSTRUCTION = "Put your final answer within \\boxed{}."
-QUESTION_JOINER = " "
+# The boxed-answer instruction and its joiner, shared with MINTEval (studies/answers.py, paper L1409).
+from kvprobe.studies.answers import BOXED_INSTRUCTION, QUESTION_JOINER  # noqa: E402,F401 (re-exported)
 
 # UNCLEAR (paper, spec partA 1b "record wording UNCLEAR"): history record wording.
 # A fact sentence is the MQuAKE cloze statement completed with its object and a period

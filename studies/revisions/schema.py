@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvprobe.studies.datafiles import need_fields
+from kvprobe.studies.datafiles import need_fields, need_unique
 from . import strings
 
 #: The question types the paper names (seed L6822-6829).
@@ -111,14 +111,6 @@ def _rest(d: dict, keys: tuple[str, ...]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if k not in keys}
 
 
-def _unique(ids: list[str], what: str, where: str) -> None:
-    seen: set[str] = set()
-    for i in ids:
-        if i in seen:
-            raise RevisionsFormatError(f"{where}: duplicate {what} {i!r}")
-        seen.add(i)
-
-
 def revision_from_json(d: Any, where: str) -> Revision:
     """One revision from its JSON object (errors name ``where``)."""
     need_fields(d, _REVISION_KEYS, where, RevisionsFormatError)
@@ -161,8 +153,8 @@ def article_from_json(d: Any, where: str = "article") -> Article:
     if not revisions:
         raise RevisionsFormatError(f"{where}: field revisions is empty (an article needs at least one revision)")
     questions = [question_from_json(q, f"{where} question #{j}") for j, q in enumerate(_list(d, "questions", where))]
-    _unique([r.revision_id for r in revisions], "revision_id", where)
-    _unique([q.question_id for q in questions], "question_id", where)
+    need_unique([r.revision_id for r in revisions], "revision_id", where, RevisionsFormatError)
+    need_unique([q.question_id for q in questions], "question_id", where, RevisionsFormatError)
     return Article(str(d["article_id"]), _string(d, "title", where), tuple(revisions), tuple(questions),
                    _rest(d, _ARTICLE_KEYS))
 
@@ -180,7 +172,7 @@ def load_revisions(path: str | Path) -> list[Article]:
     need_fields(data, ("articles",), str(path), RevisionsFormatError)
     articles = _list(data, "articles", str(path))
     out = [article_from_json(a, f"{path} article #{i}") for i, a in enumerate(articles)]
-    _unique([a.article_id for a in out], "article_id", str(path))
+    need_unique([a.article_id for a in out], "article_id", str(path), RevisionsFormatError)
     return out
 
 

@@ -1,0 +1,75 @@
+"""Optional LLM-judge grading of a MINTEval run (a sensitivity; the default grader is the rule).
+
+The paper scores MINTEval by normalized reference exact match with EOS (L1431), which the
+study computes for every row (``em``). A judge can additionally decide whether an answer
+gives the reference in other words: :func:`grade_run` turns every generated row into one
+complete rubric prompt (``strings.JUDGE_RUBRIC``: question, references, the displayed
+answer, i.e. the last ``\\boxed{}`` content if any, else the whole response, as the paper's
+judged studies display it; never the policy or the rule's verdict), asks a
+:class:`kvprobe.studies.judge.BatchedJudge` with labels yes/no (identical prompts judged
+once, shuffled anonymous batches, retries, the model variant logged), and writes
+``grades.jsonl``: one line per (case_id, question_id, condition). Empty answers are "no"
+without asking. ``summary.write_summary(out_dir, grades=path)`` adds the ``judge`` column.
+
+Example::
+
+    from kvprobe.studies.judge import BatchedJudge
+    grade_run("runs/minteval", BatchedJudge(my_client, labels=("yes", "no"), log_path="judge.jsonl"))
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvprobe.studies.answers import boxed_content
+
+from . import strings
+
+if TYPE_CHECKING:
+    from kvprobe.studies.judge import BatchedJudge
+
+GRADES = "grades.jsonl"
+
+
+def displayed(output: str) -> str:
+    """What the judge sees of an answer: the last boxed content if present, else the whole response."""
+    boxed = boxed_content(output)
+    return (boxed if boxed is not None else output).strip()
+
+
+def rubric(row: dict[str, Any]) -> str:
+    """The full rubric prompt of one result row."""
+    return strings.JUDGE_RUBRIC.format(question=row["question"], reference=" / ".join(row["answers"]),
+                                       response=displayed(row["output"] or ""))
+
+
+def grade_run(run_dir: str | Path, judge: BatchedJudge, out_name: str = GRADES) -> Path:
+    """Judge every generated row of a run; write ``out_name`` in the run directory and return its path."""
+    from kvprobe.studies.runner import read_rows
+
+    rows = [r for r in read_rows(run_dir) if r.get("output") is not None]
+    asked = [i for i, r in enumerate(rows) if displayed(r["output"])]
+    judged = iter(judge.judge([rubric(rows[i]) for i in asked]))
+    verdicts: list[dict[str, Any]] = [{"correct": False, "explanation": "empty answer", "grader": judge.name}
+                                      for _ in rows]
+    for i in asked:
+        j = next(judged)
+        verdicts[i] = {"correct": j.label == "yes", "explanation": j.explanation, "grader": j.grader}
+    path = Path(run_dir) / out_name
+    with open(path, "w") as f:
+        for r, v in zip(rows, verdicts):
+            f.write(json.dumps({"case_id": r["case_id"], "question_id": r["question_id"],
+                                "condition": r["condition"], **v}, sort_keys=True) + "\n")
+    return path
+
+
+def read_grades(path: str | Path) -> dict[tuple[str, str, str], bool]:
+    """``(case_id, question_id, condition) -> correct`` from a ``grades.jsonl``."""
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            g = json.loads(line)
+            out[(g["case_id"], g["question_id"], g["condition"])] = bool(g["correct"])
+    return out
