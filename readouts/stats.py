@@ -115,7 +115,7 @@ PROMPT_FORMAT_SEED = 20260910
 RECORDS_SEED = 20260910
 #: 20260911: the role-pair dataset (``studies.recognition.role_pairs``).
 ROLE_PAIRS_SEED = 20260911
-#: 20260912: contextual MQuAKE case generation (``studies.mquake.generate``).
+#: 20260912: contextual MQuAKE case generation (``studies.mquake_data.generate``).
 MQUAKE_SEED = 20260912
 #: 20260921: the offline OAKS-schema demonstration set built from the PG-19 novel (``studies.source_influence.oaks``).
 OAKS_DEMO_SEED = 20260921
@@ -125,6 +125,8 @@ MQUAKE_SAMPLE_SEED = 20260920
 BABILONG_SEED = 20260913
 #: 20260914: the offline MINTEval sessions generated from bAbI stories (``studies.minteval.generate``).
 MINTEVAL_SEED = 20260914
+#: 20260922: the offline FactConsolidation histories (``studies.factconsolidation.generate``).
+FACTCONSOLIDATION_SEED = 20260922
 #: 20260915: the pairwise probe's A/B projection (``readouts.probes.PairwiseProbe``).
 PAIR_SEED = 20260915
 #: 20260916: the pairwise probe's interaction projection (``readouts.probes.PairwiseProbe``).

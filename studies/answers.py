@@ -57,7 +57,7 @@ from typing import Any, Callable
 __all__ = ["FAILURES", "FENCE", "PLAIN_DECODER", "UNKNOWN", "ParseResult", "ParsedObject", "find_answers",
            "find_objects", "first_answer", "first_value", "grade", "has_object", "normalize", "parse_answer_field",
            "parse_object", "parse_strict", "normalize_answer", "boxed_content", "normalized_exact_match",
-           "contains_answer", "DECLINE_PHRASES", "NUMBER_WORDS", "declines"]
+           "contains_answer", "displayed_answer", "DECLINE_PHRASES", "NUMBER_WORDS", "declines"]
 
 FENCE = "```"
 _FENCE_RE = re.compile(r"\A```(?:[jJ][sS][oO][nN])?[ \t]*\n?(?P<body>.*?)\s*```\Z", re.DOTALL)
@@ -346,6 +346,16 @@ def boxed_content(output: str) -> str | None:
             if depth == 0:
                 return output[i:j]
     return None
+
+
+def displayed_answer(output: str) -> str:
+    r"""What a grader reads of an answer: the last closed ``\boxed{}``'s content when present, else the
+    whole response (paper L6846-6848: "the final boxed answer if present, otherwise the whole response").
+
+    Example: ``displayed_answer("So \\boxed{Dick}.") == "Dick"``.
+    """
+    boxed = boxed_content(output)
+    return output if boxed is None else boxed
 
 
 def normalized_exact_match(output: str, answers: list[str], stopped_at_eos: bool, strict_boxed: bool = False) -> bool:

@@ -97,6 +97,11 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
           "contextual MQuAKE multi-hop questions after in-context updates, seven policies (partA 1b)"),
     Entry("minteval", _P + "minteval.study:MINTEvalStudy", _P + "minteval.summary",
           "MINTEval state tracking: five policies over superseded movement records (partA 1a)"),
+    Entry("factconsolidation", _P + "factconsolidation.study:FactConsolidationStudy", _P + "factconsolidation.summary",
+          "FactConsolidation: full, source, value, recompute over accumulated fact updates; capped-first net "
+          "accuracy (partA 3)",
+          options=(Option("grades", "a grades.jsonl from factconsolidation.grading.grade_run (an LLM judge) to use "
+                          "instead of the rule grader's labels"),)),
     Entry("revisions", _P + "revisions.study:RevisionsStudy", _P + "revisions.summary",
           "questions about article revision histories under whole-source, changed-text masks and recompute "
           "(partE E9)"),

@@ -131,7 +131,7 @@ FIXTURE = __import__("pathlib").Path(__file__).parent / "fixtures" / "mquake_sam
 
 def test_released_file_sample_is_seeded_per_hop_count_and_in_file_order():
     from kvprobe.studies.mquake.released import sample_released
-    from kvprobe.studies.mquake.schema import load_mquake
+    from kvprobe.studies.mquake_data.schema import load_mquake
 
     ids = [c.case_id for c in sample_released(FIXTURE, (2, 3), 1)]
     assert len(ids) == 2 and ids == [c.case_id for c in sample_released(FIXTURE, (2, 3), 1)]

@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvprobe.studies.answers import boxed_content
+from kvprobe.studies.answers import displayed_answer
 
 from . import strings
 
@@ -33,16 +33,10 @@ if TYPE_CHECKING:
 GRADES = "grades.jsonl"
 
 
-def displayed(output: str) -> str:
-    """What the judge sees of an answer: the last boxed content if present, else the whole response."""
-    boxed = boxed_content(output)
-    return (boxed if boxed is not None else output).strip()
-
-
 def rubric(row: dict[str, Any]) -> str:
     """The full rubric prompt of one result row."""
     return strings.JUDGE_RUBRIC.format(question=row["question"], reference=" / ".join(row["answers"]),
-                                       response=displayed(row["output"] or ""))
+                                       response=displayed_answer(row["output"] or "").strip())
 
 
 def grade_run(run_dir: str | Path, judge: BatchedJudge, out_name: str = GRADES) -> Path:
@@ -50,7 +44,7 @@ def grade_run(run_dir: str | Path, judge: BatchedJudge, out_name: str = GRADES) 
     from kvprobe.studies.runner import read_rows
 
     rows = [r for r in read_rows(run_dir) if r.get("output") is not None]
-    asked = [i for i, r in enumerate(rows) if displayed(r["output"])]
+    asked = [i for i, r in enumerate(rows) if displayed_answer(r["output"] or "").strip()]
     judged = iter(judge.judge([rubric(rows[i]) for i in asked]))
     verdicts: list[dict[str, Any]] = [{"correct": False, "explanation": "empty answer", "grader": judge.name}
                                       for _ in rows]

@@ -29,7 +29,7 @@ from kvprobe.studies.answers import _occurs, boxed_content, contains_answer, nor
     normalized_exact_match
 
 from . import strings
-from .schema import MQuAKECase
+from kvprobe.studies.mquake_data.schema import MQuAKECase
 
 Segment = tuple[str, str]
 

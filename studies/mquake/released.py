@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kvprobe.readouts.stats import MQUAKE_SAMPLE_SEED
 
-from .schema import MQuAKECase, MQuAKEFormatError, load_mquake
+from kvprobe.studies.mquake_data.schema import MQuAKECase, MQuAKEFormatError, load_mquake
 
 
 def sample_released(path: str | Path, hops: tuple[int, ...], n_per_hop: int,

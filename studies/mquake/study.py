@@ -39,11 +39,11 @@ from kvprobe.readouts.stats import MQUAKE_SAMPLE_SEED, MQUAKE_SEED
 from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, use_chat
 from kvprobe.studies.runner import study_parameters
 from . import strings
-from .generate import dataset_hash, generate_cases
+from kvprobe.studies.mquake_data.generate import dataset_hash, generate_cases
 from .history import build_history, contains_answer, normalized_exact_match, online_pairs, questions, \
     retained_text, source_segments, value_spans
 from .released import sample_released
-from .schema import MQuAKECase, MQuAKEFormatError
+from kvprobe.studies.mquake_data.schema import MQuAKECase, MQuAKEFormatError
 
 POLICIES = ("full", "value-mask", "source-mask", "recompute", "online-mask", "rebuild", "compact")
 #: Answer budget (paper L1408-1409: "a 128-token answer ceiling").

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from kvprobe.studies.answers import boxed_content, contains_answer, normalize_answer
+from kvprobe.studies.answers import contains_answer, displayed_answer, normalize_answer
 from kvprobe.studies.answers import declines
 from . import strings
 from .history import history_text
@@ -58,15 +58,6 @@ class Grade:
     outcome: str
     displayed: str
     explanation: str
-
-
-def displayed_answer(output: str) -> str:
-    r"""The last ``\boxed{}``'s content when present, else the whole response (seed L6846-6848).
-
-    Example: ``displayed_answer("So \\boxed{Dick}.") == "Dick"``.
-    """
-    boxed = boxed_content(output)
-    return output if boxed is None else boxed
 
 
 def rule_grade(output: str, stop_reason: str, answers: Sequence[str], options: Sequence[str] = ()) -> Grade:

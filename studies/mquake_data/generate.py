@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from kvprobe.readouts.stats import MQUAKE_SEED
 
-from . import strings
+from . import templates as strings
 from .schema import MQuAKECase, Orig, Rewrite, SingleHop, Target, to_json
 
 DEFAULT_N_PER_HOPS = {2: 200, 3: 200, 4: 200}

@@ -1,0 +1,158 @@
+"""Grading FactConsolidation answers: displayed text, the paper's match metrics, the rule grader, the LLM path.
+
+Displayed text (paper L1564-1566): "The parser extracts the final boxed answer when a box marker
+occurs; otherwise it displays the complete original response" (an unclosed box, e.g. a capped
+answer cut inside it, displays the whole response).
+
+Metrics per answer (spec partA section 3):
+
+* ``official_match``: MemoryAgentBench's ``substring_exact_match``: a reference, SQuAD-normalized,
+  is a substring of the normalized full response (no EOS needed);
+* ``final_match``: a reference occurs in the normalized displayed text and the answer ended with EOS;
+* termination (paper Table tab:v43_mab_termination): ``valid_box`` (a closed ``\\boxed{}``),
+  ``only_box`` (the whole stripped response is one box), and the row's ``stop_reason``.
+
+Rule grader (offline default; the paper used GPT-5.6 with a source-aware rubric), a label per
+answer from its displayed text (``label``):
+
+* ``complete``: a reference or alias occurs in it (word-bounded after SQuAD normalization) and no
+  previous (outdated) answer does, since the source review marks answers listing a current and a
+  conflicting value incorrect (paper L1630-1634);
+* ``abstain``: otherwise, when it declines (the shared decline phrases, ``answers.DECLINE_PHRASES``);
+* ``wrong``: otherwise (an empty displayed text included).
+
+The net-accuracy analysis assigns capped answers first, whatever their label (:mod:`outcomes`).
+``old_in_box``: the final box holds a previous-answer alias and no current alias (paper L1694-1696).
+
+LLM grader (:func:`grade_run`): the shared batched judge protocol (:mod:`kvprobe.studies.judge`);
+one judge per history whose request instructions hold the complete numbered history (as each of the
+paper's forty batches did); each answer's rubric (``strings.RUBRIC``) holds its question, references
+and displayed text, never the condition; labels ``strings.JUDGE_LABELS``. It writes ``grades.jsonl``,
+which ``summary.write_summary(..., grades=...)`` reads instead of the rule labels.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kvprobe.studies.answers import boxed_content, displayed_answer, contains_answer, declines, normalize_answer
+
+from . import strings
+
+#: The rule grader's name in reports.
+RULE_GRADER = "rule-v1"
+#: Labels of an answer that ended with EOS (the rule grader never says "partial"; the LLM judge may).
+LABELS = strings.JUDGE_LABELS
+GRADES = "grades.jsonl"
+
+
+def only_box(output: str) -> bool:
+    r"""The whole stripped response is one closed box (``\boxed{Paris}``)."""
+    text = output.strip()
+    box = boxed_content(text)
+    return box is not None and text == "\\boxed{" + box + "}"
+
+
+def official_match(output: str, answers: Sequence[str]) -> bool:
+    """MemoryAgentBench's substring match: a normalized reference inside the normalized full response.
+
+    Example: ``official_match("It is the Paris office.", ["Paris"])`` is True.
+    """
+    text = normalize_answer(output)
+    return any(n and n in text for n in map(normalize_answer, answers))
+
+
+def final_match(output: str, answers: Sequence[str], eos: bool) -> bool:
+    """A normalized reference inside the normalized displayed text, and the answer ended with EOS."""
+    return eos and official_match(displayed_answer(output), answers)
+
+
+def old_in_box(output: str, answers: Sequence[str], previous: Sequence[str]) -> bool:
+    """The final box holds a previous-answer alias and no current-answer alias."""
+    box = boxed_content(output)
+    return box is not None and contains_answer(box, list(previous)) and not contains_answer(box, list(answers))
+
+
+def rule_label(output: str, answers: Sequence[str], previous: Sequence[str]) -> str:
+    """``complete``, ``abstain`` or ``wrong`` (module docstring).
+
+    Example: ``rule_label("\\\\boxed{Paris or Lyon}", ["Paris"], ["Lyon"])`` is ``"wrong"``.
+    """
+    shown = displayed_answer(output)
+    if not shown.strip():
+        return "wrong"
+    if contains_answer(shown, list(answers)) and not contains_answer(shown, list(previous)):
+        return "complete"
+    return "abstain" if declines(shown) else "wrong"
+
+
+def grade_columns(output: str, stop_reason: str, answers: Sequence[str], previous: Sequence[str]) -> dict[str, Any]:
+    """The grading columns of one result row."""
+    eos = stop_reason == "eos"
+    return {"displayed": displayed_answer(output), "official_match": official_match(output, answers),
+            "final_match": final_match(output, answers, eos), "valid_box": boxed_content(output) is not None,
+            "only_box": only_box(output), "label": rule_label(output, answers, previous),
+            "old_in_box": old_in_box(output, answers, previous), "grader": RULE_GRADER}
+
+
+# ----------------------------------------------------------------------------- the LLM judge
+
+def rubric(row: dict[str, Any]) -> str:
+    """The full rubric prompt of one result row (question, references, displayed text; no condition)."""
+    return strings.RUBRIC.format(question=row["question"], references="; ".join(row["answers"]),
+                                 answer=row["displayed"])
+
+
+def grade_run(run_dir: str | Path, client: Any, batch_size: int = 40, seed: int = 0,
+              log_path: str | Path | None = None, out_name: str = GRADES) -> Path:
+    """Grade every row of a run with an LLM judge; write ``out_name`` (one JSON line per (case_id,
+    qa_pair_id, condition): label, explanation, grader) and return its path.
+
+    Args:
+        client: a :class:`kvprobe.studies.judge.JudgeClient` (users implement it; nothing here opens a
+            network connection).
+        batch_size: answers per request (the paper: ten questions with every answer to them).
+
+    Example: ``grade_run("runs/fc", MyClient())``, then ``summary.write_summary("runs/fc", grades=path)``.
+    """
+    from kvprobe.studies.judge import BatchedJudge, instructions_for
+    from kvprobe.studies.runner import read_rows
+
+    from .study import study_from_config
+
+    run_dir = Path(run_dir)
+    study = study_from_config(json.loads((run_dir / "config.json").read_text()))
+    contexts = {case.case_id: case.context for case in study.cases()}
+    rows = list(read_rows(run_dir))
+    out = run_dir / out_name
+    lines = []
+    for case_id in dict.fromkeys(r["case_id"] for r in rows):
+        mine = [r for r in rows if r["case_id"] == case_id]
+        instructions = instructions_for(strings.JUDGE_LABELS) + "\n\n" + strings.JUDGE_HISTORY.format(
+            history=contexts[case_id])
+        judge = BatchedJudge(client, labels=strings.JUDGE_LABELS, instructions=instructions, batch_size=batch_size,
+                             seed=seed, log_path=log_path, name="llm-judge")
+        for r, j in zip(mine, judge.judge([rubric(r) for r in mine])):
+            lines.append(json.dumps({"case_id": case_id, "qa_pair_id": r["qa_pair_id"], "condition": r["condition"],
+                                     "label": j.label, "explanation": j.explanation, "grader": j.grader},
+                                    sort_keys=True))
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def read_grades(path: str | Path) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """``(case_id, qa_pair_id, condition) -> {"label", "grader", ...}`` from a grades file (named errors)."""
+    out = {}
+    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        g = json.loads(line)
+        missing = [k for k in ("case_id", "qa_pair_id", "condition", "label", "grader") if k not in g]
+        if missing or g["label"] not in LABELS:
+            raise ValueError(f"{path} line {lineno}: " + (f"missing field(s) {', '.join(missing)}" if missing else
+                                                          f"label {g['label']!r} is not one of {', '.join(LABELS)}"))
+        out[(g["case_id"], g["qa_pair_id"], g["condition"])] = g
+    return out

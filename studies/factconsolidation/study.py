@@ -1,0 +1,232 @@
+"""The FactConsolidation study (paper app:v43_mab and app:v45_mab_analysis; spec partA section 3).
+
+A case is one history (a context of numbered facts and every single- and multi-hop question asked
+of it). The history is prefilled once; each operation is prepared once per history (text recompute
+prefills the edited text once) and every question is answered greedily under each:
+
+* ``full``: full access;
+* ``source``: hide every superseded fact sentence (:mod:`mapping`: the latest conflicting fact wins);
+* ``value``: hide only the superseded facts' old object strings;
+* ``recompute``: delete the superseded sentences and prefill the retained text again.
+
+No equal-token control (the paper has none for this task). Histories are generated fictional ones
+(:mod:`generate`, the offline default, labelled "generated") or the released split
+(``--source FILE``, :mod:`schema`). The prompt is MemoryAgentBench's own (system message, memorize
+wrapper around the numbered facts, query template), the question followed by the boxed-answer
+instruction (:mod:`strings`), through the chat template with thinking off. Rows carry the paper's
+metrics and the rule grader's label (:mod:`grading`); :mod:`summary` does the net-accuracy analysis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import kvprobe
+from kvprobe import decoding
+from kvprobe.readouts.stats import FACTCONSOLIDATION_SEED
+from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, \
+    require_choices, use_chat
+from kvprobe.studies.runner import strings_sha256, study_parameters
+
+from . import strings
+from .generate import TIERS, dataset_hash, generate_rows
+from .grading import grade_columns
+from .histories import FCHistory, build_histories, mquake_index
+from .schema import Fact, FactConsolidationFormatError, FactRow, load_rows, split_context
+
+#: The four operations (paper L1535-1546: "full, source, value, recompute").
+POLICIES = ("full", "source", "value", "recompute")
+#: ``--source`` value of the generated offline set.
+GENERATED = "generated"
+#: Answer budget (paper L1549-1550: "a fixed 1,024-token maximum, stopping earlier at EOS").
+MAX_NEW_TOKENS = 1024
+#: Tiers run by default: generated 8k (fits SmolLM2's window); released 32k and 64k (the paper's).
+DEFAULT_TIERS = {GENERATED: ("8k",), "released": ("32k", "64k")}
+#: ``query_template`` -> the template around the question (``strings``).
+QUERY_TEMPLATES = {"ours": strings.OUR_QUERY_TEMPLATE, "memoryagentbench": strings.QUERY_TEMPLATE}
+#: Tiers a released file has (MemoryAgentBench ``factconsolidation_{sh,mh}_<tier>``).
+RELEASED_TIERS = ("6k", "32k", "64k", "262k")
+
+
+def fact_segment(number: int) -> str:
+    """The prompt segment name of fact ``number``."""
+    return f"fact:{number}"
+
+
+@dataclass
+class FactConsolidationStudy(HistoryStudy):
+    """FactConsolidation histories under full access, source mask, value mask and text recompute."""
+
+    name: ClassVar[str] = "factconsolidation"
+    #: "generated" (fictional histories in the released schema, offline) or the path of MemoryAgentBench's
+    #: Conflict_Resolution split exported to JSON or JSON lines (the paper's data).
+    source: str = GENERATED
+    #: Length tiers to run (generated: 8k, 32k, or 1k for quick checks; released: 6k, 32k, 64k, 262k); none:
+    #: generated 8k, released 32k and 64k (the paper's).
+    tiers: tuple[str, ...] | None = None
+    #: Generated histories per tier (generated set only).
+    n_histories: int = 3
+    #: Questions asked per hop type and history, the first n (none: all; the paper asks all 100).
+    questions_per_hop: int | None = None
+    #: Same-name person pairs per generated history, left visible by the mapping (generated set only).
+    homonyms: int = 2
+    #: Generator seed (generated set only).
+    seed: int = FACTCONSOLIDATION_SEED
+    #: A released MQuAKE file (e.g. MQuAKE-CF.json): entity ids for the same-name rule and previous answers of
+    #: multi-hop questions (released set only; none: text rules only).
+    mquake_file: str | None = None
+    #: The question's wording: "ours" (the latest-fact rule, the question, the boxed-answer instruction) or
+    #: "memoryagentbench" (MemoryAgentBench's query template verbatim around them); the paper does not quote its own.
+    query_template: str = "ours"
+    #: Greedy answer budget in tokens (the paper: 1,024).
+    max_new_tokens: int = MAX_NEW_TOKENS
+    #: Ask through the chat template (auto: when the tokenizer has one).
+    chat: bool | None = None
+    #: (question, operation) rows decoded together; bounds memory (all rows of a history share its cache).
+    rows_per_batch: int = 32
+    #: Histories per batch.
+    cases_per_batch: int = 1
+    _cases: list[FCHistory] | None = field(default=None, repr=False, compare=False)
+    _rows: list[FactRow] | None = field(default=None, repr=False, compare=False)
+    _mquake: tuple[dict, dict] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.tiers is not None:
+            self.tiers = tuple(self.tiers)
+        require_at_least(self, n_histories=1, questions_per_hop=1, homonyms=0, max_new_tokens=1,
+                         rows_per_batch=1, cases_per_batch=1)
+        require_choices(self, query_template=tuple(QUERY_TEMPLATES))
+        if self.source == GENERATED:
+            require_choices(self, tiers=(None, *TIERS))
+            if self.mquake_file is not None:
+                raise InvalidParameter("mquake_file", "applies to a released source only")
+            return
+        require_choices(self, tiers=(None, *RELEASED_TIERS))
+        # Read the files now, so a bad file fails before any model loads.
+        try:
+            self._rows = load_rows(self.source)
+        except (OSError, FactConsolidationFormatError) as e:
+            raise InvalidParameter("source", str(e)) from e
+        if self.mquake_file is not None:
+            try:
+                self._mquake = mquake_index(self.mquake_file)
+            except (OSError, ValueError) as e:
+                raise InvalidParameter("mquake_file", str(e)) from e
+        if not self.cases():
+            raise InvalidParameter("tiers", f"{self.source} has no rows of tiers {', '.join(self.run_tiers)}")
+
+    @property
+    def run_tiers(self) -> tuple[str, ...]:
+        """The tiers that run (``tiers``, or the source's default)."""
+        return self.tiers or DEFAULT_TIERS[GENERATED if self.source == GENERATED else "released"]
+
+    # ------------------------------------------------------------------ data
+    def rows_of_source(self) -> list[FactRow]:
+        """The rows the histories come from (generated, or read from ``source``)."""
+        if self._rows is None:
+            self._rows = (generate_rows(self.run_tiers, self.n_histories, self.seed, self.homonyms)
+                          if self.source == GENERATED else load_rows(self.source))
+        return self._rows
+
+    def cases(self) -> list[FCHistory]:
+        if self._cases is None:
+            ids, previous = self._mquake or (None, None)
+            self._cases = build_histories(self.rows_of_source(), self.run_tiers, self.questions_per_hop, ids,
+                                          previous, prefix="gen" if self.source == GENERATED else "fc")
+        return self._cases
+
+    def config(self) -> dict[str, Any]:
+        cfg = study_parameters(self)
+        cfg["data"] = GENERATED if self.source == GENERATED else "released"
+        cfg["run_tiers"] = list(self.run_tiers)
+        cfg["policies"] = list(POLICIES)
+        cfg["dataset_sha256"] = dataset_hash(self.rows_of_source())
+        cfg["strings_sha256"] = strings_sha256(strings)
+        cfg["boxed_instruction"] = strings.BOXED_INSTRUCTION
+        cfg["mapping"] = {c.case_id: {"facts": len(c.mapping().triples) + len(c.mapping().unparsed),
+                                      "superseded": len(c.mapping().superseded),
+                                      "ambiguous_names": sorted(c.mapping().ambiguous),
+                                      "unparsed": len(c.mapping().unparsed)} for c in self.cases()}
+        return cfg
+
+    # ------------------------------------------------------------------ the protocol
+    def prompt(self, model: kvprobe.Model, case: FCHistory) -> kvprobe.Prompt:
+        """System message, memorize wrapper head, the context one line per segment (``fact:<n>``), tail."""
+        preamble, lines = split_context(case.context)
+        segments = [("head", strings.HISTORY_HEAD.format(time_stamp=strings.TIME_STAMP))]
+        if preamble:
+            segments.append(("preamble", preamble))
+        segments += [(fact_segment(x.number), x.line) if isinstance(x, Fact) else (f"line:{i}", x)
+                     for i, x in enumerate(lines)]
+        segments.append(("tail", strings.HISTORY_TAIL))
+        chat = use_chat(model.tokenizer, self.chat)
+        return kvprobe.Prompt(segments, chat=chat, system=strings.SYSTEM if chat else None, sep=strings.LINE_JOINER,
+                              template_kwargs={"enable_thinking": False})
+
+    def questions(self, model: kvprobe.Model, case: FCHistory, history: kvprobe.History) -> list[Question]:
+        """Every question, followed by the boxed-answer instruction, in the query template; ``query``: hop type."""
+        template = QUERY_TEMPLATES[self.query_template]
+        questions = [Question(q.hop, template.format(question=q.question + strings.QUESTION_JOINER
+                                                     + strings.BOXED_INSTRUCTION), None, q) for q in case.questions]
+        longest = max(len(model.tokenizer.encode(q.text, add_special_tokens=False)) for q in questions)
+        need = len(history) + longest + 16 + self.max_new_tokens  # + the chat template's tail
+        if model.context_length is not None and need > model.context_length:
+            raise InvalidParameter("max_new_tokens", f"{case.case_id}: {len(history)} history tokens + a "
+                                   f"{longest}-token question + {self.max_new_tokens} answer tokens exceed "
+                                   f"{model.name}'s {model.context_length} positions (no RoPE extension); give at most "
+                                   f"--max-new-tokens {model.context_length - need + self.max_new_tokens} or a "
+                                   "shorter tier")
+        return questions
+
+    def conditions(self, model: kvprobe.Model, case: FCHistory, history: kvprobe.History
+                   ) -> dict[str, kvprobe.Access]:
+        """The four operations on the superseded facts (a history without any keeps full access only). The value
+        mask hides every token overlapping an old object string (a token may join it to the period after it)."""
+        from kvprobe.interventions import TextRecompute
+
+        superseded = case.mapping().superseded
+        if not superseded:
+            return {"full": kvprobe.Full()}
+        names = [fact_segment(s.number) for s in superseded]
+        return {"full": kvprobe.Full(),
+                "source": kvprobe.Mask([history.span(n) for n in names], name="source"),
+                "value": kvprobe.Mask([history.span(fact_segment(s.number), chars=s.value_chars, strict=False)
+                                       for s in superseded], name="value"),
+                "recompute": TextRecompute(names)}
+
+    def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
+        m = run.case.mapping()
+        run.extra["superseded"] = len(m.superseded)
+        run.extra["hidden_tokens"] = {name: int(c.n_tokens) for name, c in run.originals.items()
+                                      if isinstance(c, kvprobe.Mask)}
+
+    def answer(self, model: kvprobe.Model, items: Sequence[tuple[kvprobe.History, kvprobe.Request]],
+               candidates: Sequence[Sequence[str]] | None) -> list[decoding.Answer]:
+        """The protocol's batched answer, ``rows_per_batch`` rows at a time (every row of a history at once
+        would hold hundreds of answer caches)."""
+        out: list[decoding.Answer] = []
+        for start in range(0, len(items), self.rows_per_batch):
+            out += decoding.answer(model, items[start:start + self.rows_per_batch], None,
+                                   max_new_tokens=self.max_new_tokens)
+        return out
+
+    def row(self, run: CaseRun, question: Question, condition: str,
+            answers: dict[str, decoding.Answer]) -> dict[str, Any]:
+        g = answers[condition].generation
+        q = question.info
+        return {"tier": run.case.tier, "hop": q.hop, "qa_pair_id": q.qa_pair_id, "question": q.question,
+                "answers": list(q.answers), "previous_answers": list(q.previous),
+                "superseded_facts": run.extra["superseded"],
+                "hidden_tokens": run.extra["hidden_tokens"].get(condition, 0),
+                **grade_columns(g.text, g.stop_reason, q.answers, q.previous)}
+
+
+def study_from_config(config: dict[str, Any]) -> FactConsolidationStudy:
+    """The study of a run's ``config.json`` (its parameters; derived entries ignored)."""
+    sc = config["study_config"]
+    params = {f.name: tuple(v) if isinstance(v := sc[f.name], list) else v
+              for f in dataclasses.fields(FactConsolidationStudy) if not f.name.startswith("_") and f.name in sc}
+    return FactConsolidationStudy(**params)

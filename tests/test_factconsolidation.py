@@ -1,0 +1,284 @@
+"""The FactConsolidation study: mapping, loaders, generator, grading, net accuracy, and real tiny-model runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvprobe.studies.factconsolidation.generate import generate_history
+from kvprobe.studies.factconsolidation.grading import grade_columns, grade_run, read_grades, rule_label
+from kvprobe.studies.factconsolidation.histories import build_histories, mquake_index, without_overlap
+from kvprobe.studies.factconsolidation.mapping import map_facts, parse_question, parse_sentence
+from kvprobe.studies.factconsolidation.outcomes import losses_by_length, old_alias_group, outcome, transitions
+from kvprobe.studies.factconsolidation.schema import Fact, FactConsolidationFormatError, load_rows, save_rows
+from kvprobe.studies.factconsolidation.study import FactConsolidationStudy, fact_segment
+from kvprobe.studies.factconsolidation.summary import summarize, write_summary
+from kvprobe.studies.judge import JudgeReply
+from kvprobe.studies.mquake_data.schema import MQuAKEFormatError
+from kvprobe.studies.protocol import InvalidParameter, prepared
+from kvprobe.studies.runner import run_study
+
+FIXTURE = Path(__file__).parent / "fixtures" / "factconsolidation_released.json"
+MQUAKE_FIXTURE = Path(__file__).parent / "fixtures" / "mquake_sample.json"
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+# ----------------------------------------------------------------------------- mapping
+
+
+def test_mapping_resolves_fixture_conflicts_to_the_latest_fact_and_leaves_ambiguous_names_visible(llama):
+    (history,) = build_histories(load_rows(FIXTURE), ("32k",))
+    m = history.mapping()
+    # 0 -> 6 (capital), 1 -> 4 (citizenship), 2 -> 13 (CEO), 5 -> 7 (employer); 3 and 8 repeat one object.
+    assert [(s.number, s.winner, s.old_object, s.new_object) for s in m.superseded] == [
+        (0, 6, "Dornholm", "Kellport"), (1, 4, "Ruvania", "Telvia"), (2, 13, "Ilse Brenn", "Arno Pell"),
+        (5, 7, "Vantor Works", "Quill Labs")]
+    # Jor Tamsin's spouse changes twice (9 -> 10 -> 11): two people share the name; nothing of theirs is hidden.
+    assert m.ambiguous == {"Jor Tamsin"} and m.unparsed == (14,)
+    # The study's masks hide exactly those sentences (source) and their old objects (value) in a real prefill.
+    study = FactConsolidationStudy(source=str(FIXTURE), tiers=("32k",), max_new_tokens=8)
+    h = llama.prefill(study.prompt(llama, history))
+    conditions = {name: prepared(llama, h, c) for name, c in study.conditions(llama, history, h).items()}
+
+    def hidden(name: str) -> set[int]:
+        return {p for layer in conditions[name].state.hidden.values() for p in layer.nonzero().flatten().tolist()}
+
+    assert hidden("source") == {p for n in (0, 1, 2, 5) for p in h.span(fact_segment(n)).positions()}
+    assert not hidden("source") & {p for n in (9, 10, 11) for p in h.span(fact_segment(n)).positions()}
+    value_text = "".join(h.text[a:b] for a, b in (h.offsets[p] for p in sorted(hidden("value"))))
+    assert value_text.replace(" ", "") == "DornholmRuvaniaIlseBrennVantorWorks"
+    (ours, *_), (upstream, *_) = (FactConsolidationStudy(source=str(FIXTURE), tiers=("32k",), query_template=t,
+                                                         max_new_tokens=8)
+                                  .questions(llama, history, h) for t in ("ours", "memoryagentbench"))
+    assert ours.text.endswith("Question: What is the capital of Ruvania? Return only the final answer within \\boxed{}.")
+    assert upstream.text.startswith("Pretend you are a knowledge management system.") and \
+        upstream.text.endswith("Knowledge Pool, What is the capital of Ruvania? Return only the final answer within "
+                               "\\boxed{}. \nAnswer:")
+    recomputed = study.conditions(llama, history, h)["recompute"].edited_prompt(h)
+    kept = " ".join(text for _, text in recomputed.segments)
+    assert "Dornholm." not in kept and "is a citizen of Ruvania" not in kept and "Jor Tamsin is married to Pia" in kept
+
+
+def test_templates_pick_the_most_specific_relation_and_questions_map_to_keys():
+    assert parse_sentence("Paris is located in the country of France.").relation == "P17"
+    assert parse_sentence("Paris is located in Ile de France.").relation == "P131/P276"
+    assert parse_sentence("The capital of Ruvania is Kellport.").relation == "P36"  # not "The [X] is __"
+    t = parse_sentence("The capital of United States of America is Washington, D.C..")
+    assert (t.subject, t.object) == ("United States of America", "Washington, D.C.")
+    assert parse_sentence("Telvia is a lovely place.") is None
+    assert parse_question("What is the country of citizenship of Kessa Marlo?") == ("Kessa Marlo", "P27")
+    assert parse_question("Where is Paris located?") == ("Paris", "P131/P276")
+
+
+def test_entity_ids_make_a_shared_name_ambiguous():
+    facts = [Fact(0, "Kessa Marlo is a citizen of Ruvania."), Fact(1, "Kessa Marlo is a citizen of Telvia.")]
+    assert [s.number for s in map_facts(facts).superseded] == [0]
+    resolved = map_facts(facts, {"Kessa Marlo": ["Q1", "Q2"]})
+    assert resolved.superseded == () and resolved.ambiguous == {"Kessa Marlo"}
+    assert map_facts(facts, {"Kessa Marlo": ["Q1"]}).superseded  # one id: an update, not two people
+
+
+# ----------------------------------------------------------------------------- loaders
+
+
+def _write(tmp_path: Path, rows) -> Path:
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(rows) if not isinstance(rows, str) else rows)
+    return path
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda rows: rows[1].pop("answers"), r"row #1: missing field\(s\) answers"),
+    (lambda rows: rows[0]["metadata"].pop("source"), r"row #0 metadata: missing field\(s\) source"),
+    (lambda rows: rows[0]["metadata"].update(source="eventqa_full"), r"row #0: metadata.source 'eventqa_full'"),
+    (lambda rows: rows[1]["answers"].pop(), r"row #1: answers must be a list as long as questions"),
+    (lambda rows: rows[0]["answers"].__setitem__(2, []), r"row #0: answers\[2\] must be a non-empty list"),
+    (lambda rows: rows[0]["metadata"]["qa_pair_ids"].pop(), r"row #0: metadata.qa_pair_ids"),
+    (lambda rows: rows[0].update(context="no facts here"), r"row #0: context holds no numbered facts"),
+    (lambda rows: rows[0].update(context=rows[0]["context"] + "\n3. A is B."), r"row #0: context fact number 3 repeats"),
+    (lambda rows: rows[0]["metadata"].update(kvprobe_previous_answers=[["x"]]), r"row #0: metadata.kvprobe_previous"),
+])
+def test_loader_refuses_a_malformed_row_by_file_row_and_field(tmp_path, mutate, message):
+    rows = json.loads(FIXTURE.read_text())
+    mutate(rows)
+    path = _write(tmp_path, rows)
+    with pytest.raises(FactConsolidationFormatError, match=message) as err:
+        load_rows(path)
+    assert str(path) in str(err.value)
+
+
+def test_other_loaders_refuse_malformed_files(tmp_path):
+    with pytest.raises(FactConsolidationFormatError, match=r"rows.json line 2: not valid JSON"):
+        load_rows(_write(tmp_path, json.dumps(json.loads(FIXTURE.read_text())[0]) + "\n{oops\n"))
+    cases = json.loads(MQUAKE_FIXTURE.read_text())
+    del cases[1]["orig"]["triples"]
+    bad = tmp_path / "mquake.json"
+    bad.write_text(json.dumps(cases))
+    with pytest.raises(MQuAKEFormatError, match=r"mquake.json case #1 \(case_id=\d+\) orig: missing field\(s\) triples"):
+        mquake_index(bad)
+    grades = tmp_path / "grades.jsonl"
+    grades.write_text(json.dumps({"case_id": "c", "qa_pair_id": "q", "condition": "full", "grader": "g",
+                                  "label": "maybe"}) + "\n")
+    with pytest.raises(ValueError, match=r"grades.jsonl line 1: label 'maybe' is not one of"):
+        read_grades(grades)
+    # The study refuses before any model loads, naming the parameter.
+    with pytest.raises(InvalidParameter, match="^source: "):
+        FactConsolidationStudy(source=str(bad))
+    with pytest.raises(InvalidParameter, match="^mquake_file: "):
+        FactConsolidationStudy(source=str(FIXTURE), tiers=("32k",), mquake_file=str(bad))
+
+
+def test_bad_parameters_fail_before_a_model_loads():
+    for kwargs, name in [({"tiers": ("6k",)}, "tiers"), ({"n_histories": 0}, "n_histories"),
+                         ({"max_new_tokens": 0}, "max_new_tokens"), ({"rows_per_batch": 0}, "rows_per_batch"),
+                         ({"mquake_file": "x.json"}, "mquake_file"), ({"homonyms": -1}, "homonyms"),
+                         ({"source": str(FIXTURE), "tiers": ("64k",)}, "tiers")]:
+        with pytest.raises(InvalidParameter, match=f"^{name}: "):
+            FactConsolidationStudy(**kwargs)
+
+
+def test_mquake_file_gives_entity_ids_and_previous_answers():
+    ids, previous = mquake_index(MQUAKE_FIXTURE)
+    assert ids["Brennock Rovers F.C."] == ["Q90000010"]
+    assert previous["which country was the sport of brennock rovers f.c. created in?"][:2] == \
+        ["Ostravel", "Republic of Ostravel"]
+    assert previous["which sport is brennock rovers f.c. associated with?"][0] == "tidewall"
+    assert without_overlap(["Paris", "Paris, France", "Lyon", "Lyon"], ["Paris"]) == ("Lyon",)
+
+
+# ----------------------------------------------------------------------------- generated set
+
+
+def test_generated_rows_round_trip_and_their_answers_follow_the_latest_facts(tmp_path):
+    sh, mh = generate_history("1k", 0, seed=7, homonyms=1)
+    assert sh.context == mh.context and sh.source == "factconsolidation_sh_1k" and mh.hop == "mh"
+    path = tmp_path / "gen.json"
+    save_rows([sh, mh], path)
+    assert load_rows(path) == [sh, mh]
+    (history,) = build_histories(load_rows(path), ("1k",))
+    m = history.mapping()
+    assert len(m.ambiguous) == 1 and m.unparsed == () and m.superseded
+    latest = {(t.subject, t.relation): t.object for _, t in sorted(m.triples.items())}
+    keys = [(s.subject, s.relation) for s in m.superseded]
+    assert len(keys) == len(set(keys))  # every pair is replaced at most once
+    for q in history.questions:
+        assert q.previous and q.answers[0] in history.context
+        if q.hop == "sh":
+            subject, relation = parse_question(q.question)
+            assert latest[(subject, relation)] == q.answers[0] and q.previous[0] in m.previous_objects(subject, relation)
+    assert generate_history("1k", 0, seed=7, homonyms=1) == (sh, mh)  # deterministic
+
+
+# ----------------------------------------------------------------------------- grading and net accuracy
+
+
+def test_rule_grader_and_match_metrics():
+    answers, previous = ["Kellport", "Kellport City"], ["Dornholm"]
+    assert grade_columns("Fact 6 says Kellport. \\boxed{Kellport}", "eos", answers, previous) | {} == {
+        "displayed": "Kellport", "official_match": True, "final_match": True, "valid_box": True, "only_box": False,
+        "label": "complete", "old_in_box": False, "grader": "rule-v1"}
+    capped = grade_columns("Kellport is the capital, let me check fact", "cap", answers, previous)
+    assert capped["official_match"] and not capped["final_match"] and not capped["valid_box"]
+    assert rule_label("\\boxed{Kellport or Dornholm}", answers, previous) == "wrong"  # conflicting values
+    assert rule_label("\\boxed{I don't know}", answers, previous) == "abstain"
+    assert rule_label("\\boxed{}", answers, previous) == "wrong"
+    old = grade_columns("\\boxed{Dornholm}", "eos", answers, previous)
+    assert old["only_box"] and old["old_in_box"] and old["label"] == "wrong"
+    assert grade_columns("the Kellportian view", "eos", answers, previous)["official_match"]  # MAB: plain substring
+    assert rule_label("the Kellportian view", answers, previous) == "wrong"  # ours: word-bounded
+
+
+#: A hand-built outcome list: (question, full stop, full label, source stop, source label, full tokens, old in box).
+HAND = [("q1", "eos", "complete", "cap", "complete", 15, False),
+        ("q2", "eos", "wrong", "eos", "complete", 30, True),
+        ("q3", "cap", "complete", "eos", "complete", 1024, False),
+        ("q4", "eos", "complete", "eos", "complete", 250, False),
+        ("q5", "eos", "abstain", "eos", "wrong", 40, False),
+        ("q6", "eos", "complete", "eos", "wrong", 600, False),
+        ("q7", "eos", "wrong", "eos", "complete", 12, False)]
+
+
+def test_net_accuracy_of_a_hand_built_outcome_list_equals_the_hand_computation(tmp_path):
+    full = {q: outcome(s, lab) for q, s, lab, *_ in HAND}
+    source = {q: outcome(s, lab) for q, _, _, s, lab, *_ in HAND}
+    # By hand, capped first: full = complete q1 q4 q6, wrong q2 q7, capped q3, abstain q5;
+    # source = complete q2 q3 q4 q7, capped q1, wrong q5 q6. Gains q2 q7 (from wrong) and q3 (from capped);
+    # losses q1 (to capped) and q6 (to wrong): net +1 of 7 questions = +14.29 pp. q1's own label
+    # ("complete") is not counted as complete.
+    t = transitions(full, source)
+    assert (t["n"], t["complete_before"], t["complete_after"], t["gains"], t["losses"], t["net"]) == (7, 3, 4, 3, 2, 1)
+    assert t["gains_from"] == {"wrong": 2, "capped": 1} and t["losses_to"] == {"capped": 1, "wrong": 1}
+    assert t["net_pp"] == pytest.approx(100 / 7)
+    assert t["table"] == {"complete": {"complete": 1, "wrong": 1, "capped": 1}, "wrong": {"complete": 2},
+                          "abstain": {"wrong": 1}, "capped": {"complete": 1}}
+    tokens = {q: n for q, *_, n, _ in HAND}
+    assert [(b["bin"], b["complete"], b["lost"]) for b in losses_by_length(full, source, tokens)] == [
+        ("0-20", 1, 1), ("21-200", 0, 0), ("201-500", 1, 0), (">500", 1, 1)]
+    assert old_alias_group(full, source, {q: o for q, *_, o in HAND}) == {
+        "wrong": 2, "old_alias": 1, "after": {"complete": 1}, "corrections": 2, "corrections_from_group": 1}
+    # The summary computes the same from result rows.
+    rows = []
+    for q, fs, fl, ss, sl, n, o in HAND:
+        for cond, stop, label in (("full", fs, fl), ("source", ss, sl)):
+            rows.append({"case_id": "h", "qa_pair_id": q, "condition": cond, "hop": "sh", "stop_reason": stop,
+                         "label": label, "grader": "rule-v1", "output_tokens": n if cond == "full" else 5,
+                         "old_in_box": o and cond == "full", "official_match": False, "final_match": False,
+                         "valid_box": True, "only_box": False})
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = summarize(tmp_path, draws=200)
+    (ts,) = s["transitions"]
+    assert {k: ts[k] for k in ("gains", "losses", "net", "net_pp")} == {k: t[k] for k in ("gains", "losses", "net", "net_pp")}
+    assert [(c["policy"], c["complete_eos"], c["capped"], c["capped_labels"]) for c in s["cells"]] == [
+        ("full", 3, 1, {"complete": 1}), ("source", 4, 1, {"complete": 1})]
+    assert s["cells"][1]["complete_change_vs_full"]["change"] == 1
+
+
+# ----------------------------------------------------------------------------- real runs
+
+
+class _AllComplete:
+    """A judge client that labels every answer "complete" (a stand-in for an API client)."""
+
+    def complete(self, prompt: str) -> JudgeReply:
+        tasks = json.loads(prompt[prompt.rindex("\n\n[") + 2:])
+        return JudgeReply(json.dumps({"results": [{"id": t["id"], "verdict": "complete", "explanation": "ok"}
+                                                  for t in tasks]}), "stub-1")
+
+
+def test_study_runs_summarizes_resumes_and_regrades_on_a_tiny_model(llama, tmp_path):
+    study = FactConsolidationStudy(source=str(FIXTURE), tiers=("32k",), max_new_tokens=3, rows_per_batch=7)
+    info = run_study(study, llama, tmp_path, progress=False)
+    assert info.cases_run == 1
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 5 * 4 and {r["condition"] for r in rows} == {"full", "source", "value", "recompute"}
+    assert {r["hidden_tokens"] > 0 for r in rows if r["condition"] in ("source", "value")} == {True}
+    by = {(r["qa_pair_id"], r["condition"]): r for r in rows}
+    assert by[("factconsolidation_sh_32k_no0", "full")]["previous_answers"] == ["Dornholm"]
+    assert all(r["output_tokens"] <= 3 and r["label"] in ("complete", "wrong", "abstain") for r in rows)
+    config = json.loads((tmp_path / "config.json").read_text())["study_config"]
+    assert config["data"] == "released" and config["mapping"]["fc-32k"]["superseded"] == 4
+    summary = write_summary(tmp_path)
+    assert [c["policy"] for c in summary["cells"]] == ["full", "source", "value", "recompute"]
+    assert "offline rule grader" in (tmp_path / "report.md").read_text()
+    assert run_study(study, llama, tmp_path, progress=False).cases_run == 0
+    grades = grade_run(tmp_path, _AllComplete(), batch_size=6)
+    regraded = write_summary(tmp_path, grades=grades)
+    eos = {c["policy"]: c["eos"] for c in regraded["cells"]}
+    assert {c["policy"]: c["complete_eos"] for c in regraded["cells"]} == eos  # every EOS answer, none capped
+    assert regraded["graders"] == ["llm-judge:stub-1"] and "llm-judge:stub-1" in (tmp_path / "report.md").read_text()
+
+
+def test_generated_history_runs_labelled_generated(llama, tmp_path):
+    study = FactConsolidationStudy(tiers=("1k",), n_histories=1, questions_per_hop=1, max_new_tokens=2)
+    run_study(study, llama, tmp_path, progress=False)
+    write_summary(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["study_config"]["data"] == "generated"
+    assert (tmp_path / "report.md").read_text().count("Generated fictional histories (\"generated\"") == 1
+    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 2 * 4
+    # The paper's 1,024-token budget does not fit tiny-llama's 2,048 positions after this history: refused, named.
+    with pytest.raises(InvalidParameter, match=r"^max_new_tokens: gen-1k: \d+ history tokens .* at most --max-new-tokens"):
+        run_study(FactConsolidationStudy(tiers=("1k",), n_histories=1, questions_per_hop=1), llama, tmp_path / "long",
+                  progress=False)
