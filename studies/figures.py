@@ -48,9 +48,16 @@ def plot_changes(panels: Mapping[str, Sequence[ChangeRow]], path: Path | str, ti
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def save_figure(fig, path: Path | str, dpi: int = 110) -> Path:
+    """Write a matplotlib figure to ``path`` atomically (a temporary file, then a rename) and close it."""
+    import matplotlib.pyplot as plt
+
     path = Path(path)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
+    fig.savefig(tmp, dpi=dpi)
     plt.close(fig)
     tmp.replace(path)
     return path

@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from kvprobe.studies.figures import save_figure
+
 
 def plot_summary(summary: dict[str, Any], path: Path | str, model: str = "", query: str = "current",
                  relation: str = "replacement") -> Path:
@@ -60,9 +62,4 @@ def plot_summary(summary: dict[str, Any], path: Path | str, model: str = "", que
     n = cells[0]["n"] if cells else 0
     fig.suptitle(f"Quantity study{': ' + model if model else ''} ({relation}: {n} groups)")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    path = Path(path)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path)
