@@ -74,9 +74,13 @@ def heading(title: str, config: dict[str, Any]) -> list[str]:
     return [f"# {title}: {model_name(config)}", ""]
 
 
-def run_time(timing: dict[str, Any], unit: str = "cases", detail: str = "") -> str:
-    """``Run time: 12.3 min for 60 cases.`` from the runner's timing totals; ``detail`` goes before the period."""
-    return f"Run time: {timing['seconds'] / 60:.1f} min for {timing['cases_run']} {unit}{detail}."
+def run_time(timing: dict[str, Any], unit: str = "cases", detail: str = "", machine: bool = False) -> str:
+    """``Run time: 12.3 min for 60 cases.`` from the runner's timing totals; ``detail`` goes before the period.
+    ``machine``: add where it ran (`` on 2 CPUs (x86_64, 2 torch threads)``)."""
+    where = ""
+    if machine and (m := timing.get("machine")):
+        where = f" on {m['cpus']} CPUs ({m['processor']}, {m['threads']} torch threads)"
+    return f"Run time: {timing['seconds'] / 60:.1f} min for {timing['cases_run']} {unit}{where}{detail}."
 
 
 def ordered(values: Iterable[str], known: Sequence[str]) -> list[str]:

@@ -75,7 +75,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
              "parser with EOS required; change vs full with a 95% interval from "
              f"{summary['draws']:,} bootstrap draws of source stories.", ""]
     if timing:
-        lines += [run_time(timing, "inputs"), ""]
+        lines += [run_time(timing, "inputs", machine=True), ""]
     lines += table_head(["task", "length", "policy", "n", "correct (official)", "change vs full [95% CI]",
                          "corrections / reversals", "no-EOS parser", "strict", "EOS", "capped", "masked tokens"])
     for c in summary["cells"]:

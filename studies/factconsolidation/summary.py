@@ -134,7 +134,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
              f"{study.get('max_new_tokens')} tokens, each question followed by \"{study.get('boxed_instruction')}\". "
              + grader + " Every question counts as source-answerable.", ""]
     if timing:
-        lines += [run_time(timing, unit="histories"), ""]
+        lines += [run_time(timing, unit="histories", machine=True), ""]
     n = summary["questions"]
     lines += ["Per operation (counts of all questions; displayed text = the final box, else the whole response). "
               f"Our extra column: change in complete answers with EOS against full, 95% interval from "

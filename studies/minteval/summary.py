@@ -153,7 +153,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
              f"{summary['draws']:,} bootstrap draws of connected components (primary) and of sessions "
              "(sensitivity); the same draws for every cell.", ""]
     if timing:
-        lines += [run_time(timing, unit="sessions"), ""]
+        lines += [run_time(timing, unit="sessions", machine=True), ""]
     judged = summary["grader"] != "rule"
     lines += table_head(["questions", "policy", "n", "exact match", "% [95% CI] / change vs full, pp [95% CI]",
                          "session-level CI", "corrections / reversals", "strict boxed", "contains answer",

@@ -160,7 +160,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
              f"Complete = complete with EOS on the source-answerable questions; change vs full with a 95% interval "
              f"from {summary['draws']:,} bootstrap resamples of whole articles. {strings.PAPER_PRECEDENCE}", ""]
     if timing:
-        lines += [run_time(timing, unit="articles"), ""]
+        lines += [run_time(timing, unit="articles", machine=True), ""]
     lines += table_head(["operation", "n", "complete", "change vs full [95% CI]", "partial", "wrong", "abstain",
                          "unverifiable", "capped", "hidden tokens (mean)", f"paper, complete of {PAPER_N}"])
     for c in summary["cells"]:
