@@ -79,7 +79,7 @@ def run_time(timing: dict[str, Any], unit: str = "cases", detail: str = "", mach
     ``machine``: add where it ran (`` on 2 CPUs (x86_64, 2 torch threads)``)."""
     where = ""
     if machine and (m := timing.get("machine")):
-        where = f" on {m['cpus']} CPUs ({m['processor']}, {m['threads']} torch threads)"
+        where = f" on {m['cpus']} CPUs ({m['processor']}, {m['threads']} torch thread{'' if m['threads'] == 1 else 's'})"
     return f"Run time: {timing['seconds'] / 60:.1f} min for {timing['cases_run']} {unit}{where}{detail}."
 
 
