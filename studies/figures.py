@@ -22,8 +22,9 @@ ChangeRow = tuple[str, float, Sequence[float]]
 
 
 def plot_changes(panels: Mapping[str, Sequence[ChangeRow]], path: Path | str, title: str = "",
-                 xlabel: str = "change vs full access (95% CI)") -> Path:
-    """Write one forest panel per key of ``panels`` to ``path`` (PNG, written atomically); returns the path."""
+                 xlabel: str = "change vs full access (95% CI)", columns: int = 3) -> Path:
+    """Write one forest panel per key of ``panels`` to ``path`` (PNG, written atomically; at most ``columns``
+    panels per row); returns the path."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -33,8 +34,12 @@ def plot_changes(panels: Mapping[str, Sequence[ChangeRow]], path: Path | str, ti
     if not names:
         raise ValueError("plot_changes: no panels to draw")
     height = 1.2 + 0.35 * max(len(rows) for rows in panels.values())
-    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names) + 0.8, height), squeeze=False, sharex=True)
-    for ax, name in zip(axes[0], names):
+    ncols = min(columns, len(names))
+    nrows = -(-len(names) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols + 0.8, height * nrows), squeeze=False, sharex=True)
+    for ax in axes.flat[len(names):]:
+        ax.set_visible(False)
+    for ax, name in zip(axes.flat, names):
         rows = list(panels[name])
         y = list(range(len(rows)))[::-1]
         for yi, (_, change, ci) in zip(y, rows):
@@ -61,3 +66,10 @@ def save_figure(fig, path: Path | str, dpi: int = 110) -> Path:
     plt.close(fig)
     tmp.replace(path)
     return path
+
+
+def run_model(out_dir: Path | str) -> str:
+    """The model name of a run directory (its ``config.json``), for figure titles."""
+    import json
+
+    return json.loads((Path(out_dir) / "config.json").read_text()).get("model", {}).get("name", "?")

@@ -9,7 +9,6 @@ whole source stories (the paper's clusters), the same draws for every cell.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, bootstrap_stream, group_bootstrap_weights, paired_change
-from kvprobe.studies.figures import plot_changes
-from kvprobe.studies.report import corrections_reversals, estimate, heading, model_name, run_time, table_head
-from kvprobe.studies.runner import CONFIG, read_rows, write_run_summary
+from kvprobe.studies.figures import plot_changes, run_model
+from kvprobe.studies.report import corrections_reversals, estimate, heading, run_time, table_head
+from kvprobe.studies.runner import read_rows, write_run_summary
 from .study import POLICIES
 
 RULES = ("official", "official_no_eos", "strict")
@@ -106,6 +105,5 @@ def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
     """summary.json, report.md and figure.png of a run directory."""
     summary = write_run_summary(out_dir, summarize, format_report, seed)
     if any("official_change_vs_full" in c for c in summary["cells"]):
-        config = json.loads((Path(out_dir) / CONFIG).read_text())
-        plot(summary, Path(out_dir) / "figure.png", model_name(config))
+        plot(summary, Path(out_dir) / "figure.png", run_model(out_dir))
     return summary

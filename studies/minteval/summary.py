@@ -25,6 +25,7 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, GroupBootstrap, bootstrap_stream, group_bootstrap_indices, \
     percentile_interval
+from kvprobe.studies.figures import plot_changes, run_model
 from kvprobe.studies.report import corrections_reversals, estimate, heading, run_time, table_head, table_row
 from kvprobe.studies.runner import read_rows, write_run_summary
 
@@ -190,4 +191,12 @@ def write_summary(out_dir: Path | str, seed: int = 0, grades: str | Path | None 
 
     Example: ``write_summary("runs/minteval")["cells"][0]["em"]``.
     """
-    return write_run_summary(out_dir, functools.partial(summarize, grades=grades), format_report, seed)
+    summary = write_run_summary(out_dir, functools.partial(summarize, grades=grades), format_report, seed)
+    panels: dict[str, list] = {}
+    for c in summary["cells"]:
+        if (ch := c.get("change_component")) is not None:
+            panels.setdefault(c["scope"], []).append((c["policy"], ch["pp"], ch["ci"]))
+    if panels:
+        plot_changes(panels, Path(out_dir) / "figure.png", title=f"MINTEval: {run_model(out_dir)}",
+                     xlabel="EM change vs full, pp (95% CI, components)")
+    return summary

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change
+from kvprobe.studies.figures import plot_changes, run_model
 from kvprobe.studies.report import estimate, heading, ordered, run_time, table_head, table_row
 from kvprobe.studies.runner import read_rows, write_run_summary
 from . import strings
@@ -186,4 +187,13 @@ def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
 
     Example: ``write_summary("runs/revisions")["cells"][0]["complete"]``.
     """
-    return write_run_summary(out_dir, summarize, format_report, seed)
+    summary = write_run_summary(out_dir, summarize, format_report, seed)
+    panels = {"all questions": [(c["operation"], c["change_vs_full"]["pp"], c["change_vs_full"]["pp_ci"])
+                                for c in summary["cells"] if "change_vs_full" in c]}
+    panels.update({qtype: [(c["operation"], c["change_vs_full"]["pp"], c["change_vs_full"]["pp_ci"])
+                           for c in cells if "change_vs_full" in c] for qtype, cells in summary["by_type"].items()})
+    panels = {k: v for k, v in panels.items() if v}
+    if panels:
+        plot_changes(panels, Path(out_dir) / "figure.png", title=f"Revision histories: {run_model(out_dir)}",
+                     xlabel="complete change vs full, pp (95% CI)")
+    return summary
