@@ -43,7 +43,6 @@ from kvprobe import decoding
 from kvprobe.readouts.stats import BABILONG_SEED
 from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices, use_chat)
-from kvprobe.studies.runner import study_parameters
 from kvprobe.studies.conditions import query_aware_condition
 from . import grading, released, samples
 
@@ -123,15 +122,6 @@ class BabilongStudy(HistoryStudy):
                 self.cases()
             except (OSError, released.BabilongFormatError) as e:
                 raise InvalidParameter("source", str(e)) from e
-
-    def config(self) -> dict[str, Any]:
-        cfg = study_parameters(self)
-        if self.source == GENERATED:
-            cfg.pop("released_lengths")
-        else:
-            cfg.pop("lengths")
-            cfg.pop("seed")
-        return cfg
 
     def cases(self) -> list[BabilongCase]:
         if self._cases is None:
