@@ -57,7 +57,7 @@ from typing import Any, Callable
 __all__ = ["FAILURES", "FENCE", "PLAIN_DECODER", "UNKNOWN", "ParseResult", "ParsedObject", "find_answers",
            "find_objects", "first_answer", "first_value", "grade", "has_object", "normalize", "parse_answer_field",
            "parse_object", "parse_strict", "normalize_answer", "boxed_content", "normalized_exact_match",
-           "contains_answer", "displayed_answer", "DECLINE_PHRASES", "NUMBER_WORDS", "declines"]
+           "contains_answer", "displayed_answer", "capped_first", "DECLINE_PHRASES", "NUMBER_WORDS", "declines"]
 
 FENCE = "```"
 _FENCE_RE = re.compile(r"\A```(?:[jJ][sS][oO][nN])?[ \t]*\n?(?P<body>.*?)\s*```\Z", re.DOTALL)
@@ -356,6 +356,15 @@ def displayed_answer(output: str) -> str:
     """
     boxed = boxed_content(output)
     return output if boxed is None else boxed
+
+
+def capped_first(stop_reason: str | None, label: str) -> str:
+    """An answer's outcome when the answer budget takes precedence (paper L1661-1664, L6857): ``"capped"``
+    unless the decode stopped at EOS, else the grader's ``label``.
+
+    Example: ``capped_first("cap", "complete")`` is ``"capped"``; ``capped_first("eos", "wrong")`` is ``"wrong"``.
+    """
+    return label if stop_reason == "eos" else "capped"
 
 
 def normalized_exact_match(output: str, answers: list[str], stopped_at_eos: bool, strict_boxed: bool = False) -> bool:

@@ -21,6 +21,8 @@ from collections import Counter
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+from kvprobe.studies.answers import capped_first
+
 CAPPED = "capped"
 #: Every outcome, in report order.
 OUTCOMES = ("complete", "partial", "wrong", "abstain", CAPPED)
@@ -28,12 +30,8 @@ OUTCOMES = ("complete", "partial", "wrong", "abstain", CAPPED)
 LENGTH_BINS = ((0, 20), (21, 200), (201, 500), (501, None))
 
 
-def outcome(stop_reason: str, label: str) -> str:
-    """``"capped"`` unless the answer ended with EOS, else its label (capped first).
-
-    Example: ``outcome("cap", "complete")`` is ``"capped"``; ``outcome("eos", "wrong")`` is ``"wrong"``.
-    """
-    return label if stop_reason == "eos" else CAPPED
+#: The outcome of one answer: capped first (shared rule, :func:`kvprobe.studies.answers.capped_first`).
+outcome = capped_first
 
 
 def transitions(before: Mapping[Hashable, str], after: Mapping[Hashable, str]) -> dict[str, Any]:

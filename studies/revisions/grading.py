@@ -80,11 +80,6 @@ def rule_grade(output: str, stop_reason: str, answers: Sequence[str], options: S
     return Grade("wrong", shown, "no reference in the displayed answer")
 
 
-def final_outcome(stop_reason: str | None, judged: str) -> str:
-    """``capped`` when the decode hit the cap (it takes precedence), else the judged label."""
-    return "capped" if stop_reason != "eos" else judged
-
-
 # ----------------------------------------------------------------------------- the LLM judge path
 
 def make_judge(client: "JudgeClient", **protocol: Any) -> "BatchedJudge":

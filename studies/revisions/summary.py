@@ -27,7 +27,9 @@ from kvprobe.studies.figures import plot_changes, run_model
 from kvprobe.studies.report import estimate, heading, ordered, run_time, table_head, table_row
 from kvprobe.studies.runner import read_rows, write_run_summary
 from . import strings
-from .grading import GRADES, OUTCOMES, RULE_GRADER, final_outcome, read_grades
+from kvprobe.studies.answers import capped_first
+
+from .grading import GRADES, OUTCOMES, RULE_GRADER, read_grades
 from .schema import QUESTION_TYPES
 from .study import OPERATIONS
 
@@ -59,7 +61,7 @@ def _outcomes(rows: list[dict[str, Any]], grades: dict[tuple[str, str, str], dic
         else:
             if key not in grades:
                 raise ValueError(f"{GRADES} has no grade for {key}")
-            out[key], grader = final_outcome(r["stop_reason"], grades[key]["label"]), grades[key]["grader"]
+            out[key], grader = capped_first(r["stop_reason"], grades[key]["label"]), grades[key]["grader"]
         graders.add(grader)
     return out, sorted(graders)
 
