@@ -151,6 +151,30 @@ def require_choices(study: Any, **choices: Sequence[Any]) -> None:
             raise InvalidParameter(name, f"{bad[0]!r} is not one of {', '.join(map(str, allowed))}")
 
 
+def positions_needed(model: kvprobe.Model, history_tokens: int, questions: Sequence[str], max_new_tokens: int,
+                     framing: int) -> tuple[int, int]:
+    """(positions a case needs, tokens of its longest question): the history, the longest question (no
+    special tokens), ``framing`` tokens for the chat template around a question, and the answer budget."""
+    longest = max((len(model.tokenizer.encode(q, add_special_tokens=False)) for q in questions), default=0)
+    return history_tokens + longest + framing + max_new_tokens, longest
+
+
+def require_fits(model: kvprobe.Model, case_id: str, history_tokens: int, questions: Sequence[str],
+                 max_new_tokens: int, framing: int, field_name: str, advice: str = "") -> None:
+    """Refuse (:class:`InvalidParameter` naming ``field_name``) a case whose history, longest question and answer
+    budget exceed the model's positions: studies never truncate or extend RoPE. ``advice`` ends the message;
+    ``{room}`` in it becomes the largest answer budget that would fit.
+
+    Example: ``require_fits(model, "c0", len(history), [q.text for q in questions], 128, 32, "lengths")``.
+    """
+    limit = model.context_length
+    need, longest = positions_needed(model, history_tokens, questions, max_new_tokens, framing)
+    if limit is not None and need > limit:
+        raise InvalidParameter(field_name, f"{case_id}: {history_tokens} history tokens + a {longest}-token question "
+                               f"+ {max_new_tokens} answer tokens exceed {model.name}'s {limit} positions (no RoPE "
+                               "extension)" + advice.format(room=limit - need + max_new_tokens))
+
+
 class Study:
     """Base of every study: what the runner (:func:`kvprobe.studies.runner.run_study`) needs.
 

@@ -42,7 +42,7 @@ import kvprobe
 from kvprobe import decoding
 from kvprobe.readouts.stats import BABILONG_SEED
 from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
-                                      require_choices, use_chat)
+                                      require_choices, require_fits, use_chat)
 from kvprobe.studies.conditions import query_aware_condition
 from . import grading, released, samples
 
@@ -52,6 +52,8 @@ QUERY_AWARE = ("quest", "finch", "refreshkv")
 POLICIES = MASK_POLICIES + QUERY_AWARE
 #: The query-aware methods' fixed capacity at both lengths (paper L1491: "a fixed 512-token capacity").
 CAPACITY = 512
+#: Tokens allowed for the chat template around the question when checking that a case fits the model.
+FRAMING_TOKENS = 32
 #: ``--source`` value of the offline reconstruction from bAbI + PG-19.
 GENERATED = "generated"
 #: Answer budget (the paper: 128 tokens, L1490, rather than BABILong's original 20).
@@ -151,12 +153,8 @@ class BabilongStudy(HistoryStudy):
     def questions(self, model: kvprobe.Model, case: BabilongCase, history: kvprobe.History) -> list[Question]:
         """The bAbI question, once its prompt, question and answer budget are known to fit the model."""
         question = Question(QUERY, case.sample.question)
-        need = len(history) + len(model.tokenizer.encode(question.text, add_special_tokens=False)) + 32  # + framing
-        if model.context_length is not None and need + self.max_new_tokens > model.context_length:
-            field_name = "lengths" if self.source == GENERATED else "released_lengths"
-            raise InvalidParameter(field_name, f"{case.case_id}: {len(history)} history tokens + the question + "
-                                   f"{self.max_new_tokens} answer tokens exceed {model.name}'s "
-                                   f"{model.context_length} positions (no RoPE extension); use a shorter length")
+        require_fits(model, case.case_id, len(history), [question.text], self.max_new_tokens, FRAMING_TOKENS,
+                     "lengths" if self.source == GENERATED else "released_lengths", "; use a shorter length")
         return [question]
 
     def conditions(self, model: kvprobe.Model, case: BabilongCase, history: kvprobe.History

@@ -28,7 +28,7 @@ import kvprobe
 from kvprobe import decoding
 from kvprobe.readouts.stats import FACTCONSOLIDATION_SEED
 from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, \
-    require_choices, use_chat
+    require_choices, require_fits, use_chat
 from kvprobe.studies.runner import strings_sha256, study_parameters
 
 from . import strings
@@ -37,6 +37,8 @@ from .grading import grade_columns
 from .histories import FCHistory, build_histories, mquake_index
 from .schema import Fact, FactConsolidationFormatError, FactRow, load_rows, split_context
 
+#: Tokens allowed for the chat template's tail after a question when checking that a history fits the model.
+FRAMING_TOKENS = 16
 #: The four operations (paper L1535-1546: "full, source, value, recompute").
 POLICIES = ("full", "source", "value", "recompute")
 #: ``--source`` value of the generated offline set.
@@ -171,14 +173,8 @@ class FactConsolidationStudy(HistoryStudy):
         template = QUERY_TEMPLATES[self.query_template]
         questions = [Question(q.hop, template.format(question=q.question + strings.QUESTION_JOINER
                                                      + strings.BOXED_INSTRUCTION), None, q) for q in case.questions]
-        longest = max(len(model.tokenizer.encode(q.text, add_special_tokens=False)) for q in questions)
-        need = len(history) + longest + 16 + self.max_new_tokens  # + the chat template's tail
-        if model.context_length is not None and need > model.context_length:
-            raise InvalidParameter("max_new_tokens", f"{case.case_id}: {len(history)} history tokens + a "
-                                   f"{longest}-token question + {self.max_new_tokens} answer tokens exceed "
-                                   f"{model.name}'s {model.context_length} positions (no RoPE extension); give at most "
-                                   f"--max-new-tokens {model.context_length - need + self.max_new_tokens} or a "
-                                   "shorter tier")
+        require_fits(model, case.case_id, len(history), [q.text for q in questions], self.max_new_tokens,
+                     FRAMING_TOKENS, "max_new_tokens", "; give at most --max-new-tokens {room} or a shorter tier")
         return questions
 
     def conditions(self, model: kvprobe.Model, case: FCHistory, history: kvprobe.History

@@ -35,7 +35,7 @@ import kvprobe
 from kvprobe import decoding
 from kvprobe.studies.answers import contains_answer, normalized_exact_match
 from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
-                                      require_choices, use_chat)
+                                      require_choices, require_fits, use_chat)
 from kvprobe.studies.runner import strings_sha256, study_parameters
 
 from . import strings
@@ -186,12 +186,8 @@ class MINTEvalStudy(HistoryStudy):
         """Every selected question, with the boxed-answer instruction; refused when it does not fit the model."""
         suffix = strings.QUESTION_JOINER + strings.BOXED_INSTRUCTION if self.boxed else ""
         out = [Question(q.type, q.question + suffix, None, q) for q in self.selected(case.session)]
-        longest = max(len(model.tokenizer.encode(q.text, add_special_tokens=False)) for q in out)
-        need = len(history) + longest + FRAMING_TOKENS + self.max_new_tokens
-        if model.context_length is not None and need > model.context_length:
-            raise InvalidParameter("source", f"{case.case_id}: {len(history)} history tokens + a question + "
-                                   f"{self.max_new_tokens} answer tokens exceed {model.name}'s "
-                                   f"{model.context_length} positions")
+        require_fits(model, case.case_id, len(history), [q.text for q in out], self.max_new_tokens, FRAMING_TOKENS,
+                     "source")
         return out
 
     def conditions(self, model: kvprobe.Model, case: MINTEvalCase, history: kvprobe.History

@@ -30,8 +30,8 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, \
-    require_choices, use_chat
+from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, positions_needed, \
+    require_at_least, require_choices, use_chat
 from kvprobe.studies.runner import CONFIG, strings_sha256, study_parameters
 from . import strings
 from .diff import UNITS
@@ -159,8 +159,9 @@ class RevisionsStudy(HistoryStudy):
             return None
         rendered, ids, _ = model.tokenize(self.prompt(model, case))
         asked = self._asked(case)
-        longest = max((len(model.tokenizer(question_text(q, self.boxed))["input_ids"]) for q in asked), default=0)
-        if len(ids) + longest + TEMPLATE_MARGIN + self.max_new_tokens <= limit:
+        need, _ = positions_needed(model, len(ids), [question_text(q, self.boxed) for q in asked], self.max_new_tokens,
+                                   TEMPLATE_MARGIN)
+        if need <= limit:
             return None
         return [{**self._columns(case, q), "case_id": case.case_id, "group": case.group, "condition": op,
                  "query": q.type, "skipped": "history_too_long", "history_tokens": int(len(ids)),
