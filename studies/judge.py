@@ -186,3 +186,11 @@ class BatchedJudge:
         if self.log_path is not None:
             with open(self.log_path, "a") as f:
                 f.write(json.dumps(entry, ensure_ascii=False) + "\n")
+
+
+def judge_answered(judge: BatchedJudge, prompts: Sequence[str | None], empty_label: str,
+                   explanation: str = "empty answer") -> list[Judgment]:
+    """One judgment per prompt, in order; a ``None`` prompt (an empty answer: the paper marks it wrong without
+    asking, L6345-6347) gets ``empty_label`` from ``judge.name`` and is never sent."""
+    judged = iter(judge.judge([p for p in prompts if p is not None]))
+    return [Judgment(empty_label, explanation, judge.name) if p is None else next(judged) for p in prompts]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvprobe.studies.answers import displayed_answer
+from kvprobe.studies.judge import judge_answered
 
 from . import strings
 
@@ -44,13 +45,9 @@ def grade_run(run_dir: str | Path, judge: BatchedJudge, out_name: str = GRADES) 
     from kvprobe.studies.runner import read_rows
 
     rows = [r for r in read_rows(run_dir) if r.get("output") is not None]
-    asked = [i for i, r in enumerate(rows) if displayed_answer(r["output"] or "").strip()]
-    judged = iter(judge.judge([rubric(rows[i]) for i in asked]))
-    verdicts: list[dict[str, Any]] = [{"correct": False, "explanation": "empty answer", "grader": judge.name}
-                                      for _ in rows]
-    for i in asked:
-        j = next(judged)
-        verdicts[i] = {"correct": j.label == "yes", "explanation": j.explanation, "grader": j.grader}
+    judged = judge_answered(judge, [rubric(r) if displayed_answer(r["output"] or "").strip() else None for r in rows],
+                            "no")
+    verdicts = [{"correct": j.label == "yes", "explanation": j.explanation, "grader": j.grader} for j in judged]
     path = Path(run_dir) / out_name
     with open(path, "w") as f:
         for r, v in zip(rows, verdicts):

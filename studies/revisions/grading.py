@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from kvprobe.studies.answers import contains_answer, displayed_answer, normalize_answer
 from kvprobe.studies.answers import declines
+from kvprobe.studies.judge import judge_answered
 from . import strings
 from .history import history_text
 
@@ -115,18 +116,14 @@ def grade_run(run_dir: str | Path, judge: "BatchedJudge", out_name: str = GRADES
     study = study_from_config(run_dir)
     histories = {a.article_id: history_text(a) for a in study.articles()}
     rows = [r for r in read_rows(run_dir) if not r.get("skipped")]
-    asked = [r for r in rows if r["displayed"].strip()]
-    judged = iter(judge.judge([rubric(histories[r["article_id"]], r) for r in asked]))
+    judged = judge_answered(judge, [rubric(histories[r["article_id"]], r) if r["displayed"].strip() else None
+                                    for r in rows], "wrong")
     path = Path(run_dir) / out_name
     with open(path, "w") as f:
-        for r in rows:
-            if r["displayed"].strip():
-                j = next(judged)
-                label, why, grader = j.label, j.explanation, j.grader
-            else:
-                label, why, grader = "wrong", "empty answer", judge.name
+        for r, j in zip(rows, judged):
             f.write(json.dumps({"case_id": r["case_id"], "question_id": r["question_id"], "condition": r["condition"],
-                                "label": label, "explanation": why, "grader": grader}, sort_keys=True) + "\n")
+                                "label": j.label, "explanation": j.explanation, "grader": j.grader},
+                               sort_keys=True) + "\n")
     return path
 
 

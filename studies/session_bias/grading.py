@@ -141,13 +141,9 @@ class BatchedJudge:
         return self.protocol.requests
 
     def grade(self, tasks: Sequence[GradeTask]) -> list[Verdict]:
-        asked = [i for i, t in enumerate(tasks) if t.response.strip()]
-        judged = iter(self.protocol.judge([self.rubric(tasks[i]) for i in asked]))
-        verdicts = [Verdict(False, "empty answer", self.name)] * len(tasks)
-        for i in asked:
-            j = next(judged)
-            verdicts[i] = Verdict(j.label == "yes", j.explanation, j.grader)
-        return verdicts
+        judged = judge.judge_answered(self.protocol, [self.rubric(t) if t.response.strip() else None for t in tasks],
+                                      "no")
+        return [Verdict(j.label == "yes", j.explanation, j.grader) for j in judged]
 
 
 # ----------------------------------------------------------------------------- regrading a run
