@@ -46,6 +46,8 @@ class RecordHistory:
     other_entity: str
     other_value: str
     other_text: str
+    #: How the deadline family states values ("date" or "hours"; ``families.DEADLINE_UNITS``).
+    deadline_unit: str = "date"
 
     @property
     def case_id(self) -> str:
@@ -57,7 +59,7 @@ class RecordHistory:
         return self.case.variant != "other_entity"
 
     def slot(self, entity: str) -> str:
-        return families.slot(self.case.family, SLOT_INDICES[self.case.split][0], entity)
+        return families.slot(self.case.family, SLOT_INDICES[self.case.split][0], entity, self.deadline_unit)
 
     def queries(self) -> list[tuple[str, str, str]]:
         """(kind, question, reference answer) of the three queries."""
@@ -93,9 +95,14 @@ def question_text(question: str) -> str:
     return f"{strings.QUESTION} {question}"
 
 
-def record_histories(split: str = "test", seed: int = RECORDS_SEED) -> list[RecordHistory]:
-    """The D3 cases of ``split`` with their other-entity records, in dataset order."""
-    cases = [c for c in generate_records(seed) if c.split == split]
+def record_histories(split: str = "test", seed: int = RECORDS_SEED, deadline_unit: str = "date"
+                     ) -> list[RecordHistory]:
+    """The D3 cases of ``split`` with their other-entity records, in dataset order.
+
+    ``deadline_unit="hours"``: the deadline family in hours, as in the paper's dataset
+    (:func:`studies.recognition.families.restate`); other families are unchanged.
+    """
+    cases = [c for c in generate_records(seed, deadline_unit) if c.split == split]
     items: dict[str, list[RecognitionCase]] = {}
     for c in cases:
         if c.variant == "replacement":
@@ -112,13 +119,14 @@ def record_histories(split: str = "test", seed: int = RECORDS_SEED) -> list[Reco
                     break
             else:
                 raise ValueError(f"{item.group}: no other record with a distinct entity and value")
-    return [RecordHistory(c, other_of[c.group].entity, other_of[c.group].old_value, other_of[c.group].a_text)
-            for c in cases]
+    return [RecordHistory(c, other_of[c.group].entity, other_of[c.group].old_value, other_of[c.group].a_text,
+                          deadline_unit) for c in cases]
 
 
-def selected_histories(split: str, seed: int, n_groups: int | None) -> list[RecordHistory]:
+def selected_histories(split: str, seed: int, n_groups: int | None, deadline_unit: str = "date"
+                       ) -> list[RecordHistory]:
     """The record histories of ``split``, or those of ``n_groups`` items taken from the families in turn."""
-    cases = record_histories(split, seed)
+    cases = record_histories(split, seed, deadline_unit)
     if n_groups is not None:
         groups = _spread_groups(cases, n_groups)
         cases = [c for c in cases if c.case.group in groups]

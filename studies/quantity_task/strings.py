@@ -54,3 +54,20 @@ def neutral_note(sentence: str = NOTE_SENTENCE, repetitions: int = NOTE_REPETITI
     space matches its quoted 31-token window (L3804-3806).
     """
     return " ".join([sentence] * repetitions)
+
+
+#: Every string above as the paper prints it (the templates filled with the paper's own examples,
+#: L3784-3812); tests/test_paper_strings.py compares each with the seed text.
+PAPER_STRINGS = {
+    "SYSTEM": SYSTEM,
+    "RECORD_A": RECORD_A.format(entity="Assembly-TEST-011", attribute="inspection interval", old_num="233",
+                                unit="hours"),
+    "RECORD_B_UNIT_STATED": RECORD_B_UNIT_STATED.format(attribute="cycle duration", entity="Assembly-TEST-000",
+                                                        new_num="628", unit="minutes"),
+    "RECORD_B_UNIT_FROM_A": RECORD_B_UNIT_FROM_A.format(attribute="cycle duration", entity="Assembly-TEST-000",
+                                                        new_num="628"),
+    "INSPECTION_RECORD": INSPECTION_RECORD.format(envelope="Envelope-TEST-011", color="ochre"),
+    "NOTE_SENTENCE": NOTE_SENTENCE,
+    "CURRENT_QUESTION": CURRENT_QUESTION.format(attribute="inspection interval", entity="Assembly-TEST-011"),
+    "UNRELATED_QUESTION": UNRELATED_QUESTION.format(envelope="Envelope-TEST-000"),
+}

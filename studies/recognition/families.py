@@ -18,6 +18,14 @@ entity, value or wording. Our choices:
   so no date is a prefix of another); incident causes such as "router firmware";
 * six slot phrasings per family (D3 gives two to each split, D1 uses all six).
 
+The paper's record dataset expresses its quantity targets in hours (seed L5522-5524: "The
+quantity targets in this synthetic dataset are single values explicitly expressed in hours"),
+which the unit studies need (factorial, matched scores, value categories). ``restate`` gives
+a deadline in hours with ``deadline_unit="hours"``: the date (month m, day d) becomes
+``f"{12 + 19 * (m - 1) + (d - 10)} hours"`` (12-239 hours, one per date). Generators draw dates
+and restate the drawn values, so every random draw, and every other family's case, is the same
+in both units. Dates remain the default of the studies committed before this choice existed.
+
 Values are partitioned by *key* (city, resource, tier, month, cause), so value strings of
 different keys never coincide.
 """
@@ -89,6 +97,21 @@ def entity_name(family: str, key: int) -> str:
     raise ValueError(f"unknown family {family!r}")
 
 
+#: How the deadline family states its values: ``"date"`` ("March 14") or ``"hours"`` ("58 hours").
+DEADLINE_UNITS = ("date", "hours")
+_DEADLINE_DAYS = range(10, 29)
+
+
+def deadline_hours(month: str, day: int) -> str:
+    """The hours value standing for a deadline date: one distinct value per (month, day).
+
+    >>> deadline_hours("January", 10), deadline_hours("March", 14)
+    ('12 hours', '54 hours')
+    """
+    m = VALUE_KEYS["deadline"].index(month)
+    return f"{12 + len(_DEADLINE_DAYS) * m + (day - _DEADLINE_DAYS.start)} hours"
+
+
 def values(family: str, keys: Sequence[str]) -> list[str]:
     """Value strings of the given value keys."""
     if family == "api_endpoint":
@@ -96,13 +119,33 @@ def values(family: str, keys: Sequence[str]) -> list[str]:
     if family == "preferred_plan":
         return [f"{k} {billing}" for k in keys for billing in ("Monthly", "Annual")]
     if family == "deadline":
-        return [f"{k} {day}" for k in keys for day in range(10, 29)]
+        return [f"{k} {day}" for k in keys for day in _DEADLINE_DAYS]
     return list(keys)
 
 
-def slot(family: str, index: int, entity: str) -> str:
-    """Slot phrasing ``index`` of ``family`` filled with ``entity``."""
-    return SLOTS[family][index].format(e=entity)
+def restate(family: str, value: str, deadline_unit: str = "date") -> str:
+    """``value`` as the family states it under ``deadline_unit`` (only deadlines change, to hours).
+
+    >>> restate("deadline", "March 14", "hours"), restate("office_city", "Porto", "hours")
+    ('54 hours', 'Porto')
+    """
+    if deadline_unit not in DEADLINE_UNITS:
+        raise ValueError(f"deadline_unit must be one of {', '.join(DEADLINE_UNITS)}, got {deadline_unit!r}")
+    if family != "deadline" or deadline_unit == "date":
+        return value
+    month, day = value.split()
+    return deadline_hours(month, int(day))
+
+
+#: Slot phrasings of the deadline family when its values are hours (a date noun would not fit "96 hours").
+HOURS_DEADLINE_SLOTS = ("the deadline of {e}", "the time allowed for {e}", "the delivery window for {e}",
+                        "the turnaround time of {e}", "the lead time of {e}", "the response window for {e}")
+
+
+def slot(family: str, index: int, entity: str, deadline_unit: str = "date") -> str:
+    """Slot phrasing ``index`` of ``family`` filled with ``entity`` (hours deadlines: :data:`HOURS_DEADLINE_SLOTS`)."""
+    phrasings = HOURS_DEADLINE_SLOTS if family == "deadline" and deadline_unit == "hours" else SLOTS[family]
+    return phrasings[index].format(e=entity)
 
 
 def pick_pair(rng: random.Random, pool: Sequence[str]) -> tuple[str, str]:

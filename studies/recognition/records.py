@@ -125,7 +125,7 @@ def _pools(rng: random.Random) -> dict[tuple[str, str], dict[str, list]]:
     return pools
 
 
-def split_vocabulary(seed: int = RECORDS_SEED) -> dict[str, dict[str, set[str]]]:
+def split_vocabulary(seed: int = RECORDS_SEED, deadline_unit: str = "date") -> dict[str, dict[str, set[str]]]:
     """Per split: the sets of entities, values, slot phrasings and frames the generator may use."""
     pools = _pools(random.Random(seed))
     out: dict[str, dict[str, set[str]]] = {}
@@ -134,8 +134,8 @@ def split_vocabulary(seed: int = RECORDS_SEED) -> dict[str, dict[str, set[str]]]
         for family in FAMILIES:
             pool = pools[(split, family)]
             vocab["entities"].update(pool["entities"], pool["others"])
-            vocab["values"].update(pool["values"])
-            vocab["slots"].update(families.SLOTS[family][i] for i in SLOT_INDICES[split])
+            vocab["values"].update(families.restate(family, v, deadline_unit) for v in pool["values"])
+            vocab["slots"].update(families.slot(family, i, "{e}", deadline_unit) for i in SLOT_INDICES[split])
         vocab["frames"] = {frame for frame_set in FRAMES[split] for frame in frame_set.values()}
         out[split] = vocab
     return out
@@ -149,14 +149,14 @@ def _assert_disjoint(vocabulary: dict[str, dict[str, set[str]]]) -> None:
                 assert not shared, f"{kind} shared by {first} and {second}: {sorted(shared)[:5]}"
 
 
-def _item_cases(group: str, split: str, family: str, k: int, entity: str, other: str, old: str, new: str
-                ) -> list[RecognitionCase]:
+def _item_cases(group: str, split: str, family: str, k: int, entity: str, other: str, old: str, new: str,
+                deadline_unit: str = "date") -> list[RecognitionCase]:
     """The six cases of item ``k`` (index within its split and family)."""
     frame_id = k % len(FRAMES[split])
     frames = FRAMES[split][frame_id]
     a_index, b_index = SLOT_INDICES[split] if (k // 2) % 2 == 0 else SLOT_INDICES[split][::-1]
-    a_slot = families.slot(family, a_index, entity)
-    b_slot = families.slot(family, b_index, entity)
+    a_slot = families.slot(family, a_index, entity, deadline_unit)
+    b_slot = families.slot(family, b_index, entity, deadline_unit)
     a_text = capitalize(frames["A"].format(slot=a_slot, old=old))
     b_texts = {
         "replacement": frames["replacement"].format(slot=b_slot, new=new),
@@ -164,7 +164,7 @@ def _item_cases(group: str, split: str, family: str, k: int, entity: str, other:
         "role_swap": frames["role_swap"].format(slot=b_slot, old=old, new=new),
         "role_confirmation": frames["role_swap"].format(slot=b_slot, old=new, new=old),
         "explicit_rejection": frames["explicit_rejection"].format(slot=b_slot, old=old, new=new),
-        "other_entity": frames["replacement"].format(slot=families.slot(family, b_index, other), new=new),
+        "other_entity": frames["replacement"].format(slot=families.slot(family, b_index, other, deadline_unit), new=new),
     }
     swap, conf = b_texts["role_swap"], b_texts["role_confirmation"]
     assert len(swap) == len(conf) and word_multiset(swap) == word_multiset(conf), group
@@ -180,20 +180,27 @@ def _item_cases(group: str, split: str, family: str, k: int, entity: str, other:
     ]
 
 
-def generate_records(seed: int = RECORDS_SEED) -> list[RecognitionCase]:
-    """The 570 cases of D3, ordered by split (train, dev, test), family, item and variant."""
+def generate_records(seed: int = RECORDS_SEED, deadline_unit: str = "date") -> list[RecognitionCase]:
+    """The 570 cases of D3, ordered by split (train, dev, test), family, item and variant.
+
+    ``deadline_unit="hours"`` states the deadline family's values in hours, as the paper's record
+    dataset does (``families.values``); every other case, and every random draw, is unchanged.
+
+    Example: ``[c.old_value for c in generate_records(deadline_unit="hours") if c.family == "deadline"][:1]``
+    gives an hours value such as ``['179 hours']``.
+    """
     rng = random.Random(seed)
     pools = _pools(rng)
-    _assert_disjoint(split_vocabulary(seed))
+    _assert_disjoint(split_vocabulary(seed, deadline_unit))
     cases: list[RecognitionCase] = []
     numbers: Counter[str] = Counter()
     for split in SPLITS:
         for family in FAMILIES:
             pool = pools[(split, family)]
             for k, (entity, other) in enumerate(zip(pool["entities"], pool["others"])):
-                old, new = families.pick_pair(rng, pool["values"])
+                old, new = (families.restate(family, v, deadline_unit) for v in families.pick_pair(rng, pool["values"]))
                 group = f"rec-{SHORT_NAMES[family]}-{numbers[family]:03d}"
                 numbers[family] += 1
-                cases.extend(_item_cases(group, split, family, k, entity, other, old, new))
+                cases.extend(_item_cases(group, split, family, k, entity, other, old, new, deadline_unit))
     assert len(cases) == 6 * 19 * len(FAMILIES)
     return cases
