@@ -105,6 +105,9 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
     Entry("revisions", _P + "revisions.study:RevisionsStudy", _P + "revisions.summary",
           "questions about article revision histories under whole-source, changed-text masks and recompute "
           "(partE E9)"),
+    Entry("factorial", _P + "factorial.study:FactorialStudy", _P + "factorial.summary",
+          "quantity and endpoint factorial: B information x question wording x note x five access conditions "
+          "(partD 1c)", seed=PAPER_SEED),
     Entry("detection", _P + "detection.study:DetectionStudy", _P + "detection.summary",
           "replacement detectors (JSON classifiers, YES/NO score) on record pairs (partB 4-5)"),
     Entry("records", _P + "records.study:RecordsStudy", _P + "records.summary",

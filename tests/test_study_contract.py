@@ -25,7 +25,8 @@ from kvprobe.studies.runner import COMMITTED, RESULTS, run_study
 SMALL: dict[str, dict] = {
     "quantity": dict(n_groups=1, max_new_tokens=4, operations=False),
     "babilong": dict(tasks=("qa2",), lengths=(0,), n=2, max_new_tokens=4),
-    "mquake": dict(hops=(2,), n_per_hop=1, max_new_tokens=3),
+    "mquake": dict(hops=(2,), n_per_hop=1, max_new_tokens=3, no_context=True),
+    "factorial": dict(n_groups=1, max_new_tokens=3, matrices=("quantity",), information=("stated",), notes=("notebook",)),
     "revisions": dict(n_articles=1, max_new_tokens=3),
     "factconsolidation": dict(tiers=("1k",), n_histories=1, questions_per_hop=1, max_new_tokens=2),
     "minteval": dict(n_sessions=2, questions_per_type=1, max_events=24, max_new_tokens=3),

@@ -11,7 +11,9 @@ each policy:
 * ``recompute``: delete the superseded records' text and prefill again;
 * ``online-mask``: hide each superseded record from every token after its own update;
 * ``rebuild``: recompute every state from the first superseded record on, with the records hidden;
-* ``compact``: delete the superseded records' rows and re-rotate later keys.
+* ``compact``: delete the superseded records' rows and re-rotate later keys;
+* ``no-context`` (``--no-context``): the question with the same chat framing and no history
+  (weights only; ``studies/no_context.py``), the paper's baseline of app:v52_weights.
 
 Cases are generated fictional ones (``generate.py``, the offline default) or the
 paper's sample of a released file (``--source MQuAKE-CF-3k-v2.json``: 200 cases per
@@ -37,6 +39,7 @@ import kvprobe
 from kvprobe import decoding
 from kvprobe.readouts.stats import MQUAKE_SAMPLE_SEED, MQUAKE_SEED
 from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, use_chat
+from kvprobe.studies.no_context import NO_CONTEXT, NoContext
 from kvprobe.studies.runner import study_parameters
 from . import strings
 from kvprobe.studies.mquake_data.generate import dataset_hash, generate_cases
@@ -87,6 +90,9 @@ class MQuAKEStudy(HistoryStudy):
     chat: bool | None = None
     #: Cases answered in one batch.
     cases_per_batch: int = 2
+    #: Also answer every question with no history (weights only; the paper's no-context baseline, whose
+    #: wrong answers condition the report's no-context table).
+    no_context: bool = False
     _cases: list[MQuAKEStudyCase] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -100,7 +106,7 @@ class MQuAKEStudy(HistoryStudy):
 
     def config(self) -> dict[str, Any]:
         cfg = study_parameters(self)
-        cfg["policies"] = list(POLICIES)
+        cfg["policies"] = list(POLICIES) + ([NO_CONTEXT] if self.no_context else [])
         cfg["dataset_sha256"] = dataset_hash([c.case for c in self.cases()])
         cfg["boxed_instruction"] = strings.BOXED_INSTRUCTION if self.boxed else None
         return cfg
@@ -133,14 +139,15 @@ class MQuAKEStudy(HistoryStudy):
 
     def conditions(self, model: kvprobe.Model, case: MQuAKEStudyCase, history: kvprobe.History
                    ) -> dict[str, kvprobe.Access]:
-        """The seven policies on the superseded records (unsupported ones are left out by the protocol)."""
+        """The seven policies on the superseded records (unsupported ones are left out by the protocol), and the
+        no-context baseline when asked for."""
         from kvprobe.interventions import Compact, OnlineMask, Rebuild, TextRecompute
 
         sources = source_segments(case.case)
         source_spans = [history.span(name) for name in sources]
         values = [history.span(name, chars=(a, b)) for name, a, b in value_spans(case.case)]
         pairs = online_pairs(case.case)
-        return {
+        policies = {
             "full": kvprobe.Full(),
             "value-mask": kvprobe.Mask(values, name="value-mask"),
             "source-mask": kvprobe.Mask(source_spans, name="source-mask"),
@@ -150,6 +157,9 @@ class MQuAKEStudy(HistoryStudy):
             "rebuild": Rebuild(source_spans),
             "compact": Compact(source_spans),
         }
+        if self.no_context:
+            policies[NO_CONTEXT] = NoContext()
+        return policies
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
         case = run.case.case

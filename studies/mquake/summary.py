@@ -12,6 +12,11 @@ the historical question's discordant cases with the exact McNemar test; and
 whether a case's historical loss under recompute goes with a gain on a current
 paraphrase (2 x 2 table of cases, conditional odds ratio, Fisher exact test).
 Both on the exact-match and the contains-answer rules.
+
+No-context baseline (runs with ``--no-context``; paper app:v52_weights, L4552-4562): per rule, the
+historical and the current questions' rates on the questions the no-context model answers wrongly,
+with the change against the source mask (``studies/no_context.py``). Runs without the baseline
+summarize as before.
 """
 
 from __future__ import annotations
@@ -22,9 +27,14 @@ from typing import Any
 
 
 from kvprobe.readouts.stats import DRAWS, fisher_exact, group_bootstrap_weights, mcnemar_exact, paired_change
+from kvprobe.studies.no_context import NO_CONTEXT, Outcome, conditional_on_baseline, conditional_table
 from kvprobe.studies.report import corrections_reversals, estimate, heading, run_time, table_head
 from kvprobe.studies.runner import read_rows, write_run_summary
-from .study import POLICIES
+from .strings import NO_CONTEXT_ANCHORS
+from .study import POLICIES as STUDY_POLICIES
+
+#: Row conditions in report order: the seven policies, then the no-context baseline (``--no-context`` runs).
+POLICIES = (*STUDY_POLICIES, NO_CONTEXT)
 
 KINDS = ("current", "historical", "single_hop")
 #: Scoring rules counted per cell: exact match with EOS, boxed content only, answer contained.
@@ -62,8 +72,36 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
               and r["condition"] in ("full", "recompute")]
     routing = {"n": len(routed), "em": sum(r["em"] for r in routed), "contains": sum(r["contains"] for r in routed),
                "rule": "historical prefix -> full access; other questions -> text recompute"}
-    return {"cells": cells, "any_paraphrase": any_paraphrase(by_key), "strata": strata(rows), "routing": routing,
-            "recompute_vs_source": recompute_vs_source(by_key), "draws": draws, "seed": seed, "rows": len(rows)}
+    summary = {"cells": cells, "any_paraphrase": any_paraphrase(by_key), "strata": strata(rows), "routing": routing,
+               "recompute_vs_source": recompute_vs_source(by_key), "draws": draws, "seed": seed, "rows": len(rows)}
+    if any(r["condition"] == NO_CONTEXT for r in rows):
+        summary["no_context"] = no_context_tables(rows, seed, draws)
+    return summary
+
+
+#: The no-context tables' rules (the paper's exact match with EOS first) and question kinds (the paper's first).
+NO_CONTEXT_RULES = ("em", "contains")
+NO_CONTEXT_KINDS = ("historical", "current")
+#: The condition the no-context tables' changes are measured against (the paper's reference operation).
+NO_CONTEXT_REFERENCE = "source-mask"
+
+
+def no_context_tables(rows: list[dict[str, Any]], seed: int, draws: int = DRAWS) -> list[dict[str, Any]]:
+    """Per rule and question kind, every policy on the questions the no-context baseline answers wrongly.
+
+    A unit is one question of a case (each current paraphrase its own, as a row is), paired with the
+    no-context answer to the same question; the case is its bootstrap group.
+    """
+    out = []
+    for rule in NO_CONTEXT_RULES:
+        outcomes = [Outcome((r["case_id"], r["question_index"]), r["query"], r["condition"], bool(r[rule]),
+                            r["case_id"]) for r in rows]
+        for kind in NO_CONTEXT_KINDS:
+            table = conditional_on_baseline(outcomes, kind, seed, draws, reference=NO_CONTEXT_REFERENCE,
+                                            order=POLICIES)
+            if table is not None:
+                out.append({"rule": rule, **table})
+    return out
 
 
 def any_paraphrase(by_key: dict[tuple[str, str], dict[tuple[str, int], dict]]) -> list[dict[str, Any]]:
@@ -164,6 +202,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
                             for a in anyp) + "."]
     for column, cells in summary.get("strata", {}).items():
         lines += _stratum_lines(column, cells)
+    lines += _no_context_lines(summary.get("no_context"), source)
     lines += _contrast_lines(summary.get("recompute_vs_source"))
     r = summary["routing"]
     lines += ["", f"Offline routing ({r['rule']}): {r['em']}/{r['n']} exact matches, {r['contains']}/{r['n']} "
@@ -181,6 +220,31 @@ def _stratum_lines(column: str, cells: list[dict[str, Any]]) -> list[str]:
     for (value, policy), kinds in table.items():
         cols = [f"{k['em']} / {k['contains']} / {k['n']}" if (k := kinds.get(kind)) else "" for kind in KINDS]
         lines.append(f"| {value} | {policy} | " + " | ".join(cols) + " |")
+    return lines
+
+
+def _no_context_lines(tables: list[dict[str, Any]] | None, source: str) -> list[str]:
+    """The no-context section: one table per (rule, question kind), the paper's anchors beside the
+    historical exact-match table (the paper's wording and rule)."""
+    if not tables:
+        return []
+    rules = {"em": "exact match with EOS", "contains": "contains the answer (a sensitivity rule)"}
+    lines = ["", f"No-context baseline (paper app:v52_weights): every question is also asked with the same chat "
+             "framing and no history (weights only); each table counts the policies' correct answers on the "
+             "questions the no-context model answers wrongly (denominator = the no-context-wrong subset), with "
+             f"the change against {NO_CONTEXT_REFERENCE}."]
+    if source == "generated":
+        lines[-1] += (" The cases are generated fictional facts, so the weights alone should rarely know an "
+                      "answer and the subset holds nearly every question; on the released MQuAKE facts the "
+                      "subset leaves out what the weights recall.")
+    for t in tables:
+        paper = t["rule"] == "em" and t["query"] == "historical"
+        label = (f"{t['query'].capitalize()} question"
+                 + (" (each paraphrase; not in the paper)" if t["query"] == "current" else "")
+                 + f", {rules.get(t['rule'], t['rule'])}"
+                 + (": the paper's table, its range over three models in the last column:" if paper else ":"))
+        lines += ["", label, "", *conditional_table(t, NO_CONTEXT_ANCHORS if paper else None,
+                                                    "paper, 3 models (%)")]
     return lines
 
 

@@ -22,6 +22,7 @@ import kvprobe
 from kvprobe import decoding
 from kvprobe.studies.quantity_task import grading, tasks
 from kvprobe.studies.quantity_task.histories import QuantityTaskHistories
+from kvprobe.studies.no_context import NO_CONTEXT, NoContext
 from kvprobe.studies.protocol import CaseRun, Question, require_at_least
 
 #: Answer budget (paper section 1.3: 40 tokens for the small models).
@@ -99,6 +100,9 @@ class QuantityStudy(QuantityTaskHistories):
     control_skip: int = tasks.CONTROL_SKIP
     #: Cases answered in one batch (4 was fastest on 2 CPU cores).
     cases_per_batch: int = CASES_PER_BATCH
+    #: Also answer every query with no history (weights only: the system message and the question; the
+    #: paper's no-context baseline), whose wrong historical answers condition the report's no-context table.
+    no_context: bool = False
 
     def __post_init__(self) -> None:
         require_at_least(self, n_groups=1, max_new_tokens=1, control_skip=0, cases_per_batch=1)
@@ -121,7 +125,10 @@ class QuantityStudy(QuantityTaskHistories):
 
     def conditions(self, model: kvprobe.Model, case: tasks.Case, history: kvprobe.History
                    ) -> dict[str, kvprobe.Access]:
-        return tasks.study_conditions(history, case, operations=self.operations, control_skip=self.control_skip)
+        conditions = tasks.study_conditions(history, case, operations=self.operations, control_skip=self.control_skip)
+        if self.no_context:
+            conditions[NO_CONTEXT] = NoContext()
+        return conditions
 
     def row(self, run: CaseRun, question: Question, condition: str,
             answers: dict[str, decoding.Answer]) -> dict[str, Any]:

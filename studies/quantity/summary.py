@@ -11,6 +11,10 @@ L.95 > -3 pp). Intervals: paired group bootstrap (paper partC 6) with 10,000 dra
 groups, seeded with the paper's 20260919 by default (``PAPER_SEED``, seed L4929), the
 same draws for every cell, percentile 95 %.
 
+No-context baseline (runs with ``--no-context``; paper app:v52_weights, there on MQuAKE): the
+historical query's complete (and lenient) answers of every condition on the cases the no-context
+model answers wrongly (``studies/no_context.py``); groups are the bootstrap units.
+
 Warning signal (paper partC 5): how well D_c, and the paper's Delta m variant, rank
 lost above kept answers, labeled with the paper's complete answers and, beside them,
 with the lenient rule.
@@ -28,13 +32,15 @@ import numpy as np
 from kvprobe.files import atomic_write_text
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, GroupBootstrap, auc, bootstrap_auc_draws, \
     group_bootstrap_indices, one_sided_lower, percentile_interval, zero_failure_bound
+from kvprobe.studies.no_context import NO_CONTEXT, Outcome, conditional_on_baseline, conditional_table
 from kvprobe.studies.report import estimate, heading, interval, table_head
 from kvprobe.studies.runner import read_rows
 from .threshold import LABELS, RULES as SIGNAL_RULES, SIGNAL_CONDITIONS, signal
 
 #: Report order of conditions (unknown names sort after these, alphabetically).
 RELATION_ORDER = ("replacement", "confirmation", "other_attribute", "other_entity")
-CONDITION_ORDER = ("full", "source", "source-control", "number", "number-control", "recompute", "rebuild", "compact")
+CONDITION_ORDER = ("full", "source", "source-control", "number", "number-control", "recompute", "rebuild", "compact",
+                   NO_CONTEXT)
 QUERY_ORDER = ("current", "historical", "unrelated")
 
 
@@ -163,7 +169,43 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
                 entry["zero_reversal_upper_bound"] = zero_failure_bound(entry["n"])
             summary["cells"].append(entry)
     summary["warning_signal"] = {rule: warning_signal(cells, order, boot, rule) for rule in SIGNAL_RULES}
+    if any(k[2] == NO_CONTEXT for k in cells):
+        summary["no_context"] = no_context_tables(cells, seed, draws)
     return summary
+
+
+#: The no-context tables' query, rules (the paper's complete rule first) and reference condition.
+NO_CONTEXT_QUERY = "historical"
+NO_CONTEXT_RULES = ("complete", "lenient_complete")
+NO_CONTEXT_REFERENCE = "source"
+
+
+def no_context_tables(cells: dict[tuple[str, str, str], dict[str, dict[str, Any]]], seed: int,
+                      draws: int = DRAWS) -> list[dict[str, Any]]:
+    """Per rule, every condition's historical answers on the cases (both information conditions) the
+    no-context model answers wrongly; a case's group is its bootstrap unit."""
+    rows = [row for (_, query, _), cell in cells.items() if query == NO_CONTEXT_QUERY for row in cell.values()]
+    out = []
+    for rule in NO_CONTEXT_RULES:
+        outcomes = [Outcome(r["case_id"], r["query"], r["condition"], bool(r[rule]), r["group_id"]) for r in rows]
+        table = conditional_on_baseline(outcomes, NO_CONTEXT_QUERY, seed, draws, reference=NO_CONTEXT_REFERENCE,
+                                        order=CONDITION_ORDER)
+        if table is not None:
+            out.append({"rule": rule, **table})
+    return out
+
+
+def _no_context_lines(tables: list[dict[str, Any]] | None) -> list[str]:
+    """The no-context section: one table per rule (no paper anchor: the paper's baseline is on MQuAKE)."""
+    if not tables:
+        return []
+    lines = ["## No-context baseline: historical query on the cases the no-context model answers wrongly", "",
+             "Every query is also asked with the system message and the question only (weights only). The "
+             "paper reports this baseline on MQuAKE only (app:v52_weights), so there is no quantity anchor; "
+             "the old value is generated, so the weights alone can hardly state it.", ""]
+    for t in tables:
+        lines += [f"Rule: {RULE_NAMES.get(t['rule'], t['rule'])}", "", *conditional_table(t), ""]
+    return lines
 
 
 def _cells(summary: dict[str, Any], relation: str, info: str, query: str) -> list[dict[str, Any]]:
@@ -282,6 +324,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
             if entries:
                 lines += [f"## All {summary['groups']} groups, {info}, {query} query", ""]
                 lines += _table(entries)
+    lines += _no_context_lines(summary.get("no_context"))
     return "\n".join(lines)
 
 

@@ -1,0 +1,48 @@
+"""Exact strings of the quantity and endpoint factorial, quoted verbatim from the paper.
+
+Source: "Positions Are Not Facts" (../shared/seed/000_1f60a69837e742f0.txt), appendix
+"Varying Source Information, Mask Scope, and Answer Requirements" (app:v17_scope, seed
+L4737-4897) and the matched-score experiment it builds on (app:v7_bridge, seed L5574-5577).
+``PAPER_STRINGS`` lists every quoted string (``tests/test_paper_strings.py`` checks each one
+against the seed). Strings the paper does not give are marked UNCLEAR and are our choice.
+
+The record histories themselves (header, Time 1 / Other record / Time 2 labels, system
+instruction, question wording) are those of :mod:`kvprobe.studies.detectors.strings`.
+"""
+
+# Seed L4769-4771 ("Source information and mask positions"): the B-refers-to-A condition removes every
+# "hours" from B and prepends this sentence.
+REFERS_TO_A = "Use the same measurement unit as the Time 1 entry."
+#: The unit word removed from B in the B-refers-to-A condition (seed L4769-4770: "we remove all
+#: occurrences of hours from B").
+REMOVED_UNIT = "hours"
+
+# Seed L4776-4778: the complete-answer question appends this to the current question.
+COMPLETE_QUANTITY = ("Return the complete queried value, including its measurement unit, in the answer string. "
+                     "Preserve the unit established by the records.")
+
+# UNCLEAR (paper, seed L4861-4862: "the complete question requests all slashes and path segments"; the
+# wording is not given). Ours mirrors the quantity wording.
+COMPLETE_ENDPOINT = ("Return the complete queried endpoint, including all slashes and path segments, in the answer "
+                     "string. Preserve the endpoint established by the records.")
+
+# Seed L5576-5577 (app:v7_bridge) and L4779: the notebook note, repeated 16 times before Time 2.
+NOTEBOOK = "The notebook contains numbered pages and a plain cover."
+# Seed L4780-4781: the alternative note, also repeated 16 times.
+SHELF = "A wooden shelf holds a closed sketchbook beside a ceramic bowl."
+#: How often each note sentence is repeated (seed L4779-4781: "16 times").
+NOTE_REPEATS = 16
+# UNCLEAR (paper): how the repetitions are joined. Ours: one space.
+NOTE_JOINER = " "
+
+# Seed L4767-4768: "Llama's template date is fixed to 11 September 2026", passed as the chat template's
+# ``date_string`` (Llama 3 templates format it as "%d %b %Y"; templates without the variable ignore it).
+TEMPLATE_DATE = "11 Sep 2026"
+
+#: Every string above that the paper prints, as it prints it.
+PAPER_STRINGS: dict[str, str] = {
+    "REFERS_TO_A": REFERS_TO_A,
+    "COMPLETE_QUANTITY": COMPLETE_QUANTITY,
+    "NOTEBOOK": NOTEBOOK,
+    "SHELF": SHELF,
+}
