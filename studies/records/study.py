@@ -14,7 +14,15 @@ of the cache under each policy (greedy, 40 tokens, EOS stop):
 * ``always-mask`` (ours, not one of the paper's seven): hide A in every history. It
   is the acted-on outcome of every case, which the coverage curves need (as in the
   paper's matched-score experiment, where the mask is applied unconditionally,
-  partD section 6).
+  partD section 6);
+* ``always-control`` (ours, with ``note="notebook"`` only): hide as many tokens as A
+  from the start of the neutral note the paper's matched-score experiment adds before
+  Time 2 in every arm (seed L5574-5577; :mod:`.control`), the equal-token control of
+  ``always-mask``.
+
+``policies`` chooses the arms (keep-all, the reference of every change, is required).
+``deadline_unit="hours"`` states the deadline family in hours, as the paper's record
+dataset does (its quantity family); ``note="notebook"`` adds the note in every arm.
 
 Policies that reduce to the same operation share one generated answer (L5466-5467):
 on the study protocol (:class:`~kvprobe.studies.protocol.HistoryStudy`) the
@@ -26,8 +34,9 @@ decisions of one detector shared by every generator, as in the paper) or, when
 none is given, from the generator model itself running the detector inline on every
 history of a batch at once (:meth:`RecordsStudy.start_batch`).
 Correct = exact case-folded, whitespace-normalized equality of the JSON answer
-field; malformed JSON is wrong (L5447-5449). The history K/V are checked
-bit-identical after every case.
+field; malformed JSON is wrong (L5447-5449). Every row also carries the paper's value
+category of its answer, the missing-unit flag and whether it wrote an unquoted UNKNOWN
+(:mod:`.errors`). The history K/V are checked bit-identical after every case.
 """
 
 from __future__ import annotations
@@ -43,23 +52,43 @@ from kvprobe.readouts.stats import RECORDS_SEED
 from kvprobe.studies.answers import grade, normalize
 from kvprobe.studies.detectors.text import REPLACEMENT, TEXT_DETECTORS, RecordPair, run_text_detectors
 from kvprobe.studies.recognition.cases import SPLITS
+from kvprobe.studies.recognition.families import DEADLINE_UNITS
 from kvprobe.studies.record_histories import MAX_NEW_TOKENS, RecordHistory, question_text, selected_histories
-from kvprobe.studies.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices, use_chat
+from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
+                                      require_choices, use_chat)
 from kvprobe.studies.runner import study_parameters
+from .control import control_mask, with_note
+from .errors import value_columns
+from .strings import NOTES
 
+#: The default arms: the paper's seven policies and the always-mask reference (the committed runs' arms).
 POLICIES = ("keep-all", "detector-mask", "detector-recompute", "oracle-mask", "oracle-recompute",
             "latest-record", "query-aware-mask", "always-mask")
+#: Every arm ``policies`` may name, in report order (``always-control`` needs a note).
+ALL_POLICIES = (*POLICIES, "always-control")
+#: Arms that need the detector's decisions (without any, the detector is not run).
+DETECTOR_POLICIES = ("detector-mask", "detector-recompute", "query-aware-mask")
 #: The operations the policies apply (the protocol's conditions), in the order they are prepared.
-OPERATIONS = ("full", "mask", "recompute")
+OPERATIONS = ("full", "mask", "control-mask", "recompute")
+#: ``detector_decision`` of rows whose run chose no detector policy.
+NOT_RUN = "not-run"
 
 
 def policy_operation(policy: str, query: str, label: int, detected: bool, same_slot: bool) -> str:
-    """The operation a policy applies: ``"full"``, ``"mask"`` or ``"recompute"``."""
+    """The operation a policy applies: ``"full"``, ``"mask"``, ``"control-mask"`` or ``"recompute"``.
+
+    >>> policy_operation("oracle-mask", "current", 1, False, True)
+    'mask'
+    >>> policy_operation("always-control", "current", 0, False, True)
+    'control-mask'
+    """
     act = {"keep-all": False, "detector-mask": detected, "detector-recompute": detected, "oracle-mask": bool(label),
            "oracle-recompute": bool(label), "latest-record": same_slot,
-           "query-aware-mask": detected and query == "current", "always-mask": True}[policy]
+           "query-aware-mask": detected and query == "current", "always-mask": True, "always-control": True}[policy]
     if not act:
         return "full"
+    if policy == "always-control":
+        return "control-mask"
     return "recompute" if policy.endswith("recompute") else "mask"
 
 
@@ -79,7 +108,7 @@ def read_decisions(run_dir: str | Path, detector: str, filtered: bool) -> dict[s
 
 @dataclass
 class RecordsStudy(HistoryStudy):
-    """The 300 test histories under the seven policies (and always-mask), three queries each."""
+    """The 300 test histories under the seven policies (and always-mask, always-control), three queries each."""
 
     name: ClassVar[str] = "records"
     #: Split of the record histories (the paper: the 300 test histories, 50 items x 6 variants).
@@ -100,18 +129,36 @@ class RecordsStudy(HistoryStudy):
     seed: int = RECORDS_SEED
     #: Histories answered in one batch.
     cases_per_batch: int = 4
+    #: How the deadline family states its values: date ("March 14") or hours ("107 hours", the paper's dataset).
+    deadline_unit: str = "date"
+    #: Neutral note inserted before Time 2 in every arm: none, or notebook (the paper's control note, x16).
+    note: str = "none"
+    #: The arms (keep-all is required; always-control needs a note): the paper's seven policies, always-mask,
+    #: always-control.
+    policies: tuple[str, ...] = POLICIES
     _cases: list[RecordHistory] | None = field(default=None, repr=False, compare=False)
     _decisions: dict[str, str] | None = field(default=None, repr=False, compare=False)
     # Detector verdicts of the histories run so far, by case id (filled batch by batch).
     _detected: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self.policies = tuple(self.policies)
         require_at_least(self, n_groups=1, max_new_tokens=1, cases_per_batch=1)
-        require_choices(self, split=SPLITS, detector=tuple(TEXT_DETECTORS))
+        require_choices(self, split=SPLITS, detector=tuple(TEXT_DETECTORS), deadline_unit=DEADLINE_UNITS,
+                        note=tuple(NOTES), policies=ALL_POLICIES)
+        if "keep-all" not in self.policies or len(set(self.policies)) != len(self.policies):
+            raise InvalidParameter("policies", f"must hold keep-all (every change's reference) and no policy "
+                                   f"twice, got {','.join(self.policies)}")
+        if "always-control" in self.policies and NOTES[self.note] is None:
+            raise InvalidParameter("note", "the always-control policy hides tokens of the neutral note; "
+                                   "give a note (--note notebook) or leave always-control out of --policies")
+        if self.detections is not None and self.deadline_unit != "date":
+            raise InvalidParameter("detections", f"a detection run's decisions concern the records with dates; "
+                                   f"with --deadline-unit {self.deadline_unit} the detector runs inline (leave "
+                                   "--detections out)")
 
     def config(self) -> dict[str, Any]:
         cfg = study_parameters(self)
-        cfg["policies"] = list(POLICIES)
         if self.detections is not None:
             blob = "\n".join(f"{k}={v}" for k, v in sorted(self.decisions().items()))
             cfg["decisions_sha256"] = hashlib.sha256(blob.encode()).hexdigest()
@@ -119,7 +166,7 @@ class RecordsStudy(HistoryStudy):
 
     def cases(self) -> list[RecordHistory]:
         if self._cases is None:
-            self._cases = selected_histories(self.split, self.seed, self.n_groups)
+            self._cases = selected_histories(self.split, self.seed, self.n_groups, self.deadline_unit)
         return self._cases
 
     def decisions(self) -> dict[str, str]:
@@ -129,6 +176,8 @@ class RecordsStudy(HistoryStudy):
         return self._decisions
 
     def _detect(self, model: kvprobe.Model, cases: list[RecordHistory]) -> list[dict[str, Any]]:
+        if not set(DETECTOR_POLICIES) & set(self.policies):
+            return [{"decision": NOT_RUN, "source": "none"} for _ in cases]
         if self.detections is not None:
             missing = [c.case_id for c in cases if c.case_id not in self.decisions()]
             if missing:
@@ -147,7 +196,7 @@ class RecordsStudy(HistoryStudy):
 
     def operations(self, case: RecordHistory, query: str) -> list[str]:
         """The distinct operations the policies apply to ``query``, in the order the policies first need them."""
-        return list(dict.fromkeys(self.operation(case, query, policy) for policy in POLICIES))
+        return list(dict.fromkeys(self.operation(case, query, policy) for policy in self.policies))
 
     # ------------------------------------------------------------------ the protocol's hooks
     def group(self, case: RecordHistory) -> str:
@@ -159,7 +208,8 @@ class RecordsStudy(HistoryStudy):
             self._detected.update(zip((c.case_id for c in cases), self._detect(model, cases)))
 
     def prompt(self, model: kvprobe.Model, case: RecordHistory) -> kvprobe.Prompt:
-        return case.prompt(use_chat(model.tokenizer, self.chat))
+        """The paper's user message, with the neutral note before Time 2 when ``note`` names one."""
+        return with_note(case.prompt(use_chat(model.tokenizer, self.chat)), self.note)
 
     def questions(self, model: kvprobe.Model, case: RecordHistory, history: kvprobe.History) -> list[Question]:
         """The current, historical and unrelated queries; ``info``: the reference answer."""
@@ -173,6 +223,7 @@ class RecordsStudy(HistoryStudy):
 
         needed = {op for kind, _, _ in case.queries() for op in self.operations(case, kind)}
         ops = {"full": kvprobe.Full, "mask": lambda: kvprobe.Mask(case.a_span(history), name="mask"),
+               "control-mask": lambda: control_mask(history, case.a_span(history)),
                "recompute": lambda: TextRecompute(["time1"])}
         return {op: ops[op]() for op in OPERATIONS if op in needed}
 
@@ -183,7 +234,7 @@ class RecordsStudy(HistoryStudy):
     def rows(self, run: CaseRun, question: Question, answers: dict[str, decoding.Answer]) -> list[dict[str, Any]]:
         """One row per policy: the answer of the operation it applies (policies left without one are skipped)."""
         out = []
-        for policy in POLICIES:
+        for policy in self.policies:
             op = self.operation(run.case, question.query, policy)
             if op in answers:
                 out.append({**self.row(run, question, op, answers),
@@ -199,4 +250,5 @@ class RecordsStudy(HistoryStudy):
         return {"family": c.family, "variant": c.variant, "label": c.labels["replacement"], "operation": condition,
                 "detector_decision": self._detected[run.case.case_id]["decision"], "reference": question.info,
                 "old_value": c.old_value, **grade(g.text, question.info, values),
-                "mentions_old": normalize(c.old_value) in normalize(g.text)}
+                "mentions_old": normalize(c.old_value) in normalize(g.text),
+                **value_columns(g.text, question.info, c.old_value)}

@@ -8,6 +8,13 @@ split into replacement and non-replacement histories. The detector's decisions
 are scored against the labels, and a coverage curve ranks histories by the
 detector's decision: acting means hiding A (the ``always-mask`` arm), the
 utility of a history is its current-answer change under that mask.
+
+Values, units and errors (:mod:`.value_tables`): per (query, policy) the paper's six
+value categories, matching values and unit omissions, unquoted UNKNOWN outputs; the
+current-query reversals of every arm against keep-all split into missing unit /
+UNKNOWN / other; and, when the run has the neutral note, always-mask against its
+equal-token control (always-control). Rows written before the value columns existed
+are regraded from their stored outputs (:func:`.errors.regrade_row`).
 """
 
 from __future__ import annotations
@@ -25,21 +32,29 @@ from kvprobe.studies.detectors.text import REPLACEMENT
 from kvprobe.studies.report import COVERAGE_COLUMNS, corrections_reversals, coverage_rows, format_change, heading, run_time, \
     table_head, table_row
 from kvprobe.studies.runner import read_rows, write_run_summary
-from .study import POLICIES
+from . import strings, value_tables
+from .errors import regrade_row
+from .study import ALL_POLICIES, NOT_RUN, POLICIES
 
 QUERIES = ("current", "historical", "unrelated")
 RULES = ("correct", "lenient")
 
 
+def _policies(by_key: dict) -> list[str]:
+    """The policies the run has rows of, in report order."""
+    present = {policy for _, policy in by_key}
+    return [p for p in ALL_POLICIES if p in present]
+
+
 def _cells(by_key: dict, keys: list[str], groups: dict[str, str], seed: int, draws: int,
            subset: str = "all") -> list[dict[str, Any]]:
-    weights = group_bootstrap_weights([groups[k] for k in keys], n_draws=draws, seed=seed)
+    weights = _weights(keys, groups, seed, draws)
     cells = []
     for query in QUERIES:
         full = by_key.get((query, "keep-all"), {})
         if not full:
             continue
-        for policy in POLICIES:
+        for policy in _policies(by_key):
             mine = by_key.get((query, policy), {})
             rows = [mine[k] for k in keys if k in mine]
             cell: dict[str, Any] = {"query": query, "policy": policy, "subset": subset, "n": len(rows),
@@ -53,6 +68,11 @@ def _cells(by_key: dict, keys: list[str], groups: dict[str, str], seed: int, dra
                                                            [full[k][rule] for k in keys], weights)
             cells.append(cell)
     return cells
+
+
+def _weights(keys: list[str], groups: dict[str, str], seed: int, draws: int) -> Any:
+    """The item-bootstrap multiplicities over ``keys`` (the same draws :func:`_cells` uses for them)."""
+    return group_bootstrap_weights([groups[k] for k in keys], n_draws=draws, seed=seed)
 
 
 def _detector(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -73,7 +93,7 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS,
               rankings: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
     """The run's summary; ``rankings`` adds coverage curves ranked by other scores (e.g. learned
     readouts, ``studies.detectors.readout_scores``), ``{name: {case_id: score}}``."""
-    rows = list(read_rows(out_dir))
+    rows = [regrade_row(r) for r in read_rows(out_dir)]
     by_key: dict[tuple[str, str], dict[str, dict]] = defaultdict(dict)
     for r in rows:
         by_key[(r["query"], r["condition"])][r["case_id"]] = r
@@ -87,6 +107,17 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS,
             cells += [c for c in _cells(by_key, subset, groups, seed, draws, name) if c["query"] == "current"]
     summary: dict[str, Any] = {"cells": cells, "detector": _detector([base[k] for k in keys]), "draws": draws,
                                "seed": seed, "rows": len(rows), "histories": len(keys)}
+    policies = summary["policies"] = _policies(by_key)
+    replacements = [k for k in keys if base[k]["label"] == 1]
+    summary["values"] = value_tables.value_cells(by_key, keys, QUERIES, policies)
+    summary["reversals"] = value_tables.reversal_cells(by_key, keys, policies) + \
+        value_tables.reversal_cells(by_key, replacements, policies, subset="replacement")
+    if value_tables.CONTROL in policies:
+        control = [value_tables.control_cells(by_key, keys, _weights(keys, groups, seed, draws), q, "all")
+                   for q in QUERIES]
+        control.append(value_tables.control_cells(by_key, replacements, _weights(replacements, groups, seed, draws),
+                                                  "current", "replacement"))
+        summary["mask_vs_control"] = [c for c in control if c is not None]
     masked = by_key.get(("current", "always-mask"), {})
     if keys and all(k in masked for k in keys):
         ranked = {"detector": [float(base[k]["detector_decision"] == REPLACEMENT) for k in keys],
@@ -116,6 +147,24 @@ def _table(cells: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _arms(policies: list[str]) -> str:
+    if tuple(policies) == POLICIES:
+        return "eight arms (the paper's seven policies and an always-mask reference)"
+    return f"{len(policies)} arms ({', '.join(policies)})"
+
+
+def _setting(sc: dict[str, Any]) -> str:
+    """The history variant: deadline unit and neutral note (configs written before these fields: dates, none)."""
+    unit = sc.get("deadline_unit", "date")
+    text = ("Deadlines are stated in hours (the paper's quantity family). " if unit == "hours" else
+            "Deadlines are stated as dates (the paper states them in hours), so no reference is a quantity. ")
+    note = sc.get("note", "none")
+    if note != "none":
+        text += (f"Every arm has the neutral note ({strings.NOTE_REPEATS} x \"{strings.NOTES[note]}\") before "
+                 "Time 2. ")
+    return text
+
+
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     sc = config["study_config"]
     det = summary["detector"]
@@ -123,21 +172,29 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         "decisions from the generator running the detector inline"
     lines = [*heading("Record histories", config),
              f"{summary['histories']} synthetic record histories ({sc['split']} split), three queries, "
-             f"eight arms (the paper's seven policies and an always-mask reference), greedy answers of at most "
-             f"{sc['max_new_tokens']} tokens. Detector: `{sc['detector']}`"
+             f"{_arms(summary['policies'])}, greedy answers of at most "
+             f"{sc['max_new_tokens']} tokens. {_setting(sc)}Detector: `{sc['detector']}`"
              f"{' with the lexical filter' if sc['lexical_filter'] else ''}, {source}. Exact = case-folded, "
              "whitespace-normalized equality of the JSON answer field (malformed JSON is wrong); lenient (ours) = the "
              "first value of the history the answer mentions is the reference. Changes are paired against keep-all, "
              f"95 % intervals from {summary['draws']:,} draws of whole items (seed {summary['seed']}). "
              "C / R = corrections / reversals of the exact rule.", ""]
     if timing:
-        lines += [run_time(timing, "histories"), ""]
-    lines += [f"Detector: {det['true_triggers']}/{det['positives']} true triggers, {det['false_triggers']}/"
-              f"{det['negatives']} false triggers (unresolved counts as no trigger); decisions per variant: "
-              + "; ".join(f"{v}: {dict(sorted(c.items()))}" for v, c in sorted(det["per_variant"].items())), ""]
+        lines += [run_time(timing, "histories", machine=True), ""]
+    if det["per_variant"] and all(set(c) == {NOT_RUN} for c in det["per_variant"].values()):
+        lines += ["Detector: not run (no detector policy among the arms).", ""]
+    else:
+        lines += [f"Detector: {det['true_triggers']}/{det['positives']} true triggers, {det['false_triggers']}/"
+                  f"{det['negatives']} false triggers (unresolved counts as no trigger); decisions per variant: "
+                  + "; ".join(f"{v}: {dict(sorted(c.items()))}" for v, c in sorted(det["per_variant"].items())), ""]
     lines += _table(summary["cells"])
+    lines += ["", *value_tables.format_values(summary["values"])]
+    lines += ["", *value_tables.format_reversals(summary["reversals"])]
+    if summary.get("mask_vs_control"):
+        lines += ["", *value_tables.format_control(summary["mask_vs_control"], summary["draws"], summary["seed"])]
     if "coverage" in summary:
-        lines += ["", "Coverage (current queries; acting = hiding A): expected net corrections when acting on the "
+        lines += ["", "## Coverage", "",
+                  "Coverage (current queries; acting = hiding A): expected net corrections when acting on the "
                   "top share of histories ranked by the score, ties averaged; excess over random at the same "
                   "coverage in percentage points of all histories.", "",
                   *table_head(["rule", "ranking", *COVERAGE_COLUMNS])]

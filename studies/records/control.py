@@ -1,0 +1,61 @@
+"""The neutral note and the equal-token control of the record-history study (paper app:v7_bridge).
+
+The paper's policy prompt has no neutral text long enough to match record A, so its matched-score
+experiment adds the same note before Time 2 in every arm ("The notebook contains numbered pages and a
+plain cover." repeated 16 times, seed L5574-5577) and hides, as the control, "exactly the same number of
+tokens from the start of the added note" as the old mask hides in A. Here the note is its own prompt
+segment (``note``) between the other record and Time 2, and the control is
+:func:`kvprobe.matched_control` on that segment.
+
+Example::
+
+    prompt = with_note(history.prompt(chat=True), "notebook")   # segments: header, time1, other, note, time2
+    h = model.prefill(prompt)
+    control = control_mask(h, history.a_span(h))                # len == len(A's span), from the note's start
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import kvprobe
+from . import strings
+
+#: The prompt segment holding the note.
+NOTE_SEGMENT = "note"
+#: The segment the note goes before.
+BEFORE = "time2"
+
+
+def note_text(note: str) -> str | None:
+    """The note's text (its sentence repeated :data:`strings.NOTE_REPEATS` times), None for ``"none"``.
+
+    >>> note_text("notebook").count("plain cover."), note_text("none")
+    (16, None)
+    """
+    sentence = strings.NOTES[note]
+    return None if sentence is None else strings.NOTE_JOINER.join([sentence] * strings.NOTE_REPEATS)
+
+
+def with_note(prompt: kvprobe.Prompt, note: str) -> kvprobe.Prompt:
+    """``prompt`` with the note as its own segment right before Time 2 (unchanged for ``"none"``).
+
+    Every other segment, the system message and the separators are kept, so the note is the only change.
+    """
+    text = note_text(note)
+    if text is None:
+        return prompt
+    names = [name for name, _ in prompt.segments]
+    if BEFORE not in names or NOTE_SEGMENT in names:
+        raise ValueError(f"cannot insert a note before {BEFORE!r} into segments {names}")
+    segments = list(prompt.segments)
+    segments.insert(names.index(BEFORE), (NOTE_SEGMENT, text))
+    return dataclasses.replace(prompt, segments=segments)
+
+
+def control_mask(history: kvprobe.History, a_span: kvprobe.TokenSpan) -> kvprobe.Mask:
+    """The equal-token control: as many tokens as ``a_span`` from the first token of the note segment.
+
+    Raises ``kvprobe.SpanError`` when the note is shorter than A or the spans overlap.
+    """
+    return kvprobe.matched_control(history, kvprobe.Mask(a_span, name="mask"), NOTE_SEGMENT, name="control-mask")
