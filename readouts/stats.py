@@ -117,7 +117,7 @@ RECORDS_SEED = 20260910
 ROLE_PAIRS_SEED = 20260911
 #: 20260912: contextual MQuAKE case generation (``studies.mquake_data.generate``).
 MQUAKE_SEED = 20260912
-#: 20260921: the offline OAKS-schema demonstration set built from the PG-19 novel (``studies.source_influence.oaks``).
+#: 20260921: the offline OAKS-schema demonstration set built from the PG-19 novel (``studies.oaks_data``).
 OAKS_DEMO_SEED = 20260921
 #: 20260920 + h: the sample of h-hop cases from a released MQuAKE file (paper L1376-1377).
 MQUAKE_SAMPLE_SEED = 20260920

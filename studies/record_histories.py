@@ -22,6 +22,7 @@ name the attribute with the split's first slot phrasing.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import kvprobe
@@ -143,3 +144,42 @@ def _spread_groups(cases: list[RecordHistory], n: int) -> set[str]:
     order = [items[i] for i in range(max(map(len, by_family.values()))) for items in by_family.values()
              if i < len(items)]
     return set(order[:n])
+
+
+# ----------------------------------------------------------------------------- a neutral note before Time 2
+#: The prompt segment holding a neutral note (:func:`with_note`).
+NOTE_SEGMENT = "note"
+#: The segment the note goes before.
+NOTE_BEFORE = "time2"
+#: Names of the notes (``strings.NOTE_SENTENCES``), and ``none``.
+NOTES = ("none", *strings.NOTE_SENTENCES)
+
+
+def note_text(note: str = "notebook", repeats: int = strings.NOTE_REPEATS) -> str:
+    """A neutral note: its sentence (``strings.NOTE_SENTENCES``) ``repeats`` times, joined by one space.
+
+    >>> note_text("notebook", 2)
+    'The notebook contains numbered pages and a plain cover. The notebook contains numbered pages and a plain cover.'
+    """
+    if note not in strings.NOTE_SENTENCES:
+        raise ValueError(f"unknown note {note!r}; known: {', '.join(strings.NOTE_SENTENCES)}")
+    return strings.NOTE_JOINER.join([strings.NOTE_SENTENCES[note]] * repeats)
+
+
+def with_note(prompt: kvprobe.Prompt, note: str = "notebook", repeats: int = strings.NOTE_REPEATS) -> kvprobe.Prompt:
+    """``prompt`` with a neutral note as its own segment (:data:`NOTE_SEGMENT`) right before Time 2.
+
+    The paper's matched-score experiment and factorial insert the note "before Time 2" in every arm (seed
+    L5574-5577, L4779-4781); every other segment, the system message and the separators are kept. ``"none"``
+    returns ``prompt`` unchanged.
+
+    Example: ``with_note(history.prompt(chat=True), "shelf")`` has segments header, time1, other, note, time2.
+    """
+    if note == "none":
+        return prompt
+    names = [name for name, _ in prompt.segments]
+    if NOTE_BEFORE not in names or NOTE_SEGMENT in names:
+        raise ValueError(f"cannot insert a note before {NOTE_BEFORE!r} into segments {names}")
+    segments = list(prompt.segments)
+    segments.insert(names.index(NOTE_BEFORE), (NOTE_SEGMENT, note_text(note, repeats)))
+    return dataclasses.replace(prompt, segments=segments)

@@ -108,6 +108,13 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
     Entry("factorial", _P + "factorial.study:FactorialStudy", _P + "factorial.summary",
           "quantity and endpoint factorial: B information x question wording x note x five access conditions "
           "(partD 1c)", seed=PAPER_SEED),
+    Entry("note-controls", _P + "note_controls.study:NoteControlsStudy", _P + "note_controls.summary",
+          "which note tokens, question wording and note content make an equal-token control abstain? (partD 1d, 2)",
+          seed=PAPER_SEED),
+    Entry("matched-scores", _P + "matched_scores.study:MatchedScoresStudy", _P + "matched_scores.summary",
+          "candidate scores and greedy answers under full access, the old-source mask and its equal-token control "
+          "on record histories or OAKS; generation limits (partD 1a, 1b, 1e, 6)",
+          compare=_P + "matched_scores.summary:write_panel", seed=PAPER_SEED),
     Entry("detection", _P + "detection.study:DetectionStudy", _P + "detection.summary",
           "replacement detectors (JSON classifiers, YES/NO score) on record pairs (partB 4-5)"),
     Entry("records", _P + "records.study:RecordsStudy", _P + "records.summary",

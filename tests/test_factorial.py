@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import kvprobe
+from kvprobe.studies.detectors import strings as record_strings
 from kvprobe.readouts.stats import PAPER_SEED, group_bootstrap_weights
 from kvprobe.studies.factorial import strings
 from kvprobe.studies.factorial.contrasts import factor_contrasts, outcome_table
@@ -61,7 +62,7 @@ def test_refers_to_a_removes_every_hours_and_prepends_the_papers_sentence():
     segments = dict(case.prompt(chat=True).segments)
     assert segments["time2"] == f"Time 2: {strings.REFERS_TO_A} {case.record.case.b_text.replace(' hours', '')}"
     assert "hours" in segments["time1"] and "hours" in segments["other"]  # A and the other record keep the unit
-    assert segments["note"] == " ".join([strings.NOTEBOOK] * 16)
+    assert segments["note"] == " ".join([record_strings.NOTEBOOK_NOTE] * 16)
     assert list(segments) == ["header", "time1", "other", "note", "time2"]
 
 
@@ -126,7 +127,7 @@ def test_masks_and_controls_on_the_tokenizer(llama, matrix):
             assert span.start == note.start and span.end <= note.end
             assert len(span) == conds[name].n_tokens
             assert not span.overlaps(a) and not span.overlaps(b)
-            assert strings.SHELF.startswith(span_text(h, span)[:20])
+            assert record_strings.SHELF_NOTE.startswith(span_text(h, span)[:20])
 
 
 # --------------------------------------------------------------------------- grading

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvprobe.studies.protocol import InvalidParameter
-from kvprobe.studies.source_influence import oaks
+from kvprobe.studies import oaks_data as oaks
 from kvprobe.studies.source_influence.study import FormattedEvent, OaksStudy, prompt_for, source_spans
 
 FIXTURE = Path(__file__).parent / "fixtures" / "oaks_sample.json"

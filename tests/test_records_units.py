@@ -13,6 +13,7 @@ import pytest
 from kvprobe.readouts.stats import group_bootstrap_weights
 from kvprobe.studies.protocol import InvalidParameter
 from kvprobe.studies.record_histories import question_text, selected_histories
+from kvprobe.studies.detectors import strings as note_strings
 from kvprobe.studies.records import strings, value_tables
 from kvprobe.studies.records.control import NOTE_SEGMENT, control_mask, note_text, with_note
 from kvprobe.studies.records.errors import (VALUE_COLUMNS, exact_answer, regrade_row, reversal_kind,
@@ -120,7 +121,7 @@ def test_note_is_its_own_segment_before_time_2(llama, deadline):
     assert with_note(plain, "none") is plain
     noted = with_note(plain, "notebook")
     assert [n for n, _ in noted.segments] == ["header", "time1", "other", NOTE_SEGMENT, "time2"]
-    assert note_text("notebook") == " ".join([strings.NOTEBOOK] * 16)
+    assert note_text("notebook") == " ".join([note_strings.NOTEBOOK_NOTE] * 16)
     text = noted.render(llama.tokenizer).history_text
     assert f"{case.other_text}\n{note_text('notebook')}\nTime 2: {case.case.b_text}" in text
     # The study's prompt: the note only when asked for.
@@ -176,7 +177,7 @@ def test_bad_parameters_are_refused_naming_the_field():
     assert e.value.field_name == "note"
     for bad, field in ((dict(policies=("oracle-mask",)), "policies"), (dict(policies=("keep-all", "keep-all")),
                        "policies"), (dict(policies=("keep-all", "nope")), "policies"),
-                       (dict(note="shelf"), "note"), (dict(deadline_unit="days"), "deadline_unit"),
+                       (dict(note="nope"), "note"), (dict(deadline_unit="days"), "deadline_unit"),
                        (dict(detections="artifacts/detection/x", deadline_unit="hours"), "detections")):
         with pytest.raises(InvalidParameter) as e:
             RecordsStudy(**bad)
@@ -219,7 +220,7 @@ def test_tiny_run_with_hours_and_the_note(llama, tmp_path):
     assert exact["change"]["change"] == exact["mask"] - exact["control"]
     report = (tmp_path / "report.md").read_text()
     assert "## Old mask vs equal-token control" in report and "Deadlines are stated in hours" in report
-    assert "Detector: not run" in report and strings.NOTEBOOK in report
+    assert "Detector: not run" in report and note_strings.NOTEBOOK_NOTE in report
     assert f"At this size (current queries, {3 * N_GROUPS} replacement histories): exact " in report
 
     # Old rows (written before the value columns) summarize to the same numbers: regraded from their outputs.

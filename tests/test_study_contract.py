@@ -26,6 +26,8 @@ SMALL: dict[str, dict] = {
     "quantity": dict(n_groups=1, max_new_tokens=4, operations=False),
     "babilong": dict(tasks=("qa2",), lengths=(0,), n=2, max_new_tokens=4),
     "mquake": dict(hops=(2,), n_per_hop=1, max_new_tokens=3, no_context=True),
+    "note-controls": dict(n_groups=1, max_new_tokens=3),
+    "matched-scores": dict(n_groups=1, max_new_tokens=3, prefix_budgets=(3,)),
     "factorial": dict(n_groups=1, max_new_tokens=3, matrices=("quantity",), information=("stated",), notes=("notebook",)),
     "revisions": dict(n_articles=1, max_new_tokens=3),
     "factconsolidation": dict(tiers=("1k",), n_histories=1, questions_per_hop=1, max_new_tokens=2),

@@ -151,3 +151,23 @@ def fill(prompt: str, old: str, later: str) -> str:
     if prompt.count(OLD_PLACEHOLDER) != 1 or prompt.count(LATER_PLACEHOLDER) != 1:
         raise ValueError("a detector prompt must hold each record placeholder exactly once")
     return prompt.replace(OLD_PLACEHOLDER, old).replace(LATER_PLACEHOLDER, later)
+
+# ----------------------------------------------------------------------------- neutral notes of the record histories
+# Seed L5574-5577 (app:v7_bridge): "all arms add the same control note before Time 2: ``The notebook contains
+# numbered pages and a plain cover.'' repeated 16 times"; seed L4779-4781 (app:v17_scope): the factorial's
+# alternative note "repeats ``A wooden shelf holds a closed sketchbook beside a ceramic bowl.'' 16 times".
+NOTEBOOK_NOTE = "The notebook contains numbered pages and a plain cover."
+SHELF_NOTE = "A wooden shelf holds a closed sketchbook beside a ceramic bowl."
+#: The notes a record history can carry before Time 2, by name.
+NOTE_SENTENCES = {"notebook": NOTEBOOK_NOTE, "shelf": SHELF_NOTE}
+#: How often a note sentence is repeated (seed L5577, L4779-4781: "16 times").
+NOTE_REPEATS = 16
+# UNCLEAR (paper): how the repetitions are joined and whether the note has a label. Ours: one space, no label,
+# the note on its own line (its own prompt segment) between the other record and Time 2.
+NOTE_JOINER = " "
+# Seed L4767-4768: "Llama's template date is fixed to 11 September 2026", passed as the chat template's
+# ``date_string`` (Llama 3 templates format it as "%d %b %Y"; templates without the variable ignore it).
+TEMPLATE_DATE = "11 Sep 2026"
+
+#: The strings above that the paper prints, as it prints them (tests/test_paper_strings.py).
+PAPER_STRINGS: dict[str, str] = {"NOTEBOOK_NOTE": NOTEBOOK_NOTE, "SHELF_NOTE": SHELF_NOTE}

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 
 import kvprobe
 from kvprobe.readouts.stats import RECORDS_SEED
+from kvprobe.studies.detectors import strings as record_strings
 from kvprobe.studies.detectors.strings import TIME_2
-from kvprobe.studies.record_histories import RecordHistory, question_text, record_histories
+from kvprobe.studies.record_histories import RecordHistory, question_text, record_histories, with_note
 
 from . import strings
 
@@ -42,8 +43,7 @@ VARIANTS = ("replacement", "role_swap", "explicit_rejection")
 #: Information conditions for B: as written (states "hours"), or referring to A for its unit.
 INFORMATION = ("stated", "refers-to-a")
 #: The two neutral notes inserted before Time 2.
-NOTES = ("notebook", "shelf")
-NOTE_SENTENCES = {"notebook": strings.NOTEBOOK, "shelf": strings.SHELF}
+NOTES = tuple(record_strings.NOTE_SENTENCES)
 #: The two question wordings: the current question as is, or with the complete-answer request appended.
 QUESTIONS = ("original", "complete")
 #: Name of the narrow mask of each matrix (the old number before its unit; the complete old endpoint).
@@ -104,14 +104,9 @@ class FactorialCase:
     def prompt(self, chat: bool) -> kvprobe.Prompt:
         """The record history with the note before Time 2 and this case's B (every other segment as in
         :meth:`RecordHistory.prompt`), the chat template's date fixed as in the paper."""
-        base = self.record.prompt(chat)
-        segments: list[tuple[str, str]] = []
-        for name, text in base.segments:
-            if name == "time2":
-                segments.append(("note", note_text(self.note)))
-                text = f"{TIME_2} {self.b_text()}"
-            segments.append((name, text))
-        kwargs = {**base.template_kwargs, "date_string": strings.TEMPLATE_DATE}
+        base = with_note(self.record.prompt(chat), self.note)
+        segments = [(name, f"{TIME_2} {self.b_text()}" if name == "time2" else text) for name, text in base.segments]
+        kwargs = {**base.template_kwargs, "date_string": record_strings.TEMPLATE_DATE}
         return dataclasses.replace(base, segments=segments, template_kwargs=kwargs)
 
     def question(self, wording: str) -> str:
@@ -149,11 +144,6 @@ def refer_to_a(b_text: str) -> str:
     'Use the same measurement unit as the Time 1 entry. Project Highbrook is now 109, no longer 107.'
     """
     return f"{strings.REFERS_TO_A} {_UNIT_WORD.sub('', b_text)}"
-
-
-def note_text(note: str) -> str:
-    """The neutral note: its sentence repeated :data:`strings.NOTE_REPEATS` times."""
-    return strings.NOTE_JOINER.join([NOTE_SENTENCES[note]] * strings.NOTE_REPEATS)
 
 
 def matrix_records(matrix: str, n_groups: int | None = None, seed: int = RECORDS_SEED) -> list[RecordHistory]:

@@ -26,23 +26,11 @@ COMPLETE_QUANTITY = ("Return the complete queried value, including its measureme
 COMPLETE_ENDPOINT = ("Return the complete queried endpoint, including all slashes and path segments, in the answer "
                      "string. Preserve the endpoint established by the records.")
 
-# Seed L5576-5577 (app:v7_bridge) and L4779: the notebook note, repeated 16 times before Time 2.
-NOTEBOOK = "The notebook contains numbered pages and a plain cover."
-# Seed L4780-4781: the alternative note, also repeated 16 times.
-SHELF = "A wooden shelf holds a closed sketchbook beside a ceramic bowl."
-#: How often each note sentence is repeated (seed L4779-4781: "16 times").
-NOTE_REPEATS = 16
-# UNCLEAR (paper): how the repetitions are joined. Ours: one space.
-NOTE_JOINER = " "
-
-# Seed L4767-4768: "Llama's template date is fixed to 11 September 2026", passed as the chat template's
-# ``date_string`` (Llama 3 templates format it as "%d %b %Y"; templates without the variable ignore it).
-TEMPLATE_DATE = "11 Sep 2026"
+# The two neutral notes (notebook, shelf), their 16 repetitions and the chat template date are the record
+# histories' own strings: kvprobe.studies.detectors.strings (NOTE_SENTENCES, NOTE_REPEATS, TEMPLATE_DATE).
 
 #: Every string above that the paper prints, as it prints it.
 PAPER_STRINGS: dict[str, str] = {
     "REFERS_TO_A": REFERS_TO_A,
     "COMPLETE_QUANTITY": COMPLETE_QUANTITY,
-    "NOTEBOOK": NOTEBOOK,
-    "SHELF": SHELF,
 }

@@ -16,41 +16,10 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
-
 import kvprobe
-from . import strings
+from kvprobe.studies.record_histories import NOTE_SEGMENT, note_text, with_note
 
-#: The prompt segment holding the note.
-NOTE_SEGMENT = "note"
-#: The segment the note goes before.
-BEFORE = "time2"
-
-
-def note_text(note: str) -> str | None:
-    """The note's text (its sentence repeated :data:`strings.NOTE_REPEATS` times), None for ``"none"``.
-
-    >>> note_text("notebook").count("plain cover."), note_text("none")
-    (16, None)
-    """
-    sentence = strings.NOTES[note]
-    return None if sentence is None else strings.NOTE_JOINER.join([sentence] * strings.NOTE_REPEATS)
-
-
-def with_note(prompt: kvprobe.Prompt, note: str) -> kvprobe.Prompt:
-    """``prompt`` with the note as its own segment right before Time 2 (unchanged for ``"none"``).
-
-    Every other segment, the system message and the separators are kept, so the note is the only change.
-    """
-    text = note_text(note)
-    if text is None:
-        return prompt
-    names = [name for name, _ in prompt.segments]
-    if BEFORE not in names or NOTE_SEGMENT in names:
-        raise ValueError(f"cannot insert a note before {BEFORE!r} into segments {names}")
-    segments = list(prompt.segments)
-    segments.insert(names.index(BEFORE), (NOTE_SEGMENT, text))
-    return dataclasses.replace(prompt, segments=segments)
+__all__ = ["NOTE_SEGMENT", "control_mask", "note_text", "with_note"]
 
 
 def control_mask(history: kvprobe.History, a_span: kvprobe.TokenSpan) -> kvprobe.Mask:

@@ -10,16 +10,8 @@ seed L5574-5577, Table tab:v7_bridge L5620). ``PAPER_STRINGS`` lists every quote
 
 from __future__ import annotations
 
-# Seed L5574-5577: "all arms add the same control note before Time 2: ``The notebook contains numbered pages
-# and a plain cover.'' repeated 16 times".
-NOTEBOOK = "The notebook contains numbered pages and a plain cover."
-#: How often the note sentence is repeated (seed L5576-5577: "repeated 16 times").
-NOTE_REPEATS = 16
-# UNCLEAR (paper): how the repetitions are joined and whether the note has a label. Ours: one space, no label,
-# the note on its own line (its own prompt segment) between the other record and Time 2.
-NOTE_JOINER = " "
-#: The notes the study can insert before Time 2 (``none``: the paper's policy prompt, which has no note).
-NOTES = {"none": None, "notebook": NOTEBOOK}
+# The neutral note (NOTEBOOK_NOTE, repeated NOTE_REPEATS times) is the record histories' own string:
+# kvprobe.studies.detectors.strings, inserted by kvprobe.studies.record_histories.with_note.
 
 # Seed L5515-5516: "Llama detector-mask produces seven instances of {"answer": UNKNOWN}, which are invalid
 # because the value is unquoted".
@@ -27,7 +19,6 @@ UNQUOTED_UNKNOWN = '{"answer": UNKNOWN}'
 
 #: Every string above that the paper prints, as it prints it.
 PAPER_STRINGS: dict[str, str] = {
-    "NOTEBOOK": NOTEBOOK,
     "UNQUOTED_UNKNOWN": UNQUOTED_UNKNOWN,
 }
 

@@ -59,7 +59,7 @@ from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Q
 from kvprobe.studies.runner import study_parameters
 from .control import control_mask, with_note
 from .errors import value_columns
-from .strings import NOTES
+from kvprobe.studies.record_histories import NOTES
 
 #: The default arms: the paper's seven policies and the always-mask reference (the committed runs' arms).
 POLICIES = ("keep-all", "detector-mask", "detector-recompute", "oracle-mask", "oracle-recompute",
@@ -149,7 +149,7 @@ class RecordsStudy(HistoryStudy):
         if "keep-all" not in self.policies or len(set(self.policies)) != len(self.policies):
             raise InvalidParameter("policies", f"must hold keep-all (every change's reference) and no policy "
                                    f"twice, got {','.join(self.policies)}")
-        if "always-control" in self.policies and NOTES[self.note] is None:
+        if "always-control" in self.policies and self.note == "none":
             raise InvalidParameter("note", "the always-control policy hides tokens of the neutral note; "
                                    "give a note (--note notebook) or leave always-control out of --policies")
         if self.detections is not None and self.deadline_unit != "date":

@@ -28,6 +28,7 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
 from kvprobe.studies.detectors.coverage import coverage_curve, plot_coverage
+from kvprobe.studies.detectors import strings as note_strings
 from kvprobe.studies.detectors.text import REPLACEMENT
 from kvprobe.studies.report import COVERAGE_COLUMNS, corrections_reversals, coverage_rows, format_change, heading, run_time, \
     table_head, table_row
@@ -160,7 +161,7 @@ def _setting(sc: dict[str, Any]) -> str:
             "Deadlines are stated as dates (the paper states them in hours), so no reference is a quantity. ")
     note = sc.get("note", "none")
     if note != "none":
-        text += (f"Every arm has the neutral note ({strings.NOTE_REPEATS} x \"{strings.NOTES[note]}\") before "
+        text += (f"Every arm has the neutral note ({note_strings.NOTE_REPEATS} x \"{note_strings.NOTE_SENTENCES[note]}\") before "
                  "Time 2. ")
     return text
 

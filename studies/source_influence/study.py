@@ -230,7 +230,7 @@ class OaksStudy(EventStudy):
     name: ClassVar[str] = "oaks"
     trailing_newline: ClassVar[bool] = True
     #: "demonstration" (an OAKS-schema set generated from the PG-19 novel in ../shared/data/pg19, labelled as
-    #: generated) or the path of an OAKS JSON file in the schema of studies/source_influence/oaks.py.
+    #: generated) or the path of an OAKS JSON file in the schema of studies/oaks_data.py.
     source: str = DEMONSTRATION
     #: Books: evaluation (the paper's 5 held-out books), calibration, development (9) or all.
     split: str = "evaluation"
@@ -243,7 +243,7 @@ class OaksStudy(EventStudy):
         if self.source != DEMONSTRATION:
             from kvprobe.studies.protocol import InvalidParameter
 
-            from .oaks import OaksFormatError
+            from kvprobe.studies.oaks_data import OaksFormatError
             try:  # read the file now, so a bad file fails before any model loads
                 self.events()
             except (OSError, OaksFormatError) as e:
@@ -253,7 +253,7 @@ class OaksStudy(EventStudy):
         return (self.encoding,)
 
     def books(self) -> list:
-        from . import oaks
+        from kvprobe.studies import oaks_data as oaks
 
         if self.source == DEMONSTRATION:
             from kvprobe.studies.filler import PG19_DIR
@@ -266,7 +266,7 @@ class OaksStudy(EventStudy):
 
     def events(self) -> list[Event]:
         if self._events is None:
-            from . import oaks
+            from kvprobe.studies import oaks_data as oaks
 
             books = self.books()
             splits = oaks.split_books(books)
