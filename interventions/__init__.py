@@ -35,10 +35,11 @@ from .refreshkv import RefreshKV
 from .recompute import OnlineMask, Rebuild, SelectiveRefresh, recompute_hidden
 from .registry import OPERATIONS, parse_condition
 from .rope import rotate_keys
-from .text import TextRecompute
+from .text import NoContext, TextRecompute
 from .zeroing import Zero
 
 __all__ = [
+    "NoContext",
     "OPERATIONS",
     "Compact",
     "Drop",

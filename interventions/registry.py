@@ -20,7 +20,7 @@ from .finch import Finch
 from .quest import Quest, RecentPages
 from .refreshkv import RefreshKV
 from .recompute import OnlineMask, Rebuild, SelectiveRefresh
-from .text import TextRecompute
+from .text import NoContext, TextRecompute
 from .zeroing import Zero
 
 if TYPE_CHECKING:
@@ -85,6 +85,7 @@ OPERATIONS: dict[str, tuple[Callable[["History", str], Access], str]] = {
     "compact": (lambda h, a: Compact(_spans(h, a)), "delete rows, re-rotate later keys"),
     "drop": (lambda h, a: Drop(_spans(h, a)), "delete rows without re-rotation"),
     "recompute": (lambda h, a: TextRecompute([s.strip() for s in a.split(",")]), "delete text, prefill again"),
+    "no-context": (lambda h, a: NoContext(), "weights only: the question after the prompt's framing, no history"),
     "recompute-prefix": (lambda h, a: TextRecompute([s.strip() for s in a.split(",")], stored_prefix=True),
                          "delete text, reuse the cached prefix, prefill the rest"),
     "quest": (lambda h, a: Quest(budget=_capacity(a)), "Quest: read the K // 16 best 16-token pages per head (K)"),

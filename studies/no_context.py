@@ -5,7 +5,7 @@ Paper: appendix "A no-context baseline for historical questions" (label app:v52_
 historical-wording cases that the no-context model answers incorrectly, full access answers ...
 The denominator is the no-context-wrong subset". Two pieces, shared by every study that asks it:
 
-* :class:`NoContext`, the condition ``no-context``: the row starts from a fresh prefill of the
+* :class:`NoContext` (``kvprobe.interventions.text``, re-exported here), the condition ``no-context``: the row starts from a fresh prefill of the
   history prompt's framing alone (chat template, system message, start of the user turn) with
   every segment and the question separator removed, so the question reads exactly as in a chat
   holding the system message and the question only. The history's cache is not read (its own
@@ -23,76 +23,18 @@ prompts keep their question separator, which is part of the question suffix ther
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Hashable, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Hashable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
-import torch
 
-from kvprobe.access import Access
-from kvprobe.engine import RowState, extend_state
-from kvprobe.interventions._base import require_unedited
-from kvprobe.prompts import RenderedPrompt, SpanError
+from kvprobe.interventions.text import NoContext, no_context_prompt
 from kvprobe.readouts.stats import DRAWS, bootstrap_mean, group_bootstrap_weights, percentile_interval
 from kvprobe.studies.report import estimate, table_head, table_row
 
-if TYPE_CHECKING:
-    from kvprobe.history import History
-    from kvprobe.model import Model
+__all__ = ["NO_CONTEXT", "NoContext", "no_context_prompt", "Outcome", "conditional_on_baseline", "conditional_table"]
 
 #: The condition's name in rows and reports.
 NO_CONTEXT = "no-context"
-#: Stands in for the history while the framing is rendered (never tokenized).
-_MARK = "\u2063KVPROBE_NO_CONTEXT\u2063"
-
-
-def no_context_prompt(history: "History", tokenizer: Any) -> RenderedPrompt:
-    """The history's prompt rendered with no segment: its framing, and the history's own question suffix.
-
-    Chat prompts render through the same template, system message and template variables with the
-    user turn holding the question only; raw prompts keep only the tokenizer's special tokens (BOS).
-    Raises ``SpanError`` if the template frames the question differently without the history.
-
-    Example::
-
-        h = m.prefill(kvprobe.Prompt([("A", "The box is red.")], system="Answer briefly."))
-        no_context_prompt(h, m.tokenizer).history_text
-        # '<|im_start|>system\\nAnswer briefly.<|im_end|>\\n<|im_start|>user\\n'
-    """
-    prompt = history.prompt
-    marked = dataclasses.replace(prompt, segments=[("question", _MARK)]).render(tokenizer)
-    start, _ = marked.segments["question"]
-    framing = marked.history_text[:start]
-    own = history.rendered
-    if marked.suffix_template != own.suffix_template:
-        raise SpanError("no-context: the chat template frames a question without the history differently "
-                        f"({marked.suffix_template!r} vs {own.suffix_template!r})")
-    return RenderedPrompt(framing, own.suffix_template, {}, marked.add_special_tokens, own.question_prefix)
-
-
-@dataclass(frozen=True, init=False)
-class NoContext(Access):
-    """Weights only: answer from a fresh prefill of the history prompt's framing, with no history segment.
-
-    Example::
-
-        outs = m.generate(h, q, access={"full": kvprobe.Full(), "no-context": NoContext()})
-    """
-
-    def __init__(self, name: str = NO_CONTEXT) -> None:
-        object.__setattr__(self, "name", name)
-
-    def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
-        require_unedited(self.name, history, state)
-        ids, _ = no_context_prompt(history, model.tokenizer).encode(model.tokenizer)
-        if not ids:
-            raise SpanError("no-context: the prompt's framing has no token (a raw prompt without special "
-                            "tokens); the question would start the sequence")
-        new = torch.tensor(ids, dtype=torch.long)
-        fresh = extend_state(model, model.empty_state(), new, torch.arange(len(ids)))
-        return replace(fresh, slot_of=torch.full((len(history),), -1, dtype=torch.long),
-                       info={"history_tokens": len(ids), "recomputed_tokens": len(ids)})
 
 
 # --------------------------------------------------------------------------- the conditional table
