@@ -14,7 +14,14 @@ reads a JSON rendering of exactly what the paper describes (UNCLEAR, ours)::
      "books": [{"book_id": "...", "title": "...", "chunks": ["chunk 0 text", ...],
                 "questions": [{"question_id": "...", "question": "...",
                                "answers": ["answer at chunk 0", ...],       # one per chunk
-                               "sources": ["source sentence at chunk 0", ...]}]}]}  # "" if none
+                               "sources": ["source sentence at chunk 0", ...],  # "" if none
+                               "annotation": {...}}]}]}  # optional, see below
+
+A question may carry an optional ``annotation`` of its earliest kept change (the paper's model
+annotator's judgments, seed L2980-3000; not released, so any file's annotations are inferred):
+``{"attribute_change": "change" | "compatible" | "insufficient", "attribute_change_alternative":
+null | another of those, "description": "<class>", "description_alternative": null | "<class>"}``
+(:class:`Annotation`). A judgment is ambiguous when it has an alternative label.
 
 A change is a chunk ``k`` whose answer differs from chunk ``k - 1``; it is kept when the old
 answer has a nonempty source sentence at an earlier chunk (the latest one) and the new answer a
@@ -39,6 +46,12 @@ from kvprobe.studies.datafiles import need_fields
 
 #: Books per split, in hash order (paper L1833-1834: 9/5/5).
 SPLIT_SIZES = {"development": 9, "calibration": 5, "evaluation": 5}
+#: The attribute-change judgment of an annotation (seed L2984-2988: changes / compatible / insufficient context).
+ATTRIBUTE_CHANGE = ("change", "compatible", "insufficient")
+#: ``oaks_source`` value for the demonstration set generated from the PG-19 novel.
+DEMONSTRATION = "demonstration"
+#: Book splits of a selection (the paper's 5 held-out books are ``evaluation``).
+OAKS_SPLITS = ("evaluation", "calibration", "development", "all")
 #: Words shorter than this are trivial answer tokens (UNCLEAR, ours: the unrelated text excludes
 #: every answer word of at least four letters).
 NONTRIVIAL_LENGTH = 4
@@ -67,6 +80,53 @@ class Change:
 
 
 @dataclass(frozen=True)
+class Annotation:
+    """A question's optional source annotation: whether the queried attribute changes and how the text
+    describes the change, each with its alternative label (None: the judgment is unambiguous).
+
+    Example: ``Annotation("change", None, "progression", "replacement").ambiguous == True``.
+    """
+
+    attribute_change: str
+    attribute_change_alternative: str | None
+    description: str
+    description_alternative: str | None
+
+    @property
+    def change_ambiguous(self) -> bool:
+        return self.attribute_change_alternative is not None
+
+    @property
+    def description_ambiguous(self) -> bool:
+        return self.description_alternative is not None
+
+    @property
+    def ambiguous(self) -> bool:
+        """Ambiguous in either judgment (the paper's union exclusion rule)."""
+        return self.change_ambiguous or self.description_ambiguous
+
+
+def parse_annotation(obj: Any, where: str) -> Annotation:
+    """An :class:`Annotation` from a question's ``annotation`` object (errors name ``where``)."""
+    _need(obj, ("attribute_change", "description"), where)
+    change, alt = obj["attribute_change"], obj.get("attribute_change_alternative")
+    if change not in ATTRIBUTE_CHANGE or (alt is not None and (alt not in ATTRIBUTE_CHANGE or alt == change)):
+        raise OaksFormatError(f"{where}: attribute_change {change!r} / alternative {alt!r} must be one of "
+                              f"{', '.join(ATTRIBUTE_CHANGE)} (the alternative null or a different label)")
+    desc, dalt = obj["description"], obj.get("description_alternative")
+    if not isinstance(desc, str) or not desc or (dalt is not None and (not isinstance(dalt, str) or dalt == desc)):
+        raise OaksFormatError(f"{where}: description {desc!r} / alternative {dalt!r} must be nonempty strings "
+                              "(the alternative null or a different label)")
+    return Annotation(change, alt, desc, dalt)
+
+
+def annotation(question: dict[str, Any]) -> Annotation | None:
+    """A question's annotation (None when the file has none; validated by :func:`parse_oaks`)."""
+    return parse_annotation(question["annotation"], str(question["question_id"])) \
+        if question.get("annotation") is not None else None
+
+
+@dataclass(frozen=True)
 class Book:
     book_id: str
     title: str
@@ -92,6 +152,8 @@ def parse_oaks(data: Any, where: str = "OAKS") -> list[Book]:
             if len(q["answers"]) != n or len(q["sources"]) != n:
                 raise OaksFormatError(f"{wq} ({q['question_id']}): {len(q['answers'])} answers and "
                                       f"{len(q['sources'])} sources for {n} chunks (one of each per chunk)")
+            if q.get("annotation") is not None:
+                parse_annotation(q["annotation"], f"{wq} ({q['question_id']}) annotation")
         books.append(Book(str(b["book_id"]), str(b["title"]), tuple(b["chunks"]), tuple(b["questions"])))
     ids = [b.book_id for b in books]
     if len(set(ids)) != len(ids):
@@ -137,6 +199,42 @@ def split_books(books: list[Book]) -> dict[str, list[Book]]:
         out[name] = ordered[start:start + size]
         start += size
     return out
+
+
+def earliest_changes(books: list[Book], split: str = "evaluation") -> list[tuple[Book, Change]]:
+    """Per question of the ``split`` books, its kept change with the lowest chunk (the paper's "earliest event
+    ID" per held-out question, seed L2897, L5643): book by book in split order, question by question.
+
+    Example: ``[c.case_id for _, c in earliest_changes(books, "all")]`` on the test fixture is
+    ``["b2-q1@3", "b0-q1@3", "b1-q1@3"]`` (hash order of the book ids).
+    """
+    if split not in OAKS_SPLITS:
+        raise ValueError(f"split {split!r} is not one of {', '.join(OAKS_SPLITS)}")
+    ordered = split_books(books)
+    chosen = [b for name in ordered for b in ordered[name]] if split == "all" else ordered[split]
+    out: list[tuple[Book, Change]] = []
+    for book in chosen:
+        earliest: dict[str, Change] = {}
+        for change in changes(book):
+            if change.question_id not in earliest or change.chunk < earliest[change.question_id].chunk:
+                earliest[change.question_id] = change
+        out += [(book, c) for c in earliest.values()]
+    return out
+
+
+def load_books(source: str) -> list[Book]:
+    """The books of an OAKS-schema file, or of the demonstration set (``source == "demonstration"``).
+
+    Example: ``load_books("tests/fixtures/oaks_sample.json")[0].book_id == "fixture-book-0"``.
+    """
+    if source == DEMONSTRATION:
+        from kvprobe.studies.filler import PG19_DIR
+
+        novels = sorted(PG19_DIR.glob("*.txt"))
+        if not novels:
+            raise FileNotFoundError(f"no PG-19 novel in {PG19_DIR} for the OAKS demonstration set")
+        return parse_oaks(demonstration_set(novels[0].read_text(encoding="utf-8")), DEMONSTRATION)
+    return load_oaks(source)
 
 
 _WORDS = re.compile(r"\w+")

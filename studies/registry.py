@@ -116,7 +116,11 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
           "on record histories or OAKS; generation limits (partD 1a, 1b, 1e, 6)",
           compare=_P + "matched_scores.summary:write_panel", seed=PAPER_SEED),
     Entry("detection", _P + "detection.study:DetectionStudy", _P + "detection.summary",
-          "replacement detectors (JSON classifiers, YES/NO score) on record pairs (partB 4-5)"),
+          "replacement detectors (JSON classifiers, YES/NO score) on record pairs and OAKS natural text (partB 4-5)",
+          options=(Option("matched_scores", "comma-separated `matched-scores --dataset oaks` run folders (one per "
+                          "generator): join their full and old-mask outcomes with the OAKS detections"),
+                   Option("join_rule", "the matched-scores correctness column the join reads (complete, exact, "
+                          "lenient; default complete)"))),
     Entry("records", _P + "records.study:RecordsStudy", _P + "records.summary",
           "record histories under the seven detector/oracle policies, three queries each (partD 3)",
           options=(Option("readout_scores", "a `kvprobe readout` scores.json (or its folder) of the same records: "

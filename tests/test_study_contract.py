@@ -32,7 +32,7 @@ SMALL: dict[str, dict] = {
     "revisions": dict(n_articles=1, max_new_tokens=3),
     "factconsolidation": dict(tiers=("1k",), n_histories=1, questions_per_hop=1, max_new_tokens=2),
     "minteval": dict(n_sessions=2, questions_per_type=1, max_events=24, max_new_tokens=3),
-    "detection": dict(n_groups=1, max_new_tokens=4, datasets=("records",)),
+    "detection": dict(n_groups=1, max_new_tokens=4, datasets=("records", "oaks"), oaks_max_new_tokens=4),
     "records": dict(n_groups=1, max_new_tokens=3),
     "components": dict(n_per_family=1, budget=2, families=("location",)),
     "question-relevance": dict(n_per_family=2, budget=2, families=("location",)),

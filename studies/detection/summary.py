@@ -8,6 +8,9 @@
   confirmations on the records) with group-bootstrap intervals; thresholds fitted
   on the development split for balanced accuracy (ties to the fewest actions)
   against the fixed 0.5, always and never baselines, applied to the test split.
+* Natural text (``oaks`` rows, :mod:`.natural_summary`): TP/FP/FN/TN and accuracy per asserted-value
+  variant with question-group intervals, recall / false triggers against source annotations when the
+  file has them, and (``matched_scores``) the detection x action join with matched-scores oaks runs.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ import numpy as np
 from kvprobe.readouts.stats import (DRAWS, PAPER_SEED, bootstrap_auc, bootstrap_mean, group_bootstrap_weights,
                                     percentile_interval)
 from kvprobe.studies.detectors.text import REPLACEMENT, TEXT_DETECTORS, YES_NO
-from kvprobe.studies.report import estimate, heading, interval, run_time, table_head
+from kvprobe.studies.report import estimate, heading, interval, model_name, run_time, table_head
 from kvprobe.studies.runner import read_rows, write_run_summary
 from .calibration import calibrate
+from .natural_summary import action_report, detection_action, natural_report, summarize_natural
 
 
 def _by(rows: list[dict[str, Any]], *keys: str) -> dict[tuple, list[dict[str, Any]]]:
@@ -73,6 +77,8 @@ def yes_no_cell(rows: list[dict[str, Any]], seed: int, draws: int) -> dict[str, 
 
 def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -> dict[str, Any]:
     rows = list(read_rows(out_dir))
+    natural = [r for r in rows if r["dataset"] == "oaks"]
+    rows = [r for r in rows if r["dataset"] != "oaks"]
     text, yes_no = [], []
     for (dataset, split, detector), rs in sorted(_by(rows, "dataset", "split", "detector").items()):
         if detector in TEXT_DETECTORS:
@@ -89,8 +95,11 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
                 [r["score"] for r in dev], [r["score"] for r in test], dev_groups=[r["group"] for r in dev],
                 test_groups=[r["group"] for r in test], dev_labels=[r["label"] for r in dev],
                 test_labels=[r["label"] for r in test], n_draws=draws, seed=seed)
-    return {"text_detectors": text, "yes_no": yes_no, "calibration": calibration, "draws": draws, "seed": seed,
-            "rows": len(rows)}
+    out = {"text_detectors": text, "yes_no": yes_no, "calibration": calibration, "draws": draws, "seed": seed,
+           "rows": len(rows) + len(natural)}
+    if natural:
+        out["natural"] = summarize_natural(natural, seed, draws)
+    return out
 
 
 def _pct(x: float) -> str:
@@ -123,11 +132,14 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
              f"Detectors on record pairs: the paper's direct, expanded and asserted-value JSON classifiers "
              f"(greedy, at most {sc['max_new_tokens']} tokens, verbatim prompts) and a YES/NO score "
              f"(P(YES) / (P(YES) + P(NO)) of the answer's first token(s); prompt ours). Datasets: "
-             f"{', '.join(sc['datasets'])}; splits {', '.join(sc['splits'])}. Unresolved verdicts (parse or field "
+             f"{', '.join(sc['datasets'])}; splits {', '.join(sc['splits'])}"
+             + (f" (oaks: the {sc['oaks_split']} books of {sc['oaks_source']}, the asserted-value prompt plain and "
+                f"question-conditioned, at most {sc['oaks_max_new_tokens']} tokens)" if "oaks" in sc['datasets'] else "")
+             + f". Unresolved verdicts (parse or field "
              f"failures) never trigger and are counted by reason. Intervals: {summary['draws']:,} draws of whole "
              f"groups, seed {summary['seed']}.", ""]
     if timing:
-        lines += [run_time(timing, "pairs"), ""]
+        lines += [run_time(timing, "pairs", machine=True), ""]
     if summary["text_detectors"]:
         lines += ["## JSON classifiers", ""] + _text_table(summary["text_detectors"]) + [""]
     if summary["yes_no"]:
@@ -154,8 +166,22 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
             lines.append(f"| {name} | {t} | {'' if dev_ba is None else f'{dev_ba:.3f}'} | {r['test_actions']} | "
                          f"{r['test_balanced_accuracy']:.3f} {fmt(cond)} | {fmt(joint)} | {'; '.join(r['notes'])} |")
         lines.append("")
+    if "natural" in summary:
+        lines += natural_report(summary["natural"], model_name(config))
+    lines += action_report(summary.get("detection_action", []))
     return "\n".join(lines)
 
 
-def write_summary(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]:
-    return write_run_summary(out_dir, summarize, format_report, seed=seed)
+def write_summary(out_dir: Path | str, seed: int = PAPER_SEED, matched_scores: str | None = None,
+                  join_rule: str = "complete") -> dict[str, Any]:
+    """summary.json and report.md; ``matched_scores``: comma-separated matched-scores ``oaks`` run folders
+    (one per generator) whose full / mask outcomes are joined with the oaks detections
+    (:func:`.natural_summary.detection_action`, graded by ``join_rule``)."""
+    def summarize_with_join(out: Path, seed: int) -> dict[str, Any]:
+        summary = summarize(out, seed=seed)
+        if matched_scores:
+            summary["detection_action"] = detection_action(out, [d for d in matched_scores.split(",") if d],
+                                                           join_rule)
+        return summary
+
+    return write_run_summary(out_dir, summarize_with_join, format_report, seed=seed)

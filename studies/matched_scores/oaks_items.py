@@ -25,15 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import kvprobe
-# The OAKS loader lives in the OAKS study's folder for now (a shared module is requested in the report).
 from kvprobe.studies import oaks_data as oaks
+from kvprobe.studies.oaks_data import DEMONSTRATION, OAKS_SPLITS, load_books
 
 from . import strings
 
-#: ``oaks_source`` value for the demonstration set generated from the PG-19 novel.
-DEMONSTRATION = "demonstration"
-#: Book splits (the paper's 5 held-out books are ``evaluation``).
-OAKS_SPLITS = ("evaluation", "calibration", "development", "all")
+__all__ = ["DEMONSTRATION", "OAKS_SPLITS", "OaksFormatError", "OaksItem", "load_books", "oaks_items"]
 OaksFormatError = oaks.OaksFormatError
 
 
@@ -127,38 +124,14 @@ class OaksItem:
                 "old_value": self.old, "current_answer": c.new_answer, "old_answer": c.old_answer}
 
 
-def load_books(source: str) -> list[oaks.Book]:
-    """The books of an OAKS-schema file, or of the demonstration set (``source == "demonstration"``).
-
-    Example: ``load_books("tests/fixtures/oaks_sample.json")[0].book_id == "fixture-book-0"``.
-    """
-    if source == DEMONSTRATION:
-        from kvprobe.studies.filler import PG19_DIR
-
-        novels = sorted(PG19_DIR.glob("*.txt"))
-        if not novels:
-            raise FileNotFoundError(f"no PG-19 novel in {PG19_DIR} for the OAKS demonstration set")
-        return oaks.parse_oaks(oaks.demonstration_set(novels[0].read_text(encoding="utf-8")), DEMONSTRATION)
-    return oaks.load_oaks(source)
-
-
 def oaks_items(books: list[oaks.Book], split: str = "evaluation") -> list[OaksItem]:
     """One item per question of the ``split`` books: its earliest kept change, the current answer shown as
     candidate A on even positions and as B on odd ones (half each, seed L5647-5648).
 
     Example: ``[i.reference for i in oaks_items(load_books(FIXTURE), "all")] == ["A", "B", "A"]``.
     """
-    if split not in OAKS_SPLITS:
-        raise ValueError(f"split {split!r} is not one of {', '.join(OAKS_SPLITS)}")
-    ordered = oaks.split_books(books)
-    chosen = [b for name in ordered for b in ordered[name]] if split == "all" else ordered[split]
     items: list[OaksItem] = []
-    for book in chosen:
-        earliest: dict[str, oaks.Change] = {}
-        for change in oaks.changes(book):
-            if change.question_id not in earliest or change.chunk < earliest[change.question_id].chunk:
-                earliest[change.question_id] = change
-        for change in earliest.values():
-            items.append(OaksItem(change, book.title, oaks.unrelated_text(books, book, change),
-                                  current_is_a=len(items) % 2 == 0))
+    for book, change in oaks.earliest_changes(books, split):
+        items.append(OaksItem(change, book.title, oaks.unrelated_text(books, book, change),
+                              current_is_a=len(items) % 2 == 0))
     return items
