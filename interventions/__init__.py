@@ -12,6 +12,7 @@ condition's own copy of the cache; the shared history is never modified.
 | ``Rebuild(spans)`` | rows after the first masked position recomputed with the spans hidden |
 | ``SelectiveRefresh(span, full=False)`` | rows after record A recomputed with A hidden (``full``: from 0) |
 | ``OnlineMask(old, replacement)`` | rows after the replacement recomputed with the old record hidden |
+| ``SegmentRebuild(source, segments, layers)`` | only the chosen later segments recomputed with the source hidden |
 | ``Compact(spans)`` | rows deleted, later keys re-rotated, positions shortened |
 | ``Drop(spans, positions=...)`` | rows deleted without re-rotation |
 | ``TextRecompute(segments, stored_prefix=False)`` | text deleted, retokenized, prefilled again |
@@ -32,7 +33,7 @@ from .compaction import Compact, Drop
 from .finch import Finch
 from .quest import Quest, RecentPages
 from .refreshkv import RefreshKV
-from .recompute import OnlineMask, Rebuild, SelectiveRefresh, recompute_hidden
+from .recompute import OnlineMask, Rebuild, SegmentRebuild, SelectiveRefresh, rebuild_segments, recompute_hidden
 from .registry import OPERATIONS, parse_condition
 from .rope import rotate_keys
 from .text import NoContext, TextRecompute
@@ -50,6 +51,7 @@ __all__ = [
     "RecentPages",
     "RefreshKV",
     "Rebuild",
+    "SegmentRebuild",
     "SelectiveRefresh",
     "SessionOrderBias",
     "SoftBias",
@@ -58,6 +60,7 @@ __all__ = [
     "matched_capacity",
     "parse_condition",
     "refusal",
+    "rebuild_segments",
     "recompute_hidden",
     "rotate_keys",
     "verify_model",

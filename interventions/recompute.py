@@ -14,6 +14,13 @@ decoding keep the record hidden afterwards.
   superseded record is hidden from every token after its replacement has been
   read, i.e. start at the end of the replacement (paper L1404-1407).
 
+:func:`rebuild_segments` / ``SegmentRebuild(source, segments)`` recompute only the
+rows of chosen later segments with the source hidden (optionally in some layers
+only) and keep every other row as cached: the building block of the fact map
+(``kvprobe.interventions.fact_map``), which asks how much of the source's effect
+each later segment carries. Rebuilding every later segment in order is
+``SelectiveRefresh``.
+
 UNCLEAR in the paper: whether masked rows themselves are recomputed; they are
 never read afterwards, so it does not change any output. We recompute them with
 ordinary causal attention (they see everything before them, themselves included).
@@ -26,11 +33,11 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import torch
 
-from kvprobe.access import Access, as_spans, check_spans, positions_of
+from kvprobe.access import Access, as_spans, check_layers, check_spans, positions_of, select_layers
 from kvprobe.engine import CHUNK_SIZE, RowState, extend_state
 from kvprobe.prompts import SpanError, TokenSpan
 
-from ._base import require_unedited
+from ._base import OperationError, require_unedited
 
 if TYPE_CHECKING:
     from kvprobe.arch import ArchSummary
@@ -213,3 +220,106 @@ class OnlineMask(_HiddenRecompute):
     def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
         require_unedited(self.name, history, state)
         return recompute_in_stages(model, history, self.stages(len(history)), self.chunk_size)
+
+
+def with_cached_rows(state: RowState, history: "History", lo: int, hi: int) -> RowState:
+    """``state`` (covering history positions ``[0, lo)``) followed by the history's own cached rows ``[lo, hi)``."""
+    if state.length != lo:
+        raise SpanError(f"a state of {state.length} slots cannot continue with history rows from {lo}")
+    if hi <= lo:
+        return state
+    kv = [(None, None) if k is None else (torch.cat([k, hk[:, :, lo:hi]], dim=2), torch.cat([v, hv[:, :, lo:hi]], dim=2))
+          for (k, v), (hk, hv) in zip(state.kv, history.kv)]
+    return RowState(
+        kv=kv,
+        key_pos=torch.cat([state.key_pos, history.positions[lo:hi]]),
+        key_valid=torch.ones(hi, dtype=torch.bool),
+        input_ids=torch.cat([state.input_ids, history.input_ids[lo:hi]]),
+        slot_of=torch.arange(hi),
+    )
+
+
+def rebuild_segments(
+    model: "Model",
+    history: "History",
+    hidden: torch.Tensor,
+    segments: Sequence[TokenSpan],
+    layers: tuple[int, ...] | None = None,
+    chunk_size: int = CHUNK_SIZE,
+) -> RowState:
+    """Recompute only the rows of ``segments`` with Bool[T] ``hidden`` invisible; keep every other row as cached.
+
+    Segments are recomputed in order at their original positions: each reads the
+    cached rows before it, and the rows of segments rebuilt before it. ``hidden``
+    positions are invisible to the rebuilt tokens in ``layers`` only (default: every
+    attention layer). The returned state hides ``hidden`` from every later token in
+    every attention layer. Attention-only models (a recurrent state depends on every
+    token, so later rows cannot be kept).
+
+    Example: ``rebuild_segments(m, h, positions_of([h.span("A")], len(h)), [h.span("B")])``
+    is "B read without A, everything else as cached".
+    """
+    T = len(history)
+    state = history.prefix_state(segments[0].start)
+    ends = [s.start for s in segments[1:]] + [T]
+    for seg, next_start in zip(segments, ends):
+        state = extend_state(model, state, history.input_ids[seg.start:seg.end], history.positions[seg.start:seg.end],
+                             chunk_size, hidden=hidden[:seg.end], affected=~hidden[seg.start:seg.end], layers=layers)
+        state = with_cached_rows(state, history, seg.end, next_start)
+    state.info = {"recomputed_tokens": sum(s.end - s.start for s in segments),
+                  "reused_tokens": T - sum(s.end - s.start for s in segments)}
+    return state.hide(hidden, model.arch.attention_layers)
+
+
+@dataclass(frozen=True, init=False)
+class SegmentRebuild(Access):
+    """Hide the source from the question; recompute only ``segments`` with the source hidden.
+
+    Every row outside ``segments`` keeps its cached K/V (rows after a rebuilt
+    segment were computed reading the source, and still hold what they read);
+    the rebuilt tokens cannot see the source in ``layers`` (default: every
+    attention layer). Rebuilding every later segment is ``SelectiveRefresh(source)``.
+
+    Example::
+
+        SegmentRebuild(h.span("A"), [h.span("B")])                 # B read without A
+        SegmentRebuild(h.span("A"), [h.span("B")], layers=range(8, 16))  # ... in layers 8-15 only
+    """
+
+    spans: tuple[TokenSpan, ...] = ()
+    segments: tuple[TokenSpan, ...] = ()
+    layers: tuple[int, ...] | None = None
+    chunk_size: int = CHUNK_SIZE
+
+    def __init__(self, source: TokenSpan | Iterable[TokenSpan], segments: TokenSpan | Iterable[TokenSpan],
+                 layers: Iterable[int] | None = None, name: str = "rebuild-segments", chunk_size: int = CHUNK_SIZE):
+        spans = as_spans(source, "SegmentRebuild")
+        segs = (segments,) if isinstance(segments, TokenSpan) else tuple(segments)
+        if not segs or not all(isinstance(x, TokenSpan) for x in segs):
+            raise SpanError(f"SegmentRebuild needs one or more later segments as TokenSpans, got {segments!r}")
+        for a, b in zip(segs, segs[1:]):
+            if b.start < a.end:
+                raise SpanError(f"SegmentRebuild: segments must be in order and disjoint; {b!r} starts before "
+                                f"{a!r} ends")
+        if segs[0].start < spans[-1].end:
+            raise SpanError(f"SegmentRebuild: segment {segs[0]!r} starts before the source {spans[-1]!r} ends "
+                            "(only later segments read the source)")
+        object.__setattr__(self, "spans", spans)
+        object.__setattr__(self, "segments", segs)
+        object.__setattr__(self, "layers", None if layers is None else tuple(sorted(set(layers))))
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "chunk_size", chunk_size)
+
+    def validate(self, history_len: int, arch: "ArchSummary") -> None:
+        check_spans(self.name, (*self.spans, *self.segments), history_len)
+        check_layers(self.name, self.layers, arch)
+        if arch.recurrent_layers:
+            raise OperationError(f"{self.name} keeps cached rows after a rebuilt segment, but recurrent layers "
+                                 f"{list(arch.recurrent_layers)} carry one state through every token; use "
+                                 "SelectiveRefresh or TextRecompute on hybrid models")
+
+    def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
+        require_unedited(self.name, history, state)
+        layers = None if self.layers is None else select_layers(self.layers, model.arch)
+        return rebuild_segments(model, history, positions_of(self.spans, len(history)), self.segments, layers,
+                                self.chunk_size)

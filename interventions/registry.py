@@ -2,9 +2,11 @@
 
 Grammar: ``NAME`` or ``NAME:ARG``, where ARG names segments of the history
 (``A`` or ``A,B``), or for ``online-mask`` the superseded and replacement
-segments as ``A>B`` (pairs ``A>B,C>D``: each record hidden after its own replacement), or for ``bias`` segment=value pairs (``A=-0.69,B=0``), or for the query-aware methods a capacity in tokens
+segments as ``A>B`` (pairs ``A>B,C>D``: each record hidden after its own replacement), or for
+``rebuild-segments`` the source and the later segments to rebuild as ``A>note,B``, or for ``bias`` segment=value pairs (``A=-0.69,B=0``), or for the query-aware methods a capacity in tokens
 (``quest:128``, ``finch:128``, ``refreshkv:128``, ``recent-pages:128``).
-Masks accept an optional ``@layers`` suffix (``mask:A@0-3,7``).
+Masks accept an optional ``@layers`` suffix (``mask:A@0-3,7``); so does ``rebuild-segments``, whose
+layers are those in which the rebuilt segments cannot see the source (``rebuild-segments:A>B@8-15``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from .compaction import Compact, Drop
 from .finch import Finch
 from .quest import Quest, RecentPages
 from .refreshkv import RefreshKV
-from .recompute import OnlineMask, Rebuild, SelectiveRefresh
+from .recompute import OnlineMask, Rebuild, SegmentRebuild, SelectiveRefresh
 from .text import NoContext, TextRecompute
 from .zeroing import Zero
 
@@ -58,6 +60,13 @@ def _online(h: "History", arg: str) -> Access:
     return OnlineMask(olds, news)
 
 
+def _segment_rebuild(h: "History", arg: str) -> Access:
+    source, sep, later = arg.partition(">")
+    if not sep or not later.strip():
+        raise SpanError("rebuild-segments needs SOURCE>SEGMENTS, e.g. rebuild-segments:A>note,B")
+    return SegmentRebuild(_spans(h, source), _spans(h, later))
+
+
 def _bias(h: "History", arg: str) -> Access:
     pairs = []
     for item in arg.split(","):
@@ -82,6 +91,7 @@ OPERATIONS: dict[str, tuple[Callable[["History", str], Access], str]] = {
     "refresh": (lambda h, a: SelectiveRefresh(_spans(h, a)), "selective refresh after record A"),
     "refresh-full": (lambda h, a: SelectiveRefresh(_spans(h, a), full=True), "full-recompute comparator"),
     "online-mask": (_online, "hide OLD from every token after NEW was read (OLD>NEW, or OLD>NEW,OLD2>NEW2)"),
+    "rebuild-segments": (_segment_rebuild, "recompute only the later segments with the source hidden (A>note,B)"),
     "compact": (lambda h, a: Compact(_spans(h, a)), "delete rows, re-rotate later keys"),
     "drop": (lambda h, a: Drop(_spans(h, a)), "delete rows without re-rotation"),
     "recompute": (lambda h, a: TextRecompute([s.strip() for s in a.split(",")]), "delete text, prefill again"),
@@ -103,7 +113,9 @@ def parse_condition(spec: str, history: "History") -> Access:
         raise SpanError(f"unknown condition {name!r}; known: {', '.join(OPERATIONS)}")
     access = OPERATIONS[name][0](history, arg)
     if layers:
+        if isinstance(access, SegmentRebuild):
+            return SegmentRebuild(access.spans, access.segments, layers=_layers(layers), name=access.name)
         if not isinstance(access, Mask):
-            raise SpanError(f"@layers is supported for mask conditions only, not {name!r}")
+            raise SpanError(f"@layers is supported for mask and rebuild-segments conditions only, not {name!r}")
         access = Mask(access.spans, layers=_layers(layers), name=access.name)
     return access

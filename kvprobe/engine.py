@@ -431,13 +431,14 @@ def extend_state(
     chunk_size: int = CHUNK_SIZE,
     hidden: torch.Tensor | None = None,
     affected: torch.Tensor | None = None,
+    layers: tuple[int, ...] | None = None,
 ) -> RowState:
     """Run history tokens ``ids`` (at ``positions``) after ``prefix``, in chunks; return the grown state.
 
     Args:
-        hidden: Bool[prefix + n] slots (prefix and new) hidden, in every attention
-            layer, from the ``affected`` new tokens.
+        hidden: Bool[prefix + n] slots (prefix and new) hidden from the ``affected`` new tokens.
         affected: Bool[n] new tokens that cannot see ``hidden`` (default: those not hidden).
+        layers: attention layers in which ``hidden`` applies (default: every attention layer).
     The returned state hides nothing; callers decide what later tokens may read.
     """
     n = int(ids.shape[0])
@@ -445,7 +446,7 @@ def extend_state(
     rows = fork_rows([replace(prefix, hidden={}, bias={})], spare=n)  # room for every new row: no regrowth
     if hidden is not None:
         shared = hidden[None, :P].clone()  # one tensor for all layers, grown once per chunk
-        rows.hidden = {layer: shared for layer in model.arch.attention_layers}
+        rows.hidden = {layer: shared for layer in (model.arch.attention_layers if layers is None else layers)}
         if affected is None:
             affected = ~hidden[P:]
     for lo in range(0, n, chunk_size):

@@ -193,6 +193,15 @@ def find_objects(text: str, keep: Callable[[dict[str, Any]], bool] = lambda obj:
 UNKNOWN = "unknown"
 
 
+def canonical_answer(value: str) -> str:
+    """The canonical JSON answer candidates are scored as: ``{"answer": "value"}``, no leading space.
+
+    >>> canonical_answer("109 hours")
+    '{"answer": "109 hours"}'
+    """
+    return json.dumps({"answer": value}, ensure_ascii=False)
+
+
 def normalize(s: str) -> str:
     """Casefold, collapse runs of whitespace to one space, and strip."""
     return " ".join(s.casefold().split())

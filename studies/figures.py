@@ -56,6 +56,45 @@ def plot_changes(panels: Mapping[str, Sequence[ChangeRow]], path: Path | str, ti
     return save_figure(fig, path)
 
 
+def plot_heatmaps(panels: Mapping[str, tuple[Sequence[Sequence[float]], Sequence[str], Sequence[str]]],
+                  path: Path | str, title: str = "", colorbar: str = "", center: float | None = 0.0) -> Path:
+    """One annotated heatmap per key of ``panels``: ``(matrix [rows][columns], row labels, column labels)``.
+
+    NaN cells stay blank; with ``center`` the color scale is symmetric around it (a diverging map).
+    Example: ``plot_heatmaps({"quantity": (recovery, pieces, bands)}, "map.png", colorbar="recovered")``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names = list(panels)
+    if not names:
+        raise ValueError("plot_heatmaps: no panels to draw")
+    fig, axes = plt.subplots(1, len(names), figsize=(1.2 + 3.4 * len(names), 3.2), squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        matrix, rows, columns = panels[name]
+        m = np.asarray(matrix, dtype=float)
+        finite = m[np.isfinite(m)]
+        span = float(np.max(np.abs(finite - (center or 0.0)))) if finite.size else 1.0
+        span = span or 1.0
+        kw = (dict(cmap="RdBu_r", vmin=center - span, vmax=center + span) if center is not None
+              else dict(cmap="viridis"))
+        image = ax.imshow(np.ma.masked_invalid(m), aspect="auto", **kw)
+        for (i, j), value in np.ndenumerate(m):
+            if np.isfinite(value):
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7)
+        ax.set_xticks(range(len(columns)), list(columns), fontsize=7)
+        ax.set_yticks(range(len(rows)), list(rows), fontsize=7)
+        ax.set_title(name, fontsize=9)
+        fig.colorbar(image, ax=ax, label=colorbar, shrink=0.8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
 def save_figure(fig, path: Path | str, dpi: int = 110) -> Path:
     """Write a matplotlib figure to ``path`` atomically (a temporary file, then a rename) and close it."""
     import matplotlib.pyplot as plt

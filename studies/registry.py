@@ -115,6 +115,9 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
           "candidate scores and greedy answers under full access, the old-source mask and its equal-token control "
           "on record histories or OAKS; generation limits (partD 1a, 1b, 1e, 6)",
           compare=_P + "matched_scores.summary:write_panel", seed=PAPER_SEED),
+    Entry("fact-map", _P + "fact_map.study:FactMapStudy", _P + "fact_map.summary",
+          "where the old record's effect lives: each later piece rebuilt without it, per layer band, against the "
+          "mask and the recompute (issue fact-map; paper title claim)", seed=PAPER_SEED),
     Entry("detection", _P + "detection.study:DetectionStudy", _P + "detection.summary",
           "replacement detectors (JSON classifiers, YES/NO score) on record pairs and OAKS natural text (partB 4-5)",
           options=(Option("matched_scores", "comma-separated `matched-scores --dataset oaks` run folders (one per "

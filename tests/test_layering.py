@@ -210,7 +210,7 @@ def test_an_install_adds_only_the_kvprobe_import_name(tmp_path):
 #: ``recognition`` (datasets), ``quantity_task``, ``record_histories``, ``detectors``, ``filler`` and ``answers``.
 STUDY_PACKAGES = ("quantity", "babilong", "mquake", "detection", "records", "components", "derived_note",
                   "query_aware", "cross_checkpoint", "session_bias", "requests", "source_influence", "revisions",
-                  "minteval", "factconsolidation", "factorial", "matched_scores", "note_controls")
+                  "minteval", "factconsolidation", "factorial", "matched_scores", "note_controls", "fact_map")
 #: Imports of one study's modules by another that remain: none (the quantity task, the record histories,
 #: the detectors and the PG-19 filler moved to shared modules). It stays empty.
 CROSS_STUDY_DEBT: set[tuple[str, str]] = set()

@@ -37,6 +37,7 @@ SMALL: dict[str, dict] = {
     "components": dict(n_per_family=1, budget=2, families=("location",)),
     "question-relevance": dict(n_per_family=2, budget=2, families=("location",)),
     "derived-note": dict(n_groups=1, max_new_tokens=3),
+    "fact-map": dict(n_groups=1, n_bands=2),
     "query-aware": dict(n_groups=1, max_new_tokens=3, fixed_budget=48, methods=("quest",)),
     "cross-checkpoint": dict(sibling="noise", n_groups=1, max_new_tokens=2, queries=("current",)),
     "session-bias": dict(split="all", n=2, max_new_tokens=2),
