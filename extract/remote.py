@@ -30,9 +30,11 @@ from typing import Any, Sequence
 
 import torch
 
+from kvprobe.arch import ArchSummary
 from kvprobe.prompts import char_span_to_tokens
 
 from .capture import JOINT_SEPARATOR, Encoding, RecordSpec
+from .store import arch_provenance
 
 
 #: Layer kinds (transformers' ``config.layer_types``) whose cache holds per-token K/V.
@@ -77,6 +79,7 @@ class NnsightEncoder:
             raise RemoteCaptureError(f"{name}: layers of kind {sorted(set(recurrent))} keep recurrent states, not "
                                      "K/V; the nnsight path reads attention caches only")
         self.layer_types = list(types)
+        self.config = lm.config if hasattr(lm, "config") else lm._model.config
 
     def provenance(self) -> dict[str, Any]:
         """The store's model attributes for this path (weights are identified by name: NDIF does not
@@ -91,7 +94,8 @@ class NnsightEncoder:
                 "tokenizer": str(getattr(tok, "name_or_path", "")),
                 "tokenizer_sha256": hashlib.sha256(blob.encode("utf-8")).hexdigest(),
                 "layer_types": json.dumps(self.layer_types), "kv_layers": json.dumps(list(range(self.num_layers))),
-                "cache_notes": json.dumps(["K after RoPE, V, from transformers' DynamicCache (plain nnsight trace)"])}
+                "cache_notes": json.dumps(["K after RoPE, V, from transformers' DynamicCache (plain nnsight trace)"]),
+                **arch_provenance(ArchSummary.from_config(self.config))}
 
     def __call__(self, specs: Sequence[RecordSpec]) -> list[Encoding]:
         return [self.encode_one(spec) for spec in specs]
@@ -124,6 +128,7 @@ class NnsightEncoder:
             hidden={l: _tensor(t)[0, cols].float().clone() for l, t in hidden.items()},
             span=(span.start, span.end),
             sequence_length=int(ids.shape[0]),
+            label=segment,
         )
 
 

@@ -1,8 +1,9 @@
 """The HDF5 feature store: one file, a group per (model, dataset), readable with plain h5py.
 
-Schema (version 1)::
+Schema (version 2; the file attribute ``kvprobe_store_schema`` holds the version)::
 
     /{model}/{dataset}/                      attrs: provenance (below), config (JSON)
+    /{model}/{dataset}@{edit}/               the same records read after a cache edit (below)
         cases/case_id, group, split, family, variant, pattern     [n_cases] str
         cases/labels/{name}                  [n_cases] int8 (e.g. replacement, matching; -1 = undefined)
         cases/record_a, record_b, record_ab  [n_cases] int32: rows of records/ for A alone,
@@ -12,12 +13,25 @@ Schema (version 1)::
         records/kind                         [n_records] str: "single" | "joint"
         records/key                          [n_records] str: SHA-256 of (kind, A, text)
         records/text                         [n_records] str: the record (joint: B)
+        records/span                         [n_records] str: the segment whose tokens are stored
+                                             ("R": a record alone, "B": B read after "A")
+        records/edits                        [n_records] str: JSON list of what was done to the
+                                             record's rows, oldest first ("[]": nothing); each entry
+                                             {name, condition, action, source_tokens, position_shift,
+                                             rerotated_by}, action one of rebuilt | re-rotated |
+                                             recomputed | zeroed | kept
         records/n_tokens                     [n_records] int32: tokens of the record's span
         records/sequence_length              [n_records] int32: tokens of the encoded sequence
         records/token_ids                    [sum n_tokens] int32, record r at token_ids_offset[r]
         records/token_ids_offset             [n_records] int64
+        records/token_record                 [sum n_tokens] int32: the record of each token
+        records/position                     [sum n_tokens] int32: the token's original position in
+                                             its unedited encoded sequence
+        records/rope_position                [sum n_tokens] int32: the RoPE position its stored key
+                                             carries now (= position unless an edit moved it)
         records/token_rows, token_offset     [n_records]: rows of a record in the token tables
-                                             (single records only; 0 rows for joint ones)
+                                             (single records only; 0 rows for joint ones); the token
+                                             table row token_offset[r] + i is token i of record r
         records/pooled/{K,V,H}/L{layer:03d}  [n_records, heads, dim] (H: [n_records, d_model]):
                                              token means over the record's span, float32 math
         records/tokens/{K,...}/L{layer:03d}  [sum token_rows, heads, dim]: token-level features
@@ -28,7 +42,26 @@ Every dataset is chunked, gzip-compressed (level 4, with shuffle) and resizable
 along its first axis; features are float16 by default. Group attributes record
 the provenance: model name, source and weight hash, tokenizer name and hash,
 package versions, dataset name, seed and hash, layer types, which layers hold
-rows (``kv_layers``) and the cache note of each layer kind.
+rows (``kv_layers``), the cache note of each layer kind, and, for a reader
+without kvprobe:
+
+* ``key_rope``: ``"post-RoPE"``: stored keys are rotated (and QK-normed where the
+  model has a QK norm), exactly as transformers caches them;
+* ``rope`` (JSON): the RoPE parameters per layer type as the config states them
+  (``rope_theta``, ``rope_type``, scaling factors, ``partial_rotary_factor``...);
+* ``layers`` (JSON): one entry per decoder layer, ``{"layer", "type": "full" |
+  "sliding" | "recurrent", "kind" (the config's name), "window", "cache": "own" |
+  "shared" | "recurrent", "reads_layer", "rope": {"params", "rotary_dims", "layout",
+  "tensor"}}`` (``reads_layer`` names the layer whose rows a shared-KV layer
+  reads; rotary_dims are the leading dims of the cached tensor that rotate);
+* ``edit`` (JSON): ``null`` for the original caches, else ``{name, condition,
+  action}``: the cache operation (``kvprobe conditions`` name) applied to every
+  joint record's history before B's rows were read. Single records have nothing
+  to edit; edited groups hold K and V only (no hidden states).
+
+Schema 1 stores (no provenance datasets or attributes) are still read: readouts
+work, and the provenance accessors raise :class:`StoreError` naming the file and
+its version. New groups are never added to a store of another schema version.
 
 Writing is resumable and crash-safe: records are encoded in a fixed partition
 of batches, each batch written to its own shard file (written to a temporary
@@ -62,15 +95,20 @@ import numpy as np
 
 from kvprobe.files import versions
 
-from .capture import JOINT_SEPARATOR, RecordSpec, encode
+from .capture import JOINT_SEPARATOR, Edit, RecordSpec, encode
 
 if TYPE_CHECKING:
+    from kvprobe.arch import ArchSummary
     from kvprobe.model import Model
     from kvprobe.workers import WorkerPool
 
     from .remote import NnsightEncoder
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Schema versions this module reads (older ones without the provenance of version 2).
+READABLE_SCHEMAS = (1, 2)
+#: How stored keys relate to RoPE (the ``key_rope`` group attribute).
+KEY_ROPE = "post-RoPE"
 COMPRESSION = dict(compression="gzip", compression_opts=4, shuffle=True)
 CASE_FIELDS = ("case_id", "group", "split", "family", "variant", "pattern")
 FEATURE_KINDS = ("K", "V", "H")
@@ -97,6 +135,7 @@ class ExtractConfig:
     pooling: str = "token mean over the record's span (BOS and separator excluded)"
     hidden: str = "output of decoder layer l (residual stream after layer l)"
     schema_version: int = SCHEMA_VERSION
+    edit: str = ""  # the cache operation applied to joint records (e.g. "rebuild:A"); "" = original caches
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -144,8 +183,14 @@ def extract(
     case_scores: dict[str, Callable[["Model"], np.ndarray]] | None = None,
     pool: "WorkerPool | None" = None,
     encoder: "NnsightEncoder | None" = None,
+    edit: Edit | None = None,
 ) -> Path:
     """Encode every record of ``cases`` with ``model`` into group ``/{model}/{dataset}`` of store ``out``.
+
+    ``edit``: read every joint record (B after A) after this cache operation instead, into
+    group ``/{model}/{dataset}@{edit.name}`` (local runs only; K and V, no hidden states,
+    no case scores). Single records are encoded as in the original group, so the two
+    groups share their token ids and a probe trained on one scores the other.
 
     ``case_scores``: name -> a :class:`CaseScore` (computed over chunks of the cases; on
     every worker under Ray) or a function of the model computing one float per case,
@@ -164,6 +209,16 @@ def extract(
     """
     if sum(x is not None for x in (model, pool, encoder)) != 1:
         raise ValueError("extract needs exactly one of model (local run), pool (Ray workers) and encoder (nnsight)")
+    out = Path(out)
+    check_writable(out)
+    if edit is not None:
+        if model is None:
+            raise StoreError(f"edited extraction ({edit.name}) runs on a local model, not on Ray workers or nnsight")
+        if case_scores:
+            raise StoreError(f"case scores {sorted(case_scores)} belong to the original group, not to the "
+                             f"{edit.name} group (extract them without --edit)")
+        if "H" in token_level:
+            raise StoreError(f"edited groups ({edit.name}) hold K and V only; drop H from token_level")
     if encoder is not None and case_scores:
         raise StoreError(f"case scores {sorted(case_scores)} need kvprobe's engine; the nnsight encoder cannot "
                          "compute them (extract without them)")
@@ -171,7 +226,6 @@ def extract(
         provenance = encoder.provenance()
     else:
         provenance = model_provenance(model) if pool is None else pool.call_one(model_provenance)
-    out = Path(out)
     if not cases:
         raise StoreError(f"dataset {dataset!r} has no cases to extract")
     bad = set(token_level) - set(FEATURE_KINDS)
@@ -179,14 +233,14 @@ def extract(
         raise StoreError(f"token_level {sorted(bad)}: choose among {FEATURE_KINDS}")
     if np.dtype(dtype).kind != "f":
         raise StoreError(f"dtype {dtype!r} is not a float type")
-    group = f"{model_key(provenance['model'])}/{dataset}"
+    group = f"{model_key(provenance['model'])}/{dataset}" + (f"@{edit.name}" if edit else "")
     if out.exists() and not overwrite:
         with h5py.File(out, "r") as f:
             if group in f:
                 raise StoreError(f"{out} already holds {group}; pass overwrite to replace it")
     config = ExtractConfig(model=provenance["model"], weight_hash=provenance["weight_hash"], dataset=dataset,
                            dataset_hash=dataset_hash_of(cases), n_cases=len(cases), batch_size=batch_size,
-                           dtype=dtype, token_level=tuple(token_level))
+                           dtype=dtype, token_level=tuple(token_level), edit=edit.condition if edit else "")
     specs, case_rows = records_of(cases)
     parts = out.with_name(out.name + ".parts") / group.replace("/", "__")
     _check_parts_config(parts, config)
@@ -197,7 +251,7 @@ def extract(
         shards: Iterator[tuple[int, bytes]] = ((b, _shard_bytes(batches[b], encoder(batches[b]), config))
                                                for b in todo)
     elif pool is None:
-        shards = ((b, encode_shard(model, config, batches[b])) for b in todo)
+        shards = ((b, encode_shard(model, config, batches[b], edit)) for b in todo)
     else:
         units = [(batches[b][0].key, (batches[b],)) for b in todo]
         pool.warn_if_idle(len(units), "lower --batch-size to split the records into more batches")
@@ -208,6 +262,7 @@ def extract(
     bar.close()
     scores = {name: _case_score(parts, name, compute, cases, model, pool)
               for name, compute in (case_scores or {}).items()}
+    provenance = {**provenance, "edit": json.dumps(edit.describe() if edit else None)}
     _assemble(out, group, provenance, cases, specs, case_rows, [_shard(parts, b) for b in range(len(batches))],
               config, dataset_info or {}, overwrite, scores)
     shutil.rmtree(parts)
@@ -280,9 +335,10 @@ def _check_parts_config(parts: Path, config: ExtractConfig) -> None:
         os.replace(tmp, path)
 
 
-def encode_shard(model: "Model", config: ExtractConfig, specs: Sequence[RecordSpec]) -> bytes:
+def encode_shard(model: "Model", config: ExtractConfig, specs: Sequence[RecordSpec], edit: Edit | None = None) -> bytes:
     """Encode one batch of records and return its shard file (what a worker sends back)."""
-    return _shard_bytes(specs, encode(model, specs, config.separator), config)
+    encodings = encode(model, specs, config.separator, hidden_layers=() if edit else None, edit=edit)
+    return _shard_bytes(specs, encodings, config)
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
@@ -301,6 +357,10 @@ def _shard_bytes(specs: Sequence[RecordSpec], encodings, config: ExtractConfig) 
                                    dtype=np.int32)
         f["sequence_length"] = np.array([e.sequence_length for e in encodings], dtype=np.int32)
         f["token_ids"] = np.concatenate([e.token_ids for e in encodings]).astype(np.int32)
+        f["position"] = np.concatenate([e.positions for e in encodings]).astype(np.int32)
+        f["rope_position"] = np.concatenate([e.current_positions for e in encodings]).astype(np.int32)
+        f.create_dataset("span", data=[e.label for e in encodings], dtype=STR)
+        f.create_dataset("edits", data=[json.dumps(list(e.edits)) for e in encodings], dtype=STR)
         for kind, get in (("K", lambda e: e.keys), ("V", lambda e: e.values), ("H", lambda e: e.hidden)):
             for layer in get(encodings[0]):
                 per_record = [get(e)[layer] for e in encodings]
@@ -360,14 +420,17 @@ def _write_records(r: h5py.Group, shards: list[Path]) -> None:
         for f in files:
             f.visititems(lambda name, obj: names.setdefault(name) if isinstance(obj, h5py.Dataset) else None)
         for name in names:
-            parts = [f[name][()] for f in files if name in f]
+            text = files[0][name].dtype.kind == "O"  # strings (span labels, edit entries)
+            parts = [(f[name].asstr()[()] if text else f[name][()]) for f in files if name in f]
             if name == "n_tokens":
                 lengths = np.concatenate(parts)
                 _dataset(r, "token_ids_offset", np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64))
+                _dataset(r, "token_record", np.repeat(np.arange(len(lengths)), lengths).astype(np.int32))
             if name == "token_rows":
                 rows = np.concatenate(parts)
                 _dataset(r, "token_offset", np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64))
-            _dataset(r, name, np.concatenate(parts))
+            _dataset(r, name, np.concatenate(parts).astype(object) if text else np.concatenate(parts),
+                     STR if text else None)
     finally:
         for f in files:
             f.close()
@@ -388,7 +451,58 @@ def model_provenance(model: "Model") -> dict[str, Any]:
         "layer_types": json.dumps(list(arch.layer_types)),
         "kv_layers": json.dumps(list(arch.kv_layers)),
         "cache_notes": json.dumps(sorted({s.cache_note for s in arch.layers if s.key_shape})),
+        **arch_provenance(arch),
     }
+
+
+#: ``layers`` attribute: the short layer type of each ``LayerSpec.cache``/``kind``.
+_LAYER_TYPE = {"full_attention": "full", "sliding_attention": "sliding"}
+
+
+def arch_provenance(arch: "ArchSummary") -> dict[str, str]:
+    """The group attributes that let a reader without kvprobe interpret stored keys: ``key_rope``,
+    ``rope`` (per layer type, as the config states it) and ``layers`` (one entry per decoder layer).
+
+    Example:
+        >>> import kvprobe
+        >>> attrs = arch_provenance(kvprobe.load_model("tiny-gemma3").arch)
+        >>> [(l["type"], l["window"]) for l in json.loads(attrs["layers"])][:3]
+        [('sliding', 16), ('sliding', 16), ('full', None)]
+    """
+    layers = []
+    for i, spec in enumerate(arch.layers):
+        kind = _LAYER_TYPE.get(spec.kind, "recurrent" if spec.cache == "recurrent" else spec.kind)
+        rope = None
+        if spec.cache != "recurrent":
+            rope = {"params": arch.rope.get(spec.kind, {}), "rotary_dims": spec.rope_dims, "layout": spec.rope_layout,
+                    "tensor": ("K", "V")[spec.rope_tensor]}
+        layers.append({"layer": i, "type": kind, "kind": spec.kind, "window": spec.window, "cache": spec.cache,
+                       "reads_layer": spec.kv_layer, "rope": rope})
+    return {"key_rope": KEY_ROPE, "rope": json.dumps(arch.rope, sort_keys=True, default=str),
+            "layers": json.dumps(layers, default=str)}
+
+
+def store_schema(path: Path | str) -> int | None:
+    """The schema version of an existing store file (``None``: no store there, or not a kvprobe store)."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        with h5py.File(path, "r") as f:
+            version = f.attrs.get("kvprobe_store_schema")
+    except OSError as err:
+        raise StoreError(f"{path} is not a readable HDF5 file: {err}") from err
+    return None if version is None else int(version)
+
+
+def check_writable(path: Path | str) -> None:
+    """Raise :class:`StoreError` if a group cannot be added to the store at ``path`` (another schema
+    version; the message names the file and the version). Cheap: call it before loading a model."""
+    version = store_schema(path)
+    if Path(path).exists() and version != SCHEMA_VERSION:
+        raise StoreError(f"{path} is a feature store of schema version {version}; this kvprobe writes version "
+                         f"{SCHEMA_VERSION} (row provenance, RoPE and layer attributes) and does not mix "
+                         "versions in one file: write to a new store (its readouts still work)")
 
 
 def _write_attrs(g: h5py.Group, provenance: dict[str, Any], config: ExtractConfig,
@@ -433,15 +547,53 @@ def _progress(total: int, done: int, desc: str, show: bool):
 
 @dataclass
 class StoreGroup:
-    """Lazy view of one ``/{model}/{dataset}`` group (arrays are read on demand)."""
+    """Lazy view of one ``/{model}/{dataset}`` group (arrays are read on demand).
+
+    Example:
+        >>> with FeatureStore("runs/recognition.h5") as s:  # doctest: +SKIP
+        ...     g = s["smollm2-135m-instruct/records@compact"]
+        ...     g.edit["action"], g.provenance(g.cases()["record_ab"][0])["rerotated_by"]
+        ('re-rotated', [-23])
+    """
 
     group: h5py.Group
     name: str = ""
     _cases: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    schema: int = SCHEMA_VERSION
+    path: str = ""
 
     @property
     def attrs(self) -> dict[str, Any]:
         return dict(self.group.attrs)
+
+    def _require_provenance(self, what: str) -> None:
+        if self.schema < 2:
+            raise StoreError(f"{self.path}: group {self.name} has no {what}: the store is of schema version "
+                             f"{self.schema} (provenance arrived in version 2); extract again into a new store")
+
+    @property
+    def edit(self) -> dict[str, str] | None:
+        """The cache operation of an edited group (``{name, condition, action}``), ``None`` for original caches."""
+        return json.loads(self.group.attrs["edit"]) if "edit" in self.group.attrs else None
+
+    def layer_info(self) -> list[dict[str, Any]]:
+        """Per decoder layer: type, window, cache, the layer whose rows it reads, RoPE (the ``layers`` attribute)."""
+        self._require_provenance("layer provenance")
+        return json.loads(self.group.attrs["layers"])
+
+    def provenance(self, record: int) -> dict[str, Any]:
+        """Where the stored rows of ``record`` come from: its span label, per token the original and
+        current RoPE position and ``rerotated_by`` (current minus original when the keys were rotated in
+        place, else 0), and its edit entries."""
+        self._require_provenance("row provenance")
+        r = self.group["records"]
+        start, n = int(r["token_ids_offset"][record]), int(r["n_tokens"][record])
+        edits = json.loads(r["edits"].asstr()[record])
+        original = r["position"][start : start + n].astype(np.int64)
+        current = r["rope_position"][start : start + n].astype(np.int64)
+        rotated = any(e["action"] == "re-rotated" for e in edits)
+        return {"span": r["span"].asstr()[record], "position": original, "rope_position": current,
+                "rerotated_by": (current - original) if rotated else np.zeros(n, dtype=np.int64), "edits": edits}
 
     @property
     def config(self) -> dict[str, Any]:
@@ -513,6 +665,13 @@ class FeatureStore:
             self.file = h5py.File(self.path, "r")
         except OSError as err:
             raise StoreError(f"{self.path} is not a readable HDF5 file: {err}") from err
+        version = self.file.attrs.get("kvprobe_store_schema")
+        if version is None or int(version) not in READABLE_SCHEMAS:
+            self.file.close()
+            found = "no kvprobe_store_schema attribute" if version is None else f"schema version {int(version)}"
+            raise StoreError(f"{self.path} has {found}; this kvprobe reads feature stores of schema versions "
+                             f"{list(READABLE_SCHEMAS)}")
+        self.schema = int(version)
 
     def __enter__(self) -> "FeatureStore":
         return self
@@ -533,4 +692,11 @@ class FeatureStore:
     def __getitem__(self, name: str) -> StoreGroup:
         if name not in self.file:
             raise StoreError(f"{self.path} has no group {name!r}; it has {self.groups()}")
-        return StoreGroup(self.file[name], name)
+        return StoreGroup(self.file[name], name, schema=self.schema, path=str(self.path))
+
+    def edited(self, name: str) -> dict[str, StoreGroup]:
+        """The edited groups of original group ``name`` (``name@EDIT``), by edit name, in store order."""
+        base = self[name]
+        if base.edit is not None:
+            raise StoreError(f"{self.path}: {name} is itself an edited group ({base.edit['name']})")
+        return {g.rpartition("@")[2]: self[g] for g in self.groups() if g.startswith(f"{name}@")}
