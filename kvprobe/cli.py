@@ -5,6 +5,7 @@ Subcommands:
   matrix   verify many models; the family x operation table (artifacts/matrix, docs/architectures.md)
   models   list registry models and what is installed; pull a registry model
   demo     the quantity example under five access conditions (the quick-start job)
+  map      where a record's effect lives: later segments rebuilt without it, per layer band
   bench    benchmarks written to artifacts/bench
   conditions  names of access conditions and cache operations
   run      a study (resumable): results.jsonl, summary.json, report.md
@@ -107,10 +108,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from kvprobe.extract import CaseScore, extract
+    from kvprobe.extract import CaseScore, StoreError, extract
+    from kvprobe.extract.store import check_writable
     from kvprobe.studies.recognition import DATASETS
     from kvprobe.studies.recognition.questions import signed_loo_scores
 
+    try:  # bad input fails here, before a model loads
+        check_writable(args.out)
+        edits = _edits(args)
+    except (StoreError, ValueError) as err:
+        print(f"kvprobe extract: {err}", file=sys.stderr)
+        return 2
+    if edits:
+        return _extract_edits(args, edits)
     generator, default_seed = DATASETS[args.dataset]
     seed = default_seed if args.seed is None else args.seed
     cases = generator(seed=seed)
@@ -139,18 +149,68 @@ def cmd_extract(args: argparse.Namespace) -> int:
     return 0
 
 
+def _edits(args: argparse.Namespace) -> list:
+    """The ``--edit`` operations of ``kvprobe extract`` (ValueError naming a bad one), checked without a model."""
+    from kvprobe.studies.recognition.edits import parse_edits
+
+    if args.edit is None:
+        return []
+    if args.backend != "local":
+        raise ValueError(f"--edit runs on a local model (--backend local), not --backend {args.backend}")
+    if "H" in args.token_level.split(","):
+        raise ValueError("--edit groups hold K and V only; drop H from --token-level")
+    return parse_edits(args.edit)
+
+
+def _extract_edits(args: argparse.Namespace, edits: list) -> int:
+    """``kvprobe extract --edit``: the original group (if missing) and one group per edit, groups already in
+    the store kept unless --overwrite."""
+    from pathlib import Path
+
+    from kvprobe.extract import CaseScore, FeatureStore, extract, model_key
+    from kvprobe.studies.recognition import DATASETS
+    from kvprobe.studies.recognition.questions import signed_loo_scores
+
+    generator, default_seed = DATASETS[args.dataset]
+    seed = default_seed if args.seed is None else args.seed
+    cases = generator(seed=seed)
+    token_level = tuple(k for k in args.token_level.split(",") if k)
+    info = {"generator": f"kvprobe.studies.recognition.{generator.__name__}", "seed": seed}
+    model = _load(args.model, args.quiet, getattr(args, "attn", None), args.device)
+    base = f"{model_key(model.name)}/{args.dataset}"
+    present: list[str] = []
+    if not args.overwrite and Path(args.out).exists():
+        with FeatureStore(args.out) as store:
+            present = store.groups()
+    todo = [(None, base)] + [(e, f"{base}@{e.name}") for e in edits]
+    for edit, group in todo:
+        if group in present:
+            if not args.quiet:
+                print(f"{args.out}: {group} already in the store (kept; --overwrite replaces it)", file=sys.stderr)
+            continue
+        scores = {} if (args.no_loo or edit is not None) else {"signed_loo": CaseScore(signed_loo_scores, chunk=64)}
+        extract(model, args.dataset, cases, args.out, batch_size=args.batch_size, dtype=args.dtype,
+                token_level=token_level, overwrite=args.overwrite, progress=not args.quiet, dataset_info=info,
+                case_scores=scores, edit=edit)
+        if not args.quiet:
+            print(f"{args.out}: group {group}, {len(cases)} cases")
+    return 0
+
+
 def cmd_readout(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from kvprobe.extract import FeatureStore
-    from kvprobe.readouts.evaluate import evaluate_group, transfer
-    from kvprobe.readouts.report import format_transfer, write_group_report
+    from kvprobe.readouts.evaluate import edit_transfer, evaluate_group, transfer
+    from kvprobe.readouts.report import format_transfer, write_edit_report, write_group_report
 
     from .files import atomic_write_text
 
     out = Path(args.out)
     with FeatureStore(args.store) as store:
-        names = args.group or store.groups()
+        originals = [n for n in store.groups() if store[n].edit is None]
+        # Edited groups (MODEL/DATASET@EDIT) are read only through the original's probe (--transfer-to-edits).
+        names = args.group or ([] if args.transfer_to_edits else originals)
         for name in names:
             if not args.quiet:
                 print(f"evaluating {name} ...", file=sys.stderr)
@@ -169,6 +229,21 @@ def cmd_readout(args: argparse.Namespace) -> int:
             atomic_write_text(path, format_transfer(result))
             if not args.quiet:
                 print(f"transfer: {path}")
+        if args.transfer_to_edits:
+            bases = [n for n in originals if store.edited(n)]
+            if not bases:
+                print(f"kvprobe readout: {args.store} has no edited groups (kvprobe extract --edit ...)",
+                      file=sys.stderr)
+                return 2
+            for name in bases:
+                if not args.quiet:
+                    print(f"evaluating {name} across {', '.join(store.edited(name))} ...", file=sys.stderr)
+                result = edit_transfer(store[name], store.edited(name), draws=args.draws, seed=args.bootstrap_seed)
+                model, _, dataset = name.partition("/")
+                where = write_edit_report(result, out / model / ("edits" if dataset == "records" else
+                                                                  f"{dataset}-edits"))
+                if not args.quiet:
+                    print(f"{name} across edits: {where}/report.md")
     return 0
 
 
@@ -234,6 +309,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(format_table(rows))
         print("\nmargin = logp(right answer) - logp(other answer), nats; current query: new vs old value, "
               "unrelated query: label vs UNKNOWN.")
+    return 0
+
+
+def cmd_map(args: argparse.Namespace) -> int:
+    # The map's input files and report are study-layer code; the core never imports studies except here.
+    from kvprobe.studies.fact_map.command import example_input, load_input, run_map, write_outputs
+
+    item = load_input(args.input) if args.input else example_input(unit_from_a=not args.unit_stated)
+    if args.out:
+        _check_out_dir(args.out)
+    model = _load(args.model, args.json)
+    fm = run_map(model, item, args.bands)
+    if args.out:
+        write_outputs(fm, item, model, args.out)
+    if args.json:
+        print(json.dumps(fm.to_json(), indent=1))
+    else:
+        print(f"fact map of {item.source!r} ({item.label}) on {model.name}\n")
+        print(fm.table())
+        print(f"\nrecovered = (margin - mask) / ({fm.target} - mask) = share of the recompute effect; "
+              f"{fm.target} - mask = {fm.target_effect:+.3f} nats" + (f"; written to {args.out}/" if args.out else ""))
     return 0
 
 
@@ -565,6 +661,23 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print rows as JSON instead of a table")
     p.set_defaults(func=cmd_demo)
 
+    p = sub.add_parser("map", help="where a record's effect lives: later segments rebuilt without it, per layer band",
+                       description="Prefill one history and measure the current-minus-old candidate margin under "
+                       "full access, the source mask, the mask in the upper layers only, each later segment rebuilt "
+                       "with the source hidden (alone, cumulatively, and in one layer band), and the text recompute "
+                       "without the source; print how much of the recompute effect each rebuild recovers and what "
+                       "it costs. Default history: the paper's quantity example (source A).")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
+    p.add_argument("--input", help="a JSON file with segments, source, question, candidates (current, old), "
+                   "optional system and chat (see docs/cli.md); default: the quantity example")
+    p.add_argument("--unit-stated", action="store_true",
+                   help="quantity example only: the B record that states the unit (default: B refers to A for it)")
+    p.add_argument("--bands", type=_at_least(1), default=4,
+                   help="contiguous layer bands of the heatmap (default 4)")
+    p.add_argument("--out", help="also write map.json, map.md and map.png (the heatmap) to this directory")
+    p.add_argument("--json", action="store_true", help="print the map as JSON instead of a table")
+    p.set_defaults(func=cmd_map)
+
     _add_run_parser(sub, argv)
 
     p = sub.add_parser("calibrate", help="detection vs action: fit YES/NO thresholds and draw coverage curves",
@@ -602,6 +715,14 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--no-loo", action="store_true",
                    help="skip the signed leave-one-out score (two scored passes per case: full access and "
                    "record A masked, question 'What is <slot> now?')")
+    p.add_argument("--edit", default=None, metavar="EDITS",
+                   help="also store the records read after cache edits, comma-separated among rebuild (B's rows "
+                   "recomputed at their original positions with A hidden), compact (A's rows deleted, B's keys "
+                   "re-rotated by -len(A)), recompute (the text without A prefilled again) and zero (A's rows "
+                   "zeroed; B's rows unchanged, a null check): one group MODEL/DATASET@EDIT each, with every "
+                   "row's original and current RoPE position and edit history. The original group is extracted "
+                   "first if missing; groups already in the store are kept unless --overwrite. Local backend "
+                   "only; K and V only (no hidden states, no LOO in edited groups)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or messages")
     _add_backend_arguments(p, nnsight=True)
     p.set_defaults(func=cmd_extract)
@@ -620,6 +741,12 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--transfer", default=None,
                    help="TRAIN_GROUP:TEST_GROUP: train the joint K/V probe on one checkpoint's records group and "
                    "test it on another's (identical token ids required)")
+    p.add_argument("--transfer-to-edits", action="store_true",
+                   help="train the joint K/V probe on each records group's original caches and score the same "
+                   "test cases read after every cache edit in the store (groups MODEL/DATASET@EDIT from "
+                   "`kvprobe extract --edit`); writes OUT/MODEL/edits/{report.md,edits.json}: AUC on original, "
+                   "on edited, and the drop with paired group-bootstrap intervals per operation. Per-group "
+                   "readouts then run only for the --group ones")
     p.add_argument("--draws", type=_at_least(1), default=DRAWS, help=f"bootstrap draws (default {DRAWS})")
     p.add_argument("--bootstrap-seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--out", required=True, help="output directory")

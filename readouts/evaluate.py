@@ -106,7 +106,6 @@ def features(g: StoreGroup, name: str) -> np.ndarray:
     cases = g.cases()
     n_layers = len(g.layer_types)
     kv_depths = [nearest(d, g.kv_layers) for d in probe_depths(n_layers)]
-    h_depths = [d for d in probe_depths(n_layers) if d in g.layers("H")]
 
     def kv(rows: np.ndarray) -> np.ndarray:
         parts = [g.pooled(kind, layer, rows).reshape(len(rows), -1) for layer in kv_depths for kind in ("K", "V")]
@@ -117,6 +116,7 @@ def features(g: StoreGroup, name: str) -> np.ndarray:
     if name == "joint_kv":
         return kv(cases["record_ab"])
     if name == "joint_hidden":
+        h_depths = [d for d in probe_depths(n_layers) if d in g.layers("H")]
         return np.hstack([g.pooled("H", d, cases["record_ab"]) for d in h_depths])
     raise ValueError(f"unknown feature set {name!r}")
 
@@ -278,6 +278,35 @@ def evaluate_group(g: StoreGroup, draws: int = DRAWS, seed: int = 0, probes: boo
 # ----------------------------------------------------------------------------- transfer
 
 
+def _same_records(a: StoreGroup, b: StoreGroup, what: str) -> None:
+    """Raise unless two groups hold the same cases and token ids (a probe of one can score the other)."""
+    if not np.array_equal(a.group["records/token_ids"][()], b.group["records/token_ids"][()]) or \
+            list(a.cases()["case_id"]) != list(b.cases()["case_id"]):
+        raise StoreError(f"{what} needs identical cases and token ids; {a.name} and {b.name} differ "
+                         "(different tokenizers or datasets)")
+
+
+def _trained_probe(g: StoreGroup, X: np.ndarray) -> tuple[Any, dict[str, np.ndarray]]:
+    """The joint-K/V-style probe trained on ``g``'s training cases, C chosen on its dev role pairs; and the
+    case fields every transfer reports on (labels, role and test masks, groups)."""
+    cases = g.cases()
+    split = cases["split"]
+    y = cases["label:replacement"].astype(int)
+    role = np.isin(cases["variant"], ROLE_VARIANTS)
+    train, dev = split == "train", split == "dev"
+    probe, _ = select_C(X[train], y[train], X[dev], y[dev], dev_mask=role[dev])
+    return probe, {"y": y, "role": role, "test": split == "test", "groups": cases["group"]}
+
+
+def _test_aucs(scores: dict[str, np.ndarray], f: dict[str, np.ndarray], draws: int, seed: int) -> dict[str, Any]:
+    """Role and all-test AUCs of ``scores`` on shared group-bootstrap draws of the test items."""
+    role, test = f["test"] & f["role"], f["test"]
+    return {"role_auc": bootstrap_auc({k: v[role] for k, v in scores.items()}, f["y"][role], f["groups"][role],
+                                      n_draws=draws, seed=seed),
+            "all_test_auc": bootstrap_auc({k: v[test] for k, v in scores.items()}, f["y"][test], f["groups"][test],
+                                          n_draws=draws, seed=seed)}
+
+
 def transfer(train_group: StoreGroup, test_group: StoreGroup, feature: str = "joint_kv",
              draws: int = DRAWS, seed: int = 0) -> dict[str, Any]:
     """Train a probe on one checkpoint's store group, test it on another's (identical token ids required).
@@ -286,24 +315,54 @@ def transfer(train_group: StoreGroup, test_group: StoreGroup, feature: str = "jo
     group's held-out cases; AUCs as in :func:`evaluate_records`.
     """
     a, b = train_group, test_group
-    if not np.array_equal(a.group["records/token_ids"][()], b.group["records/token_ids"][()]) or \
-            list(a.cases()["case_id"]) != list(b.cases()["case_id"]):
-        raise StoreError(f"transfer needs identical cases and token ids; {a.name} and {b.name} differ "
-                         "(different tokenizers or datasets)")
+    _same_records(a, b, "transfer")
     Xa, Xb = features(a, feature), features(b, feature)
     if Xa.shape != Xb.shape:
         raise StoreError(f"transfer needs equal feature widths; {a.name} has {Xa.shape[1]}, {b.name} {Xb.shape[1]}")
-    cases = a.cases()
-    split, variant = cases["split"], cases["variant"]
-    y = cases["label:replacement"].astype(int)
-    role = np.isin(variant, ROLE_VARIANTS)
-    train, dev, test = split == "train", split == "dev", split == "test"
-    probe, _ = select_C(Xa[train], y[train], Xa[dev], y[dev], dev_mask=role[dev])
+    probe, f = _trained_probe(a, Xa)
     scores = {"in-checkpoint": probe.decision_function(Xa), "transferred": probe.decision_function(Xb)}
-    return {
-        "train_group": a.name, "test_group": b.name, "feature": feature, "C": float(probe.C),
-        "role_auc": bootstrap_auc({k: v[test & role] for k, v in scores.items()}, y[test & role],
-                                  cases["group"][test & role], n_draws=draws, seed=seed),
-        "all_test_auc": bootstrap_auc({k: v[test] for k, v in scores.items()}, y[test], cases["group"][test],
-                                      n_draws=draws, seed=seed),
-    }
+    return {"train_group": a.name, "test_group": b.name, "feature": feature, "C": float(probe.C),
+            **_test_aucs(scores, f, draws, seed)}
+
+
+#: The probe :func:`edit_transfer` moves across cache edits: B's K and V read after A.
+EDIT_FEATURE = "joint_kv"
+
+
+def edit_transfer(original: StoreGroup, edited: dict[str, StoreGroup], draws: int = DRAWS,
+                  seed: int = 0) -> dict[str, Any]:
+    """Train the joint K/V probe on the original caches, score the same cases' edited caches.
+
+    ``edited``: edit name -> the group of the same records read after that cache edit
+    (``FeatureStore.edited``). One probe (C chosen on the original dev role pairs)
+    scores every group; AUCs on the test role swaps vs role confirmations (primary) and
+    all test cases, every group on the same group-bootstrap draws of whole test items,
+    so ``diff["original"][edit]`` is the AUC drop of that edit with its paired interval.
+
+    Example:
+        >>> with FeatureStore("runs/recognition.h5") as s:  # doctest: +SKIP
+        ...     r = edit_transfer(s["m/records"], s.edited("m/records"))
+        ...     r["role_auc"]["diff"]["original"]["compact"]["diff"]   # AUC(original) - AUC(compacted)
+    """
+    if original.edit is not None:
+        raise StoreError(f"{original.name} is an edited group; train on the original caches")
+    if not edited:
+        raise StoreError(f"{original.name}: no edited groups to score (kvprobe extract --edit ...)")
+    X = features(original, EDIT_FEATURE)
+    probe, f = _trained_probe(original, X)
+    scores = {"original": probe.decision_function(X)}
+    for name, g in edited.items():
+        if g.edit is None:
+            raise StoreError(f"{g.name} holds original caches, not an edit of {original.name}")
+        if g.attrs.get("dataset_hash") != original.attrs.get("dataset_hash") or \
+                g.attrs.get("weight_hash") != original.attrs.get("weight_hash"):
+            raise StoreError(f"{g.name} was extracted from other cases or weights than {original.name}")
+        _same_records(original, g, "edit transfer")
+        scores[name] = probe.decision_function(features(g, EDIT_FEATURE))
+    test, role = f["test"], f["test"] & f["role"]
+    return {"group": original.name, "model": original.attrs.get("model"), "feature": EDIT_FEATURE,
+            "C": float(probe.C), "edits": {name: g.edit for name, g in edited.items()},
+            "edited_groups": {name: g.name for name, g in edited.items()},
+            "n_cases": {"test_role": int(role.sum()), "test": int(test.sum()),
+                        "test_groups": int(len(set(f["groups"][test])))},
+            **_test_aucs(scores, f, draws, seed)}

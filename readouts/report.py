@@ -121,6 +121,51 @@ def format_transfer(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: What each edit does to B's stored rows, for the report's table (``records/edits`` actions).
+EDIT_ACTION_TEXT = {"rebuilt": "recomputed at original positions, A hidden",
+                    "re-rotated": "A's rows deleted, keys re-rotated by -len(A)",
+                    "recomputed": "text without A prefilled again",
+                    "zeroed": "rows zeroed", "kept": "unchanged (A's rows zeroed)"}
+
+
+def _edit_rows(block: dict[str, Any], r: dict[str, Any], n: str) -> list[str]:
+    lines = ["| operation | B's rows | AUC on original | AUC on edited [95% CI] | drop [95% CI] | n |",
+             "|---|---|---|---|---|---|"]
+    o = block["auc"]["original"]
+    for name, edit in r["edits"].items():
+        a, d = block["auc"][name], block["diff"]["original"][name]
+        lines.append(f"| {name} (`{edit['condition']}`) | {EDIT_ACTION_TEXT.get(edit['action'], edit['action'])} | "
+                     f"{o['auc']:.3f} [{o['lo']:.3f}, {o['hi']:.3f}] | {a['auc']:.3f} [{a['lo']:.3f}, {a['hi']:.3f}] | "
+                     f"{d['diff']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] | {n} |")
+    return lines
+
+
+def format_edit_transfer(r: dict[str, Any]) -> str:
+    """report.md of :func:`readouts.evaluate.edit_transfer`: one row per cache edit, AUC drop with intervals."""
+    n = r["n_cases"]
+    role, every = r["role_auc"], r["all_test_auc"]
+    lines = [f"# Readouts across cache edits: {r['model']}", "",
+             f"The joint K/V probe (B's pooled keys and values read after A, at the recognition depths) is trained "
+             f"on the original caches of store group `{r['group']}` (C = {r['C']}, chosen on the original dev role "
+             "pairs) and scores the same test cases read from edited caches (groups "
+             + ", ".join(f"`{g}`" for g in r["edited_groups"].values()) + "). Drop = AUC on original minus AUC on "
+             f"edited; intervals: {role['n_draws']:,} group-bootstrap draws of whole test items, every operation on "
+             "the same draws (paired).", "",
+             f"## Role swaps vs role confirmations ({n['test_role']} test cases, {n['test_groups']} items)", "",
+             *_edit_rows(role, r, f"{n['test_role']} ({n['test_groups']} items)"), "",
+             f"## All test cases ({n['test']})", "",
+             *_edit_rows(every, r, f"{n['test']} ({n['test_groups']} items)"), ""]
+    return "\n".join(lines)
+
+
+def write_edit_report(r: dict[str, Any], out_dir: Path) -> Path:
+    """edits.json and report.md of an edit transfer under ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / "edits.json", json.dumps(r, indent=1, sort_keys=True) + "\n")
+    atomic_write_text(out_dir / "report.md", format_edit_transfer(r))
+    return out_dir
+
+
 def plot_readouts(r: dict[str, Any], path: Path) -> Path:
     """Horizontal AUC bars with 95% intervals: the primary comparison of a records or role-pairs group."""
     import matplotlib
