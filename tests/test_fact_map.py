@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 import torch
 
@@ -179,3 +181,73 @@ def test_fact_map_refuses_bad_input(llama):
         fact_map(llama, h, "A", QUESTIONS[0], ["x"])
     with pytest.raises(kvprobe.SpanError, match="no segment 'Z'"):
         fact_map(llama, h, "Z", QUESTIONS[0], ["x", "y"])
+
+
+# --------------------------------------------------------------------------- kvprobe map and the study
+
+ROOMS = {"segments": [["A", "Record A, Monday: the weekly planning meeting is held in Room 12."],
+                      ["note", "A square seal is printed beside a blank signature box."],
+                      ["B", "Record B, Friday: the meeting moves two doors down from the room in record A."]],
+         "source": "A", "question": "Which room is the meeting in now?", "candidates": ["Room 14", "Room 12"]}
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(source="Z"), "source 'Z' is not a segment"),
+    (dict(source="B"), "is the last segment"),
+    (dict(candidates=["only one"]), "two non-empty strings"),
+    (dict(segments=[["A", "x"], ["A", "y"]]), "segment names repeat"),
+    (dict(chat="yes"), "'chat' must be true or false"),
+    (dict(question=None), "field 'question' must be a str"),
+])
+def test_map_input_errors_name_the_file_and_field(tmp_path, change, message):
+    from kvprobe.studies.fact_map.command import MapInputError, load_input
+
+    path = tmp_path / "in.json"
+    path.write_text(json.dumps({**ROOMS, **change}))
+    with pytest.raises(MapInputError, match=message) as err:
+        load_input(path)
+    assert str(path) in str(err.value)
+    path.write_text("{not json")
+    with pytest.raises(MapInputError, match="not JSON \\(line 1"):
+        load_input(path)
+
+
+def test_map_command_prints_and_writes_the_map(tmp_path, capsys):
+    from kvprobe.cli import main
+
+    path = tmp_path / "rooms.json"
+    path.write_text(json.dumps(ROOMS))
+    assert main(["map", "--model", "tiny-llama", "--input", str(path), "--bands", "2", "--out",
+                 str(tmp_path / "out")]) == 0
+    text = capsys.readouterr().out
+    assert "| rebuild:B@" in text and "recompute - mask" in text
+    saved = json.loads((tmp_path / "out" / "map.json").read_text())
+    assert [p["label"] for p in saved["pieces"]] == ["note", "B", "end"] and len(saved["heatmap"]) == 3
+    assert (tmp_path / "out" / "map.png").stat().st_size > 0 and "| piece |" in (tmp_path / "out" / "map.md").read_text()
+    # A bad file fails before any model loads (exit status 2, the file named).
+    path.write_text(json.dumps({**ROOMS, "source": "nope"}))
+    assert main(["map", "--model", "no-such-model", "--input", str(path)]) == 2
+    assert str(path) in capsys.readouterr().err
+
+
+def test_study_summary_recomputes_recovery_from_the_rows(llama, tmp_path):
+    from kvprobe.studies.fact_map.study import FactMapStudy
+    from kvprobe.studies.fact_map.summary import write_summary
+    from kvprobe.studies.runner import read_rows, run_study
+
+    study = FactMapStudy(dataset="records", n_groups=1, n_bands=2)
+    assert {c.variant for c in study.cases()} <= {"replacement", "role_swap", "explicit_rejection"}
+    run_study(study, llama, tmp_path, progress=False)
+    summary = write_summary(tmp_path)
+    rows = list(read_rows(tmp_path))
+    assert {r["piece"] for r in rows if r["kind"] == "rebuild"} == {"other", "note", "time2", "end"}
+    by = {}
+    for r in rows:
+        by.setdefault(r["condition"], []).append((r["case_id"], r["margin"] - r["margin_mask"]))
+    effect = np.mean([r["margin_target"] - r["margin_mask"] for r in rows if r["condition"] == "recompute"])
+    cell = summary["all"]["conditions"]["rebuild:time2"]
+    assert cell["change"] == pytest.approx(np.mean([d for _, d in by["rebuild:time2"]]))
+    assert cell["recovered"] == pytest.approx(cell["change"] / effect)
+    assert cell["change_ci"][0] <= cell["change"] <= cell["change_ci"][1]
+    assert len(summary["heatmap"]) == 4 and len(summary["heatmap"][0]) == 2
+    assert (tmp_path / "figure.png").exists() and "## All histories" in (tmp_path / "report.md").read_text()
