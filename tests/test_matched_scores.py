@@ -16,7 +16,8 @@ from kvprobe.studies.matched_scores import strings
 from kvprobe.studies.matched_scores.oaks_items import load_books, oaks_items
 from kvprobe.studies.detectors import strings as record_strings
 from kvprobe.studies.record_histories import note_text
-from kvprobe.studies.matched_scores.scoring import budget_grades, canonical_answer, grade_answer, trace_prefix
+from kvprobe.studies.answers import canonical_answer
+from kvprobe.studies.matched_scores.scoring import budget_grades, grade_answer, trace_prefix
 from kvprobe.studies.matched_scores.study import CONDITIONS, MatchedScoresStudy
 from kvprobe.studies.matched_scores.summary import (budget_summary, main_table, subset_summary, write_panel,
                                                     write_summary)

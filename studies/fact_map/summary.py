@@ -18,7 +18,6 @@ and cumulatively; the heatmap of pieces x layer bands; the same per variant
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 

@@ -23,12 +23,12 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from dataclasses import dataclass
 
 import kvprobe
 from kvprobe.readouts.stats import RECORDS_SEED
+from kvprobe.studies.answers import canonical_answer
 from kvprobe.studies.detectors import strings as record_strings
 from kvprobe.studies.detectors.strings import TIME_2
 from kvprobe.studies.record_histories import RecordHistory, question_text, record_histories, with_note
@@ -124,13 +124,6 @@ class FactorialCase:
         return canonical_answer(self.reference), canonical_answer(self.old_value)
 
 
-def canonical_answer(value: str) -> str:
-    """``{"answer": "value"}`` as the record prompt asks for it.
-
-    >>> canonical_answer("109 hours")
-    '{"answer": "109 hours"}'
-    """
-    return json.dumps({"answer": value})
 
 
 _UNIT_WORD = re.compile(rf"\s*\b{strings.REMOVED_UNIT}\b")

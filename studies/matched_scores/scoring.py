@@ -35,7 +35,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -51,13 +50,6 @@ GRADE_COLUMNS = ("exact", "exact_parse", "answer", "value_category", "missing_un
 BUDGET_COLUMNS = ("n_tokens", "stop_reason", "exact", "complete", "complete_category", "value_category", "lenient")
 
 
-def canonical_answer(value: str) -> str:
-    """The canonical JSON answer the candidates are scored as: ``{"answer": "value"}``, no leading space.
-
-    >>> canonical_answer("109 hours")
-    '{"answer": "109 hours"}'
-    """
-    return json.dumps({"answer": value}, ensure_ascii=False)
 
 
 def grade_answer(text: str, stop_reason: str, reference: str, old: str, mentions: Sequence[str] = ()

@@ -34,6 +34,7 @@ from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Q
                                       require_choices, require_fits, use_chat)
 from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.recognition.families import DEADLINE_UNITS
+from kvprobe.studies.answers import canonical_answer
 from kvprobe.studies.record_histories import MAX_NEW_TOKENS, selected_histories
 from kvprobe.studies.runner import study_parameters, strings_sha256
 
@@ -41,7 +42,7 @@ from . import strings
 from .oaks_items import DEMONSTRATION, OAKS_SPLITS, OaksFormatError, OaksItem, load_books, oaks_items
 from kvprobe.studies.detectors import strings as record_strings
 from .record_items import RecordItem
-from .scoring import budget_grades, canonical_answer, grade_answer
+from .scoring import budget_grades, grade_answer
 
 DATASETS = ("records", "oaks")
 #: The three arms, in report order.
