@@ -112,11 +112,22 @@ def test_zeroing_a_leaves_b_rows_as_prefilled(models):
         assert torch.equal(enc.keys[layer], h.kv[layer][0][0, :, b.start : b.end].float())
 
 
+def few_records(items_per_split: int = 4) -> list:
+    """Every case of the first few items of each split (train, dev, test: a probe can be trained and tested)."""
+    cases = generate_records()
+    chosen: dict[str, list[str]] = {}
+    for c in cases:
+        items = chosen.setdefault(c.split, [])
+        if c.group not in items and len(items) < items_per_split:
+            items.append(c.group)
+    return [c for c in cases if c.group in chosen[c.split]]
+
+
 @pytest.fixture(scope="module")
 def edited_store(tmp_path_factory, models):
-    """tiny-llama records (float32): the original group and every edit."""
+    """tiny-llama records of 12 items (float32): the original group and every edit."""
     path = tmp_path_factory.mktemp("edits") / "s.h5"
-    cases = generate_records()
+    cases = few_records()
     extract(models["tiny-llama"], "records", cases, path, dtype="float32", progress=False)
     for edit in parse_edits(",".join(RECORD_EDITS)):
         extract(models["tiny-llama"], "records", cases, path, dtype="float32", progress=False, edit=edit)
@@ -158,7 +169,7 @@ def test_stored_pooled_rows_of_an_edit_equal_the_reference_mean(edited_store, mo
     with FeatureStore(edited_store) as s:
         g = s["tiny-llama/records@rebuild"]
         row = int(g.cases()["record_ab"][0])
-        text, context = g.texts()[row], generate_records()[0].a_text
+        text, context = g.texts()[row], few_records()[0].a_text
         p = g.provenance(row)
         assert p["span"] == "B" and p["edits"][0]["action"] == "rebuilt" and not p["rerotated_by"].any()
     h = model.prefill(kvprobe.Prompt([("A", context), ("B", text)], chat=False, sep="\n"))
@@ -265,3 +276,28 @@ def test_edits_of_single_records_are_refused(models):
     plain, edited = (encode(models["tiny-llama"], [RecordSpec("single", A)], edit=e)[0]
                      for e in (None, record_edit("compact")))
     assert plain.edits == edited.edits == () and torch.equal(plain.keys[0], edited.keys[0])
+
+
+def test_extract_edit_then_readout_across_edits_in_process(tmp_path, monkeypatch):
+    """The command-line path (in process, on 12 items): the original group, then one group per edit, a
+    rerun keeping them, and the report of the probe moved across edits."""
+    import kvprobe.studies.recognition as recognition
+
+    def generate_few(seed: int):
+        return few_records()
+
+    monkeypatch.setitem(recognition.DATASETS, "records", (generate_few, 0))
+    out = tmp_path / "s.h5"
+    argv = ["extract", "--model", "tiny-llama", "--dataset", "records", "--no-loo", "--edit", "compact,zero",
+            "--out", str(out), "--quiet"]
+    assert kvprobe_main(argv) == 0
+    with FeatureStore(out) as s:
+        assert s.groups() == ["tiny-llama/records", "tiny-llama/records@compact", "tiny-llama/records@zero"]
+    assert kvprobe_main(argv) == 0  # every group already there: kept
+    assert kvprobe_main(["readout", "--store", str(out), "--out", str(tmp_path / "r"), "--transfer-to-edits",
+                         "--draws", "100", "--quiet"]) == 0
+    report = (tmp_path / "r" / "tiny-llama" / "edits" / "report.md").read_text()
+    assert "| zero (`zero-kv:A`) |" in report and "+0.000 [+0.000, +0.000]" in report
+    assert not (tmp_path / "r" / "tiny-llama" / "records").exists()  # per-group readouts only with --group
+    assert json.loads((tmp_path / "r" / "tiny-llama" / "edits" / "edits.json").read_text())["edits"]["compact"][
+        "action"] == "re-rotated"
