@@ -7,7 +7,8 @@ Schema (version 2; the file attribute ``kvprobe_store_schema`` holds the version
         cases/case_id, group, split, family, variant, pattern     [n_cases] str
         cases/labels/{name}                  [n_cases] int8 (e.g. replacement, matching; -1 = undefined)
         cases/record_a, record_b, record_ab  [n_cases] int32: rows of records/ for A alone,
-                                             B alone, and B read after A (joint)
+                                             B alone, and B read after A (joint); -1 in edited
+                                             groups for A and B alone (they hold joint records only)
         cases/scores/{name}                  [n_cases] float64: per-case scores computed with the
                                              model (e.g. signed_loo), when requested
         records/kind                         [n_records] str: "single" | "joint"
@@ -56,8 +57,9 @@ without kvprobe:
   reads; rotary_dims are the leading dims of the cached tensor that rotate);
 * ``edit`` (JSON): ``null`` for the original caches, else ``{name, condition,
   action}``: the cache operation (``kvprobe conditions`` name) applied to every
-  joint record's history before B's rows were read. Single records have nothing
-  to edit; edited groups hold K and V only (no hidden states).
+  joint record's history before B's rows were read. Records alone have nothing
+  to edit: edited groups hold the joint records only, K and V only (no hidden
+  states).
 
 Schema 1 stores (no provenance datasets or attributes) are still read: readouts
 work, and the provenance accessors raise :class:`StoreError` naming the file and
@@ -161,6 +163,23 @@ def records_of(cases: Sequence[Any]) -> tuple[list[RecordSpec], np.ndarray]:
     return specs, rows
 
 
+def joint_records_only(specs: Sequence[RecordSpec], case_rows: np.ndarray) -> tuple[list[RecordSpec], np.ndarray]:
+    """The joint records of :func:`records_of`'s output and the case rows renumbered for them (A alone and
+    B alone: -1). An edited group holds only these: records alone have nothing to edit.
+
+    Example:
+        >>> specs = [RecordSpec("single", "a"), RecordSpec("single", "b"), RecordSpec("joint", "b", "a")]
+        >>> joint_records_only(specs, np.array([[0, 1, 2]]))[1].tolist()
+        [[-1, -1, 0]]
+    """
+    keep = [i for i, s in enumerate(specs) if s.kind == "joint"]
+    new = np.full(len(specs), -1, dtype=np.int32)
+    new[keep] = np.arange(len(keep), dtype=np.int32)
+    rows = np.full_like(case_rows, -1)
+    rows[:, 2] = new[case_rows[:, 2]]
+    return [specs[i] for i in keep], rows
+
+
 def dataset_hash_of(cases: Sequence[Any]) -> str:
     blob = json.dumps([c.to_json() for c in cases], sort_keys=True).encode("utf-8")
     return hashlib.sha256(blob).hexdigest()
@@ -188,9 +207,9 @@ def extract(
     """Encode every record of ``cases`` with ``model`` into group ``/{model}/{dataset}`` of store ``out``.
 
     ``edit``: read every joint record (B after A) after this cache operation instead, into
-    group ``/{model}/{dataset}@{edit.name}`` (local runs only; K and V, no hidden states,
-    no case scores). Single records are encoded as in the original group, so the two
-    groups share their token ids and a probe trained on one scores the other.
+    group ``/{model}/{dataset}@{edit.name}`` (local runs only; joint records only, K and V,
+    no hidden states, no case scores). Its joint records have the original group's
+    token ids, so a probe of B's rows trained on one group scores the other.
 
     ``case_scores``: name -> a :class:`CaseScore` (computed over chunks of the cases; on
     every worker under Ray) or a function of the model computing one float per case,
@@ -242,6 +261,8 @@ def extract(
                            dataset_hash=dataset_hash_of(cases), n_cases=len(cases), batch_size=batch_size,
                            dtype=dtype, token_level=tuple(token_level), edit=edit.condition if edit else "")
     specs, case_rows = records_of(cases)
+    if edit is not None:
+        specs, case_rows = joint_records_only(specs, case_rows)
     parts = out.with_name(out.name + ".parts") / group.replace("/", "__")
     _check_parts_config(parts, config)
     batches = [specs[i : i + batch_size] for i in range(0, len(specs), batch_size)]

@@ -722,7 +722,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                    "zeroed; B's rows unchanged, a null check): one group MODEL/DATASET@EDIT each, with every "
                    "row's original and current RoPE position and edit history. The original group is extracted "
                    "first if missing; groups already in the store are kept unless --overwrite. Local backend "
-                   "only; K and V only (no hidden states, no LOO in edited groups)")
+                   "only; edited groups hold the joint records' K and V (no records alone, hidden states or LOO)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or messages")
     _add_backend_arguments(p, nnsight=True)
     p.set_defaults(func=cmd_extract)

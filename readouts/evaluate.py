@@ -267,6 +267,9 @@ def evaluate_role_pairs(g: StoreGroup, draws: int = DRAWS, seed: int = 0) -> dic
 
 def evaluate_group(g: StoreGroup, draws: int = DRAWS, seed: int = 0, probes: bool = True) -> dict[str, Any]:
     """Dispatch on the group's labels (records vs role pairs)."""
+    if g.edit is not None:
+        raise StoreError(f"{g.name} holds caches read after {g.edit['condition']} (K and V only); it is scored by "
+                         "the original group's probe (edit_transfer, kvprobe readout --transfer-to-edits)")
     labels = {k for k in g.cases() if k.startswith("label:")}
     if "label:matching" in labels:
         return evaluate_role_pairs(g, draws, seed)
@@ -284,6 +287,14 @@ def _same_records(a: StoreGroup, b: StoreGroup, what: str) -> None:
             list(a.cases()["case_id"]) != list(b.cases()["case_id"]):
         raise StoreError(f"{what} needs identical cases and token ids; {a.name} and {b.name} differ "
                          "(different tokenizers or datasets)")
+
+
+def _same_joint_records(a: StoreGroup, b: StoreGroup) -> None:
+    """Raise unless two groups hold the same cases with the same token ids of B read after A."""
+    if list(a.cases()["case_id"]) != list(b.cases()["case_id"]) or any(
+            not np.array_equal(a.token_ids(ra), b.token_ids(rb))
+            for ra, rb in zip(a.cases()["record_ab"], b.cases()["record_ab"])):
+        raise StoreError(f"{a.name} and {b.name} differ in their cases or in the tokens of B read after A")
 
 
 def _trained_probe(g: StoreGroup, X: np.ndarray) -> tuple[Any, dict[str, np.ndarray]]:
@@ -357,7 +368,7 @@ def edit_transfer(original: StoreGroup, edited: dict[str, StoreGroup], draws: in
         if g.attrs.get("dataset_hash") != original.attrs.get("dataset_hash") or \
                 g.attrs.get("weight_hash") != original.attrs.get("weight_hash"):
             raise StoreError(f"{g.name} was extracted from other cases or weights than {original.name}")
-        _same_records(original, g, "edit transfer")
+        _same_joint_records(original, g)
         scores[name] = probe.decision_function(features(g, EDIT_FEATURE))
     test, role = f["test"], f["test"] & f["role"]
     return {"group": original.name, "model": original.attrs.get("model"), "feature": EDIT_FEATURE,

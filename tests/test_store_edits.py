@@ -21,7 +21,7 @@ from kvprobe.extract import FeatureStore, RecordSpec, StoreError, extract
 from kvprobe.extract.capture import Edit, encode, encode_edited
 from kvprobe.extract.store import SCHEMA_VERSION, arch_provenance, check_writable
 from kvprobe.interventions.checks import prerope_keys, rope_with_model
-from kvprobe.readouts.evaluate import edit_transfer
+from kvprobe.readouts.evaluate import edit_transfer, evaluate_group
 from kvprobe.readouts.report import format_edit_transfer
 from kvprobe.reference import reference_hidden_kv
 from kvprobe.studies.recognition import generate_records
@@ -151,16 +151,18 @@ def test_store_rows_carry_positions_spans_and_edits_readable_with_plain_h5py(edi
         joint = int(g["cases/record_ab"][0])
         start, n = int(r["token_ids_offset"][joint]), int(r["n_tokens"][joint])
         assert (r["token_record"][start : start + n] == joint).all()
-        # The compacted group: the same tokens, keys moved by -len(A), the edit named per record.
+        # The compacted group: joint records only, the same tokens, keys moved by -len(A), the edit per record.
         rc = c["records"]
         assert json.loads(c.attrs["edit"]) == {"name": "compact", "condition": "compact:A", "action": "re-rotated"}
-        assert np.array_equal(rc["token_ids"][()], r["token_ids"][()])
-        entry = json.loads(rc["edits"].asstr()[joint])[0]
-        shift = rc["rope_position"][start : start + n] - rc["position"][start : start + n]
+        assert (c["cases/record_a"][()] == -1).all() and set(rc["kind"].asstr()[()]) == {"joint"}
+        joint_c = int(c["cases/record_ab"][0])
+        cstart = int(rc["token_ids_offset"][joint_c])
+        assert np.array_equal(rc["token_ids"][cstart : cstart + n], r["token_ids"][start : start + n])
+        assert np.array_equal(rc["position"][cstart : cstart + n], r["position"][start : start + n])
+        entry = json.loads(rc["edits"].asstr()[joint_c])[0]
+        shift = rc["rope_position"][cstart : cstart + n] - rc["position"][cstart : cstart + n]
         assert entry["rerotated_by"] == entry["position_shift"] == int(shift[0]) < 0 and (shift == shift[0]).all()
         assert entry["source_tokens"][1] - entry["source_tokens"][0] == -entry["rerotated_by"]
-        single = int(g["cases/record_a"][0])
-        assert rc["edits"].asstr()[single] == "[]"  # records alone have nothing to edit
         assert "H" not in c["records/pooled"]
 
 
@@ -190,6 +192,8 @@ def test_probe_trained_on_original_caches_scores_every_edit(edited_store):
         r = edit_transfer(s["tiny-llama/records"], edited, draws=200)
         with pytest.raises(StoreError, match="edited group"):
             edit_transfer(edited["zero"], edited)
+        with pytest.raises(StoreError, match="--transfer-to-edits"):
+            evaluate_group(edited["compact"])
     role = r["role_auc"]
     assert set(role["auc"]) == {"original", *RECORD_EDITS}
     # Zeroing A leaves B's rows as they were: the same AUC, a zero drop on every draw.
