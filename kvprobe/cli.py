@@ -735,7 +735,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                        "figure.png}.")
     p.add_argument("--store", required=True, help="HDF5 store written by `kvprobe extract`")
     p.add_argument("--group", action="append", default=None,
-                   help="MODEL/DATASET group to evaluate (repeatable; default: every group)")
+                   help="MODEL/DATASET group to evaluate (repeatable; default: every group of original caches; "
+                   "edited MODEL/DATASET@EDIT groups are read through --transfer-to-edits)")
     p.add_argument("--readout", choices=["all", "fixed"], default="all",
                    help="all readouts (default), or only the fixed scores and baselines (no probes)")
     p.add_argument("--transfer", default=None,
