@@ -349,6 +349,9 @@ def edit_transfer(original: StoreGroup, edited: dict[str, StoreGroup], draws: in
     scores every group; AUCs on the test role swaps vs role confirmations (primary) and
     all test cases, every group on the same group-bootstrap draws of whole test items,
     so ``diff["original"][edit]`` is the AUC drop of that edit with its paired interval.
+    ``test_change[edit]``: how far the edit moved the test cases' probe inputs (Frobenius
+    norm of the change over that of the original features) and the Pearson correlation
+    of their original and edited probe scores.
 
     Example:
         >>> with FeatureStore("runs/recognition.h5") as s:  # doctest: +SKIP
@@ -362,6 +365,7 @@ def edit_transfer(original: StoreGroup, edited: dict[str, StoreGroup], draws: in
     X = features(original, EDIT_FEATURE)
     probe, f = _trained_probe(original, X)
     scores = {"original": probe.decision_function(X)}
+    moved: dict[str, dict[str, float]] = {}
     for name, g in edited.items():
         if g.edit is None:
             raise StoreError(f"{g.name} holds original caches, not an edit of {original.name}")
@@ -369,11 +373,16 @@ def edit_transfer(original: StoreGroup, edited: dict[str, StoreGroup], draws: in
                 g.attrs.get("weight_hash") != original.attrs.get("weight_hash"):
             raise StoreError(f"{g.name} was extracted from other cases or weights than {original.name}")
         _same_joint_records(original, g)
-        scores[name] = probe.decision_function(features(g, EDIT_FEATURE))
+        Xe = features(g, EDIT_FEATURE)
+        scores[name] = probe.decision_function(Xe)
+        t = f["test"]
+        moved[name] = {"feature_change": float(np.linalg.norm(Xe[t] - X[t]) / np.linalg.norm(X[t])),
+                       "score_correlation": float(np.corrcoef(scores["original"][t], scores[name][t])[0, 1])}
     test, role = f["test"], f["test"] & f["role"]
     return {"group": original.name, "model": original.attrs.get("model"), "feature": EDIT_FEATURE,
             "C": float(probe.C), "edits": {name: g.edit for name, g in edited.items()},
             "edited_groups": {name: g.name for name, g in edited.items()},
+            "test_change": moved,
             "n_cases": {"test_role": int(role.sum()), "test": int(test.sum()),
                         "test_groups": int(len(set(f["groups"][test])))},
             **_test_aucs(scores, f, draws, seed)}

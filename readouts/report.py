@@ -154,7 +154,12 @@ def format_edit_transfer(r: dict[str, Any]) -> str:
              f"## Role swaps vs role confirmations ({n['test_role']} test cases, {n['test_groups']} items)", "",
              *_edit_rows(role, r, f"{n['test_role']} ({n['test_groups']} items)"), "",
              f"## All test cases ({n['test']})", "",
-             *_edit_rows(every, r, f"{n['test']} ({n['test_groups']} items)"), ""]
+             *_edit_rows(every, r, f"{n['test']} ({n['test_groups']} items)"), "",
+             "## How far each edit moved the probe's inputs and scores (all test cases)", "",
+             "| operation | relative change of B's K/V features | correlation of probe scores with the original |",
+             "|---|---|---|",
+             *(f"| {name} | {c['feature_change']:.4f} | {c['score_correlation']:.4f} |"
+               for name, c in r["test_change"].items()), ""]
     return "\n".join(lines)
 
 

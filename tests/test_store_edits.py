@@ -199,6 +199,7 @@ def test_probe_trained_on_original_caches_scores_every_edit(edited_store):
     # Zeroing A leaves B's rows as they were: the same AUC, a zero drop on every draw.
     assert role["auc"]["zero"]["auc"] == pytest.approx(role["auc"]["original"]["auc"], abs=1e-9)
     assert role["diff"]["original"]["zero"]["lo"] == pytest.approx(0, abs=1e-9)
+    assert r["test_change"]["zero"]["feature_change"] < 1e-5 < r["test_change"]["compact"]["feature_change"]
     assert role["diff"]["original"]["compact"]["diff"] == pytest.approx(
         role["auc"]["original"]["auc"] - role["auc"]["compact"]["auc"])
     text = format_edit_transfer(r)
