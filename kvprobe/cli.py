@@ -167,7 +167,8 @@ def _extract_edits(args: argparse.Namespace, edits: list) -> int:
     the store kept unless --overwrite."""
     from pathlib import Path
 
-    from kvprobe.extract import CaseScore, FeatureStore, extract, model_key
+    from kvprobe.extract import CaseScore, FeatureStore, RecordSpec, extract, model_key
+    from kvprobe.extract.capture import encode_edited
     from kvprobe.studies.recognition import DATASETS
     from kvprobe.studies.recognition.questions import signed_loo_scores
 
@@ -177,6 +178,9 @@ def _extract_edits(args: argparse.Namespace, edits: list) -> int:
     token_level = tuple(k for k in args.token_level.split(",") if k)
     info = {"generator": f"kvprobe.studies.recognition.{generator.__name__}", "seed": seed}
     model = _load(args.model, args.quiet, getattr(args, "attn", None), args.device)
+    first = RecordSpec("joint", cases[0].b_text, cases[0].a_text)
+    for edit in edits:  # an edit the architecture refuses (e.g. compact on a hybrid) fails before any extraction
+        encode_edited(model, first, edit)
     base = f"{model_key(model.name)}/{args.dataset}"
     present: list[str] = []
     if not args.overwrite and Path(args.out).exists():

@@ -306,3 +306,16 @@ def test_extract_edit_then_readout_across_edits_in_process(tmp_path, monkeypatch
     assert not (tmp_path / "r" / "tiny-llama" / "records").exists()  # per-group readouts only with --group
     assert json.loads((tmp_path / "r" / "tiny-llama" / "edits" / "edits.json").read_text())["edits"]["compact"][
         "action"] == "re-rotated"
+
+
+def test_an_edit_the_architecture_refuses_fails_before_any_extraction(tmp_path, monkeypatch, capsys):
+    import kvprobe.studies.recognition as recognition
+
+    def generate_few(seed: int):
+        return few_records(1)
+
+    monkeypatch.setitem(recognition.DATASETS, "records", (generate_few, 0))
+    out = tmp_path / "s.h5"
+    assert kvprobe_main(["extract", "--model", "tiny-qwen3.5", "--dataset", "records", "--no-loo", "--edit",
+                         "rebuild,compact", "--out", str(out), "--quiet"]) == 2
+    assert "compact deletes cache rows" in capsys.readouterr().err and not out.exists()
