@@ -107,11 +107,25 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if all(r.passed for r in results) else 1
 
 
-def cmd_extract(args: argparse.Namespace) -> int:
-    from kvprobe.extract import CaseScore, StoreError, extract
-    from kvprobe.extract.store import check_writable
+def _extract_inputs(args: argparse.Namespace) -> tuple[list, tuple[str, ...], dict, dict]:
+    """The cases, token-level kinds, dataset info and case scores (the signed LOO unless --no-loo) of
+    ``kvprobe extract``."""
+    from kvprobe.extract import CaseScore
     from kvprobe.studies.recognition import DATASETS
     from kvprobe.studies.recognition.questions import signed_loo_scores
+
+    generator, default_seed = DATASETS[args.dataset]
+    seed = default_seed if args.seed is None else args.seed
+    token_level = tuple(k for k in args.token_level.split(",") if k)
+    # The LOO scores 8 cases per forward batch: chunks of 64 give the same values on any number of workers.
+    scores = {} if args.no_loo else {"signed_loo": CaseScore(signed_loo_scores, chunk=64)}
+    info = {"generator": f"kvprobe.studies.recognition.{generator.__name__}", "seed": seed}
+    return generator(seed=seed), token_level, info, scores
+
+
+def cmd_extract(args: argparse.Namespace) -> int:
+    from kvprobe.extract import StoreError, extract
+    from kvprobe.extract.store import check_writable
 
     try:  # bad input fails here, before a model loads
         check_writable(args.out)
@@ -121,13 +135,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
         return 2
     if edits:
         return _extract_edits(args, edits)
-    generator, default_seed = DATASETS[args.dataset]
-    seed = default_seed if args.seed is None else args.seed
-    cases = generator(seed=seed)
-    token_level = tuple(k for k in args.token_level.split(",") if k)
-    # The LOO scores 8 cases per forward batch: chunks of 64 give the same values on any number of workers.
-    scores = {} if args.no_loo else {"signed_loo": CaseScore(signed_loo_scores, chunk=64)}
-    info = {"generator": f"kvprobe.studies.recognition.{generator.__name__}", "seed": seed}
+    cases, token_level, info, scores = _extract_inputs(args)
     if args.backend in ("nnsight", "ndif"):
         if scores:
             print("kvprobe extract: the signed leave-one-out needs kvprobe's engine; pass --no-loo with "
@@ -167,16 +175,10 @@ def _extract_edits(args: argparse.Namespace, edits: list) -> int:
     the store kept unless --overwrite."""
     from pathlib import Path
 
-    from kvprobe.extract import CaseScore, FeatureStore, RecordSpec, extract, model_key
+    from kvprobe.extract import FeatureStore, RecordSpec, extract, model_key
     from kvprobe.extract.capture import encode_edited
-    from kvprobe.studies.recognition import DATASETS
-    from kvprobe.studies.recognition.questions import signed_loo_scores
 
-    generator, default_seed = DATASETS[args.dataset]
-    seed = default_seed if args.seed is None else args.seed
-    cases = generator(seed=seed)
-    token_level = tuple(k for k in args.token_level.split(",") if k)
-    info = {"generator": f"kvprobe.studies.recognition.{generator.__name__}", "seed": seed}
+    cases, token_level, info, loo = _extract_inputs(args)
     model = _load(args.model, args.quiet, getattr(args, "attn", None), args.device)
     first = RecordSpec("joint", cases[0].b_text, cases[0].a_text)
     for edit in edits:  # an edit the architecture refuses (e.g. compact on a hybrid) fails before any extraction
@@ -192,10 +194,9 @@ def _extract_edits(args: argparse.Namespace, edits: list) -> int:
             if not args.quiet:
                 print(f"{args.out}: {group} already in the store (kept; --overwrite replaces it)", file=sys.stderr)
             continue
-        scores = {} if (args.no_loo or edit is not None) else {"signed_loo": CaseScore(signed_loo_scores, chunk=64)}
         extract(model, args.dataset, cases, args.out, batch_size=args.batch_size, dtype=args.dtype,
                 token_level=token_level, overwrite=args.overwrite, progress=not args.quiet, dataset_info=info,
-                case_scores=scores, edit=edit)
+                case_scores=loo if edit is None else {}, edit=edit)
         if not args.quiet:
             print(f"{args.out}: group {group}, {len(cases)} cases")
     return 0
