@@ -57,7 +57,8 @@ def plot_changes(panels: Mapping[str, Sequence[ChangeRow]], path: Path | str, ti
 
 
 def plot_heatmaps(panels: Mapping[str, tuple[Sequence[Sequence[float]], Sequence[str], Sequence[str]]],
-                  path: Path | str, title: str = "", colorbar: str = "", center: float | None = 0.0) -> Path:
+                  path: Path | str, title: str = "", colorbar: str = "", center: float | None = 0.0,
+                  xlabel: str = "") -> Path:
     """One annotated heatmap per key of ``panels``: ``(matrix [rows][columns], row labels, column labels)``.
 
     NaN cells stay blank; with ``center`` the color scale is symmetric around it (a diverging map).
@@ -88,6 +89,7 @@ def plot_heatmaps(panels: Mapping[str, tuple[Sequence[Sequence[float]], Sequence
         ax.set_xticks(range(len(columns)), list(columns), fontsize=7)
         ax.set_yticks(range(len(rows)), list(rows), fontsize=7)
         ax.set_title(name, fontsize=9)
+        ax.set_xlabel(xlabel, fontsize=8)
         fig.colorbar(image, ax=ax, label=colorbar, shrink=0.8)
     if title:
         fig.suptitle(title, fontsize=10)

@@ -131,5 +131,5 @@ def write_outputs(fm: FactMap, item: MapInput, model: kvprobe.Model, out: str | 
     atomic_write_text(out / "map.md", report(fm, item, model))
     plot_heatmaps({item.label: (fm.heatmap(), [p for p, _ in fm.pieces], [f"{lo}-{hi}" for lo, hi in fm.bands])},
                   out / "map.png", title=f"Fact map on {model.name}: recovery by later piece x layer band",
-                  colorbar="recovered")
+                  colorbar="recovered", xlabel="layers where the piece cannot see the source")
     return out
