@@ -176,5 +176,6 @@ def write_summary(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]
     grid = {k: ([[np.nan if x is None else x for x in row] for row in m], r, c) for k, (m, r, c) in panels.items()}
     if summary["bands"]:
         plot_heatmaps(grid, Path(out_dir) / "figure.png", title=f"Fact map on {run_model(out_dir)}: recovery of the "
-                      "recompute effect by later piece x layer band", colorbar="recovered", xlabel="layers where the piece cannot see the source")
+                      "recompute effect by later piece x layer band", colorbar="recovered",
+                      xlabel="layers where the piece cannot see the source")
     return summary
