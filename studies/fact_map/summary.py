@@ -88,7 +88,7 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]:
         raise ValueError(f"{out_dir}: no rows to summarize")
     config = json.loads((Path(out_dir) / "config.json").read_text())
     first = next(iter(cases.values()))
-    pieces = list(first["pieces"])
+    pieces = sorted(first["pieces"], key=lambda label: first["pieces"][label][0])  # in history order
     bands = sorted({tuple(m["band"]) for c in cases.values() for m in c["meta"].values() if m["kind"] == "band"})
     variants = sorted({c["variant"] for c in cases.values()})
     summary = {"study": "fact-map", "dataset": config["study_config"]["dataset"], "seed": seed, "draws": DRAWS,
