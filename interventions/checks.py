@@ -53,7 +53,7 @@ from kvprobe.verify import CheckResult, scaled_tolerance, verify_access
 from ._base import OperationError
 from .bias import SoftBias
 from .compaction import Compact, Drop
-from .recompute import OnlineMask, Rebuild, SelectiveRefresh
+from .recompute import OnlineMask, Rebuild, SegmentRebuild, SelectiveRefresh
 from .text import TextRecompute
 from .zeroing import Zero
 
@@ -165,6 +165,23 @@ class _Checks:
             state = op.prepare(self.model, self.history)
             ref = reference_hidden_kv(self.model, self.history.input_ids, self.hidden, start)
             self.record(operation, check, _max_kv_diff(state.kv, ref, self.arch.kv_layers), self.kv_tol)
+        self.segment_rebuild()
+
+    def segment_rebuild(self) -> None:
+        """The replacement segment rebuilt with the record hidden, every other row as cached: its rows equal an
+        uncached forward up to the segment's end hiding the record from the segment's tokens only."""
+        operation, check = "rebuild-segments", "segment_rebuild_equals_one_pass"
+        h, seg = self.history, self.replacement
+        op = SegmentRebuild(self.span, [seg])
+        if self.arch.recurrent_layers:
+            self.expect_refusal(operation, check, lambda: op.prepare(self.model, h))
+            return
+        state = op.prepare(self.model, h)
+        rows = reference_hidden_kv(self.model, h.input_ids[: seg.end], self.hidden[: seg.end], seg.start)
+        ref = [(None, None) if k is None else
+               (torch.cat([k, hk[:, :, seg.end:]], 2), torch.cat([v, hv[:, :, seg.end:]], 2))
+               for (k, v), (hk, hv) in zip(rows, h.kv)]
+        self.record(operation, check, _max_kv_diff(state.kv, ref, self.arch.kv_layers), self.kv_tol)
 
     def compact(self) -> None:
         check = "compact_keys_equal_rope_at_new_positions"

@@ -314,8 +314,8 @@ class SegmentRebuild(Access):
         check_spans(self.name, (*self.spans, *self.segments), history_len)
         check_layers(self.name, self.layers, arch)
         if arch.recurrent_layers:
-            raise OperationError(f"{self.name} keeps cached rows after a rebuilt segment, but recurrent layers "
-                                 f"{list(arch.recurrent_layers)} carry one state through every token; use "
+            raise OperationError(f"{self.name} keeps cached rows after a rebuilt segment, but recurrent "
+                                 "(linear-attention) layers carry one state through every token; use "
                                  "SelectiveRefresh or TextRecompute on hybrid models")
 
     def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:

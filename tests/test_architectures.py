@@ -27,8 +27,8 @@ MATRIX_DOC = Path(__file__).resolve().parents[1] / "docs" / "architectures.md"
 
 #: Operations each tiny model must refuse (every other cell must pass its checks).
 EXPECTED_REFUSALS = {
-    "tiny-qwen3.5": {"compact", "drop", "recompute-prefix"},  # recurrent states have no rows
-    "tiny-qwen3-next": {"compact", "drop", "recompute-prefix"},
+    "tiny-qwen3.5": {"compact", "drop", "recompute-prefix", "rebuild-segments"},  # recurrent states have no rows
+    "tiny-qwen3-next": {"compact", "drop", "recompute-prefix", "rebuild-segments"},
     "tiny-deepseek-v2": {"zero-k", "zero-v", "shared-history"},  # one latent for K and V, expanded after the cache
 }
 

@@ -127,7 +127,7 @@ def test_segment_rebuild_refuses_what_it_cannot_do(llama, hybrid):
     with pytest.raises(kvprobe.SpanError, match="layers \\[99\\] do not exist"):
         SegmentRebuild(A, [B], layers=[99]).prepare(llama, h)
     hh = make_history(hybrid)
-    with pytest.raises(OperationError, match="recurrent layers"):
+    with pytest.raises(OperationError, match="recurrent \\(linear-attention\\) layers carry one state"):
         SegmentRebuild(hh.span("A"), [hh.span("B")]).prepare(hybrid, hh)
 
 
