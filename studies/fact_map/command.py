@@ -29,7 +29,7 @@ from kvprobe.files import atomic_write_text
 from kvprobe.interventions.fact_map import FactMap, fact_map
 from kvprobe.studies.answers import canonical_answer
 from kvprobe.studies.figures import plot_heatmaps
-from kvprobe.studies.quantity.demo import EXAMPLE, build_prompt, example_case
+from kvprobe.studies.quantity_task.example import EXAMPLE, build_prompt, example_case
 from kvprobe.studies.quantity_task import tasks
 
 
