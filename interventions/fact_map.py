@@ -224,9 +224,9 @@ def map_conditions(
                 name = band_name(label, band)
                 out[name] = ("band", label, band, SegmentRebuild(source, [span], layers=range(band[0], band[1] + 1),
                                                                  name=name))
-    else:  # one band is the whole model: the band cells are the plain rebuilds
-        for label, span in pieces:
-            out[band_name(label, bands[0])] = out[f"rebuild:{label}"]
+    else:  # one band is the whole model: each band cell is the piece's plain rebuild (the same condition)
+        for label, _ in pieces:
+            out[band_name(label, bands[0])] = ("band", label, bands[0], out[f"rebuild:{label}"][3])
     if source_segment is not None:
         out["recompute"] = ("recompute", None, None, TextRecompute(source_segment, name="recompute"))
     return out
@@ -259,18 +259,19 @@ def fact_map(
     segment = source if isinstance(source, str) else None
     span = history.span(source) if isinstance(source, str) else source
     pieces = list(pieces) if pieces is not None else later_pieces(history, span)
-    if [s for _, s in pieces] and (pieces[0][1].start < span.end or pieces[-1][1].end > len(history)):
-        raise SpanError(f"fact map: pieces must lie between the source's end {span.end} and {len(history)}")
+    if not pieces or pieces[0][1].start < span.end or pieces[-1][1].end > len(history):
+        raise SpanError(f"fact map: give one or more pieces between the source's end {span.end} and {len(history)}")
     bands = layer_bands(model.arch, n_bands)
     conditions = map_conditions(model, history, span, pieces, bands, segment)
     for name, (_, _, _, cond) in conditions.items():
         cond.validate(len(history), model.arch)
-    prepared, costs = {}, {}
+    prepared, costs, done = {}, {}, {}
     for name, (_, _, _, cond) in conditions.items():
-        t0 = time.perf_counter()
-        p = Prepared.of(model, history, cond)
-        costs[name] = (time.perf_counter() - t0, int(p.state.info.get("recomputed_tokens", 0)))
-        prepared[name] = p
+        if id(cond) not in done:  # a condition listed under two names (one band) is prepared once
+            t0 = time.perf_counter()
+            p = Prepared.of(model, history, cond)
+            done[id(cond)] = (p, (time.perf_counter() - t0, int(p.state.info.get("recomputed_tokens", 0))))
+        prepared[name], costs[name] = done[id(cond)]
     scores = model.score(history, question, list(candidates), access=prepared)
     target = "recompute" if segment is not None else f"rebuild:..{pieces[-1][0]}"
     if target not in conditions:  # a single later piece: its rebuild is every later row
@@ -283,7 +284,7 @@ def fact_map(
         rec = None
         if kind in ("rebuild", "cumulative", "band") and name != target and abs(effect) >= min_effect:
             rec = (m - m_mask) / effect
-        seconds, tokens = costs.get(name, (0.0, 0))
+        seconds, tokens = costs[name]
         fm.entries.append(MapEntry(name, kind, piece, band, m, m - m_mask, rec, seconds, tokens))
     if not history.check_digest():
         raise RuntimeError("the shared history K/V changed while mapping")

@@ -228,7 +228,8 @@ def with_cached_rows(state: RowState, history: "History", lo: int, hi: int) -> R
         raise SpanError(f"a state of {state.length} slots cannot continue with history rows from {lo}")
     if hi <= lo:
         return state
-    kv = [(None, None) if k is None else (torch.cat([k, hk[:, :, lo:hi]], dim=2), torch.cat([v, hv[:, :, lo:hi]], dim=2))
+    kv = [(None, None) if k is None else
+          (torch.cat([k, hk[:, :, lo:hi]], dim=2), torch.cat([v, hv[:, :, lo:hi]], dim=2))
           for (k, v), (hk, hv) in zip(state.kv, history.kv)]
     return RowState(
         kv=kv,
@@ -253,8 +254,8 @@ def rebuild_segments(
     cached rows before it, and the rows of segments rebuilt before it. ``hidden``
     positions are invisible to the rebuilt tokens in ``layers`` only (default: every
     attention layer). The returned state hides ``hidden`` from every later token in
-    every attention layer. Attention-only models (a recurrent state depends on every
-    token, so later rows cannot be kept).
+    every attention layer. Attention-only models: a recurrent state depends on every
+    token, so later rows cannot be kept (``SegmentRebuild`` refuses hybrids).
 
     Example: ``rebuild_segments(m, h, positions_of([h.span("A")], len(h)), [h.span("B")])``
     is "B read without A, everything else as cached".
@@ -266,8 +267,8 @@ def rebuild_segments(
         state = extend_state(model, state, history.input_ids[seg.start:seg.end], history.positions[seg.start:seg.end],
                              chunk_size, hidden=hidden[:seg.end], affected=~hidden[seg.start:seg.end], layers=layers)
         state = with_cached_rows(state, history, seg.end, next_start)
-    state.info = {"recomputed_tokens": sum(s.end - s.start for s in segments),
-                  "reused_tokens": T - sum(s.end - s.start for s in segments)}
+    recomputed = sum(s.end - s.start for s in segments)
+    state.info = {"recomputed_tokens": recomputed, "reused_tokens": T - recomputed}
     return state.hide(hidden, model.arch.attention_layers)
 
 

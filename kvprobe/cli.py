@@ -235,15 +235,15 @@ def cmd_readout(args: argparse.Namespace) -> int:
             if not args.quiet:
                 print(f"transfer: {path}")
         if args.transfer_to_edits:
-            bases = [n for n in originals if store.edited(n)]
-            if not bases:
+            edited = {n: groups for n in originals if (groups := store.edited(n))}
+            if not edited:
                 print(f"kvprobe readout: {args.store} has no edited groups (kvprobe extract --edit ...)",
                       file=sys.stderr)
                 return 2
-            for name in bases:
+            for name, groups in edited.items():
                 if not args.quiet:
-                    print(f"evaluating {name} across {', '.join(store.edited(name))} ...", file=sys.stderr)
-                result = edit_transfer(store[name], store.edited(name), draws=args.draws, seed=args.bootstrap_seed)
+                    print(f"evaluating {name} across {', '.join(groups)} ...", file=sys.stderr)
+                result = edit_transfer(store[name], groups, draws=args.draws, seed=args.bootstrap_seed)
                 model, _, dataset = name.partition("/")
                 where = write_edit_report(result, out / model / ("edits" if dataset == "records" else
                                                                   f"{dataset}-edits"))

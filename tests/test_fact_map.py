@@ -251,3 +251,15 @@ def test_study_summary_recomputes_recovery_from_the_rows(llama, tmp_path):
     assert cell["change_ci"][0] <= cell["change"] <= cell["change_ci"][1]
     assert len(summary["heatmap"]) == 4 and len(summary["heatmap"][0]) == 2
     assert (tmp_path / "figure.png").exists() and "## All histories" in (tmp_path / "report.md").read_text()
+
+
+def test_one_band_map_reuses_the_plain_rebuilds(llama):
+    h = make_history(llama)
+    fm = fact_map(llama, h, "A", QUESTIONS[0], ["Room 18", "Room 12"], n_bands=1)
+    (band,) = fm.bands
+    assert band == (0, llama.arch.num_layers - 1) and fm.heatmap().shape == (len(fm.pieces), 1)
+    for label, _ in fm.pieces:
+        plain, cell = fm.entry(f"rebuild:{label}"), fm.entry(f"rebuild:{label}@{band[0]}-{band[1]}")
+        assert cell.kind == "band" and cell.band == band
+        # The same condition under two names: prepared once (same cost), scored the same.
+        assert (cell.margin, cell.seconds, cell.recovered) == (plain.margin, plain.seconds, plain.recovered)
