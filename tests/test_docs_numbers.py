@@ -2,68 +2,34 @@
 
 Results live where they are produced (``artifacts/**/report.md``, ``summary.json``,
 ``artifacts/bench/*.md``, ``matrix.json``). A page that quotes any of them does so inside a
-block naming its sources::
+block naming its sources (a path, or ``path#anchor`` for one section of a report)::
 
     <!-- numbers from artifacts/quantity/smollm2-135m-instruct/report.md -->
-    | condition | strict | ... |          <- table rows: copied verbatim from a source
-    Prose with 9.56 nats ...               <- every number must occur in a source
+    | condition | strict | ... |          <- a table: all rows are rows of ONE table of the sources
+    Prose with +9.56 nats ...              <- the numbers of a paragraph occur, signs included, in
+                                              one section of the sources (or in the sections a
+                                              <!-- numbers section path#anchor, #anchor --> names)
     <!-- end numbers -->
 
-Inside such a block every table row (other than a ``|---|`` separator) must be a line of one
-of the sources, and every number in the prose must occur as a number in one of them (signs
-and thousands separators ignored; numbers glued to letters, such as model names, are not
-numbers). Numbers outside blocks are design facts or the paper's own figures; a few derived
-figures are checked one by one below (:data:`DERIVED`).
+The rules and the number syntax (range ends, ``65.6x``, ``2.65e-4``, numbers before a full stop)
+are in :mod:`numbers_checker`; ``tests/test_docs_numbers_planted.py`` plants errors in copies of
+real pages and requires the checker to reject each one. Numbers outside blocks are design facts
+or the paper's own figures; a few derived figures are checked one by one below (:data:`DERIVED`).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
+from numbers_checker import blocks, check_block
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "studies").glob("*/README.md")])
 
-#: Block markers: HTML comments on a line of their own.
-BEGIN = re.compile(r"<!--\s*numbers from (.+?)\s*-->")
-END = re.compile(r"<!--\s*end numbers\s*-->")
-#: A number: not glued to a letter, digit, dot or dash before it, nor to a letter, digit or dot after it.
-NUMBER = re.compile(r"(?<![\w.\-+])[-+]?\d[\d,]*(?:\.\d+)?(?![\w.])")
-
-
-def numbers(text: str) -> set[str]:
-    """The numbers of ``text``, without sign or thousands separators."""
-    return {m.group(0).lstrip("+-").replace(",", "") for m in NUMBER.finditer(text)}
-
-
-def prose(line: str) -> str:
-    """A prose line without link targets and inline code (paths, commands, model names)."""
-    line = re.sub(r"\]\([^)]*\)", "]", line)
-    return re.sub(r"`[^`]*`", "", line)
-
-
-def blocks(page: Path) -> list[tuple[int, list[Path], list[str]]]:
-    """(line number, sources, lines) of every numbers block of a page."""
-    out, current = [], None
-    for i, line in enumerate(page.read_text().splitlines(), 1):
-        if current is None:
-            m = BEGIN.fullmatch(line.strip())
-            if m:
-                sources = [ROOT / s.strip() for s in m.group(1).split(",")]
-                current = (i, sources, [])
-        elif END.fullmatch(line.strip()):
-            out.append(current)
-            current = None
-        else:
-            current[2].append(line)
-    assert current is None, f"{page.relative_to(ROOT)}:{current[0]}: numbers block without '<!-- end numbers -->'"
-    return out
-
-
-BLOCKS = [(page, *b) for page in PAGES for b in blocks(page)]
+BLOCKS = [(page, start, spec, lines) for page in PAGES for start, spec, lines in blocks(page.read_text())]
 
 
 def test_pages_with_results_quote_them_in_checked_blocks():
@@ -72,24 +38,11 @@ def test_pages_with_results_quote_them_in_checked_blocks():
     assert studies_with_runs <= quoting, f"study READMEs without a numbers block: {studies_with_runs - quoting}"
 
 
-@pytest.mark.parametrize("page,start,sources,lines", BLOCKS,
+@pytest.mark.parametrize("page,start,spec,lines", BLOCKS,
                          ids=[f"{p.relative_to(ROOT)}:{s}" for p, s, _, _ in BLOCKS])
-def test_quoted_numbers_are_the_artifacts(page, start, sources, lines):
-    name = page.relative_to(ROOT)
-    missing = [s for s in sources if not s.is_file()]
-    assert not missing, f"{name}:{start}: sources not found: {missing}"
-    texts = [s.read_text() for s in sources]
-    source_lines = {line.strip() for t in texts for line in t.splitlines()}
-    source_numbers = set().union(*(numbers(t) for t in texts))
-    for offset, line in enumerate(lines, start + 1):
-        stripped = line.strip()
-        if stripped.startswith("|"):
-            if re.fullmatch(r"[|\-: ]+", stripped):
-                continue
-            assert stripped in source_lines, f"{name}:{offset}: table row not in {sources}: {line}"
-        else:
-            unknown = numbers(prose(line)) - source_numbers
-            assert not unknown, f"{name}:{offset}: {sorted(unknown)} not in the sources: {line}"
+def test_quoted_numbers_are_the_artifacts(page, start, spec, lines):
+    errors = check_block(spec, lines, ROOT)
+    assert not errors, f"{page.relative_to(ROOT)}:{start}:\n" + "\n".join(errors)
 
 
 # --------------------------------------------------------------------------- derived figures
@@ -145,20 +98,57 @@ DERIVED = [
 ]
 
 
+def derived_errors(page: str, quoted: str, computed, text: str | None = None) -> list[str]:
+    """Why a DERIVED figure fails on ``text`` (the page's committed text by default)."""
+    text = (ROOT / page).read_text() if text is None else text
+    if quoted not in text:
+        return [f"{page} no longer says {quoted!r}; update DERIVED"]
+    if computed() != quoted:
+        return [f"{page}: {quoted!r} but the artifact gives {computed()!r}"]
+    return []
+
+
 @pytest.mark.parametrize("page,quoted,computed", DERIVED, ids=[q.replace("\n", " ") for _, q, _ in DERIVED])
 def test_derived_figures_match_the_artifacts(page, quoted, computed):
-    text = (ROOT / page).read_text()
-    assert quoted in text, f"{page} no longer says {quoted!r}; update DERIVED"
-    assert computed() == quoted, f"{page}: {quoted!r} but the artifact gives {computed()!r}"
+    errors = derived_errors(page, quoted, computed)
+    assert not errors, errors[0]
 
 
-def test_every_tolerance_is_the_scaled_one():
-    """Each logit/K-V check's recorded tolerance is max(1e-4, 1e-5 x its reference's scale), never below 1e-4."""
-    for path in (REAL, TINY):
-        for e in _matrix(path).values():
-            for r in e["results"]:
-                if r["tolerance"] not in (0.0, 1e-3, 1e-5):
-                    assert r["tolerance"] >= 1e-4, (path, r)
+def _results(path: str) -> dict:
+    """matrix.json with its results as :class:`CheckResult` (what ``kvprobe matrix`` wrote them from)."""
+    from kvprobe.verify import CheckResult
+
+    return {name: {**e, "results": [CheckResult(**r) for r in e["results"]]} for name, e in _matrix(path).items()}
+
+
+@pytest.mark.parametrize("path,models", [(REAL, 3), (TINY, 12)])
+def test_matrix_claims_recount_from_the_committed_values(path, models):
+    """docs/architectures.md: "All checks pass on the three registry models ... and on all twelve tiny models".
+
+    Recounted from each check's value and tolerance (not its stored ``passed`` flag): every non-refused
+    check is within its tolerance, every logit/K-V tolerance is at least the 1e-4 floor, and the committed
+    matrix.md is the table of the committed values."""
+    from kvprobe.interventions.matrix import matrix_markdown
+
+    data = _matrix(path)
+    assert len(data) == models
+    over = [(name, r["check"], r["value"], r["tolerance"]) for name, e in data.items() for r in e["results"]
+            if not r["refused"] and not r["value"] <= r["tolerance"]]
+    assert not over, f"{path}: checks above their tolerance: {over}"
+    flags = [(name, r["check"]) for name, e in data.items() for r in e["results"]
+             if r["passed"] != (bool(r["refused"]) or r["value"] <= r["tolerance"])]
+    assert not flags, f"{path}: stored pass flags that the values contradict: {flags}"
+    floor = [(name, r["check"], r["tolerance"]) for name, e in data.items() for r in e["results"]
+             if r["tolerance"] not in (0.0, 1e-3, 1e-5) and r["tolerance"] < 1e-4]
+    assert not floor, f"{path}: tolerances below the documented 1e-4 floor: {floor}"
+    def cells(table: str) -> dict[tuple[str, str], str]:
+        rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines() if line.startswith("| ")]
+        return {(row[0], column): value for row in rows[1:] for column, value in zip(rows[0], row)}
+
+    committed, recomputed = cells((ROOT / path).with_name("matrix.md").read_text()), cells(matrix_markdown(_results(path)))
+    # the real-model matrix predates the rebuild-segments column ("-": no check ran)
+    assert committed == {k: v for k, v in recomputed.items() if k in committed}
+    assert all(v == "-" for k, v in recomputed.items() if k not in committed)
 
 
 def test_five_condition_quantity_run_equals_the_eight_condition_one_where_they_share_cells():
