@@ -96,12 +96,42 @@ def test_sliding_layers_keep_native_window(gemma):
     assert abs(scores["all"][0] - scores["full"][0]) > 1e-3
 
 
+def _plain_margin(model, h, question: str, hidden) -> float:
+    """log p(CANDIDATES[0]) - log p(CANDIDATES[1]) from one plain transformers forward per candidate over
+    history + question + candidate, its 4-D additive mask written out by hand: causal, and the ``hidden``
+    history columns closed to every row after the history. No kvprobe cache, mask or scoring code."""
+    import torch
+
+    T = len(h)
+    suffix = suffix_ids(model, h, question)
+    logp = []
+    for text in CANDIDATES:
+        cand = model.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = h.input_ids.tolist() + list(suffix) + list(cand)
+        S = len(ids)
+        allowed = torch.ones(S, S, dtype=torch.bool).tril()
+        allowed[T:, :T] &= ~hidden.cpu()[None, :]
+        mask = torch.zeros(S, S).masked_fill(~allowed, torch.finfo(torch.float32).min)[None, None]
+        with torch.inference_mode():
+            logits = model.hf(input_ids=torch.tensor([ids]), attention_mask=mask,
+                              position_ids=torch.arange(S)[None]).logits[0].float()
+        lp = torch.log_softmax(logits, dim=-1)
+        first = T + len(suffix)
+        logp.append(sum(float(lp[first - 1 + j, t]) for j, t in enumerate(cand)))
+    return logp[0] - logp[1]
+
+
 def test_margin_and_margin_change(llama):
+    """The margin and Delta m equal the ones computed from plain forwards with explicit masks."""
     h = make_history(llama)
-    s = llama.score(h, QUESTIONS[0], CANDIDATES, access=_conditions(h))
-    assert s["source"].margin() == pytest.approx(s["source"][0] - s["source"][1])
-    delta = kvprobe.margin_change(s["source"], s["control"])
-    assert delta == pytest.approx(s["source"].margin() - s["control"].margin())
+    conds = _conditions(h)
+    s = llama.score(h, QUESTIONS[0], CANDIDATES, access=conds)
+    source = _plain_margin(llama, h, QUESTIONS[0], conds["source"].hidden_positions(len(h)))
+    control = _plain_margin(llama, h, QUESTIONS[0], conds["control"].hidden_positions(len(h)))
+    assert s["source"].margin() == pytest.approx(source, abs=2 * TOL)
+    assert s["control"].margin() == pytest.approx(control, abs=2 * TOL)
+    assert kvprobe.margin_change(s["source"], s["control"]) == pytest.approx(source - control, abs=4 * TOL)
+    assert abs(source - control) > 1e-3  # the two masks differ, so the check is not 0 == 0
 
 
 def test_cap_stop_reason(llama):

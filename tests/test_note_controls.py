@@ -32,9 +32,11 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 CASES = tasks.generate_cases(tasks.TaskConfig(n_groups=3))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def smol_tokenizer():
-    """SmolLM2's tokenizer from kvprobe's weight cache (no weights loaded); skipped when it is not there."""
+    """SmolLM2's tokenizer, without loading its weights: from kvprobe's weight cache when a model load built
+    it, else read from the GGUF itself (the tokenizer the cache saves), so the tests that use it run in any
+    order. Skipped only when SmolLM2-135M-Instruct is not installed at all."""
     from transformers import AutoTokenizer
 
     from kvprobe.loading import REGISTRY, cache_dir, file_sha256
@@ -42,10 +44,11 @@ def smol_tokenizer():
     entry = REGISTRY.get("smollm2-135m-instruct")
     if entry is None or not entry.installed():
         pytest.skip("SmolLM2-135M-Instruct is not installed")
-    folder = cache_dir() / "weights" / file_sha256(entry.assemble())
-    if not (folder / "tokenizer.json").is_file():
-        pytest.skip("SmolLM2's weight cache (with its tokenizer) is not built yet")
-    return AutoTokenizer.from_pretrained(str(folder))
+    gguf = entry.assemble(quiet=True)
+    folder = cache_dir() / "weights" / file_sha256(gguf)
+    if (folder / "tokenizer.json").is_file():
+        return AutoTokenizer.from_pretrained(str(folder))
+    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
 
 
 def _tokenizers(smol_tokenizer=None):
