@@ -37,7 +37,7 @@ def _plain_forward(model, batch) -> None:
     for spec in batch:
         _, ids, _ = model.tokenize(spec.prompt()[0])
         seqs.append(ids.tolist())
-    ids, valid = pad_suffix_block(seqs, model.pad_id)
+    ids, valid = pad_suffix_block(seqs, model.pad_id, model.device)
     with torch.inference_mode():
         model.hf(input_ids=ids, attention_mask=valid.long(), use_cache=True, logits_to_keep=1)
 

@@ -199,7 +199,7 @@ def encode(model: "Model", specs: Sequence[RecordSpec], separator: str = JOINT_S
 
 def _encode_tokenized(model: "Model", tokenized, layers: tuple[int, ...]) -> list[Encoding]:
     rows = fork_rows([model.empty_state()] * len(tokenized))
-    ids, valid = pad_suffix_block([t[0].tolist() for t in tokenized], model.pad_id)
+    ids, valid = pad_suffix_block([t[0].tolist() for t in tokenized], model.pad_id, model.device)
     # Gemma 4's KV-sharing layers compute only the kept logits' rows; keep every row there.
     keep = 0 if model.arch.shared_layers else 1
     out = traced_forward(model, rows, ids, valid, capture_hidden=layers, logits_to_keep=keep)

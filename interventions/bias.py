@@ -77,8 +77,8 @@ class SoftBias(Access):
         object.__setattr__(self, "name", name)
 
     def bias_vector(self, history_len: int, question: str = "") -> torch.Tensor:
-        """Float[T] bias over history positions."""
-        b = torch.zeros(history_len, dtype=torch.float32)
+        """Float[T] bias over history positions (built on the host; ``apply`` moves it to the model)."""
+        b = torch.zeros(history_len, dtype=torch.float32, device="cpu")
         for p, value in self.values:
             b[p] = value
         return b
@@ -90,8 +90,8 @@ class SoftBias(Access):
         check_layers(self.name, self.layers, arch)
 
     def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
-        per_position = self.bias_vector(len(history), question)
-        slots = torch.zeros(state.length, dtype=torch.float32)
+        per_position = self.bias_vector(len(history), question).to(state.slot_of.device)
+        slots = torch.zeros(state.length, dtype=torch.float32, device=state.slot_of.device)
         kept = state.slot_of >= 0
         slots[state.slot_of[kept]] = per_position[kept]
         return state.add_bias(slots, select_layers(self.layers, model.arch))
@@ -120,7 +120,7 @@ class SessionOrderBias(SoftBias):
         object.__setattr__(self, "gated", gated)
 
     def bias_vector(self, history_len: int, question: str = "") -> torch.Tensor:
-        b = torch.zeros(history_len, dtype=torch.float32)
+        b = torch.zeros(history_len, dtype=torch.float32, device="cpu")
         S = len(self.sessions)
         gate = session_gate(question) if self.gated else 1
         if S < 2 or gate == 0:

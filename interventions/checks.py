@@ -48,7 +48,7 @@ from kvprobe.access import Access, Full, Mask
 from kvprobe.decoding import question_logits, suffix_ids
 from kvprobe.prompts import SpanError
 from kvprobe.reference import cached_explicit_logits, reference_hidden_kv, reference_logits
-from kvprobe.verify import CheckResult, scaled_tolerance, verify_access
+from kvprobe.verify import CheckResult, precision_floor, scaled_tolerance, verify_access
 
 from ._base import OperationError
 from .bias import SoftBias
@@ -99,12 +99,19 @@ class _Checks:
         self.span, self.replacement = history.span(record), history.span(replacement)
         self.record_segment = record
         self.q_ids = suffix_ids(model, history, question)
-        self.hidden = torch.zeros(len(history), dtype=torch.bool)
+        self.hidden = torch.zeros(len(history), dtype=torch.bool, device=history.device)
         self.hidden[self.span.start : self.span.end] = True
         self.results: list[CheckResult] = []
-        # float32 tolerances scaled to what is compared (kvprobe.verify.scaled_tolerance)
-        self.logit_tol = scaled_tolerance(reference_logits(model, history.input_ids.tolist(), self.q_ids))
-        self.kv_tol = scaled_tolerance(*(t for i in self.arch.kv_layers for t in history.kv[i]))
+        # float32 tolerances scaled to what is compared (kvprobe.verify.scaled_tolerance); a bf16/fp16
+        # model adds the dtype's own error against a float32 twin (kvprobe.verify.precision_floor)
+        floor = precision_floor(model, history, question)
+        self.logit_tol = scaled_tolerance(reference_logits(model, history.input_ids.tolist(), self.q_ids),
+                                          floor=floor.logit_tolerance)
+        self.kv_tol = scaled_tolerance(*(t for i in self.arch.kv_layers for t in history.kv[i]),
+                                       floor=floor.kv_tolerance)
+        # re-rotated keys are compared relative to their magnitude: float32 to 1e-5; in bf16/fp16 each of
+        # the two keys compared is rounded to the dtype once, so they may differ by twice its epsilon
+        self.rope_tol = ROPE_TOLERANCE if model.dtype == torch.float32 else 2 * torch.finfo(model.dtype).eps
 
     def record(self, operation: str, check: str, value: float, tolerance: float, passed: bool | None = None) -> None:
         ok = value <= tolerance if passed is None else passed
@@ -192,7 +199,7 @@ class _Checks:
         state = Compact(self.span).prepare(model, h)
         pre = prerope_keys(model, h.input_ids)
         kept = ~self.hidden
-        new_pos = torch.arange(int(kept.sum()))
+        new_pos = torch.arange(int(kept.sum()), device=h.device)
         worst = 0.0
         for layer in self.arch.kv_layers:
             r = self.arch.layers[layer].rope_tensor
@@ -201,7 +208,7 @@ class _Checks:
             rope_diff = float((state.kv[layer][r] - ref).abs().max()) / scale
             other_diff = float((state.kv[layer][1 - r] - h.kv[layer][1 - r][:, :, kept]).abs().max())
             worst = max(worst, rope_diff, other_diff)
-        self.record("compact", check, worst, ROPE_TOLERANCE)
+        self.record("compact", check, worst, self.rope_tol)
 
     def drop(self) -> None:
         check = "drop_original_positions_equals_mask"

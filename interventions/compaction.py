@@ -46,21 +46,23 @@ def delete_rows(model: "Model", history: "History", removed: torch.Tensor, rerot
     kv = list(history.kv)  # layers without rows of their own stay (None, None)
     for layer in model.arch.kv_layers:
         spec = model.arch.layers[layer]
-        kept_kv = [t[:, :, kept] for t in history.kv[layer]]
+        on_layer = kept.to(history.kv[layer][0].device)  # the layer's own device (models spread over devices)
+        kept_kv = [t[:, :, on_layer] for t in history.kv[layer]]
         if rerotate:  # the tensor that carries RoPE (keys; MLA's rope key sits in the V slot)
             kept_kv[spec.rope_tensor] = rotate_keys(kept_kv[spec.rope_tensor], -gap[kept],
                                                     inv_freq_for_layer(model, layer), spec.rope_layout)
         kv[layer] = (kept_kv[0], kept_kv[1])
     positions = history.positions[kept] - (gap[kept] if shorten_positions else 0)
-    slot_of = torch.full((T,), -1, dtype=torch.long)
-    slot_of[kept] = torch.arange(int(kept.sum()))
+    n_kept = int(kept.sum())
+    slot_of = torch.full((T,), -1, dtype=torch.long, device=history.device)
+    slot_of[kept] = torch.arange(n_kept, device=history.device)
     freed = sum((k.numel() + v.numel()) * k.element_size() for k, v in history.kv if k is not None) - sum(
         (k.numel() + v.numel()) * k.element_size() for k, v in kv if k is not None
     )
     return RowState(
         kv=kv,
         key_pos=positions,
-        key_valid=torch.ones(int(kept.sum()), dtype=torch.bool),
+        key_valid=torch.ones(n_kept, dtype=torch.bool, device=history.device),
         input_ids=history.input_ids[kept],
         slot_of=slot_of,
         info={"removed_rows": int(removed.sum()), "freed_bytes": int(freed)},
@@ -86,7 +88,7 @@ class Compact(_RowDeletion):
 
     def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
         require_unedited(self.name, history, state)
-        return delete_rows(model, history, positions_of(self.spans, len(history)), True, True)
+        return delete_rows(model, history, positions_of(self.spans, len(history), history.device), True, True)
 
 
 @dataclass(frozen=True, init=False)
@@ -104,5 +106,5 @@ class Drop(_RowDeletion):
 
     def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
         require_unedited(self.name, history, state)
-        removed = positions_of(self.spans, len(history))
+        removed = positions_of(self.spans, len(history), history.device)
         return delete_rows(model, history, removed, False, self.positions == "shortened")

@@ -50,7 +50,7 @@ def finch_scores(probs: torch.Tensor, history_len: int, n_kv_heads: int, normali
     H, w, _ = probs.shape
     a = probs[:, :, :history_len].float()
     if normalize:
-        a = a * torch.arange(history_len, history_len + w, dtype=torch.float32)[None, :, None]
+        a = a * torch.arange(history_len, history_len + w, dtype=torch.float32, device=a.device)[None, :, None]
     return a.mean(dim=1).reshape(n_kv_heads, H // n_kv_heads, history_len).mean(dim=1)
 
 
@@ -58,8 +58,8 @@ def finch_keep(scores: torch.Tensor, n_history: int, history_len: int, window: i
     """Long[KVH, n_history + window]: sorted slots each KV head keeps (best history keys, then the window)."""
     KVH = scores.shape[0]
     best = torch.topk(scores, n_history, dim=-1).indices if n_history < history_len else \
-        torch.arange(history_len).expand(KVH, history_len)
-    tail = torch.arange(history_len, history_len + window).expand(KVH, window)
+        torch.arange(history_len, device=scores.device).expand(KVH, history_len)
+    tail = torch.arange(history_len, history_len + window, device=scores.device).expand(KVH, window)
     return torch.cat([torch.sort(best, dim=-1).values, tail], dim=-1)
 
 
@@ -100,9 +100,10 @@ class Finch(Access):
         n_history = min(self.budget - w, T)
         rows = fork_rows([state])
         layers = model.arch.kv_layers
-        out = traced_forward(model, rows, torch.tensor([window]), capture_attention=layers, logits_to_keep=1)
+        window_ids = torch.tensor([window], dtype=torch.long, device=history.device)
+        out = traced_forward(model, rows, window_ids, capture_attention=layers, logits_to_keep=1)
         kept_total = n_history + w
-        new_pos = torch.arange(kept_total)
+        new_pos = torch.arange(kept_total, device=history.device)
         kv = list(history.kv)
         head0 = None
         for layer in layers:
@@ -113,19 +114,19 @@ class Finch(Access):
             keep = finch_keep(scores, n_history, T, w)  # [KVH, K]
             gathered = [t[0].gather(1, keep[:, :, None].expand(-1, -1, t.shape[-1]))[None]
                         for t in (cache.keys, cache.values)]
-            old_pos = rows.key_pos[0][keep]  # [KVH, K]
+            old_pos = rows.key_pos[0][keep.to(history.device)]  # [KVH, K]
             gathered[spec.rope_tensor] = rotate_keys(gathered[spec.rope_tensor], new_pos[None, :] - old_pos,
                                                      inv_freq_for_layer(model, layer), spec.rope_layout)
             kv[layer] = (gathered[0].contiguous(), gathered[1].contiguous())
             if head0 is None:
-                head0 = keep[0]
-        all_ids = torch.cat([history.input_ids, torch.tensor(window)])
+                head0 = keep[0].to(history.device)
+        all_ids = torch.cat([history.input_ids, window_ids[0]])
         return RowState(
             kv=kv,
             key_pos=new_pos,
-            key_valid=torch.ones(kept_total, dtype=torch.bool),
+            key_valid=torch.ones(kept_total, dtype=torch.bool, device=history.device),
             input_ids=all_ids[head0],
-            slot_of=torch.full((T,), -1, dtype=torch.long),
+            slot_of=torch.full((T,), -1, dtype=torch.long, device=history.device),
             info={"consumed_suffix": w, "consumed_ids": list(window), "kept_history": n_history,
                   "removed_rows": T - n_history},
         )

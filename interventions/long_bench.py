@@ -506,7 +506,7 @@ def measure_decode(model: kvprobe.Model, history: kvprobe.History, n_rows: int, 
 
     def kv_setup():
         rows = _fork(model, [state] * n_rows)
-        ids, valid = pad_suffix_block([q] * n_rows, model.pad_id)
+        ids, valid = pad_suffix_block([q] * n_rows, model.pad_id, model.device)
         logits = traced_forward(model, rows, ids, valid, logits_to_keep=1).logits[:, -1]
         return rows, logits
 

@@ -62,13 +62,13 @@ def page_bounds(key: torch.Tensor, page: torch.Tensor, readable: torch.Tensor,
     B, KVH, S, D = key.shape
     k = key.float()
     idx = torch.where(readable, page, torch.zeros_like(page))[:, None, :, None].expand(B, KVH, S, D)
-    inf = torch.tensor(float("inf"))
+    inf = float("inf")
     hi = torch.where(readable[:, None, :, None], k, -inf)
     lo = torch.where(readable[:, None, :, None], k, inf)
-    kmax = torch.full((B, KVH, n_pages, D), -inf).scatter_reduce(2, idx, hi, "amax")
-    kmin = torch.full((B, KVH, n_pages, D), inf).scatter_reduce(2, idx, lo, "amin")
+    kmax = torch.full((B, KVH, n_pages, D), -inf, device=k.device).scatter_reduce(2, idx, hi, "amax")
+    kmin = torch.full((B, KVH, n_pages, D), inf, device=k.device).scatter_reduce(2, idx, lo, "amin")
     trash = torch.where(readable, page, torch.full_like(page, n_pages))  # unreadable slots: an extra page
-    filled = torch.zeros(B, n_pages + 1, dtype=torch.bool).scatter_(1, trash, True)[:, :n_pages]
+    filled = torch.zeros(B, n_pages + 1, dtype=torch.bool, device=page.device).scatter_(1, trash, True)[:, :n_pages]
     kmax = torch.where(filled[:, None, :, None], kmax, torch.zeros_like(kmax))
     kmin = torch.where(filled[:, None, :, None], kmin, torch.zeros_like(kmin))
     return kmax, kmin, filled
@@ -89,7 +89,7 @@ def top_pages(page_scores: torch.Tensor, filled: torch.Tensor, current: torch.Te
     B, P = filled.shape
     s = page_scores.masked_fill(~filled[:, None, None, :], float("-inf"))
     s = s.clone()
-    s[torch.arange(B), :, :, current] = float("inf")
+    s[torch.arange(B, device=s.device), :, :, current] = float("inf")
     rank = descending_ranks(s)
     limit = torch.minimum(n_read, filled.sum(1))[:, None, None, None]
     return (rank < limit) & filled[:, None, None, :]
@@ -103,7 +103,7 @@ class PageSelector(KeySelector):
         first = conditions[0]
         self.page_size, self.dense_layers = first.page_size, first.dense_layers
         self.recent, self.head_selection = first.recent, first.head_selection
-        self.n_read = (budgets(conditions) // self.page_size).clamp(min=1)
+        self.n_read = (budgets(conditions, model.device) // self.page_size).clamp(min=1)
         #: tokens each row read in the first selecting layer, per selecting forward (mean over heads)
         self.tokens_read: list[torch.Tensor] = []
 
@@ -123,7 +123,7 @@ class PageSelector(KeySelector):
         n_pages = int(page[readable].max()) + 1
         kmax, kmin, filled = page_bounds(key, page, readable, n_pages)
         if self.recent:  # recent-page control: later pages first
-            page_scores = torch.arange(n_pages, dtype=torch.float32).expand(B, KVH, G, n_pages)
+            page_scores = torch.arange(n_pages, dtype=torch.float32, device=key.device).expand(B, KVH, G, n_pages)
         else:
             page_scores = quest_page_scores(query[:, :, -1].reshape(B, KVH, G, D), kmax, kmin)
             if self.head_selection == "kv":

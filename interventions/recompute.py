@@ -122,7 +122,7 @@ class _HiddenRecompute(Access):
 
     def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
         require_unedited(self.name, history, state)
-        hidden = positions_of(self.spans, len(history))
+        hidden = positions_of(self.spans, len(history), history.device)
         return recompute_hidden(model, history, hidden, self._start(len(history)), self.chunk_size)
 
 
@@ -204,22 +204,22 @@ class OnlineMask(_HiddenRecompute):
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
         check_spans(self.name, (*self.spans, *self.replacements), history_len)
 
-    def hidden_from(self, history_len: int) -> torch.Tensor:
+    def hidden_from(self, history_len: int, device: torch.device | str | None = None) -> torch.Tensor:
         """Long[T]: for each superseded position, the first token that cannot see it (T elsewhere)."""
-        first = torch.full((history_len,), history_len, dtype=torch.long)
+        first = [history_len] * history_len
         for old, new in zip(self.superseded, self.replacements):
-            first[old.start:old.end] = torch.minimum(first[old.start:old.end], torch.tensor(new.end))
-        return first
+            first[old.start:old.end] = [min(f, new.end) for f in first[old.start:old.end]]
+        return torch.tensor(first, dtype=torch.long, device=device)
 
-    def stages(self, history_len: int) -> list[tuple[int, torch.Tensor]]:
+    def stages(self, history_len: int, device: torch.device | str | None = None) -> list[tuple[int, torch.Tensor]]:
         """``[(start, Bool[T] hidden), ...]``: one stage per distinct replacement end, in order."""
-        first = self.hidden_from(history_len)
-        superseded = positions_of(self.spans, history_len)
+        first = self.hidden_from(history_len, device)
+        superseded = positions_of(self.spans, history_len, device)
         return [(end, superseded & (first <= end)) for end in sorted({new.end for new in self.replacements})]
 
     def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
         require_unedited(self.name, history, state)
-        return recompute_in_stages(model, history, self.stages(len(history)), self.chunk_size)
+        return recompute_in_stages(model, history, self.stages(len(history), history.device), self.chunk_size)
 
 
 def with_cached_rows(state: RowState, history: "History", lo: int, hi: int) -> RowState:
@@ -234,9 +234,9 @@ def with_cached_rows(state: RowState, history: "History", lo: int, hi: int) -> R
     return RowState(
         kv=kv,
         key_pos=torch.cat([state.key_pos, history.positions[lo:hi]]),
-        key_valid=torch.ones(hi, dtype=torch.bool),
+        key_valid=torch.ones(hi, dtype=torch.bool, device=history.device),
         input_ids=torch.cat([state.input_ids, history.input_ids[lo:hi]]),
-        slot_of=torch.arange(hi),
+        slot_of=torch.arange(hi, device=history.device),
     )
 
 
@@ -322,5 +322,6 @@ class SegmentRebuild(Access):
     def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
         require_unedited(self.name, history, state)
         layers = None if self.layers is None else select_layers(self.layers, model.arch)
-        return rebuild_segments(model, history, positions_of(self.spans, len(history)), self.segments, layers,
+        hidden = positions_of(self.spans, len(history), history.device)
+        return rebuild_segments(model, history, hidden, self.segments, layers,
                                 self.chunk_size)

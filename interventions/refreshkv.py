@@ -65,10 +65,10 @@ class RefreshSelector(KeySelector):
         first = conditions[0]
         self.interval, self.threshold = first.interval, first.threshold
         self.pool_width, self.dense_layers = first.pool_width, first.dense_layers
-        self.budget = budgets(conditions)
+        self.budget = budgets(conditions, model.device)
         self.ranks: dict[int, torch.Tensor] = {}  # layer -> Long[B, KVH, prompt_length]
         self.last_query: dict[int, torch.Tensor] = {}  # layer -> Float[B, H, D]
-        self.refreshes = torch.zeros(len(conditions), dtype=torch.long)  # full steps after the question, summed over layers
+        self.refreshes = torch.zeros(len(conditions), dtype=torch.long, device=model.device)  # full steps after the question, summed over layers
 
     def keep_rows(self, keep: torch.Tensor) -> None:
         self.budget, self.refreshes = self.budget[keep], self.refreshes[keep]
@@ -93,11 +93,11 @@ class RefreshSelector(KeySelector):
         if layer < self.dense_layers:
             return scores
         B, S = scores.shape[0], scores.shape[-1]
-        everyone = torch.ones(B, dtype=torch.bool)
+        everyone = torch.ones(B, dtype=torch.bool, device=scores.device)
         if self.forward_index == 0:  # the question: full attention, its final token picks the set
             self._select(layer, query, scores, everyone)
             return scores
-        refresh = torch.zeros(B, dtype=torch.bool)
+        refresh = torch.zeros(B, dtype=torch.bool, device=scores.device)
         if self.forward_index % self.interval == 0:
             refresh = mean_head_cosine(query[:, :, -1], self.last_query[layer]) <= self.threshold
             if bool(refresh.any()):
@@ -107,8 +107,8 @@ class RefreshSelector(KeySelector):
         n_generated = S - 1 - P  # generated slots before the current token
         kept_generated = torch.clamp(self.budget, max=n_generated)  # Long[B]
         kept_prompt = self.budget - kept_generated
-        slot = torch.arange(S)
-        allowed = torch.zeros(B, scores.shape[1], S, dtype=torch.bool)
+        slot = torch.arange(S, device=scores.device)
+        allowed = torch.zeros(B, scores.shape[1], S, dtype=torch.bool, device=scores.device)
         allowed[..., :P] = self.ranks[layer] < kept_prompt[:, None, None]
         recent = (slot[None, :] >= (S - 1 - kept_generated)[:, None]) & (slot[None, :] >= P)  # incl. the current slot
         allowed |= recent[:, None, :]

@@ -65,7 +65,8 @@ def rotate_keys(keys: torch.Tensor, shift: torch.Tensor, inv_freq: torch.Tensor,
     The computation is done in float64 and cast back.
     """
     rot = 2 * inv_freq.shape[0]
-    angles = shift.double()[..., None] * inv_freq.double()
+    # A model spread over devices keeps each layer's keys on its own device: compute there.
+    angles = shift.to(keys.device).double()[..., None] * inv_freq.to(keys.device).double()
     k = keys.double()
     k_rot, k_pass = k[..., :rot], k[..., rot:]
     if layout == HALF:

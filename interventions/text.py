@@ -60,7 +60,7 @@ def deleted_ranges(history: "History", segments: tuple[str, ...]) -> list[tuple[
 
 def _char_map(length: int, ranges: list[tuple[int, int]]) -> torch.Tensor:
     """Long[length]: new index of every original character, -1 if deleted."""
-    keep = torch.ones(length, dtype=torch.bool)
+    keep = torch.ones(length, dtype=torch.bool, device="cpu")  # host-side bookkeeping
     for lo, hi in ranges:
         keep[lo:hi] = False
     new = torch.cumsum(keep.long(), dim=0) - 1
@@ -108,14 +108,14 @@ class TextRecompute(Access):
         if rendered.history_text != expected:
             raise SpanError("the chat template changed text outside the deleted segments; cannot recompute")
         ids, new_offsets = rendered.encode(model.tokenizer)
-        new_ids = torch.tensor(ids, dtype=torch.long)
+        new_ids = torch.tensor(ids, dtype=torch.long, device=history.device)
+        old_ids = history.input_ids.tolist()
         first_deleted = ranges[0][0]
         reused, identical = 0, True
         if self.stored_prefix:
             before = [i for i, (s, e) in enumerate(history.offsets) if e <= first_deleted]
             for i in before:
-                if i < len(new_ids) and int(new_ids[i]) == int(history.input_ids[i]) and \
-                        new_offsets[i] == history.offsets[i]:
+                if i < len(ids) and ids[i] == old_ids[i] and new_offsets[i] == history.offsets[i]:
                     reused += 1
                 else:
                     break
@@ -125,18 +125,20 @@ class TextRecompute(Access):
                               f"reusing {reused} of {len(before)} cached prefix rows", stacklevel=2)
         T_new = int(new_ids.shape[0])
         prefix = replace(history.prefix_state(reused), input_ids=new_ids[:reused])
-        state = extend_state(model, prefix, new_ids[reused:], torch.arange(reused, T_new), self.chunk_size)
-        # Original position -> new slot, through character offsets and token identity.
-        new_index = {(s, e, int(t)): j for j, ((s, e), t) in enumerate(zip(new_offsets, new_ids.tolist()))}
-        slot_of = torch.full((len(history),), -1, dtype=torch.long)
-        for i, ((s, e), t) in enumerate(zip(history.offsets, history.input_ids.tolist())):
-            if e > s and char_map[s] >= 0 and char_map[e - 1] >= 0:
-                j = new_index.get((int(char_map[s]), int(char_map[e - 1]) + 1, t))
+        state = extend_state(model, prefix, new_ids[reused:], torch.arange(reused, T_new, device=history.device),
+                             self.chunk_size)
+        # Original position -> new slot, through character offsets and token identity (host lists).
+        new_index = {(s, e, int(t)): j for j, ((s, e), t) in enumerate(zip(new_offsets, ids))}
+        chars = char_map.tolist()
+        slot_of = [-1] * len(history)
+        for i, ((s, e), t) in enumerate(zip(history.offsets, old_ids)):
+            if e > s and chars[s] >= 0 and chars[e - 1] >= 0:
+                j = new_index.get((chars[s], chars[e - 1] + 1, t))
                 if j is not None:
                     slot_of[i] = j
         return replace(
             state,
-            slot_of=slot_of,
+            slot_of=torch.tensor(slot_of, dtype=torch.long, device=history.device),
             info={"reused_tokens": reused, "recomputed_tokens": T_new - reused, "prefix_identical": identical,
                   "history_tokens": T_new},
         )
@@ -189,7 +191,7 @@ class NoContext(Access):
         if not ids:
             raise SpanError("no-context: the prompt's framing has no token (a raw prompt without special "
                             "tokens); the question would start the sequence")
-        new = torch.tensor(ids, dtype=torch.long)
-        fresh = extend_state(model, model.empty_state(), new, torch.arange(len(ids)))
-        return replace(fresh, slot_of=torch.full((len(history),), -1, dtype=torch.long),
+        new = torch.tensor(ids, dtype=torch.long, device=history.device)
+        fresh = extend_state(model, model.empty_state(), new, torch.arange(len(ids), device=history.device))
+        return replace(fresh, slot_of=torch.full((len(history),), -1, dtype=torch.long, device=history.device),
                        info={"history_tokens": len(ids), "recomputed_tokens": len(ids)})

@@ -60,15 +60,16 @@ class Zero(Access):
                                      f"select layer {source} as well")
 
     def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
-        slots = slots_in_state(state, positions_of(self.spans, len(history)))
+        slots = slots_in_state(state, positions_of(self.spans, len(history), history.device))
         kv = list(state.kv)
         for layer in sorted({model.arch.layers[i].kv_layer for i in select_layers(self.layers, model.arch)}):
             k, v = kv[layer]
+            on_layer = slots.to(k.device)  # the layer's own device (models spread over devices)
             if "k" in self.component:
                 k = k.clone()
-                k[:, :, slots] = 0
+                k[:, :, on_layer] = 0
             if "v" in self.component:
                 v = v.clone()
-                v[:, :, slots] = 0
+                v[:, :, on_layer] = 0
             kv[layer] = (k, v)
         return replace(state, kv=kv)

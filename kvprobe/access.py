@@ -38,9 +38,10 @@ def as_spans(spans: TokenSpan | Iterable[TokenSpan], what: str) -> tuple[TokenSp
     return tuple(merge_spans(spans))
 
 
-def positions_of(spans: Sequence[TokenSpan], history_len: int) -> torch.Tensor:
-    """Bool[T] marking every position of ``spans``."""
-    marked = torch.zeros(history_len, dtype=torch.bool)
+def positions_of(spans: Sequence[TokenSpan], history_len: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """Bool[T] marking every position of ``spans``, on ``device`` (torch's default device when None;
+    kvprobe passes the history's: ``history.device``)."""
+    marked = torch.zeros(history_len, dtype=torch.bool, device=device)
     for s in spans:
         marked[s.start : s.end] = True
     return marked
@@ -75,7 +76,7 @@ def slots_in_state(state: "RowState", positions: torch.Tensor) -> torch.Tensor:
 
     Positions an operation removed have no slot and are skipped.
     """
-    slots = torch.zeros(state.length, dtype=torch.bool)
+    slots = torch.zeros(state.length, dtype=torch.bool, device=state.slot_of.device)
     kept = state.slot_of[positions]
     slots[kept[kept >= 0]] = True
     return slots
@@ -105,9 +106,9 @@ class Access:
         """Edit ``state`` (a row state of ``history``); the base class changes nothing."""
         return state
 
-    def hidden_positions(self, history_len: int) -> torch.Tensor:
-        """Bool[T]: history positions hidden from later tokens."""
-        return torch.zeros(history_len, dtype=torch.bool)
+    def hidden_positions(self, history_len: int, device: torch.device | str | None = None) -> torch.Tensor:
+        """Bool[T]: history positions hidden from later tokens (on ``device``; torch's default when None)."""
+        return torch.zeros(history_len, dtype=torch.bool, device=device)
 
     def layers_for(self, arch: "ArchSummary") -> tuple[int, ...]:
         """Layers in which the hidden positions are hidden."""
@@ -200,14 +201,15 @@ class Mask(Access):
         """Number of hidden history tokens."""
         return sum(len(s) for s in self.spans)
 
-    def hidden_positions(self, history_len: int) -> torch.Tensor:
-        return positions_of(self.spans, history_len)
+    def hidden_positions(self, history_len: int, device: torch.device | str | None = None) -> torch.Tensor:
+        return positions_of(self.spans, history_len, device)
 
     def layers_for(self, arch: "ArchSummary") -> tuple[int, ...]:
         return select_layers(self.layers, arch)
 
     def apply(self, model: "Model", history: "History", state: "RowState", question: str = "") -> "RowState":
-        return state.hide(slots_in_state(state, self.hidden_positions(len(history))), self.layers_for(model.arch))
+        hidden = self.hidden_positions(len(history), history.device)
+        return state.hide(slots_in_state(state, hidden), self.layers_for(model.arch))
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
         check_spans(self.name, self.spans, history_len)

@@ -48,7 +48,7 @@ def bench_decode_step(model: Model, history, steps: int = 40) -> dict[str, Any]:
     hidden = mask.hidden_positions(T)
 
     rows = fork_rows([mask.prepare(model, history)])
-    ids, valid = pad_suffix_block([q], model.pad_id)
+    ids, valid = pad_suffix_block([q], model.pad_id, model.device)
     traced_forward(model, rows, ids, valid, logits_to_keep=1)
 
     cache = DynamicCache(ddp_cache_data=[(k.clone(), v.clone()) for k, v in history.kv])
@@ -116,7 +116,7 @@ def bench_fast_paths(model: Model, history, rows_per_batch: int, steps: int = 20
     states = [c.prepare(model, history) for c in five_conditions(history).values()]
     states = [states[i % len(states)] for i in range(rows_per_batch)]
     q = suffix_ids(model, history, QUESTIONS[0])
-    ids, valid = pad_suffix_block([q] * rows_per_batch, model.pad_id)
+    ids, valid = pad_suffix_block([q] * rows_per_batch, model.pad_id, model.device)
     token = torch.full((rows_per_batch, 1), q[-1])
 
     def start(plain: bool):

@@ -130,7 +130,7 @@ def question_logits(
     """
     rows = fork_rows(prepare_states(model, [(history, Request(question, c)) for c in conditions]),
                      share=shares_history(model))
-    ids, valid = pad_suffix_block([suffix_ids(model, history, question)] * len(conditions), model.pad_id)
+    ids, valid = pad_suffix_block([suffix_ids(model, history, question)] * len(conditions), model.pad_id, model.device)
     return traced_forward(model, rows, ids, valid, capture_attention=capture_attention,
                           logits_to_keep=logits_to_keep)
 
@@ -215,7 +215,7 @@ def _run_questions(model: "Model", states: list[RowState], suffixes: list[list[i
     """
     rows = fork_rows(states, share=selector is None and shares_history(model))
     rows.selector = selector
-    ids, valid = pad_suffix_block(suffixes, model.pad_id)
+    ids, valid = pad_suffix_block(suffixes, model.pad_id, model.device)
     return rows, traced_forward(model, rows, ids, valid, logits_to_keep=1).logits[:, -1].float()
 
 
@@ -335,7 +335,7 @@ def reason_then_score(
         toks = _greedy_from(model, rows, last, budget, stop_at_eos=False) if budget else [[] for _ in group]
         block = [t[-1:] + cue_ids for t in toks]  # the last continuation token was not fed back yet
         if block[0]:
-            feed = torch.tensor(block, dtype=torch.long)
+            feed = torch.tensor(block, dtype=torch.long, device=model.device)
             block_out = traced_forward(model, rows, feed, logits_to_keep=1, capture_attention=capture_attention)
             if on_cue is not None:
                 on_cue(group, rows, block_out)
@@ -363,7 +363,13 @@ def _candidate_logprobs(
     the rows, batched by candidate length.
     """
     first = torch.log_softmax(last, dim=-1)
-    sums = [[float(first[r, c[0]]) for c in row] for r, row in enumerate(cands)]
+    # One gather and one host copy for every row's first tokens (no sync per candidate).
+    firsts = [(r, c[0]) for r, row in enumerate(cands) for c in row]
+    picked = first[_index([r for r, _ in firsts], first.device), _index([t for _, t in firsts], first.device)].tolist()
+    sums, k = [], 0
+    for row in cands:
+        sums.append(picked[k:k + len(row)])
+        k += len(row)
     question_end = rows.length
     for j in range(max(len(row) for row in cands)):
         longer = [r for r, row in enumerate(cands) if j < len(row) and len(row[j]) > 1]
@@ -378,18 +384,27 @@ def _candidate_logprobs(
                 fork, batch_row = rows, {r: r for r in members}
                 blocks = [cands[r][j][:-1] if r in batch_row else [] for r in range(len(cands))]
             else:  # recurrent states: score on copies of the member rows
-                fork, batch_row = rows.take(torch.tensor(members)), {r: b for b, r in enumerate(members)}
+                fork, batch_row = rows.take(_index(members, model.device)), {r: b for b, r in enumerate(members)}
                 blocks = [cands[r][j][:-1] for r in members]
-            ids, valid = pad_suffix_block(blocks, model.pad_id)
+            ids, valid = pad_suffix_block(blocks, model.pad_id, model.device)
             logprobs = torch.log_softmax(traced_forward(model, fork, ids, valid).logits.float(), dim=-1)
             L = ids.shape[1]
+            device = logprobs.device
+            members_sum = []  # per member, its candidate's summed log-probability (kept on the device)
             for r, b in batch_row.items():
                 c = cands[r][j]
-                cols = torch.arange(L - len(c) + 1, L)  # column of c[t] predicts c[t + 1]
-                sums[r][j] += float(logprobs[b, cols, torch.tensor(c[1:])].sum())
+                cols = torch.arange(L - len(c) + 1, L, device=device)  # column of c[t] predicts c[t + 1]
+                members_sum.append(logprobs[b, cols, _index(c[1:], device)].sum())
+            for r, value in zip(batch_row, torch.stack(members_sum).tolist()):  # one host copy
+                sums[r][j] += value
             if fork is rows:
                 rows.truncate(question_end)
     return sums
+
+
+def _index(values: Sequence[int], device: torch.device) -> torch.Tensor:
+    """A Long index tensor on ``device`` (indexing with a plain list would build it on the default device)."""
+    return torch.tensor(list(values), dtype=torch.long, device=device)
 
 
 def _generation(model: "Model", toks: list[int], access: str) -> Generation:
@@ -414,25 +429,30 @@ def _greedy_from(model: "Model", rows: Rows, last: torch.Tensor, max_new_tokens:
     """
     B = last.shape[0]
     generated: list[list[int]] = [[] for _ in range(B)]
-    active = torch.arange(B)  # original index of each row still in the batch
-    running = torch.ones(B, dtype=torch.bool)  # per batch row: not finished yet
-    eos = torch.tensor(sorted(model.eos_ids), dtype=torch.long)
+    # Bookkeeping on the host (plain lists): one copy of the next tokens per step, no other sync.
+    active = list(range(B))  # original index of each row still in the batch
+    running = [True] * B  # per batch row: not finished yet
+    eos = model.eos_ids
     nxt = last.argmax(dim=-1)
+    step_valid = torch.ones(B, 1, dtype=torch.bool, device=nxt.device)
     for step in range(max_new_tokens):
-        for b in torch.nonzero(running).flatten().tolist():
-            generated[int(active[b])].append(int(nxt[b]))
-        if stop_at_eos:
-            running &= ~torch.isin(nxt, eos)
-        if step == max_new_tokens - 1 or not bool(running.any()):
+        tokens = nxt.tolist()
+        for b, token in enumerate(tokens):
+            if running[b]:
+                generated[active[b]].append(token)
+                if stop_at_eos and token in eos:
+                    running[b] = False
+        if step == max_new_tokens - 1 or not any(running):
             break
         # Copying the batch costs about as much as a few steps of a finished row, so
         # finished rows leave in groups (at least a quarter of the batch at once).
-        finished = int((~running).sum())
+        finished = running.count(False)
         if finished and finished * 4 >= len(running):
-            keep = torch.nonzero(running).flatten()
-            rows.select(keep)
-            active, nxt, running = active[keep], nxt[keep], running[keep]
-        out = traced_forward(model, rows, nxt[:, None], torch.ones(len(active), 1, dtype=torch.bool),
-                             logits_to_keep=1)
+            keep = [b for b, alive in enumerate(running) if alive]
+            keep_rows = torch.tensor(keep, dtype=torch.long, device=nxt.device)
+            rows.select(keep_rows)
+            active, running = [active[b] for b in keep], [True] * len(keep)
+            nxt, step_valid = nxt[keep_rows], step_valid[: len(keep)]
+        out = traced_forward(model, rows, nxt[:, None], step_valid, logits_to_keep=1)
         nxt = out.logits[:, -1].argmax(dim=-1)
     return generated

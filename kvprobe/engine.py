@@ -246,8 +246,9 @@ def fork_rows(states: list[RowState], share: bool = False, spare: int = SPARE_SL
             cache.layers.append(DummyLayer())  # reads another layer's rows
         else:
             cache.layers.append(_attention_layer([s.kv[layer] for s in states], S, share, spare))
-    key_pos = torch.zeros(n, S, dtype=torch.long)
-    key_valid = torch.zeros(n, S, dtype=torch.bool)
+    device = states[0].key_pos.device  # the model's device (``Model.device``): positions, masks, tables
+    key_pos = torch.zeros(n, S, dtype=torch.long, device=device)
+    key_valid = torch.zeros(n, S, dtype=torch.bool, device=device)
     for i, s in enumerate(states):
         key_pos[i, : s.length] = s.key_pos
         key_valid[i, : s.length] = s.key_valid
@@ -257,8 +258,8 @@ def fork_rows(states: list[RowState], share: bool = False, spare: int = SPARE_SL
         cache=cache,
         key_pos=key_pos,
         key_valid=key_valid,
-        hidden=_stack_per_layer([s.hidden for s in states], n, S, torch.bool),
-        bias=_stack_per_layer([s.bias for s in states], n, S, torch.float32),
+        hidden=_stack_per_layer([s.hidden for s in states], n, S, torch.bool, device),
+        bias=_stack_per_layer([s.bias for s in states], n, S, torch.float32, device),
     )
 
 
@@ -280,7 +281,8 @@ def _attention_layer(kv: list[tuple[torch.Tensor, torch.Tensor]], length: int, s
                 bases.append((k, v))
             of_row.append(index[key])
         if (len(bases) == 1 or 2 * len(bases) <= len(kv)) and length > 0:
-            return SharedSlotLayer(bases, torch.tensor(of_row, dtype=torch.long), length, spare)
+            return SharedSlotLayer(bases, torch.tensor(of_row, dtype=torch.long, device=bases[0][0].device),
+                                   length, spare)
     return SlotLayer([k for k, _ in kv], [v for _, v in kv], spare)
 
 
@@ -318,14 +320,15 @@ def recurrent_states(rows: "Rows", layers) -> dict[int, tuple[torch.Tensor, torc
     return {i: (rows.cache.layers[i].conv_states[0], rows.cache.layers[i].recurrent_states[0]) for i in layers}
 
 
-def _stack_per_layer(tables: list[dict[int, torch.Tensor]], n: int, S: int, dtype) -> dict[int, torch.Tensor]:
+def _stack_per_layer(tables: list[dict[int, torch.Tensor]], n: int, S: int, dtype,
+                     device: torch.device) -> dict[int, torch.Tensor]:
     """Stack per-row ``layer -> [S_i]`` tables into ``layer -> [n, S]``, sharing identical stacks."""
     out: dict[int, torch.Tensor] = {}
     by_content: dict[tuple, torch.Tensor] = {}
     for layer in sorted({layer for t in tables for layer in t}):
         key = tuple(id(t.get(layer)) if layer in t else None for t in tables)
         if key not in by_content:
-            stacked = torch.zeros(n, S, dtype=dtype)
+            stacked = torch.zeros(n, S, dtype=dtype, device=device)
             for i, t in enumerate(tables):
                 if layer in t:
                     stacked[i, : t[layer].shape[0]] = t[layer]
@@ -377,9 +380,10 @@ def traced_forward(
     """
     B, Q = input_ids.shape
     if query_valid is None:
-        query_valid = torch.ones(B, Q, dtype=torch.bool)
+        query_valid = torch.ones(B, Q, dtype=torch.bool, device=input_ids.device)
     if query_pos is None:
-        start = rows.next_positions() if rows.key_pos.shape[1] else torch.zeros(B, dtype=torch.long)
+        start = (rows.next_positions() if rows.key_pos.shape[1]
+                 else torch.zeros(B, dtype=torch.long, device=input_ids.device))
         offsets = torch.cumsum(query_valid.long(), dim=1) - 1
         query_pos = start[:, None] + offsets.clamp(min=0)
     rows.append_slots(query_pos, query_valid, new_hidden)
@@ -466,9 +470,9 @@ def extend_state(
     return RowState(
         kv=kv,
         key_pos=torch.cat([prefix.key_pos, positions]),
-        key_valid=torch.ones(P + n, dtype=torch.bool),
+        key_valid=torch.ones(P + n, dtype=torch.bool, device=ids.device),
         input_ids=torch.cat([prefix.input_ids, ids]),
-        slot_of=torch.arange(P + n),
+        slot_of=torch.arange(P + n, device=ids.device),
         recurrent=recurrent_states(rows, prefix.recurrent),
     )
 
@@ -496,19 +500,18 @@ def _edit_mask(
 
 
 def pad_suffix_block(
-    sequences: list[list[int]], pad_id: int
+    sequences: list[list[int]], pad_id: int, device: torch.device | str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad token lists into one block so every row's last real token is in the last column.
 
     Padding slots are invalid keys and never read, and positions skip them, so a
     padded row computes exactly what the unpadded row would.
-    Returns (input_ids Long[B, L], valid Bool[B, L]).
+    Returns (input_ids Long[B, L], valid Bool[B, L]) on ``device`` (the model's: ``Model.device``).
     """
     L = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), L), pad_id, dtype=torch.long)
-    valid = torch.zeros(len(sequences), L, dtype=torch.bool)
-    for i, s in enumerate(sequences):
-        if s:
-            ids[i, L - len(s) :] = torch.tensor(s, dtype=torch.long)
-            valid[i, L - len(s) :] = True
+    # Built on the host as one list, then moved in one copy (no per-row device writes).
+    padded = [[pad_id] * (L - len(s)) + list(s) for s in sequences]
+    ids = torch.tensor(padded, dtype=torch.long, device=device)
+    valid = torch.tensor([[False] * (L - len(s)) + [True] * len(s) for s in sequences], dtype=torch.bool,
+                         device=device)
     return ids, valid

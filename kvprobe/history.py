@@ -2,8 +2,9 @@
 
 A :class:`History` is immutable in use: every access condition, score and
 generation works on its own fork of the cache (``kvprobe.engine.fork_rows``).
-``digest`` is a SHA-256 over every stored K and V byte, taken at prefill;
-:meth:`History.check_digest` proves no condition changed the shared prefix.
+``digest`` hashes every stored K and V element (:func:`kv_digest`, computed on the model's
+device), taken at prefill; :meth:`History.check_digest` proves no condition changed
+the shared prefix.
 """
 
 from __future__ import annotations
@@ -21,14 +22,66 @@ if TYPE_CHECKING:
     from .model import Model
 
 
+#: Integer dtype of each element width: a tensor's bits are read through this view.
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+#: Elements per reduction (bounds the int64 temporaries: 2 x 32 MiB).
+_CHUNK = 1 << 22
+#: An odd 64-bit multiplier (2^64 / golden ratio, as a signed int64): slot weights ``(i * M + 1) mod 2^64``
+#: are distinct for every index, so two slots swapping or compensating changes are seen.
+_WEIGHT = -7046029254386353131
+
+
+def tensor_checksum(t: torch.Tensor) -> torch.Tensor:
+    """Long[2] on ``t``'s device: the sum of ``t``'s elements read as integers, and their weighted sum.
+
+    Works on every dtype (bf16/fp16 through int16, fp32 through int32...) and device without copying
+    ``t`` to the host. Any change of one element changes the first sum; changes of several
+    elements that cancel there change the second (weights are distinct per index, arithmetic
+    mod 2^64). A checksum for catching accidental writes, not a cryptographic hash.
+    """
+    flat = t.detach().reshape(-1)
+    bits = flat.view(_BITS[flat.element_size()])
+    total = torch.zeros(2, dtype=torch.int64, device=t.device)
+    for lo in range(0, bits.numel(), _CHUNK):
+        chunk = bits[lo:lo + _CHUNK].to(torch.int64)
+        weight = torch.arange(lo, lo + chunk.numel(), dtype=torch.int64, device=t.device) * _WEIGHT + 1
+        total[0] += chunk.sum()
+        total[1] += (chunk * weight).sum()
+    return total
+
+
 def kv_digest(kv: list[tuple[torch.Tensor | None, torch.Tensor | None]],
               recurrent: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None) -> str:
-    """SHA-256 of the bytes of every K and V tensor (and recurrent state), in layer order."""
-    h = hashlib.sha256()
+    """Digest of every K and V tensor (and recurrent state), in layer order, computed where they live.
+
+    Tensors in host memory are hashed in place (SHA-256 over their bits, no copy); tensors on an
+    accelerator are reduced there by :func:`tensor_checksum` (one small copy per device instead
+    of the whole cache). Shapes and dtypes are part of the digest. Every dtype works.
+
+    Example::
+
+        d = kv_digest(h.kv)          # equals h.digest right after the prefill
+        h.kv[0][0][0, 0, 3, 0] += 1  # any write to the cache...
+        assert kv_digest(h.kv) != d  # ...changes it
+    """
     tensors = [t for pair in kv for t in pair if t is not None]
     tensors += [t for _, pair in sorted((recurrent or {}).items()) for t in pair if t is not None]
-    for t in tensors:
-        h.update(t.detach().contiguous().cpu().numpy().tobytes())
+    by_device: dict[torch.device, list[int]] = {}
+    for i, t in enumerate(tensors):
+        if t.device.type != "cpu":
+            by_device.setdefault(t.device, []).append(i)
+    sums: dict[int, list[int]] = {}
+    for indices in by_device.values():  # one stack and one host copy per device
+        for i, pair in zip(indices, torch.stack([tensor_checksum(tensors[i]) for i in indices]).tolist()):
+            sums[i] = pair
+    h = hashlib.sha256()
+    for i, t in enumerate(tensors):
+        h.update(f"{tuple(t.shape)}:{t.dtype};".encode())
+        if i in sums:
+            h.update(f"{sums[i][0]}:{sums[i][1]};".encode())
+        else:
+            flat = t.detach().contiguous().reshape(-1)
+            h.update(flat.view(_BITS[flat.element_size()]).numpy().data)  # the bits, read in place
     return h.hexdigest()
 
 
@@ -44,7 +97,7 @@ class History:
         offsets: per token, its (start, end) characters in ``rendered.history_text``.
         kv: per layer (K, V), shapes [1, kv_heads, T, head_dim]; K as cached (after RoPE).
         positions: Long[T] RoPE position of every history slot (0..T-1 after a prefill).
-        digest: SHA-256 of ``kv`` (and recurrent states) at prefill time.
+        digest: :func:`kv_digest` of ``kv`` (and recurrent states) at prefill time.
         recurrent: per recurrent layer of a hybrid model, its (conv, recurrent) state
             after the history; ``kv`` holds ``(None, None)`` for those layers.
         reused_tokens: leading tokens whose K/V were copied from an earlier history
@@ -66,6 +119,11 @@ class History:
         return int(self.input_ids.shape[0])
 
     @property
+    def device(self) -> torch.device:
+        """Where its positions and token ids live (the model's ``Model.device``)."""
+        return self.positions.device
+
+    @property
     def text(self) -> str:
         """The rendered history text."""
         return self.rendered.history_text
@@ -76,9 +134,9 @@ class History:
         return RowState(
             kv=self.kv,
             key_pos=self.positions,
-            key_valid=torch.ones(T, dtype=torch.bool),
+            key_valid=torch.ones(T, dtype=torch.bool, device=self.device),
             input_ids=self.input_ids,
-            slot_of=torch.arange(T),
+            slot_of=torch.arange(T, device=self.device),
             recurrent=self.recurrent,
         )
 
@@ -99,9 +157,9 @@ class History:
         return RowState(
             kv=[(None, None) if k is None else (k[:, :, :n], v[:, :, :n]) for k, v in self.kv],
             key_pos=self.positions[:n],
-            key_valid=torch.ones(n, dtype=torch.bool),
+            key_valid=torch.ones(n, dtype=torch.bool, device=self.device),
             input_ids=self.input_ids[:n],
-            slot_of=torch.arange(n),
+            slot_of=torch.arange(n, device=self.device),
             recurrent={layer: (None, None) for layer in self.recurrent},
         )
 

@@ -48,6 +48,13 @@ class Model:
         return next(self.hf.parameters()).dtype
 
     @property
+    def device(self) -> torch.device:
+        """Where token ids, positions, masks and every other per-token table of a batch live: the
+        device of the input embeddings. A model spread over several devices (``device="auto"``)
+        keeps each layer's K/V on that layer's device; edits follow the rows they touch."""
+        return self.hf.get_input_embeddings().weight.device
+
+    @property
     def eos_ids(self) -> frozenset[int]:
         """Every token id that ends generation (generation config and tokenizer)."""
         ids: set[int] = set()
@@ -70,6 +77,10 @@ class Model:
     def pad_id(self) -> int:
         pad = self.tokenizer.pad_token_id
         return int(pad if pad is not None else min(self.eos_ids))
+
+    def layer_device(self, layer: int) -> torch.device:
+        """The device of decoder layer ``layer``'s weights (where its cached K/V live)."""
+        return next(self.hf.model.layers[layer].parameters()).device
 
     def layer_envoy(self, layer: int) -> Any:
         """The nnsight envoy of decoder layer ``layer`` (its output is the residual stream after it)."""
@@ -116,7 +127,8 @@ class Model:
         n = start.length
         # extend_state returns compact copies made outside inference mode; recurrent states come out as
         # inference tensors and are copied here so the history is made of ordinary tensors.
-        state = extend_state(self, start, ids[n:], torch.arange(n, T), chunk_size)
+        ids = ids.to(self.device)
+        state = extend_state(self, start, ids[n:], torch.arange(n, T, device=self.device), chunk_size)
         recurrent = {i: (c.clone(), r.clone()) for i, (c, r) in state.recurrent.items()}
         return History(
             model=self,
@@ -125,7 +137,7 @@ class Model:
             input_ids=ids,
             offsets=offsets,
             kv=state.kv,
-            positions=torch.arange(T),
+            positions=torch.arange(T, device=self.device),
             digest=kv_digest(state.kv, recurrent) if digest else "",
             recurrent=recurrent,
             reused_tokens=n,
@@ -134,18 +146,20 @@ class Model:
     def empty_state(self) -> RowState:
         """A row state with no tokens (what a prefill starts from)."""
         kv = []
-        for spec in self.arch.layers:
+        for index, spec in enumerate(self.arch.layers):
             if spec.key_shape is None:  # recurrent, or reads another layer's rows
                 kv.append((None, None))
             else:
-                kv.append((torch.zeros(1, spec.key_shape[0], 0, spec.key_shape[1], dtype=self.dtype),
-                           torch.zeros(1, spec.value_shape[0], 0, spec.value_shape[1], dtype=self.dtype)))
+                device = self.layer_device(index)
+                kv.append((torch.zeros(1, spec.key_shape[0], 0, spec.key_shape[1], dtype=self.dtype, device=device),
+                           torch.zeros(1, spec.value_shape[0], 0, spec.value_shape[1], dtype=self.dtype,
+                                       device=device)))
         return RowState(
             kv=kv,
-            key_pos=torch.zeros(0, dtype=torch.long),
-            key_valid=torch.zeros(0, dtype=torch.bool),
-            input_ids=torch.zeros(0, dtype=torch.long),
-            slot_of=torch.zeros(0, dtype=torch.long),
+            key_pos=torch.zeros(0, dtype=torch.long, device=self.device),
+            key_valid=torch.zeros(0, dtype=torch.bool, device=self.device),
+            input_ids=torch.zeros(0, dtype=torch.long, device=self.device),
+            slot_of=torch.zeros(0, dtype=torch.long, device=self.device),
             recurrent={layer: (None, None) for layer in self.arch.recurrent_layers},
         )
 

@@ -205,7 +205,7 @@ class Prompt:
         ids, offsets = rendered.encode(tokenizer)
         if not ids:
             raise SpanError("the prompt's history tokenizes to nothing")
-        return rendered, torch.tensor(ids, dtype=torch.long), offsets
+        return rendered, torch.tensor(ids, dtype=torch.long, device="cpu"), offsets  # the model moves them
 
 
 def char_span_to_tokens(

@@ -66,21 +66,23 @@ def uncached_mask(
     ``hidden_from[j]`` on (an online mask of several records). A hidden row that is
     already hidden from itself keeps ordinary causal attention (rebuilt records).
     """
-    pos = torch.arange(n_tokens)[None]
-    row_hidden = torch.zeros(1, n_tokens, n_tokens, dtype=torch.bool)
+    device = model.device
+    pos = torch.arange(n_tokens, device=device)[None]
+    row_hidden = torch.zeros(1, n_tokens, n_tokens, dtype=torch.bool, device=device)
     if hidden is not None:
+        hidden = hidden.to(device)
         start = history_len if hidden_from is None else hidden_from
-        first = (start if isinstance(start, torch.Tensor)
-                 else torch.full((history_len,), int(start), dtype=torch.long))
-        rows = torch.arange(n_tokens)[:, None]
+        first = (start.to(device) if isinstance(start, torch.Tensor)
+                 else torch.full((history_len,), int(start), dtype=torch.long, device=device))
+        rows = torch.arange(n_tokens, device=device)[:, None]
         blocked = hidden[None, :] & (rows >= first[None, :])
-        exempt = torch.zeros(n_tokens, dtype=torch.bool)
-        exempt[:history_len] = hidden & (first <= torch.arange(history_len))
+        exempt = torch.zeros(n_tokens, dtype=torch.bool, device=device)
+        exempt[:history_len] = hidden & (first <= torch.arange(history_len, device=device))
         row_hidden[0, :, :history_len] = blocked & ~exempt[:, None]
     masks = {
         layer_type: m.masked_fill(row_hidden[:, None], torch.finfo(model.dtype).min)
         for layer_type, m in layer_type_masks(
-            model.arch, pos, pos, torch.ones(1, n_tokens, dtype=torch.bool), model.dtype
+            model.arch, pos, pos, torch.ones(1, n_tokens, dtype=torch.bool, device=device), model.dtype
         ).items()
     }
     return mask_argument(model.arch, masks)
@@ -107,7 +109,7 @@ def reference_logits(
             themselves keep ordinary causal attention. A Long[T] tensor gives each
             position its own first row (see :func:`uncached_mask`).
     """
-    ids = torch.tensor([list(history_ids) + list(suffix)], dtype=torch.long)
+    ids = torch.tensor([list(history_ids) + list(suffix)], dtype=torch.long, device=model.device)
     T, N = len(history_ids), ids.shape[1]
     kwargs = {}
     if explicit_mask or (hidden is not None and bool(hidden.any())):
@@ -129,8 +131,8 @@ def reference_hidden_kv(
     # An empty cache that keeps every row (transformers' own would trim sliding layers).
     cache = fork_rows([model.empty_state()]).cache
     with torch.inference_mode(), transformers_eager(model):
-        model.hf(input_ids=history_ids[None], attention_mask=uncached_mask(model, T, T, hidden, start),
-                 position_ids=torch.arange(T)[None], past_key_values=cache, use_cache=True)
+        model.hf(input_ids=history_ids[None].to(model.device), attention_mask=uncached_mask(model, T, T, hidden, start),
+                 position_ids=torch.arange(T, device=model.device)[None], past_key_values=cache, use_cache=True)
     return [(layer.keys, layer.values) if i in model.arch.kv_layers else (None, None)
             for i, layer in enumerate(cache.layers)]
 
@@ -145,11 +147,12 @@ def explicit_cached_mask(
     one tensor, or a dict per layer type for models with several.
     """
     S = start + n_new
-    q_pos = torch.arange(start, S)[None]
-    k_pos = torch.arange(S)[None]
-    full_hidden = torch.cat([hidden, torch.zeros(S - history_len, dtype=torch.bool)])[None]
-    masks = layer_type_masks(model.arch, q_pos, k_pos, torch.ones(1, S, dtype=torch.bool), model.dtype,
-                             hidden=full_hidden)
+    device = model.device
+    q_pos = torch.arange(start, S, device=device)[None]
+    k_pos = torch.arange(S, device=device)[None]
+    full_hidden = torch.cat([hidden.to(device), torch.zeros(S - history_len, dtype=torch.bool, device=device)])[None]
+    masks = layer_type_masks(model.arch, q_pos, k_pos, torch.ones(1, S, dtype=torch.bool, device=device),
+                             model.dtype, hidden=full_hidden)
     return mask_argument(model.arch, masks)
 
 
@@ -170,19 +173,20 @@ def cached_explicit_logits(
     from .engine import fork_rows
 
     S, L = state.length, len(suffix)
+    device = model.device
     if hidden is None:
-        hidden = torch.zeros(S, dtype=torch.bool)
+        hidden = torch.zeros(S, dtype=torch.bool, device=device)
     mask = explicit_cached_mask(model, S, S, L, hidden)
     if bias is not None:
-        columns = torch.cat([bias, torch.zeros(L)]).to(model.dtype)
+        columns = torch.cat([bias.to(device), torch.zeros(L, device=device)]).to(model.dtype)
         mask = ({t: None if m is None else m + columns for t, m in mask.items()} if isinstance(mask, dict)
                 else mask + columns)
     cache = fork_rows([state]).cache  # a plain copy of the cache
     with torch.inference_mode(), transformers_eager(model):
         return model.hf(
-            input_ids=torch.tensor([list(suffix)]),
+            input_ids=torch.tensor([list(suffix)], dtype=torch.long, device=device),
             attention_mask=mask,
-            position_ids=torch.arange(S, S + L)[None],
+            position_ids=torch.arange(S, S + L, device=device)[None],
             past_key_values=cache,
             use_cache=True,
         ).logits[0]

@@ -151,10 +151,10 @@ def descending_ranks(scores: torch.Tensor) -> torch.Tensor:
     earlier index)."""
     order = torch.sort(scores, dim=-1, descending=True, stable=True).indices
     rank = torch.empty_like(order)
-    rank.scatter_(-1, order, torch.arange(scores.shape[-1]).expand_as(order).contiguous())
+    rank.scatter_(-1, order, torch.arange(scores.shape[-1], device=scores.device).expand_as(order).contiguous())
     return rank
 
 
-def budgets(conditions: Sequence[SelectionAccess]) -> torch.Tensor:
-    """Long[B]: each row's budget."""
-    return torch.tensor([c.budget for c in conditions], dtype=torch.long)
+def budgets(conditions: Sequence[SelectionAccess], device: torch.device | str | None = None) -> torch.Tensor:
+    """Long[B]: each row's budget, on ``device`` (the model's)."""
+    return torch.tensor([c.budget for c in conditions], dtype=torch.long, device=device)

@@ -82,7 +82,8 @@ class SlotLayer(DynamicLayer):
         self._expose()
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        self.batch_select_indices(torch.arange(self._key_buffer.shape[0]).repeat_interleave(repeats))
+        self.batch_select_indices(torch.arange(self._key_buffer.shape[0], device=self._key_buffer.device)
+                                  .repeat_interleave(repeats))
 
     def truncate(self, length: int) -> None:
         """Forget every slot from ``length`` on (the buffer keeps its capacity)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 import pytest
@@ -79,3 +80,25 @@ def gemma() -> kvprobe.Model:
 def make_history(model: kvprobe.Model, **kwargs) -> kvprobe.History:
     """Prefill the shared three-segment chat history on ``model``."""
     return model.prefill(kvprobe.Prompt(SEGMENTS, system="Answer from the records.", **kwargs))
+
+
+@contextlib.contextmanager
+def tensors_made_on_meta():
+    """Device guard: inside, a tensor made without an explicit ``device=`` lands on ``meta``.
+
+    Models stay on the CPU, so any such tensor that meets the model's activations, cache or
+    masks fails the forward ("Tensor on device cpu is not on the expected device meta"). This
+    is how a CPU-only machine catches what would fail on a GPU (tensors made on the CPU while
+    the model is on CUDA): every tensor kvprobe makes must name the model's device.
+    """
+    import torch
+
+    with torch.device("meta"):
+        yield
+
+
+@pytest.fixture
+def on_meta():
+    """:func:`tensors_made_on_meta` for a whole test."""
+    with tensors_made_on_meta():
+        yield

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import kvprobe
+from conftest import tensors_made_on_meta
 from kvprobe.interventions import OperationError, Zero, rotate_keys
 from kvprobe.arch import INTERLEAVED, SHARED_KV
 from kvprobe.decoding import suffix_ids
@@ -35,7 +36,11 @@ EXPECTED_REFUSALS = {
 
 @pytest.fixture(scope="module")
 def matrix() -> dict[str, dict]:
-    return run_matrix(kvprobe.load_model(name) for name in TINY_MODELS)
+    """Every check on every family, run under the device guard (tests/conftest.py): a tensor made
+    without the model's device fails the check, as it would on a GPU."""
+    models = [kvprobe.load_model(name) for name in TINY_MODELS]
+    with tensors_made_on_meta():
+        return run_matrix(models)
 
 
 @pytest.fixture(scope="module")

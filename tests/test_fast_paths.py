@@ -140,7 +140,7 @@ def test_answer_refuses_bad_requests(llama):
         answer(llama, item, [CANDIDATES, CANDIDATES])
     with pytest.raises(ValueError, match="non-empty"):
         answer(llama, item, [["", "x"]])
-    ids, valid = pad_suffix_block([[1, 2], []], llama.pad_id)
+    ids, valid = pad_suffix_block([[1, 2], []], llama.pad_id, llama.device)
     assert valid.sum() == 2
 
 

@@ -190,7 +190,7 @@ def test_shared_layout_holds_one_history_copy(llama):
     assert copies_bytes >= 15 * T * layer._key_buffer.shape[1] * layer._key_buffer.shape[3] * 4 > shared_bytes
     # question block, then rows leave and are rolled back: still the shared layout, same logits as copies
     q = suffix_ids(llama, h, QUESTIONS[0])
-    ids, valid = pad_suffix_block([q] * 15, llama.pad_id)
+    ids, valid = pad_suffix_block([q] * 15, llama.pad_id, llama.device)
     a = traced_forward(llama, rows, ids, valid).logits
     b = traced_forward(llama, per_row, ids, valid).logits
     assert torch.allclose(a, b, atol=LOGIT_TOL)
@@ -261,7 +261,7 @@ def test_mla_cannot_share_and_says_why():
     h = make_history(model)
     states = [h.base_state()] * 3
     rows = fork_rows(states, share=True)  # forced: the attention refuses rather than compute wrongly
-    ids, valid = pad_suffix_block([suffix_ids(model, h, QUESTIONS[0])] * 3, model.pad_id)
+    ids, valid = pad_suffix_block([suffix_ids(model, h, QUESTIONS[0])] * 3, model.pad_id, model.device)
     with pytest.raises(RuntimeError, match="cannot share histories"):
         traced_forward(model, rows, ids, valid)
     from kvprobe.interventions import verify_model

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import kvprobe
+from conftest import tensors_made_on_meta
 from kvprobe.parameters import field_comments, flag, public_fields
 from kvprobe.studies.protocol import COMMON_COLUMNS, HistoryStudy, Study
 from kvprobe.studies.registry import STUDIES
@@ -130,12 +131,15 @@ def tiny() -> kvprobe.Model:
 
 
 def _run(name: str, model: kvprobe.Model, out: Path):
+    """A small run under the device guard (tests/conftest.py): a tensor the study makes without the
+    model's device fails the run, as it would on a GPU."""
     entry = STUDIES[name]
     study = entry.study_class()(**SMALL[name])
     runner = entry.run_function()
-    if runner is None:
-        return study, run_study(study, model, out, progress=False)
-    return study, runner(model, out, study=study, progress=False)
+    with tensors_made_on_meta():
+        if runner is None:
+            return study, run_study(study, model, out, progress=False)
+        return study, runner(model, out, study=study, progress=False)
 
 
 @pytest.mark.parametrize("name", list(STUDIES))

@@ -167,12 +167,12 @@ def cross_read(
 # ----------------------------------------------------------------------------- checks
 
 
-def _hidden_positions(access: Access | None, history_len: int) -> torch.Tensor | None:
+def _hidden_positions(access: Access | None, history_len: int, device: torch.device) -> torch.Tensor | None:
     """Bool[T] positions hidden in every attention layer, or None (full access); refuse other conditions."""
     if access is None or type(access) is Full:
         return None
     if isinstance(access, Mask) and access.layers is None:
-        return access.hidden_positions(history_len)
+        return access.hidden_positions(history_len, device)
     raise ValueError(f"condition {access.name!r}: references cover full access and masks of every attention layer")
 
 
@@ -192,7 +192,7 @@ def full_forward_first_token(reader: Model, history: History, question: str, acc
     a mask becomes an explicit 4-D mask hiding its positions from the question rows.
     """
     suffix = decoding.suffix_ids(reader, history, question)
-    hidden = _hidden_positions(access, len(history))
+    hidden = _hidden_positions(access, len(history), history.device)
     logits = reference_logits(reader, history.input_ids.tolist(), suffix, hidden=hidden, explicit_mask=False)
     top = torch.topk(logits[-1].float(), 2)
     return FirstToken(int(top.indices[0]), float(top.values[0] - top.values[1]))
@@ -216,7 +216,7 @@ def verify_cross_read(writer_history: History, reader: Model, question: str,
     """
     check_history_readable(writer_history, reader)
     access = access or Full()
-    hidden = _hidden_positions(access, len(writer_history))
+    hidden = _hidden_positions(access, len(writer_history), writer_history.device)
     traced = decoding.question_logits(reader, writer_history, question, [access]).logits[0].float()
     suffix = decoding.suffix_ids(reader, writer_history, question)
     ref = cached_explicit_logits(reader, writer_history.base_state(), suffix, hidden=hidden).float()
@@ -239,9 +239,10 @@ def reference_cross_generate(writer_history: History, reader: Model, question: s
         raise ValueError("reference_cross_generate covers attention-only models whose layers store their own rows")
     stop = union_stop_ids(reader, writer_history.model) if stop_ids is None else frozenset(stop_ids)
     T = len(writer_history)
-    hidden = _hidden_positions(access, T)
+    device = reader.device
+    hidden = _hidden_positions(access, T, device)
     if hidden is None:
-        hidden = torch.zeros(T, dtype=torch.bool)
+        hidden = torch.zeros(T, dtype=torch.bool, device=device)
     cache = DynamicCache(ddp_cache_data=[(k.clone(), v.clone()) for k, v in writer_history.kv])
     feed = decoding.suffix_ids(reader, writer_history, question)
     out: list[int] = []
@@ -250,8 +251,8 @@ def reference_cross_generate(writer_history: History, reader: Model, question: s
         for _ in range(max_new_tokens):
             n = len(feed)
             mask = explicit_cached_mask(reader, T, start, n, hidden)
-            logits = reader.hf(input_ids=torch.tensor([feed]), attention_mask=mask,
-                               position_ids=torch.arange(start, start + n)[None], past_key_values=cache,
+            logits = reader.hf(input_ids=torch.tensor([feed], device=device), attention_mask=mask,
+                               position_ids=torch.arange(start, start + n, device=device)[None], past_key_values=cache,
                                use_cache=True).logits
             tok = int(logits[0, -1].argmax())
             out.append(tok)

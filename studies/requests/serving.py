@@ -97,7 +97,7 @@ def serve(model: kvprobe.Model, history: kvprobe.History, question: str, access:
     t1 = now()
     rows = fork_rows([access.prepare(model, history, question)])
     t2 = now()
-    block, valid = pad_suffix_block([ids], model.pad_id)
+    block, valid = pad_suffix_block([ids], model.pad_id, model.device)
     last = traced_forward(model, rows, block, valid, logits_to_keep=1).logits[:, -1].float()
     t3 = now()
     generation = _generation(model, _greedy_from(model, rows, last, max_new_tokens)[0], access.name)

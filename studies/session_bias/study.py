@@ -239,7 +239,7 @@ class SessionBiasStudy(HistoryStudy):
         return {
             **self._case_columns(run.case, run.extra["layout"]), "skipped": None,
             "content_tokens": a.content_tokens, "biased_tokens": a.biased_tokens if arm == "soft" else 0,
-            "hidden_tokens": int(run.originals[arm].hidden_positions(n).sum()),
+            "hidden_tokens": int(run.originals[arm].hidden_positions(n, "cpu").sum()),
             "gate": a.gate, "active": a.active, "copied_from_full": copied,
             "correct": None, "grade_explanation": None, "grader": None,
         }
