@@ -485,9 +485,13 @@ def _seed(entry, args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if args.study == "scorecard":
+        return _scorecard(args)
     from kvprobe.studies.registry import entry as study_entry
     from kvprobe.studies.runner import results_file
 
+    if not args.runs:
+        raise ValueError(f"give the output directory of at least one `kvprobe run {args.study}`")
     entry = study_entry(args.study)
     for run_dir in args.runs:
         results_file(run_dir)  # a clear error before anything is written
@@ -503,6 +507,21 @@ def cmd_report(args: argparse.Namespace) -> int:
         entry.write_summary()(run_dir, seed=_seed(entry, args), **summary_options)
         if not args.quiet:
             print(f"rewrote summary.json and report.md in {run_dir}/")
+    return 0
+
+
+def _scorecard(args: argparse.Namespace) -> int:
+    """``kvprobe report scorecard [ARTIFACTS] [--out FILE]``: every paper claim a committed run tests, with its
+    verdict (``studies/scorecard.py``), written to FILE (default docs/scorecard.md) and FILE's ``.json``."""
+    from kvprobe.studies.scorecard import VERDICTS, write_scorecard
+
+    if len(args.runs) > 1:
+        raise ValueError("scorecard takes one artifacts folder (default artifacts)")
+    out = args.out or "docs/scorecard.md"
+    rows = write_scorecard(args.runs[0] if args.runs else "artifacts", out)
+    if not args.quiet:
+        counts = ", ".join(f"{sum(r.verdict == v for r in rows)} {v}" for v in VERDICTS)
+        print(f"wrote {out} and {out.rsplit('.', 1)[0]}.json: {len(rows)} rows ({counts})")
     return 0
 
 
@@ -593,19 +612,24 @@ def _add_report_parser(sub) -> None:
 
     from .parameters import flag
 
-    p = sub.add_parser("report", help="rewrite a run's report, or compare runs of several models",
+    p = sub.add_parser("report", help="rewrite a run's report, compare runs of several models, or write the "
+                       "scorecard",
                        description="With one run directory: recompute summary.json, report.md (and figures) "
                        "from its results.jsonl. Quantity with several (one model each): fit the warning threshold "
                        "tau on all models but one and test it on that one, for each model in turn; writes "
-                       "thresholds.json and thresholds.md under --out.")
-    p.add_argument("study", choices=list(STUDIES), help="which study")
-    p.add_argument("runs", nargs="+", help="output directories of `kvprobe run` (several: quantity thresholds, "
-                   "or each rewritten for the other studies)")
+                       "thresholds.json and thresholds.md under --out. `kvprobe report scorecard [ARTIFACTS]`: "
+                       "read the committed runs under ARTIFACTS (default artifacts) and write the scorecard of the "
+                       "paper's claims, one row per claim, run and rule with a verdict computed by one stated rule, "
+                       "to --out (default docs/scorecard.md) and the JSON beside it.")
+    p.add_argument("study", choices=[*STUDIES, "scorecard"], help="which study, or scorecard")
+    p.add_argument("runs", nargs="*", help="output directories of `kvprobe run` (several: quantity thresholds, "
+                   "or each rewritten for the other studies); scorecard: the artifacts folder (default artifacts)")
     for option in {o.name: o for e in STUDIES.values() for o in e.options if o.to == "summary"}.values():
         p.add_argument(flag(option.name), dest=option.name, default=None,
                        help=f"{', '.join(e.name for e in STUDIES.values() if option in e.options)}: {option.help}")
     p.add_argument("--out", default=None, help="where to write the comparison of several runs (quantity: "
-                   "thresholds.{json,md})")
+                   "thresholds.{json,md}); scorecard: the markdown file (default docs/scorecard.md), the JSON "
+                   "beside it")
     p.add_argument("--bootstrap-seed", type=int, default=None,
                    help=f"seed of the bootstrap intervals (default: the study's, {REPORT_SEED}; "
                    f"{', '.join(f'{e.name} {e.seed}' for e in STUDIES.values() if e.seed != REPORT_SEED)})")
