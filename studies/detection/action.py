@@ -36,7 +36,7 @@ import numpy as np
 
 from kvprobe.files import atomic_write_text
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED
-from kvprobe.studies.detectors.coverage import coverage_curve, plot_coverage
+from kvprobe.studies.detectors.coverage import coverage_curve
 from kvprobe.studies.detectors.text import YES_NO
 from kvprobe.studies.report import COVERAGE_COLUMNS, coverage_rows, interval, table_head, table_row
 from kvprobe.studies.runner import read_rows
@@ -169,9 +169,10 @@ def write_action_report(out_dir: str | Path, detection_dir: str | Path, dev_dir:
     out.mkdir(parents=True, exist_ok=True)
     summary = action_utility(detection_dir, dev_dir, test_dir, seed=seed)
     model = json.loads((Path(test_dir) / "config.json").read_text())["model"]["name"]
+    from kvprobe.studies.study_figures import calibration_coverage
+
     for cell in summary["cells"]:
-        plot_coverage(cell["coverage"], out / f"coverage-{cell['rule']}-{cell['mask']}.png",
-                      title=f"{model}: {cell['mask']} mask, {cell['rule']} rule")
+        calibration_coverage(cell, out / f"coverage-{cell['rule']}-{cell['mask']}.png", model)
     atomic_write_text(out / "action.json", json.dumps(summary, indent=1) + "\n")
     atomic_write_text(out / "action.md", format_action_report(summary, model))
     return summary

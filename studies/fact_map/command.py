@@ -28,7 +28,6 @@ import kvprobe
 from kvprobe.files import atomic_write_text
 from kvprobe.interventions.fact_map import FactMap, fact_map
 from kvprobe.studies.answers import canonical_answer
-from kvprobe.studies.figures import plot_heatmaps
 from kvprobe.studies.quantity_task.example import EXAMPLE, build_prompt, example_case
 from kvprobe.studies.quantity_task import tasks
 
@@ -129,7 +128,7 @@ def write_outputs(fm: FactMap, item: MapInput, model: kvprobe.Model, out: str | 
     atomic_write_text(out / "map.json", json.dumps({"model": model.name, "input": item.label, **fm.to_json()},
                                                    indent=1) + "\n")
     atomic_write_text(out / "map.md", report(fm, item, model))
-    plot_heatmaps({item.label: (fm.heatmap(), [p for p, _ in fm.pieces], [f"{lo}-{hi}" for lo, hi in fm.bands])},
-                  out / "map.png", title=f"Fact map on {model.name}: recovery by later piece x layer band",
-                  colorbar="recovered", xlabel="layers where the piece cannot see the source")
+    from kvprobe.studies.study_figures import fact_map_example
+
+    fact_map_example(json.loads((out / "map.json").read_text()), out / "map.png")
     return out
