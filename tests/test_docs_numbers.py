@@ -20,11 +20,12 @@ or the paper's own figures; a few derived figures are checked one by one below (
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from numbers_checker import blocks, check_block
+from numbers_checker import BEGIN, END, blocks, check_block
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "studies").glob("*/README.md")])
@@ -43,6 +44,40 @@ def test_pages_with_results_quote_them_in_checked_blocks():
 def test_quoted_numbers_are_the_artifacts(page, start, spec, lines):
     errors = check_block(spec, lines, ROOT)
     assert not errors, f"{page.relative_to(ROOT)}:{start}:\n" + "\n".join(errors)
+
+
+#: Pages generated from the committed summaries and checked by their own test (tests/test_scorecard.py).
+GENERATED = {"docs/scorecard.md"}
+#: A result as pages write one: a signed estimate followed by its interval, "+9.56 [+8.98, +10.16]".
+RESULT = re.compile(r"[-+]\d+(?:\.\d+)?\s*\[[-+]?\d")
+UNCHECKED = re.compile(r"<!--\s*unchecked numbers:\s*\S.*?-->")
+
+
+def test_results_outside_blocks_are_generated_or_marked():
+    """An estimate with its interval outside a numbers block is a result nobody checks: it must be in a block,
+    on a generated page, or in a paragraph that says why not (``<!-- unchecked numbers: why -->``)."""
+    stray = []
+    for page in PAGES:
+        name = str(page.relative_to(ROOT))
+        if name in GENERATED:
+            continue
+        inside, fence, paragraph = False, False, []
+        for i, line in enumerate([*page.read_text().splitlines(), ""], 1):
+            s = line.strip()
+            if s.startswith("```"):
+                fence = not fence
+            if BEGIN.fullmatch(s):
+                inside = True
+            elif END.fullmatch(s):
+                inside = False
+            if not s:
+                if not any(UNCHECKED.search(text) for _, text in paragraph):
+                    stray += [f"{name}:{n}: {text.strip()}" for n, text in paragraph
+                              if RESULT.search(re.sub(r"`[^`]*`", "", text))]
+                paragraph = []
+            elif not inside and not fence:
+                paragraph.append((i, line))
+    assert not stray, "results outside numbers blocks:\n" + "\n".join(stray)
 
 
 # --------------------------------------------------------------------------- derived figures
