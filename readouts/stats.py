@@ -84,7 +84,10 @@ __all__ = [
     "bootstrap_stream",
     "clopper_pearson",
     "fisher_exact",
+    "MIN_HISTORIES",
+    "MIN_RESAMPLED_UNITS",
     "mcnemar_exact",
+    "may_resample_within",
     "group_bootstrap_indices",
     "group_bootstrap_weights",
     "macro_auc",
@@ -92,6 +95,7 @@ __all__ = [
     "paired_change",
     "percentile_interval",
     "percentile_points",
+    "small_sample",
     "weighted_auc",
     "youden_thresholds",
     "zero_failure_bound",
@@ -524,6 +528,27 @@ def paired_change(arm: Sequence[float] | np.ndarray, reference: Sequence[float] 
     change = float(diff.sum())
     return {"change": int(change) if change.is_integer() else change, "corrections": int((diff > 0).sum()),
             "reversals": int((diff < 0).sum()), "ci": percentile_interval(weights @ diff, alpha)}
+
+
+# --------------------------------------------------------------------------- small samples
+
+#: An interval resting on fewer resampled units than this is flagged in its report
+#: (``studies.report.small_sample_note``): a percentile bootstrap over a handful of units is too narrow.
+MIN_RESAMPLED_UNITS = 20
+#: Questions are never resampled inside fewer histories than this: questions of one history are not
+#: independent, so with fewer histories a report resamples histories or gives no interval.
+MIN_HISTORIES = 5
+
+
+def small_sample(units: int) -> bool:
+    """Whether an interval over ``units`` resampled units (groups, histories, questions) is flagged:
+    ``units < MIN_RESAMPLED_UNITS``."""
+    return units < MIN_RESAMPLED_UNITS
+
+
+def may_resample_within(histories: int) -> bool:
+    """Whether questions may be resampled inside ``histories`` histories: ``histories >= MIN_HISTORIES``."""
+    return histories >= MIN_HISTORIES
 
 
 # --------------------------------------------------------------------------- binomial bounds

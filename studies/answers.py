@@ -430,3 +430,13 @@ def declines(response: str) -> bool:
     """The response declines to answer (contains a decline phrase, case-insensitive, whole words)."""
     t = re.sub(r"\s+", " ", _apostrophes(response))
     return any(re.search(rf"(?<!\w){re.escape(p)}(?!\w)", t) for p in DECLINE_PHRASES)
+
+
+def echoes_note(response: str, sentence: str, times: int = 2) -> bool:
+    """The response loops on a neutral note: it repeats the note's ``sentence`` at least ``times`` times
+    (a small model copying the note before Time 2 instead of answering).
+
+    >>> echoes_note("A. A. A.", "A."), echoes_note("The answer. A.", "A.")
+    (True, False)
+    """
+    return response.count(sentence) >= times

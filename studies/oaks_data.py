@@ -43,6 +43,7 @@ from typing import Any
 
 from kvprobe.readouts.stats import OAKS_DEMO_SEED
 from kvprobe.studies.datafiles import need_fields
+from kvprobe.studies.report import Items, data_items
 
 #: Books per split, in hash order (paper L1833-1834: 9/5/5).
 SPLIT_SIZES = {"development": 9, "calibration": 5, "evaluation": 5}
@@ -55,6 +56,12 @@ OAKS_SPLITS = ("evaluation", "calibration", "development", "all")
 #: Words shorter than this are trivial answer tokens (UNCLEAR, ours: the unrelated text excludes
 #: every answer word of at least four letters).
 NONTRIVIAL_LENGTH = 4
+
+
+def items(source: str | None) -> Items:
+    """Where an OAKS run's items come from: an OAKS-schema file, or the demonstration set generated in its schema."""
+    return data_items("generated" if source == DEMONSTRATION else source, "a demonstration set in the OAKS schema, "
+                      "generated from a PG-19 novel", "OAKS-schema questions")
 
 
 class OaksFormatError(ValueError):

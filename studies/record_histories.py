@@ -31,6 +31,7 @@ from kvprobe.studies.detectors import strings
 from kvprobe.studies.recognition import families
 from kvprobe.studies.recognition.cases import RecognitionCase, expected_answer
 from kvprobe.studies.recognition.records import SLOT_INDICES, generate_records
+from kvprobe.studies.recognition.records import ITEMS  # noqa: F401  (re-exported for the studies on these histories)
 
 QUERY_KINDS = ("current", "historical", "unrelated")
 #: Answer budget (paper L5450-5451).

@@ -5,15 +5,32 @@ the known-first order of report rows. Each helper reproduces, character for char
 the summaries wrote by hand before (the committed reports are byte-identical; see
 ``tests/test_committed_summaries.py``). Formats are ``format()`` specs: ``"+.2f"`` writes
 ``+0.25``, ``"+g"`` writes ``+3``.
+
+Three things every report says the same way, from one place:
+
+- **what its items are** (:class:`Items`): the released data the paper evaluates, items generated
+  in a released schema, or our reconstruction of the paper's synthetic templates; every study's summary
+  module declares its ``ITEMS`` (or ``items(config)`` where the run's data decide) and passes it to
+  :func:`heading`;
+- **a verdict no stronger than the interval** (:func:`verdict`): replicates, opposite, inconclusive or not
+  testable here, against the paper's own reference arm (:func:`testable`: the reference arm must answer at
+  least :data:`FLOOR` correctly and above chance), the rule of ``docs/scorecard.md``;
+- **small samples** (:func:`small_sample_note`): an interval over fewer than
+  ``readouts.stats.MIN_RESAMPLED_UNITS`` resampled units is flagged.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["COVERAGE_COLUMNS", "corrections_reversals", "coverage_rows", "estimate", "format_change", "heading",
-           "interval", "model_name", "ordered", "run_time", "table_head", "table_row"]
+from kvprobe.readouts.stats import MIN_HISTORIES, MIN_RESAMPLED_UNITS, small_sample
+
+__all__ = ["COVERAGE_COLUMNS", "FLOOR", "INCONCLUSIVE", "ITEM_KINDS", "Items", "NOT_TESTABLE", "OPPOSITE",
+           "REPLICATES", "VERDICT_RULE", "corrections_reversals", "coverage_rows", "data_items", "estimate",
+           "format_change", "heading", "interval", "items_lines", "model_name", "nested_note", "ordered", "run_items",
+           "run_time", "small_sample_note", "table_head", "table_row", "testable", "verdict", "verdict_cell"]
 
 
 def interval(ci: Sequence[float] | None, fmt: str = "+.2f") -> str:
@@ -64,14 +81,134 @@ def coverage_rows(curve: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+# --------------------------------------------------------------------------- provenance of the items
+
+#: What a report's items are, by kind (:class:`Items`).
+ITEM_KINDS = {
+    "released": "the released data the paper evaluates",
+    "released-schema": "generated in a released schema (not the released items)",
+    "reconstruction": "our reconstruction of the paper's synthetic templates (our templates, not the paper's items)",
+}
+
+
+@dataclass(frozen=True)
+class Items:
+    """Where a report's items come from: ``kind`` (a key of :data:`ITEM_KINDS`) and what they are (``detail``)."""
+
+    kind: str
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ITEM_KINDS:
+            raise ValueError(f"unknown item provenance {self.kind!r}; known: {', '.join(ITEM_KINDS)}")
+
+    def line(self) -> str:
+        """``Items: <kind>: <detail>.``"""
+        return f"Items: {ITEM_KINDS[self.kind]}" + (f": {self.detail}" if self.detail else "") + "."
+
+
+def data_items(data: str | None, generated: str, released: str) -> Items:
+    """The items of a study that reads a released file or generates its own in that file's schema: ``data``
+    ``"generated"`` (or None) gives ``released-schema`` with ``generated``; a file gives ``released`` with
+    ``released`` and the file's name."""
+    if data in (None, "generated"):
+        return Items("released-schema", generated)
+    return Items("released", f"{released} (`{str(data).rstrip('/').rsplit('/', 1)[-1]}`)")
+
+
+def run_items(config: dict[str, Any]) -> list[Items]:
+    """Where a run's items come from, as its study declares it: the study's summary module (``studies.registry``)
+    has ``items(config)`` or a constant ``ITEMS``."""
+    import importlib
+
+    from kvprobe.studies.registry import entry
+
+    module = importlib.import_module(entry(config["study"]).summary)
+    found = module.items(config) if hasattr(module, "items") else module.ITEMS
+    return [found] if isinstance(found, Items) else list(found)
+
+
+def items_lines(configs: Iterable[dict[str, Any]]) -> list[str]:
+    """The Items lines of several runs (a panel), each distinct line once, then a blank line."""
+    lines = list(dict.fromkeys(i.line() for c in configs for i in run_items(c)))
+    return [*lines, ""] if lines else []
+
+
+# --------------------------------------------------------------------------- verdicts
+
+REPLICATES, OPPOSITE, INCONCLUSIVE, NOT_TESTABLE = "replicates", "opposite", "inconclusive", "not testable here"
+#: The rule :func:`verdict` applies, in one sentence a report can quote.
+VERDICT_RULE = ("replicates: the paper's direction and the 95% interval excludes 0; opposite: the interval excludes 0 "
+                "the other way; inconclusive: the interval includes 0; not testable here: the paper's reference arm "
+                "answers fewer than 10% correctly or no better than chance, so the change cannot show")
+
+
+#: The floor: a reference arm answering fewer than this share correctly cannot show a change (the scorecard's
+#: rule, ``docs/scorecard.md``).
+FLOOR = 0.10
+
+
+def testable(correct: int, n: int, chance: float | None = None) -> bool:
+    """Whether the paper's reference arm can show a change: ``correct`` of ``n`` is at least :data:`FLOOR` of
+    the answers and, where a study defines a chance level (``chance``: what the majority answer or a random
+    pick scores, in answers), above it."""
+    return n > 0 and correct / n >= FLOOR and (chance is None or correct > chance)
+
+
+def verdict(ci: Sequence[float] | None, paper_sign: int, is_testable: bool = True) -> str:
+    """The verdict a 95% interval earns against the paper's direction (``paper_sign`` +1 or -1):
+    :data:`VERDICT_RULE`. ``is_testable`` False (:func:`testable`) or no interval: not testable here."""
+    if paper_sign not in (1, -1):
+        raise ValueError(f"paper_sign must be +1 or -1, got {paper_sign!r}")
+    if not is_testable or ci is None:
+        return NOT_TESTABLE
+    lo, hi = ci
+    if lo > 0 or hi < 0:
+        return REPLICATES if (lo > 0) == (paper_sign > 0) else OPPOSITE
+    return INCONCLUSIVE
+
+
+def verdict_cell(value: float, ci: Sequence[float] | None, paper_sign: int, is_testable: bool = True) -> str:
+    """:func:`verdict` for a report cell; an inconclusive estimate whose point lies on the other side of 0 from
+    the paper's says so."""
+    v = verdict(ci, paper_sign, is_testable)
+    return v + (" (point estimate opposite in sign)" if v == INCONCLUSIVE and value * paper_sign < 0 else "")
+
+
+# --------------------------------------------------------------------------- small samples
+
+
+def small_sample_note(units: int, unit: str = "groups", what: str = "intervals") -> list[str]:
+    """A warning paragraph (and a blank line) when ``what`` rest on fewer than
+    ``readouts.stats.MIN_RESAMPLED_UNITS`` resampled ``unit``; nothing otherwise."""
+    if not small_sample(units):
+        return []
+    return [f"**Small sample:** these {what} rest on {units} resampled {unit} (fewer than {MIN_RESAMPLED_UNITS}); "
+            f"a percentile bootstrap over so few units understates the uncertainty, so read them as descriptive.",
+            ""]
+
+
+def nested_note(histories: int, unit: str = "questions") -> list[str]:
+    """Why a report gives no interval: its ``unit`` sit inside fewer than ``readouts.stats.MIN_HISTORIES``
+    histories (they are not resampled inside so few; the histories are too few to resample)."""
+    return [f"**No intervals:** the {unit} sit inside {histories} histories, fewer than {MIN_HISTORIES}; {unit} of "
+            "one history are not independent, so they are not resampled inside so few histories, and so few "
+            "histories cannot be resampled either. The counts are descriptive.", ""]
+
+
+# --------------------------------------------------------------------------- headings
+
+
 def model_name(config: dict[str, Any]) -> str:
     """The run's model name from its ``config.json`` (``?`` when missing)."""
     return config.get("model", {}).get("name", "?")
 
 
-def heading(title: str, config: dict[str, Any]) -> list[str]:
-    """A report's first lines: ``# TITLE: MODEL`` and a blank line."""
-    return [f"# {title}: {model_name(config)}", ""]
+def heading(title: str, config: dict[str, Any], items: Items | Sequence[Items]) -> list[str]:
+    """A report's first lines: ``# TITLE: MODEL``, a blank line, where its items come from (one line per
+    :class:`Items` when a report mixes sources) and a blank line."""
+    lines = [items] if isinstance(items, Items) else items
+    return [f"# {title}: {model_name(config)}", "", *(i.line() for i in lines), ""]
 
 
 def run_time(timing: dict[str, Any], unit: str = "cases", detail: str = "", machine: bool = False) -> str:

@@ -260,11 +260,15 @@ def test_tiny_run_writes_rows_and_a_summary(llama, tmp_path):
     assert (tmp_path / "figure.png").stat().st_size > 0
 
 
-def test_appears_needs_an_interval_off_zero_in_the_papers_direction():
-    from kvprobe.studies.factorial.summary import appears
+def test_contrast_verdict_needs_an_interval_off_zero_in_the_papers_direction():
+    from kvprobe.studies.factorial.summary import contrast_verdict
 
-    assert appears({"estimate": 5.0, "ci": [1.0, 9.0]}, 1, 10) == "yes"
-    assert appears({"estimate": -5.0, "ci": [-9.0, -1.0]}, 1, 10) == "opposite sign"
-    assert appears({"estimate": 5.0, "ci": [-1.0, 9.0]}, 1, 10).startswith("no")
-    assert appears({"estimate": -5.0, "ci": [-9.0, -1.0]}, None, 10).startswith("yes (negative")
-    assert appears({"estimate": 5.0, "ci": [5.0, 5.0]}, 1, 1).startswith("no verdict")
+    assert contrast_verdict({"estimate": 5.0, "ci": [1.0, 9.0]}, 1, 10, True) == "replicates"
+    assert contrast_verdict({"estimate": -5.0, "ci": [-9.0, -1.0]}, 1, 10, True) == "opposite"
+    assert contrast_verdict({"estimate": 5.0, "ci": [-1.0, 9.0]}, 1, 10, True) == "inconclusive"
+    assert contrast_verdict({"estimate": -5.0, "ci": [-9.0, 1.0]}, 1, 10, True) == \
+        "inconclusive (point estimate opposite in sign)"
+    assert contrast_verdict({"estimate": 5.0, "ci": [1.0, 9.0]}, 1, 10, False) == "not testable here"
+    assert contrast_verdict({"estimate": -5.0, "ci": [-9.0, -1.0]}, None, 10, True) == \
+        "no shared direction in the paper (ours: negative)"
+    assert contrast_verdict({"estimate": 5.0, "ci": [5.0, 5.0]}, 1, 1, True).startswith("no verdict")

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, bootstrap_stream, group_bootstrap_weights, paired_change
-from kvprobe.studies.figures import plot_changes, run_model
-from kvprobe.studies.report import corrections_reversals, estimate, heading, run_time, table_head
+from kvprobe.studies.figures import run_model
+from kvprobe.studies.report import Items, corrections_reversals, data_items, estimate, heading, run_time, table_head
 from kvprobe.studies.runner import read_rows, write_run_summary
 from .study import POLICIES
 
@@ -52,6 +52,12 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
     return {"cells": cells, "draws": draws, "seed": seed, "rows": len(rows)}
 
 
+def items(config: dict[str, Any]) -> Items:
+    """Where a run's items come from: the published samples, or inputs generated in their schema."""
+    return data_items(config.get("study_config", {}).get("source"), "BABILong qa2/qa3 inputs built from the "
+                      "bAbI test release and PG-19 filler", "the published BABILong samples")
+
+
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     study = config.get("study_config", {})
     source = study.get("source", "generated")
@@ -62,7 +68,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         inputs = f"the published samples at {', '.join(study.get('released_lengths', []))} (from `{source}`)"
     policies = study.get("policies", list(POLICIES[:4]))
     dynamic = [p for p in policies if p in ("quest", "finch", "refreshkv")]
-    lines = [*heading("BABILong object dependencies", config),
+    lines = [*heading("BABILong object dependencies", config, items(config)),
              f"Tasks {', '.join(study.get('tasks', []))}, {inputs}, {study.get('n')} questions per task, greedy "
              "answers of at most "
              f"{study.get('max_new_tokens')} tokens, official prompt "
@@ -89,16 +95,11 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
 
 
 def plot(summary: dict[str, Any], path: Path | str, model: str = "") -> Path:
-    """figure.png: each policy's change in correct answers against full access, one panel per (task, length)."""
-    full = {(c["task"], c["length"]): c for c in summary["cells"] if c["policy"] == "full"}
-    panels: dict[str, list] = {}
-    for c in summary["cells"]:
-        if (ch := c.get("official_change_vs_full")) is not None:
-            f = full[(c["task"], c["length"])]
-            name = f"{c['task']}, {c['length']} tokens (full: {f['official']}/{f['n']})"
-            panels.setdefault(name, []).append((c["policy"], ch["change"], ch["ci"]))
-    return plot_changes(panels, path, title=f"BABILong{': ' + model if model else ''}",
-                        xlabel="change in correct answers vs full (95% CI)")
+    """figure.png: each policy's change in correct answers against full access, one panel per (task, length),
+    with full access's count, n and the chance line (:func:`kvprobe.studies.study_figures.babilong`)."""
+    from kvprobe.studies.study_figures import babilong
+
+    return babilong(summary, path, model)
 
 
 def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:

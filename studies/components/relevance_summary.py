@@ -19,7 +19,7 @@ import numpy as np
 from kvprobe.files import atomic_write_text
 from kvprobe.readouts.stats import DRAWS, bootstrap_auc, bootstrap_mean, group_bootstrap_weights, \
     percentile_interval
-from kvprobe.studies.report import estimate, heading, run_time, table_head
+from kvprobe.studies.report import Items, estimate, heading, run_time, table_head
 from kvprobe.studies.runner import read_rows, write_run_summary
 
 SIGNALS = ("lexical", "attention_old", "loo")
@@ -74,9 +74,13 @@ def _cells(summary: dict[str, Any], k: str) -> list[str]:
     return [estimate(a["auc"], [a["lo"], a["hi"]], ".3f") if a else "n/a", estimate(r["value"], r["ci"], ".3f")]
 
 
+#: Where this study's items come from (the report's Items line).
+ITEMS = Items("reconstruction", "controlled history clusters in the paper's five update families; our cluster texts")
+
+
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     study = config.get("study_config", {})
-    lines = [*heading("Question relevance on controlled histories", config),
+    lines = [*heading("Question relevance on controlled histories", config, ITEMS),
              f"{summary.get('clusters', 0)} clusters x 2 states, continuation budget {study.get('budget')} tokens. "
              f"Replacement AUC: SUPERSEDED above CURRENT on target queries; question relevance: target above "
              f"unrelated query (|LOO| for the leave-one-out score); 95% intervals from {summary['draws']:,} "
@@ -100,7 +104,7 @@ def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
 
 def write_comparison(run_dirs: list[Path | str], out_dir: Path | str, seed: int = 0) -> str:
     """``kvprobe report question-relevance RUN RUN ... --out DIR``: one row per (model, budget) and signal."""
-    lines = ["# Question relevance across budgets", "",
+    lines = ["# Question relevance across budgets", "", ITEMS.line(), "",
              *table_head(["model", "budget", "signal", "replacement AUC [95% CI]", "question relevance [95% CI]"])]
     rows = []
     for d in run_dirs:

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import ALPHA, DRAWS, bootstrap_mean, group_bootstrap_weights, percentile_interval
-from kvprobe.studies.report import estimate, heading, interval, run_time, table_head
+from kvprobe.studies.report import Items, estimate, heading, interval, run_time, table_head
 from kvprobe.studies.runner import read_rows, write_run_summary
 from .clusters import FAMILIES, QUERIES, STATES
 from .study import CONDITIONS
@@ -158,11 +158,15 @@ def summarize_rows(by: dict[tuple[str, str, str, str], dict], families: dict[str
             "alpha": ALPHA, "bonferroni_comparisons": BONFERRONI, "threshold": THRESHOLD}
 
 
+#: Where this study's items come from (the report's Items line).
+ITEMS = Items("reconstruction", "controlled history clusters in the paper's five update families; our cluster texts")
+
+
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     """report.md of a run: effects, accuracy preservation, per-cell accuracy and margins."""
     study = config.get("study_config", {})
     budget = study.get("budget")
-    lines = [*heading("Component interventions", config),
+    lines = [*heading("Component interventions", config, ITEMS),
              f"{summary['clusters']} controlled history clusters ({study.get('n_per_family')} per family x "
              f"{len(study.get('families', []))} families), 2 states x 2 queries x {len(CONDITIONS)} conditions = "
              f"{summary['rows']:,} rows. Raw prompt `History:\\n ... \\nQuestion:\\n ... \\nReasoning:\\n`, "

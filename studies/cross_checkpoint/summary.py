@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change
+from kvprobe.studies.quantity_task.tasks import ITEMS
 from kvprobe.studies.report import estimate, table_head
 from kvprobe.studies.runner import read_rows, write_run_summary
 from .study import ACCESS, CACHES, ROLES
@@ -148,7 +149,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     main = pair.get("main_model", config.get("model", {}).get("name", "?"))
     sibling = pair.get("sibling_model", "?")
     names = {"main": main, "sibling": sibling}
-    lines = [f"# Cross-checkpoint cache reading: {main} / {sibling}", "",
+    lines = [f"# Cross-checkpoint cache reading: {main} / {sibling}", "", ITEMS.line(), "",
              f"Sibling recipe: `{pair.get('sibling_recipe', '?')}`; weight hashes {pair.get('main_weight_hash', '?')[:12]}"
              f" / {pair.get('sibling_weight_hash', '?')[:12]}. {summary['cases']} cases ({summary['groups']} base groups x "
              "support conditions). Each reader answers from its own cache and from its sibling's (cross), with full "

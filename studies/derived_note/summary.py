@@ -34,7 +34,7 @@ from typing import Any, Callable
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, percentile_interval
-from kvprobe.studies.report import corrections_reversals, estimate, heading, ordered, run_time, table_head
+from kvprobe.studies.report import Items, corrections_reversals, estimate, heading, ordered, run_time, table_head
 from kvprobe.studies.runner import read_rows, write_run_summary
 from .groups import NOTES, QUERIES
 from .history import CONDITIONS
@@ -207,11 +207,15 @@ def _cell_table(cells: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+#: Where this study's items come from (the report's Items line).
+ITEMS = Items("reconstruction", "record histories with a derived note; our texts for the paper's design")
+
+
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     """Markdown report: key contrasts, one table per note and query, operation cost, run time."""
     study = config.get("study_config", {})
     lines = [
-        *heading("Derived note and selective refresh", config),
+        *heading("Derived note and selective refresh", config, ITEMS),
         f"{summary['groups']} groups (seed {study.get('seed')}), notes {study.get('notes')}, {summary['rows']} rows; "
         f"greedy answers of at most {study.get('max_new_tokens')} tokens, EOS stop. Correct = exact normalized "
         "JSON answer field with EOS (one outer code fence allowed); lenient = the first of the two values "

@@ -24,7 +24,8 @@ import numpy as np
 from kvprobe.readouts.stats import (DRAWS, PAPER_SEED, bootstrap_auc, bootstrap_mean, group_bootstrap_weights,
                                     percentile_interval)
 from kvprobe.studies.detectors.text import REPLACEMENT, TEXT_DETECTORS, YES_NO
-from kvprobe.studies.report import estimate, heading, interval, model_name, run_time, table_head
+from kvprobe.studies.oaks_data import items as oaks_items
+from kvprobe.studies.report import Items, estimate, heading, interval, model_name, run_time, table_head
 from kvprobe.studies.runner import read_rows, write_run_summary
 from .calibration import calibrate
 from .natural_summary import action_report, detection_action, natural_report, summarize_natural
@@ -126,9 +127,20 @@ def _auc(a: dict[str, Any] | None) -> str:
     return estimate(a["auc"], (a["lo"], a["hi"]), ".3f") if a else ""
 
 
+#: Where the record and quantity pairs come from (the report's Items line).
+ITEMS = Items("reconstruction", "record pairs of the synthetic record histories and of the quantity task: our "
+              "templates for the paper's families and the quantity task's quoted strings")
+
+
+def items(config: dict[str, Any]) -> list[Items]:
+    """Where a run's pairs come from: the record and quantity pairs, and OAKS questions when the run has them."""
+    sc = config["study_config"]
+    return [ITEMS, *([oaks_items(sc["oaks_source"])] if "oaks" in sc["datasets"] else [])]
+
+
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     sc = config["study_config"]
-    lines = [*heading("Detection", config),
+    lines = [*heading("Detection", config, items(config)),
              f"Detectors on record pairs: the paper's direct, expanded and asserted-value JSON classifiers "
              f"(greedy, at most {sc['max_new_tokens']} tokens, verbatim prompts) and a YES/NO score "
              f"(P(YES) / (P(YES) + P(NO)) of the answer's first token(s); prompt ours). Datasets: "

@@ -24,8 +24,10 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, percentile_interval
-from kvprobe.studies.figures import plot_heatmaps, run_model
-from kvprobe.studies.report import estimate, heading, run_time, table_head, table_row
+from kvprobe.studies.figures import run_model
+from kvprobe.studies.quantity_task.tasks import ITEMS as QUANTITY_ITEMS
+from kvprobe.studies.record_histories import ITEMS as RECORD_ITEMS
+from kvprobe.studies.report import Items, estimate, heading, run_time, table_head, table_row
 from kvprobe.studies.runner import read_rows, write_run_summary
 
 #: Kinds of rows, in report order.
@@ -147,10 +149,15 @@ def _block(stats: dict[str, Any], title: str, pieces: list[str], bands: list[lis
     return lines
 
 
+def items(config: dict[str, Any]) -> Items:
+    """Where a run's items come from: the quantity task or the record histories."""
+    return QUANTITY_ITEMS if config["study_config"]["dataset"] == "quantity" else RECORD_ITEMS
+
+
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None) -> str:
     """``report.md`` of a run."""
     pieces, bands = summary["pieces"], summary["bands"]
-    lines = heading(f"Fact map ({summary['dataset']})", config)
+    lines = heading(f"Fact map ({summary['dataset']})", config, items(config))
     lines += ["Where does the old record's effect on the current answer live? m = log p(current) - log p(old) "
               "(canonical JSON candidates, nats). Every rebuild hides A from the question and recomputes the named "
               "later piece with A hidden (every other row as cached); `..X` rebuilds every piece up to X in order; "
@@ -168,14 +175,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
 def write_summary(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]:
     """``summary.json``, ``report.md`` and ``figure.png`` of a run directory."""
     summary = write_run_summary(out_dir, summarize, format_report, seed)
-    panels = {f"{summary['dataset']}, all": (summary["heatmap"], summary["pieces"],
-                                             [f"{lo}-{hi}" for lo, hi in summary["bands"]])}
-    for variant, stats in summary["by_variant"].items():
-        panels[variant] = (heatmap(stats, summary["pieces"], summary["bands"]), summary["pieces"],
-                           [f"{lo}-{hi}" for lo, hi in summary["bands"]])
-    grid = {k: ([[np.nan if x is None else x for x in row] for row in m], r, c) for k, (m, r, c) in panels.items()}
-    if summary["bands"]:
-        plot_heatmaps(grid, Path(out_dir) / "figure.png", title=f"Fact map on {run_model(out_dir)}: recovery of the "
-                      "recompute effect by later piece x layer band", colorbar="recovered",
-                      xlabel="layers where the piece cannot see the source")
+    from kvprobe.studies.study_figures import fact_map
+
+    fact_map(summary, Path(out_dir) / "figure.png", run_model(out_dir))
     return summary

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change
-from kvprobe.studies.report import estimate, heading, run_time, table_head, table_row
+from kvprobe.studies.report import Items, data_items, estimate, heading, run_time, table_head, table_row
 from kvprobe.studies.runner import read_rows, write_run_summary
 
 from .grading import RULE_GRADER, read_grades
@@ -117,6 +117,13 @@ def _split(counts: dict[str, int]) -> str:
     return ", ".join(f"{o} {counts[o]}" for o in OUTCOMES if counts.get(o)) or "-"
 
 
+def items(config: dict[str, Any]) -> Items:
+    """Where a run's items come from: released histories, or fictional ones generated in their schema."""
+    return data_items(config.get("study_config", {}).get("data"), "fictional histories in the FactConsolidation "
+                      "(MemoryAgentBench) schema, built from MQuAKE relation templates",
+                      "released FactConsolidation histories")
+
+
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     study = config.get("study_config", {})
     generated = study.get("data", "generated") == "generated"
@@ -127,7 +134,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
               "previous answer = complete; a decline = abstain; else wrong), not the paper's LLM judge (GPT-5.6 "
               "with a source-aware rubric)." if rule else
               f"Labels: {', '.join(summary['graders'])} (from {summary['grades_file']}); the paper's judge was GPT-5.6.")
-    lines = [*heading("FactConsolidation", config),
+    lines = [*heading("FactConsolidation", config, items(config)),
              f"{data}, tiers {', '.join(study.get('run_tiers', []))}: {len(summary['histories'])} histories, "
              f"{summary['questions']} questions (single- and multi-hop), each asked under "
              f"{', '.join(c['policy'] for c in summary['cells'])}; greedy answers of at most "

@@ -24,9 +24,11 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
-from kvprobe.studies.figures import plot_changes, run_model
-from kvprobe.studies.report import corrections_reversals, estimate, format_change, heading, run_time, table_head, \
-    table_row
+from kvprobe.studies.figures import run_model
+from kvprobe.studies.answers import echoes_note
+from kvprobe.studies.detectors.strings import NOTE_SENTENCES
+from kvprobe.studies.report import VERDICT_RULE, Items, corrections_reversals, estimate, format_change, heading, \
+    run_time, small_sample_note, table_head, table_row, testable, verdict_cell
 from kvprobe.studies.runner import read_rows, write_run_summary
 from kvprobe.studies.values import VALUE_CATEGORIES
 
@@ -56,13 +58,14 @@ def summarize_matrix(rows: list[dict[str, Any]], matrix: str, seed: int, draws: 
     counts: dict[str, dict[str, Any]] = defaultdict(lambda: {"n": 0, **{m: 0 for m in METRICS},
                                                              "categories": Counter(), "missing_unit": 0,
                                                              "capped": 0, "answer_field_valid": 0,
-                                                             "strict_single_field": 0})
+                                                             "strict_single_field": 0, "note_echo": 0})
     for r in rows:
         c = counts[_cell_key((r["information"], r["note"], r["query"])) + "/" + r["condition"]]
         c["n"] += 1
         for key in (*METRICS, "missing_unit", "answer_field_valid", "strict_single_field"):
             c[key] += int(bool(r[key]))
         c["capped"] += int(r["stop_reason"] == "cap")
+        c["note_echo"] += int(echoes_note(r["output"], NOTE_SENTENCES[r["note"]]))
         c["categories"][r["value_category"]] += 1
     changes: dict[str, dict[str, Any]] = {}
     for cell in cells(tables["exact"]):
@@ -110,20 +113,25 @@ def _nats(entry: dict[str, Any] | None) -> str:
     return estimate(entry["estimate"], entry["ci"], "+.3f")
 
 
-def appears(entry: dict[str, Any] | None, sign: int | None, groups: int) -> str:
-    """Whether a contrast shows at this size: its interval excludes 0 (in the paper's direction, when the
-    paper's Qwen models share one). With one group the bootstrap has nothing to resample: no verdict."""
+def control_correct(s: dict[str, Any], metric: str) -> tuple[int, int]:
+    """Correct answers and answers of the matched controls (the paper's reference arms) under ``metric``."""
+    ctrl = [c for k, c in s["counts"].items() if k.endswith("-control")]
+    return sum(c[metric] for c in ctrl), sum(c["n"] for c in ctrl)
+
+
+def contrast_verdict(entry: dict[str, Any] | None, sign: int | None, groups: int, is_testable: bool) -> str:
+    """The verdict a contrast earns (``studies.report.verdict_cell``) in the paper's direction, where the paper's
+    Qwen models share one; not testable when the controls never answer correctly under the rule. With one group
+    the bootstrap has nothing to resample: no verdict."""
     if not entry or entry.get("estimate") is None:
         return "not run"
     if groups < 2:
         return "no verdict (one group)"
-    lo, hi = entry["ci"]
-    if lo <= 0 <= hi:
-        return "no (interval includes 0)"
-    got = 1 if lo > 0 else -1
     if sign is None:
-        return f"yes ({'positive' if got > 0 else 'negative'}; the paper's sign differs by model)"
-    return "yes" if got == sign else "opposite sign"
+        lo, hi = entry["ci"]
+        ours = "interval includes 0" if lo <= 0 <= hi else "positive" if lo > 0 else "negative"
+        return f"no shared direction in the paper (ours: {ours})"
+    return verdict_cell(entry["estimate"], entry["ci"], sign, is_testable)
 
 
 def _anchor_text(items: list[anchors.Anchor]) -> str:
@@ -138,13 +146,14 @@ def _contrast_name(key: str, narrow: str) -> str:
 
 def _effects(matrix: str, s: dict[str, Any]) -> list[str]:
     lines = table_head(("effect", "paper (30 cases per cell, 10 groups)", *[f"this model, {m}" for m in METRICS],
-                        "appears (exact)", "appears (lenient)"))
+                        "verdict (exact)", "verdict (lenient, ours)"))
     for (m, key), items in anchors.FACTOR_ANCHORS.items():
         if m != matrix:
             continue
         ours = {metric: s["factors"][metric].get(key) for metric in METRICS}
         sign = anchors.EXPECTED_SIGN[(m, key)]
-        verdicts = [appears(ours[metric], sign, s["groups"]) for metric in ("exact", "lenient")]
+        verdicts = [contrast_verdict(ours[metric], sign, s["groups"], testable(*control_correct(s, metric)))
+                    for metric in ("exact", "lenient")]
         lines.append(table_row((_contrast_name(key, s["narrow"]), _anchor_text(items),
                                 *[_pp(ours[metric]) for metric in METRICS], *verdicts)))
     return lines
@@ -165,6 +174,11 @@ def _counts_table(s: dict[str, Any], metric: str) -> list[str]:
             if any(cells_):
                 lines.append(table_row((info, note, *cells_)))
     return lines
+
+
+def _echo_table(s: dict[str, Any]) -> list[str]:
+    """Answers that loop on the note (``answers.echoes_note``) per cell and condition, original / complete question."""
+    return _counts_table(s, "note_echo")
 
 
 def _change_cell(change: dict[str, Any] | None) -> str:
@@ -239,9 +253,15 @@ _TITLES = {"quantity": "Quantity matrix (deadline groups, values in hours)",
            "endpoint": "Endpoint matrix (api_endpoint groups)"}
 
 
+#: Where this study's items come from (the report's Items line).
+ITEMS = Items("reconstruction",
+              "quantity and endpoint histories crossed with information, wording and note; our texts for the "
+              "paper's factors")
+
+
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None) -> str:
     study = config["study_config"]
-    out = heading("Quantity and endpoint factorial", config)
+    out = heading("Quantity and endpoint factorial", config, ITEMS)
     if timing:
         out += [run_time(timing, unit="histories", machine=True), ""]
     out += [f"Design: matrices {', '.join(study['matrices'])}; groups per family: {study['n_groups'] or 10} (x 3 "
@@ -256,7 +276,12 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     for matrix, s in summary["matrices"].items():
         out += [f"## {_TITLES[matrix]}", "",
                 f"{s['rows']} rows: {s['records']} record cases from {s['groups']} groups.", "",
-                "### The paper's effects at this size", "", *_effects(matrix, s), ""]
+                *small_sample_note(s["groups"], "groups"),
+                "### The paper's effects at this size", "",
+                f"Verdicts against the matched controls (the paper's reference arms): {VERDICT_RULE}. The lenient "
+                "rule is ours; its verdict reads the same interval rule. Controls correct: "
+                + ", ".join(f"{m} {'/'.join(map(str, control_correct(s, m)))}" for m in METRICS) + ".", "",
+                *_effects(matrix, s), ""]
         if matrix == "quantity":
             cell_lines = _cell_anchors(s)
             if cell_lines:
@@ -264,6 +289,9 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         for metric in METRICS:
             out += [f"### Correct answers per cell, {metric} rule (original / complete question)", "",
                     *_counts_table(s, metric), ""]
+        if any(c.get("note_echo") for c in s["counts"].values()):
+            out += ["### Answers that loop on the note (its sentence at least twice; original / complete question)",
+                    "", *_echo_table(s), ""]
         out += ["### Mask minus matched control per cell", "",
                 "Change in correct answers (paired over record cases; C/R = corrections/reversals) and mean "
                 "candidate-score changes (nats; margin = log p(current) - log p(old)).", "",
@@ -283,14 +311,7 @@ def write_summary(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]
     Example: ``write_summary("runs/factorial")["matrices"]["quantity"]["factors"]["exact"]["scope"]``.
     """
     summary = write_run_summary(out_dir, summarize, format_report, seed)
-    panels = {}
-    for matrix, s in summary["matrices"].items():
-        for metric in ("exact", "lenient"):
-            rows = [(_contrast_name(k, s["narrow"]), e["estimate"], e["ci"])
-                    for k, e in s["factors"][metric].items() if e["estimate"] is not None]
-            if rows:
-                panels[f"{matrix}, {metric} rule"] = rows
-    if panels:
-        plot_changes(panels, Path(out_dir) / "figure.png", columns=2, title=f"Factorial: {run_model(out_dir)}",
-                     xlabel="change in (mask - control), pp (95% CI)")
+    from kvprobe.studies.study_figures import factorial
+
+    factorial(summary, Path(out_dir) / "figure.png", run_model(out_dir))
     return summary

@@ -31,8 +31,12 @@ import numpy as np
 
 from kvprobe.files import atomic_write_text
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, percentile_interval
-from kvprobe.studies.figures import plot_changes
-from kvprobe.studies.report import estimate, heading, model_name, run_time, table_head, table_row
+from kvprobe.studies.oaks_data import items as oaks_items
+from kvprobe.studies.record_histories import ITEMS as RECORD_ITEMS
+from kvprobe.studies.answers import echoes_note
+from kvprobe.studies.detectors.strings import NOTEBOOK_NOTE
+from kvprobe.studies.report import VERDICT_RULE, Items, estimate, heading, items_lines, model_name, run_time, table_head, table_row, \
+    testable, verdict_cell
 from kvprobe.studies.runner import read_rows, write_run_summary
 from kvprobe.studies.values import VALUE_CATEGORIES
 from kvprobe.studies.quantity_task.grading import CATEGORIES as COMPLETE_CATEGORIES
@@ -117,7 +121,8 @@ def reversal_profile(mask_rows: list[dict[str, Any]], arm: np.ndarray, reference
 
 def subset_summary(cases: list[str], by: dict[str, dict[str, dict[str, Any]]], weights: np.ndarray
                    ) -> dict[str, Any]:
-    """Every estimate of one subset of cases (``weights``: its bootstrap columns)."""
+    """Every estimate of one subset of cases (``weights``: its bootstrap columns). Records: per arm, how many
+    answers loop on the notebook note (``answers.echoes_note``: the note sentence at least twice)."""
     rows = {a: [by[a][c] for c in cases] for a in ARMS}
     margin = {a: np.array([r["margin"] for r in rows[a]]) for a in ARMS}
     delta_m = margin["mask"] - margin["control"]
@@ -137,6 +142,8 @@ def subset_summary(cases: list[str], by: dict[str, dict[str, dict[str, Any]]], w
     out["value_categories"] = {a: dict(Counter(r["value_category"] for r in rows[a])) for a in ARMS}
     out["complete_categories"] = {a: dict(Counter(r["complete_category"] for r in rows[a])) for a in ARMS}
     out["capped"] = {a: int(sum(r["stop_reason"] == "cap" for r in rows[a])) for a in ARMS}
+    if rows["full"] and rows["full"][0].get("dataset") == "records":
+        out["note_echo"] = {a: int(sum(echoes_note(r["output"], NOTEBOOK_NOTE) for r in rows[a])) for a in ARMS}
     return out
 
 
@@ -263,6 +270,9 @@ def subset_lines(name: str, s: dict[str, Any], oaks: bool) -> list[str]:
             f"{label} {outcomes.get(category, 0)}" for category, label in OAKS_OUTCOMES.items())
             + f"; C/R against the control {change['corrections']}/{change['reversals']}."]
     capped = ", ".join(f"{a} {s['capped'][a]}" for a in ARMS)
+    if "note_echo" in s:
+        lines += ["", "Answers that loop on the notebook note (its sentence at least twice): " + ", ".join(
+            f"{a} {s['note_echo'][a]}" for a in ARMS) + f" of {s['n']}."]
     lines += ["", f"Answers by value category (exact-field parse; capped traces: {capped}):", "",
               *table_head(["arm", *VALUE_CATEGORIES])]
     lines += [table_row([a, *(s["value_categories"][a].get(c, 0) for c in VALUE_CATEGORIES)]) for a in ARMS]
@@ -297,11 +307,17 @@ def budget_lines(g: dict[str, Any]) -> list[str]:
     return lines + ["", f"Every individual correctness indicator identical across budgets: {same}.", ""]
 
 
+def items(config: dict[str, Any]) -> Items:
+    """Where a run's items come from: the record histories, or OAKS questions (``oaks_data.items``)."""
+    study = config.get("study_config", {})
+    return oaks_items(study.get("oaks_source")) if study.get("dataset") == "oaks" else RECORD_ITEMS
+
+
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     """report.md: the data, the run time, each subset's tables, breakdowns, limits, effects, the paper's rows."""
     study = config.get("study_config", {})
     oaks = summary["dataset"] == "oaks"
-    lines = [*heading("Candidate scores and generated answers under matched conditions", config)]
+    lines = [*heading("Candidate scores and generated answers under matched conditions", config, items(config))]
     if oaks:
         source = study.get("oaks_source")
         data = (("OAKS-schema demonstration set GENERATED from the PG-19 novel (not the OAKS data)"
@@ -335,37 +351,66 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     return "\n".join(lines)
 
 
+#: The paper's answer-level claims the report gives a verdict on: (subset, rule, the paper's sign, what the paper
+#: reports). Records: its Qwen3 exact-field losses on the 150 replacement cases (tab:v7_bridge) and its complete-rule
+#: losses over all 300 (tab:v35_r570_all); OAKS: the mask's gain in complete answers (tab:v35_oaks).
+CLAIMS = {
+    "records": (("replacement", "exact", -1, "higher margin, fewer exact answers on the 150 replacement cases",
+                 "Qwen3-4B -5.3 [-8.7, -2.0], Qwen3-8B -11.3 [-18.7, -4.7]"),
+                ("all", "complete", -1, "masking A costs the answers A alone holds (all 300 cases)",
+                 "-16.0 to -24.3 (Qwen3, Gemma 4)")),
+    "oaks": (("all", "complete", 1, "the mask gains complete answers over the control", "+22.4 (Qwen3-4B)"),),
+}
+
+
+def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each paper claim of :data:`CLAIMS` and of the margin with its estimate and verdict
+    (``studies.report.verdict``) against the paper's reference arm, the equal-token control: an answer-level
+    change is not testable when the control has no correct answer under the rule."""
+    dataset = summary["dataset"]
+    margin_subset = "all" if dataset == "oaks" else "replacement"
+    dm = summary["subsets"][margin_subset]["delta_m"]
+    out = [{"claim": "the old-source mask raises the margin over its equal-token control (Delta m, nats)",
+            "subset": margin_subset, "paper": "positive for every model", "estimate": estimate(dm["value"], dm["ci"]),
+            "reference": "margins", "verdict": verdict_cell(dm["value"], dm["ci"], 1)}]
+    for subset, rule, sign, claim, paper_value in CLAIMS[dataset]:
+        s = summary["subsets"][subset]
+        change = s["rules"][rule]["mask_vs_control"]
+        control = s["rules"][rule]["correct"]["control"]
+        out.append({"claim": f"{claim} ({RULES[rule]} rule, pp)", "subset": subset, "paper": paper_value,
+                    "estimate": change_cell(change), "reference": f"control {control} of {s['n']}",
+                    "verdict": verdict_cell(change["pp"], change["ci"], sign, testable(control, s["n"]))})
+    return out
+
+
 def effects_lines(summary: dict[str, Any]) -> list[str]:
-    """Which of the paper's effects appear at this size (95% intervals)."""
+    """The paper's claims with their verdicts (:func:`claim_verdicts`), then the lenient rule beside full access."""
     oaks = summary["dataset"] == "oaks"
-    s = summary["subsets"]["all" if oaks else "replacement"]
-    dm = s["delta_m"]
-    exact = s["rules"]["exact"]["mask_vs_control"]
-    complete = s["rules"]["complete"]["mask_vs_control"]
-
-    def sign(ci: list[float]) -> str:
-        return "above 0" if ci[0] > 0 else "below 0" if ci[1] < 0 else "includes 0"
-
-    lines = ["### The paper's effects at this size", ""]
-    lines.append(f"- The old-source mask raises the current-minus-old margin over its equal-token control "
-                 f"(paper: every model's point estimate positive): Delta m {estimate(dm['value'], dm['ci'])}, "
-                 f"interval {sign(dm['ci'])}.")
-    if oaks:
-        lines.append(f"- The mask improves complete answers over the control (paper: positive for every generator, "
-                     f"+22.4 pp for Qwen3-4B): {change_cell(complete)} pp, interval {sign(complete['ci'])}.")
-    else:
+    lines = ["### The paper's effects at this size", "", f"Verdicts: {VERDICT_RULE}. The paper's reference arm is "
+             "the equal-token control (mask - control).", "",
+             *table_head(["the paper's claim", "paper", "ours [95% CI]", "reference arm", "verdict"])]
+    lines += [table_row([c["claim"], c["paper"], c["estimate"], c["reference"], c["verdict"]])
+              for c in claim_verdicts(summary)]
+    if not oaks:
+        s = summary["subsets"]["replacement"]
         rev = s["rules"]["exact"]["reversals_vs_control"]
-        lines.append(f"- A higher margin coexists with lost exact answers (paper: Qwen3-4B -5.3 pp, 0/8, all eight "
-                     f"on cases whose margin rose): {change_cell(exact)} pp, interval {sign(exact['ci'])}, "
-                     f"{exact['corrections']}/{exact['reversals']} C/R, {rev['margin_rose']} of {rev['n']} reversals "
-                     f"with a rising margin, {rev['unit_omitted']} omit the unit, {rev['unknown']} UNKNOWN.")
-        everything = summary["subsets"]["all"]["rules"]["complete"]["mask_vs_control"]
-        lines.append(f"- Masking A also costs answers whose value A alone holds (paper: -16.0 to -24.3 pp over all 300 "
-                     f"for the Qwen and Gemma models): all cases, complete {change_cell(everything)} pp, interval "
-                     f"{sign(everything['ci'])}.")
-    lenient = s["rules"]["lenient"]["mask_vs_control"]
-    lines.append(f"- Lenient reading (ours, for answers outside JSON): mask - control {change_cell(lenient)} pp, "
-                 f"{lenient['corrections']}/{lenient['reversals']} C/R, interval {sign(lenient['ci'])}.")
+        exact = s["rules"]["exact"]["mask_vs_control"]
+        lines += ["", f"Exact-field reversals of the mask against the control on the replacement cases: "
+                  f"{exact['corrections']}/{exact['reversals']} C/R, {rev['margin_rose']} of {rev['n']} on cases "
+                  f"whose margin rose, {rev['unit_omitted']} omit the unit, {rev['unknown']} UNKNOWN (paper, "
+                  "Qwen3-4B: 0/8, all eight on rising margins, 5 omit the unit)."]
+    s = summary["subsets"]["all" if oaks else "replacement"]
+    lenient = s["rules"]["lenient"]
+    lines += ["", f"Lenient rule (ours, not a paper rule, so no verdict): mask - control "
+              f"{change_cell(lenient['mask_vs_control'])} pp ({lenient['mask_vs_control']['corrections']}/"
+              f"{lenient['mask_vs_control']['reversals']} C/R); against full access, mask - full "
+              f"{change_cell(lenient['mask_vs_full'])} pp and control - full {change_cell(lenient['control_vs_full'])} "
+              "pp."]
+    if any(s.get("note_echo", {}).values()):
+        echo = s["note_echo"]
+        lines[-1] += (f" Answers looping on the notebook note: full {echo['full']}, control {echo['control']}, mask "
+                      f"{echo['mask']} of {s['n']}; the control hides the note's first tokens, so a mask - control "
+                      "difference here measures the control breaking that loop as much as the mask.")
     return lines + [""]
 
 
@@ -403,17 +448,11 @@ def paper_lines(dataset: str) -> list[str]:
 
 
 def write_figure(summary: dict[str, Any], out_dir: Path | str, config: dict[str, Any]) -> Path | None:
-    """figure.png: the paired accuracy changes (pp) of every subset and rule, from the summary's values."""
-    if not summary.get("cases"):
-        return None
-    panels = {}
-    for name, s in summary["subsets"].items():
-        for rule in ("exact", "complete", "lenient"):
-            r = s["rules"][rule]
-            panels[f"{name} ({s['n']}), {rule}"] = [
-                (contrast.replace("_vs_", " - "), r[contrast]["pp"], r[contrast]["ci"]) for contrast in CONTRASTS]
-    return plot_changes(panels, Path(out_dir) / "figure.png", columns=3, xlabel="accuracy change, pp (95% CI)",
-                        title=f"Matched scores ({summary['dataset']}) on {model_name(config)}")
+    """figure.png: the paired accuracy changes (pp) of every subset and rule, with each arm's count and n
+    (:func:`kvprobe.studies.study_figures.matched_scores`)."""
+    from kvprobe.studies.study_figures import matched_scores
+
+    return matched_scores(summary, Path(out_dir) / "figure.png", model_name(config))
 
 
 def write_summary(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]:
@@ -462,7 +501,8 @@ def format_panel(entries: list[dict[str, Any]]) -> str:
              "One row per run and subset: complete answers per arm, Delta m = m(mask) - m(control) in nats, the "
              "complete and exact-field accuracy changes mask - control in pp with 95% intervals (each run at the "
              "seed its summary records), C/R of the complete rule, and the exact-field reversals that omit the unit "
-             "or answer UNKNOWN.", ""]
+             "or answer UNKNOWN.", "",
+             *items_lines(json.loads((Path(e["run"]) / "config.json").read_text()) for e in entries)]
     for dataset in ("records", "oaks"):
         chosen = [e for e in entries if e["summary"]["dataset"] == dataset]
         if not chosen:

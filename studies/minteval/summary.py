@@ -25,8 +25,8 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, GroupBootstrap, bootstrap_stream, group_bootstrap_indices, \
     percentile_interval
-from kvprobe.studies.figures import plot_changes, run_model
-from kvprobe.studies.report import corrections_reversals, estimate, heading, run_time, table_head, table_row
+from kvprobe.studies.figures import run_model
+from kvprobe.studies.report import Items, corrections_reversals, data_items, estimate, heading, run_time, table_head, table_row
 from kvprobe.studies.runner import read_rows, write_run_summary
 
 from . import strings
@@ -120,6 +120,12 @@ def _subset(boot: GroupBootstrap, members: np.ndarray) -> GroupBootstrap:
 
 # ----------------------------------------------------------------------------- report
 
+def items(config: dict[str, Any]) -> Items:
+    """Where a run's items come from: released sessions, or sessions generated in their schema."""
+    return data_items(config.get("study_config", {}).get("data"), "sessions in the MINTEval schema, built from "
+                      "bAbI test stories", "released MINTEval sessions")
+
+
 def _data_line(config: dict[str, Any], summary: dict[str, Any]) -> str:
     study = config.get("study_config", {})
     generated = study.get("data", "generated") == "generated"
@@ -149,7 +155,7 @@ def _interval_cell(change: dict[str, Any] | None, fmt: str = "+.2f") -> str:
 
 
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
-    lines = [*heading("MINTEval state tracking", config), _data_line(config, summary), "", _grader_line(summary),
+    lines = [*heading("MINTEval state tracking", config, items(config)), _data_line(config, summary), "", _grader_line(summary),
              "", f"Change vs full: percentage points of exact matches with EOS, 95% percentile intervals from "
              f"{summary['draws']:,} bootstrap draws of connected components (primary) and of sessions "
              "(sensitivity); the same draws for every cell.", ""]
@@ -192,11 +198,7 @@ def write_summary(out_dir: Path | str, seed: int = 0, grades: str | Path | None 
     Example: ``write_summary("runs/minteval")["cells"][0]["em"]``.
     """
     summary = write_run_summary(out_dir, functools.partial(summarize, grades=grades), format_report, seed)
-    panels: dict[str, list] = {}
-    for c in summary["cells"]:
-        if (ch := c.get("change_component")) is not None:
-            panels.setdefault(c["scope"], []).append((c["policy"], ch["pp"], ch["ci"]))
-    if panels:
-        plot_changes(panels, Path(out_dir) / "figure.png", title=f"MINTEval: {run_model(out_dir)}",
-                     xlabel="EM change vs full, pp (95% CI, components)")
+    from kvprobe.studies.study_figures import minteval
+
+    minteval(summary, Path(out_dir) / "figure.png", run_model(out_dir))
     return summary

@@ -28,7 +28,7 @@ from typing import Any
 
 from kvprobe.readouts.stats import DRAWS, fisher_exact, group_bootstrap_weights, mcnemar_exact, paired_change
 from kvprobe.studies.no_context import NO_CONTEXT, Outcome, conditional_on_baseline, conditional_table
-from kvprobe.studies.report import corrections_reversals, estimate, heading, run_time, table_head
+from kvprobe.studies.report import Items, corrections_reversals, data_items, estimate, heading, run_time, table_head
 from kvprobe.studies.runner import read_rows, write_run_summary
 from .strings import NO_CONTEXT_ANCHORS
 from .study import POLICIES as STUDY_POLICIES
@@ -165,13 +165,19 @@ def recompute_vs_source(by_key: dict[tuple[str, str], dict[tuple[str, int], dict
     return out
 
 
+def items(config: dict[str, Any]) -> Items:
+    """Where a run's items come from: cases sampled from a released file, or fictional cases in its schema."""
+    return data_items(config.get("study_config", {}).get("source"), "fictional multi-hop cases in the MQuAKE schema",
+                      "cases sampled from the released MQuAKE data")
+
+
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     study = config.get("study_config", {})
     source = study.get("source", "generated")
     data = ("Generated fictional cases" if source == "generated" else
             f"Cases sampled from `{Path(source).name}` (seed {study.get('sample_seed')} + hop count)")
     boxed = study.get("boxed_instruction")
-    lines = [*heading("Contextual MQuAKE", config),
+    lines = [*heading("Contextual MQuAKE", config, items(config)),
              f"{data}, hops {study.get('hops')}, {study.get('n_per_hop')} per hop count, greedy answers of at most "
              f"{study.get('max_new_tokens')} tokens" + (f", each question followed by \"{boxed}\"" if boxed else "")
              + ". Exact match = normalized answer or alias with EOS (the whole answer or its last box); strict "

@@ -21,9 +21,10 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, paired_change, \
     percentile_interval
-from kvprobe.studies.figures import plot_changes, run_model
-from kvprobe.studies.report import corrections_reversals, estimate, heading, interval, run_time, table_head, \
+from kvprobe.studies.figures import run_model
+from kvprobe.studies.report import Items, corrections_reversals, estimate, heading, interval, run_time, table_head, \
     table_row
+from kvprobe.studies.quantity_task.tasks import ITEMS as TASK
 from kvprobe.studies.runner import read_rows, write_run_summary
 
 from . import anchors
@@ -369,9 +370,13 @@ def _profile_lines(summary: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+#: Where this study's items come from (the report's Items line).
+ITEMS = Items(TASK.kind, TASK.detail + ", with the paper's inspection-label question")
+
+
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     study = config.get("study_config", {})
-    lines = [*heading("Note controls", config),
+    lines = [*heading("Note controls", config, ITEMS),
              f"Unrelated-label question (\"What is the inspection label on ...?\") on {summary['units']} information "
              f"conditions of {summary['groups']} quantity-task groups, {summary['rows']} rows. Greedy answers of at "
              f"most {study.get('max_new_tokens')} tokens; correct (the paper's rule) = the strict single answer field "
@@ -390,21 +395,10 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
 
 
 def _figure(summary: dict[str, Any], out_dir: Path) -> None:
-    """Changes in correct labels (paper rule and lenient), pp with 95% intervals, against original full access
-    and against the full access of each configuration's own profile and question."""
-    panels: dict[str, list[tuple[str, float, list[float]]]] = {}
-    for rule, name in RULES.items():
-        for key, title in (("vs_full", "vs original full"), ("vs_reference", "vs its profile's full")):
-            rows = [(c["configuration"], c[key][rule]["pp"], c[key][rule]["pp_ci"])
-                    for c in summary["configurations"] if c[key].get(rule)]
-            near_far = summary["by_rule"][rule].get("near_far")
-            if key == "vs_reference" and near_far:
-                rows.append(("far - near", near_far["pp"], near_far["pp_ci"]))
-            if rows:
-                panels[f"{name}: {title}"] = rows
-    if panels:
-        plot_changes(panels, out_dir / "figure.png", title=f"Note controls: {run_model(out_dir)}",
-                     xlabel="change in correct labels, pp (95% CI)", columns=2)
+    """Changes in correct labels (:func:`kvprobe.studies.study_figures.note_controls`)."""
+    from kvprobe.studies.study_figures import note_controls
+
+    note_controls(summary, out_dir / "figure.png", run_model(out_dir))
 
 
 def write_summary(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]:

@@ -33,7 +33,10 @@ from kvprobe.files import atomic_write_text
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, GroupBootstrap, auc, bootstrap_auc_draws, \
     group_bootstrap_indices, one_sided_lower, percentile_interval, zero_failure_bound
 from kvprobe.studies.no_context import NO_CONTEXT, Outcome, conditional_on_baseline, conditional_table
-from kvprobe.studies.report import estimate, heading, interval, table_head
+from kvprobe.studies.quantity_task.grading import CATEGORIES
+from kvprobe.studies.report import VERDICT_RULE, estimate, heading, interval, small_sample_note, table_head, table_row, \
+    testable, verdict_cell
+from kvprobe.studies.quantity_task.tasks import ITEMS
 from kvprobe.studies.runner import read_rows
 from .threshold import LABELS, RULES as SIGNAL_RULES, SIGNAL_CONDITIONS, signal
 
@@ -165,6 +168,10 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
                 v = vector(cell, key, members)
                 if not np.isnan(v[members]).any():
                     entry[key] = {"mean": float(np.nanmean(v)), "ci": _interval(v, sample)}
+            chosen = [row for g, row in cell.items() if relation in ("all", relation_of[g])]
+            entry["stop_reasons"] = {reason: sum(row["stop_reason"] == reason for row in chosen)
+                                     for reason in ("eos", "cap")}
+            entry["categories"] = {cat: sum(row["category"] == cat for row in chosen) for cat in CATEGORIES}
             if entry["lenient_complete_vs_full"]["reversals"] == 0 and cond != "full":
                 entry["zero_reversal_upper_bound"] = zero_failure_bound(entry["n"])
             summary["cells"].append(entry)
@@ -231,6 +238,72 @@ def _table(entries: list[dict[str, Any]]) -> list[str]:
     return lines + [""]
 
 
+def _stop_lines(entries: list[dict[str, Any]]) -> list[str]:
+    """Why each condition's answers stopped (EOS or the token cap) and their answer categories
+    (``quantity_task.grading.CATEGORIES``; the paper separates token-limit stops from content errors)."""
+    categories = [cat for cat in CATEGORIES if cat != "capped"]  # capped = the token-cap column
+    lines = ["Stop reasons (EOS, or the token cap before EOS) and the categories of the EOS answers:", "",
+             *table_head(["condition", "EOS", "token cap", *categories])]
+    for c in entries:
+        lines.append(table_row([c["condition"], c["stop_reasons"]["eos"], c["stop_reasons"]["cap"],
+                                *(c["categories"][cat] for cat in categories)]))
+    return lines + [""]
+
+
+#: The paper's quantity claims the report gives a verdict on (paper partC 7, L3431-3436, L4087-4145): the
+#: whole-source mask against its equal-token control, replacements, current query, B referring to A for the unit.
+#: (name, rule, row key, the paper's sign, what the paper reports).
+CLAIMS = (("the whole-source mask loses complete answers against its control (unit from A)", "complete",
+           "complete_vs_control", -1, "complete 23, 44, 55 of 60 against controls at 60 (Qwen3-4B, Qwen3-8B, "
+           "Llama-3.2-3B)"),
+          ("the same, lenient rule (ours)", "lenient_complete", "lenient_complete_vs_control", -1, "-"),
+          ("the whole-source mask raises the margin against its control (nats)", None, "margin_change_vs_control", 1,
+           "Delta m +7.06 to +22.81 nats (eight models)"))
+
+
+def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each claim of :data:`CLAIMS` with our estimate and verdict (``studies.report.verdict_cell``) against the
+    paper's reference arm, the whole-source control: an answer-level change is not testable when the control has
+    no correct answer under the rule."""
+    out = []
+    for info in sorted({c["information"] for c in summary["cells"]}):
+        cells = {c["condition"]: c for c in _cells(summary, "replacement", info, "current")}
+        source, control = cells.get("source"), cells.get("source-control")
+        if source is None or control is None:
+            continue
+        for name, rule, key, sign, paper in CLAIMS:
+            if rule is None:
+                m = source[key]
+                out.append({"claim": name, "information": info, "paper": paper, "estimate": estimate(m["mean"], m["ci"]),
+                            "reference": "margins", "verdict": verdict_cell(m["mean"], m["ci"], sign)})
+            elif info == "unit_from_a":
+                v = source[key]
+                out.append({"claim": name, "information": info, "paper": paper,
+                            "estimate": f"{v['corrections']}/{v['reversals']}, {estimate(v['net'], v['net_ci'], '+.3f')}",
+                            "reference": f"control {control[rule]} of {control['n']}",
+                            "verdict": verdict_cell(v["net"], v["net_ci"], sign, testable(control[rule], control["n"]))})
+    return out
+
+
+def _claim_lines(summary: dict[str, Any]) -> list[str]:
+    claims = claim_verdicts(summary)
+    if not claims:
+        return []
+    lines = ["## The paper's effects at this size", "",
+             f"Verdicts against the paper's reference arm, the whole-source control (replacements, current query): "
+             f"{VERDICT_RULE}. Answer changes are C/R and net = (C - R) / groups [95% CI].", "",
+             *table_head(["the paper's claim", "information", "paper", "ours", "reference arm", "verdict"]),
+             *(table_row([c["claim"], c["information"], c["paper"], c["estimate"], c["reference"], c["verdict"]])
+               for c in claims), ""]
+    stops = {c["condition"]: c["stop_reasons"] for c in _cells(summary, "replacement", "unit_from_a", "current")}
+    if "source" in stops and "source-control" in stops:
+        lines += [f"How the answers stop (unit from A; every rule requires EOS): under the whole-source mask "
+                  f"{stops['source']['eos']} end with EOS and {stops['source']['cap']} hit the token cap; under its "
+                  f"control {stops['source-control']['eos']} and {stops['source-control']['cap']}. The paper counts "
+                  "token-limit stops apart from wrong values.", ""]
+    return lines
+
+
 def _warning_lines(warn: dict[str, dict[str, Any]]) -> list[str]:
     """The warning-signal tables, one per rule (the paper's complete answers first)."""
 
@@ -277,7 +350,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     """A markdown report: replacements' current query first (the paper's headline), then the warning
     signal, the matched controls, the other relations, and all groups for the historical and unrelated
     queries."""
-    lines = [*heading("Quantity study", config),
+    lines = [*heading("Quantity study", config, ITEMS),
              f"{summary['groups']} groups; paired group bootstrap, {summary['draws']} draws (seed "
              f"{summary['seed']}), 95 % percentile intervals. The paper's three rules: exact and equivalent = "
              "the answer field of one JSON object (extra fields allowed), normalized exact match or equivalent "
@@ -299,7 +372,10 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         head = _cells(summary, "replacement", info, "current")
         if head:
             lines += [f"## Replacements ({per_relation.get('replacement', '?')} groups), {info}, current query", ""]
+            lines += small_sample_note(per_relation.get("replacement", 0), "groups")
             lines += _table(head)
+            lines += _stop_lines(head)
+    lines += _claim_lines(summary)
     if summary.get("warning_signal"):
         lines += _warning_lines(summary["warning_signal"])
     if any(c["condition"].endswith("-control") for c in summary["cells"]):
@@ -323,6 +399,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
             entries = _cells(summary, "all", info, query)
             if entries:
                 lines += [f"## All {summary['groups']} groups, {info}, {query} query", ""]
+                lines += small_sample_note(summary["groups"], "groups")
                 lines += _table(entries)
     lines += _no_context_lines(summary.get("no_context"))
     return "\n".join(lines)

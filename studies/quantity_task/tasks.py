@@ -26,8 +26,14 @@ from typing import Any
 
 import kvprobe
 from kvprobe.readouts.stats import QUANTITY_SEED
+from kvprobe.studies.report import Items
 
 from . import strings
+
+#: Where reports on this task say their items come from (``studies.report.Items``).
+ITEMS = Items("reconstruction",
+              "the quantity task: the paper's quoted system, record and question strings; our entities, "
+              "values, units, notes and layout")
 
 UNITS = ("minutes", "hours", "meters", "liters", "grams", "volts")
 #: Strict-replacement groups per unit (paper L3376-3378: 9/6/14/10/11/10).

@@ -20,6 +20,7 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
 from kvprobe.studies.report import format_change, heading, run_time, table_head
+from kvprobe.studies.record_histories import ITEMS
 from kvprobe.studies.runner import read_rows, write_run_summary
 
 RULES = ("correct", "lenient")
@@ -89,7 +90,7 @@ def _table(cells: list[dict[str, Any]]) -> list[str]:
 
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     sc = config["study_config"]
-    lines = [*heading("Query-aware selection vs a source mask", config),
+    lines = [*heading("Query-aware selection vs a source mask", config, ITEMS),
              f"{summary['histories']} record histories ({sc['split']} split), queries {', '.join(sc['queries'])}; "
              "arms: full access, a source mask hiding record A in every history, and Quest (16-token pages, first "
              "2 layers dense), FINCH (question-window attention, per-head selection, keys re-rotated to compact "

@@ -8,13 +8,15 @@ leaves open.
 from kvprobe.readouts.stats import RECORDS_SEED, ROLE_PAIRS_SEED
 
 from .cases import FAMILIES, SPLITS, RecognitionCase, dataset_hash, word_multiset
-from .records import RECORD_VARIANTS, generate_records, split_vocabulary
-from .role_pairs import PATTERNS, ROLE_PAIR_VARIANTS, generate_role_pairs
+from .records import ITEMS as RECORD_ITEMS, RECORD_VARIANTS, generate_records, split_vocabulary
+from .role_pairs import ITEMS as PAIR_ITEMS, PATTERNS, ROLE_PAIR_VARIANTS, generate_role_pairs
 
 #: Dataset name (as ``kvprobe extract --dataset`` takes it) -> (generator, default seed).
 DATASETS = {"records": (generate_records, RECORDS_SEED), "role-pairs": (generate_role_pairs, ROLE_PAIRS_SEED)}
+#: Dataset name -> where its items come from (``studies.report.Items``; the readout reports' Items line).
+DATASET_ITEMS = {"records": RECORD_ITEMS, "role-pairs": PAIR_ITEMS}
 
 __all__ = [
-    "DATASETS", "FAMILIES", "PATTERNS", "RECORD_VARIANTS", "ROLE_PAIR_VARIANTS", "SPLITS", "RecognitionCase",
+    "DATASETS", "DATASET_ITEMS", "FAMILIES", "PATTERNS", "RECORD_VARIANTS", "ROLE_PAIR_VARIANTS", "SPLITS", "RecognitionCase",
     "dataset_hash", "generate_records", "generate_role_pairs", "split_vocabulary", "word_multiset",
 ]

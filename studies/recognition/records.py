@@ -38,9 +38,15 @@ from collections import Counter
 from typing import Iterator
 
 from kvprobe.readouts.stats import RECORDS_SEED
+from kvprobe.studies.report import Items
 
 from . import families
 from .cases import FAMILIES, SPLITS, RecognitionCase, capitalize, word_multiset
+
+#: Where reports on these cases (the recognition records, the record histories built on them) say their items
+#: come from (``studies.report.Items``).
+ITEMS = Items("reconstruction", "synthetic record histories: our templates for the paper's five families and six "
+              "relation variants")
 
 RECORD_VARIANTS = ("replacement", "confirmation", "role_swap", "role_confirmation", "explicit_rejection",
                    "other_entity")

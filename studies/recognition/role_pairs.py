@@ -34,10 +34,15 @@ from __future__ import annotations
 import random
 
 from kvprobe.readouts.stats import ROLE_PAIRS_SEED
+from kvprobe.studies.report import Items
 
 from . import families
 from .cases import FAMILIES, RecognitionCase, capitalize, word_multiset
 from .records import SHORT_NAMES
+
+#: Where reports on these pairs say their items come from (``studies.report.Items``).
+ITEMS = Items("reconstruction", "role-matched record pairs: our templates for the paper's five update families and "
+              "eight wording patterns")
 
 ROLE_PAIR_VARIANTS = ("supersedes", "duplicate", "other_entity")
 GROUPS_PER_CELL = 10

@@ -27,11 +27,12 @@ from typing import Any, Mapping
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
-from kvprobe.studies.detectors.coverage import coverage_curve, plot_coverage
+from kvprobe.studies.detectors.coverage import coverage_curve
 from kvprobe.studies.detectors import strings as note_strings
 from kvprobe.studies.detectors.text import REPLACEMENT
 from kvprobe.studies.report import COVERAGE_COLUMNS, corrections_reversals, coverage_rows, format_change, heading, run_time, \
     table_head, table_row
+from kvprobe.studies.record_histories import ITEMS
 from kvprobe.studies.runner import read_rows, write_run_summary
 from . import strings, value_tables
 from .errors import regrade_row
@@ -171,7 +172,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     det = summary["detector"]
     source = f"decisions from the detection run `{sc['detections']}`" if sc.get("detections") else \
         "decisions from the generator running the detector inline"
-    lines = [*heading("Record histories", config),
+    lines = [*heading("Record histories", config, ITEMS),
              f"{summary['histories']} synthetic record histories ({sc['split']} split), three queries, "
              f"{_arms(summary['policies'])}, greedy answers of at most "
              f"{sc['max_new_tokens']} tokens. {_setting(sc)}Detector: `{sc['detector']}`"
@@ -216,7 +217,7 @@ def write_summary(out_dir: Path | str, seed: int = PAPER_SEED, readout_scores: s
 
         rankings = load_readout_scores(readout_scores)
     summary = write_run_summary(out_dir, functools.partial(summarize, rankings=rankings), format_report, seed=seed)
-    if "coverage" in summary:
-        plot_coverage(summary["coverage"]["lenient"], Path(out_dir) / "coverage.png",
-                      title="Record histories: hiding A in the top-ranked histories (lenient rule)")
+    from kvprobe.studies.study_figures import records_coverage
+
+    records_coverage(summary, Path(out_dir) / "coverage.png")
     return summary

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, bootstrap_mean, group_bootstrap_weights, percentile_interval
-from kvprobe.studies.report import estimate, heading, interval, run_time, table_head
+from kvprobe.studies.report import Items, estimate, heading, interval, run_time, table_head
+from kvprobe.studies.record_histories import ITEMS as HISTORIES
 from kvprobe.studies.runner import read_rows, write_run_summary
 from .policies import DETECTOR_POLICIES, POLICIES
 from .study import read_timings
@@ -239,6 +240,10 @@ def _components_table(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: Where this study's items come from (the report's Items line).
+ITEMS = Items(HISTORIES.kind, HISTORIES.detail + ", with generated ledger lines as background")
+
+
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     """report.md: the cost table, accuracy with intervals, and the components."""
     sc = config["study_config"]
@@ -248,7 +253,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     machine = (f"{m.get('platform', '?')}, {m.get('processor', '?')}, {m.get('cpus', '?')} CPUs, "
                f"{m.get('threads', '?')} torch threads, torch {m.get('torch', '?')}")
     lines = [
-        *heading("Repeated requests after one update", config),
+        *heading("Repeated requests after one update", config, ITEMS),
         f"{summary['lengths'][0]['histories'] if summary['lengths'] else 0} record histories, one relation variant "
         f"each, at {lengths} (keep-all, B appended; background: {sc['background']} lines {sc['background_at']}). "
         f"Ten requests per sequence (C H U C C H U C H U), greedy, EOS or {sc['max_new_tokens']} tokens, answers not "

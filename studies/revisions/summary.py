@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change
-from kvprobe.studies.figures import plot_changes, run_model
-from kvprobe.studies.report import estimate, heading, ordered, run_time, table_head, table_row
+from kvprobe.studies.figures import run_model
+from kvprobe.studies.report import Items, data_items, estimate, heading, ordered, run_time, table_head, table_row
 from kvprobe.studies.runner import read_rows, write_run_summary
 from . import strings
 from kvprobe.studies.answers import capped_first
@@ -147,12 +147,18 @@ def _grader_sentence(summary: dict[str, Any]) -> str:
             "are read from the decode record and take precedence. The paper's judge was GPT-5.6.")
 
 
+def items(config: dict[str, Any]) -> Items:
+    """Where a run's items come from: released revision histories, or a demonstration set in their schema."""
+    return data_items(config.get("study_config", {}).get("data"), "PG-19 paragraphs with seeded edits in the "
+                      "revision-history schema, not the paper's Wikipedia articles", "released revision histories")
+
+
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     study = config.get("study_config", {})
     data = study.get("data", "generated")
     source = ("Generated demonstration set (PG-19 paragraphs with seeded edits; not the paper's MINTEval Wikipedia "
               "histories)" if data == "generated" else f"Articles from `{data}`")
-    lines = [*heading("Revision histories", config),
+    lines = [*heading("Revision histories", config, items(config)),
              f"{source}: {summary['articles']} articles ({summary['skipped_articles']} skipped as too long), "
              f"{summary['questions']} questions, {summary['answerable']} source-answerable; mean history "
              f"{summary['history_tokens_mean'] or 0:.0f} tokens. Greedy answers of at most "
@@ -190,12 +196,7 @@ def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
     Example: ``write_summary("runs/revisions")["cells"][0]["complete"]``.
     """
     summary = write_run_summary(out_dir, summarize, format_report, seed)
-    panels = {"all questions": [(c["operation"], c["change_vs_full"]["pp"], c["change_vs_full"]["pp_ci"])
-                                for c in summary["cells"] if "change_vs_full" in c]}
-    panels.update({qtype: [(c["operation"], c["change_vs_full"]["pp"], c["change_vs_full"]["pp_ci"])
-                           for c in cells if "change_vs_full" in c] for qtype, cells in summary["by_type"].items()})
-    panels = {k: v for k, v in panels.items() if v}
-    if panels:
-        plot_changes(panels, Path(out_dir) / "figure.png", title=f"Revision histories: {run_model(out_dir)}",
-                     xlabel="complete change vs full, pp (95% CI)")
+    from kvprobe.studies.study_figures import revisions
+
+    revisions(summary, Path(out_dir) / "figure.png", run_model(out_dir))
     return summary

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change, percentile_interval
-from kvprobe.studies.report import corrections_reversals, estimate, heading, ordered, run_time, table_head, table_row
+from kvprobe.studies.report import Items, corrections_reversals, data_items, estimate, heading, ordered, run_time, table_head, table_row
 from kvprobe.studies.runner import read_rows, write_run_summary
 from .history import ARMS
 from .longmemeval import QUESTION_TYPES
@@ -169,13 +169,20 @@ def _delta(change: dict[str, Any] | None) -> str:
     return f"{estimate(change['pp'], change['ci'])} ({corrections_reversals(change, '/')})"
 
 
+def items(config: dict[str, Any]) -> Items:
+    """Where a run's items come from: LongMemEval-Oracle, or seeded fixtures in its schema."""
+    source = config.get("study_config", {}).get("source")
+    return data_items("generated" if source == "fixtures" else source, "seeded conversation fixtures in the "
+                      "LongMemEval schema", "LongMemEval-Oracle questions")
+
+
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     """Markdown report: accuracy and paired changes per subset, termination, question types, run time."""
     study = config.get("study_config", {})
     arms = summary["arms"]
     others = [a for a in arms if a != "full"]
     lines = [
-        *heading("Session-order bias and hard mask", config),
+        *heading("Session-order bias and hard mask", config, items(config)),
         f"Source `{study.get('source')}`, split {study.get('split')}, {summary['questions']} questions in "
         f"{summary['groups']} groups ({summary['skipped_questions']} skipped as too long), {summary['rows']} rows. "
         f"Greedy answers of at most {study.get('max_new_tokens')} tokens, EOS stop; oldest-session weight "

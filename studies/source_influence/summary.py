@@ -35,7 +35,9 @@ import numpy as np
 from kvprobe.readouts.stats import DRAWS, balanced_mean, group_bootstrap_weights, one_sided_lower, \
     percentile_interval
 from kvprobe.files import atomic_write_text
-from kvprobe.studies.report import estimate, heading, run_time, table_head
+from kvprobe.studies.oaks_data import items as oaks_items
+from kvprobe.studies.recognition.role_pairs import ITEMS as PAIR_ITEMS
+from kvprobe.studies.report import Items, estimate, items_lines, heading, run_time, table_head
 from kvprobe.studies.runner import read_rows, write_run_summary
 from . import paper
 from .study import CONDITIONS, FORMATS
@@ -166,6 +168,11 @@ FORMAT_NAMES = {"segments": "segments encoded one by one", "whole": "prefix enco
                 "raw": "raw text, encoded at once", "native": "native chat template, one user message"}
 
 
+def items(config: dict[str, Any]) -> Items:
+    """Where a run's items come from: the role-matched pairs, or OAKS questions (``oaks_data.items``)."""
+    return oaks_items(config.get("study_config", {}).get("source")) if config.get("study") == "oaks" else PAIR_ITEMS
+
+
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     study = config.get("study_config", {})
     formats = summary.get("formats", {})
@@ -177,7 +184,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
             + f"{summary['events']} changes of {summary.get('groups')} questions in the {study.get('split')} books; "
             "strata are books, questions are resampled within book ("
             if oaks else f"{summary['events']} {study.get('split')} events ({study.get('variant')} later sources; ")
-    lines = [*heading(title, config),
+    lines = [*heading(title, config, items(config)),
              data +
              f"{'; '.join(FORMAT_NAMES[f] for f in formats) or 'no format yet'}; no special tokens outside a chat "
              "template). Options scored teacher-forced, no continuation. Every estimate averages the "
@@ -280,6 +287,7 @@ def format_panel(rows: list[dict[str, Any]]) -> str:
              + "; y/n in that order).", "",
              *table_head(["model", "m_F", "Delta_A [95% CI]", "Delta_N [95% CI]", "Delta_m [95% CI]",
                           "old-choice change (pp) [95% CI]", "L.95 (pp)", "favorable strata", "criteria passed"])]
+    lines[2:2] = items_lines(json.loads((Path(r["run"]) / "config.json").read_text()) for r in rows)
     for r in rows:
         e = r["estimates"]
         dm, l95, strata, passed = criteria_cells(r)
