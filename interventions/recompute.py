@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 import torch
 
 from kvprobe.access import Access, as_spans, check_layers, check_spans, positions_of, select_layers
-from kvprobe.engine import CHUNK_SIZE, RowState, extend_state
+from kvprobe.engine import RowState, extend_state
 from kvprobe.prompts import SpanError, TokenSpan
 
 from ._base import OperationError, require_unedited
@@ -51,7 +51,7 @@ def recompute_hidden(
     history: "History",
     hidden: torch.Tensor,
     start: int,
-    chunk_size: int = CHUNK_SIZE,
+    chunk_size: int | None = None,
 ) -> RowState:
     """Keep rows ``[0, start)``, recompute ``[start, T)`` with Bool[T] ``hidden`` positions invisible.
 
@@ -66,7 +66,7 @@ def recompute_in_stages(
     model: "Model",
     history: "History",
     stages: Sequence[tuple[int, torch.Tensor]],
-    chunk_size: int = CHUNK_SIZE,
+    chunk_size: int | None = None,
 ) -> RowState:
     """Recompute the history in stages, each hiding more: ``[(start_k, Bool[T] hidden_k), ...]``.
 
@@ -112,7 +112,7 @@ class _HiddenRecompute(Access):
     """Common validation of the recompute family."""
 
     spans: tuple[TokenSpan, ...] = ()
-    chunk_size: int = CHUNK_SIZE
+    chunk_size: int | None = None
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
         check_spans(self.name, self.spans, history_len)
@@ -130,7 +130,7 @@ class _HiddenRecompute(Access):
 class Rebuild(_HiddenRecompute):
     """Rebuild states: keep rows before the first masked position, recompute the rest with the spans hidden."""
 
-    def __init__(self, spans: TokenSpan | Iterable[TokenSpan], name: str = "rebuild", chunk_size: int = CHUNK_SIZE):
+    def __init__(self, spans: TokenSpan | Iterable[TokenSpan], name: str = "rebuild", chunk_size: int | None = None):
         object.__setattr__(self, "spans", as_spans(spans, "Rebuild"))
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "chunk_size", chunk_size)
@@ -150,7 +150,7 @@ class SelectiveRefresh(_HiddenRecompute):
     full: bool = False
 
     def __init__(self, span: TokenSpan | Iterable[TokenSpan], full: bool = False, name: str | None = None,
-                 chunk_size: int = CHUNK_SIZE):
+                 chunk_size: int | None = None):
         object.__setattr__(self, "spans", as_spans(span, "SelectiveRefresh"))
         object.__setattr__(self, "full", full)
         object.__setattr__(self, "name", name or ("refresh-full" if full else "refresh"))
@@ -186,7 +186,7 @@ class OnlineMask(_HiddenRecompute):
     replacements: tuple[TokenSpan, ...] = ()
 
     def __init__(self, superseded: TokenSpan | Sequence[TokenSpan], replacement: TokenSpan | Sequence[TokenSpan],
-                 name: str = "online-mask", chunk_size: int = CHUNK_SIZE):
+                 name: str = "online-mask", chunk_size: int | None = None):
         olds = _span_list(superseded, "OnlineMask superseded")
         news = (replacement,) * len(olds) if isinstance(replacement, TokenSpan) else _span_list(
             replacement, "OnlineMask replacement")
@@ -246,7 +246,7 @@ def rebuild_segments(
     hidden: torch.Tensor,
     segments: Sequence[TokenSpan],
     layers: tuple[int, ...] | None = None,
-    chunk_size: int = CHUNK_SIZE,
+    chunk_size: int | None = None,
 ) -> RowState:
     """Recompute only the rows of ``segments`` with Bool[T] ``hidden`` invisible; keep every other row as cached.
 
@@ -290,10 +290,10 @@ class SegmentRebuild(Access):
     spans: tuple[TokenSpan, ...] = ()
     segments: tuple[TokenSpan, ...] = ()
     layers: tuple[int, ...] | None = None
-    chunk_size: int = CHUNK_SIZE
+    chunk_size: int | None = None
 
     def __init__(self, source: TokenSpan | Iterable[TokenSpan], segments: TokenSpan | Iterable[TokenSpan],
-                 layers: Iterable[int] | None = None, name: str = "rebuild-segments", chunk_size: int = CHUNK_SIZE):
+                 layers: Iterable[int] | None = None, name: str = "rebuild-segments", chunk_size: int | None = None):
         spans = as_spans(source, "SegmentRebuild")
         segs = (segments,) if isinstance(segments, TokenSpan) else tuple(segments)
         if not segs or not all(isinstance(x, TokenSpan) for x in segs):

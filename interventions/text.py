@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import torch
 
 from kvprobe.access import Access
-from kvprobe.engine import CHUNK_SIZE, RowState, extend_state
+from kvprobe.engine import RowState, extend_state
 from kvprobe.prompts import RenderedPrompt, SpanError
 
 from ._base import require_unedited
@@ -73,10 +73,10 @@ class TextRecompute(Access):
 
     segments: tuple[str, ...] = ()
     stored_prefix: bool = False
-    chunk_size: int = CHUNK_SIZE
+    chunk_size: int | None = None
 
     def __init__(self, segments: str | Iterable[str], stored_prefix: bool = False, name: str | None = None,
-                 chunk_size: int = CHUNK_SIZE):
+                 chunk_size: int | None = None):
         segments = (segments,) if isinstance(segments, str) else tuple(segments)
         if not segments:
             raise SpanError("TextRecompute needs at least one segment name")

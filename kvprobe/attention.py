@@ -79,6 +79,9 @@ class ForwardContext:
     cache: "DynamicCache | None" = None
     kv_source: tuple[int | None, ...] = ()
     probabilities: frozenset[int] = frozenset()
+    #: The forward is one plain causal block from an empty cache (positions 0..Q-1, nothing hidden): the
+    #: mask the layers receive is a placeholder; SDPA runs its causal kernel, other paths build the mask.
+    causal: bool = False
 
 
 _CONTEXT: contextvars.ContextVar[ForwardContext] = contextvars.ContextVar("kvprobe_forward", default=ForwardContext())
@@ -175,6 +178,9 @@ def _attend(impl: str, module, query, key, value, attention_mask, scaling, dropo
     _check_supported(impl, module, dropout, kwargs)
     if scaling is None:
         scaling = module.head_dim**-0.5
+    causal = _CONTEXT.get().causal
+    if causal:
+        attention_mask = None
     # the eager implementation always returns probabilities, as transformers' eager does
     wanted = impl == GROUPED_EAGER or getattr(module, "layer_idx", None) in _CONTEXT.get().probabilities
     shared = _shared_layer(module, key)
@@ -183,12 +189,19 @@ def _attend(impl: str, module, query, key, value, attention_mask, scaling, dropo
             raise RuntimeError("query-aware selection runs on per-row caches (fork_rows(share=False))")
         return shared_attention(module, query, shared, attention_mask, scaling, softcap, want_probabilities=wanted)
     if wanted or softcap is not None or selection.current() is not None:
+        if causal:
+            attention_mask = causal_mask(query.shape[2], key.shape[2], query.dtype, query.device)
         return _eager(module, query, key, value, attention_mask, scaling, softcap)
     S = key.shape[2]
     mask = None if attention_mask is None else attention_mask[..., :S]
     out = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask, scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+        query, key, value, attn_mask=mask, is_causal=causal, scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
     return out.transpose(1, 2).contiguous(), None
+
+
+def causal_mask(Q: int, S: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The additive causal mask [1, 1, Q, S] of a block of Q queries at positions 0..Q-1 (S == Q)."""
+    return torch.full((Q, S), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)[None, None]
 
 
 def _eager(module, query, key, value, attention_mask, scaling, softcap) -> tuple[torch.Tensor, torch.Tensor]:
@@ -257,8 +270,38 @@ def _kv_major(mask: torch.Tensor, kv_heads: int) -> torch.Tensor:
     return mask.view(n, kv_heads, heads // kv_heads, Q, S).transpose(0, 1)
 
 
+def _one_base_block(query, layer, attention_mask, scaling):
+    """:func:`_shared_block` when every row reads the one base and no probabilities or softcap are needed.
+
+    The base scores (queries of all rows folded into one product) and the rows' own scores are joined
+    along the key axis in the batch's slot coordinates, so the scaling, the mask and one float32
+    ``torch.softmax`` run once over both, as eager attention runs them over a row's whole cache:
+    about half the kernels of the two-part softmax, which matters when a decode step is launch-bound.
+    """
+    B, H, Q, D = query.shape
+    base_k, base_v, _ = layer.groups[0]
+    own_k, own_v = layer.keys, layer.values  # [B, KVH, F, D] / [B, KVH, F, Dv]
+    KVH, F, Dv, T = own_k.shape[1], own_k.shape[2], own_v.shape[-1], base_k.shape[2]
+    G = H // KVH
+    grouped = query.reshape(B, KVH, G * Q, D)
+    own = torch.matmul(grouped, own_k.transpose(2, 3)).view(B, KVH, G, Q, F).transpose(0, 1)
+    folded = grouped.transpose(0, 1).reshape(KVH, B * G * Q, D)
+    base = torch.matmul(folded, base_k[0].transpose(1, 2)).view(KVH, B, G, Q, T)
+    scores = torch.cat([base, own], dim=-1).mul_(scaling)  # [KVH, B, G, Q, T + F]
+    if attention_mask is not None:
+        scores.add_(_kv_major(attention_mask[..., : T + F], KVH))
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    out = torch.matmul(probs[..., T:].transpose(0, 1).reshape(B, KVH, G * Q, F), own_v)  # [B, KVH, G*Q, Dv]
+    weighted = torch.matmul(probs[..., :T].reshape(KVH, B * G * Q, T), base_v[0])
+    out += weighted.view(KVH, B, G * Q, Dv).transpose(0, 1)
+    return out.view(B, H, Q, Dv).transpose(1, 2).contiguous(), None
+
+
 def _shared_block(query, layer, attention_mask, scaling, softcap, want_probabilities):
     """:func:`shared_attention` on one block of query rows."""
+    if (not want_probabilities and softcap is None and len(layer.groups) == 1 and layer.groups[0][2] is None
+            and layer.groups[0][0].shape[2] == layer.base_length):
+        return _one_base_block(query, layer, attention_mask, scaling)
     B, H, Q, D = query.shape
     own_k, own_v = layer.keys, layer.values  # [B, KVH, F, D] / [B, KVH, F, Dv]
     KVH, F, Dv = own_k.shape[1], own_k.shape[2], own_v.shape[-1]

@@ -32,6 +32,7 @@ from transformers.cache_utils import DummyLayer, LinearAttentionLayer
 
 from . import selection
 from .attention import KVPROBE_IMPLEMENTATIONS, ForwardContext, forward_context
+from .arch import ATTENTION_LAYER_TYPES, FULL_ATTENTION
 from .masks import layer_type_masks
 from .slots import SPARE_SLOTS, SharedSlotLayer, SlotLayer
 
@@ -41,9 +42,30 @@ if TYPE_CHECKING:
     from .selection import KeySelector
 
 
-#: Default number of history tokens per forward when prefilling or recomputing
+#: Default number of history tokens per forward when prefilling or recomputing on a CPU
 #: (bounds eager attention memory; the paper used 512-token prefill chunks).
 CHUNK_SIZE = 512
+#: The same on an accelerator, where few large forwards are faster (a chunk's mask is
+#: [chunk, history] in the model's dtype: 256 MiB at 32k tokens in bf16).
+ACCELERATOR_CHUNK_SIZE = 4096
+#: Devices on which a prefill from an empty cache (nothing hidden, full-attention layers only) runs as
+#: one block through SDPA's causal kernel (flash attention) instead of chunks under explicit masks:
+#: the same attention, computed by the kernel plain transformers uses. The CPU keeps the chunked,
+#: explicit path (its results are bit-identical to the committed runs).
+CAUSAL_KERNEL_DEVICES = ("cuda",)
+
+
+def default_chunk_size(device: torch.device | str) -> int:
+    """History tokens per forward for a model on ``device``: :data:`CHUNK_SIZE` on a CPU,
+    :data:`ACCELERATOR_CHUNK_SIZE` elsewhere."""
+    return CHUNK_SIZE if torch.device(device).type == "cpu" else ACCELERATOR_CHUNK_SIZE
+
+
+def causal_block_allowed(model: "Model") -> bool:
+    """Whether :data:`CAUSAL_KERNEL_DEVICES` covers ``model`` and every attention layer is full attention."""
+    return (model.device.type in CAUSAL_KERNEL_DEVICES
+            and getattr(model.hf.config, "_attn_implementation", None) in KVPROBE_IMPLEMENTATIONS
+            and all(t == FULL_ATTENTION for t in model.arch.distinct_layer_types if t in ATTENTION_LAYER_TYPES))
 
 
 @dataclass
@@ -360,6 +382,7 @@ def traced_forward(
     affected_rows: torch.Tensor | None = None,
     new_hidden: torch.Tensor | None = None,
     capture_hidden: tuple[int, ...] = (),
+    causal_block: bool = False,
 ) -> ForwardOutput:
     """Run Q new tokens per row through the model, appending them to ``rows``.
 
@@ -377,6 +400,9 @@ def traced_forward(
         affected_rows: Bool[B, Q] query tokens the hidden slots and biases apply to
             (default all; rebuilding states exempts the hidden record's own tokens).
         new_hidden: Bool[B, Q] new slots to hide from later tokens in every hiding layer.
+        causal_block: the caller guarantees one row, an empty cache, positions 0..Q-1, every token
+            valid and nothing hidden (a prefill's only chunk): attention runs SDPA's causal kernel
+            without building a [Q, Q] mask (:func:`causal_block_allowed` must hold).
     """
     B, Q = input_ids.shape
     if query_valid is None:
@@ -387,7 +413,20 @@ def traced_forward(
         offsets = torch.cumsum(query_valid.long(), dim=1) - 1
         query_pos = start[:, None] + offsets.clamp(min=0)
     rows.append_slots(query_pos, query_valid, new_hidden)
-    masks = layer_type_masks(model.arch, query_pos, rows.key_pos, rows.key_valid, model.dtype)
+    minimum = torch.finfo(model.dtype).min
+    if causal_block:  # a placeholder the attention ignores (ForwardContext.causal); no [Q, Q] tensor is made
+        placeholder = torch.zeros((), dtype=model.dtype, device=input_ids.device).expand(B, 1, Q, Q)
+        masks = {t: placeholder for t in model.arch.distinct_layer_types if t in ATTENTION_LAYER_TYPES}
+    else:
+        masks = layer_type_masks(model.arch, query_pos, rows.key_pos, rows.key_valid, model.dtype)
+    hidden = rows.hidden
+    folded = uniform_hidden(model, rows)
+    if folded is not None:
+        # Every attention layer hides the same slots: hide them in the masks the model is given (the
+        # same masked_fill the per-layer intervention would apply to each layer's mask input, so the
+        # same logits, bit for bit) and run without a trace. Decode steps are launch-bound on a GPU.
+        masks = {t: _edit_mask(m, folded, None, affected_rows, minimum) for t, m in masks.items()}
+        hidden = {}
     mask_arg = mask_argument(model.arch, masks)
     kwargs = dict(
         input_ids=input_ids,
@@ -398,25 +437,24 @@ def traced_forward(
     )
     if logits_to_keep:
         kwargs["logits_to_keep"] = logits_to_keep
-    touched = sorted(set(rows.hidden) | set(rows.bias) | set(capture_attention) | set(capture_hidden))
+    touched = sorted(set(hidden) | set(rows.bias) | set(capture_attention) | set(capture_hidden))
     if rows.selector is not None:
         rows.selector.begin(rows, Q)
     context = ForwardContext(cache=rows.cache, kv_source=model.arch.kv_sources,
-                             probabilities=frozenset(capture_attention))
+                             probabilities=frozenset(capture_attention), causal=causal_block)
     with torch.inference_mode(), selection.active(rows.selector), forward_context(context):
         if not touched:
             logits = model.hf(**kwargs).logits
             return ForwardOutput(logits=logits)
-        minimum = torch.finfo(model.dtype).min
         captured, hidden_states = {}, {}
         with model.nn.trace(**kwargs):
             for layer in touched:
-                if layer in rows.hidden or layer in rows.bias or layer in capture_attention:
+                if layer in hidden or layer in rows.bias or layer in capture_attention:
                     attn = model.attention_envoy(layer)
-                if layer in rows.hidden or layer in rows.bias:
+                if layer in hidden or layer in rows.bias:
                     args, kw = attn.inputs
                     kw["attention_mask"] = _edit_mask(
-                        kw["attention_mask"], rows.hidden.get(layer), rows.bias.get(layer), affected_rows, minimum
+                        kw["attention_mask"], hidden.get(layer), rows.bias.get(layer), affected_rows, minimum
                     )
                     attn.inputs = (args, kw)
                 if layer in capture_attention:
@@ -427,12 +465,33 @@ def traced_forward(
     return ForwardOutput(logits=logits, attention=dict(captured), hidden=dict(hidden_states))
 
 
+#: Fold a hidden set that every attention layer shares into the model's masks (:func:`uniform_hidden`)
+#: instead of editing each layer's mask inside an nnsight trace. Both give the same logits bit for bit
+#: (tests/test_fast_paths.py); False forces the traced edit everywhere.
+FOLD_UNIFORM_MASKS = True
+
+
+def uniform_hidden(model: "Model", rows: Rows) -> torch.Tensor | None:
+    """The one Bool[B, S] hidden table every attention layer of ``rows`` uses, or None.
+
+    None when layers hide different slots (``Mask(..., layers=...)``), when a logit bias is
+    present (it is added before hiding, per layer), when the model has layers that read another
+    layer's rows or see only some query rows (KV sharing), or when :data:`FOLD_UNIFORM_MASKS` is off.
+    """
+    if not FOLD_UNIFORM_MASKS or not rows.hidden or rows.bias or model.arch.shared_layers:
+        return None
+    tables = {id(t): t for t in rows.hidden.values()}
+    if len(tables) != 1 or set(rows.hidden) != set(model.arch.attention_layers):
+        return None
+    return next(iter(tables.values()))
+
+
 def extend_state(
     model: "Model",
     prefix: RowState,
     ids: torch.Tensor,
     positions: torch.Tensor,
-    chunk_size: int = CHUNK_SIZE,
+    chunk_size: int | None = None,
     hidden: torch.Tensor | None = None,
     affected: torch.Tensor | None = None,
     layers: tuple[int, ...] | None = None,
@@ -447,7 +506,14 @@ def extend_state(
     """
     n = int(ids.shape[0])
     P = prefix.length
+    if chunk_size is None:
+        chunk_size = default_chunk_size(ids.device)
     rows = fork_rows([replace(prefix, hidden={}, bias={})], spare=n)  # room for every new row: no regrowth
+    # A prefill from nothing on an accelerator: one block through the causal kernel (CAUSAL_KERNEL_DEVICES).
+    causal = (P == 0 and hidden is None and layers is None and n > 0 and not prefix.recurrent
+              and causal_block_allowed(model) and int(positions[0]) == 0 and int(positions[-1]) == n - 1)
+    if causal:
+        chunk_size = n
     if hidden is not None:
         shared = hidden[None, :P].clone()  # one tensor for all layers, grown once per chunk
         rows.hidden = {layer: shared for layer in (model.arch.attention_layers if layers is None else layers)}
@@ -463,6 +529,7 @@ def extend_state(
             affected_rows=None if hidden is None else affected[lo:hi][None],
             new_hidden=None if hidden is None else hidden[P + lo : P + hi][None],
             logits_to_keep=1,
+            causal_block=causal,
         )
     # Compact tensors: a history keeps no spare capacity of the batch's buffers.
     kv = [cache_layer.compact() if isinstance(cache_layer, SlotLayer) else (None, None)

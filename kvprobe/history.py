@@ -24,30 +24,37 @@ if TYPE_CHECKING:
 
 #: Integer dtype of each element width: a tensor's bits are read through this view.
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-#: Elements per reduction (bounds the int64 temporaries: 2 x 32 MiB).
-_CHUNK = 1 << 22
-#: An odd 64-bit multiplier (2^64 / golden ratio, as a signed int64): slot weights ``(i * M + 1) mod 2^64``
-#: are distinct for every index, so two slots swapping or compensating changes are seen.
+#: Width of the rows a tensor's bits are folded into for the weighted sum (see :func:`tensor_checksum`).
+_ROW = 1024
+#: An odd 64-bit multiplier (2^64 / golden ratio, as a signed int64): row weights ``(r * M + 1) mod 2^64``
+#: are distinct for every row.
 _WEIGHT = -7046029254386353131
 
 
 def tensor_checksum(t: torch.Tensor) -> torch.Tensor:
-    """Long[2] on ``t``'s device: the sum of ``t``'s elements read as integers, and their weighted sum.
+    """Long[2] on ``t``'s device: a plain and a position-weighted sum of ``t``'s bits read as integers.
 
     Works on every dtype (bf16/fp16 through int16, fp32 through int32...) and device without copying
-    ``t`` to the host. Any change of one element changes the first sum; changes of several
-    elements that cancel there change the second (weights are distinct per index, arithmetic
-    mod 2^64). A checksum for catching accidental writes, not a cryptographic hash.
+    ``t`` to the host, in a few kernels. Any change of one element changes the plain sum; changes that
+    cancel there (two elements swapped, say) change the weighted one, whose weights differ for every
+    element (an odd weight per column, wrapping int32 products, times a distinct weight per row, mod
+    2^64). A checksum for catching accidental writes, not a cryptographic hash.
     """
     flat = t.detach().reshape(-1)
-    bits = flat.view(_BITS[flat.element_size()])
-    total = torch.zeros(2, dtype=torch.int64, device=t.device)
-    for lo in range(0, bits.numel(), _CHUNK):
-        chunk = bits[lo:lo + _CHUNK].to(torch.int64)
-        weight = torch.arange(lo, lo + chunk.numel(), dtype=torch.int64, device=t.device) * _WEIGHT + 1
-        total[0] += chunk.sum()
-        total[1] += (chunk * weight).sum()
-    return total
+    if (flat.numel() * flat.element_size()) % 4 == 0 and flat.element_size() != 4:
+        bits = flat.view(torch.uint8).view(torch.int32)  # the same bytes as 32-bit words (no copy)
+    else:
+        bits = flat.view(_BITS[flat.element_size()])
+        bits = bits if bits.element_size() == 4 else bits.to(torch.int32)
+    n = bits.numel()
+    pad = (-n) % _ROW
+    if pad:
+        bits = torch.cat([bits, bits.new_zeros(pad)])
+    rows = bits.view(-1, _ROW)
+    column = torch.arange(1, 2 * _ROW, 2, dtype=torch.int32, device=t.device)  # odd column weights
+    row_sums = (rows * column).sum(dim=1, dtype=torch.int64)  # int32 products wrap; summed in int64
+    row_weight = torch.arange(rows.shape[0], dtype=torch.int64, device=t.device) * _WEIGHT + 1
+    return torch.stack([rows.sum(dtype=torch.int64), (row_sums * row_weight).sum()])
 
 
 def kv_digest(kv: list[tuple[torch.Tensor | None, torch.Tensor | None]],

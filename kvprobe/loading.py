@@ -433,14 +433,18 @@ def load_weights(
     ``device``: where the model runs; ``"auto"`` (Hub ids and HF directories only) loads with
     transformers' ``device_map="auto"``, spreading a model too large for one device over all of them.
     """
-    from .tiny import TINY_MODELS, build_tiny
+    from .tiny import SHAPED_MODELS, TINY_MODELS, build_shaped, build_tiny
 
     name = str(name)
     t0 = time.perf_counter()
     path = Path(name).expanduser()
-    if device == "auto" and (name in TINY_MODELS or name in REGISTRY or path.is_file()):
+    if device == "auto" and (name in TINY_MODELS or name in SHAPED_MODELS or name in REGISTRY or path.is_file()):
         raise ValueError(f"device='auto' (device_map='auto') is for Hub models and local directories; "
                          f"{name!r} is a tiny or GGUF model: pass device='cpu' or 'cuda'")
+    if name in SHAPED_MODELS:  # random weights made where they run; identified by name and seed
+        hf, tok = build_shaped(name, dtype=dtype, device=device, attn_implementation=attn_implementation)
+        return LoadedWeights(hf, tok, name, "shaped-random", f"{name}:random-seed-0",
+                             {"load_seconds": time.perf_counter() - t0})
     if name in TINY_MODELS:
         hf, tok = build_tiny(name, dtype=dtype, attn_implementation=attn_implementation)
         return LoadedWeights(hf.to(device), tok, name, "tiny", state_dict_sha256(hf),

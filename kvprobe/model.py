@@ -10,7 +10,7 @@ import torch
 from .access import Access, Full
 from .arch import ArchSummary, adapter_for
 from .decoding import CandidateScores, Generation, Request, generate_greedy, score_candidates
-from .engine import CHUNK_SIZE, RowState, extend_state
+from .engine import RowState, extend_state
 from .history import History, kv_digest
 from .prompts import Prompt, RenderedPrompt
 
@@ -98,7 +98,7 @@ class Model:
         """Render and tokenize a prompt's history: (rendered prompt, Long[T] ids, character offsets)."""
         return prompt.tokenize(self.tokenizer)
 
-    def prefill(self, prompt: Prompt, chunk_size: int = CHUNK_SIZE, reuse: History | None = None) -> History:
+    def prefill(self, prompt: Prompt, chunk_size: int | None = None, reuse: History | None = None) -> History:
         """Tokenize and prefill a prompt's history once (in chunks of ``chunk_size`` tokens).
 
         ``reuse``: an earlier history of this model whose leading tokens this one
@@ -111,7 +111,7 @@ class Model:
         return self.prefill_tokens(prompt, rendered, ids, offsets, chunk_size=chunk_size, reuse=reuse)
 
     def prefill_tokens(self, prompt: Prompt, rendered: RenderedPrompt, ids: torch.Tensor,
-                       offsets: list[tuple[int, int]], chunk_size: int = CHUNK_SIZE, reuse: History | None = None,
+                       offsets: list[tuple[int, int]], chunk_size: int | None = None, reuse: History | None = None,
                        digest: bool = True) -> History:
         """:meth:`prefill` of a history already tokenized by :meth:`tokenize` (``digest=False`` leaves
         ``History.digest`` empty: for timing the prefill alone; set it before any check)."""

@@ -55,7 +55,7 @@ import torch
 
 from .attention import KVPROBE_SDPA
 
-__all__ = ["TINY_MODELS", "TINY_SEED", "build_tiny", "tiny_tokenizer", "tiny_config"]
+__all__ = ["SHAPED_MODELS", "TINY_MODELS", "TINY_SEED", "build_shaped", "build_tiny", "tiny_tokenizer", "tiny_config"]
 
 TINY_MODELS: tuple[str, ...] = ("tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-moe",
                                  "tiny-qwen3.5", "tiny-qwen3-next", "tiny-gemma3", "tiny-gemma4",
@@ -297,7 +297,7 @@ def _sharpen_qk_norm(model) -> None:
             relative = float(getattr(attn, "scaling", head_dim**-0.5)) * head_dim**0.5  # 1 for 1/sqrt(d)
             gain = QK_NORM_GAIN / relative**0.5 if relative > 1 else QK_NORM_GAIN
             module.weight.zero_()
-            probe = torch.ones(1, head_dim)
+            probe = torch.ones(1, head_dim, device=module.weight.device, dtype=module.weight.dtype)
             offset = float(module(probe).abs().mean())  # 0 for w scaling, 1 for (1 + w)
             module.weight.fill_(gain - round(offset))
 
@@ -308,3 +308,45 @@ def _calm_recurrences(model) -> None:
     for name, param in model.named_parameters():
         if ".linear_attn." in name and param.dim() > 1:
             param.mul_(RECURRENT_INIT_RANGE / TINY_INIT_RANGE)
+
+
+# --------------------------------------------------------------------------- full-size shapes
+
+#: Released models' shapes with random weights and the tiny tokenizer: benchmarks of real sizes with no
+#: download (``kvprobe bench gpu``). The vocabulary is the tiny tokenizer's (1000 ids, so the output
+#: projection is small) and RoPE scaling is left out; everything else is the released config's.
+SHAPED_MODELS: dict[str, tuple[str, dict]] = {
+    "random-llama-3.1-8b": ("llama", dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                          num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                                          max_position_embeddings=131072, rms_norm_eps=1e-5,
+                                          rope_parameters={"rope_type": "default", "rope_theta": 500000.0})),
+    # the same architecture at 1/16 of the width, for a CPU run of the same code
+    "random-llama-mini": ("llama", dict(hidden_size=256, intermediate_size=896, num_hidden_layers=4,
+                                        num_attention_heads=8, num_key_value_heads=2, head_dim=32,
+                                        max_position_embeddings=131072, rms_norm_eps=1e-5,
+                                        rope_parameters={"rope_type": "default", "rope_theta": 500000.0})),
+}
+
+
+def build_shaped(name: str, *, dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cpu",
+                 attn_implementation: str = KVPROBE_SDPA):
+    """Build ``name`` from :data:`SHAPED_MODELS` with random weights (std 0.02, seed :data:`TINY_SEED`),
+    created directly on ``device`` in ``dtype`` -> ``(model, tokenizer)``."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if name not in SHAPED_MODELS:
+        raise ValueError(f"unknown shaped model {name!r}; choose one of {', '.join(SHAPED_MODELS)}")
+    tok = tiny_tokenizer()
+    model_type, fields = SHAPED_MODELS[name]
+    config = AutoConfig.for_model(model_type, vocab_size=len(tok), eos_token_id=tok.eos_token_id,
+                                  pad_token_id=tok.pad_token_id, bos_token_id=tok.pad_token_id,
+                                  initializer_range=0.02, tie_word_embeddings=False, **fields)
+    config._attn_implementation = attn_implementation
+    devices = [torch.device(device)] if torch.device(device).type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.device(device):
+        torch.manual_seed(TINY_SEED)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.eval()
+    model.requires_grad_(False)
+    model.name_or_path = model.config.name_or_path = name
+    return model, tok

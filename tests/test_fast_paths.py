@@ -172,3 +172,64 @@ def test_hybrid_prefill_reuse_starts_afresh_unless_the_whole_history_is_shared(h
     fresh = hybrid.prefill(prompt)
     for (c, r), (c2, r2) in zip(reused.recurrent.values(), fresh.recurrent.values()):
         assert torch.equal(c, c2) and torch.equal(r, r2)  # recomputed from token 0, identically
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3", "tiny-qwen3.5"])
+def test_folded_masks_equal_the_traced_per_layer_edit_bit_for_bit(name, monkeypatch):
+    """A hidden set shared by every attention layer is folded into the model's masks (no trace); the
+    per-layer nnsight edit must give the same scores, answers and rebuilt K/V exactly."""
+    from kvprobe import engine
+    from kvprobe.interventions import OnlineMask, Rebuild
+
+    model = kvprobe.load_model(name)
+    h = make_history(model)
+    source = Mask(h.span("A"), name="source")
+    access = {"full": Full(), "source": source, "control": matched_control(h, source, segment="note"),
+              "rebuild": Rebuild(h.span("A")), "online": OnlineMask(h.span("A"), h.span("B"))}
+
+    def run():
+        scores = model.score(h, QUESTIONS[0], CANDIDATES, access=access)
+        answers = model.generate(h, QUESTIONS, access=access, max_new_tokens=6)
+        rebuilt = Rebuild(h.span("A")).prepare(model, h).kv
+        return scores, answers, rebuilt
+
+    folded = run()
+    monkeypatch.setattr(engine, "FOLD_UNIFORM_MASKS", False)
+    traced = run()
+    assert folded[0] == traced[0] and folded[1] == traced[1]
+    for (k1, v1), (k2, v2) in zip(folded[2], traced[2]):
+        assert (k1 is None and k2 is None) or (torch.equal(k1, k2) and torch.equal(v1, v2))
+    # the folded run really took the fast path: the source mask's rows fold, a per-layer mask does not
+    rows = fork_rows([source.prepare(model, h)])
+    assert engine.uniform_hidden(model, rows) is None  # switched off here
+    monkeypatch.setattr(engine, "FOLD_UNIFORM_MASKS", True)
+    assert engine.uniform_hidden(model, rows) is not None
+    layered = Mask(h.span("A"), layers=model.arch.attention_layers[:1]).prepare(model, h)
+    assert engine.uniform_hidden(model, fork_rows([layered])) is None
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
+def test_causal_kernel_prefill_equals_the_chunked_masked_prefill(name, monkeypatch):
+    """On an accelerator a prefill from nothing runs as one block through SDPA's causal kernel; forced on
+    the CPU here, its K/V and question logits equal the chunked prefill under explicit masks (fp32)."""
+    from kvprobe import engine
+
+    model = kvprobe.load_model(name)
+    prompt = kvprobe.Prompt(SEGMENTS, chat=True)
+    chunked = model.prefill(prompt, chunk_size=16)
+    calls = []
+    real = engine.traced_forward
+    monkeypatch.setattr(engine, "traced_forward", lambda *a, **k: calls.append(k.get("causal_block")) or real(*a, **k))
+    monkeypatch.setattr(engine, "CAUSAL_KERNEL_DEVICES", ("cuda", "cpu"))
+    one_block = model.prefill(prompt, chunk_size=16)
+    assert calls == [True], "one causal block, whatever the chunk size"
+    for (k1, v1), (k2, v2) in zip(chunked.kv, one_block.kv):
+        if k1 is not None:
+            assert torch.allclose(k1, k2, atol=TOL) and torch.allclose(v1, v2, atol=TOL)
+    for c1, c2 in zip(chunked.recurrent.values(), one_block.recurrent.values()):
+        assert torch.allclose(c1[1], c2[1], atol=TOL)
+    q = QUESTIONS[0]
+    a = model.score(chunked, q, CANDIDATES, access={"full": Full(), "source": Mask(chunked.span("A"))})
+    b = model.score(one_block, q, CANDIDATES, access={"full": Full(), "source": Mask(one_block.span("A"))})
+    for k in a:
+        assert max(abs(x - y) for x, y in zip(a[k].logprobs, b[k].logprobs)) < 1e-4

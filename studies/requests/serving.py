@@ -31,7 +31,6 @@ import torch
 import kvprobe
 from kvprobe.decoding import Generation, _generation, _greedy_from, suffix_ids
 from kvprobe.engine import (
-    CHUNK_SIZE,
     fork_rows,
     pad_suffix_block,
     traced_forward,
@@ -53,7 +52,7 @@ class Encoded:
 
 
 def encode(model: kvprobe.Model, prompt: kvprobe.Prompt, reuse: kvprobe.History | None = None,
-           chunk_size: int = CHUNK_SIZE) -> Encoded:
+           chunk_size: int | None = None) -> Encoded:
     """Tokenize and prefill ``prompt``'s history, reusing the rows it shares with ``reuse``.
 
     The history's ``digest`` is left empty; call :func:`seal` (untimed) before checks.
