@@ -27,10 +27,11 @@ from typing import Any
 
 from kvprobe.readouts.stats import MIN_HISTORIES, MIN_RESAMPLED_UNITS, small_sample
 
-__all__ = ["COVERAGE_COLUMNS", "FLOOR", "INCONCLUSIVE", "ITEM_KINDS", "Items", "NOT_TESTABLE", "OPPOSITE",
-           "REPLICATES", "VERDICT_RULE", "corrections_reversals", "coverage_rows", "data_items", "estimate",
-           "format_change", "heading", "interval", "items_lines", "model_name", "nested_note", "ordered", "run_items",
-           "run_time", "small_sample_note", "table_head", "table_row", "testable", "verdict", "verdict_cell"]
+__all__ = ["COVERAGE_COLUMNS", "FLOOR", "INCONCLUSIVE", "ITEM_KINDS", "Items", "NOT_TESTABLE", "NO_CHANGE_RULE",
+           "OPPOSITE", "REPLICATES", "VERDICT_RULE", "corrections_reversals", "coverage_rows", "data_items",
+           "estimate", "format_change", "heading", "interval", "items_lines", "model_name", "nested_note", "ordered",
+           "run_items", "run_time", "small_sample_note", "table_head", "table_row", "testable", "verdict",
+           "verdict_cell"]
 
 
 def interval(ci: Sequence[float] | None, fmt: str = "+.2f") -> str:
@@ -141,6 +142,9 @@ REPLICATES, OPPOSITE, INCONCLUSIVE, NOT_TESTABLE = "replicates", "opposite", "in
 VERDICT_RULE = ("replicates: the paper's direction and the 95% interval excludes 0; opposite: the interval excludes 0 "
                 "the other way; inconclusive: the interval includes 0; not testable here: the paper's reference arm "
                 "answers fewer than 10% correctly or no better than chance, so the change cannot show")
+#: The same rule for a claim that nothing changes (``verdict`` with ``paper_sign`` 0).
+NO_CHANGE_RULE = ("where the paper found no change: replicates when the interval lies within +-{tolerance}, "
+                  "opposite when it excludes 0, else inconclusive")
 
 
 #: The floor: a reference arm answering fewer than this share correctly cannot show a change (the scorecard's
@@ -155,23 +159,31 @@ def testable(correct: int, n: int, chance: float | None = None) -> bool:
     return n > 0 and correct / n >= FLOOR and (chance is None or correct > chance)
 
 
-def verdict(ci: Sequence[float] | None, paper_sign: int, is_testable: bool = True) -> str:
+def verdict(ci: Sequence[float] | None, paper_sign: int, is_testable: bool = True,
+            tolerance: float | None = None) -> str:
     """The verdict a 95% interval earns against the paper's direction (``paper_sign`` +1 or -1):
-    :data:`VERDICT_RULE`. ``is_testable`` False (:func:`testable`) or no interval: not testable here."""
-    if paper_sign not in (1, -1):
-        raise ValueError(f"paper_sign must be +1 or -1, got {paper_sign!r}")
+    :data:`VERDICT_RULE`. ``is_testable`` False (:func:`testable`) or no interval: not testable here.
+    ``paper_sign`` 0 (the paper found no change): replicates when the interval lies within +-``tolerance``,
+    opposite when it excludes 0, else inconclusive."""
+    if paper_sign not in (1, -1, 0):
+        raise ValueError(f"paper_sign must be +1, -1 or 0, got {paper_sign!r}")
+    if paper_sign == 0 and tolerance is None:
+        raise ValueError("a no-change claim needs a tolerance")
     if not is_testable or ci is None:
         return NOT_TESTABLE
     lo, hi = ci
     if lo > 0 or hi < 0:
-        return REPLICATES if (lo > 0) == (paper_sign > 0) else OPPOSITE
+        return OPPOSITE if paper_sign == 0 else REPLICATES if (lo > 0) == (paper_sign > 0) else OPPOSITE
+    if paper_sign == 0 and -tolerance <= lo and hi <= tolerance:
+        return REPLICATES
     return INCONCLUSIVE
 
 
-def verdict_cell(value: float, ci: Sequence[float] | None, paper_sign: int, is_testable: bool = True) -> str:
+def verdict_cell(value: float, ci: Sequence[float] | None, paper_sign: int, is_testable: bool = True,
+                 tolerance: float | None = None) -> str:
     """:func:`verdict` for a report cell; an inconclusive estimate whose point lies on the other side of 0 from
     the paper's says so."""
-    v = verdict(ci, paper_sign, is_testable)
+    v = verdict(ci, paper_sign, is_testable, tolerance)
     return v + (" (point estimate opposite in sign)" if v == INCONCLUSIVE and value * paper_sign < 0 else "")
 
 

@@ -9,7 +9,7 @@ whole source stories (the paper's clusters), the same draws for every cell.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +17,20 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, bootstrap_stream, group_bootstrap_weights, paired_change
 from kvprobe.studies.figures import run_model
-from kvprobe.studies.report import Items, corrections_reversals, data_items, estimate, heading, run_time, table_head
+from kvprobe.studies.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, data_items, estimate, \
+    heading, run_time, table_head, table_row, testable, verdict_cell
 from kvprobe.studies.runner import read_rows, write_run_summary
 from .study import POLICIES
 
 RULES = ("official", "official_no_eos", "strict")
+
+#: The paper's claims (paper partA 2; anchors at 32k, counts of 100): (task, policy, sign of the change against
+#: full access, what the paper reports). Sign 0: the paper finds (almost) no change.
+CLAIMS = (("qa3", "naive", -1, "33 -> 16, 25 -> 6, 40 -> 15 (Qwen3-4B, Llama-3.2-3B, Qwen3-32B)"),
+          ("qa3", "dependency", 0, "33 -> 31, 25 -> 22, 40 -> 39"),
+          ("qa2", "naive", 1, "36 -> 43, 16 -> 20, 46 -> 47"))
+#: A no-change claim's tolerance: 5 % of the questions (the scorecard's 5 pp).
+TOLERANCE = 0.05
 
 
 def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[str, Any]:
@@ -35,6 +44,8 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
     for (task, length), per_policy in sorted(by_cell.items()):
         full = per_policy.get("full", {})
         case_ids = sorted(full)
+        # Chance: what always giving the most common gold location scores (every answer is a location).
+        answers = Counter(r["answer"] for r in full.values())
         weights = group_bootstrap_weights([full[c]["group"] for c in case_ids], n_draws=draws, seed=rng)
         for policy in [p for p in POLICIES if p in per_policy]:
             mine = per_policy[policy]
@@ -44,6 +55,9 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
                     "masked_tokens_mean": float(np.mean([r["masked_tokens"] for r in mine.values()]))}
             for rule in RULES:
                 cell[rule] = sum(bool(r[rule]) for r in mine.values())
+            if policy == "full":
+                cell["locations"] = len(answers)
+                cell["majority"] = max(answers.values()) if answers else 0
             if policy != "full" and all(c in mine for c in case_ids):
                 cell["official_change_vs_full"] = paired_change([int(mine[c]["official"]) for c in case_ids],
                                                                 [int(full[c]["official"]) for c in case_ids],
@@ -91,7 +105,43 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
                      f"| {c['official_no_eos']} | {c['strict']} | {c['eos']} | {c.get('capped', '')} "
                      f"| {c['masked_tokens_mean']:.0f} |")
     lines.append("")
+    lines += claim_lines(summary)
     return "\n".join(lines)
+
+
+def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each claim of :data:`CLAIMS` in each (task, length) cell with its verdict (``studies.report.verdict``)
+    against full access, the paper's reference arm: not testable when full access answers no better than always
+    giving the most common location, or below the 10 % floor."""
+    out = []
+    cells = {(c["task"], c["length"], c["policy"]): c for c in summary["cells"]}
+    for task, policy, sign, paper in CLAIMS:
+        for length in sorted({c["length"] for c in summary["cells"] if c["task"] == task}):
+            full, arm = cells.get((task, length, "full")), cells.get((task, length, policy))
+            if full is None or arm is None or "official_change_vs_full" not in arm or "majority" not in full:
+                continue
+            ch = arm["official_change_vs_full"]
+            ok = testable(full["official"], full["n"], chance=full["majority"])
+            out.append({"task": task, "length": length, "policy": policy, "paper": paper,
+                        "estimate": estimate(ch["change"], ch["ci"], "+d", "+.0f"),
+                        "reference": f"full {full['official']} of {full['n']}; majority answer {full['majority']}",
+                        "verdict": verdict_cell(ch["change"], ch["ci"], sign, ok, TOLERANCE * full["n"])})
+    return out
+
+
+def claim_lines(summary: dict[str, Any]) -> list[str]:
+    claims = claim_verdicts(summary)
+    if not claims:
+        return []
+    return ["## The paper's effects at this size", "",
+            f"Verdicts against full access, the paper's reference arm: {VERDICT_RULE}; "
+            f"{NO_CHANGE_RULE.format(tolerance=f'{TOLERANCE:.0%} of the questions')}. Chance: always "
+            "answering the most common gold location (one of the story's locations); full access must beat it. "
+            "Paper anchors: 32k tokens, counts of 100.", "",
+            *table_head(["task", "length", "policy vs full", "paper (full -> policy)", "ours [95% CI]",
+                         "reference: full, chance", "verdict"]),
+            *(table_row([c["task"], c["length"], c["policy"], c["paper"], c["estimate"], c["reference"], c["verdict"]])
+              for c in claims), ""]
 
 
 def plot(summary: dict[str, Any], path: Path | str, model: str = "") -> Path:

@@ -34,7 +34,8 @@ from typing import Any, Callable
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, percentile_interval
-from kvprobe.studies.report import Items, corrections_reversals, estimate, heading, ordered, run_time, table_head
+from kvprobe.studies.report import Items, corrections_reversals, estimate, heading, ordered, run_time, small_sample_note, \
+    table_head
 from kvprobe.studies.runner import read_rows, write_run_summary
 from .groups import NOTES, QUERIES
 from .history import CONDITIONS
@@ -221,6 +222,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         "JSON answer field with EOS (one outer code fence allowed); lenient = the first of the two values "
         "mentioned is the right one, with EOS. Margin = log p(right JSON) - log p(other JSON), nats. Intervals: "
         f"paired bootstrap of groups, {summary['draws']:,} draws, seed {summary['seed']}, percentile 95 %.", "",
+        *small_sample_note(summary["groups"], "groups"),
         "## Key contrasts", "",
         *table_head(["contrast", "estimate [95% CI]", "n", "paper anchor"]),
     ]

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from kvprobe.readouts.stats import (DRAWS, PAPER_SEED, bootstrap_auc, bootstrap_mean, group_bootstrap_weights,
-                                    percentile_interval)
+from kvprobe.readouts.stats import (DRAWS, MIN_RESAMPLED_UNITS, PAPER_SEED, bootstrap_auc, bootstrap_mean,
+                                    group_bootstrap_weights, percentile_interval, small_sample)
 from kvprobe.studies.detectors.text import REPLACEMENT, TEXT_DETECTORS, YES_NO
 from kvprobe.studies.oaks_data import items as oaks_items
-from kvprobe.studies.report import Items, estimate, heading, interval, model_name, run_time, table_head
+from kvprobe.studies.report import Items, estimate, small_sample_note, heading, interval, model_name, run_time, table_head
 from kvprobe.studies.runner import read_rows, write_run_summary
 from .calibration import calibrate
 from .natural_summary import action_report, detection_action, natural_report, summarize_natural
@@ -64,7 +64,7 @@ def yes_no_cell(rows: list[dict[str, Any]], seed: int, draws: int) -> dict[str, 
     scores = np.array([r["score"] for r in rows])
     cell: dict[str, Any] = {"n": len(rows), "single_token": all(r["single_token"] for r in rows),
                             "score_range": [float(scores.min()), float(scores.max())],
-                            "distinct_scores": int(len(np.unique(scores)))}
+                            "distinct_scores": int(len(np.unique(scores))), "groups": len({r["group"] for r in rows})}
     labels = [r["label"] for r in rows]
     if 0 < sum(labels) < len(labels):
         cell["auc"] = bootstrap_auc({"yes-no": scores}, labels, [r["group"] for r in rows], n_draws=draws,
@@ -138,12 +138,24 @@ def items(config: dict[str, Any]) -> list[Items]:
     return [ITEMS, *([oaks_items(sc["oaks_source"])] if "oaks" in sc["datasets"] else [])]
 
 
+def _against_chance(a: dict[str, Any] | None) -> str:
+    """Where an AUC's 95% interval lies against chance (0.5)."""
+    if not a:
+        return "undefined"
+    if a["hi"] < 0.5:
+        return f"significantly below chance ({interval((a['lo'], a['hi']), '.3f')})"
+    if a["lo"] > 0.5:
+        return f"significantly above chance ({interval((a['lo'], a['hi']), '.3f')})"
+    return f"not distinguishable from chance ({interval((a['lo'], a['hi']), '.3f')})"
+
+
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     sc = config["study_config"]
     lines = [*heading("Detection", config, items(config)),
              f"Detectors on record pairs: the paper's direct, expanded and asserted-value JSON classifiers "
              f"(greedy, at most {sc['max_new_tokens']} tokens, verbatim prompts) and a YES/NO score "
-             f"(P(YES) / (P(YES) + P(NO)) of the answer's first token(s); prompt ours). Datasets: "
+             f"(P(YES) / (P(YES) + P(NO)) of the answer's first token(s); the paper's pair-score prompt and system "
+             "message, byte for byte). Datasets: "
              f"{', '.join(sc['datasets'])}; splits {', '.join(sc['splits'])}"
              + (f" (oaks: the {sc['oaks_split']} books of {sc['oaks_source']}, the asserted-value prompt plain and "
                 f"question-conditioned, at most {sc['oaks_max_new_tokens']} tokens)" if "oaks" in sc['datasets'] else "")
@@ -163,7 +175,15 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
             lines.append(f"| {c['dataset']} | {c['split']} | {c['n']} | {_auc(c.get('auc'))} | "
                          f"{_auc(c.get('role_auc'))} | {lo:.4f} - {hi:.4f} | {c['distinct_scores']} | "
                          f"{'yes' if c['single_token'] else 'no'} |")
-        lines.append("")
+        lines += ["", "Against chance (AUC 0.5): " + "; ".join(
+            f"{c['dataset']} {c['split']} {_against_chance(c.get('auc'))}" for c in summary["yes_no"])
+            + ". An AUC significantly below 0.5 ranks replacements below non-replacements: the score carries "
+            "signal in the wrong direction, so acting on high scores, as the paper's rule does, flags "
+            "non-replacements first.", ""]
+        few = [c for c in summary["yes_no"] if small_sample(c.get("groups", MIN_RESAMPLED_UNITS))]
+        if few:
+            lines += small_sample_note(min(c["groups"] for c in few), "groups", "intervals of "
+                                       + ", ".join(f"{c['dataset']} {c['split']} ({c['groups']} groups)" for c in few))
     for dataset, cal in summary["calibration"].items():
         lines += [f"## YES/NO thresholds on {dataset} (fitted on dev, applied to test)", "",
                   *table_head(["rule", "threshold", "dev balanced accuracy", "test actions",

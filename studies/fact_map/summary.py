@@ -27,7 +27,7 @@ from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, p
 from kvprobe.studies.figures import run_model
 from kvprobe.studies.quantity_task.tasks import ITEMS as QUANTITY_ITEMS
 from kvprobe.studies.record_histories import ITEMS as RECORD_ITEMS
-from kvprobe.studies.report import Items, estimate, heading, run_time, table_head, table_row
+from kvprobe.studies.report import Items, estimate, heading, run_time, small_sample_note, table_head, table_row
 from kvprobe.studies.runner import read_rows, write_run_summary
 
 #: Kinds of rows, in report order.
@@ -61,19 +61,23 @@ def _summarize_cases(cases: dict[str, dict[str, Any]], seed: int) -> dict[str, A
 
     mask = margins("mask")
     effect = margins("recompute") - mask
+    target = _cell(effect, effect, w, ratio=False)
+    # A recovery ratio divides by the recompute effect: with that effect's interval including 0 it is not
+    # reported (docs/fidelity.md), so no ratio is computed at all.
+    excludes_zero = bool(target["change_ci"][0] > 0 or target["change_ci"][1] < 0)
     out: dict[str, Any] = {"n_cases": len(ids), "n_groups": len(set(cases[i]["group"] for i in ids)),
-                           "target_effect": _cell(effect, effect, w, ratio=False),
+                           "target_effect": target,
                            "mask_vs_full": _cell(mask - margins("full"), effect, w, ratio=False),
                            "conditions": {}}
     for name in names:
         meta = cases[ids[0]]["meta"].get(name) or next(cases[i]["meta"][name] for i in ids if name in cases[i]["meta"])
         kind = meta["kind"]
-        cell = _cell(margins(name) - mask, effect, w, ratio=kind in ("rebuild", "cumulative", "band"))
+        cell = _cell(margins(name) - mask, effect, w,
+                     ratio=excludes_zero and kind in ("rebuild", "cumulative", "band"))
         tokens = [cases[i]["tokens"][name] for i in ids if name in cases[i]["tokens"]]
         out["conditions"][name] = {**meta, **cell, "margin": float(np.nanmean(margins(name))),
                                    "recomputed_tokens": float(np.mean(tokens)) if tokens else 0.0}
-    te = out["target_effect"]
-    out["target_effect_excludes_zero"] = bool(te["change_ci"][0] > 0 or te["change_ci"][1] < 0)
+    out["target_effect_excludes_zero"] = excludes_zero
     return out
 
 
@@ -132,20 +136,25 @@ def _block(stats: dict[str, Any], title: str, pieces: list[str], bands: list[lis
              f"{stats['n_cases']} histories in {stats['n_groups']} groups. Recompute (the text without A) vs the A "
              f"mask: {estimate(te['change'], te['change_ci'], '+.3f')} nats; the A mask vs full access: "
              f"{estimate(mf['change'], mf['change_ci'], '+.3f')} nats.", ""]
+    lines += small_sample_note(stats["n_groups"], "groups")
     if not stats["target_effect_excludes_zero"]:
-        lines += ["The recompute effect's interval includes 0: the recovery ratios below are not interpretable "
-                  "(read the changes in nats).", ""]
+        lines += ["The recompute effect's interval includes 0, so no recovery ratio is reported (a ratio over an "
+                  "effect that may be 0 has no meaning); read the changes in nats.", ""]
     head = ["condition", "mean margin", "change vs mask [95% CI]", "recovered [95% CI]", "recomputed tokens"]
     lines += ["Pieces rebuilt alone and cumulatively (A hidden from the question in every row):", "",
               *table_head(head), *_rows(stats, ("full", "mask", "rebuild", "cumulative", "recompute")), "",
               "The A mask in the upper layers only (the question reads A in the layers below):", "",
               *table_head(head), *_rows(stats, ("mask-layers",)), ""]
-    if bands:
+    if bands and stats["target_effect_excludes_zero"]:
         grid = heatmap(stats, pieces, bands)
-        lines += ["Recovery of each piece rebuilt with A hidden in one layer band only (ratio of means):", "",
+        lines += ["Recovery of each piece rebuilt with A hidden in one layer band only (ratio of means; point "
+                  "estimates, their intervals in the table after):", "",
                   *table_head(["piece", *[f"layers {lo}-{hi}" for lo, hi in bands]]),
                   *[table_row([p, *["" if x is None else f"{x:+.2f}" for x in row]]) for p, row in zip(pieces, grid)],
                   ""]
+    if bands:
+        lines += ["Each piece rebuilt with A hidden in one layer band only, with 95% intervals:", "",
+                  *table_head(head), *_rows(stats, ("band",)), ""]
     return lines
 
 

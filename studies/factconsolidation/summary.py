@@ -8,8 +8,10 @@ full -> recompute and source -> recompute, capped answers first; strata by hop t
 full-access answer's length, and by old-alias-in-box; the capped answers' own labels, apart.
 
 The paper's counts are descriptive (no intervals). Ours add one column: the change in complete
-answers with EOS against full access with a 95% percentile interval from paired bootstrap draws of
-questions (:func:`kvprobe.readouts.stats.paired_change`). Labels come from the rule grader unless
+answers with EOS against full access, with a 95% percentile interval from paired bootstrap draws of
+whole histories (:func:`kvprobe.readouts.stats.paired_change`; a history's questions are not
+independent) when the run has at least ``readouts.stats.MIN_HISTORIES`` histories, and without an
+interval otherwise (questions are never resampled inside so few histories). Labels come from the rule grader unless
 ``grades`` names a grades file (``grading.grade_run``); every question counts as source-answerable
 (the generated set is answerable by construction; the paper's grader judged 373 of 400 answerable).
 """
@@ -21,8 +23,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change
-from kvprobe.studies.report import Items, data_items, estimate, heading, run_time, table_head, table_row
+from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, may_resample_within, paired_change
+from kvprobe.studies.report import Items, data_items, estimate, heading, nested_note, run_time, small_sample_note, \
+    table_head, table_row
 from kvprobe.studies.runner import read_rows, write_run_summary
 
 from .grading import RULE_GRADER, read_grades
@@ -64,14 +67,17 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
     policies = [p for p in POLICIES if p in by]
     full = by.get("full", {})
     keys = sorted(full)
-    boot = group_bootstrap_weights([f"{c}/{q}" for c, q in keys], n_draws=draws, seed=seed) if keys else None
+    histories = sorted({c for c, _ in keys})
+    # Whole histories are the bootstrap units; with fewer than MIN_HISTORIES there is no interval.
+    boot = (group_bootstrap_weights([c for c, _ in keys], n_draws=draws, seed=seed)
+            if keys and may_resample_within(len(histories)) else None)
     cells = []
     for p in policies:
         cell = {"policy": p, **_metrics(list(by[p].values()))}
         if p != "full" and keys and all(k in by[p] for k in keys):
-            cell["complete_change_vs_full"] = paired_change(
-                [int(by[p][k]["outcome"] == "complete") for k in keys],
-                [int(full[k]["outcome"] == "complete") for k in keys], boot)
+            mine, ref = ([int(arm[k]["outcome"] == "complete") for k in keys] for arm in (by[p], full))
+            cell["complete_change_vs_full"] = (paired_change(mine, ref, boot) if boot is not None else
+                                               _change_without_interval(mine, ref))
         cell["capped_labels"] = capped_labels({k: r["stop_reason"] for k, r in by[p].items()},
                                               {k: r["label"] for k, r in by[p].items()})
         cells.append(cell)
@@ -79,6 +85,13 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
     return {"cells": cells, "transitions": _transitions(outcomes, by), "by_hop": _by_hop(outcomes, by),
             "graders": sorted(graders), "grades_file": None if grades is None else str(grades),
             "histories": sorted({c for c, _ in keys}), "questions": len(keys), "draws": draws, "seed": seed}
+
+
+def _change_without_interval(arm: list[int], reference: list[int]) -> dict[str, Any]:
+    """A paired change's count, corrections and reversals, with no interval (``ci`` None)."""
+    diff = [a - r for a, r in zip(arm, reference)]
+    return {"change": sum(diff), "corrections": sum(d > 0 for d in diff), "reversals": sum(d < 0 for d in diff),
+            "ci": None}
 
 
 def _transitions(outcomes: dict[str, dict[Key, str]], by: dict[str, dict[Key, dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -143,16 +156,23 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     if timing:
         lines += [run_time(timing, unit="histories", machine=True), ""]
     n = summary["questions"]
+    histories = len(summary["histories"])
+    if not may_resample_within(histories):
+        lines += nested_note(histories)
+        extra = "change in complete answers with EOS against full, without an interval (the paper reports none)"
+    else:
+        lines += small_sample_note(histories, "histories")
+        extra = (f"change in complete answers with EOS against full, 95% interval from {summary['draws']:,} paired "
+                 "bootstrap draws of whole histories (the paper reports none)")
     lines += ["Per operation (counts of all questions; displayed text = the final box, else the whole response). "
-              f"Our extra column: change in complete answers with EOS against full, 95% interval from "
-              f"{summary['draws']:,} paired bootstrap draws of questions (the paper reports none).", "",
+              f"Our extra column: {extra}.", "",
               *table_head(["operation", "official match", "final-answer match + EOS", "complete + EOS",
-                           "change vs full [95% CI]", "EOS, valid box", "capped", "only box + EOS"])]
+                           "change vs full [95% CI]" if may_resample_within(histories) else "change vs full", "EOS, valid box", "capped", "only box + EOS"])]
     for c in summary["cells"]:
         ch = c.get("complete_change_vs_full")
         lines.append(table_row([c["policy"], _pct(c["official_match"], c["n"]), _pct(c["final_match_eos"], c["n"]),
-                                _pct(c["complete_eos"], c["n"]), estimate(ch["change"], ch["ci"], "+d", "+.0f") if ch
-                                else "", _pct(c["eos_valid_box"], c["n"]), _pct(c["capped"], c["n"]),
+                                _pct(c["complete_eos"], c["n"]), "" if not ch else f"{ch['change']:+d}"
+                                if ch["ci"] is None else estimate(ch["change"], ch["ci"], "+d", "+.0f"), _pct(c["eos_valid_box"], c["n"]), _pct(c["capped"], c["n"]),
                                 _pct(c["only_box_eos"], c["n"])]))
     lines += ["", "Net accuracy (capped answers assigned first, then complete / wrong / abstain among EOS answers; "
               f"rates of the {n} paired questions; transition counts are not added to capped counts):", "",

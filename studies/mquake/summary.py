@@ -28,7 +28,8 @@ from typing import Any
 
 from kvprobe.readouts.stats import DRAWS, fisher_exact, group_bootstrap_weights, mcnemar_exact, paired_change
 from kvprobe.studies.no_context import NO_CONTEXT, Outcome, conditional_on_baseline, conditional_table
-from kvprobe.studies.report import Items, corrections_reversals, data_items, estimate, heading, run_time, table_head
+from kvprobe.studies.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, data_items, estimate, \
+    heading, run_time, table_head, table_row, testable, verdict_cell
 from kvprobe.studies.runner import read_rows, write_run_summary
 from .strings import NO_CONTEXT_ANCHORS
 from .study import POLICIES as STUDY_POLICIES
@@ -39,6 +40,20 @@ POLICIES = (*STUDY_POLICIES, NO_CONTEXT)
 KINDS = ("current", "historical", "single_hop")
 #: Scoring rules counted per cell: exact match with EOS, boxed content only, answer contained.
 RULES = ("em", "em_strict_boxed", "contains")
+#: The source mask: the paper's reference arm for text recompute, state rebuild and row compaction.
+SOURCE = "source-mask"
+#: Policies also compared against the source mask.
+AGAINST_SOURCE = ("recompute", "rebuild", "compact")
+#: The paper's claims (partA 1b anchors, %, current N=1,800 / historical N=600; partC 7 for rebuild and compact):
+#: (question, policy, reference, sign, what the paper reports). Sign 0: no change.
+CLAIMS = (("current", "source-mask", "full", 1, "+3.0, +19.7, +1.4 pp (Qwen3-4B, Llama-3.2-3B, Qwen3-32B)"),
+          ("historical", "source-mask", "full", -1, "-14.2, -5.6, -14.7 pp"),
+          ("current", "recompute", SOURCE, 1, "+4.1, +6.7, +9.6 pp"),
+          ("historical", "recompute", SOURCE, -1, "-40.5, -20.2, -41.0 pp"),
+          ("historical", "rebuild", SOURCE, -1, "-41.3, -19.8, -37.5 pp"),
+          ("historical", "compact", SOURCE, 0, "444 vs 444, 488 vs 481, 493 vs 494 of 600"))
+#: A no-change claim's tolerance (pp; the scorecard's).
+TOLERANCE_PP = 5.0
 #: Row columns the tables are stratified by (paper L1397-1398: "hop count and edit count remain stratified").
 STRATA = ("hops", "edits")
 
@@ -67,6 +82,11 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
                 for rule in ("em", "contains"):
                     cell[f"{rule}_change_vs_full"] = paired_change([int(mine[k][rule]) for k in keys],
                                                                    [int(full[k][rule]) for k in keys], boot)
+            source = by_key.get((kind, SOURCE), {})
+            if policy in AGAINST_SOURCE and all(k in mine and k in source for k in keys):
+                for rule in ("em", "contains"):  # the paper's reference for the cache operations
+                    cell[f"{rule}_change_vs_source"] = paired_change([int(mine[k][rule]) for k in keys],
+                                                                     [int(source[k][rule]) for k in keys], boot)
             cells.append(cell)
     routed = [r for r in rows if (r["query"] == "historical") == (r["condition"] == "full")
               and r["condition"] in ("full", "recompute")]
@@ -208,12 +228,67 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
                             for a in anyp) + "."]
     for column, cells in summary.get("strata", {}).items():
         lines += _stratum_lines(column, cells)
+    lines += _source_lines(summary)
+    lines += _claim_lines(summary)
     lines += _no_context_lines(summary.get("no_context"), source)
     lines += _contrast_lines(summary.get("recompute_vs_source"))
     r = summary["routing"]
     lines += ["", f"Offline routing ({r['rule']}): {r['em']}/{r['n']} exact matches, {r['contains']}/{r['n']} "
               "containing the answer.", ""]
     return "\n".join(lines)
+
+
+def _source_lines(summary: dict[str, Any]) -> list[str]:
+    """Recompute, rebuild and compact against the source mask, the paper's reference for the cache operations."""
+    cells = [c for c in summary["cells"] if "contains_change_vs_source" in c]
+    if not cells:
+        return []
+    source = {c["kind"]: c for c in summary["cells"] if c["policy"] == SOURCE}
+    lines = ["", "Against the source mask (the paper's reference arm for recompute, rebuild and compact), paired over "
+             "the same questions:", "",
+             *table_head(["question", "policy", "exact match (source mask)", "change vs source [95% CI]",
+                          "contains (source mask)", "change vs source [95% CI]", "corrections / reversals (contains)"])]
+    for c in cells:
+        em, co = c["em_change_vs_source"], c["contains_change_vs_source"]
+        src = source[c["kind"]]
+        lines.append(table_row([c["kind"], c["policy"], f"{c['em']} ({src['em']})",
+                                estimate(em["change"], em["ci"], "+d", "+.0f"), f"{c['contains']} ({src['contains']})",
+                                estimate(co["change"], co["ci"], "+d", "+.0f"), corrections_reversals(co)]))
+    return lines
+
+
+def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each claim of :data:`CLAIMS` per rule (the paper's exact match; contains, ours) with its verdict
+    (``studies.report.verdict``) against the paper's reference arm: not testable when that arm answers fewer than
+    10 % correctly."""
+    cells = {(c["kind"], c["policy"]): c for c in summary["cells"]}
+    out = []
+    for kind, policy, reference, sign, paper in CLAIMS:
+        cell, ref = cells.get((kind, policy)), cells.get((kind, reference))
+        versus = "full" if reference == "full" else "source"
+        if cell is None or ref is None or f"em_change_vs_{versus}" not in cell:
+            continue
+        for rule in ("em", "contains"):
+            ch = cell[f"{rule}_change_vs_{versus}"]
+            out.append({"question": kind, "claim": f"{policy} - {reference}", "paper": paper, "rule": rule,
+                        "estimate": f"{estimate(ch['change'], ch['ci'], '+d', '+.0f')} of {ref['n']}",
+                        "reference": f"{ref[rule]} of {ref['n']}",
+                        "verdict": verdict_cell(ch["change"], ch["ci"], sign, testable(ref[rule], ref["n"]),
+                                                TOLERANCE_PP / 100 * ref["n"])})
+    return out
+
+
+def _claim_lines(summary: dict[str, Any]) -> list[str]:
+    claims = claim_verdicts(summary)
+    if not claims:
+        return []
+    return ["", "## The paper's effects at this size", "",
+            f"Verdicts against the paper's reference arm (full access for the masks, the source mask for the cache "
+            f"operations): {VERDICT_RULE}; {NO_CHANGE_RULE.format(tolerance=f'{TOLERANCE_PP:g} pp')}. Rules: em = "
+            "the paper's exact match with EOS; contains (ours) = the answer occurs in the response.", "",
+            *table_head(["question", "change", "paper", "rule", "ours [95% CI]", "reference arm correct", "verdict"]),
+            *(table_row([c["question"], c["claim"], c["paper"], c["rule"], c["estimate"], c["reference"],
+                         c["verdict"]]) for c in claims)]
 
 
 def _stratum_lines(column: str, cells: list[dict[str, Any]]) -> list[str]:

@@ -22,8 +22,8 @@ import numpy as np
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, paired_change, \
     percentile_interval
 from kvprobe.studies.figures import run_model
-from kvprobe.studies.report import Items, corrections_reversals, estimate, heading, interval, run_time, table_head, \
-    table_row
+from kvprobe.studies.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, estimate, heading, \
+    interval, run_time, small_sample_note, table_head, table_row, testable, verdict_cell
 from kvprobe.studies.quantity_task.tasks import ITEMS as TASK
 from kvprobe.studies.runner import read_rows, write_run_summary
 
@@ -159,30 +159,31 @@ def _profiles(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "a_tokens": sorted({r["a_tokens"] for r in rs})} for p, rs in by.items()}
 
 
-#: The paper's effects (:func:`_effects`): name, the paper's number, where our change is, the paper's direction.
+#: The paper's effects (:func:`_effects`): name, the paper's number, where our change is, the paper's direction
+#: (+1, -1, or 0 for no change), and the configuration that must answer for the effect to show (the paper's
+#: reference arm: full access of the effect's note and question).
 EFFECTS = (
-    ("early-note control loses correct labels (early - full)", "-57.5 pp", ("early", "vs_full"), "negative"),
-    ("the occurrence matters (far - near)", "+57.5 pp [49.58, 65.42]", ("near_far",), "positive"),
-    ("gray is not necessary (gray->plain interaction)", "+2.5 pp [-0.42, 5.42]", ("plain_interaction",), "none"),
+    ("early-note control loses correct labels (early - full)", "-57.5 pp", ("early", "vs_full"), -1, "full"),
+    ("the occurrence matters (far - near)", "+57.5 pp [49.58, 65.42]", ("near_far",), 1, "full"),
+    ("gray is not necessary (gray->plain interaction)", "+2.5 pp [-0.42, 5.42]", ("plain_interaction",), 0,
+     "plain-full"),
     ("the explicit question keeps the label under the early mask", "+0 pp (240 -> 240)",
-     ("explicit-early", "vs_reference"), "none"),
+     ("explicit-early", "vs_reference"), 0, "explicit-full"),
     ("without the UNKNOWN clause the early mask keeps the label", "+0 pp (240 -> 240)",
-     ("no-unknown-early", "vs_reference"), "none"),
+     ("no-unknown-early", "vs_reference"), 0, "no-unknown-full"),
     ("the varied note loses less under the early mask (loss difference)", "+44.2 pp (-13.33 vs -57.50)",
-     ("note_profiles", "loss_difference"), "positive"),
+     ("note_profiles", "loss_difference"), 1, "varied-full"),
 )
-
-
-def _appears(ci: list[float], expect: str) -> bool:
-    lo, hi = ci
-    return bool({"negative": hi < 0, "positive": lo > 0, "none": lo <= 0 <= hi}[expect])
+#: The half-width (pp) within which a no-change effect's interval must lie (the scorecard's tolerance).
+TOLERANCE_PP = 5.0
 
 
 def _effects(s: dict[str, Any]) -> list[dict[str, Any]]:
-    """Which of the paper's effects appear here: the paper's direction and, per rule, our interval."""
+    """Each of the paper's effects with, per rule, our interval and its verdict (``studies.report.verdict``):
+    not testable when the effect's reference configuration answers below the floor (``studies.report.testable``)."""
     by = {c["configuration"]: c for c in s["configurations"]}
     out = []
-    for effect, paper, where, expect in EFFECTS:
+    for effect, paper, where, sign, reference in EFFECTS:
         per_rule = {}
         for rule in RULES:
             if len(where) == 2 and where[0] in by:
@@ -191,14 +192,18 @@ def _effects(s: dict[str, Any]) -> list[dict[str, Any]]:
                 change = s["by_rule"][rule].get(where[0])
                 change = change.get(where[1]) if change and len(where) == 2 else change
             if change:
-                per_rule[rule] = {"ci": change["pp_ci"], "appears": _appears(change["pp_ci"], expect)}
+                ref = by.get(reference)
+                ok = ref is not None and testable(ref["correct"][rule], ref["n"])
+                per_rule[rule] = {"ci": change["pp_ci"], "pp": change["pp"],
+                                  "reference": None if ref is None else [ref["correct"][rule], ref["n"]],
+                                  "verdict": verdict_cell(change["pp"], change["pp_ci"], sign, ok, TOLERANCE_PP)}
         if per_rule:
-            out.append({"effect": effect, "paper": paper, "expect": expect, "rules": per_rule})
+            out.append({"effect": effect, "paper": paper, "sign": sign, "reference": reference, "rules": per_rule})
     margin = by.get("early", {}).get("margin_vs_full")
     if margin:
         out.append({"effect": "the early mask lowers the first-value margin (nats)",
-                    "paper": "+0.205 -> -3.050 nats", "expect": "negative",
-                    "margin": {"ci": margin["ci"], "appears": _appears(margin["ci"], "negative")}})
+                    "paper": "+0.205 -> -3.050 nats", "sign": -1, "reference": None,
+                    "margin": {"ci": margin["ci"], "verdict": verdict_cell(margin["mean"], margin["ci"], -1)}})
     return out
 
 
@@ -347,17 +352,26 @@ def _current_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def _effect_lines(summary: dict[str, Any]) -> list[str]:
-    lines = ["## Which of the paper's effects appear at this size", "",
-             *table_head(["effect", f"paper ({anchors.MODEL})", *(f"ours, {n}: 95% CI" for n in RULES.values()),
-                          *(f"appears ({n})" for n in RULES.values())])]
+    def reference(e: dict[str, Any], rule: str) -> str:
+        ref = e.get("rules", {}).get(rule, {}).get("reference")
+        return "" if ref is None else f"{ref[0]}/{ref[1]}"
+
+    lines = ["## The paper's effects at this size", "",
+             f"Verdicts: {VERDICT_RULE}; {NO_CHANGE_RULE.format(tolerance=f'{TOLERANCE_PP:g} pp')}. The "
+             "reference arm of each effect is full access with the effect's note and question (its correct answers "
+             "per rule are listed); the lenient rule is ours. The margin effect does not depend on the answer rule.",
+             "", *small_sample_note(summary["groups"], "groups"),
+             *table_head(["effect", f"paper ({anchors.MODEL})",
+                          f"reference arm: correct ({' / '.join(RULES.values())})",
+                          *(f"ours, {n}: 95% CI" for n in RULES.values()),
+                          *(f"verdict ({n})" for n in RULES.values())])]
     for e in summary["effects"]:
         per = e.get("rules") or {rule: e["margin"] for rule in RULES}
-        lines.append(table_row([e["effect"], e["paper"],
+        refs = " / ".join(filter(None, (reference(e, r) for r in RULES)))
+        lines.append(table_row([e["effect"], e["paper"], f"{e['reference']} {refs}" if e["reference"] else "margins",
                                 *(interval(per[r]["ci"], "+.2f") if r in per else "" for r in RULES),
-                                *(("yes" if per[r]["appears"] else "no") if r in per else "" for r in RULES)]))
-    return lines + ["", "An effect appears when our 95% interval lies on the paper's side of zero (for the \"keeps "
-                        "the label\" and \"not necessary\" effects: contains zero; with no answer correct in either arm those "
-                        "hold trivially). The margin effect does not depend on the answer rule.", ""]
+                                *(per[r]["verdict"] if r in per else "" for r in RULES)]))
+    return lines + [""]
 
 
 def _profile_lines(summary: dict[str, Any]) -> list[str]:

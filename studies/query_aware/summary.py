@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
-from kvprobe.studies.report import format_change, heading, run_time, table_head
+from kvprobe.studies.report import format_change, heading, run_time, small_sample_note, table_head
 from kvprobe.studies.record_histories import ITEMS
 from kvprobe.studies.runner import read_rows, write_run_summary
 
@@ -74,7 +74,7 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
                              "history_median": float(np.median([r["history_tokens"] for r in got])),
                              "masked_median": float(np.median([r["masked_tokens"] for r in got]))})
     return {"cells": cells, "capacity": capacity, "rows": len(rows), "draws": draws, "seed": seed,
-            "histories": len({r["case_id"] for r in rows})}
+            "histories": len({r["case_id"] for r in rows}), "groups": len({r["group"] for r in rows})}
 
 
 def _table(cells: list[dict[str, Any]]) -> list[str]:
@@ -100,6 +100,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
              f". Greedy answers of at most {sc['max_new_tokens']} tokens. Exact = the JSON answer field equals the "
              "reference; lenient (ours) = the first history value the answer mentions is the reference. Changes are "
              f"paired, 95 % intervals from {summary['draws']:,} draws of whole items (seed {summary['seed']}).", ""]
+    lines += small_sample_note(summary["groups"], "items (groups of six histories)")
     if timing:
         lines += [run_time(timing, "histories"), ""]
     lines += _table(summary["cells"])

@@ -31,7 +31,7 @@ from kvprobe.studies.detectors.coverage import coverage_curve
 from kvprobe.studies.detectors import strings as note_strings
 from kvprobe.studies.detectors.text import REPLACEMENT
 from kvprobe.studies.report import COVERAGE_COLUMNS, corrections_reversals, coverage_rows, format_change, heading, run_time, \
-    table_head, table_row
+    small_sample_note, table_head, table_row
 from kvprobe.studies.record_histories import ITEMS
 from kvprobe.studies.runner import read_rows, write_run_summary
 from . import strings, value_tables
@@ -108,7 +108,8 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS,
         if subset:
             cells += [c for c in _cells(by_key, subset, groups, seed, draws, name) if c["query"] == "current"]
     summary: dict[str, Any] = {"cells": cells, "detector": _detector([base[k] for k in keys]), "draws": draws,
-                               "seed": seed, "rows": len(rows), "histories": len(keys)}
+                               "seed": seed, "rows": len(rows), "histories": len(keys),
+                               "groups": len(set(groups.values()))}
     policies = summary["policies"] = _policies(by_key)
     replacements = [k for k in keys if base[k]["label"] == 1]
     summary["values"] = value_tables.value_cells(by_key, keys, QUERIES, policies)
@@ -181,6 +182,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
              "first value of the history the answer mentions is the reference. Changes are paired against keep-all, "
              f"95 % intervals from {summary['draws']:,} draws of whole items (seed {summary['seed']}). "
              "C / R = corrections / reversals of the exact rule.", ""]
+    lines += small_sample_note(summary["groups"], "items (groups of six histories)")
     if timing:
         lines += [run_time(timing, "histories", machine=True), ""]
     if det["per_variant"] and all(set(c) == {NOT_RUN} for c in det["per_variant"].values()):

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, bootstrap_mean, group_bootstrap_weights, percentile_interval
-from kvprobe.studies.report import Items, estimate, heading, interval, run_time, table_head
+from kvprobe.studies.report import Items, estimate, heading, interval, run_time, small_sample_note, table_head
 from kvprobe.studies.record_histories import ITEMS as HISTORIES
 from kvprobe.studies.runner import read_rows, write_run_summary
 from .policies import DETECTOR_POLICIES, POLICIES
@@ -270,6 +270,8 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         f"Machine: {machine}; {config['model']['name']} in {config['model']['dtype']}"
         + (f"; peak RSS {m['peak_rss_bytes'] / 2**20:,.0f} MiB." if m.get("peak_rss_bytes") else "."), "",
     ]
+    if summary["lengths"]:
+        lines += small_sample_note(min(e["histories"] for e in summary["lengths"]), "histories")
     if timing:
         lines += [run_time(timing), ""]
     lines += ["## Cost over ten requests", ""] + cost_table(summary)
