@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvprobe.readouts.stats import clopper_pearson
+from kvprobe.readouts.stats import MIN_HISTORIES, clopper_pearson
 from kvprobe.studies.report import estimate, model_name, table_head, table_row
 
 __all__ = ["CLAIMS", "FEW_UNITS", "FLOOR", "INCONCLUSIVE", "NOT_TESTABLE", "OPPOSITE", "REPLICATES", "VERDICTS",
@@ -296,9 +296,11 @@ def _find(items: Iterable[dict[str, Any]], **match: Any) -> dict[str, Any]:
     raise KeyError(f"no entry with {match}")
 
 
-def _count_pp(change: dict[str, Any], n: int) -> tuple[float, tuple[float, float]]:
-    """A paired change in answers (``change``, ``ci`` in counts) as percentage points of ``n``."""
-    return 100 * change["change"] / n, (100 * change["ci"][0] / n, 100 * change["ci"][1] / n)
+def _count_pp(change: dict[str, Any], n: int) -> tuple[float, tuple[float, float] | None]:
+    """A paired change in answers (``change``, ``ci`` in counts) as percentage points of ``n``; no interval when
+    the summary gives none (too few histories to resample)."""
+    ci = change["ci"]
+    return 100 * change["change"] / n, None if ci is None else (100 * ci[0] / n, 100 * ci[1] / n)
 
 
 def _frac_pp(value: float, ci: Sequence[float]) -> tuple[float, tuple[float, float]]:
@@ -310,9 +312,10 @@ def _excludes_zero(ci: Sequence[float]) -> bool:
     return ci[0] > 0 or ci[1] < 0
 
 
-def _pp(value: float, ci: Sequence[float], n: str, reference: str, reason: str | None = None,
+def _pp(value: float, ci: Sequence[float] | None, n: str, reference: str, reason: str | None = None,
         units: int | None = None, note: str = "") -> Measurement:
-    return Measurement(value, tuple(ci), "pp", "+.1f", n, reference, units=units, not_testable=reason, note=note)
+    return Measurement(value, None if ci is None else tuple(ci), "pp", "+.1f", n, reference, units=units,
+                       not_testable=reason, note=note)
 
 
 # --------------------------------------------------------------------------- quantity
@@ -690,9 +693,12 @@ def factconsolidation_source(run: Path) -> Measurement:
     s = _summary(run)
     cell, full = _find(s["cells"], policy="source"), _find(s["cells"], policy="full")
     value, ci = _count_pp(cell["complete_change_vs_full"], cell["n"])
-    return _pp(value, ci, f"{cell['n']} questions, {len(s['histories'])} histories",
+    histories = len(s["histories"])
+    return _pp(value, ci, f"{cell['n']} questions, {histories} histories",
                f"full {full['complete_eos']}/{full['n']}; source {cell['complete_eos']}/{cell['n']}",
-               floor_reason(full["complete_eos"], full["n"], "full access"), units=len(s["histories"]))
+               _reasons(floor_reason(full["complete_eos"], full["n"], "full access"),
+                        None if ci is not None else f"no interval: {histories} histories, fewer than {MIN_HISTORIES} "
+                        "to resample"), units=histories)
 
 
 def factorial_factor(factor: str, rule: str) -> Callable[[Path], Measurement]:
