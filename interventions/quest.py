@@ -116,7 +116,8 @@ class PageSelector(KeySelector):
         rows = self.rows
         B, KVH, S, D = key.shape
         G = query.shape[1] // KVH
-        key_pos, key_valid = rows.key_pos[:, :S], rows.key_valid[:, :S]
+        device = key.device  # the layer's (a model spread over devices keeps the row tables on the first)
+        key_pos, key_valid = rows.key_pos[:, :S].to(device), rows.key_valid[:, :S].to(device)
         now = key_pos[:, -1]  # the current (last) token's slot is the last one
         readable = key_valid & (key_pos <= now[:, None])
         page = key_pos // self.page_size
@@ -128,7 +129,7 @@ class PageSelector(KeySelector):
             page_scores = quest_page_scores(query[:, :, -1].reshape(B, KVH, G, D), kmax, kmin)
             if self.head_selection == "kv":
                 page_scores = page_scores.amax(dim=2, keepdim=True).expand(B, KVH, G, n_pages)
-        chosen = top_pages(page_scores, filled, now // self.page_size, self.n_read)
+        chosen = top_pages(page_scores, filled, now // self.page_size, self.n_read.to(device))
         allowed = chosen.gather(-1, torch.where(readable, page, 0)[:, None, None, :].expand(B, KVH, G, S))
         allowed &= readable[:, None, None, :]
         if layer == self.dense_layers:

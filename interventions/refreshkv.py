@@ -79,7 +79,7 @@ class RefreshSelector(KeySelector):
         """Re-rank prompt slots of the rows ``rows_mask`` from this full step's attention."""
         P = self.prompt_length
         probs = torch.softmax(scores[..., -1, :].float(), dim=-1)[..., :P]
-        readable = self.rows.key_valid[:, :P]
+        readable = self.rows.key_valid[:, :P].to(probs.device)
         new_rank = descending_ranks(pooled_scores(probs, readable, self.pool_width))
         q = query[:, :, -1].float()
         if layer not in self.ranks:
@@ -102,11 +102,12 @@ class RefreshSelector(KeySelector):
             refresh = mean_head_cosine(query[:, :, -1], self.last_query[layer]) <= self.threshold
             if bool(refresh.any()):
                 self._select(layer, query, scores, refresh)
-                self.refreshes += refresh.long()
+                self.refreshes += refresh.long().to(self.refreshes.device)
         P = self.prompt_length
         n_generated = S - 1 - P  # generated slots before the current token
-        kept_generated = torch.clamp(self.budget, max=n_generated)  # Long[B]
-        kept_prompt = self.budget - kept_generated
+        budget = self.budget.to(scores.device)
+        kept_generated = torch.clamp(budget, max=n_generated)  # Long[B]
+        kept_prompt = budget - kept_generated
         slot = torch.arange(S, device=scores.device)
         allowed = torch.zeros(B, scores.shape[1], S, dtype=torch.bool, device=scores.device)
         allowed[..., :P] = self.ranks[layer] < kept_prompt[:, None, None]

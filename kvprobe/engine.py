@@ -556,6 +556,10 @@ def _edit_mask(
     A layer may see only the last query rows (Gemma 4's KV-sharing layers compute
     just the positions whose logits are kept); ``affected_rows`` is cut to match.
     """
+    if mask.device != (hidden if hidden is not None else bias).device:  # a layer on another device (device="auto")
+        hidden = None if hidden is None else hidden.to(mask.device)
+        bias = None if bias is None else bias.to(mask.device)
+        affected_rows = None if affected_rows is None else affected_rows.to(mask.device)
     rows = None if affected_rows is None else affected_rows[:, None, -mask.shape[2]:, None]
     if bias is not None:
         b = bias[:, None, None, :].to(mask.dtype)

@@ -81,7 +81,11 @@ class ModelSpec:
 
 
 def model_description(model: "Model") -> dict[str, Any]:
-    """What identifies a loaded model in a run's ``config.json`` (name, source, weights, dtype, architecture)."""
-    return {"name": model.name, "source": model.source, "weight_hash": model.weight_hash,
-            "dtype": str(model.dtype), "architecture": model.arch.describe(),
-            "attn_implementation": model.hf.config._attn_implementation}
+    """What identifies a loaded model in a run's ``config.json`` (name, source, weights, dtype, architecture, and
+    the device type when it is not the CPU: a run resumed on another kind of device would round differently)."""
+    description = {"name": model.name, "source": model.source, "weight_hash": model.weight_hash,
+                   "dtype": str(model.dtype), "architecture": model.arch.describe(),
+                   "attn_implementation": model.hf.config._attn_implementation}
+    if model.device.type != "cpu":  # runs on the CPU keep the description older runs wrote
+        description["device"] = model.device.type
+    return description
