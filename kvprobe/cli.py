@@ -39,21 +39,65 @@ def _at_least(low: int, kind: type = int):
     return parse
 
 
-def _load(name: str, quiet: bool, attn_implementation: str | None = None, device: str = "cpu"):
+#: Model dtypes the commands accept (``--dtype``).
+MODEL_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _load(name: str, quiet: bool, attn_implementation: str | None = None, device: str = "cpu",
+          dtype: str = "float32"):
     from .model import load_model
 
+    _check_device(device)
     if not quiet:
-        print(f"loading {name} ...", file=sys.stderr)
+        where = "" if (device, dtype) == ("cpu", "float32") else f" ({dtype} on {device})"
+        print(f"loading {name}{where} ...", file=sys.stderr)
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
     if device != "cpu":
         kwargs["device"] = device
+    if dtype != "float32":
+        import torch
+
+        kwargs["dtype"] = getattr(torch, dtype)
     return load_model(name, **kwargs)
+
+
+def _load_args(args: argparse.Namespace, quiet: bool, name: str | None = None):
+    """The model of a command: ``--model`` (or ``name``) with its ``--device`` and ``--dtype``."""
+    return _load(name or args.model, quiet, getattr(args, "attn", None), getattr(args, "device", "cpu"),
+                 getattr(args, "model_dtype", "float32"))
+
+
+def _check_device(device: str) -> None:
+    """Refuse a device torch cannot see, by name, before any model loads."""
+    import torch
+
+    if device in ("cpu", "auto"):
+        return
+    try:
+        kind = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"--device {device!r}: not a torch device (cpu, cuda, cuda:N or auto)") from None
+    if kind.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device!r}: torch sees no CUDA device on this machine")
+    if kind.type == "cuda" and kind.index is not None and kind.index >= torch.cuda.device_count():
+        raise ValueError(f"--device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+
+
+def _add_placement_arguments(p, device: bool = True) -> None:
+    """``--device`` (unless the parser has it already) and ``--dtype``: where the model runs and in what precision."""
+    if device:
+        p.add_argument("--device", default="cpu",
+                       help="where the model runs: cpu (default), cuda, cuda:N, or auto (transformers' "
+                       "device_map='auto' over every visible GPU; Hub models and local directories)")
+    p.add_argument("--dtype", dest="model_dtype", choices=MODEL_DTYPES, default="float32",
+                   help="the model's weights and activations: float32 (default; what `kvprobe verify` proves "
+                   "exact), bfloat16 or float16 (checked against a float32 copy of the same weights)")
 
 
 def _backend(args: argparse.Namespace):
     """(model, pool) for ``--backend``: a loaded model (local) or a started Ray worker pool (ray)."""
     if args.backend == "local":
-        return _load(args.model, args.quiet, getattr(args, "attn", None), args.device), None
+        return _load_args(args, args.quiet), None
     from .sharding import ModelSpec
     from .workers import RayOptions, WorkerPool
 
@@ -62,7 +106,8 @@ def _backend(args: argparse.Namespace):
     if not args.quiet:
         where = args.address or "a local Ray instance"
         print(f"starting {args.workers} Ray workers of {args.model} on {where} ...", file=sys.stderr)
-    return None, WorkerPool(ModelSpec(args.model, getattr(args, "attn", None), device=args.device), options)
+    return None, WorkerPool(ModelSpec(args.model, getattr(args, "attn", None), dtype=args.model_dtype,
+                                      device=args.device), options)
 
 
 def _nnsight_encoder(args: argparse.Namespace):
@@ -92,7 +137,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     from .verify import results_as_dicts
 
-    model = _load(args.model, args.json)
+    model = _load_args(args, args.json)
     results = verify_model(model)
     if args.json:
         print(json.dumps(results_as_dicts(results), indent=2))
@@ -179,7 +224,7 @@ def _extract_edits(args: argparse.Namespace, edits: list) -> int:
     from kvprobe.extract.capture import encode_edited
 
     cases, token_level, info, loo = _extract_inputs(args)
-    model = _load(args.model, args.quiet, getattr(args, "attn", None), args.device)
+    model = _load_args(args, args.quiet)
     first = RecordSpec("joint", cases[0].b_text, cases[0].a_text)
     for edit in edits:  # an edit the architecture refuses (e.g. compact on a hybrid) fails before any extraction
         encode_edited(model, first, edit)
@@ -220,7 +265,7 @@ def cmd_readout(args: argparse.Namespace) -> int:
             if not args.quiet:
                 print(f"evaluating {name} ...", file=sys.stderr)
             result = evaluate_group(store[name], draws=args.draws, seed=args.bootstrap_seed, probes=args.readout != "fixed")
-            where = write_group_report(result, out / name)
+            where = write_group_report(result, out / name, items=_readout_items(result["dataset"]))
             if not args.quiet:
                 print(f"{name}: {where}/report.md")
         if args.transfer:
@@ -246,10 +291,18 @@ def cmd_readout(args: argparse.Namespace) -> int:
                 result = edit_transfer(store[name], groups, draws=args.draws, seed=args.bootstrap_seed)
                 model, _, dataset = name.partition("/")
                 where = write_edit_report(result, out / model / ("edits" if dataset == "records" else
-                                                                  f"{dataset}-edits"))
+                                                                  f"{dataset}-edits"), items=_readout_items(dataset))
                 if not args.quiet:
                     print(f"{name} across edits: {where}/report.md")
     return 0
+
+
+def _readout_items(dataset: str) -> str | None:
+    """The Items line of a readout report (``studies.recognition.DATASET_ITEMS``; None for another dataset)."""
+    from kvprobe.studies.recognition import DATASET_ITEMS
+
+    items = DATASET_ITEMS.get(dataset)
+    return None if items is None else items.line()
 
 
 def cmd_babi_verify(args: argparse.Namespace) -> int:
@@ -265,7 +318,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from .tiny import TINY_MODELS
 
     names = args.models or list(TINY_MODELS)
-    models = (_load(name, args.quiet) for name in names)
+    models = (_load_args(args, args.quiet, name) for name in names)
     matrix = run_matrix(models)
     table = write_matrix(matrix, Path(args.out), Path(args.readme) if args.readme else None)
     if not args.quiet:
@@ -304,7 +357,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     # The demo is a study; kvprobe's core never imports studies except here, on demand.
     from kvprobe.studies.quantity.demo import format_table, run_demo
 
-    model = _load(args.model, args.json)
+    model = _load_args(args, args.json)
     extra = tuple(c for c in (args.conditions or "").split(",") if c)
     rows = run_demo(model, max_new_tokens=args.max_new_tokens, unit_from_a=not args.unit_stated, extra=extra)
     if args.json:
@@ -324,7 +377,7 @@ def cmd_map(args: argparse.Namespace) -> int:
     item = load_input(args.input) if args.input else example_input(unit_from_a=not args.unit_stated)
     if args.out:
         _check_out_dir(args.out)
-    model = _load(args.model, args.json)
+    model = _load_args(args, args.json)
     fm = run_map(model, item, args.bands)
     if args.out:
         write_outputs(fm, item, model, args.out)
@@ -336,6 +389,13 @@ def cmd_map(args: argparse.Namespace) -> int:
         print(f"\nrecovered = (margin - mask) / ({fm.target} - mask) = share of the recompute effect; "
               f"{fm.target} - mask = {fm.target_effect:+.3f} nats" + (f"; written to {args.out}/" if args.out else ""))
     return 0
+
+
+def long_bench_counts(text: str | None, option: str, default: tuple[int, ...]) -> tuple[int, ...]:
+    """Comma-separated positive counts of a bench option, or ``default`` when not given."""
+    from kvprobe.interventions.long_bench import parse_counts
+
+    return default if text is None else parse_counts(text, option)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -359,20 +419,32 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from kvprobe.interventions import long_bench
 
         lengths = long_bench.parse_counts(args.lengths, "--lengths") if args.lengths is not None else None
-        rows = long_bench.parse_counts(args.rows, "--rows")
+        rows = long_bench.parse_counts(args.rows or "1,15", "--rows")
         measures = None if args.measures is None else long_bench.select_measures(args.measures.split(","), rows)
         warmups = long_bench.DEFAULT_WARMUPS if args.warmups is None else args.warmups
         repeats = long_bench.DEFAULT_REPEATS if args.repeats is None else args.repeats
         # Bad input is refused here, before the model loads.
-        long_bench.preflight(args.model, args.out, args.data, lengths, warmups, repeats, args.decode_steps,
+        decode_steps = long_bench.DEFAULT_DECODE_STEPS if args.decode_steps is None else args.decode_steps
+        long_bench.preflight(args.model, args.out, args.data, lengths, warmups, repeats, decode_steps,
                              restart=args.restart)
-        model = _load(args.model, False)
+        model = _load_args(args, False)
         result = long_bench.run_long_bench(model, Path(args.out), Path(args.data), lengths=lengths, rows=rows,
-                                           warmups=warmups, repeats=repeats, decode_steps=args.decode_steps,
+                                           warmups=warmups, repeats=repeats, decode_steps=decode_steps,
                                            restart=args.restart, measures=measures)
         print(long_bench.format_long_markdown(result))
         return 0
-    model = _load(args.model, False)
+    if args.suite == "gpu":
+        from kvprobe.interventions import gpu_bench
+
+        lengths = long_bench_counts(args.lengths, "--lengths", gpu_bench.DEFAULT_LENGTHS)
+        model = _load_args(args, False)
+        result = gpu_bench.run_gpu_bench(model, Path(args.out), lengths=lengths,
+                                         rows=long_bench_counts(args.rows, "--rows", (gpu_bench.DEFAULT_ROWS,))[0],
+                                         new_tokens=args.decode_steps or gpu_bench.DEFAULT_NEW_TOKENS,
+                                         repeats=args.repeats or gpu_bench.DEFAULT_REPEATS)
+        print(gpu_bench.format_gpu_markdown(result))
+        return 0
+    model = _load_args(args, False)
     if args.suite == "operations":
         # The operations live in the interventions package; loaded on demand.
         from kvprobe.interventions.bench import format_markdown, run_operations_bench
@@ -548,6 +620,9 @@ def _add_backend_arguments(p: argparse.ArgumentParser, nnsight: bool = False) ->
                    help="where the model runs: cpu (default), cuda, or auto (transformers' device_map='auto' for "
                    "Hub models and local directories too large for one device; untested on this CPU-only "
                    "machine)")
+    g.add_argument("--dtype", dest="model_dtype", choices=MODEL_DTYPES, default="float32",
+                   help="the model's weights and activations: float32 (default), bfloat16 or float16 (recorded in "
+                   "config.json; `kvprobe verify --dtype` checks a model in that dtype)")
 
 
 #: Options every study's ``kvprobe run STUDY`` has besides its parameters (a study field may not reuse them).
@@ -655,6 +730,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help='print a JSON list of {"check", "model", "passed", "value", "tolerance", "operation", '
                    '"refused"} ("refused": the expected refusal message of an operation this model cannot support)')
+    _add_placement_arguments(p)
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("matrix", help="verify many models and write the family x operation table",
@@ -667,6 +743,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--readme", default=None,
                    help="also replace the generated matrix block of this markdown file (e.g. docs/architectures.md)")
     p.add_argument("--quiet", action="store_true", help="print nothing but failures")
+    _add_placement_arguments(p)
     p.set_defaults(func=cmd_matrix)
 
     p = sub.add_parser("models", help="list or pull registry models",
@@ -688,6 +765,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                    help="extra conditions by name, comma-separated, on segments A, inspection, note, B "
                    "(e.g. compact:A,rebuild:A,recompute:A,zero-k:A); see `kvprobe conditions`")
     p.add_argument("--json", action="store_true", help="print rows as JSON instead of a table")
+    _add_placement_arguments(p)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("map", help="where a record's effect lives: later segments rebuilt without it, per layer band",
@@ -705,6 +783,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                    help="contiguous layer bands of the heatmap (default 4)")
     p.add_argument("--out", help="also write map.json, map.md and map.png (the heatmap) to this directory")
     p.add_argument("--json", action="store_true", help="print the map as JSON instead of a table")
+    _add_placement_arguments(p)
     p.set_defaults(func=cmd_map)
 
     _add_run_parser(sub, argv)
@@ -736,7 +815,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="the HDF5 store to create or add the group to")
     p.add_argument("--seed", type=int, default=None, help="dataset seed (default: the dataset's own)")
     p.add_argument("--batch-size", type=_at_least(1), default=16, help="records per forward (default 16)")
-    p.add_argument("--dtype", default="float16", help="feature dtype in the store (default float16)")
+    p.add_argument("--store-dtype", dest="dtype", default="float16",
+                   help="dtype of the features in the store (default float16; the model's own is --dtype)")
     p.add_argument("--token-level", default="K",
                    help="features also stored per token for records encoded alone, comma-separated among "
                    "K,V,H (default K: the key similarity needs token-level keys; '' for none)")
@@ -814,7 +894,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                        "answer token, peak memory of each piece, agreement checks (long.json, long.md, long.png). "
                        "It is resumable: long.json is saved after every (length, measure) cell and a rerun with the "
                        "same --out and settings runs only the missing cells.")
-    p.add_argument("suite", choices=["core", "operations", "extract", "scale", "long"], help="which benchmark to run")
+    p.add_argument("suite", choices=["core", "operations", "extract", "scale", "long", "gpu"], help="which benchmark to run")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
     p.add_argument("--steps", type=_at_least(1), default=40, help="interleaved decode steps to time (default 40)")
     p.add_argument("--out", default="artifacts/bench", help="output directory (default artifacts/bench)")
@@ -831,16 +911,16 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                    help="operations, long: timed runs per cell, median reported (operations default 9, 1+3 from "
                    "4096 tokens; long default 3 per side, interleaved with plain transformers; long's decode cells "
                    "time --decode-steps steps instead)")
-    p.add_argument("--rows", default="1,15",
+    p.add_argument("--rows", default=None,
                    help="long: batch sizes of the masked decode step, comma-separated (default 1,15: one row and "
-                   "15 access-only rows of one history)")
+                   "15 access-only rows of one history); gpu: the rows of the decode cell (default 15)")
     p.add_argument("--measures", default=None,
                    help="long: only these cells of each length, comma-separated, from prefill, decode-B (one per "
                    "--rows B), mask, rebuild, recompute, recompute-prefix (default: all); e.g. --measures prefill "
                    "for a 32k-token prefill alone")
-    p.add_argument("--decode-steps", type=_at_least(1), default=8,
+    p.add_argument("--decode-steps", type=_at_least(1), default=None,
                    help="long: interleaved single-token decode steps timed per side and batch size, median "
-                   "reported (default 8)")
+                   "reported (default 8); gpu: greedy tokens each decode row generates (default 16)")
     p.add_argument("--restart", action="store_true",
                    help="long: ignore an earlier long.json in --out and start afresh (by default finished cells "
                    "are reused, and a long.json written with another model, dtype, thread count, warm-ups, repeats "
@@ -857,6 +937,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--target", choices=["study", "extract"], default="study",
                    help="scale: time a study (scale.json; default) or an extraction of --cases records cases with "
                    "the signed LOO in batches of --batch-size (scale-extract.json)")
+    _add_placement_arguments(p)
     p.set_defaults(func=cmd_bench)
     return parser
 
