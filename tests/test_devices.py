@@ -126,3 +126,19 @@ def test_gpu_bench_runs_on_the_cpu(tmp_path):
     assert all(c["kvprobe_s"] > 0 for c in cells.values())
     saved = json.loads((tmp_path / "gpu.json").read_text())
     assert saved["cells"] == result["cells"] and "| prefill |" in (tmp_path / "gpu.md").read_text()
+
+
+def test_extraction_with_edits_runs_under_the_device_guard(llama, tmp_path):
+    """The feature store's capture (K, V, hidden states) and its cache edits."""
+    from kvprobe.extract import FeatureStore, extract
+    from kvprobe.studies.recognition import generate_records
+    from kvprobe.studies.recognition.edits import parse_edits
+
+    cases = generate_records()[:2]
+    path = tmp_path / "store.h5"
+    with tensors_made_on_meta():
+        extract(llama, "records", cases, path, batch_size=4, token_level=("K", "V"), progress=False)
+        for edit in parse_edits("rebuild,compact"):
+            extract(llama, "records", cases, path, batch_size=4, progress=False, edit=edit)
+    with FeatureStore(path) as store:
+        assert len(store.groups()) == 3
