@@ -434,6 +434,26 @@ def group_bootstrap_weights(groups: Sequence[Any] | np.ndarray, n_draws: int = D
     return group_bootstrap_indices(groups, n_draws=n_draws, seed=seed, strata=strata).weights()
 
 
+def weighted_sums(weights: np.ndarray, values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """``weights @ values`` (Float[n_draws]) with the same bits on every CPU.
+
+    A matrix product's summation order depends on the BLAS kernel the CPU selects (AVX-512 on one
+    machine, AVX2 on another), so real-valued sums differed in their last bits between machines and a
+    committed summary could not be reproduced byte for byte everywhere. Here each draw's sum is
+    accumulated case by case, in case order, with elementwise operations (each draw an independent
+    IEEE operation, whatever the vector width). Cases with value 0 add nothing and are skipped.
+
+    Example: ``weighted_sums(np.array([[1, 2], [0, 3]]), [0.5, 0.25])`` is ``[1.0, 0.75]``.
+    """
+    v = np.asarray(values, dtype=float)
+    if weights.shape[1] != v.shape[0]:
+        raise ValueError(f"{weights.shape[1]} weight columns for {v.shape[0]} values")
+    out = np.zeros(weights.shape[0])
+    for j in np.flatnonzero(v):
+        out += weights[:, j] * v[j]
+    return out
+
+
 def bootstrap_mean(values: Sequence[float] | np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Per-draw mean of the drawn cases' ``values`` (NaN = the case has no value): float array.
 
@@ -445,7 +465,7 @@ def bootstrap_mean(values: Sequence[float] | np.ndarray, weights: np.ndarray) ->
     present = ~np.isnan(v)
     w = weights * present
     with np.errstate(invalid="ignore", divide="ignore"):
-        means = (w @ np.where(present, v, 0.0)) / w.sum(axis=1)
+        means = weighted_sums(w, np.where(present, v, 0.0)) / w.sum(axis=1)
     return means[~np.isnan(means)]
 
 
@@ -466,7 +486,7 @@ def balanced_mean(values: Sequence[float] | np.ndarray, strata: Sequence[Any] | 
         return float(np.mean([v[st == s].mean() for s in labels]))
     if weights.shape[1] != len(v):
         raise ValueError(f"{weights.shape[1]} bootstrap columns for {len(v)} values")
-    per_stratum = [(weights[:, st == s] @ v[st == s]) / weights[:, st == s].sum(axis=1) for s in labels]
+    per_stratum = [weighted_sums(weights[:, st == s], v[st == s]) / weights[:, st == s].sum(axis=1) for s in labels]
     return np.mean(per_stratum, axis=0)
 
 
@@ -527,7 +547,7 @@ def paired_change(arm: Sequence[float] | np.ndarray, reference: Sequence[float] 
         raise ValueError(f"{weights.shape[1]} bootstrap columns for {len(diff)} paired cases")
     change = float(diff.sum())
     return {"change": int(change) if change.is_integer() else change, "corrections": int((diff > 0).sum()),
-            "reversals": int((diff < 0).sum()), "ci": percentile_interval(weights @ diff, alpha)}
+            "reversals": int((diff < 0).sum()), "ci": percentile_interval(weighted_sums(weights, diff), alpha)}
 
 
 # --------------------------------------------------------------------------- small samples

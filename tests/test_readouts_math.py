@@ -410,3 +410,26 @@ def test_fisher_exact_against_hand_computation():
     assert fisher_exact([[0, 0], [0, 60]])["odds_ratio"] is None  # zero margins: undefined, not NaN
     with pytest.raises(ValueError):
         fisher_exact([[1, 2, 3], [4, 5, 6]])
+
+
+def test_weighted_sums_are_the_case_order_sums_on_every_cpu():
+    """Bootstrap sums accumulate case by case (bit for bit what plain Python floats give in that order),
+    not through a matrix product whose summation order depends on the CPU's BLAS kernel."""
+    import math
+
+    from kvprobe.readouts.stats import weighted_sums
+
+    rng = np.random.default_rng(0)
+    weights = rng.integers(0, 4, size=(50, 37))
+    values = rng.normal(size=37) * 10.0 ** rng.integers(-3, 4, size=37)
+    values[[4, 9]] = 0.0
+    got = weighted_sums(weights, values)
+    for d in range(50):
+        acc = 0.0
+        for j in range(37):
+            if values[j] != 0:
+                acc += float(weights[d, j]) * float(values[j])
+        assert got[d] == acc  # the same bits
+        assert abs(got[d] - math.fsum(weights[d] * values)) < 1e-9 * max(1.0, abs(acc))
+    with pytest.raises(ValueError, match="36 weight columns for 37 values"):
+        weighted_sums(weights[:, :36], values)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, percentile_interval
+from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, percentile_interval, weighted_sums
 from kvprobe.studies.figures import run_model
 from kvprobe.studies.quantity_task.tasks import ITEMS as QUANTITY_ITEMS
 from kvprobe.studies.record_histories import ITEMS as RECORD_ITEMS
@@ -39,11 +39,11 @@ def _cell(d: np.ndarray, effect: np.ndarray, w: np.ndarray, ratio: bool) -> dict
     ok = ~np.isnan(d) & ~np.isnan(effect)
     d, effect, w = d[ok], effect[ok], w[:, ok]
     n_draws = w.sum(axis=1)
-    change = w @ d / n_draws
+    change = weighted_sums(w, d) / n_draws
     out: dict[str, Any] = {"n": int(ok.sum()), "change": float(d.mean()), "change_ci": percentile_interval(change)}
     if ratio:
         with np.errstate(invalid="ignore", divide="ignore"):
-            draws = change / (w @ effect / n_draws)
+            draws = change / (weighted_sums(w, effect) / n_draws)
         draws = draws[np.isfinite(draws)]
         out["recovered"] = float(d.mean() / effect.mean()) if effect.mean() else None
         out["recovered_ci"] = percentile_interval(draws) if draws.size else None
