@@ -159,24 +159,57 @@ def testable(correct: int, n: int, chance: float | None = None) -> bool:
     return n > 0 and correct / n >= FLOOR and (chance is None or correct > chance)
 
 
+#: The directions a claim can state: the paper's effect is positive, negative, nonzero of either sign, or absent.
+DIRECTIONS = ("up", "down", "either", "none")
+
+
+def claim_verdict(direction: str, ci: Sequence[float] | None, null: float = 0.0, tolerance: float | None = None,
+                  not_testable: str | None = None) -> str:
+    """The one verdict rule of every report and of the scorecard (``kvprobe.studies.scorecard``).
+
+    ``not_testable`` (a reason) gives :data:`NOT_TESTABLE`. Otherwise, for a direction the paper found
+    (``up``/``down``): replicates when the 95% interval ``ci`` excludes ``null`` on the paper's side,
+    opposite when on the other side, inconclusive when it includes it; ``either``: replicates when it
+    excludes the null, else inconclusive; ``none`` (no change): replicates when the whole interval lies
+    within ``null +- tolerance``, opposite when it excludes the null, else inconclusive.
+
+    Example: ``claim_verdict("down", (-28.7, -15.0))`` is ``"replicates"``; ``claim_verdict("down",
+    (-2.7, 16.0))`` is ``"inconclusive"``.
+    """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction {direction!r} is not one of {DIRECTIONS}")
+    if not_testable:
+        return NOT_TESTABLE
+    if ci is None:
+        raise ValueError("a testable measurement needs an interval")
+    lo, hi = float(ci[0]), float(ci[1])
+    if lo > hi:
+        raise ValueError(f"interval [{lo}, {hi}] is reversed")
+    side = 1 if lo > null else -1 if hi < null else 0
+    if direction == "none":
+        if tolerance is None:
+            raise ValueError("a no-change claim needs a tolerance")
+        if side:
+            return OPPOSITE
+        return REPLICATES if null - tolerance <= lo and hi <= null + tolerance else INCONCLUSIVE
+    if not side:
+        return INCONCLUSIVE
+    if direction == "either":
+        return REPLICATES
+    return REPLICATES if side == (1 if direction == "up" else -1) else OPPOSITE
+
+
 def verdict(ci: Sequence[float] | None, paper_sign: int, is_testable: bool = True,
             tolerance: float | None = None) -> str:
-    """The verdict a 95% interval earns against the paper's direction (``paper_sign`` +1 or -1):
-    :data:`VERDICT_RULE`. ``is_testable`` False (:func:`testable`) or no interval: not testable here.
-    ``paper_sign`` 0 (the paper found no change): replicates when the interval lies within +-``tolerance``,
-    opposite when it excludes 0, else inconclusive."""
+    """:func:`claim_verdict` of a change (null 0) against the paper's direction (``paper_sign`` +1 or -1;
+    0: the paper found no change, within +-``tolerance``). ``is_testable`` False (:func:`testable`) or no
+    interval: not testable here."""
     if paper_sign not in (1, -1, 0):
         raise ValueError(f"paper_sign must be +1, -1 or 0, got {paper_sign!r}")
     if paper_sign == 0 and tolerance is None:
         raise ValueError("a no-change claim needs a tolerance")
-    if not is_testable or ci is None:
-        return NOT_TESTABLE
-    lo, hi = ci
-    if lo > 0 or hi < 0:
-        return OPPOSITE if paper_sign == 0 else REPLICATES if (lo > 0) == (paper_sign > 0) else OPPOSITE
-    if paper_sign == 0 and -tolerance <= lo and hi <= tolerance:
-        return REPLICATES
-    return INCONCLUSIVE
+    reason = None if is_testable and ci is not None else "not testable"
+    return claim_verdict({1: "up", -1: "down", 0: "none"}[paper_sign], ci, 0.0, tolerance, reason)
 
 
 def verdict_cell(value: float, ci: Sequence[float] | None, paper_sign: int, is_testable: bool = True,

@@ -45,27 +45,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvprobe.readouts.stats import MIN_HISTORIES, clopper_pearson
-from kvprobe.studies.report import estimate, model_name, table_head, table_row
+from kvprobe.readouts.stats import MIN_HISTORIES, MIN_RESAMPLED_UNITS, clopper_pearson
+from kvprobe.studies.report import (DIRECTIONS, FLOOR, INCONCLUSIVE, NOT_TESTABLE, OPPOSITE, REPLICATES, claim_verdict,
+                                   estimate, model_name, table_head, table_row)
 
 __all__ = ["CLAIMS", "FEW_UNITS", "FLOOR", "INCONCLUSIVE", "NOT_TESTABLE", "OPPOSITE", "REPLICATES", "VERDICTS",
            "Claim", "Measurement", "Paper", "Row", "Test", "evaluate", "format_markdown", "scorecard_json",
            "verdict", "write_scorecard"]
 
-REPLICATES = "replicates"
-OPPOSITE = "opposite"
-INCONCLUSIVE = "inconclusive"
-NOT_TESTABLE = "not testable here"
 #: The verdicts, in the order the summary table lists them.
 VERDICTS = (REPLICATES, OPPOSITE, INCONCLUSIVE, NOT_TESTABLE)
-
-#: Directions a claim can state: the paper's effect is positive, negative, nonzero of either sign, or absent.
-DIRECTIONS = ("up", "down", "either", "none")
-
-#: Floor: an arm the effect needs answers fewer than this share correctly -> the run cannot test the claim.
-FLOOR = 0.10
 #: Intervals resting on fewer resampled units than this are flagged (percentile bootstraps are unreliable).
-FEW_UNITS = 20
+FEW_UNITS = MIN_RESAMPLED_UNITS
 #: Default tolerance of a no-change claim, by unit (the interval must lie within null +- tolerance).
 TOLERANCE = {"pp": 5.0, "AUC": 0.05}
 
@@ -214,38 +205,8 @@ class Row:
 # --------------------------------------------------------------------------- the rule
 
 
-def verdict(direction: str, ci: Sequence[float] | None, null: float = 0.0, tolerance: float | None = None,
-            not_testable: str | None = None) -> str:
-    """The verdict of one measurement (the module docstring states the rule).
-
-    Args:
-        direction: the paper's direction (``up``, ``down``, ``either``, ``none``).
-        ci: the 95 % interval (lower, upper); ignored when ``not_testable``.
-        null: the no-effect value.
-        tolerance: ``none`` claims: the half-width around the null the interval must stay within.
-        not_testable: the reason the run cannot test the claim, or None.
-    """
-    if direction not in DIRECTIONS:
-        raise ValueError(f"direction {direction!r} is not one of {DIRECTIONS}")
-    if not_testable:
-        return NOT_TESTABLE
-    if ci is None:
-        raise ValueError("a testable measurement needs an interval")
-    lo, hi = float(ci[0]), float(ci[1])
-    if lo > hi:
-        raise ValueError(f"interval [{lo}, {hi}] is reversed")
-    side = 1 if lo > null else -1 if hi < null else 0
-    if direction == "none":
-        if tolerance is None:
-            raise ValueError("a no-change claim needs a tolerance")
-        if side:
-            return OPPOSITE
-        return REPLICATES if null - tolerance <= lo and hi <= null + tolerance else INCONCLUSIVE
-    if not side:
-        return INCONCLUSIVE
-    if direction == "either":
-        return REPLICATES
-    return REPLICATES if side == (1 if direction == "up" else -1) else OPPOSITE
+#: The rule itself lives once, in ``kvprobe.studies.report`` (every report uses it too).
+verdict = claim_verdict
 
 
 def floor_reason(correct: int, n: int, arm: str) -> str | None:

@@ -278,3 +278,18 @@ def test_the_doc_cites_the_paper_by_title_and_is_linked_from_the_readme():
     assert "../shared" not in text and sc.PAPER_TITLE in text
     readme = (ROOT / "README.md").read_text().split("## Quick start")[0]
     assert "(docs/scorecard.md)" in readme, "README.md must link the scorecard before its Quick start"
+
+
+def test_reports_and_scorecard_share_one_rule():
+    """Every report's verdict cell (studies.report.verdict) is the scorecard's rule, not a second copy."""
+    from kvprobe.studies import report, scorecard
+
+    assert scorecard.verdict is report.claim_verdict
+    assert report.verdict((-28.7, -15.0), -1) == REPLICATES
+    assert report.verdict((2.0, 9.0), -1) == OPPOSITE
+    assert report.verdict((-2.7, 16.0), -1) == INCONCLUSIVE
+    assert report.verdict((-2.7, 16.0), -1, is_testable=False) == NOT_TESTABLE
+    assert report.verdict(None, 1) == NOT_TESTABLE
+    assert report.verdict((-1.0, 2.0), 0, tolerance=5.0) == REPLICATES
+    assert report.verdict((1.0, 9.0), 0, tolerance=5.0) == OPPOSITE
+    assert not report.testable(7, 80) and report.testable(8, 80) and not report.testable(14, 64, chance=14)
