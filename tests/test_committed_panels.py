@@ -60,7 +60,7 @@ def test_recognition_report_rewrites_from_its_committed_inputs(folder, tmp_path)
     shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("report.md", "*.png"))
     rewrite_group_report(copy)
     assert (copy / "report.md").read_text() == (folder / "report.md").read_text(), \
-        f"{folder.relative_to(ROOT)}/report.md is not what its readouts.json/edits.json write (kvprobe readout --rewrite)"
+        f"{folder.relative_to(ROOT)}/report.md is not what its readouts.json/edits.json write (kvprobe.readouts.report.rewrite_group_report)"
 
 
 # ---------------------------------------------------------------- hand recounts of the SmolLM2 records report

@@ -39,6 +39,7 @@ from kvprobe.readouts.stats import DRAWS, PAPER_SEED
 from kvprobe.studies.detectors.coverage import coverage_curve
 from kvprobe.studies.detectors.text import YES_NO
 from kvprobe.studies.report import COVERAGE_COLUMNS, coverage_rows, interval, table_head, table_row
+from kvprobe.studies.quantity_task.tasks import ITEMS as QUANTITY_ITEMS
 from kvprobe.studies.runner import read_rows
 from .calibration import calibrate, summarize
 
@@ -142,7 +143,7 @@ def _coverage_table(coverage: dict[str, Any]) -> list[str]:
 
 
 def format_action_report(summary: dict[str, Any], model: str) -> str:
-    lines = [f"# Detection vs action on the quantity set: {model}", "",
+    lines = [f"# Detection vs action on the quantity set: {model}", "", QUANTITY_ITEMS.line(), "",
              "YES/NO scores of the record pairs decide whether to hide the old record (or only its number). "
              "Utility of a case on one query = correct under the mask minus correct under full access. "
              "Thresholds are fitted on the development groups' current-query utility (ties to the fewest actions); "

@@ -30,6 +30,7 @@ from kvprobe.interventions.fact_map import FactMap, fact_map
 from kvprobe.studies.answers import canonical_answer
 from kvprobe.studies.quantity_task.example import EXAMPLE, build_prompt, example_case
 from kvprobe.studies.quantity_task import tasks
+from kvprobe.studies.quantity_task.tasks import ITEMS as QUANTITY_ITEMS
 
 
 class MapInputError(ValueError):
@@ -45,6 +46,8 @@ class MapInput:
     question: str
     candidates: tuple[str, str]
     label: str
+    #: Where the history comes from, as the map's report says it (an ``Items:`` line).
+    items: str = ""
 
 
 def example_input(unit_from_a: bool = True) -> MapInput:
@@ -52,7 +55,7 @@ def example_input(unit_from_a: bool = True) -> MapInput:
     current = next(q for q in tasks.queries(example_case(unit_from_a)) if q.role == "current")
     return MapInput(build_prompt(unit_from_a), "A", current.question,
                     (canonical_answer(EXAMPLE.current_value), canonical_answer(EXAMPLE.old_value)),
-                    f"quantity example {EXAMPLE.group_id}")
+                    f"quantity example {EXAMPLE.group_id}", QUANTITY_ITEMS.line())
 
 
 def load_input(path: str | Path) -> MapInput:
@@ -95,7 +98,8 @@ def load_input(path: str | Path) -> MapInput:
     if not isinstance(chat, bool):
         raise MapInputError(f"--input {path}: field 'chat' must be true or false")
     prompt = kvprobe.Prompt([tuple(s) for s in segments], system=system, chat=chat)
-    return MapInput(prompt, source, need("question", str), (candidates[0], candidates[1]), path.name)
+    return MapInput(prompt, source, need("question", str), (candidates[0], candidates[1]), path.name,
+                    f"Items: the input file `{path.name}`.")
 
 
 def run_map(model: kvprobe.Model, item: MapInput, n_bands: int) -> FactMap:
@@ -107,7 +111,7 @@ def run_map(model: kvprobe.Model, item: MapInput, n_bands: int) -> FactMap:
 def report(fm: FactMap, item: MapInput, model: kvprobe.Model) -> str:
     """``map.md``: what was mapped, the pieces, the table and the heatmap as a table."""
     pieces = ", ".join(f"{label} [{s.start}, {s.end})" for label, s in fm.pieces)
-    lines = [f"# Fact map: {item.label} on {model.name}", "",
+    lines = [f"# Fact map: {item.label} on {model.name}", "", *([item.items, ""] if item.items else []),
              f"Source {item.source!r} (tokens [{fm.source.start}, {fm.source.end})); later pieces: {pieces}. "
              f"Question: {item.question!r}; candidates (current, old): {list(item.candidates)}.", "",
              f"Target ({fm.target}) minus mask: {fm.target_effect:+.3f} nats. Recovered = change vs mask / that "
