@@ -70,7 +70,7 @@ def test_low_precision_history_digest_catches_a_write(dtype):
     assert not h.check_digest()
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-gemma3"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-deepseek-v2"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_verify_passes_in_low_precision(name, dtype):
     """Every check, against tolerances set by the dtype's own error (a float32 twin of the same weights)."""
