@@ -141,7 +141,8 @@ def _rows(group, relation, info, query, cond, complete, lenient, logp_right=-1.0
     return {"group_id": group, "case_id": f"{group}/{info}", "relation": relation, "information": info,
             "query": query, "condition": cond, "complete_exact": complete, "complete_equivalent": complete,
             "complete": complete, "lenient_complete": lenient, "logp_right": logp_right, "margin": 0.0,
-            "margin_change_vs_full": 0.0, "margin_change_vs_control": delta_m}
+            "margin_change_vs_full": 0.0, "margin_change_vs_control": delta_m,
+            "stop_reason": "eos", "category": "complete" if complete else "old_value"}
 
 
 def test_warning_signal_aucs_by_hand_and_the_default_rule():
