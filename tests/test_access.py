@@ -84,6 +84,49 @@ def test_layer_selection_masks_only_chosen_layers(llama):
     assert scores["first"].logprobs != scores["full"].logprobs
 
 
+def _layerwise_logits(model, ids, layer_masks):
+    """Logits of an uncached forward run decoder layer by decoder layer, each with its own 4-D mask (Llama)."""
+    import torch
+
+    from kvprobe.reference import transformers_eager
+
+    inner = model.hf.model
+    pos = torch.arange(ids.shape[0])[None]
+    with torch.inference_mode(), transformers_eager(model):
+        x = inner.embed_tokens(ids[None])
+        rope = inner.rotary_emb(x, position_ids=pos)
+        for layer, mask in zip(inner.layers, layer_masks):
+            x = layer(x, attention_mask=mask, position_ids=pos, position_embeddings=rope)
+        return model.hf.lm_head(inner.norm(x))[0]
+
+
+@pytest.mark.parametrize("layers", [[1], [0, 2]])
+def test_layer_restricted_mask_equals_a_per_layer_masked_reference(llama, layers):
+    """``Mask(span, layers=L)`` against decoder layers run one by one, the history columns hidden from the question
+    rows in L only; the same reference with other layers masked differs (a wrong layer would fail)."""
+    import torch
+
+    from kvprobe.decoding import question_logits
+    from kvprobe.reference import uncached_mask
+
+    h = make_history(llama)
+    span = h.span("A")
+    q_ids = suffix_ids(llama, h, QUESTIONS[0])
+    ids = torch.cat([h.input_ids, torch.tensor(q_ids)])
+    T, N = len(h), ids.shape[0]
+    hidden = torch.zeros(T, dtype=torch.bool)
+    hidden[span.start:span.end] = True
+    causal, masked = uncached_mask(llama, N, T, None), uncached_mask(llama, N, T, hidden)
+
+    def reference(chosen):
+        return _layerwise_logits(llama, ids, [masked if i in chosen else causal for i in range(llama.arch.num_layers)])[T:]
+
+    got = question_logits(llama, h, QUESTIONS[0], [Mask(span, layers=layers)]).logits[0]
+    assert float((got - reference(layers)).abs().max()) <= 1e-4
+    other = [i for i in range(llama.arch.num_layers) if i not in layers][:1]
+    assert float((got - reference(other)).abs().max()) > 1e-3
+
+
 def test_sliding_layers_keep_native_window(gemma):
     """On Gemma3, masking keys already outside every sliding window changes only full layers."""
     h = make_history(gemma)
