@@ -6,7 +6,7 @@
   one ``/{model}/{dataset}`` group; ``store.FeatureStore`` reads it lazily.
 * ``remote.NnsightEncoder``: the same features through plain nnsight traces
   (this process, or NDIF for models too large to load here).
-* ``bench.run_extract_bench``: ``kvprobe bench extract``.
+* ``kvprobe bench extract`` times this package: ``kvprobe.tools.bench.extract``.
 """
 
 from .capture import JOINT_SEPARATOR, Encoding, RecordSpec, encode

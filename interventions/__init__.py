@@ -23,13 +23,17 @@ condition's own copy of the cache; the shared history is never modified.
 ``capacity.matched_capacity`` gives the paper's matched budget K for a mask.
 
 ``parse_condition`` builds any of them (and masks) from a short string, for the CLI.
+``fact_map`` (``kvprobe.interventions.fact_map.fact_map``) measures where a record's effect lives.
+
+What checks these operations (``kvprobe verify``) and times them (``kvprobe bench``) lives in
+``kvprobe.tools`` (``tools.verify``, ``tools.bench``), which this package never loads.
 """
 
 from ._base import OperationError, refusal
 from .bias import SessionOrderBias, SoftBias, session_gate
 from .capacity import matched_capacity
-from .checks import verify_model
 from .compaction import Compact, Drop
+from .fact_map import FactMap, fact_map
 from .finch import Finch
 from .quest import Quest, RecentPages
 from .refreshkv import RefreshKV
@@ -44,6 +48,7 @@ __all__ = [
     "OPERATIONS",
     "Compact",
     "Drop",
+    "FactMap",
     "Finch",
     "OnlineMask",
     "OperationError",
@@ -57,12 +62,26 @@ __all__ = [
     "SoftBias",
     "TextRecompute",
     "Zero",
+    "fact_map",
     "matched_capacity",
     "parse_condition",
     "refusal",
     "rebuild_segments",
     "recompute_hidden",
     "rotate_keys",
-    "verify_model",
     "session_gate",
 ]
+
+
+def __getattr__(name: str):
+    """``verify_model``: deprecated alias of :func:`kvprobe.tools.verify.verify_model` (removed in the
+    next release), loaded only when asked for, so ``import kvprobe.interventions`` loads no verifier."""
+    if name == "verify_model":
+        import warnings
+
+        warnings.warn("kvprobe.interventions.verify_model moved to kvprobe.tools.verify.verify_model; the alias "
+                      "goes in the next release", DeprecationWarning, stacklevel=2)
+        from kvprobe.tools.verify import verify_model
+
+        return verify_model
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,20 +23,9 @@ from typing import Sequence
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED
 
+from .parameters import at_least as _at_least
+
 DEFAULT_MODEL = "smollm2-135m-instruct"
-
-
-def _at_least(low: int, kind: type = int):
-    """argparse type: a number of ``kind`` that is at least ``low`` (counts, sizes, budgets)."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, got {text}")
-        return value
-    return parse
 
 
 #: Model dtypes the commands accept (``--dtype``).
@@ -133,9 +122,7 @@ def _close(pool) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from kvprobe.interventions import verify_model
-
-    from .verify import results_as_dicts
+    from kvprobe.tools.verify import results_as_dicts, verify_model
 
     model = _load_args(args, args.json)
     results = verify_model(model)
@@ -314,7 +301,7 @@ def cmd_babi_verify(args: argparse.Namespace) -> int:
 def cmd_matrix(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from kvprobe.interventions.matrix import run_matrix, write_matrix
+    from kvprobe.tools.verify.matrix import run_matrix, write_matrix
     from .tiny import TINY_MODELS
 
     names = args.models or list(TINY_MODELS)
@@ -391,83 +378,13 @@ def cmd_map(args: argparse.Namespace) -> int:
     return 0
 
 
-def long_bench_counts(text: str | None, option: str, default: tuple[int, ...]) -> tuple[int, ...]:
-    """Comma-separated positive counts of a bench option, or ``default`` when not given."""
-    from kvprobe.interventions.long_bench import parse_counts
-
-    return default if text is None else parse_counts(text, option)
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    """``kvprobe bench NAME``: the registry's benchmark (``kvprobe.tools.bench``, loaded now)."""
+    from kvprobe.tools.bench.registry import BENCHES
 
-    from .bench import format_core_markdown, run_core_bench
-
-    if args.suite == "scale":
-        # Local and Ray backends side by side; every configuration loads its own model.
-        from kvprobe.studies.scale_bench import format_scale_markdown, run_extract_scale_bench, run_scale_bench
-
-        if args.target == "extract":
-            result = run_extract_scale_bench(args.model, Path(args.out), cases=args.cases, batch_size=args.batch_size,
-                                             rounds=args.rounds)
-        else:
-            result = run_scale_bench(args.model, Path(args.out), groups=args.groups, rounds=args.rounds)
-        print(format_scale_markdown(result))
-        return 0
-    if args.suite == "long":
-        # kvprobe vs plain transformers on long histories (interventions package, loaded on demand).
-        from kvprobe.interventions import long_bench
-
-        lengths = long_bench.parse_counts(args.lengths, "--lengths") if args.lengths is not None else None
-        rows = long_bench.parse_counts(args.rows or "1,15", "--rows")
-        measures = None if args.measures is None else long_bench.select_measures(args.measures.split(","), rows)
-        warmups = long_bench.DEFAULT_WARMUPS if args.warmups is None else args.warmups
-        repeats = long_bench.DEFAULT_REPEATS if args.repeats is None else args.repeats
-        # Bad input is refused here, before the model loads.
-        decode_steps = long_bench.DEFAULT_DECODE_STEPS if args.decode_steps is None else args.decode_steps
-        long_bench.preflight(args.model, args.out, args.data, lengths, warmups, repeats, decode_steps,
-                             restart=args.restart)
-        model = _load_args(args, False)
-        result = long_bench.run_long_bench(model, Path(args.out), Path(args.data), lengths=lengths, rows=rows,
-                                           warmups=warmups, repeats=repeats, decode_steps=decode_steps,
-                                           restart=args.restart, measures=measures)
-        print(long_bench.format_long_markdown(result))
-        return 0
-    if args.suite == "gpu":
-        from kvprobe.interventions import gpu_bench
-
-        lengths = long_bench_counts(args.lengths, "--lengths", gpu_bench.DEFAULT_LENGTHS)
-        model = _load_args(args, False)
-        result = gpu_bench.run_gpu_bench(model, Path(args.out), lengths=lengths,
-                                         rows=long_bench_counts(args.rows, "--rows", (gpu_bench.DEFAULT_ROWS,))[0],
-                                         new_tokens=args.decode_steps or gpu_bench.DEFAULT_NEW_TOKENS,
-                                         repeats=args.repeats or gpu_bench.DEFAULT_REPEATS)
-        print(gpu_bench.format_gpu_markdown(result))
-        return 0
-    model = _load_args(args, False)
-    if args.suite == "operations":
-        # The operations live in the interventions package; loaded on demand.
-        from kvprobe.interventions.bench import format_markdown, run_operations_bench
-
-        given = {"lengths": None if args.lengths is None else tuple(int(x) for x in args.lengths.split(",")),
-                 "warmups": args.warmups, "repeats": args.repeats}  # not given: run_operations_bench's defaults
-        fractions = tuple(float(x) for x in args.fractions.split(","))
-        result = run_operations_bench(model, Path(args.out), Path(args.data), fractions=fractions,
-                                      **{k: v for k, v in given.items() if v is not None})
-        print(format_markdown(result))
-        return 0
-    if args.suite == "extract":
-        from kvprobe.extract.bench import format_extract_markdown, run_extract_bench
-        from kvprobe.studies.recognition import generate_records
-
-        cases = generate_records()[: args.cases]
-        result = run_extract_bench(model, cases, Path(args.out), batch_size=args.batch_size)
-        print(format_extract_markdown(result))
-        return 0
-    from kvprobe.studies.quantity.demo import build_prompt
-
-    result = run_core_bench(model, build_prompt(), Path(args.out), steps=args.steps)
-    print(format_core_markdown(result))
+    bench = BENCHES[args.suite]
+    result = bench.run_function()(args, lambda: _load_args(args, False))
+    print(bench.report_function()(result))
     return 0
 
 
@@ -882,61 +799,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
     _add_report_parser(sub)
 
+    from kvprobe.tools.bench import registry as benches
+
     p = sub.add_parser("bench", help="benchmarks (writes JSON and markdown under artifacts/bench)",
-                       description="`kvprobe bench core`: nnsight masked decode step vs plain forward with the "
-                       "same 4-D mask, batched vs one-at-a-time conditions, peak memory. "
-                       "`kvprobe bench operations`: time of every cache operation and of the first answer "
-                       "token after it on long PG-19 histories. `kvprobe bench scale`: a quantity study on "
-                       "1 vs 2 Ray workers against the local backend (scale.json, scale.md); run nothing else "
-                       "meanwhile. `kvprobe bench long`: kvprobe beside plain transformers (same weights, SDPA, the "
-                       "loop written by hand) on PG-19 histories of --lengths tokens: prefill tokens/s, the masked "
-                       "decode step of --rows rows, mask/rebuild/recompute/stored-prefix recompute plus the first "
-                       "answer token, peak memory of each piece, agreement checks (long.json, long.md, long.png). "
-                       "It is resumable: long.json is saved after every (length, measure) cell and a rerun with the "
-                       "same --out and settings runs only the missing cells.")
-    p.add_argument("suite", choices=["core", "operations", "extract", "scale", "long", "gpu"], help="which benchmark to run")
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to load (default {DEFAULT_MODEL})")
-    p.add_argument("--steps", type=_at_least(1), default=40, help="interleaved decode steps to time (default 40)")
-    p.add_argument("--out", default="artifacts/bench", help="output directory (default artifacts/bench)")
-    p.add_argument("--lengths", default=None,
-                   help="operations, long: history lengths in tokens, comma-separated (operations default "
-                   "512,1024,2048,4096,8192; long default 1024,2048,4096,8192,16384, keeping those within the "
-                   "model's context; a given length beyond max_position_embeddings is refused)")
-    p.add_argument("--fractions", default="0.1,0.5,0.9",
-                   help="operations: where record A sits, as fractions of the history")
-    p.add_argument("--warmups", type=_at_least(0), default=None,
-                   help="operations, long: untimed warm-up runs per cell and side (default 3 for operations, "
-                   "1 for long; for long's decode cells, warm-up steps)")
-    p.add_argument("--repeats", type=_at_least(1), default=None,
-                   help="operations, long: timed runs per cell, median reported (operations default 9, 1+3 from "
-                   "4096 tokens; long default 3 per side, interleaved with plain transformers; long's decode cells "
-                   "time --decode-steps steps instead)")
-    p.add_argument("--rows", default=None,
-                   help="long: batch sizes of the masked decode step, comma-separated (default 1,15: one row and "
-                   "15 access-only rows of one history); gpu: the rows of the decode cell (default 15)")
-    p.add_argument("--measures", default=None,
-                   help="long: only these cells of each length, comma-separated, from prefill, decode-B (one per "
-                   "--rows B), mask, rebuild, recompute, recompute-prefix (default: all); e.g. --measures prefill "
-                   "for a 32k-token prefill alone")
-    p.add_argument("--decode-steps", type=_at_least(1), default=None,
-                   help="long: interleaved single-token decode steps timed per side and batch size, median "
-                   "reported (default 8); gpu: greedy tokens each decode row generates (default 16)")
-    p.add_argument("--restart", action="store_true",
-                   help="long: ignore an earlier long.json in --out and start afresh (by default finished cells "
-                   "are reused, and a long.json written with another model, dtype, thread count, warm-ups, repeats "
-                   "or decode steps is refused, naming the setting)")
-    p.add_argument("--data", default="../shared/data",
-                   help="operations, long: folder holding pg19/ (default ../shared/data)")
-    p.add_argument("--cases", type=_at_least(1), default=120,
-                   help="extract: first N cases of the records dataset (default 120: 20 items, ~260 records)")
-    p.add_argument("--batch-size", type=_at_least(1), default=16, help="extract: records per forward (default 16)")
-    p.add_argument("--groups", type=_at_least(1), default=6,
-                   help="scale: quantity groups (2 cases each) run under every configuration (default 6)")
-    p.add_argument("--rounds", type=_at_least(1), default=2,
-                   help="scale: rounds over the four configurations, in alternating order (default 2)")
-    p.add_argument("--target", choices=["study", "extract"], default="study",
-                   help="scale: time a study (scale.json; default) or an extraction of --cases records cases with "
-                   "the signed LOO in batches of --batch-size (scale-extract.json)")
+                       description=benches.description())
+    p.add_argument("suite", choices=list(benches.BENCHES), help="which benchmark to run")
+    for option, kwargs in benches.options().items():
+        p.add_argument(option, **kwargs)
     _add_placement_arguments(p)
     p.set_defaults(func=cmd_bench)
     return parser

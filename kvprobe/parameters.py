@@ -45,6 +45,19 @@ _TRUE = ("yes", "true", "1", "on")
 _FALSE = ("no", "false", "0", "off")
 
 
+def at_least(low: int, kind: type = int) -> Callable[[str], Any]:
+    """argparse type: a number of ``kind`` that is at least ``low`` (counts, sizes, budgets)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {text}")
+        return value
+    return parse
+
+
 def flag(field_name: str) -> str:
     """The option of a field: ``n_groups`` -> ``--n-groups``."""
     return "--" + field_name.replace("_", "-")

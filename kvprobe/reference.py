@@ -1,6 +1,8 @@
 """Independent reference computations: plain transformers forwards, no cache, no nnsight.
 
-Used by ``kvprobe verify`` and the tests to check the traced, cached path.
+Used by ``kvprobe verify`` (``kvprobe.tools.verify``), the studies that check their own reads
+(cross_checkpoint) and the tests to check the traced, cached path; :data:`LOGIT_TOLERANCE` is the
+float32 agreement they all hold the cached path to.
 They run transformers' own eager attention (see :func:`transformers_eager`).
 Each function runs the *whole* token sequence (history + suffix [+ generated])
 through ``model.hf`` in one call, with an explicit 4-D additive mask per layer
@@ -22,6 +24,11 @@ from .masks import layer_type_masks
 if TYPE_CHECKING:
     from .engine import RowState
     from .model import Model
+
+#: fp32 equivalence tolerance on logits and K/V against these references (max abs difference): this, or
+#: ``kvprobe.tools.verify.RELATIVE_TOLERANCE`` of the reference's largest magnitude when that is larger
+#: (``kvprobe.tools.verify.scaled_tolerance``).
+LOGIT_TOLERANCE = 1e-4
 
 
 @contextmanager

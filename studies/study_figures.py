@@ -314,9 +314,9 @@ def drawer(png: Path) -> Callable[[Path, Path], Any]:
     if name == "map.png" and (folder / "map.json").is_file():
         return lambda f, out: fact_map_example(json.loads((f / "map.json").read_text()), out)
     if name == "long.png":
-        return _bench("kvprobe.interventions.long_bench", "plot_long", "long.json")
+        return _bench("kvprobe.tools.bench.long", "plot_long", "long.json")
     if name == "operations.png":
-        return _bench("kvprobe.interventions.bench", "plot", "operations.json")
+        return _bench("kvprobe.tools.bench.operations", "plot", "operations.json")
     raise LookupError(f"{png}: no known way to draw it from committed data")
 
 

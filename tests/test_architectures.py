@@ -17,7 +17,7 @@ from conftest import tensors_made_on_meta
 from kvprobe.interventions import OperationError, Zero, rotate_keys
 from kvprobe.arch import INTERLEAVED, SHARED_KV
 from kvprobe.decoding import suffix_ids
-from kvprobe.interventions.matrix import OPERATIONS, matrix_markdown, readme_block, readme_table, run_matrix
+from kvprobe.tools.verify.matrix import OPERATIONS, matrix_markdown, readme_block, readme_table, run_matrix
 from kvprobe.reference import reference_generate
 from kvprobe.tiny import TINY_MODELS
 

@@ -20,7 +20,8 @@ import torch
 import kvprobe
 from conftest import QUESTIONS, make_history, tensors_made_on_meta
 from kvprobe.history import kv_digest, tensor_checksum
-from kvprobe.interventions import OPERATIONS, parse_condition, verify_model
+from kvprobe.interventions import OPERATIONS, parse_condition
+from kvprobe.tools.verify import verify_model
 from kvprobe.selection import SelectionAccess
 
 CANDIDATES = ['{"answer": "Room 18"}', '{"answer": "Room 12"}']
@@ -84,7 +85,7 @@ def test_verify_passes_in_low_precision(name, dtype):
 
 def test_low_precision_tolerance_still_catches_a_wrong_mask(monkeypatch):
     """A mask hiding the wrong positions moves bf16 logits far beyond the precision floor."""
-    from kvprobe.verify import precision_floor, scaled_tolerance
+    from kvprobe.tools.verify import precision_floor, scaled_tolerance
 
     model = kvprobe.load_model("tiny-llama", dtype=torch.bfloat16)
     h = make_history(model)
@@ -114,7 +115,7 @@ def test_device_and_dtype_options(capsys, tmp_path):
 
 def test_gpu_bench_runs_on_the_cpu(tmp_path):
     """``kvprobe bench gpu``'s cells on a small model of the same architecture as random-llama-3.1-8b."""
-    from kvprobe.interventions.gpu_bench import run_gpu_bench
+    from kvprobe.tools.bench.gpu import run_gpu_bench
 
     model = kvprobe.load_model("random-llama-mini", dtype=torch.float32)
     result = run_gpu_bench(model, tmp_path, lengths=(200,), rows=3, new_tokens=3, repeats=1, progress=False)

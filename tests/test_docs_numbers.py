@@ -151,7 +151,7 @@ def test_derived_figures_match_the_artifacts(page, quoted, computed):
 
 def _results(path: str) -> dict:
     """matrix.json with its results as :class:`CheckResult` (what ``kvprobe matrix`` wrote them from)."""
-    from kvprobe.verify import CheckResult
+    from kvprobe.tools.verify import CheckResult
 
     return {name: {**e, "results": [CheckResult(**r) for r in e["results"]]} for name, e in _matrix(path).items()}
 
@@ -163,7 +163,7 @@ def test_matrix_claims_recount_from_the_committed_values(path, models):
     Recounted from each check's value and tolerance (not its stored ``passed`` flag): every non-refused
     check is within its tolerance, every logit/K-V tolerance is at least the 1e-4 floor, and the committed
     matrix.md is the table of the committed values."""
-    from kvprobe.interventions.matrix import matrix_markdown
+    from kvprobe.tools.verify.matrix import matrix_markdown
 
     data = _matrix(path)
     assert len(data) == models

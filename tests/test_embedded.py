@@ -7,7 +7,7 @@ import pytest
 import kvprobe
 from kvprobe.decoding import suffix_ids
 from kvprobe.reference import reference_generate
-from kvprobe.interventions import verify_model
+from kvprobe.tools.verify import verify_model
 
 pytestmark = pytest.mark.embedded
 

@@ -25,7 +25,7 @@ from kvprobe.engine import RowState, fork_rows, traced_forward
 from kvprobe.interventions import OperationError, SegmentRebuild, SelectiveRefresh, TextRecompute, parse_condition
 from kvprobe.interventions.fact_map import fact_map, later_pieces, layer_bands
 from kvprobe.reference import cached_explicit_logits, reference_hidden_kv, transformers_eager, uncached_mask
-from kvprobe.verify import scaled_tolerance
+from kvprobe.tools.verify import scaled_tolerance
 
 from conftest import ATTENTION_MODELS, QUESTIONS, make_history
 

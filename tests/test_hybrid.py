@@ -8,7 +8,7 @@ import torch
 from transformers import DynamicCache
 
 from kvprobe import Full, Mask, SpanError
-from kvprobe.interventions import verify_model
+from kvprobe.tools.verify import verify_model
 from kvprobe.interventions import Compact, Drop, OperationError, Rebuild, TextRecompute, Zero
 
 from conftest import QUESTIONS, make_history

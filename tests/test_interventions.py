@@ -17,8 +17,8 @@ from kvprobe.interventions import (
     Compact, Drop, OnlineMask, OperationError, Rebuild, SelectiveRefresh, SessionOrderBias, SoftBias,
     TextRecompute, Zero, parse_condition, rotate_keys, session_gate,
 )
-from kvprobe.interventions.checks import _max_kv_diff, prerope_keys, rope_with_model
-from kvprobe.verify import LOGIT_TOLERANCE
+from kvprobe.tools.verify.operations import _max_kv_diff, prerope_keys, rope_with_model
+from kvprobe.tools.verify import LOGIT_TOLERANCE
 
 from conftest import QUESTIONS, make_history
 

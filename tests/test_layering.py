@@ -2,11 +2,18 @@
 
 Layers, lowest first (a module may import its own layer and those below it)::
 
-    kvprobe core (kvprobe/*.py, kvprobe/arch)      # prompts, history, access, engine, decoding, verify
+    kvprobe core (kvprobe/*.py, kvprobe/arch)      # prompts, history, access, engine, decoding, references
     kvprobe.extract, kvprobe.interventions         # capture; cache operations (neither imports the other)
+    kvprobe.tools.verify                           # kvprobe verify / matrix: core + interventions only
     kvprobe.readouts                               # pure math on feature stores
     kvprobe.studies                                # the paper's experiments
-    kvprobe.cli                                    # the only module that imports studies by name
+    kvprobe.tools.bench                            # kvprobe bench: runs studies and extraction
+    kvprobe.cli                                    # the only module that imports studies by name, and the
+                                                   # only one that loads kvprobe.tools (on demand)
+
+The tools wing (``kvprobe/tools/``) is a folder of the ``kvprobe`` import name, not a design-card
+top-level folder; ``verify`` sits just above the operations it checks, ``bench`` at the top beside the CLI.
+Two deprecated aliases point down into it until the next release (:data:`DEPRECATED_ALIASES`).
 
 Every import is read from the source with :mod:`ast` (function-level imports included), so
 a lazy import cannot hide a wrong-way dependency.
@@ -30,8 +37,17 @@ ALLOWED = {
     "interventions": {"core", "interventions"},
     "readouts": {"core", "extract", "interventions", "readouts"},
     "studies": {"core", "extract", "interventions", "readouts", "studies"},
-    "cli": {"core", "extract", "interventions", "readouts", "studies", "cli"},
+    "verify": {"core", "interventions", "verify"},
+    "bench": {"core", "extract", "interventions", "readouts", "studies", "bench"},
+    "tools": {"tools"},
+    "cli": {"core", "extract", "interventions", "readouts", "studies", "verify", "bench", "tools", "cli"},
 }
+#: Lazy aliases of moved names (module -> what it forwards to), the only imports of the tools wing from below:
+#: ``kvprobe.interventions.verify_model`` and ``kvprobe.verify.*``; both warn and go in the next release.
+DEPRECATED_ALIASES = {("kvprobe.interventions", "kvprobe.tools.verify"), ("kvprobe.verify", "kvprobe.tools.verify"),
+                      ("kvprobe.verify", "kvprobe.tools.verify.access")}
+#: The tools' wings: their layer is their name.
+WINGS = ("verify", "bench")
 GENERIC = ("studies", "extract", "readouts", "interventions")
 
 
@@ -52,6 +68,11 @@ def layer(module: str) -> str:
     """The layer of a ``kvprobe`` module."""
     if module == "kvprobe.cli":
         return "cli"
+    for wing in WINGS:
+        if module == f"kvprobe.tools.{wing}" or module.startswith(f"kvprobe.tools.{wing}."):
+            return wing
+    if module == "kvprobe.tools":
+        return "tools"
     for sub in GENERIC:
         if module == f"kvprobe.{sub}" or module.startswith(f"kvprobe.{sub}."):
             return sub
@@ -121,7 +142,7 @@ def test_dependencies_point_one_way():
         mine = layer(name)
         for target, line in _imports(name, path):
             module = _resolve(target)
-            if module is None:
+            if module is None or (name, module) in DEPRECATED_ALIASES:
                 continue
             if layer(module) not in ALLOWED[mine]:
                 bad.append(f"{path.relative_to(ROOT)}:{line}: {mine} module {name} imports {module} "
@@ -145,7 +166,7 @@ def test_no_import_cycles_between_packages():
     for name, path in MODULES.items():
         for target, _ in _imports(name, path, runtime_only=True):
             module = _resolve(target)
-            if module is None:
+            if module is None or (name, module) in DEPRECATED_ALIASES:
                 continue
             a, b = package(name), package(module)
             # A package importing its own subpackages of the same layer (re-exports) is not a cycle.
@@ -171,9 +192,37 @@ def test_no_import_cycles_between_packages():
 
 @pytest.mark.parametrize("module, expected", [("kvprobe.engine", "core"), ("kvprobe.cli", "cli"),
                                               ("kvprobe.studies.quantity.study", "studies"),
-                                              ("kvprobe.interventions", "interventions")])
+                                              ("kvprobe.interventions", "interventions"),
+                                              ("kvprobe.tools.verify.matrix", "verify"),
+                                              ("kvprobe.tools.bench.long", "bench"), ("kvprobe.tools", "tools")])
 def test_layer_names(module, expected):
     assert layer(module) == expected
+
+
+def test_the_cli_loads_the_tools_on_demand():
+    """``import kvprobe.cli`` (every command's start) loads no tool: its imports of ``kvprobe.tools`` are inside
+    functions; and nothing but the CLI and the deprecated aliases imports the tools at all."""
+    tree = ast.parse((ROOT / "kvprobe" / "cli.py").read_text())
+    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert not [ast.unparse(n) for n in top if "tools" in ast.unparse(n)]
+    users = {name for name, path in MODULES.items() for target, _ in _imports(name, path)
+             if (_resolve(target) or "").startswith("kvprobe.tools") and layer(name) not in ("verify", "bench", "tools")
+             and (name, _resolve(target)) not in DEPRECATED_ALIASES}
+    assert users == {"kvprobe.cli"}
+
+
+def test_deprecated_aliases_still_answer():
+    import warnings
+
+    import kvprobe.interventions
+    import kvprobe.verify
+    from kvprobe.tools.verify import LOGIT_TOLERANCE, verify_model
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert kvprobe.interventions.verify_model is verify_model
+        assert kvprobe.verify.LOGIT_TOLERANCE == LOGIT_TOLERANCE
+    assert [w.category for w in caught] == [DeprecationWarning, DeprecationWarning]
 
 
 def test_an_install_adds_only_the_kvprobe_import_name(tmp_path):

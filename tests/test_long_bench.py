@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import kvprobe
-from kvprobe.interventions import long_bench
-from kvprobe.interventions.long_bench import SettingsMismatch, run_long_bench
+from kvprobe.tools.bench import long as long_bench
+from kvprobe.tools.bench.long import SettingsMismatch, run_long_bench
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SETTINGS = dict(lengths=(256, 384), rows=(1, 3), warmups=1, repeats=1, decode_steps=2, chunk_size=64)
@@ -124,12 +124,27 @@ def test_default_lengths_stop_at_the_context():
 
 
 def test_peak_memory_falls_back_to_ru_maxrss(monkeypatch):
-    _, _, peak, increment = long_bench.measured(lambda: bytearray(1 << 20))
-    assert peak > 0 and increment >= 0
-    monkeypatch.setattr(long_bench, "_reset_high_water_mark", lambda: False)
-    assert long_bench.memory_method() == "ru_maxrss"
-    result, seconds, peak, _ = long_bench.measured(lambda: 7)
-    assert result == 7 and seconds >= 0 and peak > 0
+    from kvprobe.tools.bench import measure
+
+    _, stats = measure.measured(lambda: bytearray(1 << 20))
+    assert stats["peak_bytes"] > 0 and stats["increment_bytes"] >= 0
+    monkeypatch.setattr(measure, "reset_peak", lambda: False)
+    assert measure.memory_method() == "ru_maxrss"
+    result, stats = measure.measured(lambda: 7)
+    assert result == 7 and stats["seconds"] >= 0 and stats["peak_bytes"] > 0
+
+
+def test_interleave_alternates_and_frees_the_last_result():
+    from kvprobe.tools.bench.measure import interleave, median_time, schedule
+
+    assert list(schedule("ab", 3)) == [(0, "a"), (0, "b"), (1, "b"), (1, "a"), (2, "a"), (2, "b")]
+    assert list(schedule("ab", 2, alternate=False)) == [(0, "a"), (0, "b"), (1, "a"), (1, "b")]
+    calls = []
+    runs, last = interleave({"a": lambda: calls.append("a") or 1, "b": lambda: calls.append("b") or 2}, 1, 2)
+    assert calls == ["a", "b", "a", "b", "b", "a"] and last == {"a": 1, "b": 2}
+    assert [len(runs[k]["seconds"]) for k in "ab"] == [2, 2]
+    seconds, result = median_time(lambda: 7, 0, 3)
+    assert result == 7 and seconds >= 0
 
 
 def test_measures_restrict_the_cells(model, tmp_path):

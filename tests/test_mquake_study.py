@@ -53,8 +53,8 @@ def test_online_mask_hides_record_k_only_after_update_k():
     import torch
 
     from kvprobe.access import positions_of
-    from kvprobe.interventions.checks import _max_kv_diff
-    from kvprobe.verify import LOGIT_TOLERANCE
+    from kvprobe.tools.verify.operations import _max_kv_diff
+    from kvprobe.tools.verify import LOGIT_TOLERANCE
     from kvprobe.reference import reference_hidden_kv
     from kvprobe.studies.mquake.history import online_pairs
 

@@ -264,7 +264,7 @@ def test_mla_cannot_share_and_says_why():
     ids, valid = pad_suffix_block([suffix_ids(model, h, QUESTIONS[0])] * 3, model.pad_id, model.device)
     with pytest.raises(RuntimeError, match="cannot share histories"):
         traced_forward(model, rows, ids, valid)
-    from kvprobe.interventions import verify_model
+    from kvprobe.tools.verify import verify_model
 
     refused = [r for r in verify_model(model) if r.check == "shared_history_equals_per_row"]
     assert refused and refused[0].passed and "latent" in refused[0].refused

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 
-from kvprobe.interventions import verify_model
+from kvprobe.tools.verify import verify_model
 
 CHECKS = {"nnsight_mask_equals_explicit_4d", "empty_mask_equals_full", "prefix_digest_unchanged",
           "masked_attention_zero", "cached_equals_one_pass", "condition_order_invariant",

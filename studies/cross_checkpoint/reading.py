@@ -42,17 +42,16 @@ from transformers import DynamicCache
 from kvprobe import decoding
 from kvprobe.access import Access, Full, Mask
 from kvprobe.decoding import Generation, Request
-from kvprobe import verify
 from kvprobe.history import History
 from kvprobe.model import Model
-from kvprobe.reference import cached_explicit_logits, explicit_cached_mask, reference_logits, transformers_eager
+from kvprobe.reference import (LOGIT_TOLERANCE, cached_explicit_logits, explicit_cached_mask, reference_logits,
+                               transformers_eager)
 from kvprobe.studies.answers import PLAIN_DECODER, parse_strict
 
 from .checks import check_history_readable
 
-#: Largest |logit| difference of a cross read against its plain-transformers reference (fp32):
-#: kvprobe verify's (``kvprobe.verify.LOGIT_TOLERANCE``).
-LOGIT_TOLERANCE = verify.LOGIT_TOLERANCE
+#: Largest |logit| difference of a cross read against its plain-transformers reference (fp32): kvprobe
+#: verify's, ``kvprobe.reference.LOGIT_TOLERANCE`` (imported above).
 #: A first-token mismatch whose reference top-1/top-2 logit gap is below this is a tie, not a failure.
 TIE_GAP = 1e-4
 

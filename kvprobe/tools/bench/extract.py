@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import json
 import platform
-import resource
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -28,8 +26,10 @@ import torch
 from kvprobe.engine import pad_suffix_block
 from kvprobe.files import atomic_write_text
 
-from .capture import encode
-from .store import extract, records_of
+from kvprobe.extract.capture import encode
+from kvprobe.extract.store import extract, records_of
+
+from .measure import interleave, peak_rss_bytes, timed, weight_bytes
 
 
 def _plain_forward(model, batch) -> None:
@@ -55,24 +55,21 @@ def run_extract_bench(model, cases: Sequence[Any], out_dir: Path, batch_size: in
     ratios, t_capture, t_plain = [], [], []
     for _ in range(repeats):
         cap_total = plain_total = 0.0
-        for batch in batches:
-            t0 = time.perf_counter()
-            encode(model, batch)
-            t1 = time.perf_counter()
-            _plain_forward(model, batch)
-            t2 = time.perf_counter()
-            cap_total += t1 - t0
-            plain_total += t2 - t1
-            ratios.append((t1 - t0) / (t2 - t1))
+        for batch in batches:  # batch by batch, the capture first
+            runs, _ = interleave({"capture": lambda: encode(model, batch), "plain": lambda: _plain_forward(model, batch)},
+                                 0, 1, alternate=False)
+            (cap,), (plain,) = runs["capture"]["seconds"], runs["plain"]["seconds"]
+            cap_total += cap
+            plain_total += plain
+            ratios.append(cap / plain)
         t_capture.append(cap_total)
         t_plain.append(plain_total)
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "bench.h5"
-        t0 = time.perf_counter()
-        extract(model, "bench", cases, store, batch_size=batch_size, progress=False)
-        t_store = time.perf_counter() - t0
+        _, stats = timed(lambda: extract(model, "bench", cases, store, batch_size=batch_size, progress=False))
+        t_store = stats["seconds"]
         disk = store.stat().st_size
-    weights = sum(p.numel() * p.element_size() for p in model.hf.parameters())
+    weights = weight_bytes(model)
     capture, plain = statistics.median(t_capture), statistics.median(t_plain)
     result = {
         "model": model.name,
@@ -92,7 +89,7 @@ def run_extract_bench(model, cases: Sequence[Any], out_dir: Path, batch_size: in
         "store_bytes": disk,
         "store_bytes_per_case": disk / len(cases),
         "weight_bytes": weights,
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss_bytes": peak_rss_bytes(),
         "machine": {"cpus": torch.get_num_threads(), "processor": platform.processor() or platform.machine(),
                     "platform": platform.platform()},
     }
@@ -125,3 +122,11 @@ def format_extract_markdown(r: dict[str, Any]) -> str:
         f"Peak resident memory {r['peak_rss_bytes'] / mib:.0f} MiB; weights {r['weight_bytes'] / mib:.0f} MiB.",
         "",
     ])
+
+
+def command(args, load) -> dict[str, Any]:
+    """``kvprobe bench extract``: the first ``--cases`` cases of the records dataset."""
+    from kvprobe.studies.recognition import generate_records
+
+    model = load()
+    return run_extract_bench(model, generate_records()[: args.cases], Path(args.out), batch_size=args.batch_size)

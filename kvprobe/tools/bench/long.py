@@ -2,7 +2,7 @@
 
 For every history length (PG-19 filler from ``../shared/data/pg19`` with the
 quantity task's record A at 50 % and record B at the end, as
-:func:`kvprobe.interventions.bench.build_history` builds them) this measures
+:func:`kvprobe.tools.bench.operations.build_history` builds them) this measures
 kvprobe and the loop a researcher would write by hand with plain transformers
 under its SDPA attention, on the same weights (:func:`transformers_sdpa`
 switches ``model.hf`` to ``"sdpa"`` for the plain runs and back afterwards):
@@ -44,7 +44,6 @@ the missing cells. Writes ``long.json``, ``long.md`` and ``long.png``.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import datetime
 import gc
@@ -52,8 +51,6 @@ import hashlib
 import json
 import os
 import platform
-import resource
-import statistics
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -70,9 +67,10 @@ from kvprobe.history import kv_digest
 from kvprobe.model import _common_prefix
 from kvprobe.reference import attention_implementation, explicit_cached_mask
 
-from .bench import QUESTION, book_tokens, build_history
-from .recompute import Rebuild
-from .text import TextRecompute
+from .measure import interleave, measured, median_ms, memory_method, self_timed, weight_bytes
+from .operations import QUESTION, book_tokens, build_history
+from kvprobe.interventions.recompute import Rebuild
+from kvprobe.interventions.text import TextRecompute
 
 #: History lengths (tokens) of ``kvprobe bench long`` by default.
 DEFAULT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
@@ -215,82 +213,17 @@ def check_settings(previous: dict[str, Any] | None, settings: dict[str, Any], pa
                 f"settings to resume, or pass --restart to start afresh (or choose another --out)")
 
 
-# --------------------------------------------------------------------------- memory
+# --------------------------------------------------------------------------- memory and timing (measure.py)
 
 
-def _status_bytes(field: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def _reset_high_water_mark() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def memory_method() -> str:
-    """How peaks are measured here: ``"VmHWM"`` (exact per piece) or ``"ru_maxrss"`` (process peak so far)."""
-    return "VmHWM" if _reset_high_water_mark() and _status_bytes("VmHWM") is not None else "ru_maxrss"
-
-
-def _release_free_memory() -> None:
-    """Hand freed heap pages back to the kernel (glibc), so the resident set before a piece is what is live."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def measured(fn: Callable[[], Any]) -> tuple[Any, float, int, int]:
-    """Run ``fn`` once: (its result, seconds, peak resident bytes during it, peak - resident bytes before)."""
-    _release_free_memory()
-    exact = _reset_high_water_mark()
-    before = _status_bytes("VmRSS") or 0
-    t0 = time.perf_counter()
-    result = fn()
-    seconds = time.perf_counter() - t0
-    peak = _status_bytes("VmHWM") if exact else None
-    if peak is None:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return result, seconds, peak, max(peak - before, 0)
-
-
-def _interleave(fns: dict[str, Callable[[], Any]], warmups: int,
-                repeats: int) -> tuple[dict[str, dict], dict[str, Any]]:
-    """Warm-ups, then ``repeats`` timed runs per side, interleaved (the side that goes first alternates).
-
-    Returns per side its seconds, peaks and increments, and each side's last result.
-    """
-    names = list(fns)
-    for _ in range(warmups):
-        for name in names:
-            fns[name]()
-    runs = {name: {"seconds": [], "peak_bytes": [], "increment_bytes": []} for name in names}
-    last: dict[str, Any] = {}
-    for r in range(repeats):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            last.pop(name, None)  # free the previous result before the next run
-            result, seconds, peak, inc = measured(fns[name])
-            last[name] = result
-            runs[name]["seconds"].append(seconds)
-            runs[name]["peak_bytes"].append(peak)
-            runs[name]["increment_bytes"].append(inc)
-    return runs, last
+def _alone(stats: dict[str, float]) -> dict[str, float]:
+    """One side's memory measured alone, as long.json records it."""
+    return {"peak_bytes": stats["peak_bytes"], "increment_bytes": stats["increment_bytes"], "seconds": stats["seconds"]}
 
 
 def _side(runs: dict) -> dict[str, Any]:
     """Median ms and the worst memory of one side's runs."""
-    return {"ms": [1e3 * s for s in runs["seconds"]], "median_ms": 1e3 * statistics.median(runs["seconds"]),
+    return {"ms": [1e3 * s for s in runs["seconds"]], "median_ms": median_ms(runs),
             "peak_bytes": max(runs["peak_bytes"]), "increment_bytes": max(runs["increment_bytes"])}
 
 
@@ -455,10 +388,6 @@ def _kv_bytes(history: kvprobe.History) -> int:
     return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in history.kv if k is not None)
 
 
-def _weight_bytes(model: kvprobe.Model) -> int:
-    return sum(p.numel() * p.element_size() for p in model.hf.parameters())
-
-
 def measure_prefill(model: kvprobe.Model, history: kvprobe.History, warmups: int, repeats: int,
                     chunk_size: int) -> dict[str, Any]:
     """Tokens/s of ``model.prefill`` vs a plain chunked SDPA prefill of the same ids; last-layer K agreement."""
@@ -474,7 +403,7 @@ def measure_prefill(model: kvprobe.Model, history: kvprobe.History, warmups: int
             cache, _ = plain_prefill(model, ids, chunk_size)
         return cache.layers[-1].keys.clone()
 
-    runs, last = _interleave({"kvprobe": kv_run, "plain": plain_run}, warmups, repeats)
+    runs, last = interleave({"kvprobe": kv_run, "plain": plain_run}, warmups, repeats, measured)
     k_kv, k_plain = last["kvprobe"], last["plain"]
     diff = float((k_kv - k_plain).abs().max())
     rel = diff / max(float(k_plain.abs().max()), 1e-30)
@@ -492,7 +421,7 @@ def measure_prefill(model: kvprobe.Model, history: kvprobe.History, warmups: int
             "plain": plain, "speedup": plain["median_ms"] / kv["median_ms"],
             "check": {"what": "last-layer K, max |kvprobe - plain| / max |plain|", "max_abs_diff": diff,
                       "relative_diff": rel, "tolerance": PREFILL_K_RTOL, "passed": rel <= PREFILL_K_RTOL},
-            "memory": {"needs_bytes": _weight_bytes(model) + _kv_bytes(history)}}
+            "memory": {"needs_bytes": weight_bytes(model) + _kv_bytes(history)}}
 
 
 def measure_decode(model: kvprobe.Model, history: kvprobe.History, n_rows: int, warmups: int,
@@ -537,32 +466,31 @@ def measure_decode(model: kvprobe.Model, history: kvprobe.History, n_rows: int, 
         return q_logits.float().clone(), step.float().clone(), token, _layout(rows)
 
     gc.collect()
-    (kv_q, kv_first, token, layout), kv_s, kv_peak, kv_inc = measured(kv_alone)
+    (kv_q, kv_first, token, layout), kv_mem = measured(kv_alone)
 
     def plain_alone():
         cache, q_logits = plain_setup()
         return q_logits.float().clone(), plain_step(cache, token, T + L)[0].float().clone()
 
-    (plain_q, plain_first), plain_s, plain_peak, plain_inc = measured(plain_alone)
+    (plain_q, plain_first), plain_mem = measured(plain_alone)
     diff = float((kv_first - plain_first).abs().max())
     q_diff = float((kv_q - plain_q).abs().max())
     del kv_q, plain_q, kv_first, plain_first
 
     # Interleaved timing on both sides' caches.
-    kv_rows, _ = kv_setup()
-    plain_cache, _ = plain_setup()
-    timed = {"kvprobe": [], "plain": []}
-    pos = T + L
-    for i in range(warmups + steps):
-        for side in (("kvprobe", "plain") if i % 2 == 0 else ("plain", "kvprobe")):
-            _, seconds = kv_step(kv_rows, token) if side == "kvprobe" else plain_step(plain_cache, token, pos)
-            if i >= warmups:
-                timed[side].append(seconds)
-        pos += 1
-    del kv_rows, plain_cache
-    kv_ms, plain_ms = 1e3 * statistics.median(timed["kvprobe"]), 1e3 * statistics.median(timed["plain"])
+    live = {"kvprobe": kv_setup()[0], "plain": plain_setup()[0], "passes": 0}
+
+    def plain_timed():  # every pass decodes the next position (warm-up passes included)
+        live["passes"] += 1
+        return plain_step(live["plain"], token, T + L + live["passes"] - 1)
+
+    runs, _ = interleave({"kvprobe": lambda: kv_step(live["kvprobe"], token), "plain": plain_timed}, 0,
+                         warmups + steps, self_timed)
+    timed = {side: runs[side]["seconds"][warmups:] for side in runs}  # the first passes warm up
+    live.clear()
+    kv_ms, plain_ms = median_ms({"seconds": timed["kvprobe"]}), median_ms({"seconds": timed["plain"]})
     kv_bytes = _kv_bytes(history)
-    weights = _weight_bytes(model)
+    weights = weight_bytes(model)
     return {"history_tokens": T, "rows": n_rows, "question_tokens": L, "warmups": warmups, "steps": steps,
             "kvprobe": {"ms": [1e3 * s for s in timed["kvprobe"]], "median_ms": kv_ms, "cache_layout": layout},
             "plain": {"ms": [1e3 * s for s in timed["plain"]], "median_ms": plain_ms},
@@ -571,17 +499,16 @@ def measure_decode(model: kvprobe.Model, history: kvprobe.History, n_rows: int, 
                       "question_max_abs_diff": q_diff, "tolerance": DECODE_LOGITS_ATOL,
                       "passed": diff <= DECODE_LOGITS_ATOL},
             "memory": {"what": "each side alone: fork/cache set-up, question, first decode step",
-                       "kvprobe": {"peak_bytes": kv_peak, "increment_bytes": kv_inc, "seconds": kv_s},
-                       "plain": {"peak_bytes": plain_peak, "increment_bytes": plain_inc, "seconds": plain_s},
+                       "kvprobe": _alone(kv_mem), "plain": _alone(plain_mem),
                        "needs_bytes": weights + kv_bytes, "per_row_copies_bytes": weights + n_rows * kv_bytes}}
 
 
 def measure_operation(model: kvprobe.Model, history: kvprobe.History, name: str, warmups: int, repeats: int,
                       chunk_size: int) -> dict[str, Any]:
     """An operation's state and first answer token: kvprobe vs the same work by hand under SDPA."""
-    runs, last = _interleave({"kvprobe": lambda: _kvprobe_operation(model, history, name, chunk_size),
-                              "plain": lambda: plain_operation(model, history, name, chunk_size)},
-                             warmups, repeats)
+    runs, last = interleave({"kvprobe": lambda: _kvprobe_operation(model, history, name, chunk_size),
+                             "plain": lambda: plain_operation(model, history, name, chunk_size)},
+                            warmups, repeats, measured)
     kv, plain = _side(runs["kvprobe"]), _side(runs["plain"])
     k, p = last["kvprobe"], last["plain"]
     for side, res in ((kv, k), (plain, p)):
@@ -592,7 +519,7 @@ def measure_operation(model: kvprobe.Model, history: kvprobe.History, name: str,
             "check": {"what": "first answer token (argmax) equal", "kvprobe_token": k["token"],
                       "plain_token": p["token"], "logits_max_abs_diff": float((k["logits"] - p["logits"]).abs().max()),
                       "passed": k["token"] == p["token"]},
-            "memory": {"needs_bytes": _weight_bytes(model) + _kv_bytes(history)}}
+            "memory": {"needs_bytes": weight_bytes(model) + _kv_bytes(history)}}
 
 
 # --------------------------------------------------------------------------- the run
@@ -670,14 +597,14 @@ def run_long_bench(
     path = out_dir / "long.json"
     previous = None if restart else load_previous(out_dir)
     check_settings(previous, settings, path)
-    weight_bytes = _weight_bytes(model)
+    weights = weight_bytes(model)
     result: dict[str, Any] = previous or {"benchmark": "long", "format": FORMAT, "cells": {}, "runs": []}
     result.update({
         "settings": settings,
         "model": model.name, "dtype": str(model.dtype), "threads": torch.get_num_threads(),
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                     "cpus": os.cpu_count(), **versions()},
-        "memory_method": memory_method(), "weight_bytes": weight_bytes, "context_length": context,
+        "memory_method": memory_method(), "weight_bytes": weights, "context_length": context,
         "lengths": list(lengths), "rows": list(rows), "skipped_lengths": skipped,
     })
     cells = result["cells"]
@@ -703,13 +630,13 @@ def run_long_bench(
         if book is None:
             book = book_tokens(model, data_dir)
         gc.collect()
-        history, seconds, peak, increment = measured(lambda: build_history(model, book, length, FRACTION))
+        history, built = measured(lambda: build_history(model, book, length, FRACTION))
         span = history.span("A")
         facts = {"history_tokens": len(history), "span_a": [span.start, span.end],
                  "question_tokens": len(suffix_ids(model, history, QUESTION)), "history_kv_bytes": _kv_bytes(history),
                  # the history every measure reads, prefilled once by kvprobe (untimed by the cells)
-                 "history_prefill": {"seconds": seconds, "tokens_per_s": len(history) / seconds,
-                                     "peak_bytes": peak, "increment_bytes": increment}}
+                 "history_prefill": {"seconds": built["seconds"], "tokens_per_s": len(history) / built["seconds"],
+                                     "peak_bytes": built["peak_bytes"], "increment_bytes": built["increment_bytes"]}}
         if "history_tokens" in cell and cell["history_tokens"] != facts["history_tokens"]:
             raise ValueError(f"the {length}-token history now has {facts['history_tokens']} tokens, the earlier run's "
                              f"had {cell['history_tokens']}; pass --restart")
@@ -961,3 +888,21 @@ def plot_long(result: dict[str, Any], path: Path) -> None:
     fig.savefig(tmp, dpi=110)
     plt.close(fig)
     tmp.replace(path)
+
+
+def counts(text: str | None, option: str, default: tuple[int, ...]) -> tuple[int, ...]:
+    """Comma-separated positive counts of a bench option, or ``default`` when not given."""
+    return default if text is None else parse_counts(text, option)
+
+
+def command(args, load) -> dict[str, Any]:
+    """``kvprobe bench long``: bad input is refused (:func:`preflight`) before the model loads."""
+    lengths = counts(args.lengths, "--lengths", None)
+    rows = parse_counts(args.rows or "1,15", "--rows")
+    measures = None if args.measures is None else select_measures(args.measures.split(","), rows)
+    warmups = DEFAULT_WARMUPS if args.warmups is None else args.warmups
+    repeats = DEFAULT_REPEATS if args.repeats is None else args.repeats
+    decode_steps = DEFAULT_DECODE_STEPS if args.decode_steps is None else args.decode_steps
+    preflight(args.model, args.out, args.data, lengths, warmups, repeats, decode_steps, restart=args.restart)
+    return run_long_bench(load(), Path(args.out), Path(args.data), lengths=lengths, rows=rows, warmups=warmups,
+                          repeats=repeats, decode_steps=decode_steps, restart=args.restart, measures=measures)

@@ -48,14 +48,14 @@ from kvprobe.access import Access, Full, Mask
 from kvprobe.decoding import question_logits, suffix_ids
 from kvprobe.prompts import SpanError
 from kvprobe.reference import cached_explicit_logits, reference_hidden_kv, reference_logits
-from kvprobe.verify import CheckResult, precision_floor, scaled_tolerance, verify_access
+from .access import CheckResult, precision_floor, scaled_tolerance, verify_access
 
-from ._base import OperationError
-from .bias import SoftBias
-from .compaction import Compact, Drop
-from .recompute import OnlineMask, Rebuild, SegmentRebuild, SelectiveRefresh
-from .text import TextRecompute
-from .zeroing import Zero
+from kvprobe.interventions._base import OperationError
+from kvprobe.interventions.bias import SoftBias
+from kvprobe.interventions.compaction import Compact, Drop
+from kvprobe.interventions.recompute import OnlineMask, Rebuild, SegmentRebuild, SelectiveRefresh
+from kvprobe.interventions.text import TextRecompute
+from kvprobe.interventions.zeroing import Zero
 
 if TYPE_CHECKING:
     from kvprobe.arch import ArchSummary
@@ -263,7 +263,7 @@ def verify_model(model: "Model", history: "History | None" = None, operations: b
     Example::
 
         import kvprobe
-        from kvprobe.interventions import verify_model
+        from kvprobe.tools.verify import verify_model
         assert all(r.passed for r in verify_model(kvprobe.load_model("tiny-llama")))
     """
     return verify_access(model, history, extra=verify_operations if operations else None)

@@ -20,9 +20,6 @@ longest histories use fewer repeats (``--repeats-long``), recorded per cell.
 from __future__ import annotations
 
 import json
-import resource
-import statistics
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,10 +30,12 @@ from kvprobe.access import Access, Full, Mask
 from kvprobe.decoding import question_logits
 from kvprobe.files import atomic_write_text
 
-from .compaction import Compact, Drop
-from .recompute import Rebuild
-from .text import TextRecompute
-from .zeroing import Zero
+from kvprobe.interventions.compaction import Compact, Drop
+from kvprobe.interventions.recompute import Rebuild
+from kvprobe.interventions.text import TextRecompute
+from kvprobe.interventions.zeroing import Zero
+
+from .measure import median_time, peak_rss_bytes, weight_bytes
 
 RECORD_A = ("Reference time T1. Certified specification for Assembly-TEST-000: cycle duration = 159 minutes. "
             "This is its single approved value at T1.")
@@ -76,18 +75,6 @@ def build_history(model: kvprobe.Model, book: list[int], length: int, fraction: 
     return model.prefill(prompt)
 
 
-def _median_time(fn: Callable[[], Any], warmups: int, repeats: int) -> tuple[float, Any]:
-    result = None
-    for _ in range(warmups):
-        result = fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), result
-
-
 def first_token(model: kvprobe.Model, history: kvprobe.History, state) -> int:
     """Fork the state, prefill the question, return the first answer token."""
     out = question_logits(model, history, QUESTION, [kvprobe.Prepared(state, "op")], logits_to_keep=1)
@@ -120,8 +107,8 @@ def run_operations_bench(
                     "operations": {}}
             for name, make in OPERATIONS.items():
                 op = make(history)
-                op_s, state = _median_time(lambda: op.prepare(model, history, QUESTION), w, r)
-                tok_s, token = _median_time(lambda: first_token(model, history, state), w, r)
+                op_s, state = median_time(lambda: op.prepare(model, history, QUESTION), w, r)
+                tok_s, token = median_time(lambda: first_token(model, history, state), w, r)
                 held = state.kv_bytes()
                 cell["operations"][name] = {"op_ms": 1e3 * op_s, "first_token_ms": 1e3 * tok_s,
                                             "total_ms": 1e3 * (op_s + tok_s), "kv_bytes_held": held,
@@ -139,8 +126,8 @@ def run_operations_bench(
         "model": model.name,
         "dtype": str(model.dtype),
         "threads": torch.get_num_threads(),
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "weight_bytes": sum(p.numel() * p.element_size() for p in model.hf.parameters()),
+        "peak_rss_bytes": peak_rss_bytes(),
+        "weight_bytes": weight_bytes(model),
         "cells": cells,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -205,3 +192,12 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig.savefig(tmp, dpi=120)
     plt.close(fig)
     tmp.replace(path)
+
+
+def command(args, load) -> dict[str, Any]:
+    """``kvprobe bench operations``: options not given keep :func:`run_operations_bench`'s defaults."""
+    given = {"lengths": None if args.lengths is None else tuple(int(x) for x in args.lengths.split(",")),
+             "warmups": args.warmups, "repeats": args.repeats}
+    fractions = tuple(float(x) for x in args.fractions.split(","))
+    return run_operations_bench(load(), Path(args.out), Path(args.data), fractions=fractions,
+                                **{k: v for k, v in given.items() if v is not None})

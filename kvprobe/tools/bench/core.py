@@ -22,22 +22,21 @@ from __future__ import annotations
 
 import json
 import platform
-import resource
-import statistics
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import DynamicCache
 
-from .access import Full, Mask, matched_control
-from .decoding import suffix_ids
-from .files import atomic_write_text
-from .engine import fork_rows, pad_suffix_block, shares_history, traced_forward
-from .model import Model
-from .prompts import Prompt
-from .reference import explicit_cached_mask, transformers_eager
+from kvprobe.access import Full, Mask, matched_control
+from kvprobe.decoding import suffix_ids
+from kvprobe.files import atomic_write_text
+from kvprobe.engine import fork_rows, pad_suffix_block, shares_history, traced_forward
+from kvprobe.model import Model
+from kvprobe.prompts import Prompt
+from kvprobe.reference import explicit_cached_mask, transformers_eager
+
+from .measure import interleave, median_s, peak_rss_bytes, weight_bytes
 
 
 def bench_decode_step(model: Model, history, steps: int = 40) -> dict[str, Any]:
@@ -56,20 +55,21 @@ def bench_decode_step(model: Model, history, steps: int = 40) -> dict[str, Any]:
         model.hf(input_ids=torch.tensor([q]), position_ids=torch.arange(T, T + len(q))[None],
                  attention_mask=explicit_cached_mask(model, T, T, len(q), hidden), past_key_values=cache, use_cache=True)
     L = T + len(q)
-    traced, plain = [], []
     token = torch.tensor([[q[-1]]])
-    for step in range(steps):
-        t0 = time.perf_counter()
-        traced_forward(model, rows, token, logits_to_keep=1)
-        traced.append(time.perf_counter() - t0)
-        pos = L + step
-        t0 = time.perf_counter()
+    steps_done = [0]
+
+    def plain_step():
+        pos = L + steps_done[0]
+        steps_done[0] += 1
         with torch.inference_mode():
             model.hf(input_ids=token, position_ids=torch.tensor([[pos]]),
                      attention_mask=explicit_cached_mask(model, T, pos, 1, hidden),
                      past_key_values=cache, use_cache=True, logits_to_keep=1)
-        plain.append(time.perf_counter() - t0)
-    t_med, p_med = statistics.median(traced), statistics.median(plain)
+
+    # step by step, the traced step first each time
+    runs, _ = interleave({"traced": lambda: traced_forward(model, rows, token, logits_to_keep=1),
+                          "plain": plain_step}, 0, steps, alternate=False)
+    t_med, p_med = median_s(runs["traced"]), median_s(runs["plain"])
     return {"steps": steps, "history_tokens": T, "traced_ms": 1e3 * t_med, "plain_ms": 1e3 * p_med,
             "ratio": t_med / p_med, "goal_ratio_at_most": 1.10}
 
@@ -94,13 +94,12 @@ def bench_batching(model: Model, history, n_questions: int, max_new_tokens: int 
     """Sequences per second: 5 conditions x ``n_questions`` decoded as one batch vs one at a time."""
     conds = five_conditions(history)
     questions = list(QUESTIONS[:n_questions])
-    t0 = time.perf_counter()
-    batched = model.generate(history, questions, access=conds, max_new_tokens=max_new_tokens)
-    t_batched = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    single = {name: [model.generate(history, q, access=a, max_new_tokens=max_new_tokens) for q in questions]
-              for name, a in conds.items()}
-    t_single = time.perf_counter() - t0
+    runs, out = interleave({
+        "batched": lambda: model.generate(history, questions, access=conds, max_new_tokens=max_new_tokens),
+        "single": lambda: {name: [model.generate(history, q, access=a, max_new_tokens=max_new_tokens) for q in questions]
+                           for name, a in conds.items()}}, 0, 1, alternate=False)
+    (t_batched,), (t_single,) = runs["batched"]["seconds"], runs["single"]["seconds"]
+    batched, single = out["batched"], out["single"]
     same = all(batched[n][i].token_ids == single[n][i].token_ids for n in conds for i in range(len(questions)))
     n_seq = len(conds) * len(questions)
     tokens = sum(g.n_tokens for gs in batched.values() for g in gs)
@@ -130,16 +129,14 @@ def bench_fast_paths(model: Model, history, rows_per_batch: int, steps: int = 20
     with transformers_eager(model):
         traced_forward(model, plain_rows, ids, valid, logits_to_keep=1)
     traced_forward(model, fast_rows, ids, valid, logits_to_keep=1)
-    plain, fast = [], []
-    for _ in range(steps):
-        t0 = time.perf_counter()
+
+    def plain_step():
         with transformers_eager(model):
             traced_forward(model, plain_rows, token, logits_to_keep=1)
-        plain.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        traced_forward(model, fast_rows, token, logits_to_keep=1)
-        fast.append(time.perf_counter() - t0)
-    p_med, f_med = statistics.median(plain), statistics.median(fast)
+
+    runs, _ = interleave({"plain": plain_step, "fast": lambda: traced_forward(model, fast_rows, token, logits_to_keep=1)},
+                         0, steps, alternate=False)
+    p_med, f_med = median_s(runs["plain"]), median_s(runs["fast"])
     return {"rows": rows_per_batch, "steps": steps, "history_tokens": len(history),
             "eager_concat_ms": 1e3 * p_med, "kvprobe_ms": 1e3 * f_med, "speedup": p_med / f_med}
 
@@ -151,9 +148,9 @@ def run_core_bench(model: Model, prompt: Prompt, out_dir: Path, steps: int = 40)
     decode = bench_decode_step(model, history, steps=steps)
     batching = [bench_batching(model, history, n) for n in (1, 3)]
     fast = [bench_fast_paths(model, history, n) for n in (15, 60)]
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.hf.parameters())
+    weights = weight_bytes(model)
     kv_bytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in history.kv)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss_bytes()
     result = {
         "model": model.name,
         "machine": {"cpus": torch.get_num_threads(), "platform": platform.platform(),
@@ -162,8 +159,8 @@ def run_core_bench(model: Model, prompt: Prompt, out_dir: Path, steps: int = 40)
         "decode_step": decode,
         "batching": batching,
         "fast_paths": fast,
-        "memory": {"weight_bytes": weight_bytes, "history_kv_bytes": kv_bytes, "peak_rss_bytes": peak,
-                   "peak_over_weights_plus_kv": peak / (weight_bytes + kv_bytes)},
+        "memory": {"weight_bytes": weights, "history_kv_bytes": kv_bytes, "peak_rss_bytes": peak,
+                   "peak_over_weights_plus_kv": peak / (weights + kv_bytes)},
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out_dir / "core.json", json.dumps(result, indent=2) + "\n")
@@ -202,3 +199,10 @@ def format_core_markdown(r: dict[str, Any]) -> str:
         f"({m['peak_over_weights_plus_kv']:.1f}x) | |",
         "",
     ])
+
+
+def command(args, load) -> dict[str, Any]:
+    """``kvprobe bench core``: the quantity demo's history, ``--steps`` decode steps."""
+    from kvprobe.studies.quantity.demo import build_prompt
+
+    return run_core_bench(load(), build_prompt(), Path(args.out), steps=args.steps)

@@ -33,8 +33,6 @@ from __future__ import annotations
 import gc
 import json
 import platform
-import statistics
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,9 +49,11 @@ from kvprobe.prompts import Prompt
 from kvprobe.reference import attention_implementation
 from kvprobe.tiny import tiny_corpus
 
-from .compaction import Compact
-from .recompute import Rebuild
-from .text import TextRecompute
+from kvprobe.interventions.compaction import Compact
+from kvprobe.interventions.recompute import Rebuild
+from kvprobe.interventions.text import TextRecompute
+
+from .measure import device_peak_bytes, interleave, median_s, timed
 
 DEFAULT_LENGTHS = (8192, 32768)
 DEFAULT_ROWS = 15
@@ -82,50 +82,21 @@ def bench_prompt(model, n_tokens: int) -> Prompt:
                    ("B", RECORD_B)])
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _timed(fn: Callable[[], Any], device: torch.device) -> float:
-    _sync(device)
-    t0 = time.perf_counter()
-    fn()
-    _sync(device)
-    return time.perf_counter() - t0
-
-
-def peak_bytes(fn: Callable[[], Any], device: torch.device) -> int | None:
-    """The device allocator's high-water mark while ``fn`` runs, above what was in use before (CUDA only)."""
-    if device.type != "cuda":
-        fn()
-        return None
-    gc.collect()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats(device)
-    before = torch.cuda.memory_allocated(device)
-    fn()
-    _sync(device)
-    return torch.cuda.max_memory_allocated(device) - before
-
-
 def interleaved(kvprobe_fn: Callable[[], Any], plain_fn: Callable[[], Any] | None, device: torch.device,
                 repeats: int) -> dict[str, Any]:
-    """Median seconds of each side (one warm-up each, then alternating order) and their ratio."""
+    """Median seconds of each side (one warm-up each, then alternating order) and their ratio; a side
+    that runs out of memory in its warm-up is recorded as such and not timed."""
     sides = {"kvprobe": kvprobe_fn, **({"plain": plain_fn} if plain_fn is not None else {})}
-    times: dict[str, list[float]] = {k: [] for k in sides}
     out: dict[str, Any] = {}
     for name, fn in sides.items():
         try:
             fn()
         except torch.OutOfMemoryError:
             out[f"{name}_error"] = "out of memory"
-    live = [k for k in sides if f"{k}_error" not in out]
-    for r in range(repeats):
-        for name in (live if r % 2 == 0 else live[::-1]):
-            times[name].append(_timed(sides[name], device))
+    live = {k: fn for k, fn in sides.items() if f"{k}_error" not in out}
+    runs, _ = interleave(live, 0, repeats, lambda fn: timed(fn, device))
     for name in live:
-        out[f"{name}_s"] = statistics.median(times[name])
+        out[f"{name}_s"] = median_s(runs[name])
     if "kvprobe_s" in out and "plain_s" in out:
         out["speedup"] = out["plain_s"] / out["kvprobe_s"]
     return out
@@ -137,7 +108,7 @@ def _memory(kvprobe_fn, plain_fn, device: torch.device) -> dict[str, Any]:
         if fn is None:
             continue
         try:
-            peak = peak_bytes(fn, device)
+            peak = device_peak_bytes(fn, device)
         except torch.OutOfMemoryError:
             out[f"{name}_peak_gib"] = "out of memory"
             gc.collect()
@@ -259,7 +230,7 @@ def run_gpu_bench(model, out: Path, lengths=DEFAULT_LENGTHS, rows: int = DEFAULT
         cell = {"length": T, "measure": "prefill", **interleaved(kv_prefill, plain_prefill, device, repeats),
                 **_memory(kv_prefill, plain_prefill, device)}
         if "h" in holder:  # what the history digest (part of every prefill) costs alone
-            cell["kvprobe_digest_s"] = _timed(lambda: kv_digest(holder["h"].kv, holder["h"].recurrent), device)
+            cell["kvprobe_digest_s"] = timed(lambda: kv_digest(holder["h"].kv, holder["h"].recurrent), device)[1]["seconds"]
         if "h" in holder and "plain" in holder:
             k1 = holder["h"].kv[-1][0].float()
             k2 = holder["plain"].past_key_values.layers[-1].keys.float()
@@ -353,3 +324,13 @@ def format_gpu_markdown(result: dict[str, Any]) -> str:
                      f"{_fmt(c.get('plain_s', c.get('plain_error')), '.3f')} | {_speedup(c.get('speedup'))} | "
                      f"{_fmt(c.get('kvprobe_peak_gib'), '.2f')} | {_fmt(c.get('plain_peak_gib'), '.2f')} | {check} |")
     return "\n".join(lines) + "\n"
+
+
+def command(args, load) -> dict[str, Any]:
+    """``kvprobe bench gpu``: ``--rows`` is the decode cell's rows, ``--decode-steps`` its new tokens."""
+    from .long import counts
+
+    lengths = counts(args.lengths, "--lengths", DEFAULT_LENGTHS)
+    rows = counts(args.rows, "--rows", (DEFAULT_ROWS,))[0]
+    return run_gpu_bench(load(), Path(args.out), lengths=lengths, rows=rows,
+                         new_tokens=args.decode_steps or DEFAULT_NEW_TOKENS, repeats=args.repeats or DEFAULT_REPEATS)

@@ -46,30 +46,23 @@ import torch
 from kvprobe.extract import CaseScore, extract
 from kvprobe.files import atomic_write_text
 from kvprobe.sharding import ModelSpec, assign_shards
-from kvprobe.workers import RayOptions, WorkerPool, peak_rss_bytes
+from kvprobe.workers import RayOptions, WorkerPool
 
-from .quantity_task import tasks
-from .quantity.study import QuantityStudy
-from .recognition.questions import signed_loo_scores
-from .runner import RESULTS, run_study
+from kvprobe.studies.quantity_task import tasks
+from kvprobe.studies.quantity.study import QuantityStudy
+from kvprobe.studies.recognition.questions import signed_loo_scores
+from kvprobe.studies.runner import RESULTS, run_study
+
+from .measure import peak_rss_bytes, reset_peak, schedule, timed, weight_bytes
 
 CONFIGS = ("ray 2x1", "ray 1x1", "local x1", "local x2")
-
-
-def _reset_peak_rss() -> None:
-    """Reset this process's VmHWM (Linux: writing 5 to /proc/self/clear_refs); a no-op elsewhere."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
 
 
 def _longest_history_kv(model, study: QuantityStudy) -> dict[str, int]:
     longest = max(study.cases(), key=lambda c: len(model.tokenize(tasks.build_prompt(c))[1]))
     history = model.prefill(tasks.build_prompt(longest))
     kv_bytes = sum(t.numel() * t.element_size() for kv in history.kv for t in kv if t is not None)
-    return {"weight_bytes": sum(p.numel() * p.element_size() for p in model.hf.parameters()),
+    return {"weight_bytes": weight_bytes(model),
             "history_tokens": len(history), "history_kv_bytes": kv_bytes}
 
 
@@ -84,10 +77,10 @@ def _study_work(study: QuantityStudy) -> Callable[..., tuple[float, int, str]]:
 def _extract_work(cases: list[Any], batch_size: int, loo_chunk: int) -> Callable[..., tuple[float, int, str]]:
     """Extract ``cases`` with the signed LOO: (seconds, cases, sha256 over every array of the group)."""
     def work(model, pool, out: Path) -> tuple[float, int, str]:
-        t0 = time.perf_counter()
-        store = extract(model, "bench", cases, out / "store.h5", batch_size=batch_size, progress=False, pool=pool,
-                        case_scores={"signed_loo": CaseScore(signed_loo_scores, chunk=loo_chunk)})
-        seconds = time.perf_counter() - t0
+        store, stats = timed(lambda: extract(
+            model, "bench", cases, out / "store.h5", batch_size=batch_size, progress=False, pool=pool,
+            case_scores={"signed_loo": CaseScore(signed_loo_scores, chunk=loo_chunk)}))
+        seconds = stats["seconds"]
         digest = hashlib.sha256()
         with h5py.File(store, "r") as f:
             names: list[str] = []
@@ -103,7 +96,7 @@ def _extract_work(cases: list[Any], batch_size: int, loo_chunk: int) -> Callable
 
 def _run_one(config: str, model_name: str, work: Callable[..., tuple[float, int, str]], out: Path) -> dict[str, Any]:
     gc.collect()  # a previous configuration's model is gone before this one's peak is measured
-    _reset_peak_rss()
+    reset_peak()
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if config.startswith("ray"):
@@ -134,12 +127,10 @@ def _time_configs(model_name: str, work: Callable[..., tuple[float, int, str]], 
     """Every configuration of :data:`CONFIGS`, ``rounds`` times in alternating order."""
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(rounds):
-            order = CONFIGS if r % 2 == 0 else tuple(reversed(CONFIGS))
-            for config in order:
-                out = Path(tmp) / f"round{r}-{config.replace(' ', '-')}"
-                runs.append({"round": r, **_run_one(config, model_name, work, out)})
-                print(f"  round {r}: {config}: {runs[-1]['seconds']:.1f} s", flush=True)
+        for r, config in schedule(CONFIGS, rounds):
+            out = Path(tmp) / f"round{r}-{config.replace(' ', '-')}"
+            runs.append({"round": r, **_run_one(config, model_name, work, out)})
+            print(f"  round {r}: {config}: {runs[-1]['seconds']:.1f} s", flush=True)
     return runs
 
 
@@ -168,7 +159,7 @@ def run_extract_scale_bench(model_name: str, out_dir: Path, cases: int = 120, ba
                             loo_chunk: int = 16, rounds: int = 2) -> dict[str, Any]:
     """Time ``kvprobe extract`` (records dataset, first ``cases`` cases, with the signed LOO) under
     :data:`CONFIGS`; write scale-extract.json / .md under ``out_dir``."""
-    from .recognition import generate_records
+    from kvprobe.studies.recognition import generate_records
 
     chosen = generate_records()[:cases]
     runs = _time_configs(model_name, _extract_work(chosen, batch_size, loo_chunk), rounds)
@@ -261,3 +252,11 @@ def format_scale_markdown(r: dict[str, Any]) -> str:
         lines[-1] += (f" Weights {m['weight_bytes'] / mib:.0f} MiB, the longest history's KV "
                       f"{m['history_kv_bytes'] / mib:.1f} MiB ({m['history_tokens']} tokens, one row).")
     return "\n".join(lines + [""])
+
+
+def command(args, load) -> dict[str, Any]:
+    """``kvprobe bench scale``: every configuration loads its own model (``load`` is not used)."""
+    if args.target == "extract":
+        return run_extract_scale_bench(args.model, Path(args.out), cases=args.cases, batch_size=args.batch_size,
+                                       rounds=args.rounds)
+    return run_scale_bench(args.model, Path(args.out), groups=args.groups, rounds=args.rounds)

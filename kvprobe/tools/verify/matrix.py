@@ -1,7 +1,7 @@
 """The family x operation matrix: ``kvprobe verify`` on many models, as one table.
 
 Every cell is the outcome of the checks of one operation on one model
-(``kvprobe.verify`` and ``kvprobe.interventions.checks``): ``pass`` when every check
+(``kvprobe.verify`` and ``kvprobe.tools.verify.operations``): ``pass`` when every check
 against its independent reference passed, ``refuses`` when the architecture
 cannot support the operation and the operation raised the expected error
 (a footnote gives the message), ``FAIL`` otherwise. ``tests/test_architectures.py``
@@ -17,9 +17,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-from kvprobe.verify import CheckResult, results_as_dicts
+from .access import CheckResult, results_as_dicts
 
-from .checks import verify_model
+from .operations import verify_model
 
 if TYPE_CHECKING:
     from kvprobe.model import Model
