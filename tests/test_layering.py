@@ -8,8 +8,9 @@ Layers, lowest first (a module may import its own layer and those below it)::
     kvprobe.readouts                               # pure math on feature stores
     kvprobe.studies                                # the paper's experiments
     kvprobe.tools.bench                            # kvprobe bench: runs studies and extraction
-    kvprobe.cli                                    # the only module that imports studies by name, and the
-                                                   # only one that loads kvprobe.tools (on demand)
+    kvprobe.tools.commands                         # the verify, matrix and bench commands (their wings on demand)
+    kvprobe.cli                                    # argument plumbing; the only module that imports studies by
+                                                   # name, and the only one that loads kvprobe.tools (on demand)
 
 The tools wing (``kvprobe/tools/``) is a folder of the ``kvprobe`` import name, not a design-card
 top-level folder; ``verify`` sits just above the operations it checks, ``bench`` at the top beside the CLI.
@@ -39,7 +40,7 @@ ALLOWED = {
     "studies": {"core", "extract", "interventions", "readouts", "studies"},
     "verify": {"core", "interventions", "verify"},
     "bench": {"core", "extract", "interventions", "readouts", "studies", "bench"},
-    "tools": {"tools"},
+    "tools": {"core", "verify", "bench", "tools"},  # kvprobe.tools.commands: the parsers of verify, matrix, bench
     "cli": {"core", "extract", "interventions", "readouts", "studies", "verify", "bench", "tools", "cli"},
 }
 #: Lazy aliases of moved names (module -> what it forwards to), the only imports of the tools wing from below:
@@ -71,7 +72,7 @@ def layer(module: str) -> str:
     for wing in WINGS:
         if module == f"kvprobe.tools.{wing}" or module.startswith(f"kvprobe.tools.{wing}."):
             return wing
-    if module == "kvprobe.tools":
+    if module in ("kvprobe.tools", "kvprobe.tools.commands"):
         return "tools"
     for sub in GENERIC:
         if module == f"kvprobe.{sub}" or module.startswith(f"kvprobe.{sub}."):
@@ -194,7 +195,8 @@ def test_no_import_cycles_between_packages():
                                               ("kvprobe.studies.quantity.study", "studies"),
                                               ("kvprobe.interventions", "interventions"),
                                               ("kvprobe.tools.verify.matrix", "verify"),
-                                              ("kvprobe.tools.bench.long", "bench"), ("kvprobe.tools", "tools")])
+                                              ("kvprobe.tools.bench.long", "bench"), ("kvprobe.tools", "tools"),
+                                              ("kvprobe.tools.commands", "tools")])
 def test_layer_names(module, expected):
     assert layer(module) == expected
 

@@ -178,7 +178,8 @@ def test_quantity_with_no_context_runs_and_reports(llama, tmp_path):
 
 
 def test_no_context_flag():
-    from kvprobe.cli import _study_from_args, build_parser
+    from kvprobe.cli import build_parser
+    from kvprobe.studies.commands import study_from_args as _study_from_args
     from kvprobe.studies.registry import entry
 
     for name in ("mquake", "quantity"):

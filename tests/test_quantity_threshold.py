@@ -200,7 +200,8 @@ def test_control_minus_full_lower_bound_by_hand(tmp_path):
 
 
 def test_quantity_summaries_default_to_the_papers_seed(tmp_path):
-    from kvprobe.cli import _seed, build_parser
+    from kvprobe.cli import build_parser
+    from kvprobe.studies.commands import bootstrap_seed as _seed
     from kvprobe.studies.quantity.summary import summarize
     from kvprobe.studies.registry import entry
 

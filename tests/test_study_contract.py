@@ -85,7 +85,8 @@ def test_help_lists_every_parameter(name, capsys):
 
 @pytest.mark.parametrize("name", list(STUDIES))
 def test_no_flag_keeps_every_default(name):
-    from kvprobe.cli import _study_from_args, build_parser
+    from kvprobe.cli import build_parser
+    from kvprobe.studies.commands import study_from_args as _study_from_args
     from kvprobe.studies.registry import entry
 
     args = build_parser(["run", name]).parse_args(["run", name])
