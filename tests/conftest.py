@@ -29,7 +29,9 @@ SLOW_MODULES = {"test_scale.py"}
 #: Other end-to-end tests of several seconds each (a subprocess, a feature store, a whole workload).
 SLOW_TESTS = {"test_run_summary_and_resume", "test_records_evaluation_and_report",
               "test_tiny_tokenizer_is_deterministic_across_processes", "test_corrupt_results_line_is_named",
-              "test_calibrate_command_joins_scores_and_quantity_answers"}
+              "test_calibrate_command_joins_scores_and_quantity_answers",
+              # whole benchmark and extraction runs under the device guard (seconds each)
+              "test_gpu_bench_runs_on_the_cpu", "test_extraction_with_edits_runs_under_the_device_guard"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -16,7 +16,8 @@ import pytest
 from conftest import QUESTIONS, make_history
 from kvprobe import Mask, matched_control
 from kvprobe.interventions import (OPERATIONS, Compact, Drop, Finch, OnlineMask, Quest, Rebuild, RecentPages,
-                                   RefreshKV, SegmentRebuild, SelectiveRefresh, SoftBias, TextRecompute, Zero, parse_condition, verify_model)
+                                   RefreshKV, SegmentRebuild, SelectiveRefresh, SoftBias, TextRecompute, Zero, parse_condition)
+from kvprobe.tools.verify import verify_model
 from kvprobe.prompts import SpanError, TokenSpan
 from kvprobe.selection import SelectionAccess
 
