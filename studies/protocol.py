@@ -57,7 +57,30 @@ from kvprobe import decoding
 from kvprobe.selection import SelectionAccess
 
 from .conditions import check_unchanged, supported
-from .runner import study_parameters
+
+def study_parameters(study: Any) -> dict[str, Any]:
+    """The base of a dataclass study's ``config()``: its public fields (not ``_private`` caches; the
+    study's ``name`` is a class attribute, not a field), JSON-shaped (tuples as lists, as ``config.json``
+    stores them), and ``case_ids_sha256`` of its cases in order."""
+    import dataclasses
+    import hashlib
+
+    cfg = {f.name: list(v) if isinstance(v := getattr(study, f.name), tuple) else v
+           for f in dataclasses.fields(study) if not f.name.startswith("_")}
+    cfg["case_ids_sha256"] = hashlib.sha256("\n".join(c.case_id for c in study.cases()).encode()).hexdigest()
+    return cfg
+
+
+def strings_sha256(module: Any) -> str:
+    """SHA-256 of every upper-case string constant of a ``strings`` module (a study's exact prompts), so
+    ``config.json`` changes when a prompt does and a run directory never mixes two prompt versions."""
+    import hashlib
+    import json
+
+    names = sorted(k for k in vars(module) if k.isupper())
+    blob = json.dumps({k: getattr(module, k) for k in names}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
 
 #: Columns every history study's rows carry, filled by the protocol.
 COMMON_COLUMNS = ("case_id", "group", "condition", "query", "history_tokens", "prompt_sha256", "output",

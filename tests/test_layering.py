@@ -310,3 +310,11 @@ def test_studies_import_style_is_consistent():
             elif node.level == 0 and len(rel.parts) > 1 and (node.module or "").startswith(own + "."):
                 bad.append(f"{where}: from {node.module} (inside its own package: use a relative import)")
     assert not bad, "\n".join(bad)
+
+
+def test_the_runner_drives_the_protocol_not_the_other_way():
+    """``studies/protocol.py`` (the loop every study shares) imports nothing from ``studies/runner.py`` (which
+    drives it): the tie points one way (``study_parameters`` and ``strings_sha256`` live in the protocol)."""
+    name = "kvprobe.studies.protocol"
+    targets = {_resolve(t) for t, _ in _imports(name, MODULES[name])}
+    assert "kvprobe.studies.runner" not in targets

@@ -47,7 +47,7 @@ from typing import Any, ClassVar, Sequence
 import kvprobe
 from kvprobe import decoding
 from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
-from kvprobe.studies.runner import study_parameters
+from kvprobe.studies.protocol import study_parameters
 from . import strings
 from .clusters import FAMILIES, QUERIES, SEED, STATES, Cluster, clusters_hash, generate_clusters, prompt
 

@@ -54,7 +54,7 @@ from kvprobe.studies.quantity_task import grading, tasks
 from kvprobe.studies.quantity_task.histories import QuantityTaskHistories
 from kvprobe.studies.conditions import check_unchanged
 from kvprobe.studies.protocol import CaseRun, InvalidParameter, Question, require_at_least, require_choices
-from kvprobe.studies.runner import study_parameters
+from kvprobe.studies.protocol import study_parameters
 from .checks import same_ids
 from .reading import (LOGIT_TOLERANCE, answer_content, first_token_agrees, full_forward_first_token, is_invalid,
                       read_caches, verify_cross_read)

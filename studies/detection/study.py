@@ -42,7 +42,7 @@ from .natural import NATURAL_DETECTORS, NATURAL_MAX_NEW_TOKENS, annotation_colum
     run_natural_detectors
 from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.protocol import InvalidParameter, Study, require_at_least, require_choices
-from kvprobe.studies.runner import strings_sha256, study_parameters
+from kvprobe.studies.protocol import strings_sha256, study_parameters
 
 DATASETS = ("records", "quantity", "oaks")
 

@@ -29,7 +29,7 @@ from kvprobe import decoding
 from kvprobe.readouts.stats import FACTCONSOLIDATION_SEED
 from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, \
     require_choices, require_fits, use_chat
-from kvprobe.studies.runner import strings_sha256, study_parameters
+from kvprobe.studies.protocol import strings_sha256, study_parameters
 
 from . import strings
 from .generate import TIERS, dataset_hash, generate_rows

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.readouts.stats import RECORDS_SEED
-from kvprobe.studies import runner
+from kvprobe.studies import protocol
 from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices, use_chat)
 from kvprobe.studies.record_histories import MAX_NEW_TOKENS
@@ -89,8 +89,8 @@ class FactorialStudy(HistoryStudy):
                                    f"got {self.n_groups}")
 
     def config(self) -> dict[str, Any]:
-        cfg = runner.study_parameters(self)
-        cfg["strings_sha256"] = runner.strings_sha256(strings)
+        cfg = protocol.study_parameters(self)
+        cfg["strings_sha256"] = protocol.strings_sha256(strings)
         cfg["cases_sha256"] = hashlib.sha256("\n".join(
             f"{c.case_id}\t{c.record.case.a_text}\t{c.b_text()}\t{c.reference}\t{c.old_value}"
             for c in self.cases()).encode()).hexdigest()

@@ -36,7 +36,7 @@ from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.recognition.families import DEADLINE_UNITS
 from kvprobe.studies.answers import canonical_answer
 from kvprobe.studies.record_histories import MAX_NEW_TOKENS, selected_histories
-from kvprobe.studies.runner import study_parameters, strings_sha256
+from kvprobe.studies.protocol import strings_sha256, study_parameters
 
 from . import strings
 from .oaks_items import DEMONSTRATION, OAKS_SPLITS, OaksFormatError, OaksItem, load_books, oaks_items

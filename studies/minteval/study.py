@@ -36,7 +36,7 @@ from kvprobe import decoding
 from kvprobe.studies.answers import contains_answer, normalized_exact_match
 from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices, require_fits, use_chat)
-from kvprobe.studies.runner import strings_sha256, study_parameters
+from kvprobe.studies.protocol import strings_sha256, study_parameters
 
 from . import strings
 from .components import components, session_sources

@@ -40,7 +40,7 @@ from kvprobe import decoding
 from kvprobe.readouts.stats import MQUAKE_SAMPLE_SEED, MQUAKE_SEED
 from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, use_chat
 from kvprobe.studies.no_context import NO_CONTEXT, NoContext
-from kvprobe.studies.runner import study_parameters
+from kvprobe.studies.protocol import study_parameters
 from . import strings
 from kvprobe.studies.mquake_data.generate import dataset_hash, generate_cases
 from .history import build_history, contains_answer, normalized_exact_match, online_pairs, questions, \

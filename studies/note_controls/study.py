@@ -30,7 +30,7 @@ from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Q
                                       require_choices)
 from kvprobe.studies.quantity_task import grading, tasks
 from kvprobe.studies.quantity_task import strings as task_strings
-from kvprobe.studies.runner import strings_sha256, study_parameters
+from kvprobe.studies.protocol import strings_sha256, study_parameters
 
 from . import strings
 from .configurations import CATALOG, CONFIGURATIONS, CURRENT, NAMES, Configuration

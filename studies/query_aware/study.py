@@ -42,7 +42,7 @@ from kvprobe.studies.record_histories import MAX_NEW_TOKENS, QUERY_KINDS, Record
     selected_histories
 from kvprobe.studies.conditions import QUERY_AWARE_METHODS, query_aware_condition, supported
 from kvprobe.studies.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices, use_chat
-from kvprobe.studies.runner import study_parameters
+from kvprobe.studies.protocol import study_parameters
 
 METHODS = QUERY_AWARE_METHODS
 #: The paper's fixed capacity for the controlled histories (E4).

@@ -56,7 +56,7 @@ from kvprobe.studies.recognition.families import DEADLINE_UNITS
 from kvprobe.studies.record_histories import MAX_NEW_TOKENS, RecordHistory, question_text, selected_histories
 from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices, use_chat)
-from kvprobe.studies.runner import study_parameters
+from kvprobe.studies.protocol import study_parameters
 from .control import control_mask, with_note
 from .errors import value_columns
 from kvprobe.studies.record_histories import NOTES

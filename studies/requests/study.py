@@ -44,7 +44,8 @@ import kvprobe
 from kvprobe.studies.detectors.text import MAX_NEW_TOKENS as DETECTOR_MAX_NEW_TOKENS
 from kvprobe.studies.protocol import use_chat
 from kvprobe.studies.protocol import InvalidParameter, Study, require_at_least, require_choices
-from kvprobe.studies.runner import read_rows, study_parameters
+from kvprobe.studies.protocol import study_parameters
+from kvprobe.studies.runner import read_rows
 from . import policies as pol
 from .detector import DETECTOR_NAMES, Detector, detector_name, make_detector
 from .sequence import Settings, run_case, warm_up

@@ -32,7 +32,8 @@ import kvprobe
 from kvprobe import decoding
 from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, positions_needed, \
     require_at_least, require_choices, use_chat
-from kvprobe.studies.runner import CONFIG, strings_sha256, study_parameters
+from kvprobe.studies.protocol import strings_sha256, study_parameters
+from kvprobe.studies.runner import CONFIG
 from . import strings
 from .diff import UNITS
 from .generate import GENERATED, MAX_REVISIONS, REVISIONS_SEED, generate_articles

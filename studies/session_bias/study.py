@@ -40,7 +40,7 @@ import kvprobe
 from kvprobe import decoding
 from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices, use_chat)
-from kvprobe.studies.runner import strings_sha256, study_parameters
+from kvprobe.studies.protocol import strings_sha256, study_parameters
 from . import fixtures, grading, history, longmemeval, strings
 
 #: Answer budget (paper E1, app:v8_public L5916: "up to 128 new tokens"; E3 used 256).

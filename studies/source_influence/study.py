@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.studies.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices
-from kvprobe.studies.runner import study_parameters, strings_sha256
+from kvprobe.studies.protocol import strings_sha256, study_parameters
 from . import strings
 from .events import LATER_VARIANTS, SPLITS, Event, generate_events
 
