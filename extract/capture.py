@@ -49,7 +49,7 @@ from kvprobe.engine import fork_rows, pad_suffix_block, traced_forward
 from kvprobe.prompts import Prompt, char_span_to_tokens
 
 if TYPE_CHECKING:
-    from kvprobe.access import Access
+    from kvprobe.access import Condition
     from kvprobe.history import History
     from kvprobe.model import Model
 
@@ -92,7 +92,7 @@ class Edit:
         name: short name, also the suffix of the store group (``records@rebuild``).
         condition: the operation as ``kvprobe conditions`` names it (``rebuild:A``), for provenance.
         action: what happens to B's stored rows, one of :data:`EDIT_ACTIONS`.
-        build: ``History -> Access``, the operation on one joint record's history
+        build: ``History -> Condition``, the operation on one joint record's history
             (e.g. ``functools.partial(parse_condition, "rebuild:A")``).
 
     Example:
@@ -106,7 +106,7 @@ class Edit:
     name: str
     condition: str
     action: str
-    build: Callable[["History"], "Access"]
+    build: Callable[["History"], "Condition"]
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9-]*", self.name):

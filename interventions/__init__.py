@@ -1,6 +1,6 @@
 """Cache operations and access changes beyond hard masks, each a validated condition object.
 
-Every class here is a ``kvprobe.Access``: pass it wherever a mask goes
+Every class here is a ``kvprobe.Condition``: pass it wherever a mask goes
 (``model.score``, ``model.generate``, ``Request``), batch it with other
 conditions, or chain it with ``kvprobe.Compose(op, mask)``. Each works on the
 condition's own copy of the cache; the shared history is never modified.

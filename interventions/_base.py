@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 
 if TYPE_CHECKING:
-    from kvprobe.access import Access
+    from kvprobe.access import Condition
     from kvprobe.arch import ArchSummary
     from kvprobe.engine import RowState
     from kvprobe.history import History
@@ -29,7 +29,7 @@ def require_row_deletion(name: str, arch: "ArchSummary") -> None:
         raise OperationError(f"{name} deletes cache rows, but {reason}")
 
 
-def refusal(condition: "Access", history: "History") -> str | None:
+def refusal(condition: "Condition", history: "History") -> str | None:
     """Why ``condition`` cannot apply to ``history``'s model and history, or ``None`` if it can."""
     from kvprobe.prompts import SpanError
 

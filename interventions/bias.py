@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, ClassVar, Mapping, Sequence
 
 import torch
 
-from kvprobe.access import Access, check_layers, check_spans, select_layers
+from kvprobe.access import Condition, check_layers, check_spans, select_layers
 from kvprobe.engine import RowState
 from kvprobe.prompts import SpanError, TokenSpan
 
@@ -54,7 +54,7 @@ def session_gate(question: str) -> int:
 
 
 @dataclass(frozen=True, init=False)
-class SoftBias(Access):
+class SoftBias(Condition):
     """Add ``values[position]`` to the attention logits of later tokens addressing that history key."""
 
     values: tuple[tuple[int, float], ...] = ()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Iterable
 
 import torch
 
-from kvprobe.access import Access, as_spans, check_spans, positions_of
+from kvprobe.access import Condition, as_spans, check_spans, positions_of
 from kvprobe.engine import RowState
 from kvprobe.prompts import SpanError, TokenSpan
 
@@ -70,7 +70,7 @@ def delete_rows(model: "Model", history: "History", removed: torch.Tensor, rerot
 
 
 @dataclass(frozen=True, init=False)
-class _RowDeletion(Access):
+class _RowDeletion(Condition):
     spans: tuple[TokenSpan, ...] = ()
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:

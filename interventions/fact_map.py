@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from kvprobe.access import Access, Full, Mask, Prepared
+from kvprobe.access import Condition, Full, Mask, Prepared
 from kvprobe.prompts import SpanError, TokenSpan
 
 from .recompute import SegmentRebuild
@@ -203,10 +203,10 @@ def map_conditions(
     pieces: Sequence[tuple[str, TokenSpan]],
     bands: Sequence[tuple[int, int]],
     source_segment: str | None = None,
-) -> dict[str, tuple[str, str | None, tuple[int, int] | None, Access]]:
+) -> dict[str, tuple[str, str | None, tuple[int, int] | None, Condition]]:
     """name -> (kind, piece, band, condition) of every condition of a fact map, in table order."""
     last = model.arch.num_layers - 1
-    out: dict[str, tuple[str, str | None, tuple[int, int] | None, Access]] = {
+    out: dict[str, tuple[str, str | None, tuple[int, int] | None, Condition]] = {
         "full": ("full", None, None, Full()),
         "mask": ("mask", None, None, Mask(source, name="mask")),
     }

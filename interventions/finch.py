@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from kvprobe.access import Access
+from kvprobe.access import Condition
 from kvprobe.decoding import suffix_ids
 from kvprobe.engine import RowState, fork_rows, traced_forward
 from kvprobe.prompts import SpanError
@@ -64,7 +64,7 @@ def finch_keep(scores: torch.Tensor, n_history: int, history_len: int, window: i
 
 
 @dataclass(frozen=True)
-class Finch(Access):
+class Finch(Condition):
     """Keep ``budget`` slots per KV head (best history keys for the question + the question window).
 
     Args:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import torch
 
-from kvprobe.access import Access, as_spans, check_layers, check_spans, positions_of, select_layers
+from kvprobe.access import Condition, as_spans, check_layers, check_spans, positions_of, select_layers
 from kvprobe.engine import RowState, extend_state
 from kvprobe.prompts import SpanError, TokenSpan
 
@@ -108,7 +108,7 @@ def recompute_in_stages(
 
 
 @dataclass(frozen=True, init=False)
-class _HiddenRecompute(Access):
+class _HiddenRecompute(Condition):
     """Common validation of the recompute family."""
 
     spans: tuple[TokenSpan, ...] = ()
@@ -273,7 +273,7 @@ def rebuild_segments(
 
 
 @dataclass(frozen=True, init=False)
-class SegmentRebuild(Access):
+class SegmentRebuild(Condition):
     """Hide the source from the question; recompute only ``segments`` with the source hidden.
 
     Every row outside ``segments`` keeps its cached K/V (rows after a rebuilt

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from kvprobe.access import Access, Full, Mask, matched_control
+from kvprobe.access import Condition, Full, Mask, matched_control
 from kvprobe.prompts import SpanError
 
 from .bias import SoftBias
@@ -49,7 +49,7 @@ def _capacity(arg: str) -> int:
     return int(arg)
 
 
-def _online(h: "History", arg: str) -> Access:
+def _online(h: "History", arg: str) -> Condition:
     olds, news = [], []
     for pair in arg.split(","):
         old, sep, new = pair.partition(">")
@@ -60,14 +60,14 @@ def _online(h: "History", arg: str) -> Access:
     return OnlineMask(olds, news)
 
 
-def _segment_rebuild(h: "History", arg: str) -> Access:
+def _segment_rebuild(h: "History", arg: str) -> Condition:
     source, sep, later = arg.partition(">")
     if not sep or not later.strip():
         raise SpanError("rebuild-segments needs SOURCE>SEGMENTS, e.g. rebuild-segments:A>note,B")
     return SegmentRebuild(_spans(h, source), _spans(h, later))
 
 
-def _bias(h: "History", arg: str) -> Access:
+def _bias(h: "History", arg: str) -> Condition:
     pairs = []
     for item in arg.split(","):
         seg, sep, value = item.partition("=")
@@ -77,8 +77,8 @@ def _bias(h: "History", arg: str) -> Access:
     return SoftBias(pairs)
 
 
-#: name -> (builder(history, arg) -> Access, one-line description)
-OPERATIONS: dict[str, tuple[Callable[["History", str], Access], str]] = {
+#: name -> (builder(history, arg) -> Condition, one-line description)
+OPERATIONS: dict[str, tuple[Callable[["History", str], Condition], str]] = {
     "full": (lambda h, a: Full(), "full access"),
     "mask": (lambda h, a: Mask(_spans(h, a), name="mask"), "hard mask on segments (-inf logits)"),
     "control": (lambda h, a: matched_control(h, Mask(_spans(h, a)), "note"),
@@ -105,7 +105,7 @@ OPERATIONS: dict[str, tuple[Callable[["History", str], Access], str]] = {
 }
 
 
-def parse_condition(spec: str, history: "History") -> Access:
+def parse_condition(spec: str, history: "History") -> Condition:
     """Build a condition from ``NAME[:ARG][@LAYERS]`` on ``history`` (see module docstring)."""
     name, _, arg = spec.partition(":")
     arg, _, layers = arg.partition("@")

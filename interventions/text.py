@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import torch
 
-from kvprobe.access import Access
+from kvprobe.access import Condition
 from kvprobe.engine import RowState, extend_state
 from kvprobe.prompts import RenderedPrompt, SpanError
 
@@ -68,7 +68,7 @@ def _char_map(length: int, ranges: list[tuple[int, int]]) -> torch.Tensor:
 
 
 @dataclass(frozen=True, init=False)
-class TextRecompute(Access):
+class TextRecompute(Condition):
     """Delete whole segments from the text and prefill the retained history again."""
 
     segments: tuple[str, ...] = ()
@@ -174,7 +174,7 @@ def no_context_prompt(history: "History", tokenizer: Any) -> RenderedPrompt:
 
 
 @dataclass(frozen=True, init=False)
-class NoContext(Access):
+class NoContext(Condition):
     """Weights only: answer from a fresh prefill of the history prompt's framing, with no history segment.
 
     Example::

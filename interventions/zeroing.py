@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-from kvprobe.access import Access, as_spans, check_layers, check_spans, positions_of, select_layers, slots_in_state
+from kvprobe.access import Condition, as_spans, check_layers, check_spans, positions_of, select_layers, slots_in_state
 from kvprobe.engine import RowState
 from kvprobe.prompts import TokenSpan
 
@@ -31,7 +31,7 @@ COMPONENTS = ("k", "v", "kv")
 
 
 @dataclass(frozen=True, init=False)
-class Zero(Access):
+class Zero(Condition):
     """Overwrite K (``"k"``), V (``"v"``) or both (``"kv"``) with zeros at ``spans`` in ``layers``."""
 
     spans: tuple[TokenSpan, ...] = ()

@@ -11,7 +11,7 @@ Core vocabulary::
     out = m.generate(h, "What is ...?", access=old, max_new_tokens=40)
 """
 
-from .access import Access, Compose, Full, Mask, Prepared, matched_control
+from .access import Condition, Compose, Full, Mask, Prepared, matched_control
 from .arch import ArchSummary
 from .decoding import CandidateScores, Generation, Request, margin_change
 from .history import History
@@ -21,10 +21,10 @@ from .prompts import Prompt, SpanError, TokenSpan
 __version__ = "0.1.0"
 
 __all__ = [
-    "Access",
     "ArchSummary",
     "CandidateScores",
     "Compose",
+    "Condition",
     "Full",
     "Generation",
     "History",
@@ -39,3 +39,12 @@ __all__ = [
     "margin_change",
     "matched_control",
 ]
+
+
+def __getattr__(name: str):
+    """``kvprobe.Access``: the former name of :class:`Condition` (deprecated; removed in the next release)."""
+    if name == "Access":
+        from . import access
+
+        return access.__getattr__(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

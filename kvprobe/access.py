@@ -1,4 +1,4 @@
-"""Access conditions: which history positions later tokens may read.
+"""Conditions: which history positions later tokens may read, and the base class every condition extends.
 
 An access condition never changes the stored K/V. It only decides, for every
 token after the history (question, candidate and generated tokens), which
@@ -83,8 +83,11 @@ def slots_in_state(state: "RowState", positions: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class Access:
-    """Base class of access conditions and cache operations (default: full access).
+class Condition:
+    """Base class of every condition: masks, biases and cache operations (default: full access).
+
+    Formerly ``Access`` (the name predates cache edits); ``kvprobe.Access`` still answers, with a
+    ``DeprecationWarning``, for one release.
 
     A condition turns a history into the :class:`RowState` one batch row starts
     from: :meth:`prepare` validates it, then :meth:`apply` edits the unedited
@@ -119,12 +122,12 @@ class Access:
 
 
 @dataclass(frozen=True, init=False)
-class Compose(Access):
+class Compose(Condition):
     """Apply several conditions in order (e.g. a cache operation, then a mask)."""
 
-    parts: tuple[Access, ...] = ()
+    parts: tuple[Condition, ...] = ()
 
-    def __init__(self, *parts: Access, name: str | None = None) -> None:
+    def __init__(self, *parts: Condition, name: str | None = None) -> None:
         if not parts:
             raise ValueError("Compose needs at least one condition")
         object.__setattr__(self, "parts", tuple(parts))
@@ -142,7 +145,7 @@ class Compose(Access):
 
 
 @dataclass(frozen=True, init=False, eq=False)
-class Prepared(Access):
+class Prepared(Condition):
     """A condition whose row state was already prepared (reuse a costly recompute across calls).
 
     ``Prepared.of(model, history, condition)`` prepares once; every later score or
@@ -157,7 +160,7 @@ class Prepared(Access):
         object.__setattr__(self, "name", name)
 
     @classmethod
-    def of(cls, model: "Model", history: "History", condition: "Access") -> "Prepared":
+    def of(cls, model: "Model", history: "History", condition: "Condition") -> "Prepared":
         if condition.question_dependent:
             raise ValueError(f"{condition.name}: a question-dependent condition cannot be prepared once")
         return cls(condition.prepare(model, history), condition.name)
@@ -167,14 +170,14 @@ class Prepared(Access):
 
 
 @dataclass(frozen=True)
-class Full(Access):
+class Full(Condition):
     """Full access: every later token may read every history position."""
 
     name: str = "full"
 
 
 @dataclass(frozen=True, init=False)
-class Mask(Access):
+class Mask(Condition):
     """Hard mask: hide ``spans`` from every token after the history.
 
     Args:
@@ -251,3 +254,14 @@ def matched_control(
         if control.overlaps(s):
             raise SpanError(f"control {control!r} overlaps the masked span {s!r}")
     return Mask(control, layers=mask.layers, name=name or f"{mask.name}-control")
+
+
+def __getattr__(name: str):
+    """``Access``: the former name of :class:`Condition` (deprecated; removed in the next release)."""
+    if name == "Access":
+        import warnings
+
+        warnings.warn("kvprobe.Access is now kvprobe.Condition (Access is removed in the next release)",
+                      DeprecationWarning, stacklevel=2)
+        return Condition
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

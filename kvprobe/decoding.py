@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
-from .access import Access
+from .access import Condition
 from .engine import ForwardOutput, Rows, RowState, fork_rows, pad_suffix_block, shares_history, traced_forward
 from .selection import KeySelector, SelectionAccess
 
@@ -36,7 +36,7 @@ class Request:
     """One question asked of a history under one access condition."""
 
     question: str
-    access: Access
+    access: Condition
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ def question_logits(
     model: "Model",
     history: "History",
     question: str,
-    conditions: Sequence[Access],
+    conditions: Sequence[Condition],
     capture_attention: tuple[int, ...] = (),
     logits_to_keep: int = 0,
 ) -> ForwardOutput:

@@ -7,7 +7,7 @@ from typing import Any, Mapping, Sequence
 import nnsight
 import torch
 
-from .access import Access, Full
+from .access import Condition, Full
 from .arch import ArchSummary, adapter_for
 from .decoding import CandidateScores, Generation, Request, generate_greedy, score_candidates
 from .engine import RowState, extend_state
@@ -169,12 +169,12 @@ class Model:
         history: History,
         question: str,
         candidates: Sequence[str],
-        access: Access | Mapping[str, Access] | None = None,
+        access: Condition | Mapping[str, Condition] | None = None,
     ) -> CandidateScores | dict[str, CandidateScores]:
         """Teacher-forced summed log-probabilities (nats) of ``candidates`` after ``question``.
 
         With a single access condition returns one :class:`CandidateScores`; with a
-        mapping ``name -> Access`` scores all conditions in one batch and returns a dict.
+        mapping ``name -> Condition`` scores all conditions in one batch and returns a dict.
         """
         conditions = _conditions(access)
         requests = [Request(question, a) for a in conditions.values()]
@@ -187,7 +187,7 @@ class Model:
         self,
         history: History,
         question: str | Sequence[str],
-        access: Access | Mapping[str, Access] | None = None,
+        access: Condition | Mapping[str, Condition] | None = None,
         max_new_tokens: int = 40,
     ) -> Generation | dict[str, Generation] | dict[str, list[Generation]]:
         """Greedy answers to one or several questions under one or several access conditions.
@@ -222,19 +222,19 @@ def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
     return int(differ[0]) if len(differ) else n
 
 
-def _conditions(access: Access | Mapping[str, Access] | None) -> dict[str, Access]:
+def _conditions(access: Condition | Mapping[str, Condition] | None) -> dict[str, Condition]:
     if access is None:
         return {"full": Full()}
-    if isinstance(access, Access):
+    if isinstance(access, Condition):
         return {access.name: access}
     if isinstance(access, Mapping):
         if not access:
             raise ValueError("empty mapping of access conditions")
         for name, a in access.items():
-            if not isinstance(a, Access):
-                raise TypeError(f"condition {name!r} is not an Access object")
+            if not isinstance(a, Condition):
+                raise TypeError(f"condition {name!r} is not an Condition object")
         return dict(access)
-    raise TypeError(f"access must be an Access or a mapping of them, got {type(access).__name__}")
+    raise TypeError(f"access must be an Condition or a mapping of them, got {type(access).__name__}")
 
 
 def load_model(name: str = "smollm2-135m-instruct", **kwargs: Any) -> Model:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 import torch
 
-from .access import Access
+from .access import Condition
 
 if TYPE_CHECKING:
     from .engine import Rows
@@ -101,7 +101,7 @@ def last_query_only(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor
 
 
 @dataclass(frozen=True)
-class SelectionAccess(Access):
+class SelectionAccess(Condition):
     """Base of conditions that select keys per query inside attention (the history itself is unchanged).
 
     Attributes:

@@ -9,8 +9,8 @@ from typing import Mapping
 import kvprobe
 
 
-def supported(study: str, history: kvprobe.History, candidates: Mapping[str, kvprobe.Access]
-              ) -> dict[str, kvprobe.Access]:
+def supported(study: str, history: kvprobe.History, candidates: Mapping[str, kvprobe.Condition]
+              ) -> dict[str, kvprobe.Condition]:
     """The candidate conditions the model's architecture supports, in order.
 
     The others (compaction with recurrent layers, K-only zeroing of a latent cache...)
@@ -43,7 +43,7 @@ def check_unchanged(history: kvprobe.History, case_id: str) -> None:
 QUERY_AWARE_METHODS = ("recent-pages", "quest", "finch", "refreshkv")
 
 
-def query_aware_condition(method: str, budget: int) -> kvprobe.Access:
+def query_aware_condition(method: str, budget: int) -> kvprobe.Condition:
     """The query-aware condition ``method`` at ``budget`` tokens, with the paper's settings (16-token
     Quest pages, two dense layers; FINCH's observation window; RefreshKV's 10-step check at cosine 0.95).
 

@@ -119,9 +119,9 @@ class CaseRun:
 
     case: Any
     history: kvprobe.History
-    conditions: dict[str, kvprobe.Access]
+    conditions: dict[str, kvprobe.Condition]
     questions: list[Question]
-    originals: dict[str, kvprobe.Access] = field(default_factory=dict)
+    originals: dict[str, kvprobe.Condition] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -131,7 +131,7 @@ def use_chat(tokenizer: Any, chat: bool | None) -> bool:
     return chat if chat is not None else getattr(tokenizer, "chat_template", None) is not None
 
 
-def prepared(model: kvprobe.Model, history: kvprobe.History, condition: kvprobe.Access) -> kvprobe.Access:
+def prepared(model: kvprobe.Model, history: kvprobe.History, condition: kvprobe.Condition) -> kvprobe.Condition:
     """``condition`` prepared once for every question (``kvprobe.Prepared.of``), unless it depends on the
     question or selects keys per query (those are applied per row)."""
     if condition.question_dependent or isinstance(condition, SelectionAccess):
@@ -254,7 +254,7 @@ class HistoryStudy(Study):
         """The questions asked of the case's history."""
         raise NotImplementedError
 
-    def conditions(self, model: kvprobe.Model, case: Any, history: kvprobe.History) -> Mapping[str, kvprobe.Access]:
+    def conditions(self, model: kvprobe.Model, case: Any, history: kvprobe.History) -> Mapping[str, kvprobe.Condition]:
         """The candidate conditions of the case, by name (unsupported ones are left out with a warning)."""
         raise NotImplementedError
 
@@ -278,7 +278,7 @@ class HistoryStudy(Study):
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
         """Called once per case after its conditions are prepared (record spans, costs... in ``run.extra``)."""
 
-    def question_conditions(self, run: CaseRun, question: Question) -> dict[str, kvprobe.Access]:
+    def question_conditions(self, run: CaseRun, question: Question) -> dict[str, kvprobe.Condition]:
         """The conditions one question is answered under (all of the case's by default)."""
         return run.conditions
 

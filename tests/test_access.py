@@ -251,3 +251,14 @@ def test_sdpa_attention_computes_the_same_masked_scores(llama):
     for name in conds_e:
         assert s[name].logprobs == pytest.approx(e[name].logprobs, abs=TOL)
     assert abs(s["source"][0] - s["full"][0]) > 1e-3
+
+
+def test_access_is_the_deprecated_name_of_condition():
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from kvprobe.access import Access
+        assert kvprobe.Access is Access is kvprobe.Condition
+    assert any(issubclass(w.category, DeprecationWarning) and "kvprobe.Condition" in str(w.message) for w in caught)
+    assert isinstance(Mask(kvprobe.TokenSpan(0, 1, "x")), kvprobe.Condition)

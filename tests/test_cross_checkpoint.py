@@ -40,7 +40,7 @@ def histories(pair):
     return pair.main.prefill(PROMPT), pair.sibling.prefill(PROMPT)
 
 
-def _conditions(history: kvprobe.History) -> dict[str, kvprobe.Access]:
+def _conditions(history: kvprobe.History) -> dict[str, kvprobe.Condition]:
     return {"full": kvprobe.Full(), "source": kvprobe.Mask(history.span("A"), name="source")}
 
 

@@ -154,7 +154,7 @@ def _prepare(model, study, case, reuse=None):
     return h, run.conditions, run.extra["facts"], run.extra["costs"]
 
 
-def _hidden(prepared: kvprobe.Access) -> set[int]:
+def _hidden(prepared: kvprobe.Condition) -> set[int]:
     state = prepared.state
     return {int(state.key_pos[s]) for layer in state.hidden.values() for s in layer.nonzero().flatten().tolist()}
 

@@ -158,10 +158,10 @@ class BabilongStudy(HistoryStudy):
         return [question]
 
     def conditions(self, model: kvprobe.Model, case: BabilongCase, history: kvprobe.History
-                   ) -> dict[str, kvprobe.Access]:
+                   ) -> dict[str, kvprobe.Condition]:
         """Full access, the masks of the naive, dependency and neutral rules, and the query-aware methods."""
         s = case.sample
-        conditions: dict[str, kvprobe.Access] = {"full": kvprobe.Full()}
+        conditions: dict[str, kvprobe.Condition] = {"full": kvprobe.Full()}
         count = samples.tokenizer_counter(model.tokenizer)  # the neutral mask matches tokens, not characters
         for rule in [p for p in MASK_POLICIES[1:] if p in self.policies]:
             spans = [history.span("context", chars=_trim(s.context, a, b))

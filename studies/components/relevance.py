@@ -68,7 +68,7 @@ class RelevanceStudy(ComponentStudy):
         return cfg
 
     def conditions(self, model: kvprobe.Model, case: ComponentCase, history: kvprobe.History
-                   ) -> dict[str, kvprobe.Access]:
+                   ) -> dict[str, kvprobe.Condition]:
         every = conditions_for(history, self.control_skip)[0]
         return {name: every[name] for name in RELEVANCE_CONDITIONS}
 

@@ -80,7 +80,7 @@ class ComponentCase:
 
 
 def conditions_for(history: kvprobe.History, control_skip: int = 0
-                   ) -> tuple[dict[str, kvprobe.Access], kvprobe.TokenSpan, kvprobe.TokenSpan]:
+                   ) -> tuple[dict[str, kvprobe.Condition], kvprobe.TokenSpan, kvprobe.TokenSpan]:
     """The nine conditions of a prefilled cluster history, the old span and the matched span.
 
     The old span is every token of the ``old`` record; the matched span is as many tokens
@@ -91,7 +91,7 @@ def conditions_for(history: kvprobe.History, control_skip: int = 0
     old = history.span("old")
     matched = kvprobe.matched_control(history, kvprobe.Mask(old), segment="note", skip=control_skip).spans[0]
     spans = {"old": old, "matched": matched}
-    out: dict[str, kvprobe.Access] = {}
+    out: dict[str, kvprobe.Condition] = {}
     for name, (component, where) in CONDITIONS.items():
         if component == "none":
             out[name] = kvprobe.Full(name=name)
@@ -159,7 +159,7 @@ class ComponentStudy(HistoryStudy):
         return out
 
     def conditions(self, model: kvprobe.Model, case: ComponentCase, history: kvprobe.History
-                   ) -> dict[str, kvprobe.Access]:
+                   ) -> dict[str, kvprobe.Condition]:
         return conditions_for(history, self.control_skip)[0]
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:

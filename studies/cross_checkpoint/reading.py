@@ -40,7 +40,7 @@ import torch
 from transformers import DynamicCache
 
 from kvprobe import decoding
-from kvprobe.access import Access, Full, Mask
+from kvprobe.access import Condition, Full, Mask
 from kvprobe.decoding import Generation, Request
 from kvprobe.history import History
 from kvprobe.model import Model
@@ -136,7 +136,7 @@ def cross_read(
     writer_history: History,
     reader_model: Model,
     question: str | Sequence[str],
-    access: Access | Mapping[str, Access] | None = None,
+    access: Condition | Mapping[str, Condition] | None = None,
     max_new_tokens: int = 40,
     stop_ids: Iterable[int] | None = None,
 ) -> Generation | dict[str, Generation] | dict[str, list[Generation]]:
@@ -149,7 +149,7 @@ def cross_read(
     is exactly ``reader_model.generate(writer_history, question, access, max_new_tokens)``.
     The writer's cache digest is checked afterwards.
     """
-    conditions = {"full": Full()} if access is None else {access.name: access} if isinstance(access, Access) \
+    conditions = {"full": Full()} if access is None else {access.name: access} if isinstance(access, Condition) \
         else dict(access)
     questions = [question] if isinstance(question, str) else list(question)
     requests = [Request(q, a) for a in conditions.values() for q in questions]
@@ -157,7 +157,7 @@ def cross_read(
                        stop_ids=stop_ids)
     per = {name: outs[i * len(questions):(i + 1) * len(questions)] for i, name in enumerate(conditions)}
     if isinstance(question, str):
-        if access is None or isinstance(access, Access):
+        if access is None or isinstance(access, Condition):
             return per[next(iter(conditions))][0]
         return {k: v[0] for k, v in per.items()}
     return per
@@ -166,7 +166,7 @@ def cross_read(
 # ----------------------------------------------------------------------------- checks
 
 
-def _hidden_positions(access: Access | None, history_len: int, device: torch.device) -> torch.Tensor | None:
+def _hidden_positions(access: Condition | None, history_len: int, device: torch.device) -> torch.Tensor | None:
     """Bool[T] positions hidden in every attention layer, or None (full access); refuse other conditions."""
     if access is None or type(access) is Full:
         return None
@@ -183,7 +183,7 @@ class FirstToken:
     gap: float  # top-1 minus top-2 logit
 
 
-def full_forward_first_token(reader: Model, history: History, question: str, access: Access | None = None
+def full_forward_first_token(reader: Model, history: History, question: str, access: Condition | None = None
                              ) -> FirstToken:
     """First greedy token of one plain transformers forward of ``reader`` over history + question (no cache).
 
@@ -205,7 +205,7 @@ def first_token_agrees(cached_first: int, reference: FirstToken, tie_gap: float 
 
 
 def verify_cross_read(writer_history: History, reader: Model, question: str,
-                      access: Access | None = None) -> float:
+                      access: Condition | None = None) -> float:
     """Max |logit difference| of the reader's traced cached read of the writer's cache vs a plain forward.
 
     The reference runs transformers' own eager attention on a plain copy of the writer's
@@ -225,7 +225,7 @@ def verify_cross_read(writer_history: History, reader: Model, question: str,
 
 
 def reference_cross_generate(writer_history: History, reader: Model, question: str,
-                             access: Access | None = None, max_new_tokens: int = 20,
+                             access: Condition | None = None, max_new_tokens: int = 20,
                              stop_ids: Iterable[int] | None = None) -> list[int]:
     """Brute-force greedy tokens: plain transformers forwards of ``reader`` on a ``DynamicCache`` rebuilt
     from ``writer_history.kv``, with an explicit 4-D mask hiding the condition's positions at every step.

@@ -182,7 +182,7 @@ class CrossCheckpointStudy(QuantityTaskHistories):
         return histories["main"]
 
     def conditions(self, model: kvprobe.Model, case: tasks.Case, history: kvprobe.History
-                   ) -> dict[str, kvprobe.Access]:
+                   ) -> dict[str, kvprobe.Condition]:
         """Every read of the ``readers``: full access, or record A hidden (its span is the same in both
         checkpoints' histories: the compatibility check compares it)."""
         span = history.span("A")

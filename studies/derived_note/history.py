@@ -167,7 +167,7 @@ def c_interval(history: kvprobe.History, neutral: NeutralInterval | None = None)
     return neutral.interval
 
 
-def conditions(history: kvprobe.History, c: TokenSpan | None = None) -> dict[str, kvprobe.Access]:
+def conditions(history: kvprobe.History, c: TokenSpan | None = None) -> dict[str, kvprobe.Condition]:
     """The six conditions on a prefilled case history (module docstring), in report order.
 
     ``c``: the C token interval (default: segment ``C``; pass :func:`c_interval` for neutral cases).

@@ -105,7 +105,7 @@ class DerivedNoteStudy(HistoryStudy):
     def questions(self, model: kvprobe.Model, case: groups.Case, h: kvprobe.History) -> list[Question]:
         return [Question(q.kind, q.question, q.candidates, q) for q in groups.queries(case.group)]
 
-    def conditions(self, model: kvprobe.Model, case: groups.Case, h: kvprobe.History) -> dict[str, kvprobe.Access]:
+    def conditions(self, model: kvprobe.Model, case: groups.Case, h: kvprobe.History) -> dict[str, kvprobe.Condition]:
         return history.conditions(h, self._c_interval(model, case, h)[0])
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
@@ -169,7 +169,7 @@ class DerivedNoteStudy(HistoryStudy):
             f.write("".join(line + "\n" for line in lines))
 
 
-def _info(condition: kvprobe.Access) -> dict[str, Any]:
+def _info(condition: kvprobe.Condition) -> dict[str, Any]:
     state = getattr(condition, "state", None)
     return dict(getattr(state, "info", None) or {})
 

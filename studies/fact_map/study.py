@@ -142,7 +142,7 @@ class FactMapStudy(HistoryStudy):
     def questions(self, model: kvprobe.Model, case: MapCase, history: kvprobe.History) -> list[Question]:
         return [Question("current", case.question, (canonical_answer(case.current), canonical_answer(case.old)))]
 
-    def conditions(self, model: kvprobe.Model, case: MapCase, history: kvprobe.History) -> dict[str, kvprobe.Access]:
+    def conditions(self, model: kvprobe.Model, case: MapCase, history: kvprobe.History) -> dict[str, kvprobe.Condition]:
         segment = SOURCE_SEGMENT[case.dataset]
         source = history.span(segment)
         pieces = later_pieces(history, source)

@@ -178,7 +178,7 @@ class FactConsolidationStudy(HistoryStudy):
         return questions
 
     def conditions(self, model: kvprobe.Model, case: FCHistory, history: kvprobe.History
-                   ) -> dict[str, kvprobe.Access]:
+                   ) -> dict[str, kvprobe.Condition]:
         """The four operations on the superseded facts (a history without any keeps full access only). The value
         mask hides every token overlapping an old object string (a token may join it to the period after it)."""
         from kvprobe.interventions import TextRecompute

@@ -60,7 +60,7 @@ def narrow_spans(history: kvprobe.History, case: FactorialCase) -> list[kvprobe.
     return [history.span("time1", chars=(start + a, start + b), strict=strict) for a, b in ranges]
 
 
-def study_conditions(history: kvprobe.History, case: FactorialCase) -> dict[str, kvprobe.Access]:
+def study_conditions(history: kvprobe.History, case: FactorialCase) -> dict[str, kvprobe.Condition]:
     """The five access conditions of a case: full, the whole-A mask, the narrow mask, and their controls."""
     narrow = NARROW[case.matrix]
     whole = kvprobe.Mask(case.record.a_span(history), name="whole")

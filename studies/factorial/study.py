@@ -111,7 +111,7 @@ class FactorialStudy(HistoryStudy):
         return [Question(wording, case.question(wording), case.candidates()) for wording in self.wordings]
 
     def conditions(self, model: kvprobe.Model, case: FactorialCase, history: kvprobe.History
-                   ) -> dict[str, kvprobe.Access]:
+                   ) -> dict[str, kvprobe.Condition]:
         return study_conditions(history, case)
 
     def row(self, run: CaseRun, question: Question, condition: str,

@@ -150,7 +150,7 @@ class MatchedScoresStudy(HistoryStudy):
         current, old = canonical_answer(case.reference), canonical_answer(case.old)
         return [Question("current", case.question, (current, old) if current != old else (current,), case)]
 
-    def conditions(self, model: kvprobe.Model, case: Item, history: kvprobe.History) -> dict[str, kvprobe.Access]:
+    def conditions(self, model: kvprobe.Model, case: Item, history: kvprobe.History) -> dict[str, kvprobe.Condition]:
         old, neutral = case.spans(history, self.trailing_newline)
         mask = kvprobe.Mask(old, name="mask")
         return {"full": kvprobe.Full(), "mask": mask,

@@ -191,7 +191,7 @@ class MINTEvalStudy(HistoryStudy):
         return out
 
     def conditions(self, model: kvprobe.Model, case: MINTEvalCase, history: kvprobe.History
-                   ) -> dict[str, kvprobe.Access]:
+                   ) -> dict[str, kvprobe.Condition]:
         """The five policies over the superseded movement records (full access when there is none)."""
         from kvprobe.interventions import OnlineMask, TextRecompute
 

@@ -138,7 +138,7 @@ class MQuAKEStudy(HistoryStudy):
                 for index, (kind, text, gold) in enumerate(questions(case.case))]
 
     def conditions(self, model: kvprobe.Model, case: MQuAKEStudyCase, history: kvprobe.History
-                   ) -> dict[str, kvprobe.Access]:
+                   ) -> dict[str, kvprobe.Condition]:
         """The seven policies on the superseded records (unsupported ones are left out by the protocol), and the
         no-context baseline when asked for."""
         from kvprobe.interventions import Compact, OnlineMask, Rebuild, TextRecompute

@@ -176,7 +176,7 @@ class NoteControlsStudy(HistoryStudy):
         return out
 
     def conditions(self, model: kvprobe.Model, case: ProfileCase, history: kvprobe.History
-                   ) -> dict[str, kvprobe.Access]:
+                   ) -> dict[str, kvprobe.Condition]:
         configs = self.case_configurations(case)
         accesses = {c.access for c in configs}
         windows: dict[str, kvprobe.TokenSpan] = {}
@@ -189,7 +189,7 @@ class NoteControlsStudy(HistoryStudy):
             if "near" in windows and ids[windows["near"].start:windows["near"].end] != \
                     ids[windows["far"].start:windows["far"].end]:
                 raise AssertionError(f"{case.case_id}: the near and far windows hold different token ids")
-        out: dict[str, kvprobe.Access] = {}
+        out: dict[str, kvprobe.Condition] = {}
         for c in configs:
             if c.access == "full":
                 out[c.name] = kvprobe.Full()
@@ -201,7 +201,7 @@ class NoteControlsStudy(HistoryStudy):
                 out[c.name] = kvprobe.Mask(windows[c.access], name=c.name)
         return out
 
-    def question_conditions(self, run: CaseRun, question: Question) -> dict[str, kvprobe.Access]:
+    def question_conditions(self, run: CaseRun, question: Question) -> dict[str, kvprobe.Condition]:
         return {name: c for name, c in run.conditions.items() if CATALOG[name].question == question.query}
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:

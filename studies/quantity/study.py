@@ -124,7 +124,7 @@ class QuantityStudy(QuantityTaskHistories):
         return [Question(q.role, q.question, q.candidates, q) for q in tasks.queries(case)]
 
     def conditions(self, model: kvprobe.Model, case: tasks.Case, history: kvprobe.History
-                   ) -> dict[str, kvprobe.Access]:
+                   ) -> dict[str, kvprobe.Condition]:
         conditions = tasks.study_conditions(history, case, operations=self.operations, control_skip=self.control_skip)
         if self.no_context:
             conditions[NO_CONTEXT] = NoContext()

@@ -287,14 +287,14 @@ CONTROL_SKIP = 0
 
 
 def study_conditions(history: kvprobe.History, case: Case, operations: bool = True,
-                     control_skip: int = CONTROL_SKIP) -> dict[str, kvprobe.Access]:
+                     control_skip: int = CONTROL_SKIP) -> dict[str, kvprobe.Condition]:
     """The study's conditions: full, source mask + control, number mask + control, and operations.
 
     ``control_skip``: note tokens skipped before each matched control starts.
     """
     source = kvprobe.Mask(history.span("A"), name="source")
     number = kvprobe.Mask(number_span(history, case), name="number")
-    conds: dict[str, kvprobe.Access] = {
+    conds: dict[str, kvprobe.Condition] = {
         "full": kvprobe.Full(),
         "source": source,
         "source-control": kvprobe.matched_control(history, source, "note", skip=control_skip),

@@ -90,10 +90,10 @@ class QueryAwareStudy(HistoryStudy):
         return self._cases
 
     def arms(self, model: kvprobe.Model, history: kvprobe.History, case: RecordHistory,
-             question: str) -> list[tuple[str, str, int | None, kvprobe.Access]]:
+             question: str) -> list[tuple[str, str, int | None, kvprobe.Condition]]:
         """(arm, capacity kind, K, condition) of one question."""
         source = kvprobe.Mask(case.a_span(history), name="source-mask")
-        arms: list[tuple[str, str, int | None, kvprobe.Access]] = [("full", "-", None, kvprobe.Full()),
+        arms: list[tuple[str, str, int | None, kvprobe.Condition]] = [("full", "-", None, kvprobe.Full()),
                                                                    ("source-mask", "-", None, source)]
         budgets = [("matched", matched_capacity(model, history, question, source))]
         if self.fixed_budget is not None:
@@ -116,7 +116,7 @@ class QueryAwareStudy(HistoryStudy):
                 for kind, question, reference in case.queries() if kind in self.queries]
 
     def conditions(self, model: kvprobe.Model, case: RecordHistory, history: kvprobe.History
-                   ) -> dict[str, kvprobe.Access]:
+                   ) -> dict[str, kvprobe.Condition]:
         """Full access and the source mask (the question-independent arms, prepared once per history)."""
         return {"full": kvprobe.Full(), "source-mask": kvprobe.Mask(case.a_span(history), name="source-mask")}
 
@@ -132,7 +132,7 @@ class QueryAwareStudy(HistoryStudy):
                 arm: (capacity, K, run.conditions[arm] if arm in REFERENCES else methods[arm])
                 for arm, capacity, K, _ in arms if arm in run.conditions or arm in methods}
 
-    def question_conditions(self, run: CaseRun, question: Question) -> dict[str, kvprobe.Access]:
+    def question_conditions(self, run: CaseRun, question: Question) -> dict[str, kvprobe.Condition]:
         """The question's arms: full, source mask, then each method at matched and fixed capacity."""
         return {arm: condition for arm, (_, _, condition) in run.extra["arms"][question.text].items()}
 

@@ -217,7 +217,7 @@ class RecordsStudy(HistoryStudy):
                 for kind, question, reference in case.queries()]
 
     def conditions(self, model: kvprobe.Model, case: RecordHistory, history: kvprobe.History
-                   ) -> dict[str, kvprobe.Access]:
+                   ) -> dict[str, kvprobe.Condition]:
         """The operations some policy applies to some query of the case (a recompute only when one acts)."""
         from kvprobe.interventions import TextRecompute
 
@@ -227,7 +227,7 @@ class RecordsStudy(HistoryStudy):
                "recompute": lambda: TextRecompute(["time1"])}
         return {op: ops[op]() for op in OPERATIONS if op in needed}
 
-    def question_conditions(self, run: CaseRun, question: Question) -> dict[str, kvprobe.Access]:
+    def question_conditions(self, run: CaseRun, question: Question) -> dict[str, kvprobe.Condition]:
         """The operations the policies apply to this query (each answered once)."""
         return {op: run.conditions[op] for op in self.operations(run.case, question.query) if op in run.conditions}
 

@@ -86,7 +86,7 @@ class Served:
         return self.tokenize_s + self.copy_s + self.prefill_s + self.decode_s
 
 
-def serve(model: kvprobe.Model, history: kvprobe.History, question: str, access: kvprobe.Access,
+def serve(model: kvprobe.Model, history: kvprobe.History, question: str, access: kvprobe.Condition,
           max_new_tokens: int) -> Served:
     """Answer ``question`` on a copy of ``history`` under ``access``: greedy, EOS or ``max_new_tokens``."""
     if max_new_tokens < 1:

@@ -175,7 +175,7 @@ class RevisionsStudy(HistoryStudy):
         return [Question(q.type, question_text(q, self.boxed), None, q) for q in self._asked(case)]
 
     def conditions(self, model: kvprobe.Model, case: RevisionCase, history: kvprobe.History
-                   ) -> dict[str, kvprobe.Access]:
+                   ) -> dict[str, kvprobe.Condition]:
         """The chosen operations (module docstring); one with nothing to hide is full access."""
         from kvprobe.interventions import TextRecompute
 

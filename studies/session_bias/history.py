@@ -137,7 +137,7 @@ def negative_spans(bias: torch.Tensor) -> list[TokenSpan]:
 class Arms:
     """The arms of one question on one prefilled history, and the facts rows record."""
 
-    conditions: dict[str, kvprobe.Access]
+    conditions: dict[str, kvprobe.Condition]
     gate: int
     active: bool
     biased_tokens: int

@@ -184,7 +184,7 @@ class SessionBiasStudy(HistoryStudy):
         return [Question(QUERY, history.question_text(case.question))]
 
     def conditions(self, model: kvprobe.Model, case: SessionBiasCase, h: kvprobe.History
-                   ) -> dict[str, kvprobe.Access]:
+                   ) -> dict[str, kvprobe.Condition]:
         return self._arms(model, case, h).conditions
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
@@ -192,7 +192,7 @@ class SessionBiasStudy(HistoryStudy):
         run.extra["layout"] = self._prompt(model, run.case)[1]
         run.extra["arms"] = self._arms(model, run.case, run.history)
 
-    def question_conditions(self, run: CaseRun, question: Question) -> dict[str, kvprobe.Access]:
+    def question_conditions(self, run: CaseRun, question: Question) -> dict[str, kvprobe.Condition]:
         """Every arm; only ``full`` for an inactive question when ``skip_inactive`` copies its answer."""
         if self.skip_inactive and not run.extra["arms"].active:
             return {"full": run.conditions["full"]}

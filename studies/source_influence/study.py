@@ -148,7 +148,7 @@ class EventStudy(HistoryStudy):
         return [Question("current", question_text(e), (prefix + e.current, prefix + e.other))]
 
     def conditions(self, model: kvprobe.Model, case: FormattedEvent, history: kvprobe.History
-                   ) -> dict[str, kvprobe.Access]:
+                   ) -> dict[str, kvprobe.Condition]:
         old, neutral = source_spans(history, case.event, self.trailing_newline)
         source = kvprobe.Mask(old, name="source")
         return {"full": kvprobe.Full(), "source": source,

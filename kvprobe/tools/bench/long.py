@@ -21,7 +21,7 @@ switches ``model.hf`` to ``"sdpa"`` for the plain runs and back afterwards):
     Check: the first decode step's logits agree to 1e-3 (absolute).
 ``mask``, ``rebuild``, ``recompute``, ``recompute-prefix``
     building the condition's state and the first answer token after it, as
-    ``kvprobe bench operations`` does (``Access.prepare`` then the question),
+    ``kvprobe bench operations`` does (``Condition.prepare`` then the question),
     against the same work by hand: the question under an explicit mask hiding A;
     the cache before A kept and every later token prefilled again with an
     explicit mask hiding A from the tokens after it; a fresh chunked prefill of
@@ -366,7 +366,7 @@ def _layout(rows) -> str:
 
 
 def _kvprobe_operation(model: kvprobe.Model, history: kvprobe.History, name: str, chunk_size: int) -> dict[str, Any]:
-    """``Access.prepare`` then the question (``kvprobe bench operations``' first_token): seconds, logits, token."""
+    """``Condition.prepare`` then the question (``kvprobe bench operations``' first_token): seconds, logits, token."""
     op = {"mask": lambda: Mask(history.span("A"), name="mask"),
           "rebuild": lambda: Rebuild(history.span("A"), chunk_size=chunk_size),
           "recompute": lambda: TextRecompute("A", chunk_size=chunk_size),

@@ -6,7 +6,7 @@ read from ``../shared/data/pg19``) with the quantity task's record A placed at
 (length, position) cell and each operation we time, separately,
 
 * the operation: building the condition's row state from the prefilled history
-  (``Access.prepare``: nothing for retain, a hidden vector for mask, copies and
+  (``Condition.prepare``: nothing for retain, a hidden vector for mask, copies and
   rotations for zero/drop/compact, recomputation for rebuild and recompute);
 * the first answer token after it: forking the cache, prefilling the question
   under the condition and computing the first token's logits.
@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 
 import kvprobe
-from kvprobe.access import Access, Full, Mask
+from kvprobe.access import Condition, Full, Mask
 from kvprobe.decoding import question_logits
 from kvprobe.files import atomic_write_text
 
@@ -43,7 +43,7 @@ RECORD_B = ("Reference time T2, after T1. The certified cycle duration of Assemb
             "The measurement unit is the same as in record A at T1. This entry is effective at T2.")
 QUESTION = "At T2, what is the current cycle duration of Assembly-TEST-000? Return the complete quantity including its unit."
 
-OPERATIONS: dict[str, Callable[[kvprobe.History], Access]] = {
+OPERATIONS: dict[str, Callable[[kvprobe.History], Condition]] = {
     "retain": lambda h: Full(name="retain"),
     "mask": lambda h: Mask(h.span("A"), name="mask"),
     "zero": lambda h: Zero(h.span("A"), "kv"),

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from kvprobe.access import Access, Full, Mask, matched_control
+from kvprobe.access import Condition, Full, Mask, matched_control
 from kvprobe.decoding import question_logits, suffix_ids
 from kvprobe.attention import GROUPED_EAGER, KVPROBE_SDPA
 from kvprobe.engine import fork_rows, pad_suffix_block, shares_history, traced_forward
@@ -206,7 +206,7 @@ def verify_access(model: "Model", history: "History | None" = None,
     name = model.name
     source = Mask(history.span("A"), name="source")
     control = matched_control(history, source, segment="note")
-    conditions: list[Access] = [Full(), source, control]
+    conditions: list[Condition] = [Full(), source, control]
     question = VERIFY_QUESTIONS[0]
     q_ids = suffix_ids(model, history, question)
     h_ids = history.input_ids.tolist()

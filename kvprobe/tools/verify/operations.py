@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from kvprobe.access import Access, Full, Mask
+from kvprobe.access import Condition, Full, Mask
 from kvprobe.decoding import question_logits, suffix_ids
 from kvprobe.prompts import SpanError
 from kvprobe.reference import cached_explicit_logits, reference_hidden_kv, reference_logits
@@ -85,7 +85,7 @@ def _max_kv_diff(a, b, layers) -> float:
     return max(max(float((a[i][0] - b[i][0]).abs().max()), float((a[i][1] - b[i][1]).abs().max())) for i in layers)
 
 
-def _logits(model: "Model", history: "History", question: str, conditions: list[Access]) -> torch.Tensor:
+def _logits(model: "Model", history: "History", question: str, conditions: list[Condition]) -> torch.Tensor:
     """Question logits of each condition run alone (a batch of one row, like the references)."""
     return torch.stack([question_logits(model, history, question, [c]).logits[0] for c in conditions])
 
