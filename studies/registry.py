@@ -12,8 +12,8 @@ stays fast.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 # The bootstrap seed ``kvprobe run`` and ``kvprobe report`` pass to a study's summary by default
 # (``Entry.seed``: REPORT_SEED, or the paper's PAPER_SEED where the paper gives it; the committed
@@ -55,6 +55,8 @@ class Entry:
         compare: ``"module:function"`` of ``kvprobe report NAME DIR DIR ... --out OUT`` (several runs):
             ``fn(run_dirs, out_dir, seed=...)`` writes its files and returns a markdown table to print.
         seed: the bootstrap seed ``kvprobe run`` and ``kvprobe report`` pass by default (``--bootstrap-seed``).
+        smoke: the parameters of a run that takes seconds on a tiny model (``tests/test_study_contract.py``
+            runs every registered study with them, so a new study needs no test list of its own).
     """
 
     name: str
@@ -66,6 +68,7 @@ class Entry:
     local_only: str | None = None
     compare: str | None = None
     seed: int = REPORT_SEED
+    smoke: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def study_class(self) -> type:
         return _load(self.study)
@@ -90,76 +93,98 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
     Entry("quantity", _P + "quantity.study:QuantityStudy", _P + "quantity.summary",
           "quantity records: does hiding, rebuilding or recomputing the old record change answers? (partC)",
           compare=_P + "quantity.threshold:write_comparison",
-          seed=PAPER_SEED),  # the paper's seed of its answer-quality intervals (seed L4929)
+          seed=PAPER_SEED,  # the paper's seed of its answer-quality intervals (seed L4929)
+          smoke=dict(n_groups=1, max_new_tokens=4, operations=False)),
     Entry("babilong", _P + "babilong.study:BabilongStudy", _P + "babilong.summary",
-          "BABILong qa2/qa3 object dependencies under naive, dependency-keeping and neutral masks (partA 2)"),
+          "BABILong qa2/qa3 object dependencies under naive, dependency-keeping and neutral masks (partA 2)",
+          smoke=dict(tasks=("qa2",), lengths=(0,), n=2, max_new_tokens=4)),
     Entry("mquake", _P + "mquake.study:MQuAKEStudy", _P + "mquake.summary",
-          "contextual MQuAKE multi-hop questions after in-context updates, seven policies (partA 1b)"),
+          "contextual MQuAKE multi-hop questions after in-context updates, seven policies (partA 1b)",
+          smoke=dict(hops=(2,), n_per_hop=1, max_new_tokens=3, no_context=True)),
     Entry("minteval", _P + "minteval.study:MINTEvalStudy", _P + "minteval.summary",
-          "MINTEval state tracking: five policies over superseded movement records (partA 1a)"),
+          "MINTEval state tracking: five policies over superseded movement records (partA 1a)",
+          smoke=dict(n_sessions=2, questions_per_type=1, max_events=24, max_new_tokens=3)),
     Entry("factconsolidation", _P + "factconsolidation.study:FactConsolidationStudy", _P + "factconsolidation.summary",
           "FactConsolidation: full, source, value, recompute over accumulated fact updates; capped-first net "
           "accuracy (partA 3)",
           options=(Option("grades", "a grades.jsonl from factconsolidation.grading.grade_run (an LLM judge) to use "
-                          "instead of the rule grader's labels"),)),
+                          "instead of the rule grader's labels"),),
+          smoke=dict(tiers=("1k",), n_histories=1, questions_per_hop=1, max_new_tokens=2)),
     Entry("revisions", _P + "revisions.study:RevisionsStudy", _P + "revisions.summary",
           "questions about article revision histories under whole-source, changed-text masks and recompute "
-          "(partE E9)"),
+          "(partE E9)",
+          smoke=dict(n_articles=1, max_new_tokens=3)),
     Entry("factorial", _P + "factorial.study:FactorialStudy", _P + "factorial.summary",
           "quantity and endpoint factorial: B information x question wording x note x five access conditions "
-          "(partD 1c)", seed=PAPER_SEED),
+          "(partD 1c)", seed=PAPER_SEED,
+          smoke=dict(n_groups=1, max_new_tokens=3, matrices=("quantity",), information=("stated",), notes=("notebook",))),
     Entry("note-controls", _P + "note_controls.study:NoteControlsStudy", _P + "note_controls.summary",
           "which note tokens, question wording and note content make an equal-token control abstain? (partD 1d, 2)",
-          seed=PAPER_SEED),
+          seed=PAPER_SEED,
+          smoke=dict(n_groups=1, max_new_tokens=3)),
     Entry("matched-scores", _P + "matched_scores.study:MatchedScoresStudy", _P + "matched_scores.summary",
           "candidate scores and greedy answers under full access, the old-source mask and its equal-token control "
           "on record histories or OAKS; generation limits (partD 1a, 1b, 1e, 6)",
-          compare=_P + "matched_scores.summary:write_panel", seed=PAPER_SEED),
+          compare=_P + "matched_scores.summary:write_panel", seed=PAPER_SEED,
+          smoke=dict(n_groups=1, max_new_tokens=3, prefix_budgets=(3,))),
     Entry("fact-map", _P + "fact_map.study:FactMapStudy", _P + "fact_map.summary",
           "where the old record's effect lives: each later piece rebuilt without it, per layer band, against the "
-          "mask and the recompute (issue fact-map; paper title claim)", seed=PAPER_SEED),
+          "mask and the recompute (issue fact-map; paper title claim)", seed=PAPER_SEED,
+          smoke=dict(n_groups=1, n_bands=2)),
     Entry("detection", _P + "detection.study:DetectionStudy", _P + "detection.summary",
           "replacement detectors (JSON classifiers, YES/NO score) on record pairs and OAKS natural text (partB 4-5)",
           options=(Option("matched_scores", "comma-separated `matched-scores --dataset oaks` run folders (one per "
                           "generator): join their full and old-mask outcomes with the OAKS detections"),
                    Option("join_rule", "the matched-scores correctness column the join reads (complete, exact, "
-                          "lenient; default complete)"))),
+                          "lenient; default complete)")),
+          smoke=dict(n_groups=1, max_new_tokens=4, datasets=("records", "oaks"), oaks_max_new_tokens=4)),
     Entry("records", _P + "records.study:RecordsStudy", _P + "records.summary",
           "record histories under the seven detector/oracle policies, three queries each (partD 3)",
           options=(Option("readout_scores", "a `kvprobe readout` scores.json (or its folder) of the same records: "
-                          "its readouts also rank histories in the coverage curves"),)),
+                          "its readouts also rank histories in the coverage curves"),),
+          smoke=dict(n_groups=1, max_new_tokens=3)),
     Entry("components", _P + "components.study:ComponentStudy", _P + "components.summary",
-          "zero K, V or both of the old record vs the attention mask, reason-then-score (appendix)"),
+          "zero K, V or both of the old record vs the attention mask, reason-then-score (appendix)",
+          smoke=dict(n_per_family=1, budget=2, families=("location",))),
     Entry("question-relevance", _P + "components.relevance:RelevanceStudy", _P + "components.relevance_summary",
           "lexical, attention and leave-one-out signals: replacement AUC and question relevance (partB 2)",
-          compare=_P + "components.relevance_summary:write_comparison"),
+          compare=_P + "components.relevance_summary:write_comparison",
+          smoke=dict(n_per_family=2, budget=2, families=("location",))),
     Entry("derived-note", _P + "derived_note.study:DerivedNoteStudy", _P + "derived_note.summary",
           "a derived note carries the old record's content: masks, selective refresh, recompute (appendix)",
           runner=_P + "derived_note.study:run",
-          local_only="it appends a cost log from inside each case"),
+          local_only="it appends a cost log from inside each case",
+          smoke=dict(n_groups=1, max_new_tokens=3)),
     Entry("query-aware", _P + "query_aware.study:QueryAwareStudy", _P + "query_aware.summary",
-          "Quest, FINCH, RefreshKV and recent pages against the source mask at matched capacity (partE E4)"),
+          "Quest, FINCH, RefreshKV and recent pages against the source mask at matched capacity (partE E4)",
+          smoke=dict(n_groups=1, max_new_tokens=3, fixed_budget=48, methods=("quest",))),
     Entry("cross-checkpoint", _P + "cross_checkpoint.study:CrossCheckpointStudy", _P + "cross_checkpoint.summary",
           "one checkpoint reads a sibling checkpoint's cache (partE)",
           runner=_P + "cross_checkpoint.transfer:run",
           options=(Option("transfer", "also train the joint K/V readout on the sibling's cache of the recognition "
                           "records and test it on the main model's (transfer.json, in the report)", to="run",
-                          flag=True),)),
+                          flag=True),),
+          smoke=dict(sibling="noise", n_groups=1, max_new_tokens=2, queries=("current",))),
     Entry("source-influence", _P + "source_influence.study:SourceInfluenceStudy", _P + "source_influence.summary",
           "role-matched source influence: old-source mask vs equal-token control on candidate margins (partA 5)",
-          compare=_P + "source_influence.summary:write_panel"),
+          compare=_P + "source_influence.summary:write_panel",
+          smoke=dict(split="development", n=3)),
     Entry("prompt-format", _P + "source_influence.study:PromptFormatStudy", _P + "source_influence.summary",
           "the source-influence events as raw text and through the native chat template, paired (partA 7)",
-          compare=_P + "source_influence.summary:write_panel", seed=PROMPT_FORMAT_SEED),
+          compare=_P + "source_influence.summary:write_panel", seed=PROMPT_FORMAT_SEED,
+          smoke=dict(split="development", n=2)),
     Entry("oaks", _P + "source_influence.study:OaksStudy", _P + "source_influence.summary",
           "OAKS-Novel answer changes: old-source mask vs equal-token control on candidate choices (partA 6)",
-          compare=_P + "source_influence.summary:write_panel"),
+          compare=_P + "source_influence.summary:write_panel",
+          smoke=dict(n=3)),
     Entry("session-bias", _P + "session_bias.study:SessionBiasStudy", _P + "session_bias.summary",
-          "soft session-order bias and hard mask on LongMemEval-schema conversations (partD 10, partE E1-E3)"),
+          "soft session-order bias and hard mask on LongMemEval-schema conversations (partD 10, partE E1-E3)",
+          smoke=dict(split="all", n=2, max_new_tokens=2)),
     Entry("requests", _P + "requests.study:RequestsStudy", _P + "requests.summary",
           "repeated-request workload: cost of detector masks and recomputes over keep-all (partE)",
           runner=_P + "requests.study:run",
-          local_only="its timings measure one process on an otherwise idle machine"),
+          local_only="its timings measure one process on an otherwise idle machine",
+          smoke=dict(n_groups=1, lengths=(0,), max_new_tokens=2, detector_max_new_tokens=2)),
 )}
 
 
