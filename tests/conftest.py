@@ -25,13 +25,14 @@ QUESTIONS = ["Which room is the weekly planning meeting in now?", "What is gray?
 
 
 #: Test modules that are end-to-end runs as a whole (a Ray cluster, subprocesses, several model loads).
-SLOW_MODULES = {"test_scale.py"}
+SLOW_MODULES = {"test_scale.py", "test_long_bench.py"}  # a Ray cluster; whole long-history benchmark runs
 #: Other end-to-end tests of several seconds each (a subprocess, a feature store, a whole workload).
 SLOW_TESTS = {"test_run_summary_and_resume", "test_records_evaluation_and_report",
               "test_tiny_tokenizer_is_deterministic_across_processes", "test_corrupt_results_line_is_named",
               "test_calibrate_command_joins_scores_and_quantity_answers",
               # whole benchmark and extraction runs under the device guard (seconds each)
-              "test_gpu_bench_runs_on_the_cpu", "test_extraction_with_edits_runs_under_the_device_guard"}
+              "test_gpu_bench_runs_on_the_cpu", "test_extraction_with_edits_runs_under_the_device_guard",
+              "test_store_readouts_reproduce_hand_computed_scores"}
 
 
 def pytest_collection_modifyitems(config, items):
