@@ -49,6 +49,7 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import eager_mask
 
 from . import selection
+from .masks import additive, visibility
 
 if TYPE_CHECKING:
     from transformers import DynamicCache
@@ -193,7 +194,7 @@ def _attend(impl: str, module, query, key, value, attention_mask, scaling, dropo
     cpu_half = query.dtype == torch.float16 and query.device.type == "cpu"
     if wanted or softcap is not None or selection.current() is not None or cpu_half:
         if causal:
-            attention_mask = causal_mask(query.shape[2], key.shape[2], query.dtype, query.device)
+            attention_mask = causal_mask(query.shape[2], query.dtype, query.device)
         return _eager(module, query, key, value, attention_mask, scaling, softcap)
     S = key.shape[2]
     mask = None if attention_mask is None else attention_mask[..., :S]
@@ -202,9 +203,11 @@ def _attend(impl: str, module, query, key, value, attention_mask, scaling, dropo
     return out.transpose(1, 2).contiguous(), None
 
 
-def causal_mask(Q: int, S: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The additive causal mask [1, 1, Q, S] of a block of Q queries at positions 0..Q-1 (S == Q)."""
-    return torch.full((Q, S), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)[None, None]
+def causal_mask(Q: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The additive causal mask [1, 1, Q, Q] of a block of Q queries at positions 0..Q-1 over themselves
+    (``kvprobe.masks``, the masks every other forward is given)."""
+    pos = torch.arange(Q, device=device)[None]
+    return additive(visibility(pos, pos, torch.ones(1, Q, dtype=torch.bool, device=device)), dtype)
 
 
 def _eager(module, query, key, value, attention_mask, scaling, softcap) -> tuple[torch.Tensor, torch.Tensor]:

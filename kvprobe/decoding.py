@@ -364,12 +364,10 @@ def _candidate_logprobs(
     """
     first = torch.log_softmax(last, dim=-1)
     # One gather and one host copy for every row's first tokens (no sync per candidate).
-    firsts = [(r, c[0]) for r, row in enumerate(cands) for c in row]
-    picked = first[_index([r for r, _ in firsts], first.device), _index([t for _, t in firsts], first.device)].tolist()
-    sums, k = [], 0
-    for row in cands:
-        sums.append(picked[k:k + len(row)])
-        k += len(row)
+    row_of = [r for r, row in enumerate(cands) for _ in row]
+    token_of = [c[0] for row in cands for c in row]
+    picked = iter(first[_index(row_of, first.device), _index(token_of, first.device)].tolist())
+    sums = [[next(picked) for _ in row] for row in cands]
     question_end = rows.length
     for j in range(max(len(row) for row in cands)):
         longer = [r for r, row in enumerate(cands) if j < len(row) and len(row[j]) > 1]

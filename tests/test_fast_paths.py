@@ -208,13 +208,15 @@ def test_folded_masks_equal_the_traced_per_layer_edit_bit_for_bit(name, monkeypa
     assert engine.uniform_hidden(model, fork_rows([layered])) is None
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
-def test_causal_kernel_prefill_equals_the_chunked_masked_prefill(name, monkeypatch):
-    """On an accelerator a prefill from nothing runs as one block through SDPA's causal kernel; forced on
-    the CPU here, its K/V and question logits equal the chunked prefill under explicit masks (fp32)."""
+@pytest.mark.parametrize("name,attn", [("tiny-llama", KVPROBE_SDPA), ("tiny-qwen3", KVPROBE_SDPA),
+                                       ("tiny-llama", GROUPED_EAGER)])
+def test_causal_kernel_prefill_equals_the_chunked_masked_prefill(name, attn, monkeypatch):
+    """On an accelerator a prefill from nothing runs as one block through SDPA's causal kernel (the eager
+    path builds the causal mask itself); forced on the CPU here, its K/V and question logits equal the
+    chunked prefill under explicit masks (fp32)."""
     from kvprobe import engine
 
-    model = kvprobe.load_model(name)
+    model = kvprobe.load_model(name, attn_implementation=attn)
     prompt = kvprobe.Prompt(SEGMENTS, chat=True)
     chunked = model.prefill(prompt, chunk_size=16)
     calls = []
