@@ -24,11 +24,11 @@ Statistics (:mod:`readouts.stats`, the statistics of every study too)
     one_sided_lower(values, alpha) -> float                 one-sided lower bound (the paper's L.95)
     youden_thresholds(scores, labels, grid, weights) -> (t, J) per draw   max Youden J, ties to the largest t
     clopper_pearson(k, n), zero_failure_bound(n)            exact binomial bounds
-    DRAWS, ALPHA, PROBE_SEED, PAPER_SEED, REPORT_SEED, ...  the paper's draws and seeds
+    DRAWS, ALPHA, PAPER_SEED, REPORT_SEED                   the paper's draws and interval seeds
     GroupBootstrap                                          compact sequence of group-bootstrap draws
 
 Probes (:mod:`readouts.probes`, scikit-learn estimators)
-    RademacherProjection(n_components=128, seed=20260910)
+    RademacherProjection(n_components=128, seed=PROBE_SEED)  PROBE_SEED, PAIR_SEED, INTERACTION_SEED: 20260910/15/16
     BalancedL2Probe(C=1.0, n_components=128, seed=20260910, max_iter=5000)
     PairwiseProbe(C=1.0, kind="interaction", pair_components=64, ...)
     pairwise_features(h_a, h_b, kind="interaction") -> ndarray

@@ -34,9 +34,12 @@ from kvprobe.extract.store import StoreError, StoreGroup
 from .fixed import char_distance, key_similarity, per_head_value_distance, select_head, select_sign, \
     token_jaccard, value_distance
 from .probes import BalancedL2Probe, PairwiseProbe, select_C
-from .stats import DRAWS, SHUFFLE_SEED, auc, bootstrap_auc, macro_auc, percentile_interval
+from .stats import DRAWS, auc, bootstrap_auc, macro_auc, percentile_interval
 
-#: Number of the shuffled-label control's permutations (their seed: ``stats.SHUFFLE_SEED``).
+#: 20260917: the shuffled-label control's permutations (``readouts.evaluate``).
+SHUFFLE_SEED = 20260917
+
+#: Number of the shuffled-label control's permutations (their seed: :data:`SHUFFLE_SEED`).
 SHUFFLES = 20
 REPLACEMENT_VARIANTS = ("replacement", "role_swap", "explicit_rejection")
 #: The signed leave-one-out scores the *expected* answer, which the label decides (the new value

@@ -41,7 +41,15 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .stats import INTERACTION_SEED, PAIR_SEED, PROBE_SEED, auc
+from .stats import auc
+
+# The paper's probe seeds (partB 3), one name per use.
+#: 20260910, the paper's probe seed: the Rademacher projection of every probe.
+PROBE_SEED = 20260910
+#: 20260915: the pairwise probe's A/B projection (:class:`PairwiseProbe`).
+PAIR_SEED = 20260915
+#: 20260916: the pairwise probe's interaction projection (:class:`PairwiseProbe`).
+INTERACTION_SEED = 20260916
 
 __all__ = [
     "BalancedL2Probe",
@@ -52,8 +60,6 @@ __all__ = [
     "select_C",
 ]
 
-# Seeds of partB 3 (probe projection, pairwise A/B projection, interaction projection):
-# PROBE_SEED, PAIR_SEED and INTERACTION_SEED of :mod:`readouts.stats`.
 #: The C grid of partB 3.
 C_GRID = (0.01, 0.1, 1.0, 10.0)
 

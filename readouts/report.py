@@ -34,7 +34,7 @@ def _ordered(names, table: str) -> list[str]:
 
 def _items_lines(r: dict[str, Any]) -> list[str]:
     """Where the group's cases come from (``r["items"]``, the line ``kvprobe readout`` stores from the study's
-    ``studies.report.Items``), and a blank line; nothing when the evaluation stored none."""
+    ``studies.common.report.Items``), and a blank line; nothing when the evaluation stored none."""
     return [r["items"], ""] if r.get("items") else []
 
 
@@ -285,7 +285,7 @@ def write_group_report(r: dict[str, Any], out_dir: Path, items: str | None = Non
     line on where the cases come from (stored in readouts.json, so :func:`rewrite_group_report` keeps it).
 
     Per-case scores of the development and test cases (records only) go to ``scores.json``,
-    where ``studies.detectors.readout_scores`` reads them as detector scores.
+    where ``studies.common.detectors.readout_scores`` reads them as detector scores.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     r = dict(r)

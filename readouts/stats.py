@@ -58,23 +58,10 @@ import numpy as np
 
 __all__ = [
     "ALPHA",
-    "BABILONG_SEED",
     "DRAWS",
-    "FIXTURE_SEED",
     "GroupBootstrap",
-    "INTERACTION_SEED",
-    "MQUAKE_SAMPLE_SEED",
-    "MQUAKE_SEED",
-    "OAKS_DEMO_SEED",
-    "PAIR_SEED",
     "PAPER_SEED",
-    "PROBE_SEED",
-    "PROMPT_FORMAT_SEED",
-    "QUANTITY_SEED",
-    "RECORDS_SEED",
     "REPORT_SEED",
-    "ROLE_PAIRS_SEED",
-    "SHUFFLE_SEED",
     "auc",
     "auc_two_samples",
     "bootstrap_auc",
@@ -109,51 +96,17 @@ DRAWS = 10_000
 ALPHA = 0.05
 
 # The paper's seeds, one name per use (a value serves several uses where the paper reuses it).
-#: 20260910, the paper's probe seed: the Rademacher projection of every probe (``readouts.probes``).
-PROBE_SEED = 20260910
-#: 20260910 again: the paired prompt-format comparison's draws (paper L1889-1890, ``studies.source_influence``).
-PROMPT_FORMAT_SEED = 20260910
-#: 20260910 again: the synthetic record histories (``studies.recognition.records``,
-#: ``studies.record_histories``; the records, query-aware, detection and requests studies' datasets,
-#: ``studies.requests.workload``).
-RECORDS_SEED = 20260910
-#: 20260911: the role-pair dataset (``studies.recognition.role_pairs``).
-ROLE_PAIRS_SEED = 20260911
-#: 20260912: contextual MQuAKE case generation (``studies.mquake_data.generate``).
-MQUAKE_SEED = 20260912
-#: 20260921: the offline OAKS-schema demonstration set built from the PG-19 novel (``studies.oaks_data``).
-OAKS_DEMO_SEED = 20260921
-#: 20260920 + h: the sample of h-hop cases from a released MQuAKE file (paper L1376-1377).
-MQUAKE_SAMPLE_SEED = 20260920
-#: 20260913: BABILong sample selection (``studies.babilong.samples``).
-BABILONG_SEED = 20260913
-#: 20260914: the offline MINTEval sessions generated from bAbI stories (``studies.minteval.generate``).
-MINTEVAL_SEED = 20260914
-#: 20260922: the offline FactConsolidation histories (``studies.factconsolidation.generate``).
-FACTCONSOLIDATION_SEED = 20260922
-#: 20260915: the pairwise probe's A/B projection (``readouts.probes.PairwiseProbe``).
-PAIR_SEED = 20260915
-#: 20260916: the pairwise probe's interaction projection (``readouts.probes.PairwiseProbe``).
-INTERACTION_SEED = 20260916
-#: 20260916 again: quantity task generation (``studies.quantity_task.tasks.TaskConfig``; the
-#: cross-checkpoint and detection studies' quantity cases).
-QUANTITY_SEED = 20260916
 #: 20260916 again: the bootstrap seed ``kvprobe run`` and ``kvprobe report`` pass to a study's
 #: summary (``studies.registry``); the committed summaries under ``artifacts/`` record it
 #: (the MQuAKE run records seed 0).
 REPORT_SEED = 20260916
-#: 20260917: the shuffled-label control's permutations (``readouts.evaluate``).
-SHUFFLE_SEED = 20260917
 #: 20260919, the paper's interval seed (spec partD section 0; seed L4929: "10,000 paired bootstrap
 #: draws with seed 20260919"): default of the records, query-aware, detection, derived-note and
 #: quantity summaries (``kvprobe run``/``report quantity`` pass it: ``studies.registry``), the
 #: quantity held-out threshold's refit bootstrap (``studies.quantity.threshold``), the coverage curves,
-#: threshold calibration and action tables (``studies.detectors.coverage``, ``studies.detection.calibration``,
+#: threshold calibration and action tables (``studies.common.detectors.coverage``, ``studies.detection.calibration``,
 #: ``.action``).
 PAPER_SEED = 20260919
-#: 20260919 again: the appendix fixtures (``studies.components.clusters``,
-#: ``studies.derived_note.groups``, ``studies.session_bias.fixtures``).
-FIXTURE_SEED = 20260919
 
 
 # --------------------------------------------------------------------------- input checks
@@ -553,7 +506,7 @@ def paired_change(arm: Sequence[float] | np.ndarray, reference: Sequence[float] 
 # --------------------------------------------------------------------------- small samples
 
 #: An interval resting on fewer resampled units than this is flagged in its report
-#: (``studies.report.small_sample_note``): a percentile bootstrap over a handful of units is too narrow.
+#: (``studies.common.report.small_sample_note``): a percentile bootstrap over a handful of units is too narrow.
 MIN_RESAMPLED_UNITS = 20
 #: Questions are never resampled inside fewer histories than this: questions of one history are not
 #: independent, so with fewer histories a report resamples histories or gives no interval.

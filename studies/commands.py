@@ -60,7 +60,7 @@ def cmd_map(args: argparse.Namespace, cli) -> int:
 def study_from_args(entry, args: argparse.Namespace):
     """The study built from the options given (the others keep the study's defaults); a bad value
     is refused here, naming its option, before any model loads."""
-    from kvprobe.studies.protocol import InvalidParameter
+    from kvprobe.studies.common.protocol import InvalidParameter
 
     from kvprobe.parameters import flag, given_fields
 
@@ -79,7 +79,7 @@ def _given_options(entry, args: argparse.Namespace, to: str) -> dict:
 
 def cmd_run(args: argparse.Namespace, cli) -> int:
     from kvprobe.studies.registry import entry as study_entry
-    from kvprobe.studies.runner import run_study
+    from kvprobe.studies.common.runner import run_study
 
     from kvprobe.parameters import flag
 
@@ -115,7 +115,7 @@ def cmd_run(args: argparse.Namespace, cli) -> int:
 
 def cmd_calibrate(args: argparse.Namespace, cli) -> int:
     from kvprobe.studies.detection.action import write_action_report
-    from kvprobe.studies.runner import results_file
+    from kvprobe.studies.common.runner import results_file
 
     for run_dir in (args.detection, args.dev, args.test):
         results_file(run_dir)  # a clear error before anything is written
@@ -134,7 +134,7 @@ def cmd_report(args: argparse.Namespace, cli) -> int:
     if args.study == "scorecard":
         return _scorecard(args)
     from kvprobe.studies.registry import entry as study_entry
-    from kvprobe.studies.runner import results_file
+    from kvprobe.studies.common.runner import results_file
 
     if not args.runs:
         raise ValueError(f"give the output directory of at least one `kvprobe run {args.study}`")

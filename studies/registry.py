@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 # The bootstrap seed ``kvprobe run`` and ``kvprobe report`` pass to a study's summary by default
 # (``Entry.seed``: REPORT_SEED, or the paper's PAPER_SEED where the paper gives it; the committed
 # summaries under artifacts/ record theirs; the MQuAKE run records 0). Importing the stats module
 # costs numpy only (``kvprobe.readouts`` loads its other modules on use).
-from kvprobe.readouts.stats import PAPER_SEED, PROMPT_FORMAT_SEED, REPORT_SEED
+from kvprobe.readouts.stats import PAPER_SEED, REPORT_SEED
+from kvprobe.studies.common.report import Items
+from kvprobe.studies.source_influence.data import PROMPT_FORMAT_SEED
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class Entry:
         summary: module with ``write_summary(out_dir, seed=...)``.
         description: one line for ``kvprobe run --help``.
         runner: ``"module:function"`` called as ``fn(model, out_dir, study=..., progress=..., **run options)``
-            instead of :func:`kvprobe.studies.runner.run_study` (studies that also write side logs).
+            instead of :func:`kvprobe.studies.common.runner.run_study` (studies that also write side logs).
         options: options beyond the study's fields.
         local_only: why the study cannot run on Ray workers (None: it can).
         compare: ``"module:function"`` of ``kvprobe report NAME DIR DIR ... --out OUT`` (several runs):
@@ -194,3 +196,17 @@ def entry(name: str) -> Entry:
         return STUDIES[name]
     except KeyError:
         raise ValueError(f"unknown study {name!r}; known: {', '.join(STUDIES)}") from None
+
+
+def run_items(config: dict[str, Any]) -> list[Items]:
+    """Where a run's items come from, as its study declares it: the study's summary module (``studies.registry``)
+    has ``items(config)`` or a constant ``ITEMS``."""
+    module = importlib.import_module(entry(config["study"]).summary)
+    found = module.items(config) if hasattr(module, "items") else module.ITEMS
+    return [found] if isinstance(found, Items) else list(found)
+
+
+def items_lines(configs: Iterable[dict[str, Any]]) -> list[str]:
+    """The Items lines of several runs (a panel), each distinct line once, then a blank line."""
+    lines = list(dict.fromkeys(i.line() for c in configs for i in run_items(c)))
+    return [*lines, ""] if lines else []

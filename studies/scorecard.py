@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.readouts.stats import MIN_HISTORIES, MIN_RESAMPLED_UNITS, clopper_pearson
-from kvprobe.studies.report import (DIRECTIONS, FLOOR, INCONCLUSIVE, NOT_TESTABLE, OPPOSITE, REPLICATES, claim_verdict,
+from kvprobe.studies.common.report import (DIRECTIONS, FLOOR, INCONCLUSIVE, NOT_TESTABLE, OPPOSITE, REPLICATES, claim_verdict,
                                    estimate, model_name, table_head, table_row)
 
 __all__ = ["CLAIMS", "FEW_UNITS", "FLOOR", "INCONCLUSIVE", "NOT_TESTABLE", "OPPOSITE", "REPLICATES", "VERDICTS",
@@ -205,7 +205,7 @@ class Row:
 # --------------------------------------------------------------------------- the rule
 
 
-#: The rule itself lives once, in ``kvprobe.studies.report`` (every report uses it too).
+#: The rule itself lives once, in ``kvprobe.studies.common.report`` (every report uses it too).
 verdict = claim_verdict
 
 
@@ -428,7 +428,7 @@ def mquake_vs_source(kind: str, policy: str, rule: str, gain: bool) -> Callable[
 
 def _majority(run: Path, task: str, length: int) -> tuple[int, int, str]:
     """(count, n, answer) of the most common gold answer among the full-access rows of (task, length)."""
-    from kvprobe.studies.runner import read_rows
+    from kvprobe.studies.common.runner import read_rows
 
     answers = Counter(r["answer"] for r in read_rows(run)
                       if r["task"] == task and r["length"] == length and r["condition"] == "full")

@@ -1,29 +1,24 @@
-"""Each study's figure, drawn from its ``summary.json`` alone, and a redraw of every committed figure.
+"""Each study's figure, drawn from its ``summary.json`` alone.
 
 Every figure shows its reference arm's level and n (each panel's note line), the arm's own count at the
 right of each row where the study counts answers, a chance line where one exists (BABILong: a uniform
 guess among bAbI's six locations), one shared scale per figure, and no overlapping labels
-(:mod:`kvprobe.studies.figures`). The studies' ``write_summary`` call these functions, so a fresh run
+(:mod:`kvprobe.studies.common.figures`). The studies' ``write_summary`` call these functions, so a fresh run
 and a redraw give the same figure.
 
-Redraw every committed figure from its committed summary (or JSON) without touching anything else::
-
-    python -m kvprobe.studies.study_figures            # every figure under artifacts/
-    python -m kvprobe.studies.study_figures --check    # draw into a temporary folder, report differences
-
-:data:`COMMITTED` lists how each committed PNG is drawn; ``tests/test_figures.py`` draws every one.
+:data:`STUDY_FIGURES` maps a run's study to its figure; ``kvprobe.tools.figures`` redraws every
+committed figure from its committed data (``python -m kvprobe.tools.figures``).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .figures import Panel, plot_changes, plot_heatmaps
+from .common.figures import Panel, plot_changes, plot_heatmaps
 
 #: bAbI qa1-qa3 answers are one of six locations (bathroom, bedroom, garden, hallway, kitchen, office).
 BABI_LOCATIONS = 6
@@ -204,7 +199,7 @@ def fact_map(summary: dict[str, Any], path: Path | str, model: str = "") -> Path
 def records_coverage(summary: dict[str, Any], path: Path | str) -> Path | None:
     """coverage.png of a records run: net corrections when A is hidden in the top-ranked histories (lenient
     rule), with the random ranking's line; n and the net of hiding A everywhere in the title."""
-    from kvprobe.studies.detectors.coverage import plot_coverage
+    from kvprobe.studies.common.detectors.coverage import plot_coverage
 
     if "coverage" not in summary:
         return None
@@ -216,7 +211,7 @@ def records_coverage(summary: dict[str, Any], path: Path | str) -> Path | None:
 
 def calibration_coverage(cell: dict[str, Any], path: Path | str, model: str) -> Path:
     """One coverage figure of ``kvprobe calibrate`` (a rule x mask cell), with n and the total net."""
-    from kvprobe.studies.detectors.coverage import plot_coverage
+    from kvprobe.studies.common.detectors.coverage import plot_coverage
 
     first = next(iter(cell["coverage"].values()))
     return plot_coverage(cell["coverage"], path, title=f"{model}: {cell['mask']} mask, {cell['rule']} rule\n"
@@ -284,82 +279,9 @@ def _recognition(folder: Path, out: Path):
     return plot_readouts(json.loads((folder / "readouts.json").read_text()), out)
 
 
-def _bench(module: str, function: str, source: str) -> Callable[[Path, Path], Any]:
-    def draw(folder: Path, out: Path):
-        import importlib
-
-        return getattr(importlib.import_module(module), function)(json.loads((folder / source).read_text()), out)
-    return draw
-
-
 #: Study name (config.json's ``study``) -> figure of a run directory.
 STUDY_FIGURES: dict[str, Callable[[Path, Path], Any]] = {
     "babilong": _study(babilong), "minteval": _study(minteval), "note-controls": _study(note_controls),
     "factorial": _study(factorial), "matched-scores": _study(matched_scores), "revisions": _study(revisions),
     "fact-map": _study(fact_map), "quantity": _quantity, "records": _records,
 }
-
-
-def drawer(png: Path) -> Callable[[Path, Path], Any]:
-    """How the committed ``png`` is drawn: a function of (its folder, output path)."""
-    folder, name = png.parent, png.name
-    if (folder / "config.json").is_file() and name in ("figure.png", "coverage.png"):
-        study = json.loads((folder / "config.json").read_text()).get("study")
-        if study in STUDY_FIGURES:
-            return STUDY_FIGURES[study]
-    if name.startswith("coverage-") and (folder / "action.json").is_file():
-        return _calibration(name)
-    if name == "figure.png" and (folder / "readouts.json").is_file():
-        return _recognition
-    if name == "map.png" and (folder / "map.json").is_file():
-        return lambda f, out: fact_map_example(json.loads((f / "map.json").read_text()), out)
-    if name == "long.png":
-        return _bench("kvprobe.tools.bench.long", "plot_long", "long.json")
-    if name == "operations.png":
-        return _bench("kvprobe.tools.bench.operations", "plot", "operations.json")
-    raise LookupError(f"{png}: no known way to draw it from committed data")
-
-
-def committed(root: Path) -> list[Path]:
-    """Every committed PNG under ``root/artifacts`` (git's list; the folder's files without git)."""
-    import subprocess
-
-    try:
-        out = subprocess.run(["git", "ls-files", "artifacts/*.png", "artifacts/**/*.png"], cwd=root,
-                             capture_output=True, text=True, check=True).stdout.split()
-        if out:
-            return sorted(root / p for p in out)
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return sorted((root / "artifacts").glob("**/*.png"))
-
-
-def redraw(png: Path, out: Path | None = None) -> Path:
-    """Draw ``png`` again from its committed data, to ``out`` (default: in place)."""
-    out = Path(out) if out is not None else png
-    drawer(png)(png.parent, out)
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import tempfile
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--root", default=str(Path(__file__).resolve().parents[1]))
-    p.add_argument("--check", action="store_true", help="draw into a temporary folder; list figures that differ")
-    args = p.parse_args(argv)
-    root = Path(args.root)
-    differ = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, png in enumerate(committed(root)):
-            target = Path(tmp) / f"{i}.png" if args.check else png
-            redraw(png, target)
-            if args.check and target.read_bytes() != png.read_bytes():
-                differ.append(png)
-            print(("differs " if png in differ else "drawn   ") + str(png.relative_to(root)))
-    return 1 if differ else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kvprobe.studies.babi import parse_babi, parse_babi_lines
+from kvprobe.studies.datasets.babi import parse_babi, parse_babi_lines
 from kvprobe.studies.babilong.dependencies import dependency_keep, naive_keep
 from kvprobe.studies.babilong.grading import (
     location_vocabulary, official_correct, predicted_location, strict_correct,
@@ -15,7 +15,7 @@ from kvprobe.studies.babilong.samples import (
     BABI_FILES, PROMPT_CONFIGS, build_sample, build_samples, mask_spans, masked_amount, render_prompt, shift_spans,
     word_count_tokens,
 )
-from kvprobe.studies.filler import filler_sentences, split_sentences, strip_gutenberg
+from kvprobe.studies.datasets.filler import filler_sentences, split_sentences, strip_gutenberg
 
 LENGTHS = (0, 1000, 2000, 4000)
 

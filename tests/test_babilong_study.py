@@ -14,7 +14,7 @@ from kvprobe.reference import reference_generate
 from kvprobe.studies.babilong import samples
 from kvprobe.studies.babilong.study import POLICIES, BabilongStudy
 from kvprobe.studies.babilong.summary import write_summary
-from kvprobe.studies.runner import run_study
+from kvprobe.studies.common.runner import run_study
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ RELEASED = __import__("pathlib").Path(__file__).parent / "fixtures" / "babilong_
 
 
 def test_released_samples_locate_every_fact_and_match_the_babi_release():
-    from kvprobe.studies.babilong.released import load_released
+    from kvprobe.studies.babilong.data import load_released
 
     got = load_released(RELEASED, "qa3", "1k")
     built = samples.build_samples("qa3", (400,), 10)
@@ -124,7 +124,7 @@ def test_released_samples_locate_every_fact_and_match_the_babi_release():
      r"qa3.jsonl record #0: no qa3 test question"),
 ])
 def test_released_loader_refuses_malformed_files(tmp_path, content, message):
-    from kvprobe.studies.babilong.released import BabilongFormatError, load_released
+    from kvprobe.studies.babilong.data import BabilongFormatError, load_released
 
     (tmp_path / "8k").mkdir()
     (tmp_path / "8k" / "qa3.jsonl").write_text(content)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvprobe.studies.babi import parse_babi, parse_babi_lines
+from kvprobe.studies.datasets.babi import parse_babi, parse_babi_lines
 from kvprobe.studies.babilong.dependencies import (
     RULES, Arrival, dependency_keep, hidden_movement_fraction, main, naive_keep, simulate, verify, verify_file,
     verify_story,

@@ -16,10 +16,10 @@ from kvprobe.interventions import Zero
 from kvprobe.decoding import Request, answer, reason_then_score, suffix_ids
 from kvprobe.reference import cached_explicit_logits, reference_logits
 from kvprobe.studies.components import strings
-from kvprobe.studies.components.clusters import FAMILIES, STATES, generate_clusters, prompt, rendered_text
+from kvprobe.studies.components.data import FAMILIES, STATES, generate_clusters, prompt, rendered_text
 from kvprobe.studies.components.study import CONDITIONS, ComponentStudy, conditions_for
 from kvprobe.studies.components.summary import format_report, summarize, write_summary
-from kvprobe.studies.runner import run_study
+from kvprobe.studies.common.runner import run_study
 
 TOL = 1e-4  # fp32 log-probabilities (nats): cached, traced, batched path vs one plain forward
 BUDGET = 4

@@ -20,7 +20,7 @@ from kvprobe.studies.cross_checkpoint.study import CrossCheckpointStudy
 from kvprobe.studies.cross_checkpoint.summary import write_summary
 from kvprobe.studies.cross_checkpoint.transfer import readout_transfer, select_items, write_transfer
 from kvprobe.studies.recognition.records import generate_records
-from kvprobe.studies.runner import read_rows, run_study
+from kvprobe.studies.common.runner import read_rows, run_study
 
 from conftest import QUESTIONS, SEGMENTS
 
@@ -243,7 +243,7 @@ def test_study_end_to_end_with_summary_and_transfer(llama, tmp_path):
     assert all(r["changed"] is None for r in answers if r["cache"] == "own")
     assert max(states[0]["verify_max_abs_diff"].values()) <= LOGIT_TOLERANCE
     # The main reader's own full-access reads are plain generation on a fresh prefill.
-    from kvprobe.studies.quantity_task import tasks
+    from kvprobe.studies.datasets.quantity_task import tasks
 
     case = study.cases()[0]
     h = llama.prefill(tasks.build_prompt(case))

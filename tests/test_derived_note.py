@@ -14,11 +14,11 @@ from kvprobe.access import positions_of
 from kvprobe.decoding import question_logits, suffix_ids
 from kvprobe.reference import reference_logits
 from kvprobe.tiny import tiny_tokenizer
-from kvprobe.studies.derived_note import grading, groups, history
+from kvprobe.studies.derived_note import grading, data, history
 from kvprobe.studies.derived_note.study import COSTS, DerivedNoteStudy, run
 from kvprobe.studies.derived_note.summary import format_report, summarize, write_summary
-from kvprobe.studies.protocol import CaseRun
-from kvprobe.studies.runner import run_study
+from kvprobe.studies.common.protocol import CaseRun
+from kvprobe.studies.common.runner import run_study
 
 TOL = 1e-4
 
@@ -26,20 +26,20 @@ TOL = 1e-4
 # --------------------------------------------------------------------------- generator
 
 def test_generator_is_deterministic_and_seeded():
-    a, b = groups.generate_groups(), groups.generate_groups()
+    a, b = data.generate_groups(), data.generate_groups()
     assert a == b and len(a) == 50
-    assert groups.dataset_hash(a) == groups.dataset_hash(b)
-    other = groups.generate_groups(seed=1)
-    assert other != a and groups.dataset_hash(other) != groups.dataset_hash(a)
-    assert [g.group_id for g in groups.generate_groups(7)] == [f"dn-{i:03d}" for i in range(7)]
-    assert groups.generate_groups(7) == a[:7]
-    cases = groups.generate_cases(3)
+    assert data.dataset_hash(a) == data.dataset_hash(b)
+    other = data.generate_groups(seed=1)
+    assert other != a and data.dataset_hash(other) != data.dataset_hash(a)
+    assert [g.group_id for g in data.generate_groups(7)] == [f"dn-{i:03d}" for i in range(7)]
+    assert data.generate_groups(7) == a[:7]
+    cases = data.generate_cases(3)
     assert [c.case_id for c in cases] == [f"dn-00{i}/{n}" for i in range(3) for n in ("derived", "neutral")]
     assert len({g.entity for g in a}) == 50
 
 
 def test_values_and_order_are_counterbalanced():
-    gs = groups.generate_groups()
+    gs = data.generate_groups()
     assert Counter(g.swapped for g in gs) == {False: 25, True: 25}
     assert Counter(g.old_listed_first for g in gs) == {False: 25, True: 25}
     assert Counter((g.swapped, g.old_listed_first) for g in gs) == {(False, True): 13, (False, False): 12,
@@ -55,7 +55,7 @@ def test_values_and_order_are_counterbalanced():
 
 
 def test_texts_and_answers_follow_the_rule():
-    for g in groups.generate_groups():
+    for g in data.generate_groups():
         assert g.old_zone != g.new_zone and g.old_route != g.new_route
         assert g.old_zone not in g.new_zone and g.new_zone not in g.old_zone
         first = g.rule.index(g.old_zone) < g.rule.index(g.new_zone)
@@ -64,7 +64,7 @@ def test_texts_and_answers_follow_the_rule():
         assert f"zone {g.new_zone} use route {g.new_route}" in g.rule
         assert g.old_zone in g.record_a and g.new_zone in g.record_b and g.old_route in g.derived_note
         assert g.new_route not in g.derived_note and g.new_zone not in g.record_a
-        current, historical = groups.queries(g)
+        current, historical = data.queries(g)
         assert (current.kind, current.reference, current.other) == ("current", g.new_route, g.old_route)
         assert (historical.kind, historical.reference, historical.other) == ("historical", g.old_zone, g.new_zone)
         assert current.candidates == (json.dumps({"answer": g.new_route}), json.dumps({"answer": g.old_route}))
@@ -120,21 +120,21 @@ def _check_neutral(tokenizer, gs):
 
 
 def test_neutral_interval_matches_c_token_count_tiny_tokenizer():
-    _check_neutral(tiny_tokenizer(), groups.generate_groups())
+    _check_neutral(tiny_tokenizer(), data.generate_groups())
 
 
 @pytest.mark.embedded
 def test_neutral_interval_matches_c_token_count_embedded_tokenizer():
     model = kvprobe.load_model("smollm2-135m-instruct")
-    _check_neutral(model.tokenizer, groups.generate_groups())
+    _check_neutral(model.tokenizer, data.generate_groups())
     # The neutral note's first tokens, cut mid-sentence where the count ends.
-    assert history.neutral_interval(model.tokenizer, groups.generate_groups(1)[0]).text.startswith("The break room")
+    assert history.neutral_interval(model.tokenizer, data.generate_groups(1)[0]).text.startswith("The break room")
 
 
 def test_neutral_interval_raises_a_clear_error(monkeypatch):
     monkeypatch.setattr(history.strings, "neutral_note", lambda: "short")
     with pytest.raises(history.NeutralMatchError, match="dn-000"):
-        history.neutral_interval(tiny_tokenizer(), groups.generate_groups(1)[0])
+        history.neutral_interval(tiny_tokenizer(), data.generate_groups(1)[0])
 
 
 # --------------------------------------------------------------------------- conditions
@@ -185,7 +185,7 @@ def test_refresh_arms_equal_an_uncached_reference_with_a_hidden(llama):
     study = DerivedNoteStudy(n_groups=1)
     h, conds, facts, _ = _prepare(llama, study, study.cases()[0])
     hidden = positions_of([h.span("A")], len(h))
-    for q in groups.queries(study.cases()[0].group):
+    for q in data.queries(study.cases()[0].group):
         suffix = suffix_ids(llama, h, q.question)
         ref = reference_logits(llama, h.input_ids.tolist(), suffix, hidden, hidden_from=h.span("A").end)
         got = question_logits(llama, h, q.question, [conds["refresh"], conds["full-recompute"],
@@ -206,7 +206,7 @@ def test_run_resumes_byte_identically_and_summarizes(llama, tmp_path):
     first = (out / "results.jsonl").read_bytes()
     rows = [json.loads(line) for line in first.decode().splitlines()]
     assert Counter((r["note"], r["query"], r["condition"]) for r in rows) == {
-        (n, q, c): 2 for n in groups.NOTES for q in groups.QUERIES for c in history.CONDITIONS}
+        (n, q, c): 2 for n in data.NOTES for q in data.QUERIES for c in history.CONDITIONS}
     assert not any("second" in k or "time" in k for k in rows[0])
     assert all(r["group"] == r["group_id"] for r in rows)
     costs = [json.loads(line) for line in (out / COSTS).read_text().splitlines()]

@@ -12,10 +12,10 @@ import pytest
 import kvprobe
 from kvprobe.studies.detection.study import DetectionStudy
 from kvprobe.studies.detection.summary import write_summary
-from kvprobe.studies.detectors import strings
-from kvprobe.studies.detectors.text import NO_REPLACEMENT, REPLACEMENT, TEXT_DETECTORS, UNRESOLVED, RecordPair, \
+from kvprobe.studies.common.detectors import strings
+from kvprobe.studies.common.detectors.text import NO_REPLACEMENT, REPLACEMENT, TEXT_DETECTORS, UNRESOLVED, RecordPair, \
     detector_prompt, lexical_filter, parse_verdict
-from kvprobe.studies.runner import read_rows, run_study
+from kvprobe.studies.common.runner import read_rows, run_study
 
 PAPER = Path(__file__).resolve().parents[2] / "shared" / "seed" / "000_1f60a69837e742f0.txt"
 
@@ -158,7 +158,7 @@ def test_tiny_detection_run_keeps_every_output(tmp_path):
 
 def test_yes_no_score_is_the_normalized_candidate_probability():
     from kvprobe.reference import reference_score
-    from kvprobe.studies.detectors.text import yes_no_scores
+    from kvprobe.studies.common.detectors.text import yes_no_scores
 
     model = kvprobe.load_model("tiny-llama")
     pair = RecordPair("The office is in Tunis.", "The office is now in Miami.", "Tunis")

@@ -20,7 +20,7 @@ from kvprobe.studies.detection.calibration import (
     select_threshold,
     summarize,
 )
-from kvprobe.studies.detectors.coverage import coverage_curve, coverage_draws, coverage_k, expected_net, plot_coverage
+from kvprobe.studies.common.detectors.coverage import coverage_curve, coverage_draws, coverage_k, expected_net, plot_coverage
 
 # --------------------------------------------------------------------------- coverage: point estimates
 

@@ -31,7 +31,7 @@ def test_verify_passes_on_embedded_model(smol):
 
 
 def test_quantity_demo_masks_and_matches_reference(smol):
-    from kvprobe.studies.quantity_task import tasks
+    from kvprobe.studies.datasets.quantity_task import tasks
     from kvprobe.studies.quantity.demo import example_case
 
     case = example_case()

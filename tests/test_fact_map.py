@@ -233,7 +233,7 @@ def test_map_command_prints_and_writes_the_map(tmp_path, capsys):
 def test_study_summary_recomputes_recovery_from_the_rows(llama, tmp_path):
     from kvprobe.studies.fact_map.study import FactMapStudy
     from kvprobe.studies.fact_map.summary import write_summary
-    from kvprobe.studies.runner import read_rows, run_study
+    from kvprobe.studies.common.runner import read_rows, run_study
 
     study = FactMapStudy(dataset="records", n_groups=1, n_bands=2)
     assert {c.variant for c in study.cases()} <= {"replacement", "role_swap", "explicit_rejection"}

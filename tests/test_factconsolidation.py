@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvprobe.studies.factconsolidation.generate import generate_history
+from kvprobe.studies.factconsolidation.data import generate_history
 from kvprobe.studies.factconsolidation.grading import grade_columns, grade_run, read_grades, rule_label
 from kvprobe.studies.factconsolidation.histories import build_histories, mquake_index, without_overlap
 from kvprobe.studies.factconsolidation.mapping import map_facts, parse_question, parse_sentence
@@ -15,10 +15,10 @@ from kvprobe.studies.factconsolidation.outcomes import losses_by_length, old_ali
 from kvprobe.studies.factconsolidation.schema import Fact, FactConsolidationFormatError, load_rows, save_rows
 from kvprobe.studies.factconsolidation.study import FactConsolidationStudy, fact_segment
 from kvprobe.studies.factconsolidation.summary import summarize, write_summary
-from kvprobe.studies.judge import JudgeReply
-from kvprobe.studies.mquake_data.schema import MQuAKEFormatError
-from kvprobe.studies.protocol import InvalidParameter, prepared
-from kvprobe.studies.runner import run_study
+from kvprobe.studies.common.judge import JudgeReply
+from kvprobe.studies.datasets.mquake.schema import MQuAKEFormatError
+from kvprobe.studies.common.protocol import InvalidParameter, prepared
+from kvprobe.studies.common.runner import run_study
 
 FIXTURE = Path(__file__).parent / "fixtures" / "factconsolidation_released.json"
 MQUAKE_FIXTURE = Path(__file__).parent / "fixtures" / "mquake_sample.json"

@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 
 import kvprobe
-from kvprobe.studies.detectors import strings as record_strings
+from kvprobe.studies.common.detectors import strings as record_strings
 from kvprobe.readouts.stats import PAPER_SEED, group_bootstrap_weights
 from kvprobe.studies.factorial import strings
 from kvprobe.studies.factorial.contrasts import factor_contrasts, outcome_table
-from kvprobe.studies.factorial.design import (FAMILY, MATRICES, QUESTIONS, VARIANTS, conditions_of, factorial_cases,
+from kvprobe.studies.factorial.data import (FAMILY, MATRICES, QUESTIONS, VARIANTS, conditions_of, factorial_cases,
                                               matrix_records, refer_to_a)
 from kvprobe.studies.factorial.grading import grade_answer
 from kvprobe.studies.factorial.spans import number_ranges, span_text, study_conditions
 from kvprobe.studies.factorial.study import FactorialStudy, old_mentions
 from kvprobe.studies.factorial.summary import write_summary
-from kvprobe.studies.protocol import InvalidParameter
-from kvprobe.studies.runner import read_rows, run_study
+from kvprobe.studies.common.protocol import InvalidParameter
+from kvprobe.studies.common.runner import read_rows, run_study
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -3,7 +3,7 @@
 Each PNG under ``artifacts/`` is drawn again from its committed data (``summary.json``, ``action.json``,
 ``readouts.json``, ``map.json``, the benchmark JSON) by :mod:`kvprobe.studies.study_figures` into a
 temporary folder (matplotlib Agg) and must be byte-identical to the committed file: a figure whose
-code or summary changed without a redraw fails (redraw with ``python -m kvprobe.studies.study_figures``).
+code or summary changed without a redraw fails (redraw with ``python -m kvprobe.tools.figures``).
 The content rules of issue 31 are checked on the drawn matplotlib figures: baselines and n in the panel
 notes, a chance line where one exists, one scale per figure, no overlapping text.
 """
@@ -16,24 +16,25 @@ from pathlib import Path
 import pytest
 
 from kvprobe.studies import study_figures
+from kvprobe.tools import figures
 
 ROOT = Path(__file__).resolve().parents[1]
-FIGURES = study_figures.committed(ROOT)
+FIGURES = figures.committed(ROOT)
 
 
 def test_every_committed_figure_has_a_drawer():
     assert len(FIGURES) >= 30
     for png in FIGURES:
-        study_figures.drawer(png)  # raises LookupError for a figure nothing draws
+        figures.drawer(png)  # raises LookupError for a figure nothing draws
 
 
 @pytest.mark.parametrize("png", FIGURES, ids=[str(p.relative_to(ROOT / "artifacts")) for p in FIGURES])
 def test_committed_figure_is_what_its_summary_draws(png, tmp_path):
-    out = study_figures.redraw(png, tmp_path / png.name)
+    out = figures.redraw(png, tmp_path / png.name)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert out.read_bytes() == png.read_bytes(), (
         f"{png.relative_to(ROOT)} is not what its committed data draws; redraw it with "
-        "`python -m kvprobe.studies.study_figures`")
+        "`python -m kvprobe.tools.figures`")
 
 
 # ------------------------------------------------------------------------------------ content rules
@@ -45,7 +46,7 @@ def captured(monkeypatch):
     import matplotlib
 
     matplotlib.use("Agg")
-    from kvprobe.studies import figures
+    from kvprobe.studies.common import figures
 
     kept = []
 

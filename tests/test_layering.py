@@ -8,6 +8,7 @@ Layers, lowest first (a module may import its own layer and those below it)::
     kvprobe.readouts                               # pure math on feature stores
     kvprobe.studies                                # the paper's experiments
     kvprobe.tools.bench                            # kvprobe bench: runs studies and extraction
+    kvprobe.tools.figures                          # redraws every committed figure (studies' and benches')
     kvprobe.tools.commands                         # the verify, matrix and bench commands (their wings on demand)
     kvprobe.cli                                    # argument plumbing; the only module that imports studies by
                                                    # name, and the only one that loads kvprobe.tools (on demand)
@@ -40,6 +41,7 @@ ALLOWED = {
     "studies": {"core", "extract", "interventions", "readouts", "studies"},
     "verify": {"core", "interventions", "verify"},
     "bench": {"core", "extract", "interventions", "readouts", "studies", "bench"},
+    "figures": {"core", "extract", "interventions", "readouts", "studies", "bench", "figures"},
     "tools": {"core", "verify", "bench", "tools"},  # kvprobe.tools.commands: the parsers of verify, matrix, bench
     "cli": {"core", "extract", "interventions", "readouts", "studies", "verify", "bench", "tools", "cli"},
 }
@@ -48,7 +50,7 @@ ALLOWED = {
 DEPRECATED_ALIASES = {("kvprobe.interventions", "kvprobe.tools.verify"), ("kvprobe.verify", "kvprobe.tools.verify"),
                       ("kvprobe.verify", "kvprobe.tools.verify.access")}
 #: The tools' wings: their layer is their name.
-WINGS = ("verify", "bench")
+WINGS = ("verify", "bench", "figures")
 GENERIC = ("studies", "extract", "readouts", "interventions")
 
 
@@ -208,7 +210,7 @@ def test_the_cli_loads_the_tools_on_demand():
     top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert not [ast.unparse(n) for n in top if "tools" in ast.unparse(n)]
     users = {name for name, path in MODULES.items() for target, _ in _imports(name, path)
-             if (_resolve(target) or "").startswith("kvprobe.tools") and layer(name) not in ("verify", "bench", "tools")
+             if (_resolve(target) or "").startswith("kvprobe.tools") and layer(name) not in ("verify", "bench", "figures", "tools")
              and (name, _resolve(target)) not in DEPRECATED_ALIASES}
     assert users == {"kvprobe.cli"}
 
@@ -300,7 +302,7 @@ def test_no_new_cross_study_imports():
 
 def test_studies_import_style_is_consistent():
     """Inside ``studies/``: relative imports within a package (``from .grading import``), absolute ones
-    across packages (``from kvprobe.studies.protocol import``); never ``from ..x`` or a package
+    across packages (``from kvprobe.studies.common.protocol import``); never ``from ..x`` or a package
     importing itself by its absolute name."""
     bad = []
     for path in sorted((ROOT / "studies").rglob("*.py")):
@@ -318,8 +320,43 @@ def test_studies_import_style_is_consistent():
 
 
 def test_the_runner_drives_the_protocol_not_the_other_way():
-    """``studies/protocol.py`` (the loop every study shares) imports nothing from ``studies/runner.py`` (which
+    """``studies/common/protocol.py`` (the loop every study shares) imports nothing from ``studies/common/runner.py`` (which
     drives it): the tie points one way (``study_parameters`` and ``strings_sha256`` live in the protocol)."""
-    name = "kvprobe.studies.protocol"
+    name = "kvprobe.studies.common.protocol"
     targets = {_resolve(t) for t, _ in _imports(name, MODULES[name])}
-    assert "kvprobe.studies.runner" not in targets
+    assert "kvprobe.studies.common.runner" not in targets
+
+
+#: What the studies hall holds besides the study packages: the modules that span every study (the registry,
+#: the study commands, the scorecard, each study's figure) and the two shared folders.
+HALL = {"__init__.py", "registry.py", "commands.py", "scorecard.py", "study_figures.py", "common", "datasets"}
+#: Study packages outside the run registry: ``recognition`` (``kvprobe extract``/``readout``; its record items
+#: are the record histories' source, so ``datasets.record_histories`` reads them).
+OTHER_STUDIES = {"recognition"}
+#: The fixed file names of a study folder (where the role exists: a study that reads only shared data has no
+#: ``data.py``, one without verbatim paper text no ``strings.py``).
+FIXED = ("README.md", "study.py", "summary.py")
+
+
+def test_the_studies_hall_shows_its_kinds():
+    """``studies/`` holds the study packages, ``common/`` (the machinery every study runs on), ``datasets/``
+    (data and loaders shared by several studies) and the modules above all studies; nothing else."""
+    entries = {p.name for p in (ROOT / "studies").iterdir() if p.name != "__pycache__"}
+    assert entries - HALL == set(STUDY_PACKAGES) | OTHER_STUDIES, sorted(entries - HALL)
+    for name in STUDY_PACKAGES:
+        missing = [f for f in FIXED if not (ROOT / "studies" / name / f).is_file()]
+        assert not missing, f"studies/{name}/ lacks {missing}"
+
+
+def test_the_shared_folders_sit_below_the_studies():
+    """``studies/common`` imports no study and no shared dataset; ``studies/datasets`` imports the machinery and
+    no study but :data:`OTHER_STUDIES` (so a study may use both, and neither depends on a study's code)."""
+    bad = []
+    for name, path in MODULES.items():
+        for target, _ in _imports(name, path):
+            module = _resolve(target) or ""
+            for shared, allowed in (("common", ("common",)), ("datasets", ("common", "datasets", *OTHER_STUDIES))):
+                if name.startswith(f"kvprobe.studies.{shared}") and module.startswith("kvprobe.studies."):
+                    if module.split(".")[2] not in allowed:
+                        bad.append(f"{name} imports {module}")
+    assert not bad, "\n".join(bad)

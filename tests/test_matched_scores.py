@@ -14,15 +14,15 @@ import kvprobe
 from kvprobe.decoding import Generation
 from kvprobe.studies.matched_scores import strings
 from kvprobe.studies.matched_scores.oaks_items import load_books, oaks_items
-from kvprobe.studies.detectors import strings as record_strings
-from kvprobe.studies.record_histories import note_text
-from kvprobe.studies.answers import canonical_answer
+from kvprobe.studies.common.detectors import strings as record_strings
+from kvprobe.studies.datasets.record_histories import note_text
+from kvprobe.studies.common.answers import canonical_answer
 from kvprobe.studies.matched_scores.scoring import budget_grades, grade_answer, trace_prefix
 from kvprobe.studies.matched_scores.study import CONDITIONS, MatchedScoresStudy
 from kvprobe.studies.matched_scores.summary import (budget_summary, main_table, subset_summary, write_panel,
                                                     write_summary)
-from kvprobe.studies.protocol import InvalidParameter
-from kvprobe.studies.runner import read_rows, run_study
+from kvprobe.studies.common.protocol import InvalidParameter
+from kvprobe.studies.common.runner import read_rows, run_study
 from kvprobe.readouts.stats import group_bootstrap_weights
 
 FIXTURE = Path(__file__).parent / "fixtures" / "oaks_sample.json"

@@ -11,7 +11,7 @@ import pytest
 
 import kvprobe
 from kvprobe.studies.minteval.components import components, matched_stories, session_sources
-from kvprobe.studies.minteval.generate import generate_sessions
+from kvprobe.studies.minteval.data import generate_sessions
 from kvprobe.studies.minteval.questions import candidates
 from kvprobe.studies.minteval.rules import online_pairs, source_hidden, value_spans
 from kvprobe.studies.minteval.schema import (MINTEvalFormatError, load_sessions, save_sessions, session_from_json,
@@ -20,8 +20,8 @@ from kvprobe.studies.minteval.state import replay
 from kvprobe.studies.minteval.stories import read_stories
 from kvprobe.studies.minteval.study import POLICIES, MINTEvalStudy, event_segment
 from kvprobe.studies.minteval.summary import summarize, write_summary
-from kvprobe.studies.protocol import InvalidParameter
-from kvprobe.studies.runner import run_study
+from kvprobe.studies.common.protocol import InvalidParameter
+from kvprobe.studies.common.runner import run_study
 
 FIXTURE = Path(__file__).parent / "fixtures" / "minteval_sessions.json"
 
@@ -301,7 +301,7 @@ def test_component_bootstrap_is_wider_than_session_bootstrap_when_sessions_repea
 
 
 def test_grade_run_writes_judge_verdicts_that_the_summary_reads(tmp_path):
-    from kvprobe.studies.judge import BatchedJudge, JudgeReply
+    from kvprobe.studies.common.judge import BatchedJudge, JudgeReply
     from kvprobe.studies.minteval.grading import grade_run, rubric
 
     class Says:  # a judge client that answers "yes" exactly when the displayed answer is "garden"

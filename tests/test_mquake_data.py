@@ -25,7 +25,7 @@ from kvprobe.studies.mquake import (
     value_spans,
 )
 from kvprobe.studies.mquake import strings
-from kvprobe.studies.mquake_data.schema import MQuAKEFormatError
+from kvprobe.studies.datasets.mquake.schema import MQuAKEFormatError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mquake_sample.json"
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mquake" / "prompts" / "templates"

@@ -7,12 +7,12 @@ import json
 import pytest
 
 import kvprobe
-from kvprobe.studies.conditions import supported
+from kvprobe.studies.common.conditions import supported
 from kvprobe.studies.mquake.history import source_segments
 from kvprobe.studies.mquake.study import POLICIES, MQuAKEStudy
 from kvprobe.studies.mquake.summary import write_summary
-from kvprobe.studies.protocol import prepared
-from kvprobe.studies.runner import run_study
+from kvprobe.studies.common.protocol import prepared
+from kvprobe.studies.common.runner import run_study
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +130,8 @@ FIXTURE = __import__("pathlib").Path(__file__).parent / "fixtures" / "mquake_sam
 
 
 def test_released_file_sample_is_seeded_per_hop_count_and_in_file_order():
-    from kvprobe.studies.mquake.released import sample_released
-    from kvprobe.studies.mquake_data.schema import load_mquake
+    from kvprobe.studies.mquake.data import sample_released
+    from kvprobe.studies.datasets.mquake.schema import load_mquake
 
     ids = [c.case_id for c in sample_released(FIXTURE, (2, 3), 1)]
     assert len(ids) == 2 and ids == [c.case_id for c in sample_released(FIXTURE, (2, 3), 1)]
@@ -142,7 +142,7 @@ def test_released_file_sample_is_seeded_per_hop_count_and_in_file_order():
 
 
 def test_source_file_errors_name_the_file_before_a_model_loads(tmp_path):
-    from kvprobe.studies.protocol import InvalidParameter
+    from kvprobe.studies.common.protocol import InvalidParameter
 
     with pytest.raises(InvalidParameter, match=r"source: .*missing\.json"):
         MQuAKEStudy(source=str(tmp_path / "missing.json"))

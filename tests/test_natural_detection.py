@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 import kvprobe
-from kvprobe.studies import oaks_data
+from kvprobe.studies.datasets import oaks
 from kvprobe.studies.detection.natural import NATURAL_DETECTORS, PLAIN, WITH_QUESTION, question_conditioned_prompt
 from kvprobe.studies.detection.natural_summary import annotation_cells, confusion_cell, detection_action
 from kvprobe.studies.detection.study import DetectionStudy, oaks_cases
 from kvprobe.studies.detection.summary import write_summary
-from kvprobe.studies.detectors import strings
-from kvprobe.studies.runner import read_rows, run_study
+from kvprobe.studies.common.detectors import strings
+from kvprobe.studies.common.runner import read_rows, run_study
 
 FIXTURE = Path(__file__).parent / "fixtures" / "oaks_sample.json"
 
@@ -24,7 +24,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "oaks_sample.json"
 def test_pairs_on_the_fixture():
     cases = oaks_cases(str(FIXTURE), "all")
     assert len(cases) == 9 and [c.label for c in cases] == [1, 0, 0] * 3
-    books = {b.book_id: b for b in oaks_data.load_books(str(FIXTURE))}
+    books = {b.book_id: b for b in oaks.load_books(str(FIXTURE))}
     by_event = {c.columns["event"]: c for c in cases if c.relation == "positive"}
     for c in cases:
         assert c.group == c.columns["question_id"] and c.pair.a_text == by_event[c.columns["event"]].pair.a_text
@@ -40,8 +40,8 @@ def test_pairs_on_the_fixture():
 
 
 def test_different_book_negative_needs_two_books():
-    books = oaks_data.load_books(str(FIXTURE))
-    one_book = [(b, c) for b, c in oaks_data.earliest_changes(books, "all") if b.book_id == "fixture-book-0"]
+    books = oaks.load_books(str(FIXTURE))
+    one_book = [(b, c) for b, c in oaks.earliest_changes(books, "all") if b.book_id == "fixture-book-0"]
     with pytest.raises(ValueError, match="two books"):
         from kvprobe.studies.detection.natural import natural_pairs
         natural_pairs(one_book)
@@ -106,9 +106,9 @@ def test_annotation_tables_under_both_exclusion_rules():
 def test_annotation_schema_is_validated():
     bad = json.loads(FIXTURE.read_text())
     bad["books"][0]["questions"][0]["annotation"]["attribute_change"] = "replaced"
-    with pytest.raises(oaks_data.OaksFormatError, match="attribute_change"):
-        oaks_data.parse_oaks(bad)
-    assert oaks_data.annotation({"question_id": "q", "annotation": None}) is None
+    with pytest.raises(oaks.OaksFormatError, match="attribute_change"):
+        oaks.parse_oaks(bad)
+    assert oaks.annotation({"question_id": "q", "annotation": None}) is None
 
 
 def _write_run(path: Path, rows: list[dict], model: str) -> Path:

@@ -13,9 +13,9 @@ from kvprobe import decoding
 from kvprobe.prompts import SpanError
 from kvprobe.readouts.stats import group_bootstrap_indices, percentile_interval
 from kvprobe.reference import reference_generate, reference_score
-from kvprobe.studies.no_context import NO_CONTEXT, NoContext, Outcome, conditional_on_baseline, conditional_table, \
+from kvprobe.studies.common.no_context import NO_CONTEXT, NoContext, Outcome, conditional_on_baseline, conditional_table, \
     no_context_prompt
-from kvprobe.studies.runner import run_study
+from kvprobe.studies.common.runner import run_study
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -21,10 +21,10 @@ from kvprobe.studies.note_controls.study import NoteControlsStudy
 from kvprobe.studies.note_controls.summary import RULES, _disagreement, write_summary
 from kvprobe.studies.note_controls.windows import FOUR, NoMatchedOccurrence, matched_occurrence, note_windows, \
     token_pieces
-from kvprobe.studies.protocol import InvalidParameter
-from kvprobe.studies.quantity_task import strings as task_strings
-from kvprobe.studies.quantity_task import tasks
-from kvprobe.studies.runner import read_rows, run_study
+from kvprobe.studies.common.protocol import InvalidParameter
+from kvprobe.studies.datasets.quantity_task import strings as task_strings
+from kvprobe.studies.datasets.quantity_task import tasks
+from kvprobe.studies.common.runner import read_rows, run_study
 from kvprobe.tiny import tiny_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kvprobe.studies.protocol import InvalidParameter
-from kvprobe.studies import oaks_data as oaks
+from kvprobe.studies.common.protocol import InvalidParameter
+from kvprobe.studies.datasets import oaks
 from kvprobe.studies.source_influence.study import FormattedEvent, OaksStudy, prompt_for, source_spans
 
 FIXTURE = Path(__file__).parent / "fixtures" / "oaks_sample.json"
@@ -68,8 +68,8 @@ def test_old_span_is_the_body_and_its_trailing_newline(llama):
 
 
 def test_demonstration_set_is_deterministic_and_labelled(llama, tmp_path):
-    from kvprobe.studies.filler import PG19_DIR
-    from kvprobe.studies.runner import run_study
+    from kvprobe.studies.datasets.filler import PG19_DIR
+    from kvprobe.studies.common.runner import run_study
     from kvprobe.studies.source_influence.summary import write_summary
 
     text = sorted(PG19_DIR.glob("*.txt"))[0].read_text(encoding="utf-8")

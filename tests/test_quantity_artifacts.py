@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kvprobe.studies.quantity.study import GRADE_COLUMNS, regrade_rows
-from kvprobe.studies.runner import read_rows
+from kvprobe.studies.common.runner import read_rows
 
 RUNS = sorted(p for p in (Path(__file__).resolve().parents[1] / "artifacts" / "quantity").glob("*")
               if (p / "results.jsonl.gz").is_file())

@@ -1,11 +1,11 @@
-"""Table-driven tests of the quantity-task answer classification (studies.quantity_task.grading)."""
+"""Table-driven tests of the quantity-task answer classification (studies.datasets.quantity_task.grading)."""
 
 from __future__ import annotations
 
 import pytest
 
-from kvprobe.studies.answers import first_answer, normalize, parse_answer_field, parse_strict
-from kvprobe.studies.quantity_task.grading import (
+from kvprobe.studies.common.answers import first_answer, normalize, parse_answer_field, parse_strict
+from kvprobe.studies.datasets.quantity_task.grading import (
     RULES,
     UNIT_ALIASES,
     grade_label,

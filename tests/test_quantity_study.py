@@ -11,7 +11,7 @@ import pytest
 
 from kvprobe.studies.quantity.study import QuantityStudy
 from kvprobe.studies.quantity.summary import summarize, write_summary
-from kvprobe.studies.runner import ConfigMismatchError, completed_cases, read_rows, run_study
+from kvprobe.studies.common.runner import ConfigMismatchError, completed_cases, read_rows, run_study
 
 STUDY = dict(n_groups=2, max_new_tokens=6)
 

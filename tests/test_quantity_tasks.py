@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from kvprobe.studies.quantity_task import strings
-from kvprobe.studies.quantity_task.tasks import (
+from kvprobe.studies.datasets.quantity_task import strings
+from kvprobe.studies.datasets.quantity_task.tasks import (
     REPLACEMENTS_PER_UNIT, TaskConfig, build_prompt, dataset_hash, generate_cases, generate_groups, number_span,
     queries, segment_texts, study_conditions,
 )

@@ -9,7 +9,7 @@ import pytest
 import kvprobe
 from kvprobe.studies.query_aware.study import QueryAwareStudy
 from kvprobe.studies.query_aware.summary import write_summary
-from kvprobe.studies.runner import read_rows, run_study
+from kvprobe.studies.common.runner import read_rows, run_study
 
 
 def test_query_aware_study_runs_and_reports(tmp_path, llama):
@@ -42,7 +42,7 @@ def test_matched_arms_equal_full_when_nothing_is_masked_away(llama):
     study = QueryAwareStudy(n_groups=1, max_new_tokens=6, fixed_budget=100_000, methods=("quest", "finch", "refreshkv"))
     case = study.cases()[0]
     history = llama.prefill(case.prompt(False))
-    from kvprobe.studies.record_histories import question_text
+    from kvprobe.studies.datasets.record_histories import question_text
 
     question = question_text(case.queries()[0][1])
     arms = {a: c for a, _, _, c in study.arms(llama, history, case, question)}

@@ -12,7 +12,7 @@ from kvprobe.reference import transformers_eager
 from kvprobe.studies.components import strings
 from kvprobe.studies.components.relevance import RelevanceStudy, lexical_overlap
 from kvprobe.studies.components.relevance_summary import summarize
-from kvprobe.studies.runner import read_rows, run_study
+from kvprobe.studies.common.runner import read_rows, run_study
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

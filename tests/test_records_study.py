@@ -7,13 +7,13 @@ import json
 import pytest
 
 import kvprobe
-from kvprobe.studies.answers import first_value, grade
-from kvprobe.studies.detectors import strings
-from kvprobe.studies.detectors.readout_scores import load_readout_scores
-from kvprobe.studies.record_histories import question_text, record_histories
+from kvprobe.studies.common.answers import first_value, grade
+from kvprobe.studies.common.detectors import strings
+from kvprobe.studies.common.detectors.readout_scores import load_readout_scores
+from kvprobe.studies.datasets.record_histories import question_text, record_histories
 from kvprobe.studies.records.study import POLICIES, RecordsStudy, policy_operation
 from kvprobe.studies.records.summary import write_summary
-from kvprobe.studies.runner import read_rows, run_study
+from kvprobe.studies.common.runner import read_rows, run_study
 
 
 @pytest.fixture(scope="module")

@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 
 from kvprobe.readouts.stats import group_bootstrap_weights
-from kvprobe.studies.protocol import InvalidParameter
-from kvprobe.studies.record_histories import question_text, selected_histories
-from kvprobe.studies.detectors import strings as note_strings
+from kvprobe.studies.common.protocol import InvalidParameter
+from kvprobe.studies.datasets.record_histories import question_text, selected_histories
+from kvprobe.studies.common.detectors import strings as note_strings
 from kvprobe.studies.records import strings, value_tables
 from kvprobe.studies.records.control import NOTE_SEGMENT, control_mask, note_text, with_note
 from kvprobe.studies.records.errors import (VALUE_COLUMNS, exact_answer, regrade_row, reversal_kind,
                                             unquoted_unknown, value_columns)
 from kvprobe.studies.records.study import ALL_POLICIES, POLICIES, RecordsStudy, policy_operation
 from kvprobe.studies.records.summary import summarize, write_summary
-from kvprobe.studies.runner import read_rows, run_study
+from kvprobe.studies.common.runner import read_rows, run_study
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN_RUN = ROOT / "artifacts" / "records" / "qwen2.5-coder-0.5b-instruct"

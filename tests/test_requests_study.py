@@ -25,8 +25,8 @@ from kvprobe.studies.requests.sequence import Settings, policy_order, run_case, 
 from kvprobe.studies.requests.serving import edge_rows, encode, same_rows, seal, serve
 from kvprobe.studies.requests.study import TIMINGS, RequestsStudy, read_timings, run
 from kvprobe.studies.requests.summary import write_summary
-from kvprobe.studies.requests.workload import ORDER, workload_cases
-from kvprobe.studies.runner import read_rows
+from kvprobe.studies.requests.data import ORDER, workload_cases
+from kvprobe.studies.common.runner import read_rows
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -177,7 +177,7 @@ def test_fake_detectors_drive_every_question(model, cases, fires, variant):
 
 
 def test_json_detector_matches_the_detection_study(model, cases):
-    from kvprobe.studies.detectors.text import run_text_detectors
+    from kvprobe.studies.common.detectors.text import run_text_detectors
 
     for name in ("asserted-value", "direct"):
         detector = JsonDetector(name, max_new_tokens=8)

@@ -11,15 +11,15 @@ import pytest
 
 import kvprobe
 from kvprobe.parameters import field_comments, public_fields
-from kvprobe.studies.protocol import InvalidParameter, prepared
+from kvprobe.studies.common.protocol import InvalidParameter, prepared
 from kvprobe.studies.revisions.diff import changed_ranges, history_changes
-from kvprobe.studies.revisions.generate import generate_articles
+from kvprobe.studies.revisions.data import generate_articles
 from kvprobe.studies.revisions.grading import JUDGE_LABELS, grade_run, make_judge, rule_grade
 from kvprobe.studies.revisions.history import body_name, header_name
 from kvprobe.studies.revisions.schema import RevisionsFormatError, dataset_sha256, load_revisions, save_revisions
 from kvprobe.studies.revisions.study import OPERATIONS, RevisionsStudy
 from kvprobe.studies.revisions.summary import summarize, write_summary
-from kvprobe.studies.runner import read_rows, run_study
+from kvprobe.studies.common.runner import read_rows, run_study
 
 FIXTURE = Path(__file__).parent / "fixtures" / "revisions_sample.json"
 #: What the second revision of the fixture's "bridge" article replaces or deletes in the first (word unit).
@@ -277,7 +277,7 @@ class _ScriptedJudge:
         self.requests = []
 
     def complete(self, prompt):
-        from kvprobe.studies.judge import JudgeReply
+        from kvprobe.studies.common.judge import JudgeReply
 
         self.requests.append(prompt)
         tasks = json.loads(prompt.split("\n\n", 1)[1])
@@ -305,6 +305,6 @@ def test_llm_judge_path_writes_grades_the_summary_uses(tiny, tmp_path):
     assert sum(c["complete"] for c in s["cells"]) == bridge_eos
     assert "LLM judge llm-judge:scripted-1" in (tmp_path / "report.md").read_text()
     with pytest.raises(ValueError, match="labels"):
-        from kvprobe.studies.judge import BatchedJudge
+        from kvprobe.studies.common.judge import BatchedJudge
 
         grade_run(tmp_path, BatchedJudge(client))

@@ -29,7 +29,7 @@ from kvprobe.workers import RayOptions, RayUnavailableError, WorkerPool, require
 from kvprobe.studies.quantity.study import QuantityStudy
 from kvprobe.studies.recognition import DATASETS
 from kvprobe.studies.recognition.questions import signed_loo_scores
-from kvprobe.studies.runner import COMMITTED, RESULTS, completed_cases, order_by_case, read_rows, run_study
+from kvprobe.studies.common.runner import COMMITTED, RESULTS, completed_cases, order_by_case, read_rows, run_study
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

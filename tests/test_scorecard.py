@@ -281,8 +281,9 @@ def test_the_doc_cites_the_paper_by_title_and_is_linked_from_the_readme():
 
 
 def test_reports_and_scorecard_share_one_rule():
-    """Every report's verdict cell (studies.report.verdict) is the scorecard's rule, not a second copy."""
-    from kvprobe.studies import report, scorecard
+    """Every report's verdict cell (studies.common.report.verdict) is the scorecard's rule, not a second copy."""
+    from kvprobe.studies import scorecard
+    from kvprobe.studies.common import report
 
     assert scorecard.verdict is report.claim_verdict
     assert report.verdict((-28.7, -15.0), -1) == REPLICATES

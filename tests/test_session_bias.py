@@ -15,9 +15,9 @@ import kvprobe
 from kvprobe.interventions import session_gate
 from kvprobe.access import select_layers
 from kvprobe.decoding import question_logits
-from kvprobe.studies.protocol import use_chat
-from kvprobe.studies.runner import run_study
-from kvprobe.studies.session_bias import fixtures, grading, history, longmemeval
+from kvprobe.studies.common.protocol import use_chat
+from kvprobe.studies.common.runner import run_study
+from kvprobe.studies.session_bias import fixtures, grading, history, data
 from kvprobe.studies.session_bias.study import SessionBiasCase, SessionBiasStudy
 from kvprobe.studies.session_bias.summary import format_report, summarize, write_summary
 
@@ -31,9 +31,9 @@ def _raw() -> list[dict]:
     return fixtures.generate_raw(4)
 
 
-def _write(tmp_path, data, name="longmemeval_oracle.json"):
+def _write(tmp_path, content, name="longmemeval_oracle.json"):
     path = tmp_path / name
-    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    path.write_text(json.dumps(content) if not isinstance(content, str) else content)
     return path
 
 
@@ -44,17 +44,17 @@ def test_fixtures_are_deterministic_and_round_trip(tmp_path):
     assert a == b and fixtures.generate_raw(seed=1) != a
     assert fixtures.generate_raw(4) == a[: len(fixtures.generate_raw(4))]
     path = fixtures.write_fixtures(tmp_path / "fx.json")
-    loaded = longmemeval.load_longmemeval(path)
-    assert [longmemeval.question_to_json(q) for q in loaded] == a == json.loads(path.read_text())
-    assert longmemeval.dataset_hash(loaded) == longmemeval.dataset_hash(fixtures.generate())
+    loaded = data.load_longmemeval(path)
+    assert [data.question_to_json(q) for q in loaded] == a == json.loads(path.read_text())
+    assert data.dataset_hash(loaded) == data.dataset_hash(fixtures.generate())
     kinds = Counter((q.question_type, q.is_abstention) for q in loaded)
     assert kinds == {("knowledge-update", False): 6, ("knowledge-update", True): 6, ("temporal-reasoning", False): 6,
                      ("single-session-user", False): 6, ("single-session-user", True): 6,
                      ("single-session-assistant", False): 6}
     for q in loaded:
         assert 3 <= len(q.sessions) <= 5
-        dates = [longmemeval.parse_date(s.date) for s in q.sessions]
-        assert dates == sorted(dates) and longmemeval.parse_date(q.question_date) > dates[-1]
+        dates = [data.parse_date(s.date) for s in q.sessions]
+        assert dates == sorted(dates) and data.parse_date(q.question_date) > dates[-1]
         # The gate: temporal questions name an earlier time; every other question does not.
         assert session_gate(q.question) == (0 if q.question_type == "temporal-reasoning" else 1), q.question
         text = " ".join(t.content for s in q.sessions for t in s.turns)
@@ -76,9 +76,9 @@ def test_loader_keeps_unknown_keys_and_numeric_answers(tmp_path):
     raw[0]["answer"] = 3
     raw[0]["note"] = {"kept": True}
     raw[0]["haystack_sessions"][0][0]["extra_field"] = 1
-    qs = longmemeval.load_longmemeval(_write(tmp_path, raw))
+    qs = data.load_longmemeval(_write(tmp_path, raw))
     assert qs[0].answer == "3" and qs[0].extra == {"note": {"kept": True}}
-    assert [longmemeval.question_to_json(q) for q in qs] == raw
+    assert [data.question_to_json(q) for q in qs] == raw
 
 
 def _mutate(fn):
@@ -107,8 +107,8 @@ BAD = [
 def test_loader_schema_errors_name_file_and_question(tmp_path, mutate, message):
     raw = _mutate(mutate)
     path = _write(tmp_path, raw)
-    with pytest.raises(longmemeval.LongMemEvalFormatError, match=message) as err:
-        longmemeval.load_longmemeval(path)
+    with pytest.raises(data.LongMemEvalFormatError, match=message) as err:
+        data.load_longmemeval(path)
     assert str(path) in str(err.value)
     qid = raw[2 if "duplicate" in message else 1]["question_id"]
     assert repr(qid) in str(err.value)
@@ -116,21 +116,21 @@ def test_loader_schema_errors_name_file_and_question(tmp_path, mutate, message):
 
 def test_loader_file_level_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="longmemeval_oracle.json"):
-        longmemeval.load_longmemeval(tmp_path / "missing.json")
-    with pytest.raises(longmemeval.LongMemEvalFormatError, match="not valid JSON .* line 1"):
-        longmemeval.load_longmemeval(_write(tmp_path, "[{"))
-    with pytest.raises(longmemeval.LongMemEvalFormatError, match="top level must be a JSON list"):
-        longmemeval.load_longmemeval(_write(tmp_path, {"question_id": "x"}))
-    with pytest.raises(longmemeval.LongMemEvalFormatError, match="item 0 has no string 'question_id'"):
-        longmemeval.load_longmemeval(_write(tmp_path, [{"question": "?"}]))
+        data.load_longmemeval(tmp_path / "missing.json")
+    with pytest.raises(data.LongMemEvalFormatError, match="not valid JSON .* line 1"):
+        data.load_longmemeval(_write(tmp_path, "[{"))
+    with pytest.raises(data.LongMemEvalFormatError, match="top level must be a JSON list"):
+        data.load_longmemeval(_write(tmp_path, {"question_id": "x"}))
+    with pytest.raises(data.LongMemEvalFormatError, match="item 0 has no string 'question_id'"):
+        data.load_longmemeval(_write(tmp_path, [{"question": "?"}]))
     # The study surfaces the same errors.
     with pytest.raises(FileNotFoundError):
         SessionBiasStudy(source=str(tmp_path / "missing.json")).cases()
-    with pytest.raises(longmemeval.LongMemEvalFormatError):
+    with pytest.raises(data.LongMemEvalFormatError):
         SessionBiasStudy(source=str(_write(tmp_path, "not json"))).cases()
 
 
-def _paper_sized() -> list[longmemeval.Question]:
+def _paper_sized() -> list[data.Question]:
     """500 questions with the release's type counts (30 abstention variants), built from one fixture."""
     template = fixtures.generate_raw(1)[0]
     counts = {"knowledge-update": 78, "temporal-reasoning": 133, "multi-session": 133, "single-session-user": 70,
@@ -143,36 +143,36 @@ def _paper_sized() -> list[longmemeval.Question]:
                         "question_id": f"q{k:04x}" + ("_abs" if abstain else "")})
             k += 1
     random.Random(0).shuffle(raw)
-    return longmemeval.parse_questions(raw)
+    return data.parse_questions(raw)
 
 
 def test_split_is_deterministic_by_id_with_the_paper_quotas():
     qs = _paper_sized()
-    parts = longmemeval.split_questions(qs)
+    parts = data.split_questions(qs)
     assert len(parts["development"]) == 120 and len(parts["validation"]) == 380
-    assert Counter(q.question_type for q in parts["development"]) == longmemeval.PAPER_DEV_QUOTAS
+    assert Counter(q.question_type for q in parts["development"]) == data.PAPER_DEV_QUOTAS
     # Membership depends on the ids only, not on file order; each part keeps file order.
     shuffled = list(qs)
     random.Random(1).shuffle(shuffled)
-    again = longmemeval.split_questions(shuffled)
+    again = data.split_questions(shuffled)
     assert {q.question_id for q in again["development"]} == {q.question_id for q in parts["development"]}
     assert [q.question_id for q in parts["validation"]] == [q.question_id for q in qs if q in parts["validation"]]
     # Within a type, the development questions are the lowest SHA-256 ranks.
     ku = sorted((q for q in qs if q.question_type == "knowledge-update"),
-                key=lambda q: longmemeval.id_rank_key(q.question_id))
+                key=lambda q: data.id_rank_key(q.question_id))
     assert {q.question_id for q in ku[:40]} == {q.question_id for q in parts["development"]
                                                  if q.question_type == "knowledge-update"}
-    assert longmemeval.select_split(qs, "all") == qs
-    assert longmemeval.select_split(qs, "validation") == parts["validation"]
-    custom = longmemeval.split_questions(qs, quotas={"multi-session": 3})
+    assert data.select_split(qs, "all") == qs
+    assert data.select_split(qs, "validation") == parts["validation"]
+    custom = data.split_questions(qs, quotas={"multi-session": 3})
     assert [q.question_type for q in custom["development"]] == ["multi-session"] * 3
     with pytest.raises(ValueError, match="split must be one of"):
-        longmemeval.select_split(qs, "test")
+        data.select_split(qs, "test")
     # Fixtures: the paper's quotas scaled to the file size; crossing groups are named.
     fx = fixtures.generate()
-    dev = longmemeval.split_questions(fx)["development"]
-    assert len(dev) == sum(longmemeval.dev_quotas(fx)[t] for t in {q.question_type for q in fx})
-    crossing = longmemeval.groups_crossing(fx)
+    dev = data.split_questions(fx)["development"]
+    assert len(dev) == sum(data.dev_quotas(fx)[t] for t in {q.question_type for q in fx})
+    crossing = data.groups_crossing(fx)
     for g in crossing:
         assert {q.question_id for q in fx if q.group == g} - {q.question_id for q in dev}
         assert {q.question_id for q in fx if q.group == g} & {q.question_id for q in dev}
@@ -200,7 +200,7 @@ def _brute_force_bias(h: kvprobe.History, layout: history.SessionLayout, asked: 
 _PREFILLED: dict = {}
 
 
-def _prefill(model, q: longmemeval.Question):
+def _prefill(model, q: data.Question):
     """Prefill (a question and its abstention variant share one history) and build the arms."""
     prompt, layout = history.build_prompt(q, chat=use_chat(model.tokenizer, None))
     key = (model.name, json.dumps(prompt.segments))
@@ -270,7 +270,7 @@ def test_sessions_are_sorted_by_timestamp():
     order = [2, 0, 1] + list(range(3, len(raw["haystack_sessions"])))
     shuffled = {**raw, **{k: [raw[k][i] for i in order] for k in ("haystack_dates", "haystack_session_ids",
                                                                    "haystack_sessions")}}
-    q0, q1 = longmemeval.parse_questions([raw, {**shuffled, "question_id": "shuffled"}])
+    q0, q1 = data.parse_questions([raw, {**shuffled, "question_id": "shuffled"}])
     p0, l0 = history.build_prompt(q0)
     p1, l1 = history.build_prompt(q1)
     assert p0.segments == p1.segments and not l0.reordered and l1.reordered
@@ -279,12 +279,12 @@ def test_sessions_are_sorted_by_timestamp():
 
 # --------------------------------------------------------------------------- arms on the model
 
-def _single_session(q: longmemeval.Question) -> longmemeval.Question:
-    raw = longmemeval.question_to_json(q)
+def _single_session(q: data.Question) -> data.Question:
+    raw = data.question_to_json(q)
     raw.update(question_id="single", haystack_dates=raw["haystack_dates"][-1:],
                haystack_session_ids=raw["haystack_session_ids"][-1:],
                haystack_sessions=raw["haystack_sessions"][-1:])
-    return longmemeval.parse_question(raw)
+    return data.parse_question(raw)
 
 
 def test_inactive_questions_give_identical_outputs_in_every_arm(llama):

@@ -13,7 +13,7 @@ import pytest
 import kvprobe
 from kvprobe.reference import reference_score
 from kvprobe.studies.source_influence import paper, strings
-from kvprobe.studies.source_influence.events import generate_events
+from kvprobe.studies.source_influence.data import generate_events
 from kvprobe.studies.source_influence.study import FormattedEvent
 from kvprobe.studies.source_influence.study import PromptFormatStudy, SourceInfluenceStudy, prompt_for, \
     question_text, source_spans
@@ -67,7 +67,7 @@ def test_development_and_evaluation_events_are_disjoint_80_and_320():
 
 
 def test_scores_equal_an_explicit_mask_reference(llama, tmp_path):
-    from kvprobe.studies.runner import read_rows, run_study
+    from kvprobe.studies.common.runner import read_rows, run_study
 
     study = SourceInfluenceStudy(split="development", n=2)
     run_study(study, llama, tmp_path, progress=False)
@@ -133,7 +133,7 @@ def test_paper_rows_are_the_seed_text():
 
 
 def test_bad_parameters_are_refused():
-    from kvprobe.studies.protocol import InvalidParameter
+    from kvprobe.studies.common.protocol import InvalidParameter
 
     for kwargs, field in ((dict(split="test"), "split"), (dict(encoding="bytes"), "encoding"),
                           (dict(variant="other_entity"), "variant"), (dict(n=0), "n")):
@@ -142,7 +142,7 @@ def test_bad_parameters_are_refused():
 
 
 def test_prompt_format_pairs_raw_and_native_on_the_same_events(llama, tmp_path):
-    from kvprobe.studies.runner import read_rows, run_study
+    from kvprobe.studies.common.runner import read_rows, run_study
     from kvprobe.studies.source_influence.summary import write_summary
 
     study = PromptFormatStudy(split="development", n=8)

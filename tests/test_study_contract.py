@@ -18,9 +18,9 @@ import pytest
 import kvprobe
 from conftest import tensors_made_on_meta
 from kvprobe.parameters import field_comments, flag, public_fields
-from kvprobe.studies.protocol import COMMON_COLUMNS, HistoryStudy, Study
+from kvprobe.studies.common.protocol import COMMON_COLUMNS, HistoryStudy, Study
 from kvprobe.studies.registry import STUDIES
-from kvprobe.studies.runner import COMMITTED, RESULTS, run_study
+from kvprobe.studies.common.runner import COMMITTED, RESULTS, run_study
 
 #: A few-second tiny-model run of every study: its registry entry's ``smoke`` parameters.
 SMALL: dict[str, dict] = {name: dict(e.smoke) for name, e in STUDIES.items()}
@@ -150,7 +150,7 @@ def test_small_run_config_rows_and_resume(name, tiny, tmp_path):
 
 
 def test_corrupt_results_line_is_named(tiny, tmp_path):
-    from kvprobe.studies.runner import CorruptResultsError, read_rows
+    from kvprobe.studies.common.runner import CorruptResultsError, read_rows
 
     _run("quantity", tiny, tmp_path)
     lines = (tmp_path / RESULTS).read_text().splitlines()
@@ -173,13 +173,13 @@ def test_out_pointing_at_a_file_is_refused(tmp_path, capsys):
 
 
 def test_the_protocol_docstring_example_runs(tmp_path, monkeypatch):
-    """The complete study in ``kvprobe.studies.protocol``'s docstring runs as written."""
+    """The complete study in ``kvprobe.studies.common.protocol``'s docstring runs as written."""
     import collections
     import textwrap
     from dataclasses import dataclass
     from typing import ClassVar
 
-    from kvprobe.studies import protocol
+    from kvprobe.studies.common import protocol
 
     doc = protocol.__doc__
     code = textwrap.dedent(doc[doc.index("Example (a complete study)::") + len("Example (a complete study)::"):])

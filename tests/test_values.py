@@ -1,12 +1,12 @@
-"""Value categories of record-history answers (studies/values.py) and the hours deadline family."""
+"""Value categories of record-history answers (studies/datasets/values.py) and the hours deadline family."""
 
 from __future__ import annotations
 
 import pytest
 
-from kvprobe.studies.record_histories import record_histories
+from kvprobe.studies.datasets.record_histories import record_histories
 from kvprobe.studies.recognition.records import generate_records
-from kvprobe.studies.values import classify_value
+from kvprobe.studies.datasets.values import classify_value
 
 REF, OLD = "107 hours", "109 hours"
 

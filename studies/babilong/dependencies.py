@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from kvprobe.studies.babi import Fact, Question, Story, parse_babi
+from kvprobe.studies.datasets.babi import Fact, Question, Story, parse_babi
 
 MAX_REPORTED_MISMATCHES = 5
 

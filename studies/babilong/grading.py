@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
-from kvprobe.studies.babi import parse_babi
+from kvprobe.studies.datasets.babi import parse_babi
 from .samples import BABI_FILES
 
 

@@ -7,7 +7,7 @@ fact's exact character span in the context is recorded so attention masks can be
 
 Decisions (UNCLEAR upstream or deliberately simplified), with our choice:
 
-* Filler (:mod:`studies.filler`): one PG-19 book (``../shared/data/pg19``), split into
+* Filler (:mod:`studies.datasets.filler`): one PG-19 book (``../shared/data/pg19``), split into
   sentences by a regex (no nltk); upstream samples random PG-19 books and Punkt sentences.
   Sentences shorter than ``min_words`` (headings) or longer than ``max_words`` are dropped.
   Filler is taken as consecutive sentences from a seeded start sentence; whole sentences only
@@ -43,11 +43,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from kvprobe.readouts.stats import BABILONG_SEED
-from kvprobe.studies.filler import filler_sentences
+from kvprobe.studies.datasets.filler import filler_sentences
 
-from kvprobe.studies.babi import Fact, Story, parse_babi
+from kvprobe.studies.datasets.babi import Fact, Story, parse_babi
 from .dependencies import dependency_keep, naive_keep
+
+#: 20260913: BABILong sample selection (``studies.babilong.samples``).
+BABILONG_SEED = 20260913
 
 DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 BABI_FILES = {

@@ -12,13 +12,13 @@ and a greedy answer generated:
   (equal-token control; never facts or framing);
 * ``quest``, ``finch``, ``refreshkv``: the query-aware methods at a fixed capacity
   of 512 tokens at every length (paper L1490-1494), with the schedules of
-  app:v41_dynamic (``studies.conditions.query_aware_condition``).
+  app:v41_dynamic (``studies.common.conditions.query_aware_condition``).
 
 Masks hide the spans' tokens from the question and every generated token
 (kvprobe ``Mask``); the stored cache is never changed. The run loop (prefill,
 one batched ``decoding.answer`` call per batch of cases, the common row
 columns, the unchanged-cache check) is the protocol's
-(``studies.protocol.HistoryStudy``). Rows are graded with the official-style
+(``studies.common.protocol.HistoryStudy``). Rows are graded with the official-style
 location parser (question locations excluded, EOS required) and the strict
 bare-location rule; answers stopped by the ceiling are recorded (``stop_reason``).
 The prompt is the official one, through the model's chat template when it has
@@ -27,7 +27,7 @@ which the metric requires), as one user message with no system prompt. Answers
 get the paper's 128 new tokens (L1497).
 
 Inputs are the published samples (``--source FOLDER``: ``<FOLDER>/<length>/<task>.jsonl``
-records ``input``/``question``/``target``, ``released.py``) or, offline, our
+records ``input``/``question``/``target``, ``data.py``) or, offline, our
 reconstruction from the bAbI test release and PG-19 text (``samples.py``; labelled
 ``generated`` in the config and report). A case whose prompt, question and answer
 budget do not fit the model's positions is refused (no RoPE extension, as in the paper).
@@ -40,11 +40,11 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.readouts.stats import BABILONG_SEED
-from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
+from .samples import BABILONG_SEED
+from kvprobe.studies.common.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices, require_fits, use_chat)
-from kvprobe.studies.conditions import query_aware_condition
-from . import grading, released, samples
+from kvprobe.studies.common.conditions import query_aware_condition
+from . import grading, data, samples
 
 #: Mask policies (the fact rules and their equal-token control), then the query-aware methods.
 MASK_POLICIES = ("full", "naive", "dependency", "neutral")
@@ -119,10 +119,10 @@ class BabilongStudy(HistoryStudy):
         require_choices(self, tasks=tuple(samples.BABI_FILES), policies=POLICIES)
         require_at_least(self, lengths=0, n=1, max_new_tokens=1, cases_per_batch=1, capacity=1)
         if self.source != GENERATED:
-            require_choices(self, released_lengths=released.RELEASED_LENGTHS)
+            require_choices(self, released_lengths=data.RELEASED_LENGTHS)
             try:  # read and match the files now, so a bad file fails before any model loads
                 self.cases()
-            except (OSError, released.BabilongFormatError) as e:
+            except (OSError, data.BabilongFormatError) as e:
                 raise InvalidParameter("source", str(e)) from e
 
     def cases(self) -> list[BabilongCase]:
@@ -133,7 +133,7 @@ class BabilongStudy(HistoryStudy):
                     chosen = samples.build_samples(task, self.lengths, self.n, self.seed)
                 else:
                     chosen = [s for length in self.released_lengths
-                              for s in released.load_released(self.source, task, length, self.n)]
+                              for s in data.load_released(self.source, task, length, self.n)]
                 out += [BabilongCase(s) for s in chosen]
             self._cases = out
         return self._cases

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, bootstrap_stream, group_bootstrap_weights, paired_change
-from kvprobe.studies.figures import run_model
-from kvprobe.studies.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, data_items, estimate, \
+from kvprobe.studies.common.figures import run_model
+from kvprobe.studies.common.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, data_items, estimate, \
     heading, run_time, table_head, table_row, testable, verdict_cell
-from kvprobe.studies.runner import read_rows, write_run_summary
+from kvprobe.studies.common.runner import read_rows, write_run_summary
 from .study import POLICIES
 
 RULES = ("official", "official_no_eos", "strict")
@@ -110,7 +110,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
 
 
 def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each claim of :data:`CLAIMS` in each (task, length) cell with its verdict (``studies.report.verdict``)
+    """Each claim of :data:`CLAIMS` in each (task, length) cell with its verdict (``studies.common.report.verdict``)
     against full access, the paper's reference arm: not testable when full access answers no better than always
     giving the most common location, or below the 10 % floor."""
     out = []

@@ -30,7 +30,7 @@ import torch
 import kvprobe
 from kvprobe import decoding
 from kvprobe.engine import ForwardOutput, Rows
-from kvprobe.studies.protocol import CaseRun, Question
+from kvprobe.studies.common.protocol import CaseRun, Question
 from . import strings
 from .study import ComponentCase, ComponentStudy, conditions_for
 

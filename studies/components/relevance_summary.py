@@ -19,8 +19,8 @@ import numpy as np
 from kvprobe.files import atomic_write_text
 from kvprobe.readouts.stats import DRAWS, bootstrap_auc, bootstrap_mean, group_bootstrap_weights, \
     percentile_interval
-from kvprobe.studies.report import Items, estimate, heading, run_time, table_head
-from kvprobe.studies.runner import read_rows, write_run_summary
+from kvprobe.studies.common.report import Items, estimate, heading, run_time, table_head
+from kvprobe.studies.common.runner import read_rows, write_run_summary
 
 SIGNALS = ("lexical", "attention_old", "loo")
 #: The paper's ranges (replacement AUC, question relevance) over four models and budgets 8/32/128 (L2283-2287).

@@ -4,7 +4,7 @@ Preservation", L5694-5760; spec partD section 7).
 One case = one cluster in one state (CURRENT or SUPERSEDED). Its history is prefilled
 once; both queries (target, unrelated) run under nine conditions, 18 rows per case,
 all in one batched :func:`kvprobe.decoding.reason_then_score` call per batch of cases
-(the run loop is the protocol's, ``studies.protocol.HistoryStudy``; this study only
+(the run loop is the protocol's, ``studies.common.protocol.HistoryStudy``; this study only
 swaps its answer call):
 
 ==================  ===========================================================
@@ -46,10 +46,10 @@ from typing import Any, ClassVar, Sequence
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
-from kvprobe.studies.protocol import study_parameters
+from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
+from kvprobe.studies.common.protocol import study_parameters
 from . import strings
-from .clusters import FAMILIES, QUERIES, SEED, STATES, Cluster, clusters_hash, generate_clusters, prompt
+from .data import FAMILIES, QUERIES, SEED, STATES, Cluster, clusters_hash, generate_clusters, prompt
 
 #: Condition name -> (component, span); component "qk" is the attention mask.
 CONDITIONS: dict[str, tuple[str, str]] = {

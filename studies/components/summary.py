@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import ALPHA, DRAWS, bootstrap_mean, group_bootstrap_weights, percentile_interval
-from kvprobe.studies.report import Items, estimate, heading, interval, run_time, table_head
-from kvprobe.studies.runner import read_rows, write_run_summary
-from .clusters import FAMILIES, QUERIES, STATES
+from kvprobe.studies.common.report import Items, estimate, heading, interval, run_time, table_head
+from kvprobe.studies.common.runner import read_rows, write_run_summary
+from .data import FAMILIES, QUERIES, STATES
 from .study import CONDITIONS
 
 #: Comparisons of the Bonferroni correction (K, V, K+V within one model).

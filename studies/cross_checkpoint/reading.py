@@ -46,7 +46,7 @@ from kvprobe.history import History
 from kvprobe.model import Model
 from kvprobe.reference import (LOGIT_TOLERANCE, cached_explicit_logits, explicit_cached_mask, reference_logits,
                                transformers_eager)
-from kvprobe.studies.answers import PLAIN_DECODER, parse_strict
+from kvprobe.studies.common.answers import PLAIN_DECODER, parse_strict
 
 from .checks import check_history_readable
 

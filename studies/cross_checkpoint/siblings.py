@@ -185,7 +185,7 @@ def hub_pair(main_name: str, sibling_name: str, **load_kwargs: Any) -> SiblingPa
         import torch
         from .siblings import hub_pair
         from .study import CrossCheckpointStudy
-        from kvprobe.studies.runner import run_study
+        from kvprobe.studies.common.runner import run_study
         from .summary import write_summary
 
         pair = hub_pair("Qwen/Qwen3-8B", "Qwen/Qwen3-8B-Base", dtype=torch.bfloat16)  # 2 x 16 GB

@@ -14,7 +14,7 @@ template and tokenizer, as in the paper); the study builds or holds the sibling 
 :meth:`CrossCheckpointStudy.attach_sibling`). ``readers`` picks which checkpoints
 read: both by default (the paper reports each pair in both directions).
 
-On the study protocol (:class:`~kvprobe.studies.protocol.HistoryStudy`) the conditions
+On the study protocol (:class:`~kvprobe.studies.common.protocol.HistoryStudy`) the conditions
 are the reads ``reader/cache/access`` (``main/own/full``, ``main/cross/source``,
 ``sibling/own/full``...), keyed to the main checkpoint's history. Five hooks carry the
 second checkpoint: :meth:`~CrossCheckpointStudy.prefill` prefills every case with both
@@ -34,7 +34,7 @@ uncached forward over history + question (a tie within 1e-4 logits is recorded, 
 real mismatch raises).
 
 Rows (``kind: "answer"``): one per (reader, cache, access, query) with the graded
-answer (``studies.quantity_task.grading``, equivalent units, strict JSON with one outer
+answer (``studies.datasets.quantity_task.grading``, equivalent units, strict JSON with one outer
 fence allowed, EOS), ``invalid`` (cap or format failure), ``changed`` and
 ``top1_agree`` against the same reader's own read (cross rows); ``condition`` names
 the read. One ``kind: "state"`` row per case holds the per-layer K/V cosine and
@@ -50,11 +50,11 @@ from typing import Any, ClassVar, Sequence
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.studies.quantity_task import grading, tasks
-from kvprobe.studies.quantity_task.histories import QuantityTaskHistories
-from kvprobe.studies.conditions import check_unchanged
-from kvprobe.studies.protocol import CaseRun, InvalidParameter, Question, require_at_least, require_choices
-from kvprobe.studies.protocol import study_parameters
+from kvprobe.studies.datasets.quantity_task import grading, tasks
+from kvprobe.studies.datasets.quantity_task.histories import QuantityTaskHistories
+from kvprobe.studies.common.conditions import check_unchanged
+from kvprobe.studies.common.protocol import CaseRun, InvalidParameter, Question, require_at_least, require_choices
+from kvprobe.studies.common.protocol import study_parameters
 from .checks import same_ids
 from .reading import (LOGIT_TOLERANCE, answer_content, first_token_agrees, full_forward_first_token, is_invalid,
                       read_caches, verify_cross_read)

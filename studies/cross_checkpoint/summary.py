@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change
-from kvprobe.studies.quantity_task.tasks import ITEMS
-from kvprobe.studies.report import estimate, table_head
-from kvprobe.studies.runner import read_rows, write_run_summary
+from kvprobe.studies.datasets.quantity_task.tasks import ITEMS
+from kvprobe.studies.common.report import estimate, table_head
+from kvprobe.studies.common.runner import read_rows, write_run_summary
 from .study import ACCESS, CACHES, ROLES
 
 QUERY_ORDER = ("current", "historical", "unrelated")

@@ -177,9 +177,9 @@ def write_transfer(out_dir: Path | str, result: dict[str, Any]) -> Path:
 
 
 def run(model: Any, out_dir: Path | str, study: Any = None, progress: bool = True, transfer: bool = False) -> Any:
-    """``kvprobe run cross-checkpoint``: :func:`kvprobe.studies.runner.run_study`, then (``transfer``) the
+    """``kvprobe run cross-checkpoint``: :func:`kvprobe.studies.common.runner.run_study`, then (``transfer``) the
     readout transfer between the checkpoint pair, written to ``out_dir/transfer.json``."""
-    from kvprobe.studies.runner import run_study
+    from kvprobe.studies.common.runner import run_study
 
     info = run_study(study, model, out_dir, progress=progress)
     if transfer:

@@ -10,7 +10,7 @@ operation costs) and ``summary`` (paired group bootstrap, key contrasts,
 """
 
 from .grading import Grade, grade
-from .groups import NOTES, QUERIES, Case, Group, Query, dataset_hash, generate_cases, generate_groups, queries
+from .data import NOTES, QUERIES, Case, Group, Query, dataset_hash, generate_cases, generate_groups, queries
 from .history import CONDITIONS, NeutralInterval, NeutralMatchError, build_prompt, conditions, neutral_interval
 from .study import DerivedNoteStudy, run
 from .summary import format_report, summarize, write_summary

@@ -3,10 +3,10 @@
 Primary score, **exact field** (spec partD 0: "case-folded, whitespace-normalised
 equality of the JSON ``answer`` field; malformed JSON counts as wrong"): the
 response is parsed with the shared strict parser
-(:func:`studies.answers.parse_strict`: exactly one JSON object with one
+(:func:`studies.common.answers.parse_strict`: exactly one JSON object with one
 string field ``answer``, nothing else; one clean outer Markdown fence allowed, as
 in the paper's v35 rule) and the field must equal the reference after
-:func:`studies.answers.normalize`. Our choices (UNCLEAR in the paper):
+:func:`studies.common.answers.normalize`. Our choices (UNCLEAR in the paper):
 an output that hit the token cap is never correct (EOS precondition, as in the
 quantity study); the parse failure kind is recorded (``parse_reason``).
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kvprobe.studies.answers import UNKNOWN, normalize, parse_strict
+from kvprobe.studies.common.answers import UNKNOWN, normalize, parse_strict
 
 CATEGORIES = ("capped", "format_failure", "unknown", "correct", "other_value", "wrong_value")
 

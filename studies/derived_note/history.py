@@ -49,10 +49,10 @@ from typing import Any
 
 import kvprobe
 from kvprobe.prompts import SpanError, TokenSpan, char_span_to_tokens
-from kvprobe.studies.protocol import use_chat
+from kvprobe.studies.common.protocol import use_chat
 
 from . import strings
-from .groups import Case, Group
+from .data import Case, Group
 
 CONDITIONS = ("full", "mask-A", "mask-C", "mask-AC", "refresh", "full-recompute")
 SEGMENTS = ("header", "rule", "A", "C", "B")

@@ -6,7 +6,7 @@ partD section 8). The paper describes the records only in prose ("a rule mapping
 two zones to two routes, an old zone A, its correctly derived Time-1 route C,
 and an authoritative Time-2 zone update B") and publishes none of the strings,
 so **every template here is ours (UNCLEAR in the paper)**, written to follow
-that description. Names are fictional and generated (``groups.py``).
+that description. Names are fictional and generated (``data.py``).
 """
 
 #: UNCLEAR (paper): the system message is not given for this study. This is the

@@ -12,7 +12,7 @@ teacher-forced (current: new route vs A's route; historical: A's zone vs B's
 zone) and a greedy answer of at most 40 tokens is generated (EOS stop, native
 chat template). The run loop (prefill with reuse, the batched call, the common
 row columns, the proof that the shared prefilled K/V are unchanged after each
-case) is the protocol's (``studies.protocol.HistoryStudy``); this study
+case) is the protocol's (``studies.common.protocol.HistoryStudy``); this study
 prepares its conditions itself, in :meth:`DerivedNoteStudy.setup`, to time them.
 
 Rows carry no timings (the runner needs byte-reproducible rows). Operation cost
@@ -21,7 +21,7 @@ and query generation") is measured per (case, condition) as the seconds to
 prepare the condition's row state plus one single-row fork (copy) of it, and is
 appended to ``cost_log`` (a JSON-lines file, normally ``operation_costs.jsonl``
 next to the results; see :func:`run`). Conditions a model cannot support are
-left out with a warning (``studies.conditions.supported``), as in the MQuAKE study.
+left out with a warning (``studies.common.conditions.supported``), as in the MQuAKE study.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.engine import fork_rows
-from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
-from . import grading, groups, history, strings
+from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
+from . import grading, data, history, strings
 
 if TYPE_CHECKING:
-    from kvprobe.studies.runner import RunInfo
+    from kvprobe.studies.common.runner import RunInfo
 
 #: Answer budget (paper L5843: 40-token limit for these models).
 MAX_NEW_TOKENS = 40
@@ -57,11 +57,11 @@ class DerivedNoteStudy(HistoryStudy):
     #: Every condition is prepared (and timed) by :meth:`setup`, not by the protocol.
     skip_prepare: ClassVar[tuple[str, ...]] = history.CONDITIONS
     #: Number of generated groups, each run with every note (the paper: 50).
-    n_groups: int = groups.N_GROUPS
+    n_groups: int = data.N_GROUPS
     #: Generator seed of the groups.
-    seed: int = groups.SEED
+    seed: int = data.SEED
     #: Note conditions: derived (note C present) and/or neutral (C's tokens from a neutral note).
-    notes: tuple[str, ...] = groups.NOTES
+    notes: tuple[str, ...] = data.NOTES
     #: Greedy answer budget in tokens (paper L5843: 40).
     max_new_tokens: int = MAX_NEW_TOKENS
     #: Ask through the native chat template (auto: when the tokenizer has one).
@@ -75,7 +75,7 @@ class DerivedNoteStudy(HistoryStudy):
         self.notes = tuple(self.notes)
         if not self.notes:
             raise InvalidParameter("notes", "give at least one note condition")
-        require_choices(self, notes=groups.NOTES)
+        require_choices(self, notes=data.NOTES)
         require_at_least(self, n_groups=1, max_new_tokens=1, cases_per_batch=1)
 
     def config(self) -> dict[str, Any]:
@@ -83,29 +83,29 @@ class DerivedNoteStudy(HistoryStudy):
         return {
             "n_groups": self.n_groups, "seed": self.seed, "notes": list(self.notes),
             "max_new_tokens": self.max_new_tokens, "chat": self.chat, "cases_per_batch": self.cases_per_batch,
-            "conditions": list(history.CONDITIONS), "queries": list(groups.QUERIES),
+            "conditions": list(history.CONDITIONS), "queries": list(data.QUERIES),
             "template_kwargs": strings.TEMPLATE_KWARGS,
-            "dataset_hash": groups.dataset_hash(groups.generate_groups(self.n_groups, self.seed)),
+            "dataset_hash": data.dataset_hash(data.generate_groups(self.n_groups, self.seed)),
         }
 
-    def cases(self) -> list[groups.Case]:
+    def cases(self) -> list[data.Case]:
         """Every group in every note condition, group-major."""
-        return groups.generate_cases(self.n_groups, self.seed, tuple(self.notes))
+        return data.generate_cases(self.n_groups, self.seed, tuple(self.notes))
 
-    def group(self, case: groups.Case) -> str:
+    def group(self, case: data.Case) -> str:
         return case.group.group_id
 
-    def reuse_key(self, case: groups.Case) -> str:
+    def reuse_key(self, case: data.Case) -> str:
         # The note conditions of a group share every token before C: reuse those K/V.
         return case.group.group_id
 
-    def prompt(self, model: kvprobe.Model, case: groups.Case) -> kvprobe.Prompt:
+    def prompt(self, model: kvprobe.Model, case: data.Case) -> kvprobe.Prompt:
         return history.case_prompt(model.tokenizer, case, self.chat)[0]
 
-    def questions(self, model: kvprobe.Model, case: groups.Case, h: kvprobe.History) -> list[Question]:
-        return [Question(q.kind, q.question, q.candidates, q) for q in groups.queries(case.group)]
+    def questions(self, model: kvprobe.Model, case: data.Case, h: kvprobe.History) -> list[Question]:
+        return [Question(q.kind, q.question, q.candidates, q) for q in data.queries(case.group)]
 
-    def conditions(self, model: kvprobe.Model, case: groups.Case, h: kvprobe.History) -> dict[str, kvprobe.Condition]:
+    def conditions(self, model: kvprobe.Model, case: data.Case, h: kvprobe.History) -> dict[str, kvprobe.Condition]:
         return history.conditions(h, self._c_interval(model, case, h)[0])
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
@@ -151,7 +151,7 @@ class DerivedNoteStudy(HistoryStudy):
             "case_complete": True,
         }
 
-    def _c_interval(self, model: kvprobe.Model, case: groups.Case, h: kvprobe.History
+    def _c_interval(self, model: kvprobe.Model, case: data.Case, h: kvprobe.History
                     ) -> tuple[kvprobe.TokenSpan, history.NeutralInterval | None]:
         """The C token interval of the case's history and, for the neutral note, its neutral interval."""
         neutral = history.case_prompt(model.tokenizer, case, self.chat)[1]
@@ -176,7 +176,7 @@ def _info(condition: kvprobe.Condition) -> dict[str, Any]:
 
 def run(model: kvprobe.Model, out_dir: Path | str, study: DerivedNoteStudy | None = None,
         progress: bool = True) -> "RunInfo":
-    """``studies.runner.run_study`` with operation costs appended to ``out_dir/operation_costs.jsonl``."""
-    from kvprobe.studies.runner import run_with_log
+    """``studies.common.runner.run_study`` with operation costs appended to ``out_dir/operation_costs.jsonl``."""
+    from kvprobe.studies.common.runner import run_with_log
 
     return run_with_log(study or DerivedNoteStudy(), model, out_dir, "cost_log", COSTS, progress=progress)

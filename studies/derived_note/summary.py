@@ -34,10 +34,10 @@ from typing import Any, Callable
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, percentile_interval
-from kvprobe.studies.report import Items, corrections_reversals, estimate, heading, ordered, run_time, small_sample_note, \
+from kvprobe.studies.common.report import Items, corrections_reversals, estimate, heading, ordered, run_time, small_sample_note, \
     table_head
-from kvprobe.studies.runner import read_rows, write_run_summary
-from .groups import NOTES, QUERIES
+from kvprobe.studies.common.runner import read_rows, write_run_summary
+from .data import NOTES, QUERIES
 from .history import CONDITIONS
 from .study import COSTS
 

@@ -1,4 +1,4 @@
 """Detection versus action: every detector on record pairs, calibration, action reports.
 
-The detectors, their prompts and the coverage curves are the shared :mod:`kvprobe.studies.detectors`.
+The detectors, their prompts and the coverage curves are the shared :mod:`kvprobe.studies.common.detectors`.
 """

@@ -36,11 +36,11 @@ import numpy as np
 
 from kvprobe.files import atomic_write_text
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED
-from kvprobe.studies.detectors.coverage import coverage_curve
-from kvprobe.studies.detectors.text import YES_NO
-from kvprobe.studies.report import COVERAGE_COLUMNS, coverage_rows, interval, table_head, table_row
-from kvprobe.studies.quantity_task.tasks import ITEMS as QUANTITY_ITEMS
-from kvprobe.studies.runner import read_rows
+from kvprobe.studies.common.detectors.coverage import coverage_curve
+from kvprobe.studies.common.detectors.text import YES_NO
+from kvprobe.studies.common.report import COVERAGE_COLUMNS, coverage_rows, interval, table_head, table_row
+from kvprobe.studies.datasets.quantity_task.tasks import ITEMS as QUANTITY_ITEMS
+from kvprobe.studies.common.runner import read_rows
 from .calibration import calibrate, summarize
 
 RULES = ("complete", "lenient_complete")

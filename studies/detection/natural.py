@@ -2,7 +2,7 @@
 app:v5_natural, seed L2894-2940; spec partB D5).
 
 Per question of the chosen OAKS books, its earliest kept answer change
-(:func:`kvprobe.studies.oaks_data.earliest_changes`, the matched-scores study's selection) gives
+(:func:`kvprobe.studies.datasets.oaks.earliest_changes`, the matched-scores study's selection) gives
 three record pairs, resampled together (group = the question):
 
 * ``positive``: the earlier source A followed by the later source B (label 1);
@@ -13,7 +13,7 @@ three record pairs, resampled together (group = the question):
 Two detectors read every pair: the asserted-value extraction prompt (``asserted-value``) and the same
 prompt with the question-conditioned sentences prepended (``asserted-value+question``: "The target
 entity/attribute is specified by this question: [question]" followed by "Extract the states relevant
-to that target.", :data:`kvprobe.studies.detectors.strings.QUESTION_CONDITIONED`). Neither sees the
+to that target.", :data:`kvprobe.studies.common.detectors.strings.QUESTION_CONDITIONED`). Neither sees the
 answers. Missing or invalid extraction is ``unresolved`` and never triggers replacement.
 """
 
@@ -23,11 +23,11 @@ from typing import Any, Sequence
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.studies import oaks_data as oaks
-from kvprobe.studies.detectors import strings
-from kvprobe.studies.detectors.text import TEXT_DETECTORS, RecordPair, detector_prompt, lexical_filter, \
+from kvprobe.studies.datasets import oaks
+from kvprobe.studies.common.detectors import strings
+from kvprobe.studies.common.detectors.text import TEXT_DETECTORS, RecordPair, detector_prompt, lexical_filter, \
     parse_verdict, run_text_detectors
-from kvprobe.studies.protocol import use_chat
+from kvprobe.studies.common.protocol import use_chat
 
 #: The plain and question-conditioned asserted-value detectors (the row's ``detector``).
 PLAIN, WITH_QUESTION = "asserted-value", "asserted-value+question"
@@ -71,7 +71,7 @@ def annotation_columns(book: oaks.Book, question_id: str) -> dict[str, Any]:
 
 def question_conditioned_prompt(old: str, later: str, question: str, chat: bool) -> tuple[kvprobe.Prompt, str]:
     """The asserted-value prompt with the question-conditioned sentences prepended (system message and
-    layout as the records' detector, :func:`kvprobe.studies.detectors.text.detector_prompt`)."""
+    layout as the records' detector, :func:`kvprobe.studies.common.detectors.text.detector_prompt`)."""
     return detector_prompt(strings.ASSERTED_VALUE, old, later, strings.SYSTEM_RECORDS, chat, question=question)
 
 
@@ -79,7 +79,7 @@ def run_natural_detectors(model: kvprobe.Model, pairs: Sequence[RecordPair], que
                           names: Sequence[str], max_new_tokens: int = NATURAL_MAX_NEW_TOKENS,
                           chat: bool | None = None, allow_fence: bool = True) -> list[dict[str, dict[str, Any]]]:
     """Per pair ``{detector: fields}`` of the named :data:`NATURAL_DETECTORS` (fields as
-    :func:`kvprobe.studies.detectors.text.run_text_detectors`); each detector is one generation batch.
+    :func:`kvprobe.studies.common.detectors.text.run_text_detectors`); each detector is one generation batch.
 
     Example: ``run_natural_detectors(model, [pair], ["Where does the clerk live?"], NATURAL_DETECTORS)``.
     """

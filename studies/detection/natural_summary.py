@@ -24,9 +24,9 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, paired_change, \
     percentile_interval
-from kvprobe.studies.detectors.text import REPLACEMENT
-from kvprobe.studies.report import model_name, table_head, table_row
-from kvprobe.studies.runner import CONFIG, read_rows
+from kvprobe.studies.common.detectors.text import REPLACEMENT
+from kvprobe.studies.common.report import model_name, table_head, table_row
+from kvprobe.studies.common.runner import CONFIG, read_rows
 from .natural import NATURAL_DETECTORS, PLAIN, WITH_QUESTION
 
 #: tab:v5_natural (seed L2925-2928): (model, detector) -> (TP, FP, FN, TN, accuracy %) of 116 + 232 pairs.

@@ -5,7 +5,7 @@ Record pairs come from two datasets:
 * ``records``: the synthetic record histories D3 (``studies.recognition.records``),
   development and test splits by default; label = replacement (replacement, role
   swap, explicit rejection);
-* ``quantity``: the quantity calibration set D4 (``studies.quantity_task.tasks``), its 18
+* ``quantity``: the quantity calibration set D4 (``studies.datasets.quantity_task.tasks``), its 18
   development and 120 test groups in both information versions (each group
   contributes both versions of the later record, paper L2834); label = the group's
   relation is a replacement;
@@ -13,7 +13,7 @@ Record pairs come from two datasets:
   change as a positive pair and two constructed negatives (repeated source, different book); the
   asserted-value detector plain and question-conditioned (``oaks_detectors``, 160 tokens).
 
-Detectors (``studies.detectors.text``): the direct, expanded and asserted-value JSON
+Detectors (``studies.common.detectors.text``): the direct, expanded and asserted-value JSON
 classifiers (greedy, 128 tokens) and the YES/NO score. One row per (pair,
 detector), holding the raw output, its parse reason and decision, or the score.
 Which detectors run on which dataset and split is a parameter; by default the
@@ -21,7 +21,7 @@ JSON classifiers run on the test records (where the paper evaluates them) and th
 YES/NO score everywhere (thresholds are fitted on the development split).
 
 The study is not a history under access conditions, so it subclasses the protocol's
-minimal :class:`~kvprobe.studies.protocol.Study` and runs its own batches; its rows
+minimal :class:`~kvprobe.studies.common.protocol.Study` and runs its own batches; its rows
 share the protocol's column names where they have the concept (``case_id``,
 ``group``; ``output``, ``stop_reason``, ``output_tokens`` of the JSON classifiers).
 """
@@ -33,16 +33,17 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import kvprobe
-from kvprobe.readouts.stats import QUANTITY_SEED, RECORDS_SEED
-from kvprobe.studies.detectors.text import DETECTORS, MAX_NEW_TOKENS, TEXT_DETECTORS, YES_NO, RecordPair, \
+from kvprobe.studies.datasets.quantity_task.tasks import QUANTITY_SEED
+from kvprobe.studies.recognition.records import RECORDS_SEED
+from kvprobe.studies.common.detectors.text import DETECTORS, MAX_NEW_TOKENS, TEXT_DETECTORS, YES_NO, RecordPair, \
     run_text_detectors, yes_no_scores
-from kvprobe.studies.detectors import strings
-from kvprobe.studies import oaks_data
+from kvprobe.studies.common.detectors import strings
+from kvprobe.studies.datasets import oaks
 from .natural import NATURAL_DETECTORS, NATURAL_MAX_NEW_TOKENS, annotation_columns, natural_pairs, \
     run_natural_detectors
 from kvprobe.studies.recognition.cases import SPLITS
-from kvprobe.studies.protocol import InvalidParameter, Study, require_at_least, require_choices
-from kvprobe.studies.protocol import strings_sha256, study_parameters
+from kvprobe.studies.common.protocol import InvalidParameter, Study, require_at_least, require_choices
+from kvprobe.studies.common.protocol import strings_sha256, study_parameters
 
 DATASETS = ("records", "quantity", "oaks")
 
@@ -75,7 +76,7 @@ def records_cases(splits: tuple[str, ...], seed: int) -> list[DetectionCase]:
 
 def quantity_cases(splits: tuple[str, ...], seed: int) -> list[DetectionCase]:
     """D4 pairs (record A, record B) of the given splits, both information versions per group."""
-    from kvprobe.studies.quantity_task import tasks
+    from kvprobe.studies.datasets.quantity_task import tasks
 
     out = []
     for split in splits:
@@ -89,9 +90,9 @@ def quantity_cases(splits: tuple[str, ...], seed: int) -> list[DetectionCase]:
 
 def oaks_cases(source: str, split: str) -> list[DetectionCase]:
     """The natural-text pairs (:func:`.natural.natural_pairs`) of the ``split`` books of an OAKS source."""
-    books = oaks_data.load_books(source)
+    books = oaks.load_books(source)
     out = []
-    for p in natural_pairs(oaks_data.earliest_changes(books, split)):
+    for p in natural_pairs(oaks.earliest_changes(books, split)):
         c = p["change"]
         out.append(DetectionCase(f"oaks/{c.case_id}/{p['relation']}", "oaks", c.question_id, split, p["relation"],
                                  p["label"], p["pair"], c.question,
@@ -120,8 +121,8 @@ class DetectionStudy(Study):
     #: Detectors run on the oaks pairs (the asserted-value prompt, plain and with the question prepended).
     oaks_detectors: tuple[str, ...] = NATURAL_DETECTORS
     #: oaks: "demonstration" (an OAKS-schema set generated from the PG-19 novel, no annotations) or the path
-    #: of an OAKS JSON file in the schema of studies/oaks_data.py.
-    oaks_source: str = oaks_data.DEMONSTRATION
+    #: of an OAKS JSON file in the schema of studies/datasets/oaks.py.
+    oaks_source: str = oaks.DEMONSTRATION
     #: oaks: books (the paper: the 5 held-out evaluation books), or calibration, development, all.
     oaks_split: str = "evaluation"
     #: oaks: greedy detector budget in tokens (the paper: 160). The paper's batches of 16: cases_per_batch 16
@@ -149,8 +150,8 @@ class DetectionStudy(Study):
             setattr(self, name, tuple(getattr(self, name)))
         require_choices(self, datasets=DATASETS, splits=SPLITS, record_detectors=DETECTORS,
                         quantity_detectors=DETECTORS, text_detector_splits=SPLITS, oaks_detectors=NATURAL_DETECTORS,
-                        oaks_split=oaks_data.OAKS_SPLITS)
-        if "oaks" in self.datasets and self.oaks_source != oaks_data.DEMONSTRATION \
+                        oaks_split=oaks.OAKS_SPLITS)
+        if "oaks" in self.datasets and self.oaks_source != oaks.DEMONSTRATION \
                 and not Path(self.oaks_source).is_file():
             raise InvalidParameter("oaks_source", f"{self.oaks_source!r} is neither 'demonstration' nor a file")
         if "quantity" in self.datasets and "train" in self.splits:

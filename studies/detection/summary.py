@@ -23,10 +23,10 @@ import numpy as np
 
 from kvprobe.readouts.stats import (DRAWS, MIN_RESAMPLED_UNITS, PAPER_SEED, bootstrap_auc, bootstrap_mean,
                                     group_bootstrap_weights, percentile_interval, small_sample)
-from kvprobe.studies.detectors.text import REPLACEMENT, TEXT_DETECTORS, YES_NO
-from kvprobe.studies.oaks_data import items as oaks_items
-from kvprobe.studies.report import Items, estimate, small_sample_note, heading, interval, model_name, run_time, table_head
-from kvprobe.studies.runner import read_rows, write_run_summary
+from kvprobe.studies.common.detectors.text import REPLACEMENT, TEXT_DETECTORS, YES_NO
+from kvprobe.studies.datasets.oaks import items as oaks_items
+from kvprobe.studies.common.report import Items, estimate, small_sample_note, heading, interval, model_name, run_time, table_head
+from kvprobe.studies.common.runner import read_rows, write_run_summary
 from .calibration import calibrate
 from .natural_summary import action_report, detection_action, natural_report, summarize_natural
 

@@ -27,10 +27,10 @@ from typing import Any
 import kvprobe
 from kvprobe.files import atomic_write_text
 from kvprobe.interventions.fact_map import FactMap, fact_map
-from kvprobe.studies.answers import canonical_answer
-from kvprobe.studies.quantity_task.example import EXAMPLE, build_prompt, example_case
-from kvprobe.studies.quantity_task import tasks
-from kvprobe.studies.quantity_task.tasks import ITEMS as QUANTITY_ITEMS
+from kvprobe.studies.common.answers import canonical_answer
+from kvprobe.studies.datasets.quantity_task.example import EXAMPLE, build_prompt, example_case
+from kvprobe.studies.datasets.quantity_task import tasks
+from kvprobe.studies.datasets.quantity_task.tasks import ITEMS as QUANTITY_ITEMS
 
 
 class MapInputError(ValueError):

@@ -11,11 +11,11 @@ is a margin analysis (``--max-new-tokens`` turns greedy answers on).
 
 Data (``--dataset``):
 
-* ``quantity``: the quantity task's replacement groups (``studies/quantity_task``,
+* ``quantity``: the quantity task's replacement groups (``studies/datasets/quantity_task``,
   the paper's section 3 histories: A, inspection, note, B), both information
   conditions (B states its unit, or refers to A for it); source = segment A.
 * ``records``: the synthetic record histories whose current answer differs from
-  A's (replacement, role swap, explicit rejection; ``studies/record_histories``),
+  A's (replacement, role swap, explicit rejection; ``studies/datasets/record_histories``),
   with the notebook note before Time 2 as the matched-scores study lays them out;
   source = the Time-1 section.
 
@@ -34,11 +34,11 @@ from typing import Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.interventions.fact_map import N_BANDS, later_pieces, layer_bands, map_conditions
-from kvprobe.readouts.stats import RECORDS_SEED
-from kvprobe.studies.answers import canonical_answer, normalize
-from kvprobe.studies.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices, use_chat
-from kvprobe.studies.quantity_task import tasks
-from kvprobe.studies.record_histories import NOTES, RecordHistory, question_text, selected_histories, with_note
+from kvprobe.studies.recognition.records import RECORDS_SEED
+from kvprobe.studies.common.answers import canonical_answer, normalize
+from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices, use_chat
+from kvprobe.studies.datasets.quantity_task import tasks
+from kvprobe.studies.datasets.record_histories import NOTES, RecordHistory, question_text, selected_histories, with_note
 
 DATASETS = ("quantity", "records")
 #: Quantity information conditions (B states its unit; B refers to A for it).

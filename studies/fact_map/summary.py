@@ -24,11 +24,11 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, percentile_interval, weighted_sums
-from kvprobe.studies.figures import run_model
-from kvprobe.studies.quantity_task.tasks import ITEMS as QUANTITY_ITEMS
-from kvprobe.studies.record_histories import ITEMS as RECORD_ITEMS
-from kvprobe.studies.report import Items, estimate, heading, run_time, small_sample_note, table_head, table_row
-from kvprobe.studies.runner import read_rows, write_run_summary
+from kvprobe.studies.common.figures import run_model
+from kvprobe.studies.datasets.quantity_task.tasks import ITEMS as QUANTITY_ITEMS
+from kvprobe.studies.datasets.record_histories import ITEMS as RECORD_ITEMS
+from kvprobe.studies.common.report import Items, estimate, heading, run_time, small_sample_note, table_head, table_row
+from kvprobe.studies.common.runner import read_rows, write_run_summary
 
 #: Kinds of rows, in report order.
 KIND_ORDER = ("full", "mask", "mask-layers", "rebuild", "cumulative", "band", "recompute")

@@ -24,7 +24,7 @@ answer from its displayed text (``label``):
 The net-accuracy analysis assigns capped answers first, whatever their label (:mod:`outcomes`).
 ``old_in_box``: the final box holds a previous-answer alias and no current alias (paper L1694-1696).
 
-LLM grader (:func:`grade_run`): the shared batched judge protocol (:mod:`kvprobe.studies.judge`);
+LLM grader (:func:`grade_run`): the shared batched judge protocol (:mod:`kvprobe.studies.common.judge`);
 one judge per history whose request instructions hold the complete numbered history (as each of the
 paper's forty batches did); each answer's rubric (``strings.RUBRIC``) holds its question, references
 and displayed text, never the condition; labels ``strings.JUDGE_LABELS``. It writes ``grades.jsonl``,
@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kvprobe.studies.answers import boxed_content, displayed_answer, contains_answer, declines, normalize_answer
+from kvprobe.studies.common.answers import boxed_content, displayed_answer, contains_answer, declines, normalize_answer
 
 from . import strings
 
@@ -112,14 +112,14 @@ def grade_run(run_dir: str | Path, client: Any, batch_size: int = 40, seed: int 
     qa_pair_id, condition): label, explanation, grader) and return its path.
 
     Args:
-        client: a :class:`kvprobe.studies.judge.JudgeClient` (users implement it; nothing here opens a
+        client: a :class:`kvprobe.studies.common.judge.JudgeClient` (users implement it; nothing here opens a
             network connection).
         batch_size: answers per request (the paper: ten questions with every answer to them).
 
     Example: ``grade_run("runs/fc", MyClient())``, then ``summary.write_summary("runs/fc", grades=path)``.
     """
-    from kvprobe.studies.judge import BatchedJudge, instructions_for
-    from kvprobe.studies.runner import read_rows
+    from kvprobe.studies.common.judge import BatchedJudge, instructions_for
+    from kvprobe.studies.common.runner import read_rows
 
     from .study import study_from_config
 

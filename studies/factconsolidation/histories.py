@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvprobe.studies.answers import normalize_answer
+from kvprobe.studies.common.answers import normalize_answer
 
 from .mapping import FactMapping, map_facts, parse_question
 from .schema import FactRow, facts_of
@@ -94,7 +94,7 @@ def mquake_index(path: str | Path) -> tuple[dict[str, list[str]], dict[str, list
 
     Example: ``ids, previous = mquake_index("MQuAKE-CF.json")``.
     """
-    from kvprobe.studies.mquake_data.schema import load_mquake
+    from kvprobe.studies.datasets.mquake.schema import load_mquake
 
     ids: dict[str, set[str]] = {}
     previous: dict[str, list[str]] = {}

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from kvprobe.studies.answers import capped_first
+from kvprobe.studies.common.answers import capped_first
 
 CAPPED = "capped"
 #: Every outcome, in report order.
@@ -30,7 +30,7 @@ OUTCOMES = ("complete", "partial", "wrong", "abstain", CAPPED)
 LENGTH_BINS = ((0, 20), (21, 200), (201, 500), (501, None))
 
 
-#: The outcome of one answer: capped first (shared rule, :func:`kvprobe.studies.answers.capped_first`).
+#: The outcome of one answer: capped first (shared rule, :func:`kvprobe.studies.common.answers.capped_first`).
 outcome = capped_first
 
 

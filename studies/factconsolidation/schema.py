@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvprobe.studies.datafiles import need_fields, need_unique
+from kvprobe.studies.datasets.datafiles import need_fields, need_unique
 
 #: Columns of a released row.
 ROW_KEYS = ("context", "questions", "answers", "metadata")

@@ -26,13 +26,13 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.readouts.stats import FACTCONSOLIDATION_SEED
-from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, \
+from .data import FACTCONSOLIDATION_SEED
+from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, \
     require_choices, require_fits, use_chat
-from kvprobe.studies.protocol import strings_sha256, study_parameters
+from kvprobe.studies.common.protocol import strings_sha256, study_parameters
 
 from . import strings
-from .generate import TIERS, dataset_hash, generate_rows
+from .data import TIERS, dataset_hash, generate_rows
 from .grading import grade_columns
 from .histories import FCHistory, build_histories, mquake_index
 from .schema import Fact, FactConsolidationFormatError, FactRow, load_rows, split_context

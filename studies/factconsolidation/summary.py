@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, may_resample_within, paired_change
-from kvprobe.studies.report import Items, data_items, estimate, heading, nested_note, run_time, small_sample_note, \
+from kvprobe.studies.common.report import Items, data_items, estimate, heading, nested_note, run_time, small_sample_note, \
     table_head, table_row
-from kvprobe.studies.runner import read_rows, write_run_summary
+from kvprobe.studies.common.runner import read_rows, write_run_summary
 
 from .grading import RULE_GRADER, read_grades
 from .histories import HOPS

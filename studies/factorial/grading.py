@@ -3,20 +3,20 @@
 Every answer gets, from the shared parsers and rules (nothing re-implemented here):
 
 * ``exact`` (the paper's primary, seed L4821-4823): the answer-field parser
-  (:func:`kvprobe.studies.answers.parse_answer_field`: one JSON object, extra fields permitted, no fence)
+  (:func:`kvprobe.studies.common.answers.parse_answer_field`: one JSON object, extra fields permitted, no fence)
   and case/whitespace-normalized equality with the current value. The unit is part of the value,
   so ``"109"`` is not ``"109 hours"``;
 * ``answer_field_valid`` and ``strict_single_field``: the two validity definitions the paper compares
   (seed L4823-4828);
 * ``value_category`` and ``missing_unit``: the paper's six value categories with hour/minute/day
-  conversion (:func:`kvprobe.studies.values.classify_value` on the answer-field parse);
+  conversion (:func:`kvprobe.studies.datasets.values.classify_value` on the answer-field parse);
 * ``complete`` (the v35 "complete-correct" score, spec partD section 0): one JSON object, optionally in
   one clean Markdown fence, strictly one string field, EOS-stopped; quantities by
-  :func:`kvprobe.studies.quantity_task.grading.grade_quantity` (``rule="fenced"``: right number and an
+  :func:`kvprobe.studies.datasets.quantity_task.grading.grade_quantity` (``rule="fenced"``: right number and an
   accepted form of the unit, no conversion), endpoints by normalized equality;
 * ``lenient`` (ours, not the paper's; the records study's rule, for small models that answer in
   sentences): of the history's values (current, old, the other record's), the first one the output
-  mentions is the current value (:func:`kvprobe.studies.answers.first_value`). A quantity must be
+  mentions is the current value (:func:`kvprobe.studies.common.answers.first_value`). A quantity must be
   mentioned with its unit ("109 hours"), so a unit omission is not lenient-correct either.
 
 Example::
@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvprobe.studies.answers import first_value, normalize, parse_answer_field, parse_strict
-from kvprobe.studies.quantity_task.grading import grade_quantity
-from kvprobe.studies.values import classify_value, is_quantity
+from kvprobe.studies.common.answers import first_value, normalize, parse_answer_field, parse_strict
+from kvprobe.studies.datasets.quantity_task.grading import grade_quantity
+from kvprobe.studies.datasets.values import classify_value, is_quantity
 
 #: The row columns :func:`grade_answer` writes.
 GRADE_COLUMNS = ("answer", "parse_reason", "answer_field_valid", "strict_single_field", "exact", "complete",

@@ -20,9 +20,9 @@ from __future__ import annotations
 import re
 
 import kvprobe
-from kvprobe.studies.detectors.strings import TIME_1
+from kvprobe.studies.common.detectors.strings import TIME_1
 
-from .design import FactorialCase, NARROW
+from .data import FactorialCase, NARROW
 
 
 def number_ranges(a_text: str, old_value: str) -> list[tuple[int, int]]:

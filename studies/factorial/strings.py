@@ -7,7 +7,7 @@ L4737-4897) and the matched-score experiment it builds on (app:v7_bridge, seed L
 against the seed). Strings the paper does not give are marked UNCLEAR and are our choice.
 
 The record histories themselves (header, Time 1 / Other record / Time 2 labels, system
-instruction, question wording) are those of :mod:`kvprobe.studies.detectors.strings`.
+instruction, question wording) are those of :mod:`kvprobe.studies.common.detectors.strings`.
 """
 
 # Seed L4769-4771 ("Source information and mask positions"): the B-refers-to-A condition removes every
@@ -27,7 +27,7 @@ COMPLETE_ENDPOINT = ("Return the complete queried endpoint, including all slashe
                      "string. Preserve the endpoint established by the records.")
 
 # The two neutral notes (notebook, shelf), their 16 repetitions and the chat template date are the record
-# histories' own strings: kvprobe.studies.detectors.strings (NOTE_SENTENCES, NOTE_REPEATS, TEMPLATE_DATE).
+# histories' own strings: kvprobe.studies.common.detectors.strings (NOTE_SENTENCES, NOTE_REPEATS, TEMPLATE_DATE).
 
 #: Every string above that the paper prints, as it prints it.
 PAPER_STRINGS: dict[str, str] = {

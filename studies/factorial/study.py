@@ -12,7 +12,7 @@ full design.
 
 Example::
 
-    from kvprobe.studies.runner import run_study
+    from kvprobe.studies.common.runner import run_study
     run_study(FactorialStudy(matrices=("quantity",), n_groups=2, notes=("notebook",)),
               kvprobe.load_model("smollm2-135m-instruct"), "runs/factorial-small")
 """
@@ -26,14 +26,14 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.readouts.stats import RECORDS_SEED
-from kvprobe.studies import protocol
-from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
+from kvprobe.studies.recognition.records import RECORDS_SEED
+from kvprobe.studies.common import protocol
+from kvprobe.studies.common.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices, use_chat)
-from kvprobe.studies.record_histories import MAX_NEW_TOKENS
+from kvprobe.studies.datasets.record_histories import MAX_NEW_TOKENS
 
 from . import strings
-from .design import GROUPS_PER_FAMILY, INFORMATION, MATRICES, NOTES, QUESTIONS, FactorialCase, factorial_cases
+from .data import GROUPS_PER_FAMILY, INFORMATION, MATRICES, NOTES, QUESTIONS, FactorialCase, factorial_cases
 from .grading import grade_answer
 from .spans import span_text, study_conditions
 

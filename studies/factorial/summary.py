@@ -24,18 +24,18 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
-from kvprobe.studies.figures import run_model
-from kvprobe.studies.answers import echoes_note
-from kvprobe.studies.detectors.strings import NOTE_SENTENCES
-from kvprobe.studies.report import VERDICT_RULE, Items, corrections_reversals, estimate, format_change, heading, \
+from kvprobe.studies.common.figures import run_model
+from kvprobe.studies.common.answers import echoes_note
+from kvprobe.studies.common.detectors.strings import NOTE_SENTENCES
+from kvprobe.studies.common.report import VERDICT_RULE, Items, corrections_reversals, estimate, format_change, heading, \
     run_time, small_sample_note, table_head, table_row, testable, verdict_cell
-from kvprobe.studies.runner import read_rows, write_run_summary
-from kvprobe.studies.values import VALUE_CATEGORIES
+from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.datasets.values import VALUE_CATEGORIES
 
 from . import anchors
 from .contrasts import CONTRAST_NAMES, Table, cells, factor_contrasts, mask_minus_control, outcome_table, \
     summarize_values
-from .design import MATRICES, NARROW, conditions_of
+from .data import MATRICES, NARROW, conditions_of
 
 #: The correctness rules the summary counts: the paper's primary exact answer-field rule, the v35
 #: complete-correct rule, and the lenient first-mentioned-value rule (ours, for small models).
@@ -120,7 +120,7 @@ def control_correct(s: dict[str, Any], metric: str) -> tuple[int, int]:
 
 
 def contrast_verdict(entry: dict[str, Any] | None, sign: int | None, groups: int, is_testable: bool) -> str:
-    """The verdict a contrast earns (``studies.report.verdict_cell``) in the paper's direction, where the paper's
+    """The verdict a contrast earns (``studies.common.report.verdict_cell``) in the paper's direction, where the paper's
     Qwen models share one; not testable when the controls never answer correctly under the rule. With one group
     the bootstrap has nothing to resample: no verdict."""
     if not entry or entry.get("estimate") is None:

@@ -10,7 +10,7 @@ equally long start of the existing unrelated-source block."
 
 Events come from an OAKS-schema file or the PG-19 demonstration set (the loader, kept changes, the
 hash-ordered book split and the unrelated text of another book are the OAKS study's,
-:mod:`kvprobe.studies.oaks_data`). Per question of the chosen books, the change with the
+:mod:`kvprobe.studies.datasets.oaks`). Per question of the chosen books, the change with the
 lowest chunk is kept; questions are taken book by book in split order, question by question, and
 the current answer is candidate A on even positions, B on odd ones. The history is the paper's
 natural-source prefix (``Earlier source:`` / ``Unrelated source:`` / ``Later source:``) as the user
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import kvprobe
-from kvprobe.studies import oaks_data as oaks
-from kvprobe.studies.oaks_data import DEMONSTRATION, OAKS_SPLITS, load_books
+from kvprobe.studies.datasets import oaks
+from kvprobe.studies.datasets.oaks import DEMONSTRATION, OAKS_SPLITS, load_books
 
 from . import strings
 

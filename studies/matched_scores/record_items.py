@@ -1,7 +1,7 @@
 """The synthetic-record arm: the 300 test histories with the notebook note before Time 2 (paper
 app:v7_bridge, seed L5574-5598; spec partD section 6).
 
-Each history is :class:`kvprobe.studies.record_histories.RecordHistory` (system instruction,
+Each history is :class:`kvprobe.studies.datasets.record_histories.RecordHistory` (system instruction,
 ``Ordered records:`` / ``Time 1:`` A / ``Other record:`` / ``Time 2:`` B, the deadline family in
 hours as in the paper's dataset) with one more segment, ``note``, between the other record and
 Time 2: the notebook sentence repeated 16 times, identical in every arm ("all arms add the same
@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import kvprobe
-from kvprobe.studies.answers import normalize
-from kvprobe.studies.record_histories import NOTE_SEGMENT, RecordHistory, note_text, question_text, with_note
+from kvprobe.studies.common.answers import normalize
+from kvprobe.studies.datasets.record_histories import NOTE_SEGMENT, RecordHistory, note_text, question_text, with_note
 
 from . import strings
 
@@ -40,7 +40,7 @@ class RecordItem:
 
     @property
     def note(self) -> str:
-        """The note's text (:func:`kvprobe.studies.record_histories.note_text`)."""
+        """The note's text (:func:`kvprobe.studies.datasets.record_histories.note_text`)."""
         return note_text("notebook", self.note_repeats)
 
     @property

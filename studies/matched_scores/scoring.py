@@ -4,21 +4,21 @@ Three views of the same text (paper app:v7_bridge seed L5617-5619, app:v35_gener
 app:v7_errors/v8_units; spec partD sections 0 and 4-5):
 
 * **exact field** (the paper's primary score in the matched experiment): the paper's answer-field
-  parser (:func:`kvprobe.studies.answers.parse_answer_field`: one whole JSON object, no fence, extra
+  parser (:func:`kvprobe.studies.common.answers.parse_answer_field`: one whole JSON object, no fence, extra
   fields allowed) and case-folded, whitespace-normalized equality of its ``answer`` with the reference;
   malformed JSON is wrong. Units stay part of the value. The stop reason is not consulted (the parse
   decides; a trace cut inside its JSON fails the parse anyway).
 * **complete** (the paper's cross-model "complete correct response"): the quantity task's fenced rule
-  (:mod:`kvprobe.studies.quantity_task.grading`, rule ``"fenced"``): exactly one JSON object with one
+  (:mod:`kvprobe.studies.datasets.quantity_task.grading`, rule ``"fenced"``): exactly one JSON object with one
   string ``answer``, optionally inside one clean Markdown fence, EOS required (a capped answer is
   ``capped``); a quantity needs the right number and an accepted form of the reference unit, no
   conversion; other values (cities, endpoints, OAKS letters) need normalized equality. Prose, extra
   fields and caps are categories of their own (``format_failure``, ``capped``).
-* **value category** (:func:`kvprobe.studies.values.classify_value`): correct / magnitude_only (the unit
+* **value category** (:func:`kvprobe.studies.datasets.values.classify_value`): correct / magnitude_only (the unit
   omitted) / old_value / other_value / unknown / invalid_format, of the exact-field parser's answer.
 * **lenient** (ours, for models too small to answer in JSON): exact, or, of the values the case can be
   answered with (``mentions``, the reference first), the first one the text mentions is the reference
-  (:func:`kvprobe.studies.answers.first_value`, as the records study's lenient rule). No EOS needed.
+  (:func:`kvprobe.studies.common.answers.first_value`, as the records study's lenient rule). No EOS needed.
 
 Generation limits (app:v35_generation_limits, seed L5345-5360; spec partD 1e): a greedy trace of
 ``max_new_tokens`` tokens contains every shorter greedy trace, so the answer under budget ``k`` is the
@@ -39,9 +39,9 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from kvprobe.decoding import Generation
-from kvprobe.studies.answers import first_value, normalize, parse_answer_field
-from kvprobe.studies.quantity_task.grading import grade_label, grade_quantity
-from kvprobe.studies.values import classify_value, is_quantity
+from kvprobe.studies.common.answers import first_value, normalize, parse_answer_field
+from kvprobe.studies.datasets.quantity_task.grading import grade_label, grade_quantity
+from kvprobe.studies.datasets.values import classify_value, is_quantity
 
 #: The row columns :func:`grade_answer` writes.
 GRADE_COLUMNS = ("exact", "exact_parse", "answer", "value_category", "missing_unit", "complete",

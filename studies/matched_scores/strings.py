@@ -9,11 +9,11 @@ give are marked UNCLEAR with our choice.
 
 The record histories themselves (system instruction, ``Ordered records:`` / ``Time 1:`` /
 ``Other record:`` / ``Time 2:`` / ``Question:``) are those of
-:mod:`kvprobe.studies.detectors.strings`, laid out by :mod:`kvprobe.studies.record_histories`.
+:mod:`kvprobe.studies.common.detectors.strings`, laid out by :mod:`kvprobe.studies.datasets.record_histories`.
 """
 
 # The notebook note, its repetitions and the chat template date are the record histories' own strings
-# (kvprobe.studies.detectors.strings: NOTEBOOK_NOTE, NOTE_REPEATS, TEMPLATE_DATE).
+# (kvprobe.studies.common.detectors.strings: NOTEBOOK_NOTE, NOTE_REPEATS, TEMPLATE_DATE).
 
 # Seed L5616-5617: each score sums the log-probabilities of the canonical ``{"answer": "value"}`` string,
 # without a prepended space or EOS. Filled with json.dumps(..., ensure_ascii=False) (same text for ASCII values).

@@ -29,18 +29,18 @@ from typing import Any, ClassVar, Union
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.readouts.stats import RECORDS_SEED
-from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
+from kvprobe.studies.recognition.records import RECORDS_SEED
+from kvprobe.studies.common.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices, require_fits, use_chat)
 from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.recognition.families import DEADLINE_UNITS
-from kvprobe.studies.answers import canonical_answer
-from kvprobe.studies.record_histories import MAX_NEW_TOKENS, selected_histories
-from kvprobe.studies.protocol import strings_sha256, study_parameters
+from kvprobe.studies.common.answers import canonical_answer
+from kvprobe.studies.datasets.record_histories import MAX_NEW_TOKENS, selected_histories
+from kvprobe.studies.common.protocol import strings_sha256, study_parameters
 
 from . import strings
 from .oaks_items import DEMONSTRATION, OAKS_SPLITS, OaksFormatError, OaksItem, load_books, oaks_items
-from kvprobe.studies.detectors import strings as record_strings
+from kvprobe.studies.common.detectors import strings as record_strings
 from .record_items import RecordItem
 from .scoring import budget_grades, grade_answer
 
@@ -71,7 +71,7 @@ class MatchedScoresStudy(HistoryStudy):
     #: records: repetitions of the notebook sentence in the note before Time 2 (the paper: 16).
     note_repeats: int = record_strings.NOTE_REPEATS
     #: oaks: "demonstration" (an OAKS-schema set generated from the PG-19 novel, labelled as generated) or the
-    #: path of an OAKS JSON file in the schema of studies/oaks_data.py.
+    #: path of an OAKS JSON file in the schema of studies/datasets/oaks.py.
     oaks_source: str = DEMONSTRATION
     #: oaks: books (the paper: the 5 held-out evaluation books), or calibration, development, all.
     oaks_split: str = "evaluation"

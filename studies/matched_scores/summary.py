@@ -31,15 +31,16 @@ import numpy as np
 
 from kvprobe.files import atomic_write_text
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, percentile_interval
-from kvprobe.studies.oaks_data import items as oaks_items
-from kvprobe.studies.record_histories import ITEMS as RECORD_ITEMS
-from kvprobe.studies.answers import echoes_note
-from kvprobe.studies.detectors.strings import NOTEBOOK_NOTE
-from kvprobe.studies.report import VERDICT_RULE, Items, estimate, heading, items_lines, model_name, run_time, table_head, table_row, \
+from kvprobe.studies.datasets.oaks import items as oaks_items
+from kvprobe.studies.datasets.record_histories import ITEMS as RECORD_ITEMS
+from kvprobe.studies.common.answers import echoes_note
+from kvprobe.studies.common.detectors.strings import NOTEBOOK_NOTE
+from kvprobe.studies.registry import items_lines
+from kvprobe.studies.common.report import VERDICT_RULE, Items, estimate, heading, model_name, run_time, table_head, table_row, \
     testable, verdict_cell
-from kvprobe.studies.runner import read_rows, write_run_summary
-from kvprobe.studies.values import VALUE_CATEGORIES
-from kvprobe.studies.quantity_task.grading import CATEGORIES as COMPLETE_CATEGORIES
+from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.datasets.values import VALUE_CATEGORIES
+from kvprobe.studies.datasets.quantity_task.grading import CATEGORIES as COMPLETE_CATEGORIES
 
 from . import paper
 from .study import CONDITIONS
@@ -308,7 +309,7 @@ def budget_lines(g: dict[str, Any]) -> list[str]:
 
 
 def items(config: dict[str, Any]) -> Items:
-    """Where a run's items come from: the record histories, or OAKS questions (``oaks_data.items``)."""
+    """Where a run's items come from: the record histories, or OAKS questions (``datasets.oaks.items``)."""
     study = config.get("study_config", {})
     return oaks_items(study.get("oaks_source")) if study.get("dataset") == "oaks" else RECORD_ITEMS
 
@@ -365,7 +366,7 @@ CLAIMS = {
 
 def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Each paper claim of :data:`CLAIMS` and of the margin with its estimate and verdict
-    (``studies.report.verdict``) against the paper's reference arm, the equal-token control: an answer-level
+    (``studies.common.report.verdict``) against the paper's reference arm, the equal-token control: an answer-level
     change is not testable when the control has no correct answer under the rule."""
     dataset = summary["dataset"]
     margin_subset = "all" if dataset == "oaks" else "replacement"

@@ -6,14 +6,14 @@ gives the reference in other words: :func:`grade_run` turns every generated row 
 complete rubric prompt (``strings.JUDGE_RUBRIC``: question, references, the displayed
 answer, i.e. the last ``\\boxed{}`` content if any, else the whole response, as the paper's
 judged studies display it; never the policy or the rule's verdict), asks a
-:class:`kvprobe.studies.judge.BatchedJudge` with labels yes/no (identical prompts judged
+:class:`kvprobe.studies.common.judge.BatchedJudge` with labels yes/no (identical prompts judged
 once, shuffled anonymous batches, retries, the model variant logged), and writes
 ``grades.jsonl``: one line per (case_id, question_id, condition). Empty answers are "no"
 without asking. ``summary.write_summary(out_dir, grades=path)`` adds the ``judge`` column.
 
 Example::
 
-    from kvprobe.studies.judge import BatchedJudge
+    from kvprobe.studies.common.judge import BatchedJudge
     grade_run("runs/minteval", BatchedJudge(my_client, labels=("yes", "no"), log_path="judge.jsonl"))
 """
 
@@ -23,13 +23,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvprobe.studies.answers import displayed_answer
-from kvprobe.studies.judge import judge_answered
+from kvprobe.studies.common.answers import displayed_answer
+from kvprobe.studies.common.judge import judge_answered
 
 from . import strings
 
 if TYPE_CHECKING:
-    from kvprobe.studies.judge import BatchedJudge
+    from kvprobe.studies.common.judge import BatchedJudge
 
 GRADES = "grades.jsonl"
 
@@ -42,7 +42,7 @@ def rubric(row: dict[str, Any]) -> str:
 
 def grade_run(run_dir: str | Path, judge: BatchedJudge, out_name: str = GRADES) -> Path:
     """Judge every generated row of a run; write ``out_name`` in the run directory and return its path."""
-    from kvprobe.studies.runner import read_rows
+    from kvprobe.studies.common.runner import read_rows
 
     rows = [r for r in read_rows(run_dir) if r.get("output") is not None]
     judged = judge_answered(judge, [rubric(r) if displayed_answer(r["output"] or "").strip() else None for r in rows],

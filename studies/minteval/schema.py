@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvprobe.studies.datafiles import need_fields, need_unique
+from kvprobe.studies.datasets.datafiles import need_fields, need_unique
 
 #: Event kinds (the paper's words, L1350-1352: "person-movement record", "acquisition, drop, and transfer events").
 KINDS = ("movement", "acquisition", "drop", "transfer")

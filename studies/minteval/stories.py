@@ -1,7 +1,7 @@
 """bAbI source stories (qa1, qa2, qa3, qa5 test files) as MINTEval events.
 
 Movements, acquisitions and drops are parsed by the BABILong study's bAbI grammar
-(:func:`kvprobe.studies.babi.parse_fact`: ``move`` / ``get`` / ``drop``);
+(:func:`kvprobe.studies.datasets.babi.parse_fact`: ``move`` / ``get`` / ``drop``);
 transfers (qa5) by :data:`TRANSFER`: ``X gave|handed|passed the O to Y.``. Question lines
 (tab-separated) are skipped: MINTEval sessions carry their own questions. Any other
 sentence is refused with the file and line.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from kvprobe.studies.babi import parse_fact
+from kvprobe.studies.datasets.babi import parse_fact
 
 from .schema import Event
 

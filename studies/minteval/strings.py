@@ -7,7 +7,7 @@ prompt text for MINTEval ("The prompt text is UNCLEAR", spec 1a): every string h
 except the quoted anchors is ours and marked UNCLEAR.
 """
 
-from kvprobe.studies.answers import BOXED_INSTRUCTION, QUESTION_JOINER
+from kvprobe.studies.common.answers import BOXED_INSTRUCTION, QUESTION_JOINER
 
 __all__ = ["BOXED_INSTRUCTION", "QUESTION_JOINER"]  # re-exported: the study reads every string from here
 

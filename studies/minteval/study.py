@@ -14,13 +14,13 @@ under the five policies:
   movement (``OnlineMask``), so later history states no longer read it.
 
 Sessions are a released file (``--source FILE``, ``schema.py``) or, offline, generated from
-the bAbI test stories in the same schema (``generate.py``; labelled ``generated`` in the
+the bAbI test stories in the same schema (``data.py``; labelled ``generated`` in the
 config and report). The bootstrap group of a session is its connected component under shared
 bAbI source stories (``components.py``); the session id is kept for the session-level
 sensitivity. A session without a superseded movement gets full access under every policy
 (nothing to hide). Answers are graded by normalized reference exact match with EOS
 (``em``; ``em_strict_boxed``: the box only; ``contains``: the reference anywhere, a lenient
-diagnostic). The run loop is the protocol's (``studies.protocol.HistoryStudy``); the row's
+diagnostic). The run loop is the protocol's (``studies.common.protocol.HistoryStudy``); the row's
 ``query`` is the question type.
 """
 
@@ -33,14 +33,14 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.studies.answers import contains_answer, normalized_exact_match
-from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
+from kvprobe.studies.common.answers import contains_answer, normalized_exact_match
+from kvprobe.studies.common.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices, require_fits, use_chat)
-from kvprobe.studies.protocol import strings_sha256, study_parameters
+from kvprobe.studies.common.protocol import strings_sha256, study_parameters
 
 from . import strings
 from .components import components, session_sources
-from .generate import MAX_EVENTS, MIN_EVENTS, MINTEVAL_SEED, N_SESSIONS, SHARE, TASKS, generate_sessions
+from .data import MAX_EVENTS, MIN_EVENTS, MINTEVAL_SEED, N_SESSIONS, SHARE, TASKS, generate_sessions
 from .rules import online_pairs, source_hidden, value_spans
 from .schema import QUESTION_TYPES, MINTEvalFormatError, Session, SessionQuestion, load_sessions, sessions_sha256
 

@@ -25,9 +25,9 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, GroupBootstrap, bootstrap_stream, group_bootstrap_indices, \
     percentile_interval
-from kvprobe.studies.figures import run_model
-from kvprobe.studies.report import Items, corrections_reversals, data_items, estimate, heading, run_time, table_head, table_row
-from kvprobe.studies.runner import read_rows, write_run_summary
+from kvprobe.studies.common.figures import run_model
+from kvprobe.studies.common.report import Items, corrections_reversals, data_items, estimate, heading, run_time, table_head, table_row
+from kvprobe.studies.common.runner import read_rows, write_run_summary
 
 from . import strings
 from .grading import read_grades

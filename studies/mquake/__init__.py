@@ -5,7 +5,7 @@ same schema (``generate``), exact strings (``strings``), and history segments, q
 and scoring (``history``).
 """
 
-from kvprobe.studies.mquake_data.generate import dataset_hash, generate_cases
+from kvprobe.studies.datasets.mquake.generate import dataset_hash, generate_cases
 from .history import (
     build_history,
     contains_answer,
@@ -17,7 +17,7 @@ from .history import (
     source_segments,
     value_spans,
 )
-from kvprobe.studies.mquake_data.schema import MQuAKECase, MQuAKEFormatError, Orig, Rewrite, SingleHop, Target, load_mquake, save_mquake, to_json
+from kvprobe.studies.datasets.mquake.schema import MQuAKECase, MQuAKEFormatError, Orig, Rewrite, SingleHop, Target, load_mquake, save_mquake, to_json
 
 __all__ = [
     "MQuAKECase", "MQuAKEFormatError", "Orig", "Rewrite", "SingleHop", "Target", "build_history",

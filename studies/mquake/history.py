@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kvprobe.studies.answers import _occurs, boxed_content, contains_answer, normalize_answer, \
+from kvprobe.studies.common.answers import _occurs, boxed_content, contains_answer, normalize_answer, \
     normalized_exact_match
 
 from . import strings
-from kvprobe.studies.mquake_data.schema import MQuAKECase
+from kvprobe.studies.datasets.mquake.schema import MQuAKECase
 
 Segment = tuple[str, str]
 

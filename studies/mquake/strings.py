@@ -27,8 +27,8 @@ NO_CONTEXT_ANCHORS = dict(zip(("full", "source-mask", "value-mask", "recompute")
 # UNCLEAR (paper, spec partA 1b "joiner UNCLEAR"): between prefix and question; we use one space.
 HISTORICAL_JOINER = " "
 
-# The boxed-answer instruction and its joiner, shared with MINTEval (studies/answers.py, paper L1409).
-from kvprobe.studies.answers import BOXED_INSTRUCTION, QUESTION_JOINER  # noqa: E402,F401 (re-exported)
+# The boxed-answer instruction and its joiner, shared with MINTEval (studies/common/answers.py, paper L1409).
+from kvprobe.studies.common.answers import BOXED_INSTRUCTION, QUESTION_JOINER  # noqa: E402,F401 (re-exported)
 
 # UNCLEAR (paper, spec partA 1b "record wording UNCLEAR"): history record wording.
 # A fact sentence is the MQuAKE cloze statement completed with its object and a period
@@ -41,7 +41,7 @@ UPDATE_RECORD = "Update: {fact}"
 SEGMENT_JOINER = "\n"
 
 # The MQuAKE relation templates and the generator's phrases (shared with FactConsolidation).
-from kvprobe.studies.mquake_data.templates import (  # noqa: E402,F401 (re-exported)
+from kvprobe.studies.datasets.mquake.templates import (  # noqa: E402,F401 (re-exported)
     NOUN_PHRASES, RELATION_LABELS, RELATIONS, TEMPLATE_DIR, THIRD_PARAPHRASE, TYPE_QUESTION, cloze, cloze_template,
     fact_sentence, question_template, rewrite_prompt, single_hop_question)
 

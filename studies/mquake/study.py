@@ -13,18 +13,18 @@ each policy:
 * ``rebuild``: recompute every state from the first superseded record on, with the records hidden;
 * ``compact``: delete the superseded records' rows and re-rotate later keys;
 * ``no-context`` (``--no-context``): the question with the same chat framing and no history
-  (weights only; ``studies/no_context.py``), the paper's baseline of app:v52_weights.
+  (weights only; ``studies/common/no_context.py``), the paper's baseline of app:v52_weights.
 
-Cases are generated fictional ones (``generate.py``, the offline default) or the
+Cases are generated fictional ones (``datasets/mquake/generate.py``, the offline default) or the
 paper's sample of a released file (``--source MQuAKE-CF-3k-v2.json``: 200 cases per
-hop count h drawn with seed 20260920 + h, ``released.py``). Every question carries the
+hop count h drawn with seed 20260920 + h, ``data.py``). Every question carries the
 boxed-answer instruction (``strings.BOXED_INSTRUCTION``) unless ``--no-boxed``.
 
 Operations a model cannot support (compaction on hybrids) are left out with a
 warning. Every (case, question, policy) row of a batch of cases is answered in
 one ``decoding.answer`` call; the run loop (prefill, preparing each policy once
 per case, the common row columns, the unchanged-cache check) is the protocol's
-(``studies.protocol.HistoryStudy``). The row's ``query`` is the question's kind
+(``studies.common.protocol.HistoryStudy``). The row's ``query`` is the question's kind
 (``current``, ``historical``, ``single_hop``). Answers are graded by normalized
 exact match to the answer or an alias with EOS (``em``; ``em_strict_boxed`` accepts only
 the boxed content); the historical question's retained-text stratum is recorded.
@@ -37,16 +37,17 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.readouts.stats import MQUAKE_SAMPLE_SEED, MQUAKE_SEED
-from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, use_chat
-from kvprobe.studies.no_context import NO_CONTEXT, NoContext
-from kvprobe.studies.protocol import study_parameters
+from .data import MQUAKE_SAMPLE_SEED
+from kvprobe.studies.datasets.mquake.generate import MQUAKE_SEED
+from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, use_chat
+from kvprobe.studies.common.no_context import NO_CONTEXT, NoContext
+from kvprobe.studies.common.protocol import study_parameters
 from . import strings
-from kvprobe.studies.mquake_data.generate import dataset_hash, generate_cases
+from kvprobe.studies.datasets.mquake.generate import dataset_hash, generate_cases
 from .history import build_history, contains_answer, normalized_exact_match, online_pairs, questions, \
     retained_text, source_segments, value_spans
-from .released import sample_released
-from kvprobe.studies.mquake_data.schema import MQuAKECase, MQuAKEFormatError
+from .data import sample_released
+from kvprobe.studies.datasets.mquake.schema import MQuAKECase, MQuAKEFormatError
 
 POLICIES = ("full", "value-mask", "source-mask", "recompute", "online-mask", "rebuild", "compact")
 #: Answer budget (paper L1408-1409: "a 128-token answer ceiling").

@@ -15,7 +15,7 @@ Both on the exact-match and the contains-answer rules.
 
 No-context baseline (runs with ``--no-context``; paper app:v52_weights, L4552-4562): per rule, the
 historical and the current questions' rates on the questions the no-context model answers wrongly,
-with the change against the source mask (``studies/no_context.py``). Runs without the baseline
+with the change against the source mask (``studies/common/no_context.py``). Runs without the baseline
 summarize as before.
 """
 
@@ -27,10 +27,10 @@ from typing import Any
 
 
 from kvprobe.readouts.stats import DRAWS, fisher_exact, group_bootstrap_weights, mcnemar_exact, paired_change
-from kvprobe.studies.no_context import NO_CONTEXT, Outcome, conditional_on_baseline, conditional_table
-from kvprobe.studies.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, data_items, estimate, \
+from kvprobe.studies.common.no_context import NO_CONTEXT, Outcome, conditional_on_baseline, conditional_table
+from kvprobe.studies.common.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, data_items, estimate, \
     heading, run_time, table_head, table_row, testable, verdict_cell
-from kvprobe.studies.runner import read_rows, write_run_summary
+from kvprobe.studies.common.runner import read_rows, write_run_summary
 from .strings import NO_CONTEXT_ANCHORS
 from .study import POLICIES as STUDY_POLICIES
 
@@ -259,7 +259,7 @@ def _source_lines(summary: dict[str, Any]) -> list[str]:
 
 def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Each claim of :data:`CLAIMS` per rule (the paper's exact match; contains, ours) with its verdict
-    (``studies.report.verdict``) against the paper's reference arm: not testable when that arm answers fewer than
+    (``studies.common.report.verdict``) against the paper's reference arm: not testable when that arm answers fewer than
     10 % correctly."""
     cells = {(c["kind"], c["policy"]): c for c in summary["cells"]}
     out = []

@@ -22,8 +22,8 @@ from typing import Any, Sequence
 
 import kvprobe
 from kvprobe.prompts import TokenSpan, char_span_to_tokens
-from kvprobe.studies.quantity_task import strings as task_strings
-from kvprobe.studies.quantity_task import tasks
+from kvprobe.studies.datasets.quantity_task import strings as task_strings
+from kvprobe.studies.datasets.quantity_task import tasks
 
 from . import strings
 

@@ -3,11 +3,11 @@ wording on abstention", seed L3819-3916, and "Varied Background Text and Early N
 L5389-5437).
 
 The records, the neutral note, the system message and the unrelated question are the quantity
-task's (``kvprobe.studies.quantity_task.strings``); this module holds only what the control
+task's (``kvprobe.studies.datasets.quantity_task.strings``); this module holds only what the control
 configurations change. Strings the paper does not give are marked UNCLEAR with our choice.
 """
 
-from kvprobe.studies.quantity_task import strings as task_strings
+from kvprobe.studies.datasets.quantity_task import strings as task_strings
 
 # The explicit question (paper L3872-3876). UNCLEAR: the paper typesets the inner quotation with TeX
 # quotes; we send ASCII double quotes.

@@ -26,11 +26,11 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
+from kvprobe.studies.common.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices)
-from kvprobe.studies.quantity_task import grading, tasks
-from kvprobe.studies.quantity_task import strings as task_strings
-from kvprobe.studies.protocol import strings_sha256, study_parameters
+from kvprobe.studies.datasets.quantity_task import grading, tasks
+from kvprobe.studies.datasets.quantity_task import strings as task_strings
+from kvprobe.studies.common.protocol import strings_sha256, study_parameters
 
 from . import strings
 from .configurations import CATALOG, CONFIGURATIONS, CURRENT, NAMES, Configuration

@@ -21,11 +21,11 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, paired_change, \
     percentile_interval
-from kvprobe.studies.figures import run_model
-from kvprobe.studies.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, estimate, heading, \
+from kvprobe.studies.common.figures import run_model
+from kvprobe.studies.common.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, estimate, heading, \
     interval, run_time, small_sample_note, table_head, table_row, testable, verdict_cell
-from kvprobe.studies.quantity_task.tasks import ITEMS as TASK
-from kvprobe.studies.runner import read_rows, write_run_summary
+from kvprobe.studies.datasets.quantity_task.tasks import ITEMS as TASK
+from kvprobe.studies.common.runner import read_rows, write_run_summary
 
 from . import anchors
 from .configurations import CATALOG, CONFIGURATIONS, CURRENT
@@ -179,8 +179,8 @@ TOLERANCE_PP = 5.0
 
 
 def _effects(s: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each of the paper's effects with, per rule, our interval and its verdict (``studies.report.verdict``):
-    not testable when the effect's reference configuration answers below the floor (``studies.report.testable``)."""
+    """Each of the paper's effects with, per rule, our interval and its verdict (``studies.common.report.verdict``):
+    not testable when the effect's reference configuration answers below the floor (``studies.common.report.testable``)."""
     by = {c["configuration"]: c for c in s["configurations"]}
     out = []
     for effect, paper, where, sign, reference in EFFECTS:

@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 import kvprobe
-from kvprobe.studies.quantity_task import tasks
+from kvprobe.studies.datasets.quantity_task import tasks
 # The example lives with the task (the fact map uses it too); re-exported for the CLI and tests.
-from kvprobe.studies.quantity_task.example import EXAMPLE, build_prompt, example_case  # noqa: F401
+from kvprobe.studies.datasets.quantity_task.example import EXAMPLE, build_prompt, example_case  # noqa: F401
 
 
 def run_demo(model: kvprobe.Model, max_new_tokens: int = 40, unit_from_a: bool = True,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kvprobe.studies.figures import save_figure
+from kvprobe.studies.common.figures import save_figure
 
 
 def plot_summary(summary: dict[str, Any], path: Path | str, model: str = "", query: str = "current",

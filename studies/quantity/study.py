@@ -20,10 +20,10 @@ from typing import Any, ClassVar, Iterator
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.studies.quantity_task import grading, tasks
-from kvprobe.studies.quantity_task.histories import QuantityTaskHistories
-from kvprobe.studies.no_context import NO_CONTEXT, NoContext
-from kvprobe.studies.protocol import CaseRun, Question, require_at_least
+from kvprobe.studies.datasets.quantity_task import grading, tasks
+from kvprobe.studies.datasets.quantity_task.histories import QuantityTaskHistories
+from kvprobe.studies.common.no_context import NO_CONTEXT, NoContext
+from kvprobe.studies.common.protocol import CaseRun, Question, require_at_least
 
 #: Answer budget (paper section 1.3: 40 tokens for the small models).
 MAX_NEW_TOKENS = 40

@@ -13,7 +13,7 @@ same draws for every cell, percentile 95 %.
 
 No-context baseline (runs with ``--no-context``; paper app:v52_weights, there on MQuAKE): the
 historical query's complete (and lenient) answers of every condition on the cases the no-context
-model answers wrongly (``studies/no_context.py``); groups are the bootstrap units.
+model answers wrongly (``studies/common/no_context.py``); groups are the bootstrap units.
 
 Warning signal (paper partC 5): how well D_c, and the paper's Delta m variant, rank
 lost above kept answers, labeled with the paper's complete answers and, beside them,
@@ -32,12 +32,12 @@ import numpy as np
 from kvprobe.files import atomic_write_text
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, GroupBootstrap, auc, bootstrap_auc_draws, \
     group_bootstrap_indices, one_sided_lower, percentile_interval, zero_failure_bound
-from kvprobe.studies.no_context import NO_CONTEXT, Outcome, conditional_on_baseline, conditional_table
-from kvprobe.studies.quantity_task.grading import CATEGORIES
-from kvprobe.studies.report import VERDICT_RULE, estimate, heading, interval, small_sample_note, table_head, table_row, \
+from kvprobe.studies.common.no_context import NO_CONTEXT, Outcome, conditional_on_baseline, conditional_table
+from kvprobe.studies.datasets.quantity_task.grading import CATEGORIES
+from kvprobe.studies.common.report import VERDICT_RULE, estimate, heading, interval, small_sample_note, table_head, table_row, \
     testable, verdict_cell
-from kvprobe.studies.quantity_task.tasks import ITEMS
-from kvprobe.studies.runner import read_rows
+from kvprobe.studies.datasets.quantity_task.tasks import ITEMS
+from kvprobe.studies.common.runner import read_rows
 from .threshold import LABELS, RULES as SIGNAL_RULES, SIGNAL_CONDITIONS, signal
 
 #: Report order of conditions (unknown names sort after these, alphabetically).
@@ -262,7 +262,7 @@ CLAIMS = (("the whole-source mask loses complete answers against its control (un
 
 
 def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each claim of :data:`CLAIMS` with our estimate and verdict (``studies.report.verdict_cell``) against the
+    """Each claim of :data:`CLAIMS` with our estimate and verdict (``studies.common.report.verdict_cell``) against the
     paper's reference arm, the whole-source control: an answer-level change is not testable when the control has
     no correct answer under the rule."""
     out = []
@@ -410,7 +410,7 @@ def write_summary(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]
 
     Run time comes from the runner's ``timing.json`` when present.
     """
-    from kvprobe.studies.runner import read_timing
+    from kvprobe.studies.common.runner import read_timing
 
     out = Path(out_dir)
     summary = summarize(out, seed=seed)

@@ -35,7 +35,7 @@ import numpy as np
 from kvprobe.files import atomic_write_text
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, clopper_pearson, group_bootstrap_indices, \
     percentile_interval, youden_thresholds
-from kvprobe.studies.runner import read_rows
+from kvprobe.studies.common.runner import read_rows
 
 #: The paper's grid: 0-10 nats in 0.25-nat steps.
 TAU_GRID = tuple(float(x) for x in np.arange(0.0, 10.0 + 1e-9, 0.25))

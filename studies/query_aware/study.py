@@ -1,7 +1,7 @@
 """Query-aware selection against a fixed source mask on the record histories (paper partE section E4).
 
 The paper's controlled comparison: 300 record histories (50 test items x 6
-variants, ``studies.record_histories``), each question answered greedily under
+variants, ``studies.datasets.record_histories``), each question answered greedily under
 
 * ``full``: every key readable;
 * ``source-mask``: record A hidden (in all 300 histories, whatever B says);
@@ -19,7 +19,7 @@ UNCLEAR (paper): which queries the controlled comparison asks (it reports one
 accuracy per condition); we ask the current query by default and can add the
 historical and unrelated ones (``queries``).
 
-On the study protocol (:class:`~kvprobe.studies.protocol.HistoryStudy`) the case's
+On the study protocol (:class:`~kvprobe.studies.common.protocol.HistoryStudy`) the case's
 conditions are full access and the source mask; the query-aware arms depend on the
 question (matched K), so :meth:`QueryAwareStudy.setup` builds every question's arms
 and :meth:`QueryAwareStudy.question_conditions` hands them to the run loop. A row's
@@ -34,15 +34,15 @@ from typing import Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.interventions.capacity import matched_capacity, observation_length, resident_tokens
-from kvprobe.readouts.stats import RECORDS_SEED
-from kvprobe.studies.answers import grade, normalize
+from kvprobe.studies.recognition.records import RECORDS_SEED
+from kvprobe.studies.common.answers import grade, normalize
 from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.recognition.records import POSITIVE_VARIANTS
-from kvprobe.studies.record_histories import MAX_NEW_TOKENS, QUERY_KINDS, RecordHistory, question_text, \
+from kvprobe.studies.datasets.record_histories import MAX_NEW_TOKENS, QUERY_KINDS, RecordHistory, question_text, \
     selected_histories
-from kvprobe.studies.conditions import QUERY_AWARE_METHODS, query_aware_condition, supported
-from kvprobe.studies.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices, use_chat
-from kvprobe.studies.protocol import study_parameters
+from kvprobe.studies.common.conditions import QUERY_AWARE_METHODS, query_aware_condition, supported
+from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices, use_chat
+from kvprobe.studies.common.protocol import study_parameters
 
 METHODS = QUERY_AWARE_METHODS
 #: The paper's fixed capacity for the controlled histories (E4).

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
-from kvprobe.studies.report import format_change, heading, run_time, small_sample_note, table_head
-from kvprobe.studies.record_histories import ITEMS
-from kvprobe.studies.runner import read_rows, write_run_summary
+from kvprobe.studies.common.report import format_change, heading, run_time, small_sample_note, table_head
+from kvprobe.studies.datasets.record_histories import ITEMS
+from kvprobe.studies.common.runner import read_rows, write_run_summary
 
 RULES = ("correct", "lenient")
 REFERENCES = ("full", "source-mask")

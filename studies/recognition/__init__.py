@@ -5,7 +5,9 @@ Deterministic, seeded generators of (earlier record A, later record B) cases; se
 leaves open.
 """
 
-from kvprobe.readouts.stats import RECORDS_SEED, ROLE_PAIRS_SEED
+from .records import RECORDS_SEED
+
+from .role_pairs import ROLE_PAIRS_SEED
 
 from .cases import FAMILIES, SPLITS, RecognitionCase, dataset_hash, word_multiset
 from .records import ITEMS as RECORD_ITEMS, RECORD_VARIANTS, generate_records, split_vocabulary
@@ -13,7 +15,7 @@ from .role_pairs import ITEMS as PAIR_ITEMS, PATTERNS, ROLE_PAIR_VARIANTS, gener
 
 #: Dataset name (as ``kvprobe extract --dataset`` takes it) -> (generator, default seed).
 DATASETS = {"records": (generate_records, RECORDS_SEED), "role-pairs": (generate_role_pairs, ROLE_PAIRS_SEED)}
-#: Dataset name -> where its items come from (``studies.report.Items``; the readout reports' Items line).
+#: Dataset name -> where its items come from (``studies.common.report.Items``; the readout reports' Items line).
 DATASET_ITEMS = {"records": RECORD_ITEMS, "role-pairs": PAIR_ITEMS}
 
 __all__ = [

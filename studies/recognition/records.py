@@ -37,14 +37,18 @@ import random
 from collections import Counter
 from typing import Iterator
 
-from kvprobe.readouts.stats import RECORDS_SEED
-from kvprobe.studies.report import Items
+from kvprobe.studies.common.report import Items
 
 from . import families
 from .cases import FAMILIES, SPLITS, RecognitionCase, capitalize, word_multiset
 
+#: 20260910 again: the synthetic record histories (``studies.recognition.records``,
+#: ``studies.datasets.record_histories``; the records, query-aware, detection and requests studies' datasets,
+#: ``studies.requests.data``).
+RECORDS_SEED = 20260910
+
 #: Where reports on these cases (the recognition records, the record histories built on them) say their items
-#: come from (``studies.report.Items``).
+#: come from (``studies.common.report.Items``).
 ITEMS = Items("reconstruction", "synthetic record histories: our templates for the paper's five families and six "
               "relation variants")
 

@@ -33,14 +33,16 @@ from __future__ import annotations
 
 import random
 
-from kvprobe.readouts.stats import ROLE_PAIRS_SEED
-from kvprobe.studies.report import Items
+from kvprobe.studies.common.report import Items
 
 from . import families
 from .cases import FAMILIES, RecognitionCase, capitalize, word_multiset
 from .records import SHORT_NAMES
 
-#: Where reports on these pairs say their items come from (``studies.report.Items``).
+#: 20260911: the role-pair dataset (``studies.recognition.role_pairs``).
+ROLE_PAIRS_SEED = 20260911
+
+#: Where reports on these pairs say their items come from (``studies.common.report.Items``).
 ITEMS = Items("reconstruction", "role-matched record pairs: our templates for the paper's five update families and "
               "eight wording patterns")
 

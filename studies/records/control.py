@@ -17,7 +17,7 @@ Example::
 from __future__ import annotations
 
 import kvprobe
-from kvprobe.studies.record_histories import NOTE_SEGMENT, note_text, with_note
+from kvprobe.studies.datasets.record_histories import NOTE_SEGMENT, note_text, with_note
 
 __all__ = ["NOTE_SEGMENT", "control_mask", "note_text", "with_note"]
 

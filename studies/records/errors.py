@@ -2,8 +2,8 @@
 
 Every row gets three columns from its generated output (:func:`value_columns`):
 
-* ``value_category``: :func:`kvprobe.studies.values.classify_value` of the answer string the study's
-  exact rule reads (:func:`kvprobe.studies.answers.parse_strict`, one outer fence allowed; None when the
+* ``value_category``: :func:`kvprobe.studies.datasets.values.classify_value` of the answer string the study's
+  exact rule reads (:func:`kvprobe.studies.common.answers.parse_strict`, one outer fence allowed; None when the
   response is not one ``{"answer": "..."}`` object, which is ``invalid_format``);
 * ``missing_unit``: a quantity answer given as a bare number (the paper's flag, counted on wrong answers);
 * ``unquoted_unknown``: the output holds ``{"answer": UNKNOWN}`` with the value unquoted (invalid JSON;
@@ -37,8 +37,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from kvprobe.studies.answers import parse_strict
-from kvprobe.studies.values import VALUE_CATEGORIES, classify_value
+from kvprobe.studies.common.answers import parse_strict
+from kvprobe.studies.datasets.values import VALUE_CATEGORIES, classify_value
 
 #: The value columns every row carries.
 VALUE_COLUMNS = ("value_category", "missing_unit", "unquoted_unknown")
@@ -55,7 +55,7 @@ __all__ = ["MATCHING", "REVERSAL_KINDS", "VALUE_CATEGORIES", "VALUE_COLUMNS", "e
 
 def exact_answer(output: str) -> str | None:
     """The answer string the study's exact rule reads: the strict single ``answer`` field (one outer fence
-    allowed, as :func:`kvprobe.studies.answers.grade`), or None when the output is not such an object.
+    allowed, as :func:`kvprobe.studies.common.answers.grade`), or None when the output is not such an object.
 
     >>> exact_answer('{"answer": "Miami"}'), exact_answer("Miami")
     ('Miami', None)

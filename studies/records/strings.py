@@ -5,13 +5,13 @@ Preservation and Generation Errors" (app:v7_errors, seed L5510-5517), "Correct V
 Units" (app:v8_units, seed L5539-5549) and the matched-score experiment's control note (app:v7_bridge,
 seed L5574-5577, Table tab:v7_bridge L5620). ``PAPER_STRINGS`` lists every quoted string
 (``tests/test_paper_strings.py`` checks each against the seed). The record histories' own strings
-(header, Time labels, system message, queries) are :mod:`kvprobe.studies.detectors.strings`.
+(header, Time labels, system message, queries) are :mod:`kvprobe.studies.common.detectors.strings`.
 """
 
 from __future__ import annotations
 
 # The neutral note (NOTEBOOK_NOTE, repeated NOTE_REPEATS times) is the record histories' own string:
-# kvprobe.studies.detectors.strings, inserted by kvprobe.studies.record_histories.with_note.
+# kvprobe.studies.common.detectors.strings, inserted by kvprobe.studies.datasets.record_histories.with_note.
 
 # Seed L5515-5516: "Llama detector-mask produces seven instances of {"answer": UNKNOWN}, which are invalid
 # because the value is unquoted".

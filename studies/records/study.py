@@ -25,7 +25,7 @@ of the cache under each policy (greedy, 40 tokens, EOS stop):
 dataset does (its quantity family); ``note="notebook"`` adds the note in every arm.
 
 Policies that reduce to the same operation share one generated answer (L5466-5467):
-on the study protocol (:class:`~kvprobe.studies.protocol.HistoryStudy`) the
+on the study protocol (:class:`~kvprobe.studies.common.protocol.HistoryStudy`) the
 *operations* (``full``, ``mask``, ``recompute``) are the conditions, each query is
 answered under the operations its policies need, and :meth:`RecordsStudy.rows` writes
 one row per policy (``condition`` = the policy, ``operation`` = what it applied).
@@ -48,18 +48,18 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.readouts.stats import RECORDS_SEED
-from kvprobe.studies.answers import grade, normalize
-from kvprobe.studies.detectors.text import REPLACEMENT, TEXT_DETECTORS, RecordPair, run_text_detectors
+from kvprobe.studies.recognition.records import RECORDS_SEED
+from kvprobe.studies.common.answers import grade, normalize
+from kvprobe.studies.common.detectors.text import REPLACEMENT, TEXT_DETECTORS, RecordPair, run_text_detectors
 from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.recognition.families import DEADLINE_UNITS
-from kvprobe.studies.record_histories import MAX_NEW_TOKENS, RecordHistory, question_text, selected_histories
-from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
+from kvprobe.studies.datasets.record_histories import MAX_NEW_TOKENS, RecordHistory, question_text, selected_histories
+from kvprobe.studies.common.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices, use_chat)
-from kvprobe.studies.protocol import study_parameters
+from kvprobe.studies.common.protocol import study_parameters
 from .control import control_mask, with_note
 from .errors import value_columns
-from kvprobe.studies.record_histories import NOTES
+from kvprobe.studies.datasets.record_histories import NOTES
 
 #: The default arms: the paper's seven policies and the always-mask reference (the committed runs' arms).
 POLICIES = ("keep-all", "detector-mask", "detector-recompute", "oracle-mask", "oracle-recompute",
@@ -94,7 +94,7 @@ def policy_operation(policy: str, query: str, label: int, detected: bool, same_s
 
 def read_decisions(run_dir: str | Path, detector: str, filtered: bool) -> dict[str, str]:
     """Decisions of ``detector`` in a detection run, by record case id (``rec-...``)."""
-    from kvprobe.studies.runner import read_rows
+    from kvprobe.studies.common.runner import read_rows
 
     key = "filtered" if filtered else "decision"
     out = {}

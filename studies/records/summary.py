@@ -27,13 +27,13 @@ from typing import Any, Mapping
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
-from kvprobe.studies.detectors.coverage import coverage_curve
-from kvprobe.studies.detectors import strings as note_strings
-from kvprobe.studies.detectors.text import REPLACEMENT
-from kvprobe.studies.report import COVERAGE_COLUMNS, corrections_reversals, coverage_rows, format_change, heading, run_time, \
+from kvprobe.studies.common.detectors.coverage import coverage_curve
+from kvprobe.studies.common.detectors import strings as note_strings
+from kvprobe.studies.common.detectors.text import REPLACEMENT
+from kvprobe.studies.common.report import COVERAGE_COLUMNS, corrections_reversals, coverage_rows, format_change, heading, run_time, \
     small_sample_note, table_head, table_row
-from kvprobe.studies.record_histories import ITEMS
-from kvprobe.studies.runner import read_rows, write_run_summary
+from kvprobe.studies.datasets.record_histories import ITEMS
+from kvprobe.studies.common.runner import read_rows, write_run_summary
 from . import strings, value_tables
 from .errors import regrade_row
 from .study import ALL_POLICIES, NOT_RUN, POLICIES
@@ -94,7 +94,7 @@ def _detector(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS,
               rankings: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
     """The run's summary; ``rankings`` adds coverage curves ranked by other scores (e.g. learned
-    readouts, ``studies.detectors.readout_scores``), ``{name: {case_id: score}}``."""
+    readouts, ``studies.common.detectors.readout_scores``), ``{name: {case_id: score}}``."""
     rows = [regrade_row(r) for r in read_rows(out_dir)]
     by_key: dict[tuple[str, str], dict[str, dict]] = defaultdict(dict)
     for r in rows:
@@ -215,7 +215,7 @@ def write_summary(out_dir: Path | str, seed: int = PAPER_SEED, readout_scores: s
     (or its folder) whose readouts also rank the histories."""
     rankings = None
     if readout_scores is not None:
-        from kvprobe.studies.detectors.readout_scores import load_readout_scores
+        from kvprobe.studies.common.detectors.readout_scores import load_readout_scores
 
         rankings = load_readout_scores(readout_scores)
     summary = write_run_summary(out_dir, functools.partial(summarize, rankings=rankings), format_report, seed=seed)

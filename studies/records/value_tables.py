@@ -25,8 +25,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from kvprobe.readouts.stats import paired_change
-from kvprobe.studies.report import corrections_reversals, format_change, table_head, table_row
-from kvprobe.studies.values import VALUE_CATEGORIES
+from kvprobe.studies.common.report import corrections_reversals, format_change, table_head, table_row
+from kvprobe.studies.datasets.values import VALUE_CATEGORIES
 from . import strings
 from .errors import MATCHING, REVERSAL_KINDS, reversal_kind
 

@@ -7,11 +7,11 @@ the detector's own tokenization and prefill), so a detector should do all its wo
 inside the call.
 
 * :class:`JsonDetector` (default ``"asserted-value"``): one of the paper's JSON
-  classifiers (``studies.detectors``, verbatim prompts, strict parsing, 128 greedy
+  classifiers (``studies.common.detectors``, verbatim prompts, strict parsing, 128 greedy
   tokens), run serially on the generator model or on its own ``model``. Only a
   ``replacement`` decision fires; ``unresolved`` never does (paper L2578-2580).
   The instruction prefix of the detector prompt is encoded once per model and reused,
-  as ``studies.detectors.text.prefill_detector`` does; the warm-up pays it.
+  as ``studies.common.detectors.text.prefill_detector`` does; the warm-up pays it.
 * :class:`FixedDetector` (``"always"`` / ``"never"``): a constant decision, for tests
   and for separating the detector's cost from the policy's.
 """
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import kvprobe
-from kvprobe.studies.detectors.text import (MAX_NEW_TOKENS, REPLACEMENT, TEXT_DETECTORS, RecordPair, detector_prompt,
+from kvprobe.studies.common.detectors.text import (MAX_NEW_TOKENS, REPLACEMENT, TEXT_DETECTORS, RecordPair, detector_prompt,
                                             lexical_filter, parse_verdict)
-from kvprobe.studies.protocol import use_chat
+from kvprobe.studies.common.protocol import use_chat
 
 FIXED = ("always", "never")
 DETECTOR_NAMES = (*TEXT_DETECTORS, *FIXED)
@@ -58,7 +58,7 @@ class Detector(Protocol):
 class JsonDetector:
     """One of the paper's JSON detectors, run serially on one update.
 
-    The same computation as ``studies.detectors.text.run_text_detectors`` for one
+    The same computation as ``studies.common.detectors.text.run_text_detectors`` for one
     pair (the same prompt, shared-prefix reuse, greedy tokens and decision rule; tested
     equal), through the timed primitives of :mod:`studies.requests.serving` so that no
     check (the K/V digest a ``Model.prefill`` takes) runs inside the timed call. The

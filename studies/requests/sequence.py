@@ -34,8 +34,8 @@ from typing import Any, Sequence
 import torch
 
 import kvprobe
-from kvprobe.studies.answers import grade, normalize
-from kvprobe.studies.conditions import check_unchanged
+from kvprobe.studies.common.answers import grade, normalize
+from kvprobe.studies.common.conditions import check_unchanged
 
 from . import policies as pol
 from .detector import Detection, Detector, detector_name
@@ -49,7 +49,7 @@ from .serving import (
     seal,
     serve,
 )
-from .workload import Question, WorkloadCase
+from .data import Question, WorkloadCase
 
 
 @dataclass(frozen=True)

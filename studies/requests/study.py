@@ -27,7 +27,7 @@ background length (one untimed sequence on the first case of that length).
 Each policy updates and reads its own cache in a timed sequence
 (``studies.requests.sequence``), not a history answered under conditions in one
 batch, so the study subclasses the protocol's minimal
-:class:`~kvprobe.studies.protocol.Study` and runs its cases itself; its rows carry the
+:class:`~kvprobe.studies.common.protocol.Study` and runs its cases itself; its rows carry the
 protocol's common columns (``condition`` is the policy).
 """
 
@@ -41,19 +41,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import kvprobe
-from kvprobe.studies.detectors.text import MAX_NEW_TOKENS as DETECTOR_MAX_NEW_TOKENS
-from kvprobe.studies.protocol import use_chat
-from kvprobe.studies.protocol import InvalidParameter, Study, require_at_least, require_choices
-from kvprobe.studies.protocol import study_parameters
-from kvprobe.studies.runner import read_rows
+from kvprobe.studies.common.detectors.text import MAX_NEW_TOKENS as DETECTOR_MAX_NEW_TOKENS
+from kvprobe.studies.common.protocol import use_chat
+from kvprobe.studies.common.protocol import InvalidParameter, Study, require_at_least, require_choices
+from kvprobe.studies.common.protocol import study_parameters
+from kvprobe.studies.common.runner import read_rows
 from . import policies as pol
 from .detector import DETECTOR_NAMES, Detector, detector_name, make_detector
 from .sequence import Settings, run_case, warm_up
-from .workload import BACKGROUND_PLACES, BACKGROUND_SOURCES, LENGTHS, N_GROUPS, ORDER, SEED, WorkloadCase, \
+from .data import BACKGROUND_PLACES, BACKGROUND_SOURCES, LENGTHS, N_GROUPS, ORDER, SEED, WorkloadCase, \
     workload_cases
 
 if TYPE_CHECKING:
-    from kvprobe.studies.runner import RunInfo
+    from kvprobe.studies.common.runner import RunInfo
 
 #: Answer budget of the 40-token workload (E6; E7 used 256).
 MAX_NEW_TOKENS = 40
@@ -188,8 +188,8 @@ class RequestsStudy(Study):
 
 def run(model: kvprobe.Model, out_dir: Path | str, study: RequestsStudy | None = None,
         progress: bool = True) -> "RunInfo":
-    """``studies.runner.run_study`` with the timing lines appended to ``out_dir/timings.jsonl``."""
-    from kvprobe.studies.runner import run_with_log
+    """``studies.common.runner.run_study`` with the timing lines appended to ``out_dir/timings.jsonl``."""
+    from kvprobe.studies.common.runner import run_with_log
 
     return run_with_log(study or RequestsStudy(), model, out_dir, "timing_log", TIMINGS, progress=progress)
 

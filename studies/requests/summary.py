@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, bootstrap_mean, group_bootstrap_weights, percentile_interval
-from kvprobe.studies.report import Items, estimate, heading, interval, run_time, small_sample_note, table_head
-from kvprobe.studies.record_histories import ITEMS as HISTORIES
-from kvprobe.studies.runner import read_rows, write_run_summary
+from kvprobe.studies.common.report import Items, estimate, heading, interval, run_time, small_sample_note, table_head
+from kvprobe.studies.datasets.record_histories import ITEMS as HISTORIES
+from kvprobe.studies.common.runner import read_rows, write_run_summary
 from .policies import DETECTOR_POLICIES, POLICIES
 from .study import read_timings
 
@@ -152,7 +152,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
 
 def _machine(out: Path, config: dict[str, Any]) -> dict[str, Any]:
     """Where the timings were taken: the runner's timing.json, else this process's machine."""
-    from kvprobe.studies.runner import read_timing
+    from kvprobe.studies.common.runner import read_timing
 
     timing = read_timing(out)
     machine = dict(timing["machine"]) if timing else {"platform": platform.platform(), "cpus": os.cpu_count(),

@@ -1,8 +1,8 @@
 """The PG-19 book the demonstration histories are cut from: paragraphs, article windows, word pools.
 
-The book is the one ``studies.filler`` reads (``../shared/data/pg19``, Gutenberg header
+The book is the one ``studies.datasets.filler`` reads (``../shared/data/pg19``, Gutenberg header
 and footer dropped). A paragraph is a blank-line-separated block, split into sentences
-by :func:`kvprobe.studies.filler.split_sentences`; an *eligible* paragraph has at least
+by :func:`kvprobe.studies.datasets.filler.split_sentences`; an *eligible* paragraph has at least
 two sentences and :data:`MIN_PARAGRAPH_WORDS` words (no headings, no one-line speeches).
 An article window is a run of consecutive eligible paragraphs of ``min_words`` to
 ``max_words`` words (the last paragraph cut at a sentence boundary to fit).
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from kvprobe.studies.filler import PG19_DIR, split_sentences, strip_gutenberg
+from kvprobe.studies.datasets.filler import PG19_DIR, split_sentences, strip_gutenberg
 
 MIN_PARAGRAPH_WORDS = 25
 #: Words too common to be an edited word (all others of five or more letters may be).

@@ -4,12 +4,12 @@ Outcomes (seed L6878; spec partE E9): ``capped`` takes precedence over every sem
 label and is read from the decode record (the token cap was reached, no EOS); every other
 outcome requires EOS: ``complete``, ``partial``, ``wrong``, ``abstain``, ``unverifiable``.
 The displayed answer is the content of the last ``\\boxed{}`` when a box marker is present,
-else the whole response (seed L6846-6848; ``studies.answers.boxed_content``).
+else the whole response (seed L6846-6848; ``studies.common.answers.boxed_content``).
 
 :func:`rule_grade` (the default, offline; the paper used GPT-5.6 against the complete
 history): capped; else an empty displayed answer is ``wrong`` (spec partE E2); else
 ``complete`` when a reference or alias occurs word-bounded in the displayed answer after
-SQuAD normalization (``studies.answers.contains_answer``) and no other choice of the
+SQuAD normalization (``studies.common.answers.contains_answer``) and no other choice of the
 question's ``options`` does (Ordering: "X or Y?" answered "X, then Y" is wrong); else
 ``abstain`` when it declines (``studies.session_bias.grading.declines``); else ``wrong``. It never gives ``partial`` or
 ``unverifiable``, and it cannot tell an answer naming the reference in a wrong claim from a
@@ -18,7 +18,7 @@ complete one (an LLM judge can).
 The LLM path (:func:`grade_run`): every EOS or capped answer with a non-empty displayed
 text becomes one rubric prompt (``strings.RUBRIC``: the complete history, question type,
 question, references, source assessment and displayed answer; never the operation, the
-model or the termination) judged through :class:`kvprobe.studies.judge.BatchedJudge`
+model or the termination) judged through :class:`kvprobe.studies.common.judge.BatchedJudge`
 with the labels :data:`JUDGE_LABELS` (identical prompts judged once, shuffled anonymous
 batches of at most 48, retries, model variant logged). The grades go to ``grades.jsonl``,
 which ``summary.write_summary`` uses instead of the rule outcomes; capped still takes
@@ -32,14 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from kvprobe.studies.answers import contains_answer, displayed_answer, normalize_answer
-from kvprobe.studies.answers import declines
-from kvprobe.studies.judge import judge_answered
+from kvprobe.studies.common.answers import contains_answer, displayed_answer, normalize_answer
+from kvprobe.studies.common.answers import declines
+from kvprobe.studies.common.judge import judge_answered
 from . import strings
 from .history import history_text
 
 if TYPE_CHECKING:
-    from kvprobe.studies.judge import BatchedJudge, JudgeClient
+    from kvprobe.studies.common.judge import BatchedJudge, JudgeClient
 
 #: Every outcome, in report order.
 OUTCOMES = ("complete", "partial", "wrong", "abstain", "unverifiable", "capped")
@@ -84,12 +84,12 @@ def rule_grade(output: str, stop_reason: str, answers: Sequence[str], options: S
 # ----------------------------------------------------------------------------- the LLM judge path
 
 def make_judge(client: "JudgeClient", **protocol: Any) -> "BatchedJudge":
-    """A :class:`kvprobe.studies.judge.BatchedJudge` with this study's labels (keywords: ``batch_size``,
+    """A :class:`kvprobe.studies.common.judge.BatchedJudge` with this study's labels (keywords: ``batch_size``,
     ``seed``, ``max_retries``, ``log_path``, ``name``).
 
     Example: ``grade_run("runs/revisions", make_judge(MyApiClient(), log_path="runs/revisions/judge.jsonl"))``.
     """
-    from kvprobe.studies.judge import BatchedJudge
+    from kvprobe.studies.common.judge import BatchedJudge
 
     return BatchedJudge(client, labels=JUDGE_LABELS, **protocol)
 
@@ -108,7 +108,7 @@ def grade_run(run_dir: str | Path, judge: "BatchedJudge", out_name: str = GRADES
     ``grader``. Rows with an empty displayed answer are ``wrong`` without asking. The articles are
     rebuilt from the run's ``config.json`` (their hash must match).
     """
-    from kvprobe.studies.runner import read_rows
+    from kvprobe.studies.common.runner import read_rows
     from .study import study_from_config
 
     if set(judge.labels) != set(JUDGE_LABELS):

@@ -4,7 +4,7 @@ The paper uses "the released Wikipedia-history subset of MINTEval" (seed L6785-6
 does not describe the release's file format, and the data is not available offline
 (../shared/data/README.md). The schema below is inferred from what the paper says a
 history and a question carry (seed L6781-6830; spec partE E9), and is the one the
-generated demonstration set (``generate.py``) is written in::
+generated demonstration set (``data.py``) is written in::
 
     {"articles": [
       {"article_id": "a001",                      # unique in the file
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvprobe.studies.datafiles import need_fields, need_unique
+from kvprobe.studies.datasets.datafiles import need_fields, need_unique
 from . import strings
 
 #: The question types the paper names (seed L6822-6829).

@@ -58,7 +58,7 @@ HISTORY_INTRO = ("Below is the revision history of the article \"{title}\", olde
 SEGMENT_JOINER = "\n\n"
 
 # --------------------------------------------------------------------------- generated questions (ours)
-# The generated demonstration set (generate.py) asks these, one family per paper type. {phrase} is
+# The generated demonstration set (data.py) asks these, one family per paper type. {phrase} is
 # an edited word's context with the word as "___" (three words on each side).
 Q_SIMPLE = "In the final revision, which word fills the blank in \"{phrase}\"?"
 Q_HISTORY_WORD = ("Revision {revision} changed the word in the blank of \"{phrase}\". "

@@ -17,7 +17,7 @@ Articles whose history, longest question and answer budget do not fit the model'
 context are skipped (rows marked ``skipped``; the paper kept the 161 of 196 histories
 that fit, L6789-6791). Answers are graded by the rule grader (``grading.py``); the
 paper's LLM judge is ``grading.grade_run``. Data: the generated demonstration set
-(``generate.py``, the default) or a file in the schema of ``schema.py`` (``--source``).
+(``data.py``, the default) or a file in the schema of ``schema.py`` (``--source``).
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.studies.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, positions_needed, \
+from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, positions_needed, \
     require_at_least, require_choices, use_chat
-from kvprobe.studies.protocol import strings_sha256, study_parameters
-from kvprobe.studies.runner import CONFIG
+from kvprobe.studies.common.protocol import strings_sha256, study_parameters
+from kvprobe.studies.common.runner import CONFIG
 from . import strings
 from .diff import UNITS
-from .generate import GENERATED, MAX_REVISIONS, REVISIONS_SEED, generate_articles
+from .data import GENERATED, MAX_REVISIONS, REVISIONS_SEED, generate_articles
 from .grading import RULE_GRADER, rule_grade
 from .history import changed_segments, question_text, segments, source_segments
 from .schema import QUESTION_TYPES, Article, RevisionsFormatError, dataset_sha256, load_revisions

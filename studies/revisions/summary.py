@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change
-from kvprobe.studies.figures import run_model
-from kvprobe.studies.report import Items, data_items, estimate, heading, ordered, run_time, table_head, table_row
-from kvprobe.studies.runner import read_rows, write_run_summary
+from kvprobe.studies.common.figures import run_model
+from kvprobe.studies.common.report import Items, data_items, estimate, heading, ordered, run_time, table_head, table_row
+from kvprobe.studies.common.runner import read_rows, write_run_summary
 from . import strings
-from kvprobe.studies.answers import capped_first
+from kvprobe.studies.common.answers import capped_first
 
 from .grading import GRADES, OUTCOMES, RULE_GRADER, read_grades
 from .schema import QUESTION_TYPES

@@ -21,7 +21,7 @@ from .grading import (
     grade_run,
 )
 from .history import ARMS, build_prompt
-from .longmemeval import (
+from .data import (
     LongMemEvalFormatError,
     Question,
     load_longmemeval,

@@ -23,7 +23,7 @@ LongMemEval rubric, which needs a network):
   :data:`DECLINE_PHRASES` (e.g. "don't know", "not mentioned", "no information").
 
 :class:`BatchedJudge` implements the paper's LLM-judge protocol (shared by every graded study:
-:mod:`kvprobe.studies.judge`) around a
+:mod:`kvprobe.studies.common.judge`) around a
 :class:`JudgeClient` that users implement (the stub: nothing here opens a
 network connection): empty answers are marked incorrect without asking; every
 other task becomes its full rubric prompt (``rubric(task)``; default
@@ -45,9 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from kvprobe.studies import judge
-from kvprobe.studies.answers import DECLINE_PHRASES, NUMBER_WORDS, _apostrophes, declines  # noqa: F401 (re-exported)
-from kvprobe.studies.judge import JudgeClient, JudgeError, JudgeReply  # noqa: F401 (re-exported)
+from kvprobe.studies.common import judge
+from kvprobe.studies.common.answers import DECLINE_PHRASES, NUMBER_WORDS, _apostrophes, declines  # noqa: F401 (re-exported)
+from kvprobe.studies.common.judge import JudgeClient, JudgeError, JudgeReply  # noqa: F401 (re-exported)
 
 from . import strings
 
@@ -126,10 +126,10 @@ def paraphrased_rubric(task: GradeTask) -> str:
 
 
 class BatchedJudge:
-    """A :class:`Grader` asking a judge model yes/no through the shared protocol (:mod:`kvprobe.studies.judge`):
+    """A :class:`Grader` asking a judge model yes/no through the shared protocol (:mod:`kvprobe.studies.common.judge`):
     empty answers are incorrect without asking; every other task becomes its full ``rubric(task)`` prompt.
     Keyword arguments (``batch_size``, ``seed``, ``max_retries``, ``log_path``, ``name``) go to
-    :class:`kvprobe.studies.judge.BatchedJudge`."""
+    :class:`kvprobe.studies.common.judge.BatchedJudge`."""
 
     def __init__(self, client: JudgeClient, rubric: Callable[[GradeTask], str] = paraphrased_rubric,
                  **protocol: Any) -> None:
@@ -161,7 +161,7 @@ def grade_run(run_dir: str | Path, grader: Grader, out_name: str = GRADES) -> Pa
     """Grade every generated row of a run with ``grader``; write ``out_name`` (one JSON line per
     (case_id, arm): correct, explanation, grader). :func:`summary.write_summary` reads it with
     ``grades=``. Rows are passed in file order; a batching grader shuffles them itself."""
-    from kvprobe.studies.runner import read_rows
+    from kvprobe.studies.common.runner import read_rows
 
     rows = [r for r in read_rows(run_dir) if not r.get("skipped")]
     verdicts = grader.grade([task_of(r) for r in rows])

@@ -41,7 +41,7 @@ from kvprobe.interventions import SessionOrderBias, session_gate
 from kvprobe.prompts import SpanError, TokenSpan
 
 from . import strings
-from .longmemeval import Question, parse_date
+from .data import Question, parse_date
 
 ARMS = ("full", "soft", "hard")
 ORDERS = ("timestamp", "file")

@@ -13,7 +13,7 @@ tokens (EOS stop, native chat template; paper E1: 128, E3: 256), every (case,
 arm) row of a batch in one ``decoding.answer`` call. The run loop (prefill, the
 batched call, the common row columns, ``check_unchanged`` proving the prefilled
 K/V untouched after each case) is the protocol's
-(``studies.protocol.HistoryStudy``). Rows are graded by ``grading.RuleGrader``,
+(``studies.common.protocol.HistoryStudy``). Rows are graded by ``grading.RuleGrader``,
 a batch at a time (regrade a run with any :class:`grading.Grader` via
 ``grading.grade_run``).
 
@@ -38,10 +38,10 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.studies.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
+from kvprobe.studies.common.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices, use_chat)
-from kvprobe.studies.protocol import strings_sha256, study_parameters
-from . import fixtures, grading, history, longmemeval, strings
+from kvprobe.studies.common.protocol import strings_sha256, study_parameters
+from . import fixtures, grading, history, data, strings
 
 #: Answer budget (paper E1, app:v8_public L5916: "up to 128 new tokens"; E3 used 256).
 MAX_NEW_TOKENS = 128
@@ -54,7 +54,7 @@ QUERY = "question"
 class SessionBiasCase:
     """One question of the selected split."""
 
-    question: longmemeval.Question
+    question: data.Question
     split: str
     crosses_split: bool
 
@@ -94,33 +94,33 @@ class SessionBiasStudy(HistoryStudy):
     max_history_tokens: int | None = None
     #: Questions answered in one batch.
     cases_per_batch: int = 2
-    _questions: list[longmemeval.Question] | None = field(default=None, repr=False, compare=False)
+    _questions: list[data.Question] | None = field(default=None, repr=False, compare=False)
     _cases: list[SessionBiasCase] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.arms = tuple(self.arms)
         if not self.arms:
             raise InvalidParameter("arms", f"must be a non-empty subset of {history.ARMS}, got {self.arms}")
-        require_choices(self, arms=history.ARMS, split=longmemeval.SPLITS, order=history.ORDERS)
+        require_choices(self, arms=history.ARMS, split=data.SPLITS, order=history.ORDERS)
         if self.skip_inactive and "full" not in self.arms:
             raise InvalidParameter("skip_inactive", "copies the full answer, so arms must include 'full'")
         require_at_least(self, n=1, fixture_bases=1, max_new_tokens=1, max_history_tokens=1, cases_per_batch=1)
 
     # ------------------------------------------------------------------ data
 
-    def source_questions(self) -> list[longmemeval.Question]:
+    def source_questions(self) -> list[data.Question]:
         """Every question of the source (before the split; loaded once)."""
         if self._questions is None:
             self._questions = (fixtures.generate(self.fixture_bases, self.fixture_seed) if self.source == FIXTURES
-                               else longmemeval.load_longmemeval(self.source))
+                               else data.load_longmemeval(self.source))
         return self._questions
 
     def cases(self) -> list[SessionBiasCase]:
         """The first ``n`` questions of the split, in file order."""
         if self._cases is None:
             everything = self.source_questions()
-            chosen = longmemeval.select_split(everything, self.split)
-            crossing = longmemeval.groups_crossing(everything)
+            chosen = data.select_split(everything, self.split)
+            crossing = data.groups_crossing(everything)
             if self.n is not None:
                 chosen = chosen[: self.n]
             self._cases = [SessionBiasCase(q, self.split, q.group in crossing) for q in chosen]
@@ -131,8 +131,8 @@ class SessionBiasStudy(HistoryStudy):
         cfg = study_parameters(self)
         cases = self.cases()
         cfg.update({
-            "dataset_sha256": longmemeval.dataset_hash(c.question for c in cases),
-            "dev_quotas": longmemeval.dev_quotas(self.source_questions()),
+            "dataset_sha256": data.dataset_hash(c.question for c in cases),
+            "dev_quotas": data.dev_quotas(self.source_questions()),
             "grader": grading.RuleGrader.name,
             "strings_sha256": strings_hash(),
             "template_kwargs": strings.TEMPLATE_KWARGS,
@@ -251,7 +251,7 @@ def strings_hash() -> str:
 
 
 def run(model: kvprobe.Model, out_dir: Path | str, study: SessionBiasStudy | None = None, progress: bool = True):
-    """``studies.runner.run_study`` of the study (default: fixtures, validation split)."""
-    from kvprobe.studies.runner import run_study
+    """``studies.common.runner.run_study`` of the study (default: fixtures, validation split)."""
+    from kvprobe.studies.common.runner import run_study
 
     return run_study(study or SessionBiasStudy(), model, out_dir, progress=progress)

@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change, percentile_interval
-from kvprobe.studies.report import Items, corrections_reversals, data_items, estimate, heading, ordered, run_time, table_head, table_row
-from kvprobe.studies.runner import read_rows, write_run_summary
+from kvprobe.studies.common.report import Items, corrections_reversals, data_items, estimate, heading, ordered, run_time, table_head, table_row
+from kvprobe.studies.common.runner import read_rows, write_run_summary
 from .history import ARMS
-from .longmemeval import QUESTION_TYPES
+from .data import QUESTION_TYPES
 
 Case = dict[str, Any]
 #: (key, label, membership of a case); a case is its full-arm (or first) row.

@@ -22,10 +22,10 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.studies.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices
-from kvprobe.studies.protocol import strings_sha256, study_parameters
+from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices
+from kvprobe.studies.common.protocol import strings_sha256, study_parameters
 from . import strings
-from .events import LATER_VARIANTS, SPLITS, Event, generate_events
+from .data import LATER_VARIANTS, SPLITS, Event, generate_events
 
 CONDITIONS = ("full", "source", "control")
 #: Prompt formats: the paper's segment-by-segment encoding, the whole prefix encoded at once (its
@@ -230,7 +230,7 @@ class OaksStudy(EventStudy):
     name: ClassVar[str] = "oaks"
     trailing_newline: ClassVar[bool] = True
     #: "demonstration" (an OAKS-schema set generated from the PG-19 novel in ../shared/data/pg19, labelled as
-    #: generated) or the path of an OAKS JSON file in the schema of studies/oaks_data.py.
+    #: generated) or the path of an OAKS JSON file in the schema of studies/datasets/oaks.py.
     source: str = DEMONSTRATION
     #: Books: evaluation (the paper's 5 held-out books), calibration, development (9) or all.
     split: str = "evaluation"
@@ -241,9 +241,9 @@ class OaksStudy(EventStudy):
         super().__post_init__()
         require_choices(self, split=OAKS_SPLITS, encoding=("segments", "whole"))
         if self.source != DEMONSTRATION:
-            from kvprobe.studies.protocol import InvalidParameter
+            from kvprobe.studies.common.protocol import InvalidParameter
 
-            from kvprobe.studies.oaks_data import OaksFormatError
+            from kvprobe.studies.datasets.oaks import OaksFormatError
             try:  # read the file now, so a bad file fails before any model loads
                 self.events()
             except (OSError, OaksFormatError) as e:
@@ -253,10 +253,10 @@ class OaksStudy(EventStudy):
         return (self.encoding,)
 
     def books(self) -> list:
-        from kvprobe.studies import oaks_data as oaks
+        from kvprobe.studies.datasets import oaks
 
         if self.source == DEMONSTRATION:
-            from kvprobe.studies.filler import PG19_DIR
+            from kvprobe.studies.datasets.filler import PG19_DIR
 
             books = sorted(PG19_DIR.glob("*.txt"))
             if not books:
@@ -266,7 +266,7 @@ class OaksStudy(EventStudy):
 
     def events(self) -> list[Event]:
         if self._events is None:
-            from kvprobe.studies import oaks_data as oaks
+            from kvprobe.studies.datasets import oaks
 
             books = self.books()
             splits = oaks.split_books(books)

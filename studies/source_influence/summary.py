@@ -35,10 +35,11 @@ import numpy as np
 from kvprobe.readouts.stats import DRAWS, balanced_mean, group_bootstrap_weights, one_sided_lower, \
     percentile_interval
 from kvprobe.files import atomic_write_text
-from kvprobe.studies.oaks_data import items as oaks_items
+from kvprobe.studies.datasets.oaks import items as oaks_items
 from kvprobe.studies.recognition.role_pairs import ITEMS as PAIR_ITEMS
-from kvprobe.studies.report import Items, estimate, items_lines, heading, run_time, table_head
-from kvprobe.studies.runner import read_rows, write_run_summary
+from kvprobe.studies.registry import items_lines
+from kvprobe.studies.common.report import Items, estimate, heading, run_time, table_head
+from kvprobe.studies.common.runner import read_rows, write_run_summary
 from . import paper
 from .study import CONDITIONS, FORMATS
 
@@ -169,7 +170,7 @@ FORMAT_NAMES = {"segments": "segments encoded one by one", "whole": "prefix enco
 
 
 def items(config: dict[str, Any]) -> Items:
-    """Where a run's items come from: the role-matched pairs, or OAKS questions (``oaks_data.items``)."""
+    """Where a run's items come from: the role-matched pairs, or OAKS questions (``datasets.oaks.items``)."""
     return oaks_items(config.get("study_config", {}).get("source")) if config.get("study") == "oaks" else PAIR_ITEMS
 
 

@@ -11,7 +11,7 @@ one process, one after another, over ``rounds`` rounds whose order alternates
 * ``ray 2x1``: two Ray workers with one thread each.
 
 Reported per configuration: the run's seconds (first batch to last row on disk,
-from :class:`~studies.runner.RunInfo`), cases per second, the start-up seconds
+from :class:`~studies.common.runner.RunInfo`), cases per second, the start-up seconds
 (model load; for Ray also starting Ray and the workers), the speed-up over
 ``ray 1x1`` and ``local x1`` measured in the same round, and peak resident
 memory of each process (driver and workers, ``VmHWM``, the driver's reset
@@ -48,10 +48,10 @@ from kvprobe.files import atomic_write_text
 from kvprobe.sharding import ModelSpec, assign_shards
 from kvprobe.workers import RayOptions, WorkerPool
 
-from kvprobe.studies.quantity_task import tasks
+from kvprobe.studies.datasets.quantity_task import tasks
 from kvprobe.studies.quantity.study import QuantityStudy
 from kvprobe.studies.recognition.questions import signed_loo_scores
-from kvprobe.studies.runner import RESULTS, run_study
+from kvprobe.studies.common.runner import RESULTS, run_study
 
 from .measure import peak_rss_bytes, reset_peak, schedule, timed, weight_bytes
 

@@ -25,12 +25,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import kvprobe
-from kvprobe.readouts.stats import QUANTITY_SEED
-from kvprobe.studies.report import Items
+
+from kvprobe.studies.common.report import Items
 
 from . import strings
 
-#: Where reports on this task say their items come from (``studies.report.Items``).
+#: 20260916 again: quantity task generation (``studies.datasets.quantity_task.tasks.TaskConfig``; the
+#: cross-checkpoint and detection studies' quantity cases).
+QUANTITY_SEED = 20260916
+
+#: Where reports on this task say their items come from (``studies.common.report.Items``).
 ITEMS = Items("reconstruction",
               "the quantity task: the paper's quoted system, record and question strings; our entities, "
               "values, units, notes and layout")
@@ -304,7 +308,7 @@ def study_conditions(history: kvprobe.History, case: Case, operations: bool = Tr
     if operations:
         from kvprobe.interventions import Compact, Rebuild, TextRecompute
 
-        from kvprobe.studies.conditions import supported
+        from kvprobe.studies.common.conditions import supported
 
         # Operations the model's architecture cannot support (compaction with recurrent
         # layers...) are left out, with a warning saying why.

@@ -11,7 +11,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-PG19_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "pg19"
+PG19_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "pg19"
 
 _START = re.compile(r"\*\*\* ?START OF (?:THE|THIS) PROJECT GUTENBERG[^\n]*\n")
 _END = re.compile(r"\*\*\* ?END OF (?:THE|THIS) PROJECT GUTENBERG")

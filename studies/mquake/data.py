@@ -16,9 +16,11 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from kvprobe.readouts.stats import MQUAKE_SAMPLE_SEED
 
-from kvprobe.studies.mquake_data.schema import MQuAKECase, MQuAKEFormatError, load_mquake
+from kvprobe.studies.datasets.mquake.schema import MQuAKECase, MQuAKEFormatError, load_mquake
+
+#: 20260920 + h: the sample of h-hop cases from a released MQuAKE file (paper L1376-1377).
+MQUAKE_SAMPLE_SEED = 20260920
 
 
 def sample_released(path: str | Path, hops: tuple[int, ...], n_per_hop: int,

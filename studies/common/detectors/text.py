@@ -6,7 +6,7 @@ prompts (:mod:`.strings`): the *direct* and *expanded* relation classifiers
 (``{"same_slot": ..., "old_current": ..., "later_current": ...}``). A fourth,
 *yes-no*, scores the single next-token answer YES against NO.
 
-Every output is parsed strictly (:func:`studies.answers.parse_object`) and
+Every output is parsed strictly (:func:`studies.common.answers.parse_object`) and
 every failure is kept with its reason. Decisions are three-valued:
 ``"replacement"``, ``"no_replacement"`` or ``"unresolved"``; an unresolved
 verdict never triggers a mask (paper L2578-2580).
@@ -41,8 +41,8 @@ from typing import Any, Sequence
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.studies.answers import normalize, parse_object
-from kvprobe.studies.protocol import use_chat
+from kvprobe.studies.common.answers import normalize, parse_object
+from kvprobe.studies.common.protocol import use_chat
 from . import strings
 
 REPLACEMENT, NO_REPLACEMENT, UNRESOLVED = "replacement", "no_replacement", "unresolved"
@@ -79,7 +79,7 @@ class Verdict:
 
     Attributes:
         decision: ``replacement``, ``no_replacement`` or ``unresolved``.
-        reason: ``"ok"``, a parse failure (:data:`studies.answers.FAILURES`) or a
+        reason: ``"ok"``, a parse failure (:data:`studies.common.answers.FAILURES`) or a
             field failure (``"missing:<field>"``, ``"type:<field>"``, ``"empty:<field>"``).
         fields: the parsed object (empty when parsing failed).
     """

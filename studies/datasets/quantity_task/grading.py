@@ -3,7 +3,7 @@
 Source: spec ``../shared/spec/partC.md`` section 2 (paper L3419-3429,
 L4023-4052, L4420-4442, L4817-4825). The model is asked for exactly one JSON
 string field ``{"answer": "<value>"}`` (system string in
-:mod:`studies.quantity_task.strings`, spec section 1.2). References are complete
+:mod:`studies.datasets.quantity_task.strings`, spec section 1.2). References are complete
 quantities ``"{num} {plural unit}"`` (e.g. ``"233 hours"``) or a color label.
 
 Rules implemented here
@@ -15,7 +15,7 @@ The paper reports three scoring rules on the same texts (L4029-4037, L4817-4821)
   is never complete, even when its prefix holds a correct JSON answer
   (L4035-4038). It gets the category ``"capped"`` plus the capped-output
   diagnostics.
-* **Answer-field parser** (rules 1-2; :func:`studies.answers.parse_answer_field`).
+* **Answer-field parser** (rules 1-2; :func:`studies.common.answers.parse_answer_field`).
   After stripping surrounding whitespace (our choice: whitespace is not "text"),
   the whole response must be one JSON object with an ``answer`` field; the paper's
   parser "permits additional fields" (L4819-4821), so they are accepted. A numeric
@@ -24,7 +24,7 @@ The paper reports three scoring rules on the same texts (L4029-4037, L4817-4821)
   correct fenced responses as format failures under these rules, L4080-4081),
   invalid JSON (incl. unquoted ``{"answer": UNKNOWN}``), several objects, any text
   outside, duplicate keys (our choice; the paper names them only for rule 3).
-* **Strict single-field parse** (rule 3; :func:`studies.answers.parse_strict`). The
+* **Strict single-field parse** (rule 3; :func:`studies.common.answers.parse_strict`). The
   entire response must hold exactly one string-valued ``answer`` field: extra
   fields, a non-string value (``{"answer": 628}``), duplicate keys, several objects
   or fences and any text outside are rejected; exactly one outer Markdown code
@@ -32,7 +32,7 @@ The paper reports three scoring rules on the same texts (L4029-4037, L4817-4821)
   (L4031-4035). ``strict_single_field`` records single-field validity without any
   fence allowance (L4820-4825), whatever the rule.
 * **Rule 1, exact** (``"exact"``, pre-specified primary): answer-field parser; the
-  answer equals the reference after :func:`studies.answers.normalize` (casefold,
+  answer equals the reference after :func:`studies.common.answers.normalize` (casefold,
   collapse whitespace). ``261 liter``, ``628 min`` and ``181 V`` are not complete
   under it.
 * **Rule 2, equivalent units** (``"equivalent"``, post hoc): answer-field parser;
@@ -80,7 +80,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterable
 
-from kvprobe.studies.answers import (FENCE, UNKNOWN, ParseResult, find_answers, first_answer, normalize,
+from kvprobe.studies.common.answers import (FENCE, UNKNOWN, ParseResult, find_answers, first_answer, normalize,
                                     parse_answer_field, parse_strict)
 
 __all__ = [
@@ -245,7 +245,7 @@ class Grade:
         answer: the answer string the rule's parser read, or None.
         strict_single_field: valid single string field without fence allowance.
         fenced: the response had one outer code fence.
-        parse_reason: :attr:`studies.answers.ParseResult.reason` of the rule's parse.
+        parse_reason: :attr:`studies.common.answers.ParseResult.reason` of the rule's parse.
         rule: one of :data:`RULES`.
         magnitude: for quantity answers with a leading number: ``"reference"``,
             ``"old"``, ``"auxiliary"`` or ``"other"``; else None.

@@ -7,7 +7,7 @@ studies share lives here, once:
 * prefill each case's prompt, reusing the K/V of the previous case in the batch
   when :meth:`HistoryStudy.reuse_key` says they share a prefix (and the same
   history object when the prompts are identical);
-* keep only the conditions the model supports (:func:`kvprobe.studies.conditions.supported`),
+* keep only the conditions the model supports (:func:`kvprobe.studies.common.conditions.supported`),
   each prepared once per case (``kvprobe.Prepared.of``: a recompute runs once for
   all its questions);
 * answer every (case, question, condition) of a batch in one batched call
@@ -199,7 +199,7 @@ def require_fits(model: kvprobe.Model, case_id: str, history_tokens: int, questi
 
 
 class Study:
-    """Base of every study: what the runner (:func:`kvprobe.studies.runner.run_study`) needs.
+    """Base of every study: what the runner (:func:`kvprobe.studies.common.runner.run_study`) needs.
 
     A study is a ``@dataclass`` subclass: its parameters are fields, each with a ``#:``
     comment above it (``kvprobe run NAME --help`` shows it), and fields starting with ``_``

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
-from kvprobe.studies.answers import UNKNOWN, normalize
-from kvprobe.studies.quantity_task.grading import unit_canonical
+from kvprobe.studies.common.answers import UNKNOWN, normalize
+from .quantity_task.grading import unit_canonical
 
 #: The paper's six categories, in its order (seed L5527-5530).
 VALUE_CATEGORIES = ("correct", "magnitude_only", "old_value", "other_value", "unknown", "invalid_format")

@@ -1,6 +1,6 @@
 """The repeated-request workload's histories and questions (paper partE E6-E7, L6428-6500).
 
-Thirty record histories (``studies.record_histories``, test split), one relation variant
+Thirty record histories (``studies.datasets.record_histories``, test split), one relation variant
 each: history ``i`` takes family ``FAMILIES[i % 5]``, that family's item ``i // 5`` and
 variant ``RECORD_VARIANTS[i % 6]``. Since 5 and 6 are coprime, the 30 histories hold
 every (family, variant) pair once: six per family, five per variant, 15 replacements
@@ -38,14 +38,14 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import kvprobe
-from kvprobe.readouts.stats import RECORDS_SEED as SEED  # the study's default (requests.study imports it)
-from kvprobe.studies.detectors import strings
-from kvprobe.studies.detectors.text import RecordPair
-from kvprobe.studies.filler import filler_sentences
+from kvprobe.studies.recognition.records import RECORDS_SEED as SEED
+from kvprobe.studies.common.detectors import strings
+from kvprobe.studies.common.detectors.text import RecordPair
+from kvprobe.studies.datasets.filler import filler_sentences
 from kvprobe.studies.recognition import families
 from kvprobe.studies.recognition.cases import FAMILIES, expected_answer
 from kvprobe.studies.recognition.records import RECORD_VARIANTS, SLOT_INDICES
-from kvprobe.studies.record_histories import RecordHistory, question_text, record_histories
+from kvprobe.studies.datasets.record_histories import RecordHistory, question_text, record_histories
 
 #: Query kinds in the paper's order (L6435-6437).
 ORDER = ("current", "historical", "unrelated", "current", "current", "historical", "unrelated", "current",
@@ -58,7 +58,7 @@ BACKGROUND_PLACES = ("after_time1", "before_time1")
 #: Seed of the record dataset (``studies.recognition``) and of the background lines.
 
 # Question wordings (ours). The first of each kind is the records study's wording
-# (studies.detectors.strings); the k-th question of a kind names the attribute with the
+# (studies.common.detectors.strings); the k-th question of a kind names the attribute with the
 # split's slot phrasing k % 2.
 CURRENT_QUERIES = (strings.CURRENT_QUERY, "What is {slot} now, after the Time 2 record?",
                    "According to the latest record, what is {slot} currently?",

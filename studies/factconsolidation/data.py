@@ -32,10 +32,13 @@ import json
 import random
 from dataclasses import dataclass, field
 
-from kvprobe.studies.mquake_data.generate import RELATIONS, World, _edit_chain, _sample_chain, multihop_questions
+from kvprobe.studies.datasets.mquake.generate import RELATIONS, World, _edit_chain, _sample_chain, multihop_questions
 
 from .mapping import relation_templates
 from .schema import FactRow, to_json
+
+#: 20260922: the offline FactConsolidation histories (``studies.factconsolidation.data``).
+FACTCONSOLIDATION_SEED = 20260922
 
 #: Target context length in tokens per generated tier: 8k leaves SmolLM2's 8,192-token window room for the
 #: prompt template, the question and a 256-token answer; 1k is a quick tier of ours for tests and smoke runs.

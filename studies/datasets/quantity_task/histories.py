@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import kvprobe
-from kvprobe.studies.protocol import HistoryStudy
+from kvprobe.studies.common.protocol import HistoryStudy
 from . import tasks
 
 
 class QuantityTaskHistories(HistoryStudy):
-    """A :class:`~kvprobe.studies.protocol.HistoryStudy` whose cases are quantity-task cases
+    """A :class:`~kvprobe.studies.common.protocol.HistoryStudy` whose cases are quantity-task cases
     (:class:`tasks.Case`): resampled by group, prompted with :func:`tasks.build_prompt`, and the
     second information condition of a group reuses the first one's K/V up to record B (the two
     differ only in B, the last segment)."""

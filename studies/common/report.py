@@ -1,4 +1,4 @@
-"""Markdown pieces every study's ``report.md`` is built from (``kvprobe.studies.report``).
+"""Markdown pieces every study's ``report.md`` is built from (``kvprobe.studies.common.report``).
 
 Estimates with intervals, paired changes, table heads and rows, the run-time sentence and
 the known-first order of report rows. Each helper reproduces, character for character, what
@@ -29,8 +29,8 @@ from kvprobe.readouts.stats import MIN_HISTORIES, MIN_RESAMPLED_UNITS, small_sam
 
 __all__ = ["COVERAGE_COLUMNS", "FLOOR", "INCONCLUSIVE", "ITEM_KINDS", "Items", "NOT_TESTABLE", "NO_CHANGE_RULE",
            "OPPOSITE", "REPLICATES", "VERDICT_RULE", "corrections_reversals", "coverage_rows", "data_items",
-           "estimate", "format_change", "heading", "interval", "items_lines", "model_name", "nested_note", "ordered",
-           "run_items", "run_time", "small_sample_note", "table_head", "table_row", "testable", "verdict",
+           "estimate", "format_change", "heading", "interval", "model_name", "nested_note", "ordered",
+           "run_time", "small_sample_note", "table_head", "table_row", "testable", "verdict",
            "verdict_cell"]
 
 
@@ -71,7 +71,7 @@ COVERAGE_COLUMNS = ("coverage", "net [95% CI]", "random", "excess pp [95% CI]")
 
 
 def coverage_rows(curve: dict[str, Any]) -> list[list[str]]:
-    """Table cells (:data:`COVERAGE_COLUMNS`) of a coverage curve (``studies.detectors.coverage.coverage_curve``)
+    """Table cells (:data:`COVERAGE_COLUMNS`) of a coverage curve (``studies.common.detectors.coverage.coverage_curve``)
     at every 20 % of coverage."""
     rows = []
     for i, cov in enumerate(curve["coverage"]):
@@ -115,24 +115,6 @@ def data_items(data: str | None, generated: str, released: str) -> Items:
     if data in (None, "generated"):
         return Items("released-schema", generated)
     return Items("released", f"{released} (`{str(data).rstrip('/').rsplit('/', 1)[-1]}`)")
-
-
-def run_items(config: dict[str, Any]) -> list[Items]:
-    """Where a run's items come from, as its study declares it: the study's summary module (``studies.registry``)
-    has ``items(config)`` or a constant ``ITEMS``."""
-    import importlib
-
-    from kvprobe.studies.registry import entry
-
-    module = importlib.import_module(entry(config["study"]).summary)
-    found = module.items(config) if hasattr(module, "items") else module.ITEMS
-    return [found] if isinstance(found, Items) else list(found)
-
-
-def items_lines(configs: Iterable[dict[str, Any]]) -> list[str]:
-    """The Items lines of several runs (a panel), each distinct line once, then a blank line."""
-    lines = list(dict.fromkeys(i.line() for c in configs for i in run_items(c)))
-    return [*lines, ""] if lines else []
 
 
 # --------------------------------------------------------------------------- verdicts

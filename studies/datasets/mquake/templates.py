@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 #: Where the upstream relation templates live (read at run time; not copied into the repository).
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "mquake" / "prompts" / "templates"
+TEMPLATE_DIR = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "mquake" / "prompts" / "templates"
 #: Wikidata relations the generator uses (their cloze and question templates come from TEMPLATE_DIR).
 RELATIONS = ("P17", "P19", "P26", "P27", "P35", "P36", "P37", "P108", "P112", "P159", "P169", "P1412")
 

@@ -26,10 +26,12 @@ import json
 import random
 from dataclasses import dataclass
 
-from kvprobe.readouts.stats import MQUAKE_SEED
 
 from . import templates as strings
 from .schema import MQuAKECase, Orig, Rewrite, SingleHop, Target, to_json
+
+#: 20260912: contextual MQuAKE case generation (``studies.datasets.mquake.generate``).
+MQUAKE_SEED = 20260912
 
 DEFAULT_N_PER_HOPS = {2: 200, 3: 200, 4: 200}
 

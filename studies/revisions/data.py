@@ -37,7 +37,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvprobe.studies.answers import NUMBER_WORDS
+from kvprobe.studies.common.answers import NUMBER_WORDS
 from . import strings
 from .book import STOP, Book, load_book, windows
 from .schema import Article, Revision, RevisionQuestion

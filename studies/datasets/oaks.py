@@ -41,9 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvprobe.readouts.stats import OAKS_DEMO_SEED
-from kvprobe.studies.datafiles import need_fields
-from kvprobe.studies.report import Items, data_items
+from .datafiles import need_fields
+from kvprobe.studies.common.report import Items, data_items
+
+#: 20260921: the offline OAKS-schema demonstration set built from the PG-19 novel (``studies.datasets.oaks``).
+OAKS_DEMO_SEED = 20260921
 
 #: Books per split, in hash order (paper L1833-1834: 9/5/5).
 SPLIT_SIZES = {"development": 9, "calibration": 5, "evaluation": 5}
@@ -235,7 +237,7 @@ def load_books(source: str) -> list[Book]:
     Example: ``load_books("tests/fixtures/oaks_sample.json")[0].book_id == "fixture-book-0"``.
     """
     if source == DEMONSTRATION:
-        from kvprobe.studies.filler import PG19_DIR
+        from .filler import PG19_DIR
 
         novels = sorted(PG19_DIR.glob("*.txt"))
         if not novels:

@@ -34,12 +34,14 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kvprobe.readouts.stats import MINTEVAL_SEED
 
 from .questions import candidates
 from .schema import QUESTION_TYPES, Event, Session, SessionQuestion
 from .state import replay
 from .stories import BABI_FILES, SourceStory, read_stories
+
+#: 20260914: the offline MINTEval sessions generated from bAbI stories (``studies.minteval.data``).
+MINTEVAL_SEED = 20260914
 
 TASKS = ("qa1", "qa2", "qa3", "qa5")
 #: The paper's session count and event range (L1347-1348).

@@ -1,6 +1,6 @@
 """The factorial's cells: which record cases, which B, which note, which question (paper app:v17_scope).
 
-Two matrices on the 300 synthetic test histories (:func:`kvprobe.studies.record_histories.record_histories`
+Two matrices on the 300 synthetic test histories (:func:`kvprobe.studies.datasets.record_histories.record_histories`
 with the deadline family in hours, as the paper's dataset states its quantity targets):
 
 * ``quantity``: the replacement, role-swap and explicit-rejection cases of the ten deadline groups
@@ -27,11 +27,11 @@ import re
 from dataclasses import dataclass
 
 import kvprobe
-from kvprobe.readouts.stats import RECORDS_SEED
-from kvprobe.studies.answers import canonical_answer
-from kvprobe.studies.detectors import strings as record_strings
-from kvprobe.studies.detectors.strings import TIME_2
-from kvprobe.studies.record_histories import RecordHistory, question_text, record_histories, with_note
+from kvprobe.studies.recognition.records import RECORDS_SEED
+from kvprobe.studies.common.answers import canonical_answer
+from kvprobe.studies.common.detectors import strings as record_strings
+from kvprobe.studies.common.detectors.strings import TIME_2
+from kvprobe.studies.datasets.record_histories import RecordHistory, question_text, record_histories, with_note
 
 from . import strings
 

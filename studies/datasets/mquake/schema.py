@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvprobe.studies.datafiles import need_fields
+from kvprobe.studies.datasets.datafiles import need_fields
 
 
 class MQuAKEFormatError(ValueError):

@@ -1,7 +1,7 @@
 """Synthetic record histories for generation (paper partD section 3, L5437-5491).
 
 Shared by the records, query-aware and requests studies (answers graded with
-:func:`studies.answers.grade`).
+:func:`studies.common.answers.grade`).
 
 Each history is one D3 test case (``studies.recognition.records``: 50 items x 6
 variants = 300) laid out as the paper's user message: ``Ordered records:``,
@@ -16,7 +16,7 @@ variants = 300) laid out as the paper's user message: ``Ordered records:``,
 UNCLEAR (paper), our choices: the other record is record A of the next item of the
 same split and family (the first later item whose entity differs from this item's
 entities and whose value differs from both candidate values), so it uses the same
-wording and vocabulary as A; the query wordings (:mod:`studies.detectors.strings`)
+wording and vocabulary as A; the query wordings (:mod:`studies.common.detectors.strings`)
 name the attribute with the split's first slot phrasing.
 """
 
@@ -26,8 +26,8 @@ import dataclasses
 from dataclasses import dataclass
 
 import kvprobe
-from kvprobe.readouts.stats import RECORDS_SEED
-from kvprobe.studies.detectors import strings
+from kvprobe.studies.recognition.records import RECORDS_SEED
+from kvprobe.studies.common.detectors import strings
 from kvprobe.studies.recognition import families
 from kvprobe.studies.recognition.cases import RecognitionCase, expected_answer
 from kvprobe.studies.recognition.records import SLOT_INDICES, generate_records

@@ -25,6 +25,9 @@ from kvprobe.studies.recognition.role_pairs import generate_role_pairs
 
 from . import strings
 
+#: 20260910 again: the paired prompt-format comparison's draws (paper L1889-1890, ``studies.source_influence``).
+PROMPT_FORMAT_SEED = 20260910
+
 SPLITS = ("evaluation", "development", "all")
 #: Role-pair variants that can serve as the later source.
 LATER_VARIANTS = ("supersedes", "duplicate")

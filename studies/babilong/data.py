@@ -37,9 +37,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kvprobe.studies.datafiles import need_fields
+from kvprobe.studies.datasets.datafiles import need_fields
 
-from kvprobe.studies.babi import Story
+from kvprobe.studies.datasets.babi import Story
 from .samples import BABI_FILES, CountTokens, Sample, _stories, question_list, test_100_pairs, word_count_tokens
 
 #: The fields of a released record.
@@ -68,7 +68,7 @@ def split_file(folder: str | Path, task: str, length: str) -> Path:
         if path.exists():
             return path
     raise BabilongFormatError(f"{folder}: no {length}/{task}.jsonl or {length}/{task}.json (expected the released "
-                              "BABILong records saved per length and task; see kvprobe.studies.babilong.released)")
+                              "BABILong records saved per length and task; see kvprobe.studies.babilong.data)")
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ import numpy as np
 
 from kvprobe.interventions.text import NoContext, no_context_prompt
 from kvprobe.readouts.stats import DRAWS, bootstrap_mean, group_bootstrap_weights, percentile_interval
-from kvprobe.studies.report import estimate, table_head, table_row
+from .report import estimate, table_head, table_row
 
 __all__ = ["NO_CONTEXT", "NoContext", "no_context_prompt", "Outcome", "conditional_on_baseline", "conditional_table"]
 

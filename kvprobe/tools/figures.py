@@ -1,0 +1,84 @@
+"""Redraw every committed figure from its committed data (a summary, ``readouts.json``, ``map.json``, a
+benchmark's JSON) without touching anything else::
+
+    python -m kvprobe.tools.figures            # every figure under artifacts/
+    python -m kvprobe.tools.figures --check    # draw into a temporary folder, list figures that differ
+
+:func:`drawer` says how each committed PNG is drawn; ``tests/test_figures.py`` draws every one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kvprobe.studies import study_figures
+from kvprobe.tools.bench import long, operations
+
+
+def drawer(png: Path) -> Callable[[Path, Path], Any]:
+    """How the committed ``png`` is drawn: a function of (its folder, output path)."""
+    folder, name = png.parent, png.name
+    if (folder / "config.json").is_file() and name in ("figure.png", "coverage.png"):
+        study = json.loads((folder / "config.json").read_text()).get("study")
+        if study in study_figures.STUDY_FIGURES:
+            return study_figures.STUDY_FIGURES[study]
+    if name.startswith("coverage-") and (folder / "action.json").is_file():
+        return study_figures._calibration(name)
+    if name == "figure.png" and (folder / "readouts.json").is_file():
+        return study_figures._recognition
+    if name == "map.png" and (folder / "map.json").is_file():
+        return lambda f, out: study_figures.fact_map_example(json.loads((f / "map.json").read_text()), out)
+    if name == "long.png":
+        return lambda f, out: long.plot_long(json.loads((f / "long.json").read_text()), out)
+    if name == "operations.png":
+        return lambda f, out: operations.plot(json.loads((f / "operations.json").read_text()), out)
+    raise LookupError(f"{png}: no known way to draw it from committed data")
+
+
+def committed(root: Path) -> list[Path]:
+    """Every committed PNG under ``root/artifacts`` (git's list; the folder's files without git)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "ls-files", "artifacts/*.png", "artifacts/**/*.png"], cwd=root,
+                             capture_output=True, text=True, check=True).stdout.split()
+        if out:
+            return sorted(root / p for p in out)
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return sorted((root / "artifacts").glob("**/*.png"))
+
+
+def redraw(png: Path, out: Path | None = None) -> Path:
+    """Draw ``png`` again from its committed data, to ``out`` (default: in place)."""
+    out = Path(out) if out is not None else png
+    drawer(png)(png.parent, out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import tempfile
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--root", default=str(Path(__file__).resolve().parents[2]))
+    p.add_argument("--check", action="store_true", help="draw into a temporary folder; list figures that differ")
+    args = p.parse_args(argv)
+    root = Path(args.root)
+    differ = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, png in enumerate(committed(root)):
+            target = Path(tmp) / f"{i}.png" if args.check else png
+            redraw(png, target)
+            if args.check and target.read_bytes() != png.read_bytes():
+                differ.append(png)
+            print(("differs " if png in differ else "drawn   ") + str(png.relative_to(root)))
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
