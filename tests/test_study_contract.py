@@ -47,6 +47,33 @@ def test_study_class_follows_the_protocol(name):
     assert not missing, f"{name}: fields without a #: comment (their --help text): {missing}"
 
 
+#: The digests the protocol writes into every ``config.json`` (:meth:`Study.config`); no study spells its own.
+DIGESTS = {"case_ids_sha256", "data_sha256", "strings_sha256"}
+
+
+@pytest.mark.parametrize("name", list(STUDIES))
+def test_the_protocol_owns_cases_config_and_batch_state(name):
+    """A study declares its cases (``make_cases``), data digest, strings module and extra config keys; the
+    protocol computes the cases once and writes the config. Batch state travels in the protocol's ``Batch``:
+    the batch hooks take it, so no study keeps one batch's state in its fields."""
+    import inspect
+
+    cls = STUDIES[name].study_class()
+    overridden = [m for m in ("cases", "config") if m in vars(cls)]
+    assert not overridden, f"{name} overrides the protocol's {overridden}: declare make_cases/data_sha256/config_extra"
+    assert "make_cases" in {k for c in cls.__mro__ if c is not object for k in vars(c)} and \
+        cls.make_cases is not Study.make_cases, f"{name} supplies no make_cases()"
+    for hook, params in (("start_batch", ["self", "model", "batch"]), ("finish", ["self", "model", "rows", "batch"])):
+        if hook in vars(cls):
+            assert list(inspect.signature(getattr(cls, hook)).parameters) == params, f"{name}.{hook}"
+    study = cls(**SMALL[name])
+    assert study.cases() is study.cases(), "cases are computed once per parameter values"
+    config = study.config()
+    field_names = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
+    digests = {k for k in config if k not in field_names and ("sha256" in k or "hash" in k)}
+    assert digests <= DIGESTS, f"{name}: digest keys outside the protocol's one spelling: {sorted(digests - DIGESTS)}"
+
+
 @pytest.mark.parametrize("name", list(STUDIES))
 def test_help_lists_every_parameter(name, capsys):
     from kvprobe.cli import main

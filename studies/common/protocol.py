@@ -18,8 +18,14 @@ studies share lives here, once:
 
 A study is a dataclass subclass of :class:`HistoryStudy` that supplies its
 parameters as fields (with a docstring comment each: ``kvprobe run STUDY --help``
-shows them), ``cases()``, ``prompt()``, ``questions()``, ``conditions()`` and
-``row()`` (its own columns), plus the ``summary`` and ``report`` of its folder.
+shows them), ``make_cases()``, ``prompt()``, ``questions()``, ``conditions()`` and
+``row()`` (its own columns), plus the ``summary`` and ``report`` of its folder. The
+protocol computes the cases once per parameter values (:meth:`Study.cases`) and writes
+the config (:meth:`Study.config`: the fields, the case ids' digest, the study's data digest
+and its strings' digest); a study only declares what to add (:meth:`Study.data_sha256`,
+:attr:`Study.strings`, :meth:`Study.config_extra`). State one batch's hooks share travels in
+the :class:`Batch` the protocol hands them (``run.batch`` in the per-case hooks), never in
+study fields.
 Studies that differ in one respect override one hook (:meth:`answer` for
 reason-then-score, :meth:`rows` for several policies sharing one answer,
 :meth:`question_conditions` for conditions built per question, :meth:`skip` for cases not run,
@@ -37,7 +43,7 @@ Example (a complete study)::
         #: Cases per batch.
         cases_per_batch: int = 2
 
-        def cases(self): return [Case("c0", "g0")]
+        def make_cases(self): return [Case("c0", "g0")]
         def prompt(self, model, case): return kvprobe.Prompt([("A", "The box is red."), ("B", "It is blue.")])
         def questions(self, model, case, history): return [Question("current", "What color is the box?")]
         def conditions(self, model, case, history):
@@ -49,7 +55,10 @@ Example (a complete study)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import json
+from dataclasses import dataclass, field, fields
+from types import ModuleType
 from typing import Any, ClassVar, Hashable, Mapping, Sequence
 
 import kvprobe
@@ -59,24 +68,21 @@ from kvprobe.selection import SelectionAccess
 from .conditions import check_unchanged, supported
 
 def study_parameters(study: Any) -> dict[str, Any]:
-    """The base of a dataclass study's ``config()``: its public fields (not ``_private`` caches; the
-    study's ``name`` is a class attribute, not a field), JSON-shaped (tuples as lists, as ``config.json``
-    stores them), and ``case_ids_sha256`` of its cases in order."""
-    import dataclasses
-    import hashlib
-
+    """The fields part of a study's ``config()``: its public fields (not ``_private`` caches; the study's
+    ``name`` is a class attribute, not a field), JSON-shaped (tuples as lists, as ``config.json`` stores
+    them), and ``case_ids_sha256`` of its cases in order."""
     cfg = {f.name: list(v) if isinstance(v := getattr(study, f.name), tuple) else v
-           for f in dataclasses.fields(study) if not f.name.startswith("_")}
+           for f in fields(study) if not f.name.startswith("_")}
     cfg["case_ids_sha256"] = hashlib.sha256("\n".join(c.case_id for c in study.cases()).encode()).hexdigest()
     return cfg
 
 
 def strings_sha256(module: Any) -> str:
     """SHA-256 of every upper-case string constant of a ``strings`` module (a study's exact prompts), so
-    ``config.json`` changes when a prompt does and a run directory never mixes two prompt versions."""
-    import hashlib
-    import json
-
+    ``config.json`` changes when a prompt does and a run directory never mixes two prompt versions. For a
+    tuple of modules: the SHA-256 of their digests, one per line in order."""
+    if isinstance(module, tuple):
+        return hashlib.sha256("\n".join(strings_sha256(m) for m in module).encode()).hexdigest()
     names = sorted(k for k in vars(module) if k.isupper())
     blob = json.dumps({k: getattr(module, k) for k in names}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -105,6 +111,21 @@ class Question:
 
 
 @dataclass
+class Batch:
+    """One batch of cases as the protocol runs it, handed to every hook of the batch.
+
+    Attributes:
+        cases: the cases that run (skipped ones are not here).
+        state: what the study's hooks share within this batch (a detector's verdicts on every case,
+            the maps of each case...): set in :meth:`HistoryStudy.start_batch` or :meth:`HistoryStudy.setup`,
+            read in ``row``/``rows``/``finish``. It lives as long as the batch, never on the study.
+    """
+
+    cases: list[Any]
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class CaseRun:
     """One case of a batch, once its history is prefilled: what :meth:`HistoryStudy.row` sees.
 
@@ -115,6 +136,7 @@ class CaseRun:
         questions: the case's questions.
         originals: the same conditions before preparation (their spans, layers...).
         extra: whatever the study's :meth:`HistoryStudy.setup` put there (spans, costs...).
+        batch: the batch the case runs in (its shared ``state``).
     """
 
     case: Any
@@ -123,6 +145,7 @@ class CaseRun:
     questions: list[Question]
     originals: dict[str, kvprobe.Condition] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    batch: Batch = field(default_factory=lambda: Batch([]))
 
 
 def use_chat(tokenizer: Any, chat: bool | None) -> bool:
@@ -210,15 +233,48 @@ class Study:
 
     #: The study's name (``kvprobe run NAME``; the directory under ``runs/``).
     name: ClassVar[str] = ""
+    #: The study's module of verbatim paper strings (its ``strings.py``; a tuple when it also quotes a shared
+    #: one), or None: ``config.json`` records their digest (:func:`strings_sha256`), so a run directory never
+    #: mixes two prompt versions.
+    strings: ClassVar[ModuleType | tuple[ModuleType, ...] | None] = None
     cases_per_batch: int
 
-    def cases(self) -> list[Any]:
-        """The cases, each with a unique ``case_id``."""
+    # ------------------------------------------------------------------ what a study supplies
+    def make_cases(self) -> list[Any]:
+        """The cases, each with a unique ``case_id`` (called once per parameter values: use :meth:`cases`)."""
         raise NotImplementedError
 
+    def data_sha256(self) -> str | None:
+        """A digest of the study's data beyond its case ids (a released file's content, generated rows), or
+        None. ``config.json`` records it as ``data_sha256``."""
+        return None
+
+    def config_extra(self) -> dict[str, Any]:
+        """What else decides the rows besides the fields and the digests (derived constants, a detector's
+        settings...); added to ``config.json`` as is."""
+        return {}
+
+    # ------------------------------------------------------------------ what the protocol computes
+    def cases(self) -> list[Any]:
+        """The cases (:meth:`make_cases`), computed once for the study's current parameter values."""
+        key = json.dumps([repr(getattr(self, f.name)) for f in fields(self)])
+        memo = self.__dict__.get("_protocol_cases")
+        if memo is None or memo[0] != key:
+            memo = (key, list(self.make_cases()))
+            object.__setattr__(self, "_protocol_cases", memo)
+        return memo[1]
+
     def config(self) -> dict[str, Any]:
-        """Every parameter that decides the rows: the fields (:func:`study_parameters`) and more if needed."""
-        return study_parameters(self)
+        """Every parameter that decides the rows (``config.json``'s ``study_config``): the fields and
+        ``case_ids_sha256`` (:func:`study_parameters`), ``data_sha256`` (:meth:`data_sha256`),
+        ``strings_sha256`` (:attr:`strings`), then :meth:`config_extra`. Studies do not override it."""
+        cfg = study_parameters(self)
+        if (digest := self.data_sha256()) is not None:
+            cfg["data_sha256"] = digest
+        if self.strings is not None:
+            cfg["strings_sha256"] = strings_sha256(self.strings)
+        cfg.update(self.config_extra())
+        return cfg
 
     def group(self, case: Any) -> str:
         """The resampling group of a case (``case.group`` by default)."""
@@ -271,9 +327,10 @@ class HistoryStudy(Study):
         """Consecutive cases of a batch with the same non-None key share their prompt's common prefix K/V."""
         return None
 
-    def start_batch(self, model: kvprobe.Model, cases: list[Any]) -> None:
-        """Called once per batch with the cases that run (not the skipped ones), before any is prefilled:
-        work shared by the batch's cases (e.g. a detector's verdicts on all of them in one generation batch)."""
+    def start_batch(self, model: kvprobe.Model, batch: Batch) -> None:
+        """Called once per batch with the cases that run (``batch.cases``, not the skipped ones), before any
+        is prefilled: work shared by the batch's cases (e.g. a detector's verdicts on all of them in one
+        generation batch), kept in ``batch.state``."""
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
         """Called once per case after its conditions are prepared (record spans, costs... in ``run.extra``)."""
@@ -301,9 +358,11 @@ class HistoryStudy(Study):
         the batch that :meth:`finish` sees."""
         return None
 
-    def finish(self, model: kvprobe.Model, batch: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
-        """Post-process the rows of a batch (e.g. grade them all at once); the identity by default."""
-        return batch
+    def finish(self, model: kvprobe.Model, rows: list[list[dict[str, Any]]], batch: Batch
+               ) -> list[list[dict[str, Any]]]:
+        """Post-process the rows of a batch, one list per case in case order, skipped cases included (e.g.
+        grade them all at once); the identity by default."""
+        return rows
 
     # ------------------------------------------------------------------ the loop
     def common(self, run: CaseRun, question: Question, condition: str,
@@ -334,14 +393,15 @@ class HistoryStudy(Study):
     def run_cases(self, model: kvprobe.Model, cases: list[Any]) -> list[list[dict[str, Any]]]:
         """The rows of each case of a batch (the runner's protocol); one batched answer call."""
         skipped = {i: rows for i, case in enumerate(cases) if (rows := self.skip(model, case)) is not None}
-        live = [case for i, case in enumerate(cases) if i not in skipped]
+        live = Batch([case for i, case in enumerate(cases) if i not in skipped])
         self.start_batch(model, live)
         runs: list[CaseRun] = []
-        for case, history in zip(live, self.prefill(model, live)):
+        for case, history in zip(live.cases, self.prefill(model, live.cases)):
             candidates = supported(self.name, history, dict(self.conditions(model, case, history)))
             conditions = {name: c if name in self.skip_prepare else prepared(model, history, c)
                           for name, c in candidates.items()}
-            run = CaseRun(case, history, conditions, list(self.questions(model, case, history)), candidates)
+            run = CaseRun(case, history, conditions, list(self.questions(model, case, history)), candidates,
+                          batch=live)
             self.setup(model, run)
             runs.append(run)
         keys, items, candidates_ = [], [], []
@@ -371,4 +431,4 @@ class HistoryStudy(Study):
         if skipped:
             ran = iter(batch)
             batch = [skipped[i] if i in skipped else next(ran) for i in range(len(cases))]
-        return self.finish(model, batch)
+        return self.finish(model, batch, live)
