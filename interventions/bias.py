@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Mapping, Sequence
 
 import torch
 
-from kvprobe.access import Condition, check_layers, check_spans, select_layers
+from kvprobe.access import Condition, as_layers, check_layers, check_spans, select_layers, set_fields
 from kvprobe.engine import RowState
 from kvprobe.prompts import SpanError, TokenSpan
 
@@ -53,28 +53,29 @@ def session_gate(question: str) -> int:
     return 0 if _GATE_RE.search(question) else 1
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class SoftBias(Condition):
-    """Add ``values[position]`` to the attention logits of later tokens addressing that history key."""
+    """Add ``values[position]`` to the attention logits of later tokens addressing that history key.
 
-    values: tuple[tuple[int, float], ...] = ()
+    ``values``: a mapping position -> bias, or (span, bias) pairs; kept as sorted (position, bias) pairs.
+    """
+
+    values: Mapping[int, float] | Sequence[tuple[TokenSpan, float]] | tuple[tuple[int, float], ...]
     layers: tuple[int, ...] | None = None
+    name: str = field(default="bias", kw_only=True)
 
-    def __init__(self, values: Mapping[int, float] | Sequence[tuple[TokenSpan, float]],
-                 layers: Sequence[int] | None = None, name: str = "bias"):
+    def __post_init__(self) -> None:
         items: dict[int, float] = {}
-        if isinstance(values, Mapping):
-            items = {int(p): float(b) for p, b in values.items()}
+        if isinstance(self.values, Mapping):
+            items = {int(p): float(b) for p, b in self.values.items()}
         else:
-            for span, b in values:
-                for p in span.positions():
-                    items[p] = float(b)
+            for where, b in self.values:
+                for p in where.positions() if isinstance(where, TokenSpan) else (where,):
+                    items[int(p)] = float(b)
         for p, b in items.items():
             if not math.isfinite(b):
                 raise ValueError(f"bias at position {p} is not finite ({b}); use Mask to hide keys")
-        object.__setattr__(self, "values", tuple(sorted(items.items())))
-        object.__setattr__(self, "layers", None if layers is None else tuple(sorted(set(layers))))
-        object.__setattr__(self, "name", name)
+        set_fields(self, values=tuple(sorted(items.items())), layers=as_layers(self.layers))
 
     def bias_vector(self, history_len: int, question: str = "") -> torch.Tensor:
         """Float[T] bias over history positions (built on the host; ``apply`` moves it to the model)."""
@@ -97,27 +98,28 @@ class SoftBias(Condition):
         return state.add_bias(slots, select_layers(self.layers, model.arch))
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class SessionOrderBias(SoftBias):
-    """The paper's session-order rule over ordered session spans (oldest first)."""
+    """The paper's session-order rule over ordered session spans (oldest first); the bias is a function of
+    the question (:meth:`bias_vector`), so ``values`` stays empty."""
 
-    sessions: tuple[TokenSpan, ...] = ()
+    values: tuple[tuple[int, float], ...] = field(default=(), init=False)
+    layers: tuple[int, ...] | None = field(default=None, kw_only=True)
+    sessions: Sequence[TokenSpan] = ()
     oldest_weight: float = 0.5
     gated: bool = True
+    name: str = field(default="session-bias", kw_only=True)
     question_dependent: ClassVar[bool] = True
 
-    def __init__(self, sessions: Sequence[TokenSpan], oldest_weight: float = 0.5, gated: bool = True,
-                 layers: Sequence[int] | None = None, name: str = "session-bias"):
-        sessions = tuple(sessions)
-        if not 0 < oldest_weight <= 1:
-            raise ValueError(f"oldest_weight must be in (0, 1], got {oldest_weight}")
+    def __post_init__(self) -> None:
+        sessions = tuple(self.sessions)
+        if not 0 < self.oldest_weight <= 1:
+            raise ValueError(f"oldest_weight must be in (0, 1], got {self.oldest_weight}")
         for a, b in zip(sessions, sessions[1:]):
             if a.overlaps(b) or b.start < a.start:
                 raise SpanError(f"sessions must be ordered and disjoint: {a!r} then {b!r}")
-        super().__init__({}, layers=layers, name=name)
-        object.__setattr__(self, "sessions", sessions)
-        object.__setattr__(self, "oldest_weight", float(oldest_weight))
-        object.__setattr__(self, "gated", gated)
+        super().__post_init__()
+        set_fields(self, sessions=sessions, oldest_weight=float(self.oldest_weight))
 
     def bias_vector(self, history_len: int, question: str = "") -> torch.Tensor:
         b = torch.zeros(history_len, dtype=torch.float32, device="cpu")

@@ -17,12 +17,12 @@ of ``kvprobe verify``) but frees their memory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
-from kvprobe.access import Condition, as_spans, check_spans, positions_of
+from kvprobe.access import Condition, as_spans, check_spans, positions_of, set_fields
 from kvprobe.engine import RowState
 from kvprobe.prompts import SpanError, TokenSpan
 
@@ -69,40 +69,40 @@ def delete_rows(model: "Model", history: "History", removed: torch.Tensor, rerot
     )
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class _RowDeletion(Condition):
-    spans: tuple[TokenSpan, ...] = ()
+    spans: TokenSpan | tuple[TokenSpan, ...]
+
+    def __post_init__(self) -> None:
+        set_fields(self, spans=as_spans(self.spans, type(self).__name__))
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
         check_spans(self.name, self.spans, history_len)
         require_row_deletion(self.name, arch)
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class Compact(_RowDeletion):
     """Delete the spans' rows, re-rotate later keys back by the rows removed before them."""
 
-    def __init__(self, spans: TokenSpan | Iterable[TokenSpan], name: str = "compact"):
-        object.__setattr__(self, "spans", as_spans(spans, "Compact"))
-        object.__setattr__(self, "name", name)
+    name: str = field(default="compact", kw_only=True)
 
     def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
         require_unedited(self.name, history, state)
         return delete_rows(model, history, positions_of(self.spans, len(history), history.device), True, True)
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class Drop(_RowDeletion):
     """Delete the spans' rows without re-rotating (see module docstring for ``positions``)."""
 
     positions: str = "shortened"
+    name: str = field(default="drop", kw_only=True)
 
-    def __init__(self, spans: TokenSpan | Iterable[TokenSpan], positions: str = "shortened", name: str = "drop"):
-        if positions not in ("shortened", "original"):
-            raise ValueError(f"Drop positions must be 'shortened' or 'original', got {positions!r}")
-        object.__setattr__(self, "spans", as_spans(spans, "Drop"))
-        object.__setattr__(self, "positions", positions)
-        object.__setattr__(self, "name", name)
+    def __post_init__(self) -> None:
+        if self.positions not in ("shortened", "original"):
+            raise ValueError(f"Drop positions must be 'shortened' or 'original', got {self.positions!r}")
+        super().__post_init__()
 
     def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
         require_unedited(self.name, history, state)

@@ -25,7 +25,7 @@ FINCH (``slot_of`` maps nothing) and ``input_ids`` holds KV head 0's tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
@@ -73,7 +73,7 @@ class Finch(Condition):
         normalize: KVPress's normalization of each window row (default on).
     """
 
-    name: str = "finch"
+    name: str = field(default="finch", kw_only=True)
     budget: int = 128
     normalize: bool = True
     question_dependent: ClassVar[bool] = True

@@ -28,7 +28,7 @@ reads, but always the latest ones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 import torch
@@ -148,7 +148,7 @@ class Quest(SelectionAccess):
         head_selection: ``"query"`` (each query head selects) or ``"kv"`` (one selection per KV head).
     """
 
-    name: str = "quest"
+    name: str = field(default="quest", kw_only=True)
     budget: int = 128
     dense_layers: int = DENSE_LAYERS
     page_size: int = PAGE_SIZE

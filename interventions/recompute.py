@@ -28,12 +28,12 @@ ordinary causal attention (they see everything before them, themselves included)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from kvprobe.access import Condition, as_spans, check_layers, check_spans, positions_of, select_layers
+from kvprobe.access import Condition, as_layers, as_spans, check_layers, check_spans, positions_of, select_layers, set_fields
 from kvprobe.engine import RowState, extend_state
 from kvprobe.prompts import SpanError, TokenSpan
 
@@ -107,12 +107,15 @@ def recompute_in_stages(
     return state.hide(hidden, layers)
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class _HiddenRecompute(Condition):
-    """Common validation of the recompute family."""
+    """Common validation of the recompute family (``chunk_size``: tokens per recompute forward, keyword-only)."""
 
-    spans: tuple[TokenSpan, ...] = ()
-    chunk_size: int | None = None
+    spans: TokenSpan | tuple[TokenSpan, ...]
+    chunk_size: int | None = field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        set_fields(self, spans=as_spans(self.spans, type(self).__name__))
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
         check_spans(self.name, self.spans, history_len)
@@ -126,35 +129,30 @@ class _HiddenRecompute(Condition):
         return recompute_hidden(model, history, hidden, self._start(len(history)), self.chunk_size)
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class Rebuild(_HiddenRecompute):
     """Rebuild states: keep rows before the first masked position, recompute the rest with the spans hidden."""
 
-    def __init__(self, spans: TokenSpan | Iterable[TokenSpan], name: str = "rebuild", chunk_size: int | None = None):
-        object.__setattr__(self, "spans", as_spans(spans, "Rebuild"))
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "chunk_size", chunk_size)
+    name: str = field(default="rebuild", kw_only=True)
 
     def _start(self, history_len: int) -> int:
         return self.spans[0].start
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class SelectiveRefresh(_HiddenRecompute):
     """Reuse the cache through the end of record A; recompute every later token with A hidden.
 
     ``full=True`` is the comparator that recomputes the whole history (from position 0)
-    under the same rule.
+    under the same rule (named ``refresh-full``, else ``refresh``, unless ``name`` says otherwise).
     """
 
     full: bool = False
+    name: str = field(default="", kw_only=True)
 
-    def __init__(self, span: TokenSpan | Iterable[TokenSpan], full: bool = False, name: str | None = None,
-                 chunk_size: int | None = None):
-        object.__setattr__(self, "spans", as_spans(span, "SelectiveRefresh"))
-        object.__setattr__(self, "full", full)
-        object.__setattr__(self, "name", name or ("refresh-full" if full else "refresh"))
-        object.__setattr__(self, "chunk_size", chunk_size)
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        set_fields(self, name=self.name or ("refresh-full" if self.full else "refresh"))
 
     def _start(self, history_len: int) -> int:
         return 0 if self.full else self.spans[-1].end
@@ -168,7 +166,7 @@ def _span_list(spans: TokenSpan | Sequence[TokenSpan], what: str) -> tuple[Token
     return spans
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class OnlineMask(_HiddenRecompute):
     """Hide each superseded record from every token after its own replacement has been read.
 
@@ -182,24 +180,23 @@ class OnlineMask(_HiddenRecompute):
         OnlineMask([h.span("old:0"), h.span("old:1")], [h.span("update:0"), h.span("update:1")])
     """
 
-    superseded: tuple[TokenSpan, ...] = ()
-    replacements: tuple[TokenSpan, ...] = ()
+    #: The superseded records, in order (``spans`` is their merged set, derived).
+    superseded: TokenSpan | tuple[TokenSpan, ...]
+    #: Each superseded record's replacement (one span: the replacement of every record).
+    replacements: TokenSpan | tuple[TokenSpan, ...]
+    spans: tuple[TokenSpan, ...] = field(default=(), init=False)
+    name: str = field(default="online-mask", kw_only=True)
 
-    def __init__(self, superseded: TokenSpan | Sequence[TokenSpan], replacement: TokenSpan | Sequence[TokenSpan],
-                 name: str = "online-mask", chunk_size: int | None = None):
-        olds = _span_list(superseded, "OnlineMask superseded")
-        news = (replacement,) * len(olds) if isinstance(replacement, TokenSpan) else _span_list(
-            replacement, "OnlineMask replacement")
+    def __post_init__(self) -> None:
+        olds = _span_list(self.superseded, "OnlineMask superseded")
+        news = (self.replacements,) * len(olds) if isinstance(self.replacements, TokenSpan) else _span_list(
+            self.replacements, "OnlineMask replacement")
         if len(news) != len(olds):
             raise SpanError(f"OnlineMask: {len(olds)} superseded spans but {len(news)} replacements")
         for old, new in zip(olds, news):
             if old.end > new.start:
                 raise SpanError(f"OnlineMask: superseded {old!r} must end before its replacement {new!r}")
-        object.__setattr__(self, "spans", as_spans(olds, "OnlineMask"))
-        object.__setattr__(self, "superseded", olds)
-        object.__setattr__(self, "replacements", news)
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "chunk_size", chunk_size)
+        set_fields(self, spans=as_spans(olds, "OnlineMask"), superseded=olds, replacements=news)
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
         check_spans(self.name, (*self.spans, *self.replacements), history_len)
@@ -272,7 +269,7 @@ def rebuild_segments(
     return state.hide(hidden, model.arch.attention_layers)
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class SegmentRebuild(Condition):
     """Hide the source from the question; recompute only ``segments`` with the source hidden.
 
@@ -287,17 +284,19 @@ class SegmentRebuild(Condition):
         SegmentRebuild(h.span("A"), [h.span("B")], layers=range(8, 16))  # ... in layers 8-15 only
     """
 
-    spans: tuple[TokenSpan, ...] = ()
-    segments: tuple[TokenSpan, ...] = ()
+    #: The source: hidden from the question and from the rebuilt segments.
+    spans: TokenSpan | tuple[TokenSpan, ...]
+    #: The later segments to rebuild, in order and disjoint.
+    segments: TokenSpan | tuple[TokenSpan, ...]
     layers: tuple[int, ...] | None = None
-    chunk_size: int | None = None
+    chunk_size: int | None = field(default=None, kw_only=True)
+    name: str = field(default="rebuild-segments", kw_only=True)
 
-    def __init__(self, source: TokenSpan | Iterable[TokenSpan], segments: TokenSpan | Iterable[TokenSpan],
-                 layers: Iterable[int] | None = None, name: str = "rebuild-segments", chunk_size: int | None = None):
-        spans = as_spans(source, "SegmentRebuild")
-        segs = (segments,) if isinstance(segments, TokenSpan) else tuple(segments)
+    def __post_init__(self) -> None:
+        spans = as_spans(self.spans, "SegmentRebuild")
+        segs = (self.segments,) if isinstance(self.segments, TokenSpan) else tuple(self.segments)
         if not segs or not all(isinstance(x, TokenSpan) for x in segs):
-            raise SpanError(f"SegmentRebuild needs one or more later segments as TokenSpans, got {segments!r}")
+            raise SpanError(f"SegmentRebuild needs one or more later segments as TokenSpans, got {self.segments!r}")
         for a, b in zip(segs, segs[1:]):
             if b.start < a.end:
                 raise SpanError(f"SegmentRebuild: segments must be in order and disjoint; {b!r} starts before "
@@ -305,11 +304,7 @@ class SegmentRebuild(Condition):
         if segs[0].start < spans[-1].end:
             raise SpanError(f"SegmentRebuild: segment {segs[0]!r} starts before the source {spans[-1]!r} ends "
                             "(only later segments read the source)")
-        object.__setattr__(self, "spans", spans)
-        object.__setattr__(self, "segments", segs)
-        object.__setattr__(self, "layers", None if layers is None else tuple(sorted(set(layers))))
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "chunk_size", chunk_size)
+        set_fields(self, spans=spans, segments=segs, layers=as_layers(self.layers))
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
         check_spans(self.name, (*self.spans, *self.segments), history_len)

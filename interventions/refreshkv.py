@@ -23,7 +23,7 @@ heads), so each layer decides its own refresh. All layers select
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 import torch
@@ -130,7 +130,7 @@ class RefreshKV(SelectionAccess):
         dense_layers: leading layers that always read everything (0).
     """
 
-    name: str = "refreshkv"
+    name: str = field(default="refreshkv", kw_only=True)
     budget: int = 128
     dense_layers: int = 0
     interval: int = REFRESH_INTERVAL

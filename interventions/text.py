@@ -21,12 +21,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import replace
 import warnings
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from kvprobe.access import Condition
+from kvprobe.access import Condition, set_fields
 from kvprobe.engine import RowState, extend_state
 from kvprobe.prompts import RenderedPrompt, SpanError
 
@@ -67,23 +67,22 @@ def _char_map(length: int, ranges: list[tuple[int, int]]) -> torch.Tensor:
     return torch.where(keep, new, torch.full_like(new, -1))
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class TextRecompute(Condition):
-    """Delete whole segments from the text and prefill the retained history again."""
+    """Delete whole segments from the text and prefill the retained history again (named ``recompute``, or
+    ``recompute-prefix`` with ``stored_prefix``, unless ``name`` says otherwise)."""
 
-    segments: tuple[str, ...] = ()
+    segments: str | tuple[str, ...]
     stored_prefix: bool = False
-    chunk_size: int | None = None
+    chunk_size: int | None = field(default=None, kw_only=True)
+    name: str = field(default="", kw_only=True)
 
-    def __init__(self, segments: str | Iterable[str], stored_prefix: bool = False, name: str | None = None,
-                 chunk_size: int | None = None):
-        segments = (segments,) if isinstance(segments, str) else tuple(segments)
+    def __post_init__(self) -> None:
+        segments = (self.segments,) if isinstance(self.segments, str) else tuple(self.segments)
         if not segments:
             raise SpanError("TextRecompute needs at least one segment name")
-        object.__setattr__(self, "segments", segments)
-        object.__setattr__(self, "stored_prefix", stored_prefix)
-        object.__setattr__(self, "name", name or ("recompute-prefix" if stored_prefix else "recompute"))
-        object.__setattr__(self, "chunk_size", chunk_size)
+        set_fields(self, segments=segments,
+                   name=self.name or ("recompute-prefix" if self.stored_prefix else "recompute"))
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
         if arch.recurrent_layers and self.stored_prefix:
@@ -173,7 +172,7 @@ def no_context_prompt(history: "History", tokenizer: Any) -> RenderedPrompt:
     return RenderedPrompt(framing, own.suffix_template, {}, marked.add_special_tokens, own.question_prefix)
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class NoContext(Condition):
     """Weights only: answer from a fresh prefill of the history prompt's framing, with no history segment.
 
@@ -182,8 +181,7 @@ class NoContext(Condition):
         outs = m.generate(h, q, access={"full": kvprobe.Full(), "no-context": NoContext()})
     """
 
-    def __init__(self, name: str = "no-context") -> None:
-        object.__setattr__(self, "name", name)
+    name: str = field(default="no-context", kw_only=True)
 
     def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
         require_unedited(self.name, history, state)

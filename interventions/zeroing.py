@@ -12,10 +12,11 @@ state, so it composes after other operations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from kvprobe.access import Condition, as_spans, check_layers, check_spans, positions_of, select_layers, slots_in_state
+from kvprobe.access import (Condition, as_layers, as_spans, check_layers, check_spans, positions_of, select_layers,
+                            set_fields, slots_in_state)
 from kvprobe.engine import RowState
 from kvprobe.prompts import TokenSpan
 
@@ -30,22 +31,21 @@ if TYPE_CHECKING:
 COMPONENTS = ("k", "v", "kv")
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class Zero(Condition):
-    """Overwrite K (``"k"``), V (``"v"``) or both (``"kv"``) with zeros at ``spans`` in ``layers``."""
+    """Overwrite K (``"k"``), V (``"v"``) or both (``"kv"``) with zeros at ``spans`` in ``layers``
+    (named ``zero-<component>`` unless ``name`` says otherwise)."""
 
-    spans: tuple[TokenSpan, ...] = ()
+    spans: TokenSpan | tuple[TokenSpan, ...]
     component: str = "kv"
     layers: tuple[int, ...] | None = None
+    name: str = field(default="", kw_only=True)
 
-    def __init__(self, spans: TokenSpan | Iterable[TokenSpan], component: str = "kv",
-                 layers: Sequence[int] | None = None, name: str | None = None):
-        if component not in COMPONENTS:
-            raise ValueError(f"Zero component must be one of {COMPONENTS}, got {component!r}")
-        object.__setattr__(self, "spans", as_spans(spans, "Zero"))
-        object.__setattr__(self, "component", component)
-        object.__setattr__(self, "layers", None if layers is None else tuple(sorted(set(layers))))
-        object.__setattr__(self, "name", name or f"zero-{component}")
+    def __post_init__(self) -> None:
+        if self.component not in COMPONENTS:
+            raise ValueError(f"Zero component must be one of {COMPONENTS}, got {self.component!r}")
+        set_fields(self, spans=as_spans(self.spans, "Zero"), layers=as_layers(self.layers),
+                   name=self.name or f"zero-{self.component}")
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
         check_spans(self.name, self.spans, history_len)

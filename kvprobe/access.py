@@ -13,8 +13,8 @@ layers of hybrid models have no keys and are never masked.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence
 
 import torch
 
@@ -36,6 +36,18 @@ def as_spans(spans: TokenSpan | Iterable[TokenSpan], what: str) -> tuple[TokenSp
         if not isinstance(s, TokenSpan):
             raise SpanError(f"{what} spans must be TokenSpan objects, got {type(s).__name__}")
     return tuple(merge_spans(spans))
+
+
+def as_layers(layers: Iterable[int] | None) -> tuple[int, ...] | None:
+    """Layer indices as a sorted tuple without repeats (None: every layer the condition applies to)."""
+    return None if layers is None else tuple(sorted(set(layers)))
+
+
+def set_fields(obj: Any, **values: Any) -> None:
+    """Set normalized field values on a frozen dataclass (the one place a condition's ``__post_init__``
+    writes: spans merged, layers sorted, a name derived from the other fields)."""
+    for key, value in values.items():
+        object.__setattr__(obj, key, value)
 
 
 def positions_of(spans: Sequence[TokenSpan], history_len: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -95,7 +107,8 @@ class Condition:
     them can be batched with, and composed with, the masks here.
     """
 
-    name: str = "full"
+    #: The label rows and reports use (keyword-only in every condition).
+    name: str = field(default="full", kw_only=True)
     #: Whether the row state depends on the question (e.g. a gated bias); states of
     #: question-independent conditions are computed once per batch.
     question_dependent: ClassVar[bool] = False
@@ -130,9 +143,8 @@ class Compose(Condition):
     def __init__(self, *parts: Condition, name: str | None = None) -> None:
         if not parts:
             raise ValueError("Compose needs at least one condition")
-        object.__setattr__(self, "parts", tuple(parts))
-        object.__setattr__(self, "question_dependent", any(p.question_dependent for p in parts))
-        object.__setattr__(self, "name", name or "+".join(p.name for p in parts))
+        set_fields(self, parts=tuple(parts), question_dependent=any(p.question_dependent for p in parts),
+                   name=name or "+".join(p.name for p in parts))
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
         for p in self.parts:
@@ -156,8 +168,7 @@ class Prepared(Condition):
     state: "RowState | None" = None
 
     def __init__(self, state: "RowState", name: str) -> None:
-        object.__setattr__(self, "state", state)
-        object.__setattr__(self, "name", name)
+        set_fields(self, state=state, name=name)
 
     @classmethod
     def of(cls, model: "Model", history: "History", condition: "Condition") -> "Prepared":
@@ -173,10 +184,8 @@ class Prepared(Condition):
 class Full(Condition):
     """Full access: every later token may read every history position."""
 
-    name: str = "full"
 
-
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class Mask(Condition):
     """Hard mask: hide ``spans`` from every token after the history.
 
@@ -186,18 +195,12 @@ class Mask(Condition):
         name: label used in results and reports.
     """
 
-    spans: tuple[TokenSpan, ...] = ()
+    spans: TokenSpan | tuple[TokenSpan, ...]
     layers: tuple[int, ...] | None = None
+    name: str = field(default="mask", kw_only=True)
 
-    def __init__(
-        self,
-        spans: TokenSpan | Iterable[TokenSpan],
-        layers: Sequence[int] | None = None,
-        name: str = "mask",
-    ) -> None:
-        object.__setattr__(self, "spans", as_spans(spans, "Mask (use Full() for no mask)"))
-        object.__setattr__(self, "layers", None if layers is None else tuple(sorted(set(layers))))
-        object.__setattr__(self, "name", name)
+    def __post_init__(self) -> None:
+        set_fields(self, spans=as_spans(self.spans, "Mask (use Full() for no mask)"), layers=as_layers(self.layers))
 
     @property
     def n_tokens(self) -> int:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextvars
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 import torch
@@ -110,7 +110,7 @@ class SelectionAccess(Condition):
         dense_layers: the first this many layers read everything.
     """
 
-    name: str = "selection"
+    name: str = field(default="selection", kw_only=True)
     budget: int = 128
     dense_layers: int = 0
 
