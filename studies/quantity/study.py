@@ -15,7 +15,7 @@ stored row can be regraded with the current rules (:func:`regrade_row`).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, ClassVar, Iterator
 
 import kvprobe
@@ -56,10 +56,10 @@ def grade_columns(group: tasks.Group, query: tasks.Query, text: str, stop_reason
 
 
 def run_groups(config: dict[str, Any]) -> dict[str, tasks.Group]:
-    """The groups of a run by id, regenerated from its ``config.json`` (checked against its dataset hash)."""
+    """The groups of a run by id, regenerated from its ``config.json`` (checked against its ``data_sha256``)."""
     study = config["study_config"]
     task = tasks.TaskConfig(seed=study["seed"], n_groups=study["n_groups"], dev=study["dev"])
-    if tasks.dataset_hash(tasks.generate_cases(task)) != study["dataset_hash"]:
+    if tasks.dataset_hash(tasks.generate_cases(task)) != study["data_sha256"]:
         raise ValueError(f"the task generator no longer gives this run's groups (seed {study['seed']})")
     return {g.group_id: g for g in tasks.generate_groups(task)}
 
@@ -110,15 +110,15 @@ class QuantityStudy(QuantityTaskHistories):
     def task_config(self) -> tasks.TaskConfig:
         return tasks.TaskConfig(seed=self.seed, n_groups=self.n_groups, dev=self.dev)
 
-    def cases(self) -> list[tasks.Case]:
+    def make_cases(self) -> list[tasks.Case]:
         return tasks.generate_cases(self.task_config())
 
-    def config(self) -> dict[str, Any]:
-        cfg = asdict(self)
-        cfg["dataset_hash"] = tasks.dataset_hash(self.cases())
-        cfg["segment_order"] = list(tasks.SEGMENT_ORDER)
-        cfg["template_kwargs"] = tasks.TEMPLATE_KWARGS
-        return cfg
+    def data_sha256(self) -> str:
+        """The generated cases' digest (:func:`tasks.dataset_hash`: values, units, names)."""
+        return tasks.dataset_hash(self.cases())
+
+    def config_extra(self) -> dict[str, Any]:
+        return {"segment_order": list(tasks.SEGMENT_ORDER), "template_kwargs": tasks.TEMPLATE_KWARGS}
 
     def questions(self, model: kvprobe.Model, case: tasks.Case, history: kvprobe.History) -> list[Question]:
         return [Question(q.role, q.question, q.candidates, q) for q in tasks.queries(case)]
