@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
 from kvprobe.studies.recognition.records import RECORDS_SEED
-from kvprobe.studies.common import protocol
 from kvprobe.studies.common.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices, use_chat)
 from kvprobe.studies.datasets.record_histories import MAX_NEW_TOKENS
@@ -53,6 +53,7 @@ class FactorialStudy(HistoryStudy):
     api_endpoint record groups."""
 
     name: ClassVar[str] = "factorial"
+    strings: ClassVar[ModuleType] = strings
     #: Matrices to run: quantity (deadline groups, values in hours), endpoint (api_endpoint groups).
     matrices: tuple[str, ...] = MATRICES
     #: Run only the first N groups of each family (3 cases each); None: all 10.
@@ -73,7 +74,6 @@ class FactorialStudy(HistoryStudy):
     seed: int = RECORDS_SEED
     #: Histories answered in one batch.
     cases_per_batch: int = 4
-    _cases: list[FactorialCase] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         require_at_least(self, n_groups=1, max_new_tokens=1, cases_per_batch=1)
@@ -88,19 +88,15 @@ class FactorialStudy(HistoryStudy):
             raise InvalidParameter("n_groups", f"the test split has {GROUPS_PER_FAMILY} groups per family, "
                                    f"got {self.n_groups}")
 
-    def config(self) -> dict[str, Any]:
-        cfg = protocol.study_parameters(self)
-        cfg["strings_sha256"] = protocol.strings_sha256(strings)
-        cfg["cases_sha256"] = hashlib.sha256("\n".join(
+    def make_cases(self) -> list[FactorialCase]:
+        return factorial_cases(tuple(self.matrices), self.n_groups, tuple(self.information), tuple(self.notes),
+                               self.seed)
+
+    def data_sha256(self) -> str:
+        """The digest of every case's A, B as shown, current and old values, one line per case."""
+        return hashlib.sha256("\n".join(
             f"{c.case_id}\t{c.record.case.a_text}\t{c.b_text()}\t{c.reference}\t{c.old_value}"
             for c in self.cases()).encode()).hexdigest()
-        return cfg
-
-    def cases(self) -> list[FactorialCase]:
-        if self._cases is None:
-            self._cases = factorial_cases(tuple(self.matrices), self.n_groups, tuple(self.information),
-                                          tuple(self.notes), self.seed)
-        return self._cases
 
     # ------------------------------------------------------------------ the protocol's hooks
     def prompt(self, model: kvprobe.Model, case: FactorialCase) -> kvprobe.Prompt:
