@@ -1,4 +1,5 @@
-"""The session-bias study: LongMemEval schema and split, fixtures, bias and hard-mask positions, arms, run, summary."""
+"""The session-bias study: LongMemEval schema and split, fixtures, bias and hard-mask positions, conditions, run,
+summary."""
 
 from __future__ import annotations
 
@@ -201,12 +202,12 @@ _PREFILLED: dict = {}
 
 
 def _prefill(model, q: data.Question):
-    """Prefill (a question and its abstention variant share one history) and build the arms."""
+    """Prefill (a question and its abstention variant share one history) and build its conditions."""
     prompt, layout = history.build_prompt(q, chat=use_chat(model.tokenizer, None))
     key = (model.name, json.dumps(prompt.segments))
     h = _PREFILLED[key] if key in _PREFILLED else _PREFILLED.setdefault(key, model.prefill(prompt))
     asked = history.question_text(q)
-    return h, layout, asked, history.arms(h, layout, asked)
+    return h, layout, asked, history.session_conditions(h, layout, asked)
 
 
 def _hidden(state) -> dict[int, set[int]]:
@@ -223,7 +224,7 @@ def test_soft_bias_and_hard_mask_positions_match_the_paper_formula(llama):
         soft, hard = a.conditions["soft"], a.conditions["hard"]
         got = soft.bias_vector(len(h), asked)
         assert torch.allclose(got, expected, atol=1e-6, rtol=0)
-        # Every layer of the soft arm's row state carries exactly that bias (slots = positions here).
+        # Every layer of the soft condition's row state carries exactly that bias (slots = positions here).
         state = soft.prepare(llama, h, asked)
         assert set(state.bias) == set(layers)
         for layer in layers:
@@ -277,7 +278,7 @@ def test_sessions_are_sorted_by_timestamp():
     assert history.build_prompt(q1, order="file")[1].session_ids == tuple(raw["haystack_session_ids"][i] for i in order)
 
 
-# --------------------------------------------------------------------------- arms on the model
+# --------------------------------------------------------------------------- conditions on the model
 
 def _single_session(q: data.Question) -> data.Question:
     raw = data.question_to_json(q)
@@ -287,7 +288,7 @@ def _single_session(q: data.Question) -> data.Question:
     return data.parse_question(raw)
 
 
-def test_inactive_questions_give_identical_outputs_in_every_arm(llama):
+def test_inactive_questions_give_identical_outputs_in_every_condition(llama):
     qs = fixtures.generate(8)
     temporal = next(q for q in qs if q.question_type == "temporal-reasoning" and len(q.sessions) > 1)
     active = next(q for q in qs if q.question_type == "knowledge-update" and not q.is_abstention)
@@ -316,15 +317,15 @@ def test_inactive_questions_give_identical_outputs_in_every_arm(llama):
     assert len({r["output"] for r in skipped}) == 1
 
 
-def test_study_arms_and_options_are_validated():
-    with pytest.raises(ValueError, match="arms"):
-        SessionBiasStudy(arms=("full", "medium"))
+def test_study_condition_set_and_options_are_validated():
+    with pytest.raises(ValueError, match="condition_set"):
+        SessionBiasStudy(condition_set=("full", "medium"))
     with pytest.raises(ValueError, match="skip_inactive"):
-        SessionBiasStudy(arms=("soft", "hard"), skip_inactive=True)
+        SessionBiasStudy(condition_set=("soft", "hard"), skip_inactive=True)
     with pytest.raises(ValueError, match="split"):
         SessionBiasStudy(split="test")
-    with pytest.raises(ValueError, match="arms"):
-        SessionBiasStudy(arms=())
+    with pytest.raises(ValueError, match="condition_set"):
+        SessionBiasStudy(condition_set=())
     with pytest.raises(ValueError, match="order"):
         SessionBiasStudy(order="random")
     for field in ("n", "fixture_bases", "max_new_tokens", "max_history_tokens", "cases_per_batch"):
@@ -456,14 +457,14 @@ def test_batched_judge_protocol(tmp_path):
 
 # --------------------------------------------------------------------------- summary math
 
-def _row(case: str, arm: str, correct: bool, active: bool = True, update: bool = False, abstention: bool = False,
-         stop: str = "eos") -> dict:
+def _row(case: str, condition: str, correct: bool, active: bool = True, update: bool = False,
+         abstention: bool = False, stop: str = "eos") -> dict:
     group = case[:-4] if case.endswith("_abs") else case
-    return {"case_id": case, "group": group, "condition": arm, "correct": correct, "active": active,
+    return {"case_id": case, "group": group, "condition": condition, "correct": correct, "active": active,
             "update": update, "is_abstention": abstention,
             "question_type": "knowledge-update" if update else "single-session-user",
-            "stop_reason": stop, "output_tokens": 5, "output": f"{case}-{arm}-{correct}", "split": "validation",
-            "group_crosses_split": case == "d", "grader": "rule-v1", "skipped": None, "copied_from_full": False}
+            "stop_reason": stop, "output_tokens": 5, "output": f"{case}-{condition}-{correct}",
+            "split": "validation", "group_crosses_split": case == "d", "grader": "rule-v1", "skipped": None, "copied_from_full": False}
 
 
 def test_summary_math_on_hand_made_rows(tmp_path):
@@ -474,9 +475,9 @@ def test_summary_math_on_hand_made_rows(tmp_path):
     }
     with open(tmp_path / "results.jsonl", "w") as f:
         for case, (full, soft, hard, kw) in table.items():
-            for arm, ok in (("full", full), ("soft", soft), ("hard", hard)):
-                stop = "cap" if (case, arm) == ("b", "soft") else "eos"
-                f.write(json.dumps(_row(case, arm, bool(ok), stop=stop, **kw)) + "\n")
+            for condition, ok in (("full", full), ("soft", soft), ("hard", hard)):
+                stop = "cap" if (case, condition) == ("b", "soft") else "eos"
+                f.write(json.dumps(_row(case, condition, bool(ok), stop=stop, **kw)) + "\n")
     s = summarize(tmp_path, seed=5, draws=400)
     assert (s["questions"], s["groups"], s["rows"]) == (5, 4, 15)
     cells = {x["key"]: x for x in s["subsets"]}

@@ -4,7 +4,7 @@ L5924-5990, and app:v41_public_hard, L6185-6215; spec partD section 10, partE E1
 ``longmemeval`` (LongMemEval-Oracle schema loader, validation, development/validation split),
 ``fixtures`` (seeded synthetic update histories in that schema), ``strings`` (every prompt
 string; all UNCLEAR in the paper), ``history`` (prompt segments, content spans, the three
-arms), ``grading`` (pluggable graders: rule-based default, batched LLM-judge protocol),
+conditions), ``grading`` (pluggable graders: rule-based default, batched LLM-judge protocol),
 ``study`` (:class:`SessionBiasStudy`, runner protocol) and ``summary`` (paired group
 bootstrap, ``report.md``).
 """
@@ -20,7 +20,7 @@ from .grading import (
     Verdict,
     grade_run,
 )
-from .history import ARMS, build_prompt
+from .history import CONDITIONS, build_prompt
 from .data import (
     LongMemEvalFormatError,
     Question,
@@ -31,7 +31,7 @@ from .study import SessionBiasStudy, run
 from .summary import format_report, summarize, write_summary
 
 __all__ = [
-    "ARMS", "BatchedJudge", "GradeTask", "Grader", "JudgeClient", "JudgeReply", "LongMemEvalFormatError", "Question",
-    "RuleGrader", "SessionBiasStudy", "Verdict", "build_prompt", "format_report", "grade_run", "load_longmemeval",
-    "run", "split_questions", "summarize", "write_fixtures", "write_summary",
+    "BatchedJudge", "CONDITIONS", "GradeTask", "Grader", "JudgeClient", "JudgeReply", "LongMemEvalFormatError",
+    "Question", "RuleGrader", "SessionBiasStudy", "Verdict", "build_prompt", "format_report", "grade_run",
+    "load_longmemeval", "run", "split_questions", "summarize", "write_fixtures", "write_summary",
 ]

@@ -1,4 +1,4 @@
-"""The history prompt of one question and its three arms (paper app:guarded_validation, app:v41_public_hard).
+"""The history prompt of one question and its three conditions (paper app:guarded_validation, app:v41_public_hard).
 
 Segments (layout ours, UNCLEAR in the paper; texts in ``strings.py``):
 ``intro``, then per session i (chronological index, 0 = oldest) ``header:i``
@@ -17,7 +17,7 @@ so a file already in timestamp order keeps its order; ``order="file"`` keeps
 the file order as is. ``SessionLayout.reordered`` records whether sorting moved
 anything.
 
-Arms (all act only on question processing and decoding; the prefilled K/V are
+Conditions (all act only on question processing and decoding; the prefilled K/V are
 shared and unchanged):
 
 * ``full``: full access;
@@ -43,7 +43,8 @@ from kvprobe.prompts import SpanError, TokenSpan
 from . import strings
 from .data import Question, parse_date
 
-ARMS = ("full", "soft", "hard")
+#: The condition set: full access, the soft session-order bias, the hard mask.
+CONDITIONS = ("full", "soft", "hard")
 ORDERS = ("timestamp", "file")
 
 
@@ -134,8 +135,8 @@ def negative_spans(bias: torch.Tensor) -> list[TokenSpan]:
 
 
 @dataclass(frozen=True)
-class Arms:
-    """The arms of one question on one prefilled history, and the facts rows record."""
+class SessionConditions:
+    """The conditions of one question on one prefilled history, and the facts rows record."""
 
     conditions: dict[str, kvprobe.Condition]
     gate: int
@@ -144,17 +145,18 @@ class Arms:
     content_tokens: int
 
 
-def arms(history: kvprobe.History, layout: SessionLayout, asked: str, oldest_weight: float = 0.5,
-         names: tuple[str, ...] = ARMS) -> Arms:
+def session_conditions(history: kvprobe.History, layout: SessionLayout, asked: str, oldest_weight: float = 0.5,
+                       names: tuple[str, ...] = CONDITIONS) -> SessionConditions:
     """The ``full``/``soft``/``hard`` conditions for the question text ``asked`` (module docstring)."""
-    unknown = set(names) - set(ARMS)
+    unknown = set(names) - set(CONDITIONS)
     if unknown or not names:
-        raise ValueError(f"arms must be a non-empty subset of {ARMS}, got {names}")
+        raise ValueError(f"conditions must be a non-empty subset of {CONDITIONS}, got {names}")
     spans = content_spans(history, layout)
     soft = SessionOrderBias(spans, oldest_weight=oldest_weight, gated=True, name="soft")
     bias = soft.bias_vector(len(history), asked)
     negative = negative_spans(bias)
     hard = kvprobe.Mask(negative, name="hard") if negative else kvprobe.Full(name="hard")
     table = {"full": kvprobe.Full(), "soft": soft, "hard": hard}
-    return Arms({n: table[n] for n in ARMS if n in names}, gate=session_gate(asked), active=bool(negative),
-                biased_tokens=int((bias < 0).sum()), content_tokens=sum(len(s) for s in spans))
+    return SessionConditions({n: table[n] for n in CONDITIONS if n in names}, gate=session_gate(asked),
+                             active=bool(negative), biased_tokens=int((bias < 0).sum()),
+                             content_tokens=sum(len(s) for s in spans))

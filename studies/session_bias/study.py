@@ -6,11 +6,11 @@ mask, L6185-6215); spec partD section 10, partE E1-E3.
 One case is one question (LongMemEval-Oracle, or the seeded fixtures of
 ``fixtures.py`` in the same schema). Per case the history of ``history.py`` is
 prefilled once, without any bias (cases with an identical prompt in one batch,
-e.g. a fixture question and its abstention variant, share one prefill); each arm
+e.g. a fixture question and its abstention variant, share one prefill); each condition
 (``full``, ``soft``, ``hard``; the row's ``condition``) then asks the question
 on its own fork of that cache and greedily generates at most ``max_new_tokens``
 tokens (EOS stop, native chat template; paper E1: 128, E3: 256), every (case,
-arm) row of a batch in one ``decoding.answer`` call. The run loop (prefill, the
+condition) row of a batch in one ``decoding.answer`` call. The run loop (prefill, the
 batched call, the common row columns, ``check_unchanged`` proving the prefilled
 K/V untouched after each case) is the protocol's
 (``studies.common.protocol.HistoryStudy``). Rows are graded by ``grading.RuleGrader``,
@@ -20,8 +20,8 @@ a batch at a time (regrade a run with any :class:`grading.Grader` via
 ``active``: the soft bias (hence the hard mask) changes at least one position,
 i.e. g(q) = 1 and S > 1. The paper saw identical answers on inactive pairs
 (L6197); ``skip_inactive=True`` relies on it and copies the full answer to the
-other arms of inactive questions (``copied_from_full``), saving their decoding;
-by default every arm generates.
+other conditions of inactive questions (``copied_from_full``), saving their decoding;
+by default every condition generates.
 
 ``max_history_tokens``: histories longer than this are not run; their rows carry
 ``skipped: "history_too_long"`` and no answer (the paper truncates nothing, so by
@@ -32,15 +32,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.studies.common.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
-                                      require_choices, use_chat)
-from kvprobe.studies.common.protocol import strings_sha256, study_parameters
+from kvprobe.studies.common.protocol import (Batch, CaseRun, HistoryStudy, InvalidParameter, Question,
+                                             require_at_least, require_choices, use_chat)
 from . import fixtures, grading, history, data, strings
 
 #: Answer budget (paper E1, app:v8_public L5916: "up to 128 new tokens"; E3 used 256).
@@ -65,9 +65,11 @@ class SessionBiasCase:
 
 @dataclass
 class SessionBiasStudy(HistoryStudy):
-    """Full / soft / hard arms on LongMemEval-schema questions (one question per case, one row per arm)."""
+    """Full / soft / hard conditions on LongMemEval-schema questions (one question per case, one row per
+    condition)."""
 
     name: ClassVar[str] = "session-bias"
+    strings: ClassVar[ModuleType] = strings
     #: "fixtures" (seeded synthetic histories) or the path of longmemeval_oracle.json.
     source: str = FIXTURES
     #: Questions to run: validation (the paper's 380 of 500), development or all.
@@ -78,8 +80,8 @@ class SessionBiasStudy(HistoryStudy):
     fixture_bases: int = fixtures.N_BASES
     #: Seed of the fixtures (ignored for a file).
     fixture_seed: int = fixtures.SEED
-    #: Arms to run, a subset of full, soft and hard.
-    arms: tuple[str, ...] = history.ARMS
+    #: Conditions to run, a subset of full, soft and hard.
+    condition_set: tuple[str, ...] = history.CONDITIONS
     #: Attention factor of the oldest session under the soft bias (the paper: 1/2).
     oldest_weight: float = 0.5
     #: Greedy answer budget in tokens (the paper: 128 for the soft bias, 256 for the hard-mask comparison).
@@ -88,56 +90,48 @@ class SessionBiasStudy(HistoryStudy):
     chat: bool | None = None
     #: Session order in the history: timestamp (sorted by date, stably) or file.
     order: str = "timestamp"
-    #: Copy the full answer to the other arms of inactive questions instead of generating them.
+    #: Copy the full answer to the other conditions of inactive questions instead of generating them.
     skip_inactive: bool = False
     #: Skip questions whose history is longer than this many tokens (None: no limit).
     max_history_tokens: int | None = None
     #: Questions answered in one batch.
     cases_per_batch: int = 2
-    _questions: list[data.Question] | None = field(default=None, repr=False, compare=False)
-    _cases: list[SessionBiasCase] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.arms = tuple(self.arms)
-        if not self.arms:
-            raise InvalidParameter("arms", f"must be a non-empty subset of {history.ARMS}, got {self.arms}")
-        require_choices(self, arms=history.ARMS, split=data.SPLITS, order=history.ORDERS)
-        if self.skip_inactive and "full" not in self.arms:
-            raise InvalidParameter("skip_inactive", "copies the full answer, so arms must include 'full'")
+        self.condition_set = tuple(self.condition_set)
+        if not self.condition_set:
+            raise InvalidParameter("condition_set", f"must be a non-empty subset of {history.CONDITIONS}, "
+                                   f"got {self.condition_set}")
+        require_choices(self, condition_set=history.CONDITIONS, split=data.SPLITS, order=history.ORDERS)
+        if self.skip_inactive and "full" not in self.condition_set:
+            raise InvalidParameter("skip_inactive", "copies the full answer, so condition_set must include 'full'")
         require_at_least(self, n=1, fixture_bases=1, max_new_tokens=1, max_history_tokens=1, cases_per_batch=1)
 
     # ------------------------------------------------------------------ data
 
     def source_questions(self) -> list[data.Question]:
-        """Every question of the source (before the split; loaded once)."""
-        if self._questions is None:
-            self._questions = (fixtures.generate(self.fixture_bases, self.fixture_seed) if self.source == FIXTURES
-                               else data.load_longmemeval(self.source))
-        return self._questions
+        """Every question of the source (before the split), generated or read on each call (the cases are
+        computed once; the config reads the development quotas)."""
+        return (fixtures.generate(self.fixture_bases, self.fixture_seed) if self.source == FIXTURES
+                else data.load_longmemeval(self.source))
 
-    def cases(self) -> list[SessionBiasCase]:
+    def make_cases(self) -> list[SessionBiasCase]:
         """The first ``n`` questions of the split, in file order."""
-        if self._cases is None:
-            everything = self.source_questions()
-            chosen = data.select_split(everything, self.split)
-            crossing = data.groups_crossing(everything)
-            if self.n is not None:
-                chosen = chosen[: self.n]
-            self._cases = [SessionBiasCase(q, self.split, q.group in crossing) for q in chosen]
-        return self._cases
+        everything = self.source_questions()
+        chosen = data.select_split(everything, self.split)
+        crossing = data.groups_crossing(everything)
+        if self.n is not None:
+            chosen = chosen[: self.n]
+        return [SessionBiasCase(q, self.split, q.group in crossing) for q in chosen]
 
-    def config(self) -> dict[str, Any]:
-        """Every parameter that decides the rows."""
-        cfg = study_parameters(self)
-        cases = self.cases()
-        cfg.update({
-            "dataset_sha256": data.dataset_hash(c.question for c in cases),
-            "dev_quotas": data.dev_quotas(self.source_questions()),
-            "grader": grading.RuleGrader.name,
-            "strings_sha256": strings_hash(),
-            "template_kwargs": strings.TEMPLATE_KWARGS,
-        })
-        return cfg
+    def data_sha256(self) -> str:
+        """The digest of the questions run (``data.dataset_hash``)."""
+        return data.dataset_hash(c.question for c in self.cases())
+
+    def config_extra(self) -> dict[str, Any]:
+        """The development quotas of the source, the grader and the chat template's arguments."""
+        return {"dev_quotas": data.dev_quotas(self.source_questions()), "grader": grading.RuleGrader.name,
+                "template_kwargs": strings.TEMPLATE_KWARGS}
 
     # ------------------------------------------------------------------ the protocol's parts
 
@@ -175,54 +169,57 @@ class SessionBiasStudy(HistoryStudy):
         if n_tokens <= self.max_history_tokens:
             return None
         return [{**self._case_columns(case, layout), "case_id": case.case_id, "group": self.group(case),
-                 "condition": arm, "query": QUERY,
+                 "condition": condition, "query": QUERY,
                  "skipped": "history_too_long", "history_tokens": n_tokens, "prompt_sha256": rendered.sha256,
                  "gate": None, "active": None, "output": None, "stop_reason": None, "output_tokens": None,
-                 "correct": None, "grader": None} for arm in self.arms]
+                 "correct": None, "grader": None} for condition in self.condition_set]
 
     def questions(self, model: kvprobe.Model, case: SessionBiasCase, h: kvprobe.History) -> list[Question]:
         return [Question(QUERY, history.question_text(case.question))]
 
     def conditions(self, model: kvprobe.Model, case: SessionBiasCase, h: kvprobe.History
                    ) -> dict[str, kvprobe.Condition]:
-        return self._arms(model, case, h).conditions
+        return self._session_conditions(model, case, h).conditions
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
-        """The arms' facts (gate, activity, biased and content tokens) and the session layout."""
+        """The conditions' facts (gate, activity, biased and content tokens) and the session layout."""
         run.extra["layout"] = self._prompt(model, run.case)[1]
-        run.extra["arms"] = self._arms(model, run.case, run.history)
+        run.extra["conditions"] = self._session_conditions(model, run.case, run.history)
 
     def question_conditions(self, run: CaseRun, question: Question) -> dict[str, kvprobe.Condition]:
-        """Every arm; only ``full`` for an inactive question when ``skip_inactive`` copies its answer."""
-        if self.skip_inactive and not run.extra["arms"].active:
+        """Every condition; only ``full`` for an inactive question when ``skip_inactive`` copies its answer."""
+        if self.skip_inactive and not run.extra["conditions"].active:
             return {"full": run.conditions["full"]}
         return run.conditions
 
     def rows(self, run: CaseRun, question: Question, answers: dict[str, decoding.Answer]) -> list[dict[str, Any]]:
-        """One row per arm; an arm that was not answered copies the full arm's answer."""
+        """One row per condition; a condition that was not answered copies the full condition's answer."""
         out = []
-        for arm in run.conditions:
-            generation = answers.get(arm, answers["full"]).generation
-            out.append({**self._arm_columns(run, arm, copied=arm not in answers),
-                        **self.common(run, question, arm, generation)})
+        for condition in run.conditions:
+            generation = answers.get(condition, answers["full"]).generation
+            out.append({**self._condition_columns(run, condition, copied=condition not in answers),
+                        **self.common(run, question, condition, generation)})
         return out
 
     def row(self, run: CaseRun, question: Question, condition: str,
             answers: dict[str, decoding.Answer]) -> dict[str, Any]:
-        return self._arm_columns(run, condition, copied=False)
+        return self._condition_columns(run, condition, copied=False)
 
-    def finish(self, model: kvprobe.Model, batch: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    def finish(self, model: kvprobe.Model, rows: list[list[dict[str, Any]]], batch: Batch
+               ) -> list[list[dict[str, Any]]]:
         """Grade every answered row of the batch at once (``grading.RuleGrader``)."""
-        graded = [r for rows in batch for r in rows if not r["skipped"]]
+        graded = [r for case_rows in rows for r in case_rows if not r["skipped"]]
         for r, v in zip(graded, grading.RuleGrader().grade([grading.task_of(r) for r in graded])):
             r.update(correct=v.correct, grade_explanation=v.explanation, grader=v.grader)
-        return batch
+        return rows
 
     # ------------------------------------------------------------------ columns
 
-    def _arms(self, model: kvprobe.Model, case: SessionBiasCase, h: kvprobe.History) -> history.Arms:
+    def _session_conditions(self, model: kvprobe.Model, case: SessionBiasCase, h: kvprobe.History
+                            ) -> history.SessionConditions:
         layout = self._prompt(model, case)[1]
-        return history.arms(h, layout, history.question_text(case.question), self.oldest_weight, self.arms)
+        return history.session_conditions(h, layout, history.question_text(case.question), self.oldest_weight,
+                                          self.condition_set)
 
     def _case_columns(self, case: SessionBiasCase, layout: history.SessionLayout) -> dict[str, Any]:
         q = case.question
@@ -234,20 +231,15 @@ class SessionBiasStudy(HistoryStudy):
             "case_complete": True,
         }
 
-    def _arm_columns(self, run: CaseRun, arm: str, copied: bool) -> dict[str, Any]:
-        a, n = run.extra["arms"], len(run.history)
+    def _condition_columns(self, run: CaseRun, condition: str, copied: bool) -> dict[str, Any]:
+        c, n = run.extra["conditions"], len(run.history)
         return {
             **self._case_columns(run.case, run.extra["layout"]), "skipped": None,
-            "content_tokens": a.content_tokens, "biased_tokens": a.biased_tokens if arm == "soft" else 0,
-            "hidden_tokens": int(run.originals[arm].hidden_positions(n, "cpu").sum()),
-            "gate": a.gate, "active": a.active, "copied_from_full": copied,
+            "content_tokens": c.content_tokens, "biased_tokens": c.biased_tokens if condition == "soft" else 0,
+            "hidden_tokens": int(run.originals[condition].hidden_positions(n, "cpu").sum()),
+            "gate": c.gate, "active": c.active, "copied_from_full": copied,
             "correct": None, "grade_explanation": None, "grader": None,
         }
-
-
-def strings_hash() -> str:
-    """SHA-256 of every prompt string of ``strings.py`` (part of the config)."""
-    return strings_sha256(strings)
 
 
 def run(model: kvprobe.Model, out_dir: Path | str, study: SessionBiasStudy | None = None, progress: bool = True):
