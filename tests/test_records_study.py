@@ -1,4 +1,4 @@
-"""The record-history study: histories, the paper's user message, policy table, shared answers, a tiny run."""
+"""The record-history study: histories, the paper's user message, condition table, shared answers, a tiny run."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from kvprobe.studies.common.answers import first_value, grade
 from kvprobe.studies.common.detectors import strings
 from kvprobe.studies.common.detectors.readout_scores import load_readout_scores
 from kvprobe.studies.datasets.record_histories import question_text, record_histories
-from kvprobe.studies.records.study import POLICIES, RecordsStudy, policy_operation
+from kvprobe.studies.records.study import CONDITIONS, RecordsStudy, condition_operation
 from kvprobe.studies.records.summary import write_summary
 from kvprobe.studies.common.runner import read_rows, run_study
 
@@ -50,16 +50,16 @@ def test_user_message_follows_the_paper(histories):
     assert history.token_text(h.a_span(history)).strip() == h.case.a_text
 
 
-def test_policy_table():
-    assert policy_operation("keep-all", "current", 1, True, True) == "full"
-    assert policy_operation("detector-mask", "historical", 0, True, True) == "mask"
-    assert policy_operation("detector-recompute", "current", 1, False, True) == "full"
-    assert policy_operation("oracle-recompute", "unrelated", 1, False, True) == "recompute"
-    assert policy_operation("latest-record", "current", 0, False, True) == "mask"  # confirmations included
-    assert policy_operation("latest-record", "current", 0, False, False) == "full"
-    assert policy_operation("query-aware-mask", "current", 0, True, True) == "mask"
-    assert policy_operation("query-aware-mask", "historical", 1, True, True) == "full"
-    assert policy_operation("always-mask", "unrelated", 0, False, False) == "mask"
+def test_condition_table():
+    assert condition_operation("keep-all", "current", 1, True, True) == "full"
+    assert condition_operation("detector-mask", "historical", 0, True, True) == "mask"
+    assert condition_operation("detector-recompute", "current", 1, False, True) == "full"
+    assert condition_operation("oracle-recompute", "unrelated", 1, False, True) == "recompute"
+    assert condition_operation("latest-record", "current", 0, False, True) == "mask"  # confirmations included
+    assert condition_operation("latest-record", "current", 0, False, False) == "full"
+    assert condition_operation("query-aware-mask", "current", 0, True, True) == "mask"
+    assert condition_operation("query-aware-mask", "historical", 1, True, True) == "full"
+    assert condition_operation("always-mask", "unrelated", 0, False, False) == "mask"
 
 
 def test_bad_parameters_fail_before_a_model_loads():
@@ -85,9 +85,9 @@ def test_tiny_run_shares_answers_and_keeps_the_history(tmp_path):
     study = RecordsStudy(n_groups=1, max_new_tokens=4)
     run_study(study, model, tmp_path, progress=False)
     rows = list(read_rows(tmp_path))
-    assert len(rows) == 6 * 3 * len(POLICIES)
+    assert len(rows) == 6 * 3 * len(CONDITIONS)
     by = {(r["case_id"], r["query"], r["condition"]): r for r in rows}
-    for (case, query, policy), r in by.items():
+    for (case, query, _), r in by.items():
         same = by[(case, query, "keep-all")] if r["operation"] == "full" else by[(case, query, "always-mask")] \
             if r["operation"] == "mask" else None
         if same is not None:

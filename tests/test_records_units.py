@@ -18,7 +18,7 @@ from kvprobe.studies.records import strings, value_tables
 from kvprobe.studies.records.control import NOTE_SEGMENT, control_mask, note_text, with_note
 from kvprobe.studies.records.errors import (VALUE_COLUMNS, exact_answer, regrade_row, reversal_kind,
                                             unquoted_unknown, value_columns)
-from kvprobe.studies.records.study import ALL_POLICIES, POLICIES, RecordsStudy, policy_operation
+from kvprobe.studies.records.study import ALL_CONDITIONS, CONDITIONS, RecordsStudy, condition_operation
 from kvprobe.studies.records.summary import summarize, write_summary
 from kvprobe.studies.common.runner import read_rows, run_study
 
@@ -92,18 +92,18 @@ def test_reversal_taxonomy_and_matching_values():
     keys = ["g1a", "g1b", "g2a", "g2b", "g3a"]
     full = {k: _row(k, '{"answer": "109 hours"}') for k in keys}
     full["g3a"] = _row("g3a", '{"answer": "107"}')  # wrong under both: never a reversal
-    arm = {"g1a": _row("g1a", '{"answer": "109"}'), "g1b": _row("g1b", '{"answer": "UNKNOWN"}'),
-           "g2a": _row("g2a", '{"answer": "107 hours"}'), "g2b": _row("g2b", '{"answer": "109 hours"}'),
-           "g3a": _row("g3a", '{"answer": "109 hours"}')}
-    got = value_tables.reversals(arm, full, keys)
+    masked = {"g1a": _row("g1a", '{"answer": "109"}'), "g1b": _row("g1b", '{"answer": "UNKNOWN"}'),
+              "g2a": _row("g2a", '{"answer": "107 hours"}'), "g2b": _row("g2b", '{"answer": "109 hours"}'),
+              "g3a": _row("g3a", '{"answer": "109 hours"}')}
+    got = value_tables.reversals(masked, full, keys)
     assert got == {"reversals": 3, "missing_unit": 1, "unknown": 1, "other": 1,
                    "categories": {"magnitude_only": 1, "old_value": 1, "unknown": 1}}
-    by_key = {("current", "keep-all"): full, ("current", "oracle-mask"): arm}
+    by_key = {("current", "keep-all"): full, ("current", "oracle-mask"): masked}
     cells = value_tables.value_cells(by_key, keys, ["current"], ["keep-all", "oracle-mask"])
     assert cells[1]["categories"]["correct"] == 2 and cells[1]["matching"] == 3  # correct + magnitude only
     assert cells[0]["missing_unit_wrong"] == 1 and cells[1]["missing_unit_wrong"] == 1
     # The control contrast: mask vs control, paired per case with the item bootstrap.
-    by_key = {("current", "always-mask"): arm, ("current", "always-control"): full}
+    by_key = {("current", "always-mask"): masked, ("current", "always-control"): full}
     weights = group_bootstrap_weights([full[k]["group"] for k in keys], n_draws=200, seed=1)
     cell = value_tables.control_cells(by_key, keys, weights, "current", "all")
     assert cell["correct"]["mask"] == 2 and cell["correct"]["control"] == 4
@@ -157,8 +157,7 @@ def test_control_condition_hides_the_note_start(llama, deadline):
     from kvprobe.reference import reference_generate
 
     case = deadline[0]
-    study = RecordsStudy(note="notebook", policies=("keep-all", "always-control"), deadline_unit="hours")
-    study._detected[case.case_id] = {"decision": "not-run"}
+    study = RecordsStudy(note="notebook", condition_set=("keep-all", "always-control"), deadline_unit="hours")
     history = llama.prefill(study.prompt(llama, case))
     condition = study.conditions(llama, case, history)["control-mask"]
     question = question_text(case.queries()[0][1])
@@ -173,42 +172,43 @@ def test_control_condition_hides_the_note_start(llama, deadline):
 # --------------------------------------------------------------------------- parameters
 def test_bad_parameters_are_refused_naming_the_field():
     with pytest.raises(InvalidParameter, match="note: the always-control policy") as e:
-        RecordsStudy(policies=(*POLICIES, "always-control"))
+        RecordsStudy(condition_set=(*CONDITIONS, "always-control"))
     assert e.value.field_name == "note"
-    for bad, field in ((dict(policies=("oracle-mask",)), "policies"), (dict(policies=("keep-all", "keep-all")),
-                       "policies"), (dict(policies=("keep-all", "nope")), "policies"),
+    for bad, field in ((dict(condition_set=("oracle-mask",)), "condition_set"),
+                       (dict(condition_set=("keep-all", "keep-all")), "condition_set"),
+                       (dict(condition_set=("keep-all", "nope")), "condition_set"),
                        (dict(note="nope"), "note"), (dict(deadline_unit="days"), "deadline_unit"),
                        (dict(detections="artifacts/detection/x", deadline_unit="hours"), "detections")):
         with pytest.raises(InvalidParameter) as e:
             RecordsStudy(**bad)
         assert e.value.field_name == field, bad
-    assert RecordsStudy(note="notebook", policies=ALL_POLICIES).config()["policies"] == list(ALL_POLICIES)
-    assert RecordsStudy().config()["policies"] == list(POLICIES)  # the committed runs' config key, unchanged
-    assert policy_operation("always-control", "historical", 0, False, False) == "control-mask"
+    assert RecordsStudy(note="notebook", condition_set=ALL_CONDITIONS).config()["condition_set"] == list(ALL_CONDITIONS)
+    assert RecordsStudy().config()["condition_set"] == list(CONDITIONS)  # the committed runs' conditions
+    assert condition_operation("always-control", "historical", 0, False, False) == "control-mask"
 
 
 def test_cli_refuses_always_control_without_a_note(capsys):
     from kvprobe.cli import main
 
-    code = main(["run", "records", "--policies", "keep-all,always-control", "--model", "no-such-model", "--quiet"])
+    code = main(["run", "records", "--condition-set", "keep-all,always-control", "--model", "no-such-model", "--quiet"])
     assert code == 2 and "--note" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- end to end
 def test_tiny_run_with_hours_and_the_note(llama, tmp_path):
     study = RecordsStudy(n_groups=N_GROUPS, max_new_tokens=3, deadline_unit="hours", note="notebook",
-                         policies=("keep-all", "oracle-mask", "always-mask", "always-control"))
+                         condition_set=("keep-all", "oracle-mask", "always-mask", "always-control"))
     run_study(study, llama, tmp_path, progress=False)
     rows = list(read_rows(tmp_path))
     assert len(rows) == 6 * N_GROUPS * 3 * 4
     assert all(set(VALUE_COLUMNS) <= set(r) for r in rows)
-    assert all(r["detector_decision"] == "not-run" for r in rows)  # no detector policy: no detector
+    assert all(r["detector_decision"] == "not-run" for r in rows)  # no detector condition: no detector
     assert {r["reference"] for r in rows if r["family"] == "deadline"} >= {"109 hours", "107 hours"}
     by = {(r["case_id"], r["query"], r["condition"]): r for r in rows}
-    for (case, query, policy), r in by.items():
-        assert r["prompt_sha256"] == by[(case, query, "keep-all")]["prompt_sha256"]  # the note is in every arm
+    for (case, query, condition), r in by.items():
+        assert r["prompt_sha256"] == by[(case, query, "keep-all")]["prompt_sha256"]  # the note is in every condition
         assert r["operation"] == {"keep-all": "full", "always-mask": "mask", "always-control": "control-mask",
-                                  "oracle-mask": "mask" if r["label"] else "full"}[policy]
+                                  "oracle-mask": "mask" if r["label"] else "full"}[condition]
         assert {c: r[c] for c in VALUE_COLUMNS} == value_columns(r["output"], r["reference"], r["old_value"])
     summary = write_summary(tmp_path)
     assert summary["policies"] == ["keep-all", "oracle-mask", "always-mask", "always-control"]

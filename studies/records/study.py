@@ -1,7 +1,7 @@
 """The record-history study: seven policies x three queries per history (paper partD section 3).
 
 Per history the prompt is prefilled once; each query is answered on its own copy
-of the cache under each policy (greedy, 40 tokens, EOS stop):
+of the cache under each condition, the paper's policies (greedy, 40 tokens, EOS stop):
 
 * ``keep-all``: full access;
 * ``detector-mask`` / ``detector-recompute``: hide record A, or delete the whole
@@ -20,19 +20,22 @@ of the cache under each policy (greedy, 40 tokens, EOS stop):
   Time 2 in every arm (seed L5574-5577; :mod:`.control`), the equal-token control of
   ``always-mask``.
 
-``policies`` chooses the arms (keep-all, the reference of every change, is required).
+``condition_set`` chooses the conditions (keep-all, the reference of every change, is required).
 ``deadline_unit="hours"`` states the deadline family in hours, as the paper's record
-dataset does (its quantity family); ``note="notebook"`` adds the note in every arm.
+dataset does (its quantity family); ``note="notebook"`` adds the note in every condition.
 
-Policies that reduce to the same operation share one generated answer (L5466-5467):
+Conditions that reduce to the same operation share one generated answer (L5466-5467):
 on the study protocol (:class:`~kvprobe.studies.common.protocol.HistoryStudy`) the
-*operations* (``full``, ``mask``, ``recompute``) are the conditions, each query is
-answered under the operations its policies need, and :meth:`RecordsStudy.rows` writes
-one row per policy (``condition`` = the policy, ``operation`` = what it applied).
+*operations* (``full``, ``mask``, ``control-mask``, ``recompute``) are the protocol's
+conditions, each query is answered under the operations its conditions need, and
+:meth:`RecordsStudy.rows` writes one row per condition (``condition`` = the paper's policy,
+``operation`` = what it applied).
 Detector decisions come from a detection run (``detections``: its directory, the
 decisions of one detector shared by every generator, as in the paper) or, when
 none is given, from the generator model itself running the detector inline on every
-history of a batch at once (:meth:`RecordsStudy.start_batch`).
+history of a batch at once (:meth:`RecordsStudy.start_batch`, into ``batch.state``). A case
+offers every operation one of its conditions could apply whatever the verdict; the operations
+are prepared in :meth:`RecordsStudy.setup`, once the verdict is known, and only those applied.
 Correct = exact case-folded, whitespace-normalized equality of the JSON answer
 field; malformed JSON is wrong (L5447-5449). Every row also carries the paper's value
 category of its answer, the missing-unit flag and whether it wrote an unquoted UNKNOWN
@@ -54,42 +57,41 @@ from kvprobe.studies.common.detectors.text import REPLACEMENT, TEXT_DETECTORS, R
 from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.recognition.families import DEADLINE_UNITS
 from kvprobe.studies.datasets.record_histories import MAX_NEW_TOKENS, RecordHistory, question_text, selected_histories
-from kvprobe.studies.common.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
-                                      require_choices, use_chat)
-from kvprobe.studies.common.protocol import study_parameters
+from kvprobe.studies.common.protocol import (Batch, CaseRun, HistoryStudy, InvalidParameter, Question, prepared,
+                                             require_at_least, require_choices, use_chat)
 from .control import control_mask, with_note
 from .errors import value_columns
 from kvprobe.studies.datasets.record_histories import NOTES
 
-#: The default arms: the paper's seven policies and the always-mask reference (the committed runs' arms).
-POLICIES = ("keep-all", "detector-mask", "detector-recompute", "oracle-mask", "oracle-recompute",
-            "latest-record", "query-aware-mask", "always-mask")
-#: Every arm ``policies`` may name, in report order (``always-control`` needs a note).
-ALL_POLICIES = (*POLICIES, "always-control")
-#: Arms that need the detector's decisions (without any, the detector is not run).
-DETECTOR_POLICIES = ("detector-mask", "detector-recompute", "query-aware-mask")
-#: The operations the policies apply (the protocol's conditions), in the order they are prepared.
+#: The default condition set: the paper's seven policies and the always-mask reference (the committed runs').
+CONDITIONS = ("keep-all", "detector-mask", "detector-recompute", "oracle-mask", "oracle-recompute",
+              "latest-record", "query-aware-mask", "always-mask")
+#: Every condition ``condition_set`` may name, in report order (``always-control`` needs a note).
+ALL_CONDITIONS = (*CONDITIONS, "always-control")
+#: Conditions that need the detector's decisions (without any, the detector is not run).
+DETECTOR_CONDITIONS = ("detector-mask", "detector-recompute", "query-aware-mask")
+#: The operations the conditions apply (the protocol's conditions), in the order they are prepared.
 OPERATIONS = ("full", "mask", "control-mask", "recompute")
-#: ``detector_decision`` of rows whose run chose no detector policy.
+#: ``detector_decision`` of rows whose run chose no detector condition.
 NOT_RUN = "not-run"
 
 
-def policy_operation(policy: str, query: str, label: int, detected: bool, same_slot: bool) -> str:
-    """The operation a policy applies: ``"full"``, ``"mask"``, ``"control-mask"`` or ``"recompute"``.
+def condition_operation(condition: str, query: str, label: int, detected: bool, same_slot: bool) -> str:
+    """The operation a condition applies: ``"full"``, ``"mask"``, ``"control-mask"`` or ``"recompute"``.
 
-    >>> policy_operation("oracle-mask", "current", 1, False, True)
+    >>> condition_operation("oracle-mask", "current", 1, False, True)
     'mask'
-    >>> policy_operation("always-control", "current", 0, False, True)
+    >>> condition_operation("always-control", "current", 0, False, True)
     'control-mask'
     """
     act = {"keep-all": False, "detector-mask": detected, "detector-recompute": detected, "oracle-mask": bool(label),
            "oracle-recompute": bool(label), "latest-record": same_slot,
-           "query-aware-mask": detected and query == "current", "always-mask": True, "always-control": True}[policy]
+           "query-aware-mask": detected and query == "current", "always-mask": True, "always-control": True}[condition]
     if not act:
         return "full"
-    if policy == "always-control":
+    if condition == "always-control":
         return "control-mask"
-    return "recompute" if policy.endswith("recompute") else "mask"
+    return "recompute" if condition.endswith("recompute") else "mask"
 
 
 def read_decisions(run_dir: str | Path, detector: str, filtered: bool) -> dict[str, str]:
@@ -111,13 +113,15 @@ class RecordsStudy(HistoryStudy):
     """The 300 test histories under the seven policies (and always-mask, always-control), three queries each."""
 
     name: ClassVar[str] = "records"
+    #: The operations are prepared in :meth:`setup`, once the batch's detector verdicts are known.
+    skip_prepare: ClassVar[tuple[str, ...]] = OPERATIONS
     #: Split of the record histories (the paper: the 300 test histories, 50 items x 6 variants).
     split: str = "test"
     #: Run only N items (6 histories each), taken from the families in turn; None: all.
     n_groups: int | None = None
-    #: A detection run directory whose decisions the detector policies use; None: detect inline with the generator.
+    #: A detection run directory whose decisions the detector conditions use; None: detect inline with the generator.
     detections: str | None = None
-    #: The JSON detector whose decisions drive the detector policies (the paper: asserted-value).
+    #: The JSON detector whose decisions drive the detector conditions (the paper: asserted-value).
     detector: str = "asserted-value"
     #: Use the detector's lexically filtered decisions (no replacement when A's value occurs in both records).
     lexical_filter: bool = False
@@ -131,43 +135,38 @@ class RecordsStudy(HistoryStudy):
     cases_per_batch: int = 4
     #: How the deadline family states its values: date ("March 14") or hours ("107 hours", the paper's dataset).
     deadline_unit: str = "date"
-    #: Neutral note inserted before Time 2 in every arm: none, or notebook (the paper's control note, x16).
+    #: Neutral note inserted before Time 2 in every condition: none, or notebook (the paper's control note, x16).
     note: str = "none"
-    #: The arms (keep-all is required; always-control needs a note): the paper's seven policies, always-mask,
-    #: always-control.
-    policies: tuple[str, ...] = POLICIES
-    _cases: list[RecordHistory] | None = field(default=None, repr=False, compare=False)
+    #: The conditions (keep-all is required; always-control needs a note): the paper's seven policies,
+    #: always-mask, always-control.
+    condition_set: tuple[str, ...] = CONDITIONS
     _decisions: dict[str, str] | None = field(default=None, repr=False, compare=False)
-    # Detector verdicts of the histories run so far, by case id (filled batch by batch).
-    _detected: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.policies = tuple(self.policies)
+        self.condition_set = tuple(self.condition_set)
         require_at_least(self, n_groups=1, max_new_tokens=1, cases_per_batch=1)
         require_choices(self, split=SPLITS, detector=tuple(TEXT_DETECTORS), deadline_unit=DEADLINE_UNITS,
-                        note=tuple(NOTES), policies=ALL_POLICIES)
-        if "keep-all" not in self.policies or len(set(self.policies)) != len(self.policies):
-            raise InvalidParameter("policies", f"must hold keep-all (every change's reference) and no policy "
-                                   f"twice, got {','.join(self.policies)}")
-        if "always-control" in self.policies and self.note == "none":
+                        note=tuple(NOTES), condition_set=ALL_CONDITIONS)
+        if "keep-all" not in self.condition_set or len(set(self.condition_set)) != len(self.condition_set):
+            raise InvalidParameter("condition_set", f"must hold keep-all (every change's reference) and no "
+                                   f"condition twice, got {','.join(self.condition_set)}")
+        if "always-control" in self.condition_set and self.note == "none":
             raise InvalidParameter("note", "the always-control policy hides tokens of the neutral note; "
-                                   "give a note (--note notebook) or leave always-control out of --policies")
+                                   "give a note (--note notebook) or leave always-control out of --condition-set")
         if self.detections is not None and self.deadline_unit != "date":
             raise InvalidParameter("detections", f"a detection run's decisions concern the records with dates; "
                                    f"with --deadline-unit {self.deadline_unit} the detector runs inline (leave "
                                    "--detections out)")
 
-    def config(self) -> dict[str, Any]:
-        cfg = study_parameters(self)
-        if self.detections is not None:
-            blob = "\n".join(f"{k}={v}" for k, v in sorted(self.decisions().items()))
-            cfg["decisions_sha256"] = hashlib.sha256(blob.encode()).hexdigest()
-        return cfg
+    def make_cases(self) -> list[RecordHistory]:
+        return selected_histories(self.split, self.seed, self.n_groups, self.deadline_unit)
 
-    def cases(self) -> list[RecordHistory]:
-        if self._cases is None:
-            self._cases = selected_histories(self.split, self.seed, self.n_groups, self.deadline_unit)
-        return self._cases
+    def data_sha256(self) -> str | None:
+        """The detection run's decisions (``detections``), which decide the detector conditions; None inline."""
+        if self.detections is None:
+            return None
+        blob = "\n".join(f"{k}={v}" for k, v in sorted(self.decisions().items()))
+        return hashlib.sha256(blob.encode()).hexdigest()
 
     def decisions(self) -> dict[str, str]:
         if self._decisions is None:
@@ -176,7 +175,7 @@ class RecordsStudy(HistoryStudy):
         return self._decisions
 
     def _detect(self, model: kvprobe.Model, cases: list[RecordHistory]) -> list[dict[str, Any]]:
-        if not set(DETECTOR_POLICIES) & set(self.policies):
+        if not set(DETECTOR_CONDITIONS) & set(self.condition_set):
             return [{"decision": NOT_RUN, "source": "none"} for _ in cases]
         if self.detections is not None:
             missing = [c.case_id for c in cases if c.case_id not in self.decisions()]
@@ -189,23 +188,27 @@ class RecordsStudy(HistoryStudy):
         return [{"decision": v[self.detector][key], "source": "inline", "parse": v[self.detector]["parse"]}
                 for v in verdicts]
 
-    def operation(self, case: RecordHistory, query: str, policy: str) -> str:
-        """The operation ``policy`` applies to ``query`` of ``case`` (its detector verdict known)."""
-        detected = self._detected[case.case_id]["decision"] == REPLACEMENT
-        return policy_operation(policy, query, case.case.labels["replacement"], detected, case.same_slot)
+    def operations(self, case: RecordHistory, query: str, detected: bool) -> list[str]:
+        """The distinct operations the conditions apply to ``query`` of ``case`` given the detector's verdict
+        (``detected``: it calls B a replacement), in the order the conditions first need them."""
+        label = case.case.labels["replacement"]
+        return list(dict.fromkeys(condition_operation(condition, query, label, detected, case.same_slot)
+                                  for condition in self.condition_set))
 
-    def operations(self, case: RecordHistory, query: str) -> list[str]:
-        """The distinct operations the policies apply to ``query``, in the order the policies first need them."""
-        return list(dict.fromkeys(self.operation(case, query, policy) for policy in self.policies))
+    @staticmethod
+    def detected(run: CaseRun) -> bool:
+        """Whether the detector called B a replacement in the case's history (``batch.state["verdicts"]``)."""
+        return run.batch.state["verdicts"][run.case.case_id]["decision"] == REPLACEMENT
 
     # ------------------------------------------------------------------ the protocol's hooks
     def group(self, case: RecordHistory) -> str:
         return case.case.group
 
-    def start_batch(self, model: kvprobe.Model, cases: list[RecordHistory]) -> None:
-        """The detector's verdicts on every history of the batch (inline: one generation batch)."""
-        if cases:
-            self._detected.update(zip((c.case_id for c in cases), self._detect(model, cases)))
+    def start_batch(self, model: kvprobe.Model, batch: Batch) -> None:
+        """The detector's verdicts on every history of the batch (inline: one generation batch), by case id in
+        ``batch.state["verdicts"]``."""
+        batch.state["verdicts"] = dict(zip((c.case_id for c in batch.cases), self._detect(model, batch.cases))) \
+            if batch.cases else {}
 
     def prompt(self, model: kvprobe.Model, case: RecordHistory) -> kvprobe.Prompt:
         """The paper's user message, with the neutral note before Time 2 when ``note`` names one."""
@@ -218,37 +221,49 @@ class RecordsStudy(HistoryStudy):
 
     def conditions(self, model: kvprobe.Model, case: RecordHistory, history: kvprobe.History
                    ) -> dict[str, kvprobe.Condition]:
-        """The operations some policy applies to some query of the case (a recompute only when one acts)."""
+        """The operations some condition could apply to some query of the case, whatever the detector's verdict
+        (:meth:`setup` prepares those the verdict calls for)."""
         from kvprobe.interventions import TextRecompute
 
-        needed = {op for kind, _, _ in case.queries() for op in self.operations(case, kind)}
+        needed = {op for kind, _, _ in case.queries() for detected in (False, True)
+                  for op in self.operations(case, kind, detected)}
         ops = {"full": kvprobe.Full, "mask": lambda: kvprobe.Mask(case.a_span(history), name="mask"),
                "control-mask": lambda: control_mask(history, case.a_span(history)),
                "recompute": lambda: TextRecompute(["time1"])}
         return {op: ops[op]() for op in OPERATIONS if op in needed}
 
+    def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
+        """Prepare the operations the conditions apply to the case's queries under its detector verdict (a
+        recompute only when one acts); the others are dropped."""
+        detected = self.detected(run)
+        needed = {op for q in run.questions for op in self.operations(run.case, q.query, detected)}
+        run.conditions = {op: prepared(model, run.history, c) for op, c in run.conditions.items() if op in needed}
+
     def question_conditions(self, run: CaseRun, question: Question) -> dict[str, kvprobe.Condition]:
-        """The operations the policies apply to this query (each answered once)."""
-        return {op: run.conditions[op] for op in self.operations(run.case, question.query) if op in run.conditions}
+        """The operations the conditions apply to this query (each answered once)."""
+        return {op: run.conditions[op] for op in self.operations(run.case, question.query, self.detected(run))
+                if op in run.conditions}
 
     def rows(self, run: CaseRun, question: Question, answers: dict[str, decoding.Answer]) -> list[dict[str, Any]]:
-        """One row per policy: the answer of the operation it applies (policies left without one are skipped)."""
-        out = []
-        for policy in self.policies:
-            op = self.operation(run.case, question.query, policy)
+        """One row per condition: the answer of the operation it applies (conditions left without one are
+        skipped)."""
+        detected, out = self.detected(run), []
+        label = run.case.case.labels["replacement"]
+        for condition in self.condition_set:
+            op = condition_operation(condition, question.query, label, detected, run.case.same_slot)
             if op in answers:
                 out.append({**self.row(run, question, op, answers),
-                            **self.common(run, question, policy, answers[op].generation)})
+                            **self.common(run, question, condition, answers[op].generation)})
         return out
 
     def row(self, run: CaseRun, question: Question, condition: str,
             answers: dict[str, decoding.Answer]) -> dict[str, Any]:
-        """The columns of a policy's row besides the common ones; ``condition`` is the operation it applied."""
+        """The columns of a condition's row besides the common ones; ``condition`` is the operation it applied."""
         c = run.case.case
         g = answers[condition].generation
         values = [c.old_value, c.new_value, run.case.other_value]
         return {"family": c.family, "variant": c.variant, "label": c.labels["replacement"], "operation": condition,
-                "detector_decision": self._detected[run.case.case_id]["decision"], "reference": question.info,
-                "old_value": c.old_value, **grade(g.text, question.info, values),
+                "detector_decision": run.batch.state["verdicts"][run.case.case_id]["decision"],
+                "reference": question.info, "old_value": c.old_value, **grade(g.text, question.info, values),
                 "mentions_old": normalize(c.old_value) in normalize(g.text),
                 **value_columns(g.text, question.info, c.old_value)}

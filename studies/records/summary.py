@@ -1,6 +1,6 @@
 """Summary and report of a record-history run, recomputed from ``results.jsonl`` alone.
 
-Per (query, policy): exact-field correct answers (the paper's rule), lenient
+Per (query, condition): exact-field correct answers (the paper's rule), lenient
 answers (first-mentioned value, ours), parse failures, and the paired change
 against keep-all with a 95 % interval from 10,000 draws of whole items (the six
 variants of an item stay together, partD section 0). Current queries are also
@@ -9,9 +9,9 @@ are scored against the labels, and a coverage curve ranks histories by the
 detector's decision: acting means hiding A (the ``always-mask`` arm), the
 utility of a history is its current-answer change under that mask.
 
-Values, units and errors (:mod:`.value_tables`): per (query, policy) the paper's six
+Values, units and errors (:mod:`.value_tables`): per (query, condition) the paper's six
 value categories, matching values and unit omissions, unquoted UNKNOWN outputs; the
-current-query reversals of every arm against keep-all split into missing unit /
+current-query reversals of every condition against keep-all split into missing unit /
 UNKNOWN / other; and, when the run has the neutral note, always-mask against its
 equal-token control (always-control). Rows written before the value columns existed
 are regraded from their stored outputs (:func:`.errors.regrade_row`).
@@ -36,16 +36,16 @@ from kvprobe.studies.datasets.record_histories import ITEMS
 from kvprobe.studies.common.runner import read_rows, write_run_summary
 from . import strings, value_tables
 from .errors import regrade_row
-from .study import ALL_POLICIES, NOT_RUN, POLICIES
+from .study import ALL_CONDITIONS, CONDITIONS, NOT_RUN
 
 QUERIES = ("current", "historical", "unrelated")
 RULES = ("correct", "lenient")
 
 
-def _policies(by_key: dict) -> list[str]:
-    """The policies the run has rows of, in report order."""
-    present = {policy for _, policy in by_key}
-    return [p for p in ALL_POLICIES if p in present]
+def _conditions(by_key: dict) -> list[str]:
+    """The conditions the run has rows of, in report order."""
+    present = {condition for _, condition in by_key}
+    return [c for c in ALL_CONDITIONS if c in present]
 
 
 def _cells(by_key: dict, keys: list[str], groups: dict[str, str], seed: int, draws: int,
@@ -56,16 +56,16 @@ def _cells(by_key: dict, keys: list[str], groups: dict[str, str], seed: int, dra
         full = by_key.get((query, "keep-all"), {})
         if not full:
             continue
-        for policy in _policies(by_key):
-            mine = by_key.get((query, policy), {})
+        for condition in _conditions(by_key):
+            mine = by_key.get((query, condition), {})
             rows = [mine[k] for k in keys if k in mine]
-            cell: dict[str, Any] = {"query": query, "policy": policy, "subset": subset, "n": len(rows),
+            cell: dict[str, Any] = {"query": query, "policy": condition, "subset": subset, "n": len(rows),
                                     "parse_ok": sum(r["parse"] == "ok" for r in rows),
                                     "eos": sum(r["stop_reason"] == "eos" for r in rows),
                                     "acted": sum(r["operation"] != "full" for r in rows)}
             for rule in RULES:
                 cell[rule] = sum(bool(r[rule]) for r in rows)
-                if policy != "keep-all" and len(rows) == len(keys):
+                if condition != "keep-all" and len(rows) == len(keys):
                     cell[f"{rule}_change"] = paired_change([mine[k][rule] for k in keys],
                                                            [full[k][rule] for k in keys], weights)
             cells.append(cell)
@@ -110,12 +110,12 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS,
     summary: dict[str, Any] = {"cells": cells, "detector": _detector([base[k] for k in keys]), "draws": draws,
                                "seed": seed, "rows": len(rows), "histories": len(keys),
                                "groups": len(set(groups.values()))}
-    policies = summary["policies"] = _policies(by_key)
+    conditions = summary["policies"] = _conditions(by_key)
     replacements = [k for k in keys if base[k]["label"] == 1]
-    summary["values"] = value_tables.value_cells(by_key, keys, QUERIES, policies)
-    summary["reversals"] = value_tables.reversal_cells(by_key, keys, policies) + \
-        value_tables.reversal_cells(by_key, replacements, policies, subset="replacement")
-    if value_tables.CONTROL in policies:
+    summary["values"] = value_tables.value_cells(by_key, keys, QUERIES, conditions)
+    summary["reversals"] = value_tables.reversal_cells(by_key, keys, conditions) + \
+        value_tables.reversal_cells(by_key, replacements, conditions, subset="replacement")
+    if value_tables.CONTROL in conditions:
         control = [value_tables.control_cells(by_key, keys, _weights(keys, groups, seed, draws), q, "all")
                    for q in QUERIES]
         control.append(value_tables.control_cells(by_key, replacements, _weights(replacements, groups, seed, draws),
@@ -150,10 +150,11 @@ def _table(cells: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _arms(policies: list[str]) -> str:
-    if tuple(policies) == POLICIES:
+def _condition_set(conditions: list[str]) -> str:
+    """The report's words for the run's conditions (the paper's "policies", "arms")."""
+    if tuple(conditions) == CONDITIONS:
         return "eight arms (the paper's seven policies and an always-mask reference)"
-    return f"{len(policies)} arms ({', '.join(policies)})"
+    return f"{len(conditions)} arms ({', '.join(conditions)})"
 
 
 def _setting(sc: dict[str, Any]) -> str:
@@ -175,7 +176,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         "decisions from the generator running the detector inline"
     lines = [*heading("Record histories", config, ITEMS),
              f"{summary['histories']} synthetic record histories ({sc['split']} split), three queries, "
-             f"{_arms(summary['policies'])}, greedy answers of at most "
+             f"{_condition_set(summary['policies'])}, greedy answers of at most "
              f"{sc['max_new_tokens']} tokens. {_setting(sc)}Detector: `{sc['detector']}`"
              f"{' with the lexical filter' if sc['lexical_filter'] else ''}, {source}. Exact = case-folded, "
              "whitespace-normalized equality of the JSON answer field (malformed JSON is wrong); lenient (ours) = the "

@@ -1,19 +1,19 @@
 """The value, reversal and mask-vs-control tables of a record-history run (paper app:v7_errors, app:v8_units,
 app:v7_bridge), computed from rows that carry the value columns (:func:`.errors.regrade_row`).
 
-* :func:`value_cells`: per (query, policy) the six value categories, the matching values (our reading of
+* :func:`value_cells`: per (query, condition) the six value categories, the matching values (our reading of
   the paper's "numbers of matching values", seed L5539-5541: answers whose value matches the reference,
   unit or not, i.e. ``correct`` + ``magnitude_only``), the correct-magnitude unit omissions
   (``magnitude_only``), the missing-unit flag on wrong answers (exact rule) and the unquoted
   ``{"answer": UNKNOWN}`` outputs;
-* :func:`reversal_cells`: current-query reversals of each arm against a reference arm (exact rule), split
+* :func:`reversal_cells`: current-query reversals of each condition against a reference condition (exact rule), split
   into missing unit / UNKNOWN / other (:func:`.errors.reversal_kind`) with the value categories of the
   reversed answers;
 * :func:`control_cells`: always-mask against always-control (the equal-token control), paired changes of
   exact, matching-value and lenient answers with item-bootstrap intervals, on every query and on the
   replacement histories of the current query (the paper's contrast, Table tab:v7_bridge).
 
-``by_key`` maps ``(query, policy)`` to ``{case_id: row}``; ``weights`` are the report's shared item
+``by_key`` maps ``(query, condition)`` to ``{case_id: row}``; ``weights`` are the report's shared item
 bootstrap multiplicities (:func:`kvprobe.readouts.stats.group_bootstrap_weights`) over ``keys``.
 """
 
@@ -31,7 +31,7 @@ from . import strings
 from .errors import MATCHING, REVERSAL_KINDS, reversal_kind
 
 Rows = Mapping[tuple[str, str], Mapping[str, Mapping[str, Any]]]
-#: The arm and its equal-token control.
+#: The always-mask condition and its equal-token control.
 MASK, CONTROL = "always-mask", "always-control"
 #: Column labels of the six categories.
 CATEGORY_LABELS = {"correct": "correct", "magnitude_only": "magnitude only", "old_value": "old value",
@@ -44,18 +44,18 @@ _OUTCOMES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
 }
 
 
-def value_cells(by_key: Rows, keys: Sequence[str], queries: Sequence[str], policies: Sequence[str]
+def value_cells(by_key: Rows, keys: Sequence[str], queries: Sequence[str], conditions: Sequence[str]
                 ) -> list[dict[str, Any]]:
-    """Per (query, policy): counts of the six value categories and the error flags over ``keys``."""
+    """Per (query, condition): counts of the six value categories and the error flags over ``keys``."""
     cells = []
     for query in queries:
-        for policy in policies:
-            mine = by_key.get((query, policy), {})
+        for condition in conditions:
+            mine = by_key.get((query, condition), {})
             rows = [mine[k] for k in keys if k in mine]
             if not rows:
                 continue
             counts = Counter(r["value_category"] for r in rows)
-            cells.append({"query": query, "policy": policy, "n": len(rows),
+            cells.append({"query": query, "policy": condition, "n": len(rows),
                           "categories": {c: counts.get(c, 0) for c in VALUE_CATEGORIES},
                           "matching": sum(counts.get(c, 0) for c in MATCHING),
                           "unit_omissions": counts.get("magnitude_only", 0),
@@ -64,40 +64,40 @@ def value_cells(by_key: Rows, keys: Sequence[str], queries: Sequence[str], polic
     return cells
 
 
-def reversals(arm: Mapping[str, Mapping[str, Any]], reference: Mapping[str, Mapping[str, Any]],
+def reversals(condition: Mapping[str, Mapping[str, Any]], reference: Mapping[str, Mapping[str, Any]],
               keys: Sequence[str]) -> dict[str, Any]:
-    """Cases exact-correct under ``reference`` and wrong under ``arm``, split by kind and value category."""
-    lost = [arm[k]["value_category"] for k in keys if reference[k]["correct"] and not arm[k]["correct"]]
+    """Cases exact-correct under ``reference`` and wrong under ``condition``, split by kind and value category."""
+    lost = [condition[k]["value_category"] for k in keys if reference[k]["correct"] and not condition[k]["correct"]]
     kinds = Counter(reversal_kind(c) for c in lost)
     return {"reversals": len(lost), **{kind: kinds.get(kind, 0) for kind in REVERSAL_KINDS},
             "categories": {c: n for c, n in sorted(Counter(lost).items(), key=lambda x: VALUE_CATEGORIES.index(x[0]))}}
 
 
-def reversal_cells(by_key: Rows, keys: Sequence[str], policies: Sequence[str], query: str = "current",
+def reversal_cells(by_key: Rows, keys: Sequence[str], conditions: Sequence[str], query: str = "current",
                    subset: str = "all") -> list[dict[str, Any]]:
-    """Reversals of every policy against keep-all, and of always-mask against always-control, on ``query``."""
-    pairs = [(p, "keep-all") for p in policies if p != "keep-all"]
-    if MASK in policies and CONTROL in policies:
+    """Reversals of every condition against keep-all, and of always-mask against always-control, on ``query``."""
+    pairs = [(c, "keep-all") for c in conditions if c != "keep-all"]
+    if MASK in conditions and CONTROL in conditions:
         pairs.append((MASK, CONTROL))
     cells = []
-    for arm, ref in pairs:
-        a, r = by_key.get((query, arm), {}), by_key.get((query, ref), {})
+    for condition, ref in pairs:
+        a, r = by_key.get((query, condition), {}), by_key.get((query, ref), {})
         if all(k in a and k in r for k in keys):
-            cells.append({"query": query, "subset": subset, "arm": arm, "reference": ref, "n": len(keys),
+            cells.append({"query": query, "subset": subset, "arm": condition, "reference": ref, "n": len(keys),
                           **reversals(a, r, keys)})
     return cells
 
 
 def control_cells(by_key: Rows, keys: Sequence[str], weights: np.ndarray, query: str, subset: str
                   ) -> dict[str, Any] | None:
-    """always-mask against always-control on ``query`` over ``keys`` (None when either arm is missing)."""
+    """always-mask against always-control on ``query`` over ``keys`` (None when either condition is missing)."""
     mask, control = by_key.get((query, MASK), {}), by_key.get((query, CONTROL), {})
     if not keys or not all(k in mask and k in control for k in keys):
         return None
     cell: dict[str, Any] = {"query": query, "subset": subset, "n": len(keys)}
     for name, outcome in _OUTCOMES.items():
-        arm, ref = [int(outcome(mask[k])) for k in keys], [int(outcome(control[k])) for k in keys]
-        cell[name] = {"mask": sum(arm), "control": sum(ref), "change": paired_change(arm, ref, weights)}
+        masked, ref = [int(outcome(mask[k])) for k in keys], [int(outcome(control[k])) for k in keys]
+        cell[name] = {"mask": sum(masked), "control": sum(ref), "change": paired_change(masked, ref, weights)}
     cell["reversals"] = reversals(mask, control, keys)
     return cell
 
