@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, ClassVar
 
 import kvprobe
@@ -30,7 +31,6 @@ from kvprobe.studies.common.protocol import (CaseRun, HistoryStudy, InvalidParam
                                       require_choices)
 from kvprobe.studies.datasets.quantity_task import grading, tasks
 from kvprobe.studies.datasets.quantity_task import strings as task_strings
-from kvprobe.studies.common.protocol import strings_sha256, study_parameters
 
 from . import strings
 from .configurations import CATALOG, CONFIGURATIONS, CURRENT, NAMES, Configuration
@@ -66,6 +66,8 @@ class NoteControlsStudy(HistoryStudy):
     """Unrelated-label answers under note windows, prompt profiles and a varied note (module docstring)."""
 
     name: ClassVar[str] = "note-controls"
+    #: The study's own strings and the quantity task's (the unrelated question, the task prompts).
+    strings: ClassVar[tuple[ModuleType, ...]] = (strings, task_strings)
     #: Generator seed of the quantity-task groups (values, units, entity names, label colors).
     seed: int = tasks.TaskConfig.seed
     #: Run only the first N test groups (each in both information conditions); None: all 120.
@@ -126,7 +128,7 @@ class NoteControlsStudy(HistoryStudy):
     def task_config(self) -> tasks.TaskConfig:
         return tasks.TaskConfig(seed=self.seed, n_groups=self.n_groups)
 
-    def cases(self) -> list[ProfileCase]:
+    def make_cases(self) -> list[ProfileCase]:
         out = []
         for group in tasks.generate_groups(self.task_config()):
             for profile in PROFILES:
@@ -136,13 +138,13 @@ class NoteControlsStudy(HistoryStudy):
                         out.append(case)
         return out
 
-    def config(self) -> dict[str, Any]:
-        cfg = study_parameters(self)
-        cfg["dataset_hash"] = tasks.dataset_hash(tasks.generate_cases(self.task_config()))
-        cfg["strings_sha256"] = strings_sha256(strings)
-        cfg["task_strings_sha256"] = strings_sha256(task_strings)
-        cfg["configurations_run"] = [c.name for c in self.selected()]
-        return cfg
+    def data_sha256(self) -> str:
+        """The quantity-task cases' digest (:func:`tasks.dataset_hash` of the selected groups, both information
+        conditions)."""
+        return tasks.dataset_hash(tasks.generate_cases(self.task_config()))
+
+    def config_extra(self) -> dict[str, Any]:
+        return {"configurations_run": [c.name for c in self.selected()]}
 
     # ------------------------------------------------------------------ protocol hooks
     def group(self, case: ProfileCase) -> str:

@@ -36,13 +36,13 @@ Unit = tuple[str, str]
 RULES = {"label_correct": "paper rule", "lenient_correct": "lenient"}
 
 
-def _paired(arm: np.ndarray, ref: np.ndarray, weights: np.ndarray) -> dict[str, Any] | None:
-    """:func:`paired_change` of the units both arms answered, with the change in points of those units."""
-    both = ~np.isnan(arm) & ~np.isnan(ref)
+def _paired(condition: np.ndarray, ref: np.ndarray, weights: np.ndarray) -> dict[str, Any] | None:
+    """:func:`paired_change` of the units both conditions answered, with the change in points of those units."""
+    both = ~np.isnan(condition) & ~np.isnan(ref)
     n = int(both.sum())
     if n == 0:
         return None
-    out = paired_change(arm[both], ref[both], weights[:, both])
+    out = paired_change(condition[both], ref[both], weights[:, both])
     out["n"], out["pp"], out["pp_ci"] = n, 100 * out["change"] / n, [100 * x / n for x in out["ci"]]
     return out
 
@@ -110,13 +110,13 @@ def _configuration(cells: _Cells, name: str, weights: np.ndarray) -> dict[str, A
     return entry
 
 
-def _interaction(cells: _Cells, arm: tuple[str, str], ref: tuple[str, str], weights: np.ndarray, rule: str
+def _interaction(cells: _Cells, pair: tuple[str, str], ref: tuple[str, str], weights: np.ndarray, rule: str
                  ) -> dict[str, Any] | None:
-    """Change of (arm[1] - arm[0]) against (ref[1] - ref[0]) per unit, in points."""
-    if not cells.has(*arm, *ref):
+    """Change of (pair[1] - pair[0]) against (ref[1] - ref[0]) per unit, in points (two condition pairs)."""
+    if not cells.has(*pair, *ref):
         return None
-    v = {c: cells.vector(c, rule) for c in (*arm, *ref)}
-    return _paired(v[arm[1]] - v[arm[0]], v[ref[1]] - v[ref[0]], weights)
+    v = {c: cells.vector(c, rule) for c in (*pair, *ref)}
+    return _paired(v[pair[1]] - v[pair[0]], v[ref[1]] - v[ref[0]], weights)
 
 
 def _note_profiles(cells: _Cells, weights: np.ndarray, rule: str) -> dict[str, Any]:
