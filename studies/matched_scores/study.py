@@ -23,8 +23,8 @@ the grades of the trace's prefixes at every ``prefix_budgets`` budget (generatio
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, ClassVar, Union
 
 import kvprobe
@@ -36,7 +36,6 @@ from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.recognition.families import DEADLINE_UNITS
 from kvprobe.studies.common.answers import canonical_answer
 from kvprobe.studies.datasets.record_histories import MAX_NEW_TOKENS, selected_histories
-from kvprobe.studies.common.protocol import strings_sha256, study_parameters
 
 from . import strings
 from .oaks_items import DEMONSTRATION, OAKS_SPLITS, OaksFormatError, OaksItem, load_books, oaks_items
@@ -45,7 +44,7 @@ from .record_items import RecordItem
 from .scoring import budget_grades, grade_answer
 
 DATASETS = ("records", "oaks")
-#: The three arms, in report order.
+#: The three conditions, in report order.
 CONDITIONS = ("full", "mask", "control")
 #: Tokens the chat template may add around a question (for the position check).
 FRAMING_TOKENS = 32
@@ -58,6 +57,7 @@ class MatchedScoresStudy(HistoryStudy):
     """Full access, the old-source mask and its equal-token control: candidate scores and greedy answers."""
 
     name: ClassVar[str] = "matched-scores"
+    strings: ClassVar[ModuleType] = strings
     #: Cases: "records" (the 300 synthetic record histories) or "oaks" (one transition per OAKS question).
     dataset: str = "records"
     #: records: run only N items (6 histories each), taken from the families in turn; None: all 50.
@@ -92,7 +92,6 @@ class MatchedScoresStudy(HistoryStudy):
     template_date: str = record_strings.TEMPLATE_DATE
     #: Cases answered in one batch (records: the 6 variants of an item share their prefix K/V).
     cases_per_batch: int = 6
-    _cases: list[Item] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         require_at_least(self, n_groups=1, note_repeats=1, n_questions=1, control_skip=0, max_new_tokens=1,
@@ -117,22 +116,14 @@ class MatchedScoresStudy(HistoryStudy):
         """Chat-template variables: thinking off (UNCLEAR, ours: the paper's 40-token JSON answers), the date."""
         return {"enable_thinking": False, "date_string": self.template_date}
 
-    def config(self) -> dict[str, Any]:
-        cfg = study_parameters(self)
-        cfg["conditions"] = list(CONDITIONS)
-        cfg["template_kwargs"] = self.template_kwargs()
-        cfg["strings_sha256"] = strings_sha256(strings)
-        cfg["cases_sha256"] = hashlib.sha256("\n".join(c.case_id for c in self.cases()).encode()).hexdigest()
-        return cfg
+    def config_extra(self) -> dict[str, Any]:
+        return {"conditions": list(CONDITIONS), "template_kwargs": self.template_kwargs()}
 
-    def cases(self) -> list[Item]:
-        if self._cases is None:
-            if self.dataset == "records":
-                self._cases = [RecordItem(h, self.note_repeats) for h in
-                               selected_histories(self.split, self.seed, self.n_groups, self.deadline_unit)]
-            else:
-                self._cases = oaks_items(load_books(self.oaks_source), self.oaks_split)[:self.n_questions]
-        return self._cases
+    def make_cases(self) -> list[Item]:
+        if self.dataset == "records":
+            return [RecordItem(h, self.note_repeats) for h in
+                    selected_histories(self.split, self.seed, self.n_groups, self.deadline_unit)]
+        return oaks_items(load_books(self.oaks_source), self.oaks_split)[:self.n_questions]
 
     # ------------------------------------------------------------------ the protocol's hooks
     def group(self, case: Item) -> str:

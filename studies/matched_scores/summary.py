@@ -45,13 +45,13 @@ from kvprobe.studies.datasets.quantity_task.grading import CATEGORIES as COMPLET
 from . import paper
 from .study import CONDITIONS
 
-#: The arms in the paper's column order (full, control, mask), for every table of the report.
-ARMS = ("full", "control", "mask")
+#: The conditions in the paper's column order (full, control, mask), for every table of the report.
+COLUMN_CONDITIONS = ("full", "control", "mask")
 
 #: Scoring rules of the summary: row column -> how the report names it.
 RULES = {"exact": "exact field", "complete": "complete", "unit_lenient": "exact, unit omission accepted",
          "lenient": "lenient (ours: first value mentioned)"}
-#: Paired contrasts: name -> (arm, reference).
+#: Paired contrasts: name -> (condition, reference).
 CONTRASTS = {"mask_vs_control": ("mask", "control"), "mask_vs_full": ("mask", "full"),
              "control_vs_full": ("control", "full")}
 #: The paper's OAKS failure columns (tab:v35_oaks_failures) from the complete rule's categories.
@@ -63,7 +63,7 @@ OAKS_OUTCOMES = {"complete": "correct", "other_value": "wrong", "unknown": "UNKN
 
 
 def case_table(rows: list[dict[str, Any]]) -> tuple[list[str], dict[str, dict[str, dict[str, Any]]]]:
-    """(case ids answered under all three arms, in run order; arm -> case id -> row)."""
+    """(case ids answered under all three conditions, in run order; condition -> case id -> row)."""
     by: dict[str, dict[str, dict[str, Any]]] = {c: {} for c in CONDITIONS}
     order: list[str] = []
     for r in rows:
@@ -71,7 +71,7 @@ def case_table(rows: list[dict[str, Any]]) -> tuple[list[str], dict[str, dict[st
             by[r["condition"]][r["case_id"]] = r
             if r["case_id"] not in order:
                 order.append(r["case_id"])
-    cases = [c for c in order if all(c in by[a] for a in ARMS)]
+    cases = [c for c in order if all(c in by[a] for a in COLUMN_CONDITIONS)]
     return cases, by
 
 
@@ -92,12 +92,12 @@ def indicator(row: dict[str, Any], rule: str) -> float:
 # ----------------------------------------------------------------------------- estimates
 
 
-def paired(arm: np.ndarray, reference: np.ndarray, weights: np.ndarray) -> dict[str, Any]:
-    """Accuracy change arm - reference: pp with its interval, corrections and reversals (0/1 outcomes).
+def paired(condition: np.ndarray, reference: np.ndarray, weights: np.ndarray) -> dict[str, Any]:
+    """Accuracy change condition - reference: pp with its interval, corrections and reversals (0/1 outcomes).
 
     Example: ``paired(np.array([1., 0.]), np.array([1., 1.]), weights)["pp"]`` is ``-50.0`` with 0 / 1 C/R.
     """
-    diff = arm - reference
+    diff = condition - reference
     return {"pp": float(100 * diff.mean()), "ci": percentile_interval(100 * bootstrap_mean(diff, weights)),
             "corrections": int((diff > 0).sum()), "reversals": int((diff < 0).sum())}
 
@@ -107,10 +107,10 @@ def mean_with_interval(values: np.ndarray, weights: np.ndarray) -> dict[str, Any
     return {"value": float(values.mean()), "ci": percentile_interval(bootstrap_mean(values, weights))}
 
 
-def reversal_profile(mask_rows: list[dict[str, Any]], arm: np.ndarray, reference: np.ndarray,
+def reversal_profile(mask_rows: list[dict[str, Any]], mask: np.ndarray, reference: np.ndarray,
                      delta_m: np.ndarray) -> dict[str, Any]:
     """What the masked answer is where the control was right and the mask wrong (seed L5589-5597)."""
-    lost = np.flatnonzero((reference == 1) & (arm == 0))
+    lost = np.flatnonzero((reference == 1) & (mask == 0))
     return {"n": int(len(lost)),
             "value_categories": dict(Counter(mask_rows[i]["value_category"] for i in lost)),
             "complete_categories": dict(Counter(mask_rows[i]["complete_category"] for i in lost)),
@@ -124,27 +124,29 @@ def subset_summary(cases: list[str], by: dict[str, dict[str, dict[str, Any]]], w
                    ) -> dict[str, Any]:
     """Every estimate of one subset of cases (``weights``: its bootstrap columns). Records: per arm, how many
     answers loop on the notebook note (``answers.echoes_note``: the note sentence at least twice)."""
-    rows = {a: [by[a][c] for c in cases] for a in ARMS}
-    margin = {a: np.array([r["margin"] for r in rows[a]]) for a in ARMS}
+    rows = {a: [by[a][c] for c in cases] for a in COLUMN_CONDITIONS}
+    margin = {a: np.array([r["margin"] for r in rows[a]]) for a in COLUMN_CONDITIONS}
     delta_m = margin["mask"] - margin["control"]
     out: dict[str, Any] = {
         "n": len(cases), "groups": len({by["full"][c]["group"] for c in cases}),
-        "margin": {a: float(margin[a].mean()) for a in ARMS},
+        "margin": {a: float(margin[a].mean()) for a in COLUMN_CONDITIONS},
         "delta_m": mean_with_interval(delta_m, weights),
         "mask_minus_full_margin": mean_with_interval(margin["mask"] - margin["full"], weights),
         "control_minus_full_margin": mean_with_interval(margin["control"] - margin["full"], weights),
         "rules": {}}
     for rule in RULES:
-        ok = {a: np.array([indicator(r, rule) for r in rows[a]]) for a in ARMS}
+        ok = {a: np.array([indicator(r, rule) for r in rows[a]]) for a in COLUMN_CONDITIONS}
         out["rules"][rule] = {
-            "correct": {a: int(ok[a].sum()) for a in ARMS},
-            **{name: paired(ok[arm], ok[ref], weights) for name, (arm, ref) in CONTRASTS.items()},
+            "correct": {a: int(ok[a].sum()) for a in COLUMN_CONDITIONS},
+            **{name: paired(ok[condition], ok[ref], weights) for name, (condition, ref) in CONTRASTS.items()},
             "reversals_vs_control": reversal_profile(rows["mask"], ok["mask"], ok["control"], delta_m)}
-    out["value_categories"] = {a: dict(Counter(r["value_category"] for r in rows[a])) for a in ARMS}
-    out["complete_categories"] = {a: dict(Counter(r["complete_category"] for r in rows[a])) for a in ARMS}
-    out["capped"] = {a: int(sum(r["stop_reason"] == "cap" for r in rows[a])) for a in ARMS}
+    out["value_categories"] = {a: dict(Counter(r["value_category"] for r in rows[a])) for a in COLUMN_CONDITIONS}
+    out["complete_categories"] = {a: dict(Counter(r["complete_category"] for r in rows[a]))
+                                  for a in COLUMN_CONDITIONS}
+    out["capped"] = {a: int(sum(r["stop_reason"] == "cap" for r in rows[a])) for a in COLUMN_CONDITIONS}
     if rows["full"] and rows["full"][0].get("dataset") == "records":
-        out["note_echo"] = {a: int(sum(echoes_note(r["output"], NOTEBOOK_NOTE) for r in rows[a])) for a in ARMS}
+        out["note_echo"] = {a: int(sum(echoes_note(r["output"], NOTEBOOK_NOTE) for r in rows[a]))
+                            for a in COLUMN_CONDITIONS}
     return out
 
 
@@ -155,7 +157,7 @@ def breakdown(cases: list[str], by: dict[str, dict[str, dict[str, Any]]], key: s
         sub = [c for c in cases if str(by["full"][c][key]) == value]
         dm = [by["mask"][c]["margin"] - by["control"][c]["margin"] for c in sub]
         out[value] = {"n": len(sub), "delta_m": float(np.mean(dm)),
-                      **{rule: {a: int(sum(indicator(by[a][c], rule) for c in sub)) for a in ARMS}
+                      **{rule: {a: int(sum(indicator(by[a][c], rule) for c in sub)) for a in COLUMN_CONDITIONS}
                          for rule in ("exact", "complete", "lenient")}}
     return out
 
@@ -168,10 +170,10 @@ def budget_summary(cases: list[str], by: dict[str, dict[str, dict[str, Any]]]) -
     """Per prefix budget and arm: correct answers per rule and truncated traces; how many indicators change with
     the budget (the paper's "every individual complete-correctness indicator is identical", seed L5347-5349)."""
     budgets = sorted({int(k) for c in cases for k in by["full"][c]["budgets"]})
-    table = {str(k): {a: {**dict.fromkeys(BUDGET_RULES, 0), "truncated": 0, "outputs": 0} for a in ARMS}
-             for k in budgets}
+    table = {str(k): {a: {**dict.fromkeys(BUDGET_RULES, 0), "truncated": 0, "outputs": 0}
+                      for a in COLUMN_CONDITIONS} for k in budgets}
     changed = dict.fromkeys(BUDGET_RULES, 0)
-    for a in ARMS:
+    for a in COLUMN_CONDITIONS:
         for c in cases:
             grades = by[a][c]["budgets"]
             for k in budgets:
@@ -237,7 +239,7 @@ def main_table(s: dict[str, Any], rule: str) -> list[str]:
     """One subset's arms and contrasts under one rule (the paper's tab:v7_bridge / tab:v35_r570 columns)."""
     r, n = s["rules"][rule], s["n"]
     rev = r["reversals_vs_control"]
-    return [table_row([RULES[rule], *(count_cell(r["correct"][a], n) for a in ARMS),
+    return [table_row([RULES[rule], *(count_cell(r["correct"][a], n) for a in COLUMN_CONDITIONS),
                        change_cell(r["mask_vs_control"]),
                        f"{r['mask_vs_control']['corrections']}/{r['mask_vs_control']['reversals']}",
                        f"{rev['unit_omitted']}/{rev['unknown']}/{rev['old_value']}", f"{rev['margin_rose']}/{rev['n']}",
@@ -270,15 +272,17 @@ def subset_lines(name: str, s: dict[str, Any], oaks: bool) -> list[str]:
         lines += ["", "Source-mask outcomes in the paper's columns (tab:v35_oaks_failures): " + ", ".join(
             f"{label} {outcomes.get(category, 0)}" for category, label in OAKS_OUTCOMES.items())
             + f"; C/R against the control {change['corrections']}/{change['reversals']}."]
-    capped = ", ".join(f"{a} {s['capped'][a]}" for a in ARMS)
+    capped = ", ".join(f"{a} {s['capped'][a]}" for a in COLUMN_CONDITIONS)
     if "note_echo" in s:
         lines += ["", "Answers that loop on the notebook note (its sentence at least twice): " + ", ".join(
-            f"{a} {s['note_echo'][a]}" for a in ARMS) + f" of {s['n']}."]
+            f"{a} {s['note_echo'][a]}" for a in COLUMN_CONDITIONS) + f" of {s['n']}."]
     lines += ["", f"Answers by value category (exact-field parse; capped traces: {capped}):", "",
               *table_head(["arm", *VALUE_CATEGORIES])]
-    lines += [table_row([a, *(s["value_categories"][a].get(c, 0) for c in VALUE_CATEGORIES)]) for a in ARMS]
+    lines += [table_row([a, *(s["value_categories"][a].get(c, 0) for c in VALUE_CATEGORIES)])
+              for a in COLUMN_CONDITIONS]
     lines += ["", "Answers by complete-rule category:", "", *table_head(["arm", *COMPLETE_CATEGORIES])]
-    lines += [table_row([a, *(s["complete_categories"][a].get(c, 0) for c in COMPLETE_CATEGORIES)]) for a in ARMS]
+    lines += [table_row([a, *(s["complete_categories"][a].get(c, 0) for c in COMPLETE_CATEGORIES)])
+              for a in COLUMN_CONDITIONS]
     return lines + [""]
 
 
@@ -287,8 +291,8 @@ def breakdown_lines(title: str, table: dict[str, Any]) -> list[str]:
     lines = [f"### {title}", "", *table_head(["", "n", *(f"{r} full / control / mask" for r in rules),
                                               "mean Delta m (nats)"])]
     for value, t in table.items():
-        lines.append(table_row([value, t["n"], *(" / ".join(str(t[r][a]) for a in ARMS) for r in rules),
-                                f"{t['delta_m']:+.2f}"]))
+        lines.append(table_row([value, t["n"], *(" / ".join(str(t[r][a]) for a in COLUMN_CONDITIONS)
+                                                 for r in rules), f"{t['delta_m']:+.2f}"]))
     return lines + [""]
 
 
@@ -296,10 +300,10 @@ def budget_lines(g: dict[str, Any]) -> list[str]:
     lines = ["### Generation limits", "",
              "Each greedy trace re-scored at its first k tokens (a trace still running at k is capped): correct "
              "answers (exact / complete / lenient) and truncated traces per arm.", "",
-             *table_head(["budget", *(f"{a}: exact / complete / lenient / truncated" for a in ARMS)])]
+             *table_head(["budget", *(f"{a}: exact / complete / lenient / truncated" for a in COLUMN_CONDITIONS)])]
     for k in g["budgets"]:
         cells = [" / ".join(str(c[r]) for r in (*BUDGET_RULES, "truncated")) + f" of {c['outputs']}"
-                 for c in (g["table"][str(k)][a] for a in ARMS)]
+                 for c in (g["table"][str(k)][a] for a in COLUMN_CONDITIONS)]
         lines.append(table_row([k, *cells]))
     if len(g["budgets"]) < 2:
         return lines + ["", "One budget: no indicator to compare across budgets.", ""]
@@ -488,7 +492,8 @@ def panel_rows(entry: dict[str, Any]) -> list[list[str]]:
     for name, sub in s["subsets"].items():
         r = sub["rules"]["complete"]
         rev = sub["rules"]["exact"]["reversals_vs_control"]
-        cells.append([model, name, str(sub["n"]), *(count_cell(r["correct"][a], sub["n"]) for a in ARMS),
+        cells.append([model, name, str(sub["n"]),
+                      *(count_cell(r["correct"][a], sub["n"]) for a in COLUMN_CONDITIONS),
                       estimate(sub["delta_m"]["value"], sub["delta_m"]["ci"]), change_cell(r["mask_vs_control"]),
                       f"{r['mask_vs_control']['corrections']}/{r['mask_vs_control']['reversals']}",
                       change_cell(sub["rules"]["exact"]["mask_vs_control"]),
