@@ -1,4 +1,4 @@
-"""The query-aware study end to end on a tiny model: arms, capacities, resumable rows, report."""
+"""The query-aware study end to end on a tiny model: conditions, capacities, resumable rows, report."""
 
 from __future__ import annotations
 
@@ -12,16 +12,17 @@ from kvprobe.studies.query_aware.summary import write_summary
 from kvprobe.studies.common.runner import read_rows, run_study
 
 
-def test_query_aware_study_runs_and_reports(tmp_path, llama):
+def test_query_aware_study_runs_and_reports(tmp_path, llama, monkeypatch):
     study = QueryAwareStudy(n_groups=1, max_new_tokens=6, fixed_budget=48, cases_per_batch=3)
     cases = study.cases()
     assert len(cases) == 6 and {c.case.variant for c in cases} >= {"replacement", "confirmation"}
-    study._cases = cases[:3]
+    study = QueryAwareStudy(n_groups=1, max_new_tokens=6, fixed_budget=48, cases_per_batch=3)
+    monkeypatch.setattr(study, "make_cases", lambda: cases[:3])
     run_study(study, llama, tmp_path, progress=False)
     rows = list(read_rows(tmp_path))
-    arms = {r["condition"] for r in rows}
-    assert arms == {"full", "source-mask"} | {f"{m}@{k}" for m in ("quest", "finch", "refreshkv", "recent-pages")
-                                              for k in ("matched", "fixed")}
+    conditions = {r["condition"] for r in rows}
+    assert conditions == {"full", "source-mask"} | {f"{m}@{k}" for m in ("quest", "finch", "refreshkv", "recent-pages")
+                                                    for k in ("matched", "fixed")}
     for r in rows:
         if r["capacity"] == "matched":  # K = history + observation - masked
             assert r["budget"] == r["history_tokens"] + r["observation_tokens"] - r["masked_tokens"]
@@ -37,7 +38,7 @@ def test_query_aware_study_runs_and_reports(tmp_path, llama):
     assert json.loads((tmp_path / "config.json").read_text())["study_config"]["fixed_budget"] == 48
 
 
-def test_matched_arms_equal_full_when_nothing_is_masked_away(llama):
+def test_matched_conditions_equal_full_when_nothing_is_masked_away(llama):
     """With K at least every slot, each method reads everything: the same answers as full access."""
     study = QueryAwareStudy(n_groups=1, max_new_tokens=6, fixed_budget=100_000, methods=("quest", "finch", "refreshkv"))
     case = study.cases()[0]
@@ -45,10 +46,10 @@ def test_matched_arms_equal_full_when_nothing_is_masked_away(llama):
     from kvprobe.studies.datasets.record_histories import question_text
 
     question = question_text(case.queries()[0][1])
-    arms = {a: c for a, _, _, c in study.arms(llama, history, case, question)}
+    conditions = {n: c for n, _, _, c in study.budgeted_conditions(llama, history, case, question)}
     full = llama.generate(history, question, access=kvprobe.Full(), max_new_tokens=6).token_ids
-    for arm in ("quest@fixed", "finch@fixed", "refreshkv@fixed"):
-        assert llama.generate(history, question, access=arms[arm], max_new_tokens=6).token_ids == full, arm
+    for name in ("quest@fixed", "finch@fixed", "refreshkv@fixed"):
+        assert llama.generate(history, question, access=conditions[name], max_new_tokens=6).token_ids == full, name
 
 
 def test_bad_parameters_fail_before_a_model_loads():

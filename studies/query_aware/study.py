@@ -20,15 +20,16 @@ accuracy per condition); we ask the current query by default and can add the
 historical and unrelated ones (``queries``).
 
 On the study protocol (:class:`~kvprobe.studies.common.protocol.HistoryStudy`) the case's
-conditions are full access and the source mask; the query-aware arms depend on the
-question (matched K), so :meth:`QueryAwareStudy.setup` builds every question's arms
-and :meth:`QueryAwareStudy.question_conditions` hands them to the run loop. A row's
-``condition`` is its arm (``full``, ``source-mask``, ``quest@matched``...).
+conditions are full access and the source mask; the query-aware conditions depend on the
+question (matched K), so :meth:`QueryAwareStudy.setup` builds every question's conditions
+(:meth:`QueryAwareStudy.budgeted_conditions`) and :meth:`QueryAwareStudy.question_conditions`
+hands them to the run loop. A row's ``condition`` is one of them (``full``, ``source-mask``,
+``quest@matched``...).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import kvprobe
@@ -42,12 +43,11 @@ from kvprobe.studies.datasets.record_histories import MAX_NEW_TOKENS, QUERY_KIND
     selected_histories
 from kvprobe.studies.common.conditions import QUERY_AWARE_METHODS, query_aware_condition, supported
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices, use_chat
-from kvprobe.studies.common.protocol import study_parameters
 
 METHODS = QUERY_AWARE_METHODS
 #: The paper's fixed capacity for the controlled histories (E4).
 FIXED_BUDGET = 128
-#: The arms every question is answered under besides the query-aware ones (the case's conditions).
+#: The conditions every question is answered under besides the query-aware ones (the case's conditions).
 REFERENCES = ("full", "source-mask")
 
 
@@ -74,34 +74,29 @@ class QueryAwareStudy(HistoryStudy):
     seed: int = RECORDS_SEED
     #: Histories answered in one batch.
     cases_per_batch: int = 4
-    _cases: list[RecordHistory] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.queries, self.methods = tuple(self.queries), tuple(self.methods)
         require_at_least(self, n_groups=1, fixed_budget=1, max_new_tokens=1, cases_per_batch=1)
         require_choices(self, split=SPLITS, queries=QUERY_KINDS, methods=METHODS)
 
-    def config(self) -> dict[str, Any]:
-        return study_parameters(self)
+    def make_cases(self) -> list[RecordHistory]:
+        return selected_histories(self.split, self.seed, self.n_groups)
 
-    def cases(self) -> list[RecordHistory]:
-        if self._cases is None:
-            self._cases = selected_histories(self.split, self.seed, self.n_groups)
-        return self._cases
-
-    def arms(self, model: kvprobe.Model, history: kvprobe.History, case: RecordHistory,
-             question: str) -> list[tuple[str, str, int | None, kvprobe.Condition]]:
-        """(arm, capacity kind, K, condition) of one question."""
+    def budgeted_conditions(self, model: kvprobe.Model, history: kvprobe.History, case: RecordHistory,
+                            question: str) -> list[tuple[str, str, int | None, kvprobe.Condition]]:
+        """(name, capacity kind, K, condition) of every condition of one question: full access, the source
+        mask, then each method at matched and fixed capacity."""
         source = kvprobe.Mask(case.a_span(history), name="source-mask")
-        arms: list[tuple[str, str, int | None, kvprobe.Condition]] = [("full", "-", None, kvprobe.Full()),
-                                                                   ("source-mask", "-", None, source)]
+        out: list[tuple[str, str, int | None, kvprobe.Condition]] = [("full", "-", None, kvprobe.Full()),
+                                                                  ("source-mask", "-", None, source)]
         budgets = [("matched", matched_capacity(model, history, question, source))]
         if self.fixed_budget is not None:
             budgets.append(("fixed", self.fixed_budget))
         for kind, K in budgets:
             for method in self.methods:
-                arms.append((f"{method}@{kind}", kind, K, query_aware_condition(method, K)))
-        return arms
+                out.append((f"{method}@{kind}", kind, K, query_aware_condition(method, K)))
+        return out
 
     # ------------------------------------------------------------------ the protocol's hooks
     def group(self, case: RecordHistory) -> str:
@@ -117,30 +112,31 @@ class QueryAwareStudy(HistoryStudy):
 
     def conditions(self, model: kvprobe.Model, case: RecordHistory, history: kvprobe.History
                    ) -> dict[str, kvprobe.Condition]:
-        """Full access and the source mask (the question-independent arms, prepared once per history)."""
+        """Full access and the source mask (the question-independent conditions, prepared once per history)."""
         return {"full": kvprobe.Full(), "source-mask": kvprobe.Mask(case.a_span(history), name="source-mask")}
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
-        """Every question's arms (matched K depends on the question), observation window and masked tokens."""
+        """Every question's conditions (matched K depends on the question) as ``run.extra["conditions"]``:
+        name -> (capacity kind, K, condition); its observation window and the masked tokens."""
         run.extra["masked"] = len(run.case.a_span(run.history))
-        run.extra["window"], run.extra["arms"] = {}, {}
+        run.extra["window"], run.extra["conditions"] = {}, {}
         for q in run.questions:
             run.extra["window"][q.text] = observation_length(model, run.history, q.text)
-            arms = self.arms(model, run.history, run.case, q.text)
-            methods = supported(self.name, run.history, {a: c for a, _, _, c in arms if a not in REFERENCES})
-            run.extra["arms"][q.text] = {
-                arm: (capacity, K, run.conditions[arm] if arm in REFERENCES else methods[arm])
-                for arm, capacity, K, _ in arms if arm in run.conditions or arm in methods}
+            candidates = self.budgeted_conditions(model, run.history, run.case, q.text)
+            methods = supported(self.name, run.history, {n: c for n, _, _, c in candidates if n not in REFERENCES})
+            run.extra["conditions"][q.text] = {
+                name: (capacity, K, run.conditions[name] if name in REFERENCES else methods[name])
+                for name, capacity, K, _ in candidates if name in run.conditions or name in methods}
 
     def question_conditions(self, run: CaseRun, question: Question) -> dict[str, kvprobe.Condition]:
-        """The question's arms: full, source mask, then each method at matched and fixed capacity."""
-        return {arm: condition for arm, (_, _, condition) in run.extra["arms"][question.text].items()}
+        """The question's conditions: full, source mask, then each method at matched and fixed capacity."""
+        return {name: condition for name, (_, _, condition) in run.extra["conditions"][question.text].items()}
 
     def row(self, run: CaseRun, question: Question, condition: str,
             answers: dict[str, decoding.Answer]) -> dict[str, Any]:
         c = run.case.case
         g = answers[condition].generation
-        capacity, K, _ = run.extra["arms"][question.text][condition]
+        capacity, K, _ = run.extra["conditions"][question.text][condition]
         window = run.extra["window"][question.text]
         method = condition.split("@")[0]
         values = [c.old_value, c.new_value, run.case.other_value]

@@ -1,6 +1,6 @@
 """Summary and report of a query-aware run, recomputed from ``results.jsonl`` alone.
 
-Per (query, subset, arm): exact-field and lenient correct answers, parse
+Per (query, subset, condition): exact-field and lenient correct answers, parse
 failures, answers mentioning the old value, and the paired change against full
 access and against the source mask, with 95 % intervals from draws of whole
 items (the six variants of an item stay together). Subsets: all histories and
@@ -27,9 +27,10 @@ RULES = ("correct", "lenient")
 REFERENCES = ("full", "source-mask")
 
 
-def _arm_order(arms: set[str]) -> list[str]:
-    fixed = [a for a in REFERENCES if a in arms]
-    return fixed + sorted(a for a in arms if a not in REFERENCES)
+def _condition_order(conditions: set[str]) -> list[str]:
+    """The references first (full, source mask), then the query-aware conditions alphabetically."""
+    fixed = [c for c in REFERENCES if c in conditions]
+    return fixed + sorted(c for c in conditions if c not in REFERENCES)
 
 
 def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -> dict[str, Any]:
@@ -39,7 +40,7 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
         by_key[(r["query"], r["condition"])][r["case_id"]] = r
     cells, capacity = [], []
     queries = sorted({r["query"] for r in rows})
-    arms = _arm_order({r["condition"] for r in rows})
+    conditions = _condition_order({r["condition"] for r in rows})
     for query in queries:
         base = by_key.get((query, "full"), {})
         for subset in ("all", "changed-value"):
@@ -47,10 +48,10 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
             if not keys:
                 continue
             weights = group_bootstrap_weights([base[k]["group"] for k in keys], n_draws=draws, seed=seed)
-            for arm in arms:
-                mine = by_key.get((query, arm), {})
+            for condition in conditions:
+                mine = by_key.get((query, condition), {})
                 got = [mine[k] for k in keys if k in mine]
-                cell: dict[str, Any] = {"query": query, "subset": subset, "arm": arm, "n": len(got),
+                cell: dict[str, Any] = {"query": query, "subset": subset, "arm": condition, "n": len(got),
                                         "parse_ok": sum(r["parse"] == "ok" for r in got),
                                         "mentions_old": sum(bool(r["mentions_old"]) for r in got),
                                         "eos": sum(r["stop_reason"] == "eos" for r in got)}
@@ -58,17 +59,17 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
                     cell[rule] = sum(bool(r[rule]) for r in got)
                     for ref in REFERENCES:
                         other = by_key.get((query, ref), {})
-                        if arm != ref and len(got) == len(keys) and all(k in other for k in keys):
+                        if condition != ref and len(got) == len(keys) and all(k in other for k in keys):
                             cell[f"{rule}_vs_{ref}"] = paired_change([mine[k][rule] for k in keys],
                                                                      [other[k][rule] for k in keys], weights)
                 cells.append(cell)
-        for arm in arms:
-            got = list(by_key.get((query, arm), {}).values())
+        for condition in conditions:
+            got = list(by_key.get((query, condition), {}).values())
             if not got or got[0]["budget"] is None:
                 continue
             K = np.array([r["budget"] for r in got])
             resident = np.array([r["resident_tokens"] for r in got])
-            capacity.append({"query": query, "arm": arm, "capacity": got[0]["capacity"],
+            capacity.append({"query": query, "arm": condition, "capacity": got[0]["capacity"],
                              "K": [int(K.min()), float(np.median(K)), int(K.max())],
                              "resident_median": float(np.median(resident)),
                              "history_median": float(np.median([r["history_tokens"] for r in got])),
