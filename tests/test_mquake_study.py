@@ -9,7 +9,7 @@ import pytest
 import kvprobe
 from kvprobe.studies.common.conditions import supported
 from kvprobe.studies.mquake.history import source_segments
-from kvprobe.studies.mquake.study import POLICIES, MQuAKEStudy
+from kvprobe.studies.mquake.study import CONDITIONS, MQuAKEStudy
 from kvprobe.studies.mquake.summary import write_summary
 from kvprobe.studies.common.protocol import prepared
 from kvprobe.studies.common.runner import run_study
@@ -27,11 +27,11 @@ def _prepare(model, study, case):
     return history, {name: prepared(model, history, c) for name, c in candidates.items()}
 
 
-def test_policies_and_masked_spans(study):
+def test_conditions_and_masked_spans(study):
     llama = kvprobe.load_model("tiny-llama")
     case = study.cases()[0]
     history, conditions = _prepare(llama, study, case)
-    assert list(conditions) == list(POLICIES)
+    assert list(conditions) == list(CONDITIONS)
     source = conditions["source-mask"].state
     hidden = {p for layer_hidden in source.hidden.values() for p in layer_hidden.nonzero().flatten().tolist()}
     want = {p for name in source_segments(case.case) for p in history.span(name).positions()}
@@ -91,10 +91,10 @@ def test_run_resumes_and_summarizes(study, tmp_path):
     run_study(study, llama, out, progress=False)
     first = (out / "results.jsonl").read_bytes()
     rows = [json.loads(line) for line in first.decode().splitlines()]
-    assert len(rows) == len(study.cases()) * 5 * len(POLICIES)
+    assert len(rows) == len(study.cases()) * 5 * len(CONDITIONS)
     assert {r["query"] for r in rows} == {"current", "historical", "single_hop"}
     assert all(r["group"] == r["case_id"] for r in rows)
-    (out / "results.jsonl").write_text("".join(first.decode().splitlines(keepends=True)[: 5 * len(POLICIES)]))
+    (out / "results.jsonl").write_text("".join(first.decode().splitlines(keepends=True)[: 5 * len(CONDITIONS)]))
     run_study(study, llama, out, progress=False)
     assert (out / "results.jsonl").read_bytes() == first
     summary = write_summary(out)

@@ -125,14 +125,14 @@ def test_units_of_one_group_are_drawn_together():
 
 def test_mquake_with_no_context_runs_and_reports(llama, tmp_path):
     from kvprobe.studies.mquake.strings import NO_CONTEXT_ANCHORS
-    from kvprobe.studies.mquake.study import POLICIES, MQuAKEStudy
+    from kvprobe.studies.mquake.study import CONDITIONS, MQuAKEStudy
     from kvprobe.studies.mquake.summary import write_summary
 
     study = MQuAKEStudy(hops=(2,), n_per_hop=2, max_new_tokens=3, no_context=True)
-    assert study.config()["policies"] == [*POLICIES, NO_CONTEXT]
+    assert study.config()["policies"] == [*CONDITIONS, NO_CONTEXT]
     run_study(study, llama, tmp_path, progress=False)
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 * 5 * (len(POLICIES) + 1)
+    assert len(rows) == 2 * 5 * (len(CONDITIONS) + 1)
     assert sum(r["condition"] == NO_CONTEXT for r in rows) == 2 * 5
     summary = write_summary(tmp_path, seed=1)
     tables = {(t["rule"], t["query"]): t for t in summary["no_context"]}

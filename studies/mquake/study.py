@@ -3,7 +3,7 @@
 Per case the history (earlier relations, remaining links, later updates; see
 ``history.py``) is prefilled once. Every question (three current paraphrases,
 the historical question, the single-hop question) is answered greedily under
-each policy:
+each condition (the paper's policies):
 
 * ``full``: full access;
 * ``value-mask``: hide the old target strings in the superseded records;
@@ -21,8 +21,8 @@ hop count h drawn with seed 20260920 + h, ``data.py``). Every question carries t
 boxed-answer instruction (``strings.BOXED_INSTRUCTION``) unless ``--no-boxed``.
 
 Operations a model cannot support (compaction on hybrids) are left out with a
-warning. Every (case, question, policy) row of a batch of cases is answered in
-one ``decoding.answer`` call; the run loop (prefill, preparing each policy once
+warning. Every (case, question, condition) row of a batch of cases is answered in
+one ``decoding.answer`` call; the run loop (prefill, preparing each condition once
 per case, the common row columns, the unchanged-cache check) is the protocol's
 (``studies.common.protocol.HistoryStudy``). The row's ``query`` is the question's kind
 (``current``, ``historical``, ``single_hop``). Answers are graded by normalized
@@ -32,7 +32,7 @@ the boxed content); the historical question's retained-text stratum is recorded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import kvprobe
@@ -41,7 +41,6 @@ from .data import MQUAKE_SAMPLE_SEED
 from kvprobe.studies.datasets.mquake.generate import MQUAKE_SEED
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, use_chat
 from kvprobe.studies.common.no_context import NO_CONTEXT, NoContext
-from kvprobe.studies.common.protocol import study_parameters
 from . import strings
 from kvprobe.studies.datasets.mquake.generate import dataset_hash, generate_cases
 from .history import build_history, contains_answer, normalized_exact_match, online_pairs, questions, \
@@ -49,7 +48,8 @@ from .history import build_history, contains_answer, normalized_exact_match, onl
 from .data import sample_released
 from kvprobe.studies.datasets.mquake.schema import MQuAKECase, MQuAKEFormatError
 
-POLICIES = ("full", "value-mask", "source-mask", "recompute", "online-mask", "rebuild", "compact")
+#: The condition set: the paper's seven policies (the no-context baseline is added by ``--no-context``).
+CONDITIONS = ("full", "value-mask", "source-mask", "recompute", "online-mask", "rebuild", "compact")
 #: Answer budget (paper L1408-1409: "a 128-token answer ceiling").
 MAX_NEW_TOKENS = 128
 #: Cases per hop count (paper L1376: 200).
@@ -69,7 +69,7 @@ class MQuAKEStudyCase:
 
 @dataclass
 class MQuAKEStudy(HistoryStudy):
-    """MQuAKE cases (generated, or sampled from a released file) under the seven policies, five questions each."""
+    """MQuAKE cases (generated, or sampled from a released file) under the seven conditions, five questions each."""
 
     name: ClassVar[str] = "mquake"
     #: "generated" (fictional cases in the released schema, offline) or the path of a released
@@ -94,7 +94,6 @@ class MQuAKEStudy(HistoryStudy):
     #: Also answer every question with no history (weights only; the paper's no-context baseline, whose
     #: wrong answers condition the report's no-context table).
     no_context: bool = False
-    _cases: list[MQuAKEStudyCase] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.hops = tuple(self.hops)
@@ -105,20 +104,21 @@ class MQuAKEStudy(HistoryStudy):
             except (OSError, MQuAKEFormatError) as e:
                 raise InvalidParameter("source", str(e)) from e
 
-    def config(self) -> dict[str, Any]:
-        cfg = study_parameters(self)
-        cfg["policies"] = list(POLICIES) + ([NO_CONTEXT] if self.no_context else [])
-        cfg["dataset_sha256"] = dataset_hash([c.case for c in self.cases()])
-        cfg["boxed_instruction"] = strings.BOXED_INSTRUCTION if self.boxed else None
-        return cfg
+    def make_cases(self) -> list[MQuAKEStudyCase]:
+        """The generated cases, or the paper's sample of the released file, per hop count."""
+        chosen = (generate_cases({h: self.n_per_hop for h in self.hops}, seed=self.seed)
+                  if self.source == GENERATED else
+                  sample_released(self.source, self.hops, self.n_per_hop, seed=self.sample_seed))
+        return [MQuAKEStudyCase(c) for c in chosen]
 
-    def cases(self) -> list[MQuAKEStudyCase]:
-        if self._cases is None:
-            chosen = (generate_cases({h: self.n_per_hop for h in self.hops}, seed=self.seed)
-                      if self.source == GENERATED else
-                      sample_released(self.source, self.hops, self.n_per_hop, seed=self.sample_seed))
-            self._cases = [MQuAKEStudyCase(c) for c in chosen]
-        return self._cases
+    def data_sha256(self) -> str:
+        """The digest of the cases run (``datasets.mquake.generate.dataset_hash``)."""
+        return dataset_hash([c.case for c in self.cases()])
+
+    def config_extra(self) -> dict[str, Any]:
+        """The conditions run (``policies``, the paper's word) and the boxed-answer instruction."""
+        return {"policies": list(CONDITIONS) + ([NO_CONTEXT] if self.no_context else []),
+                "boxed_instruction": strings.BOXED_INSTRUCTION if self.boxed else None}
 
     def group(self, case: MQuAKEStudyCase) -> str:
         """The bootstrap unit: the case (its paraphrases stay together)."""
@@ -140,7 +140,7 @@ class MQuAKEStudy(HistoryStudy):
 
     def conditions(self, model: kvprobe.Model, case: MQuAKEStudyCase, history: kvprobe.History
                    ) -> dict[str, kvprobe.Condition]:
-        """The seven policies on the superseded records (unsupported ones are left out by the protocol), and the
+        """The seven conditions on the superseded records (unsupported ones are left out by the protocol), and the
         no-context baseline when asked for."""
         from kvprobe.interventions import Compact, OnlineMask, Rebuild, TextRecompute
 
@@ -148,7 +148,7 @@ class MQuAKEStudy(HistoryStudy):
         source_spans = [history.span(name) for name in sources]
         values = [history.span(name, chars=(a, b)) for name, a, b in value_spans(case.case)]
         pairs = online_pairs(case.case)
-        policies = {
+        conditions = {
             "full": kvprobe.Full(),
             "value-mask": kvprobe.Mask(values, name="value-mask"),
             "source-mask": kvprobe.Mask(source_spans, name="source-mask"),
@@ -159,8 +159,8 @@ class MQuAKEStudy(HistoryStudy):
             "compact": Compact(source_spans),
         }
         if self.no_context:
-            policies[NO_CONTEXT] = NoContext()
-        return policies
+            conditions[NO_CONTEXT] = NoContext()
+        return conditions
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
         case = run.case.case

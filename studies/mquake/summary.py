@@ -32,20 +32,20 @@ from kvprobe.studies.common.report import NO_CHANGE_RULE, VERDICT_RULE, Items, c
     heading, run_time, table_head, table_row, testable, verdict_cell
 from kvprobe.studies.common.runner import read_rows, write_run_summary
 from .strings import NO_CONTEXT_ANCHORS
-from .study import POLICIES as STUDY_POLICIES
+from .study import CONDITIONS as STUDY_CONDITIONS
 
-#: Row conditions in report order: the seven policies, then the no-context baseline (``--no-context`` runs).
-POLICIES = (*STUDY_POLICIES, NO_CONTEXT)
+#: Row conditions in report order: the seven of the study, then the no-context baseline (``--no-context`` runs).
+CONDITIONS = (*STUDY_CONDITIONS, NO_CONTEXT)
 
 KINDS = ("current", "historical", "single_hop")
 #: Scoring rules counted per cell: exact match with EOS, boxed content only, answer contained.
 RULES = ("em", "em_strict_boxed", "contains")
-#: The source mask: the paper's reference arm for text recompute, state rebuild and row compaction.
+#: The source mask: the paper's reference condition for text recompute, state rebuild and row compaction.
 SOURCE = "source-mask"
-#: Policies also compared against the source mask.
+#: Conditions also compared against the source mask.
 AGAINST_SOURCE = ("recompute", "rebuild", "compact")
 #: The paper's claims (partA 1b anchors, %, current N=1,800 / historical N=600; partC 7 for rebuild and compact):
-#: (question, policy, reference, sign, what the paper reports). Sign 0: no change.
+#: (question, condition, reference, sign, what the paper reports). Sign 0: no change.
 CLAIMS = (("current", "source-mask", "full", 1, "+3.0, +19.7, +1.4 pp (Qwen3-4B, Llama-3.2-3B, Qwen3-32B)"),
           ("historical", "source-mask", "full", -1, "-14.2, -5.6, -14.7 pp"),
           ("current", "recompute", SOURCE, 1, "+4.1, +6.7, +9.6 pp"),
@@ -70,20 +70,20 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
         if not keys:
             continue
         boot = group_bootstrap_weights([k[0] for k in keys], n_draws=draws, seed=seed)  # [draws, n]
-        for policy in [p for p in POLICIES if (kind, p) in by_key]:
-            mine = by_key[(kind, policy)]
-            cell = {"kind": kind, "policy": policy, "n": len(mine),
+        for condition in [p for p in CONDITIONS if (kind, p) in by_key]:
+            mine = by_key[(kind, condition)]
+            cell = {"kind": kind, "policy": condition, "n": len(mine),
                     **{rule: sum(bool(r[rule]) for r in mine.values()) for rule in RULES},
                     "eos": sum(r["stop_reason"] == "eos" for r in mine.values())}
             if kind == "historical":
                 cell["em_retained"] = sum(r["em"] for r in mine.values() if r["retained_text"])
                 cell["n_retained"] = sum(bool(r["retained_text"]) for r in mine.values())
-            if policy != "full" and all(k in mine for k in keys):
+            if condition != "full" and all(k in mine for k in keys):
                 for rule in ("em", "contains"):
                     cell[f"{rule}_change_vs_full"] = paired_change([int(mine[k][rule]) for k in keys],
                                                                    [int(full[k][rule]) for k in keys], boot)
             source = by_key.get((kind, SOURCE), {})
-            if policy in AGAINST_SOURCE and all(k in mine and k in source for k in keys):
+            if condition in AGAINST_SOURCE and all(k in mine and k in source for k in keys):
                 for rule in ("em", "contains"):  # the paper's reference for the cache operations
                     cell[f"{rule}_change_vs_source"] = paired_change([int(mine[k][rule]) for k in keys],
                                                                      [int(source[k][rule]) for k in keys], boot)
@@ -107,7 +107,7 @@ NO_CONTEXT_REFERENCE = "source-mask"
 
 
 def no_context_tables(rows: list[dict[str, Any]], seed: int, draws: int = DRAWS) -> list[dict[str, Any]]:
-    """Per rule and question kind, every policy on the questions the no-context baseline answers wrongly.
+    """Per rule and question kind, every condition on the questions the no-context baseline answers wrongly.
 
     A unit is one question of a case (each current paraphrase its own, as a row is), paired with the
     no-context answer to the same question; the case is its bootstrap group.
@@ -118,21 +118,21 @@ def no_context_tables(rows: list[dict[str, Any]], seed: int, draws: int = DRAWS)
                             r["case_id"]) for r in rows]
         for kind in NO_CONTEXT_KINDS:
             table = conditional_on_baseline(outcomes, kind, seed, draws, reference=NO_CONTEXT_REFERENCE,
-                                            order=POLICIES)
+                                            order=CONDITIONS)
             if table is not None:
                 out.append({"rule": rule, **table})
     return out
 
 
 def any_paraphrase(by_key: dict[tuple[str, str], dict[tuple[str, int], dict]]) -> list[dict[str, Any]]:
-    """Per policy: cases answered correctly on at least one of the three current paraphrases."""
+    """Per condition: cases answered correctly on at least one of the three current paraphrases."""
     out = []
-    for policy in POLICIES:
-        mine = by_key.get(("current", policy))
+    for condition in CONDITIONS:
+        mine = by_key.get(("current", condition))
         if not mine:
             continue
         cases = sorted({k[0] for k in mine})
-        out.append({"policy": policy, "cases": len(cases),
+        out.append({"policy": condition, "cases": len(cases),
                     **{rule: sum(any(r[rule] for k, r in mine.items() if k[0] == c) for c in cases)
                        for rule in ("em", "contains")}})
     return out
@@ -148,37 +148,38 @@ def strata(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
             c[0] += 1
             c[1] += bool(r["em"])
             c[2] += bool(r["contains"])
-        order = {p: i for i, p in enumerate(POLICIES)}
-        out[column] = [{column: v, "kind": kind, "policy": policy, "n": n, "em": em, "contains": contains}
-                       for (v, kind, policy), (n, em, contains) in
+        order = {p: i for i, p in enumerate(CONDITIONS)}
+        out[column] = [{column: v, "kind": kind, "policy": condition, "n": n, "em": em, "contains": contains}
+                       for (v, kind, condition), (n, em, contains) in
                        sorted(counts.items(), key=lambda kv: (kv[0][0], KINDS.index(kv[0][1]), order[kv[0][2]]))]
     return out
 
 
-#: The two operations the paper's stratified comparison contrasts (arm, reference).
+#: The two operations the paper's stratified comparison contrasts (the operation, its reference).
 CONTRAST = ("recompute", "source-mask")
 
 
 def recompute_vs_source(by_key: dict[tuple[str, str], dict[tuple[str, int], dict]]) -> dict[str, Any] | None:
     """Exact tests of recompute against the source mask (None when a run lacks either operation)."""
-    arm, ref = CONTRAST
-    hist_arm, hist_ref = by_key.get(("historical", arm)), by_key.get(("historical", ref))
-    if not hist_arm or not hist_ref:
+    operation, ref = CONTRAST
+    hist_operation, hist_ref = by_key.get(("historical", operation)), by_key.get(("historical", ref))
+    if not hist_operation or not hist_ref:
         return None
-    cases = sorted(k for k in hist_ref if k in hist_arm)
-    out: dict[str, Any] = {"arm": arm, "reference": ref}
+    cases = sorted(k for k in hist_ref if k in hist_operation)
+    out: dict[str, Any] = {"arm": operation, "reference": ref}
     for rule in ("em", "contains"):
         strata = {}
         for name, retained in (("retained", True), ("masked_only", False)):
             keys = [k for k in cases if bool(hist_ref[k]["retained_text"]) == retained]
-            b = sum(bool(hist_arm[k][rule]) and not hist_ref[k][rule] for k in keys)
-            c = sum(bool(hist_ref[k][rule]) and not hist_arm[k][rule] for k in keys)
-            strata[name] = {"n": len(keys), "arm_correct": sum(bool(hist_arm[k][rule]) for k in keys),
+            b = sum(bool(hist_operation[k][rule]) and not hist_ref[k][rule] for k in keys)
+            c = sum(bool(hist_ref[k][rule]) and not hist_operation[k][rule] for k in keys)
+            strata[name] = {"n": len(keys), "arm_correct": sum(bool(hist_operation[k][rule]) for k in keys),
                             "reference_correct": sum(bool(hist_ref[k][rule]) for k in keys),
                             "arm_only": b, "reference_only": c, "mcnemar_p": mcnemar_exact(b, c)}
-        current_arm, current_ref = by_key.get(("current", arm), {}), by_key.get(("current", ref), {})
-        gains = {k[0] for k, r in current_arm.items() if r[rule] and k in current_ref and not current_ref[k][rule]}
-        losses = {k[0] for k in cases if hist_ref[k][rule] and not hist_arm[k][rule]}
+        current_operation, current_ref = by_key.get(("current", operation), {}), by_key.get(("current", ref), {})
+        gains = {k[0] for k, r in current_operation.items()
+                 if r[rule] and k in current_ref and not current_ref[k][rule]}
+        losses = {k[0] for k in cases if hist_ref[k][rule] and not hist_operation[k][rule]}
         ids = {k[0] for k in cases}
         table = [[len(losses & gains), len(losses - gains)], [len((ids - losses) & gains), len(ids - losses - gains)]]
         out[rule] = {"strata": strata, "loss_and_current_gain": fisher_exact(table)}
@@ -263,14 +264,14 @@ def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
     10 % correctly."""
     cells = {(c["kind"], c["policy"]): c for c in summary["cells"]}
     out = []
-    for kind, policy, reference, sign, paper in CLAIMS:
-        cell, ref = cells.get((kind, policy)), cells.get((kind, reference))
+    for kind, condition, reference, sign, paper in CLAIMS:
+        cell, ref = cells.get((kind, condition)), cells.get((kind, reference))
         versus = "full" if reference == "full" else "source"
         if cell is None or ref is None or f"em_change_vs_{versus}" not in cell:
             continue
         for rule in ("em", "contains"):
             ch = cell[f"{rule}_change_vs_{versus}"]
-            out.append({"question": kind, "claim": f"{policy} - {reference}", "paper": paper, "rule": rule,
+            out.append({"question": kind, "claim": f"{condition} - {reference}", "paper": paper, "rule": rule,
                         "estimate": f"{estimate(ch['change'], ch['ci'], '+d', '+.0f')} of {ref['n']}",
                         "reference": f"{ref[rule]} of {ref['n']}",
                         "verdict": verdict_cell(ch["change"], ch["ci"], sign, testable(ref[rule], ref["n"]),
@@ -298,9 +299,9 @@ def _stratum_lines(column: str, cells: list[dict[str, Any]]) -> list[str]:
     for c in cells:
         table[(c[column], c["policy"])][c["kind"]] = c
     lines = ["", f"By {name} (exact / contains / n):", "", *table_head([name, "policy", *KINDS])]
-    for (value, policy), kinds in table.items():
+    for (value, condition), kinds in table.items():
         cols = [f"{k['em']} / {k['contains']} / {k['n']}" if (k := kinds.get(kind)) else "" for kind in KINDS]
-        lines.append(f"| {value} | {policy} | " + " | ".join(cols) + " |")
+        lines.append(f"| {value} | {condition} | " + " | ".join(cols) + " |")
     return lines
 
 
