@@ -17,13 +17,13 @@ Rows hold both options' summed log-probabilities and the margin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices
-from kvprobe.studies.common.protocol import strings_sha256, study_parameters
 from . import strings
 from .data import LATER_VARIANTS, SPLITS, Event, generate_events
 
@@ -94,6 +94,8 @@ class EventStudy(HistoryStudy):
     """What every candidate-decision study shares: one prefill per event and format, three conditions,
     both options scored, the same rows (role-matched events, prompt formats, OAKS changes)."""
 
+    strings: ClassVar[ModuleType] = strings
+
     #: Text before each option ([UNCLEAR] in the paper; default: one space after "Answer:", none after a chat
     #: template's assistant header).
     option_prefix: str | None = None
@@ -107,31 +109,23 @@ class EventStudy(HistoryStudy):
     max_new_tokens: ClassVar[int] = 0
     #: Whether the old span includes the newline after the record (the natural-source panel's rule).
     trailing_newline: ClassVar[bool] = False
-    _cases: list[FormattedEvent] | None = field(default=None, repr=False, compare=False)
-    _events: list[Event] | None = field(default=None, repr=False, compare=False)
 
     def formats(self) -> tuple[str, ...]:
         raise NotImplementedError
 
     def events(self) -> list[Event]:
-        """The study's events (every format is asked about each)."""
+        """The study's events (every format is asked about each; read once, by :meth:`make_cases`)."""
         raise NotImplementedError
 
     def __post_init__(self) -> None:
         require_at_least(self, control_skip=0, n=1, cases_per_batch=1)
 
-    def config(self) -> dict[str, Any]:
-        cfg = study_parameters(self)
-        cfg["conditions"] = list(CONDITIONS)
-        cfg["strings_sha256"] = strings_sha256(strings)
-        return cfg
+    def config_extra(self) -> dict[str, Any]:
+        return {"conditions": list(CONDITIONS)}
 
-    def cases(self) -> list[FormattedEvent]:
+    def make_cases(self) -> list[FormattedEvent]:
         """Every event in every format, format by format within an event (they share its groups)."""
-        if self._cases is None:
-            events = self.events()[:self.n]
-            self._cases = [FormattedEvent(e, f) for e in events for f in self.formats()]
-        return self._cases
+        return [FormattedEvent(e, f) for e in self.events()[:self.n] for f in self.formats()]
 
     def group(self, case: FormattedEvent) -> str:
         """The bootstrap unit: the role-matched group (resampled within its wording pattern)."""
@@ -245,7 +239,7 @@ class OaksStudy(EventStudy):
 
             from kvprobe.studies.datasets.oaks import OaksFormatError
             try:  # read the file now, so a bad file fails before any model loads
-                self.events()
+                self.cases()
             except (OSError, OaksFormatError) as e:
                 raise InvalidParameter("source", str(e)) from e
 
@@ -265,17 +259,14 @@ class OaksStudy(EventStudy):
         return oaks.load_oaks(self.source)
 
     def events(self) -> list[Event]:
-        if self._events is None:
-            from kvprobe.studies.datasets import oaks
+        from kvprobe.studies.datasets import oaks
 
-            books = self.books()
-            splits = oaks.split_books(books)
-            chosen = books if self.split == "all" else splits[self.split]
-            split_of = {b.book_id: name for name, bs in splits.items() for b in bs}
-            self._events = [
-                Event(case_id=c.case_id, group=c.question_id, family=book.title, pattern=book.book_id, replicate=0,
+        books = self.books()
+        splits = oaks.split_books(books)
+        chosen = books if self.split == "all" else splits[self.split]
+        split_of = {b.book_id: name for name, bs in splits.items() for b in bs}
+        return [Event(case_id=c.case_id, group=c.question_id, family=book.title, pattern=book.book_id, replicate=0,
                       split=split_of.get(book.book_id, "unassigned"), variant="oaks", old=c.old_source,
                       later=c.new_source, query=c.question, current=c.new_answer, other=c.old_answer,
                       old_value=c.old_answer, neutral=oaks.unrelated_text(books, book, c))
                 for book in chosen for c in oaks.changes(book)]
-        return self._events
