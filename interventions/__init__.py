@@ -22,7 +22,8 @@ condition's own copy of the cache; the shared history is never modified.
 
 ``capacity.matched_capacity`` gives the paper's matched budget K for a mask.
 
-``parse_condition`` builds any of them (and masks) from a short string, for the CLI.
+``parse_condition`` builds any of them (and masks) from a short string, for the CLI; ``CONDITIONS``
+is the one registry of named conditions (builder, help, reference check, matrix and benchmark coverage).
 ``fact_map`` (``kvprobe.interventions.fact_map.fact_map``) measures where a record's effect lives.
 
 What checks these operations (``kvprobe verify``) and times them (``kvprobe bench``) lives in
@@ -38,14 +39,14 @@ from .finch import Finch
 from .quest import Quest, RecentPages
 from .refreshkv import RefreshKV
 from .recompute import OnlineMask, Rebuild, SegmentRebuild, SelectiveRefresh, rebuild_segments, recompute_hidden
-from .registry import OPERATIONS, parse_condition
+from .registry import CONDITIONS, RegisteredCondition, parse_condition
 from .rope import rotate_keys
 from .text import NoContext, TextRecompute
 from .zeroing import Zero
 
 __all__ = [
+    "CONDITIONS",
     "NoContext",
-    "OPERATIONS",
     "Compact",
     "Drop",
     "FactMap",
@@ -55,6 +56,7 @@ __all__ = [
     "Quest",
     "RecentPages",
     "RefreshKV",
+    "RegisteredCondition",
     "Rebuild",
     "SegmentRebuild",
     "SelectiveRefresh",
@@ -74,8 +76,14 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """``verify_model``: deprecated alias of :func:`kvprobe.tools.verify.verify_model` (removed in the
-    next release), loaded only when asked for, so ``import kvprobe.interventions`` loads no verifier."""
+    """Deprecated aliases (removed in the next release): ``verify_model`` of
+    :func:`kvprobe.tools.verify.verify_model` (loaded only when asked for, so ``import kvprobe.interventions``
+    loads no verifier) and ``OPERATIONS``, the old name -> (builder, help) table of :data:`CONDITIONS`."""
+    if name == "OPERATIONS":
+        import warnings
+        warnings.warn("kvprobe.interventions.OPERATIONS is now CONDITIONS (name -> RegisteredCondition); the alias "
+                      "goes in the next release", DeprecationWarning, stacklevel=2)
+        return {n: (c.build, c.help) for n, c in CONDITIONS.items()}
     if name == "verify_model":
         import warnings
 

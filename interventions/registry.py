@@ -5,12 +5,16 @@ Grammar: ``NAME`` or ``NAME:ARG``, where ARG names segments of the history
 segments as ``A>B`` (pairs ``A>B,C>D``: each record hidden after its own replacement), or for
 ``rebuild-segments`` the source and the later segments to rebuild as ``A>note,B``, or for ``bias`` segment=value pairs (``A=-0.69,B=0``), or for the query-aware methods a capacity in tokens
 (``quest:128``, ``finch:128``, ``refreshkv:128``, ``recent-pages:128``).
+Every name, its builder, its reference check and the benchmarks that time it are one line of
+:data:`CONDITIONS`; ``kvprobe conditions``, the matrix's columns, the benchmarks' operations and the
+contract test (``tests/test_condition_contract.py``) are derived from it.
 Masks accept an optional ``@layers`` suffix (``mask:A@0-3,7``); so does ``rebuild-segments``, whose
 layers are those in which the rebuilt segments cannot see the source (``rebuild-segments:A>B@8-15``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
 from kvprobe.access import Condition, Full, Mask, matched_control
@@ -41,6 +45,12 @@ def _layers(text: str) -> list[int]:
         lo, _, hi = part.partition("-")
         out.extend(range(int(lo), int(hi or lo) + 1))
     return out
+
+
+def _segments(arg: str) -> list[str]:
+    if not arg.strip():
+        raise SpanError("this condition needs segment names, e.g. recompute:A")
+    return [s.strip() for s in arg.split(",")]
 
 
 def _capacity(arg: str) -> int:
@@ -77,45 +87,105 @@ def _bias(h: "History", arg: str) -> Condition:
     return SoftBias(pairs)
 
 
-#: name -> (builder(history, arg) -> Condition, one-line description)
-OPERATIONS: dict[str, tuple[Callable[["History", str], Condition], str]] = {
-    "full": (lambda h, a: Full(), "full access"),
-    "mask": (lambda h, a: Mask(_spans(h, a), name="mask"), "hard mask on segments (-inf logits)"),
-    "control": (lambda h, a: matched_control(h, Mask(_spans(h, a)), "note"),
-                "equal-token control from the start of segment 'note'"),
-    "zero-k": (lambda h, a: Zero(_spans(h, a), "k"), "zero stored keys"),
-    "zero-v": (lambda h, a: Zero(_spans(h, a), "v"), "zero stored values"),
-    "zero-kv": (lambda h, a: Zero(_spans(h, a), "kv"), "zero stored keys and values"),
-    "bias": (_bias, "additive logit bias per segment (SEG=VALUE,...)"),
-    "rebuild": (lambda h, a: Rebuild(_spans(h, a)), "recompute later states with the segments hidden"),
-    "refresh": (lambda h, a: SelectiveRefresh(_spans(h, a)), "selective refresh after record A"),
-    "refresh-full": (lambda h, a: SelectiveRefresh(_spans(h, a), full=True), "full-recompute comparator"),
-    "online-mask": (_online, "hide OLD from every token after NEW was read (OLD>NEW, or OLD>NEW,OLD2>NEW2)"),
-    "rebuild-segments": (_segment_rebuild, "recompute only the later segments with the source hidden (A>note,B)"),
-    "compact": (lambda h, a: Compact(_spans(h, a)), "delete rows, re-rotate later keys"),
-    "drop": (lambda h, a: Drop(_spans(h, a)), "delete rows without re-rotation"),
-    "recompute": (lambda h, a: TextRecompute([s.strip() for s in a.split(",")]), "delete text, prefill again"),
-    "no-context": (lambda h, a: NoContext(), "weights only: the question after the prompt's framing, no history"),
-    "recompute-prefix": (lambda h, a: TextRecompute([s.strip() for s in a.split(",")], stored_prefix=True),
-                         "delete text, reuse the cached prefix, prefill the rest"),
-    "quest": (lambda h, a: Quest(budget=_capacity(a)), "Quest: read the K // 16 best 16-token pages per head (K)"),
-    "recent-pages": (lambda h, a: RecentPages(_capacity(a)), "read as many pages as Quest, the latest ones (K)"),
-    "finch": (lambda h, a: Finch(budget=_capacity(a)), "FINCH: keep K question-selected keys, re-rotated (K)"),
-    "refreshkv": (lambda h, a: RefreshKV(budget=_capacity(a)), "RefreshKV: K-slot partial set, refreshed (K)"),
+@dataclass(frozen=True)
+class RegisteredCondition:
+    """One named condition: how the command line builds it, and what proves and times it.
+
+    Attributes:
+        build: ``build(history, arg) -> Condition`` for ``NAME:ARG`` (see the module docstring).
+        help: one line for ``kvprobe conditions`` and ``--help``.
+        example: the ARG of a typical use on a history with segments A, note and B (``"A"``, ``"A>B"``,
+            ``"48"``; empty for conditions without one). The contract test, the device test and the
+            benchmarks build the condition from ``NAME:example``.
+        reference: the independent computation it must equal: a ``kvprobe verify`` check name, or a test
+            (``tests/<file>.py::<test>``) for conditions that check cannot reach.
+        matrix: a column of the family x operation matrix (``kvprobe matrix``): ``kvprobe verify`` checks it
+            on every architecture family.
+        benches: the benchmarks that time it (``"operations"``: ``kvprobe bench operations``; ``"long"``:
+            ``kvprobe bench long``).
+    """
+
+    build: Callable[["History", str], Condition]
+    help: str
+    example: str
+    reference: str
+    matrix: bool = False
+    benches: tuple[str, ...] = ()
+
+    def spec(self, name: str) -> str:
+        """The example as the command line writes it: ``NAME:example`` (``NAME`` without one)."""
+        return f"{name}:{self.example}" if self.example else name
+
+
+_C = RegisteredCondition
+_ALL = ("operations", "long")
+#: Every condition usable by name, in the order ``kvprobe conditions`` lists them (and the matrix's columns).
+CONDITIONS: dict[str, RegisteredCondition] = {
+    "full": _C(lambda h, a: Full(), "full access", "", "empty_mask_equals_full", benches=("operations",)),
+    "mask": _C(lambda h, a: Mask(_spans(h, a), name="mask"), "hard mask on segments (-inf logits)", "A",
+               "nnsight_mask_equals_explicit_4d", matrix=True, benches=_ALL),
+    "control": _C(lambda h, a: matched_control(h, Mask(_spans(h, a)), "note"),
+                  "equal-token control from the start of segment 'note'", "A",
+                  "cached_equals_one_pass"),  # the matched control is a mask of the note's first tokens
+    "bias": _C(_bias, "additive logit bias per segment (SEG=VALUE,...)", "A=-0.69,B=0.5", "bias_equals_explicit_mask",
+               matrix=True),
+    "zero-k": _C(lambda h, a: Zero(_spans(h, a), "k"), "zero stored keys", "A", "zero_k_equals_plain_forward",
+                 matrix=True),
+    "zero-v": _C(lambda h, a: Zero(_spans(h, a), "v"), "zero stored values", "A", "zero_v_equals_plain_forward",
+                 matrix=True),
+    "zero-kv": _C(lambda h, a: Zero(_spans(h, a), "kv"), "zero stored keys and values", "A",
+                  "zero_kv_equals_plain_forward", matrix=True, benches=("operations",)),
+    "rebuild": _C(lambda h, a: Rebuild(_spans(h, a)), "recompute later states with the segments hidden", "A",
+                  "rebuild_equals_one_pass", matrix=True, benches=_ALL),
+    "rebuild-segments": _C(_segment_rebuild, "recompute only the later segments with the source hidden (A>note,B)",
+                           "A>B", "segment_rebuild_equals_one_pass", matrix=True),
+    "refresh": _C(lambda h, a: SelectiveRefresh(_spans(h, a)), "selective refresh after record A", "A",
+                  "refresh_equals_one_pass", matrix=True),
+    "refresh-full": _C(lambda h, a: SelectiveRefresh(_spans(h, a), full=True), "full-recompute comparator", "A",
+                       "tests/test_interventions.py::test_recomputed_states_generate_like_the_uncached_reference"),
+    "online-mask": _C(_online, "hide OLD from every token after NEW was read (OLD>NEW, or OLD>NEW,OLD2>NEW2)",
+                      "A>B", "online_mask_equals_one_pass", matrix=True),
+    "compact": _C(lambda h, a: Compact(_spans(h, a)), "delete rows, re-rotate later keys", "A",
+                  "compact_keys_equal_rope_at_new_positions", matrix=True, benches=("operations",)),
+    "drop": _C(lambda h, a: Drop(_spans(h, a)), "delete rows without re-rotation", "A",
+               "drop_original_positions_equals_mask", matrix=True, benches=("operations",)),
+    "recompute": _C(lambda h, a: TextRecompute(_segments(a)), "delete text, prefill again", "A",
+                    "text_recompute_equals_one_pass", matrix=True, benches=_ALL),
+    "recompute-prefix": _C(lambda h, a: TextRecompute(_segments(a), stored_prefix=True),
+                           "delete text, reuse the cached prefix, prefill the rest", "A",
+                           "text_recompute_prefix_equals_fresh_prefill", matrix=True, benches=_ALL),
+    "no-context": _C(lambda h, a: NoContext(), "weights only: the question after the prompt's framing, no history",
+                     "", "tests/test_no_context.py::test_no_context_equals_a_plain_forward_of_the_question_alone"),
+    "quest": _C(lambda h, a: Quest(budget=_capacity(a)), "Quest: read the K // 16 best 16-token pages per head (K)",
+                "48", "tests/test_query_aware.py::test_quest_matches_brute_force_selection"),
+    "recent-pages": _C(lambda h, a: RecentPages(_capacity(a)), "read as many pages as Quest, the latest ones (K)",
+                       "48", "tests/test_query_aware.py::test_quest_matches_brute_force_selection"),
+    "finch": _C(lambda h, a: Finch(budget=_capacity(a)), "FINCH: keep K question-selected keys, re-rotated (K)",
+                "48", "tests/test_query_aware.py::test_finch_matches_fresh_prefill_with_rope_at_compact_positions"),
+    "refreshkv": _C(lambda h, a: RefreshKV(budget=_capacity(a)), "RefreshKV: K-slot partial set, refreshed (K)",
+                    "48", "tests/test_query_aware.py::test_refreshkv_matches_brute_force"),
 }
+
+
+def covered_by(bench: str) -> tuple[str, ...]:
+    """The names of the conditions a benchmark times (``"operations"`` or ``"long"``), in registry order."""
+    return tuple(name for name, c in CONDITIONS.items() if bench in c.benches)
+
+
+def matrix_columns() -> tuple[str, ...]:
+    """The conditions ``kvprobe verify`` checks on every family: the matrix's columns, in registry order."""
+    return tuple(name for name, c in CONDITIONS.items() if c.matrix)
 
 
 def parse_condition(spec: str, history: "History") -> Condition:
     """Build a condition from ``NAME[:ARG][@LAYERS]`` on ``history`` (see module docstring)."""
     name, _, arg = spec.partition(":")
     arg, _, layers = arg.partition("@")
-    if name not in OPERATIONS:
-        raise SpanError(f"unknown condition {name!r}; known: {', '.join(OPERATIONS)}")
-    access = OPERATIONS[name][0](history, arg)
+    if name not in CONDITIONS:
+        raise SpanError(f"unknown condition {name!r}; known: {', '.join(CONDITIONS)}")
+    condition = CONDITIONS[name].build(history, arg)
     if layers:
-        if isinstance(access, SegmentRebuild):
-            return SegmentRebuild(access.spans, access.segments, layers=_layers(layers), name=access.name)
-        if not isinstance(access, Mask):
+        if not isinstance(condition, (Mask, SegmentRebuild)):
             raise SpanError(f"@layers is supported for mask and rebuild-segments conditions only, not {name!r}")
-        access = Mask(access.spans, layers=_layers(layers), name=access.name)
-    return access
+        condition = replace(condition, layers=_layers(layers))
+    return condition

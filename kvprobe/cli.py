@@ -163,10 +163,10 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_conditions(args: argparse.Namespace) -> int:
-    from kvprobe.interventions import OPERATIONS
+    from kvprobe.interventions import CONDITIONS
 
-    for name, (_, description) in OPERATIONS.items():
-        print(f"{name:<18} {description}")
+    for name, condition in CONDITIONS.items():
+        print(f"{name:<18} {condition.help}")
     return 0
 
 

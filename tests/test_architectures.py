@@ -17,7 +17,7 @@ from conftest import tensors_made_on_meta
 from kvprobe.interventions import OperationError, Zero, rotate_keys
 from kvprobe.arch import INTERLEAVED, SHARED_KV
 from kvprobe.decoding import suffix_ids
-from kvprobe.tools.verify.matrix import OPERATIONS, matrix_markdown, readme_block, readme_table, run_matrix
+from kvprobe.tools.verify.matrix import COLUMNS, matrix_markdown, readme_block, readme_table, run_matrix
 from kvprobe.reference import reference_generate
 from kvprobe.tiny import TINY_MODELS
 
@@ -61,7 +61,7 @@ def test_refusals_are_exactly_where_the_architecture_says(matrix):
 
 def test_every_operation_is_checked_on_every_family(matrix):
     for name, entry in matrix.items():
-        assert {r.operation for r in entry["results"]} == set(OPERATIONS), name
+        assert {r.operation for r in entry["results"]} == set(COLUMNS), name
 
 
 def test_docs_matrix_is_the_generated_one(matrix):

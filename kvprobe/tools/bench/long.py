@@ -69,8 +69,7 @@ from kvprobe.reference import attention_implementation, explicit_cached_mask
 
 from .measure import interleave, measured, median_ms, memory_method, self_timed, weight_bytes
 from .operations import QUESTION, book_tokens, build_history
-from kvprobe.interventions.recompute import Rebuild
-from kvprobe.interventions.text import TextRecompute
+from kvprobe.interventions.registry import CONDITIONS, covered_by, parse_condition
 
 #: History lengths (tokens) of ``kvprobe bench long`` by default.
 DEFAULT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
@@ -81,7 +80,9 @@ DEFAULT_REPEATS = 3
 DEFAULT_DECODE_STEPS = 8
 #: Where record A sits in every history.
 FRACTION = 0.5
-OPERATIONS = ("mask", "rebuild", "recompute", "recompute-prefix")
+#: The operations timed beside their plain transformers equivalents: the registered conditions that name this
+#: benchmark (``benches`` in :data:`kvprobe.interventions.CONDITIONS`), built from their example on record A.
+OPERATIONS = covered_by("long")
 #: Agreement tolerances: last-layer K (relative to its largest magnitude), decode-step logits (absolute).
 PREFILL_K_RTOL = 1e-4
 DECODE_LOGITS_ATOL = 1e-3
@@ -367,10 +368,9 @@ def _layout(rows) -> str:
 
 def _kvprobe_operation(model: kvprobe.Model, history: kvprobe.History, name: str, chunk_size: int) -> dict[str, Any]:
     """``Condition.prepare`` then the question (``kvprobe bench operations``' first_token): seconds, logits, token."""
-    op = {"mask": lambda: Mask(history.span("A"), name="mask"),
-          "rebuild": lambda: Rebuild(history.span("A"), chunk_size=chunk_size),
-          "recompute": lambda: TextRecompute("A", chunk_size=chunk_size),
-          "recompute-prefix": lambda: TextRecompute("A", stored_prefix=True, chunk_size=chunk_size)}[name]()
+    op = parse_condition(CONDITIONS[name].spec(name), history)
+    if any(f.name == "chunk_size" for f in dataclasses.fields(op)):  # the recomputes prefill in the bench's chunks
+        op = dataclasses.replace(op, chunk_size=chunk_size)
     t0 = time.perf_counter()
     state = op.prepare(model, history, QUESTION)
     t1 = time.perf_counter()

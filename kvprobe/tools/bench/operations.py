@@ -6,12 +6,14 @@ read from ``../shared/data/pg19``) with the quantity task's record A placed at
 (length, position) cell and each operation we time, separately,
 
 * the operation: building the condition's row state from the prefilled history
-  (``Condition.prepare``: nothing for retain, a hidden vector for mask, copies and
-  rotations for zero/drop/compact, recomputation for rebuild and recompute);
+  (``Condition.prepare``: nothing for full access, a hidden vector for mask, copies and
+  rotations for zero-kv/drop/compact, recomputation for rebuild and recompute);
 * the first answer token after it: forking the cache, prefilling the question
   under the condition and computing the first token's logits.
 
-Warm-ups are discarded and the median of the repeats is reported, with each
+The operations are the registered conditions that name this benchmark
+(``benches`` in :data:`kvprobe.interventions.CONDITIONS`), each built from its example on
+record A. Warm-ups are discarded and the median of the repeats is reported, with each
 operation's ratio to masking and the KV bytes it holds and frees. The paper's
 protocol is 3 warm-ups and a median of 9 (partE E5); on a 2-core CPU the
 longest histories use fewer repeats (``--repeats-long``), recorded per cell.
@@ -21,19 +23,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 import kvprobe
-from kvprobe.access import Condition, Full, Mask
 from kvprobe.decoding import question_logits
 from kvprobe.files import atomic_write_text
-
-from kvprobe.interventions.compaction import Compact, Drop
-from kvprobe.interventions.recompute import Rebuild
-from kvprobe.interventions.text import TextRecompute
-from kvprobe.interventions.zeroing import Zero
+from kvprobe.interventions.registry import CONDITIONS, covered_by, parse_condition
 
 from .measure import median_time, peak_rss_bytes, weight_bytes
 
@@ -43,16 +40,8 @@ RECORD_B = ("Reference time T2, after T1. The certified cycle duration of Assemb
             "The measurement unit is the same as in record A at T1. This entry is effective at T2.")
 QUESTION = "At T2, what is the current cycle duration of Assembly-TEST-000? Return the complete quantity including its unit."
 
-OPERATIONS: dict[str, Callable[[kvprobe.History], Condition]] = {
-    "retain": lambda h: Full(name="retain"),
-    "mask": lambda h: Mask(h.span("A"), name="mask"),
-    "zero": lambda h: Zero(h.span("A"), "kv"),
-    "drop": lambda h: Drop(h.span("A")),
-    "compact": lambda h: Compact(h.span("A")),
-    "rebuild": lambda h: Rebuild(h.span("A")),
-    "recompute": lambda h: TextRecompute("A"),
-    "recompute-prefix": lambda h: TextRecompute("A", stored_prefix=True),
-}
+#: The operations this benchmark times, in registry order (record A is their example segment).
+OPERATIONS = covered_by("operations")
 
 
 def book_tokens(model: kvprobe.Model, data_dir: Path) -> list[int]:
@@ -105,8 +94,8 @@ def run_operations_bench(
             cell = {"target_length": length, "history_tokens": len(history), "fraction": fraction,
                     "span": [history.span("A").start, history.span("A").end], "warmups": w, "repeats": r,
                     "operations": {}}
-            for name, make in OPERATIONS.items():
-                op = make(history)
+            for name in OPERATIONS:
+                op = parse_condition(CONDITIONS[name].spec(name), history)
                 op_s, state = median_time(lambda: op.prepare(model, history, QUESTION), w, r)
                 tok_s, token = median_time(lambda: first_token(model, history, state), w, r)
                 held = state.kv_bytes()
@@ -138,8 +127,9 @@ def run_operations_bench(
 
 
 def format_markdown(result: dict[str, Any]) -> str:
-    """Per (length, position): total time (operation + first token) and its ratio to the mask."""
-    names = list(OPERATIONS)
+    """Per (length, position): total time (operation + first token) and its ratio to the mask (the operations
+    the result holds, in its order)."""
+    names = list(result["cells"][0]["operations"])
     lines = [
         f"# Cache-operation cost: {result['model']} ({result['dtype']}, {result['threads']} threads)",
         "",
@@ -178,7 +168,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
             mids[c["history_tokens"]] = c["operations"]
     xs = sorted(mids)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name in OPERATIONS:
+    for name in result["cells"][0]["operations"]:
         ax.plot(xs, [mids[x][name]["total_ms"] for x in xs], marker="o", label=name)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
