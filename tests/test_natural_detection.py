@@ -129,8 +129,9 @@ def test_detection_action_join(tmp_path):
         "det")
     outcomes = {"q1@2": (False, True), "q2@1": (True, False), "q3@4": (False, True)}  # q4 not generated
     gen = _write_run(tmp_path / "gen", [
-        {"dataset": "oaks", "case_id": e, "condition": arm, "complete": ok, "exact": True}
-        for e, (full, mask) in outcomes.items() for arm, ok in (("full", full), ("mask", mask), ("control", False))],
+        {"dataset": "oaks", "case_id": e, "condition": condition, "complete": ok, "exact": True}
+        for e, (full, mask) in outcomes.items()
+        for condition, ok in (("full", full), ("mask", mask), ("control", False))],
         "gen-model")
     (cell,) = detection_action(detection, [gen])
     assert cell["generator"] == "gen-model" and cell["unmatched"] == 1
@@ -159,8 +160,8 @@ def test_tiny_oaks_detection_run_and_join(tmp_path):
     assert all(r["output_tokens"] <= 4 and r["decision"] in ("replacement", "no_replacement", "unresolved")
                for r in rows)
     events = sorted({r["event"] for r in rows})
-    gen = _write_run(tmp_path / "gen", [{"dataset": "oaks", "case_id": e, "condition": arm, "complete": arm == "mask"}
-                                        for e in events for arm in ("full", "mask")], "gen")
+    gen = _write_run(tmp_path / "gen", [{"dataset": "oaks", "case_id": e, "condition": c, "complete": c == "mask"}
+                                        for e in events for c in ("full", "mask")], "gen")
     summary = write_summary(tmp_path / "det", matched_scores=str(gen))
     cells = {c["detector"]: c for c in summary["natural"]["confusion"]}
     for c in cells.values():

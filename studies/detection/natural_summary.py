@@ -150,7 +150,7 @@ def generator_outcomes(run_dir: str | Path, rule: str = "complete") -> dict[str,
     for r in read_rows(run_dir):
         if r.get("dataset") == "oaks" and r["condition"] in ("full", "mask"):
             by.setdefault(r["case_id"], {})[r["condition"]] = bool(r[rule])
-    return {case: (arms["full"], arms["mask"]) for case, arms in by.items() if len(arms) == 2}
+    return {case: (correct["full"], correct["mask"]) for case, correct in by.items() if len(correct) == 2}
 
 
 def outcome_counts(pairs: Sequence[tuple[bool, bool]]) -> dict[str, int]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar
 
 import kvprobe
@@ -43,7 +44,6 @@ from .natural import NATURAL_DETECTORS, NATURAL_MAX_NEW_TOKENS, annotation_colum
     run_natural_detectors
 from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.common.protocol import InvalidParameter, Study, require_at_least, require_choices
-from kvprobe.studies.common.protocol import strings_sha256, study_parameters
 
 DATASETS = ("records", "quantity", "oaks")
 
@@ -106,6 +106,7 @@ class DetectionStudy(Study):
     """Detectors on record pairs: one row per (pair, detector)."""
 
     name: ClassVar[str] = "detection"
+    strings: ClassVar[ModuleType] = strings
     #: Datasets of record pairs (records: the D3 histories; quantity: the D4 calibration groups; oaks:
     #: natural-text pairs from an OAKS-schema file, see oaks_source).
     datasets: tuple[str, ...] = ("records", "quantity")
@@ -142,7 +143,6 @@ class DetectionStudy(Study):
     n_groups: int | None = None
     #: Pairs run in one batch.
     cases_per_batch: int = 4
-    _cases: list[DetectionCase] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("datasets", "splits", "record_detectors", "quantity_detectors", "text_detector_splits",
@@ -158,20 +158,15 @@ class DetectionStudy(Study):
             raise InvalidParameter("splits", "the quantity dataset has no train split (only dev and test)")
         require_at_least(self, max_new_tokens=1, n_groups=1, cases_per_batch=1, oaks_max_new_tokens=1)
 
-    def config(self) -> dict[str, Any]:
-        return {**study_parameters(self), "strings_sha256": strings_sha256(strings)}
-
-    def cases(self) -> list[DetectionCase]:
-        if self._cases is None:
-            cases: list[DetectionCase] = []
-            if "records" in self.datasets:
-                cases += _first_groups(records_cases(self.splits, self.records_seed), self.n_groups)
-            if "quantity" in self.datasets:
-                cases += _first_groups(quantity_cases(self.splits, self.quantity_seed), self.n_groups)
-            if "oaks" in self.datasets:
-                cases += _first_groups(oaks_cases(self.oaks_source, self.oaks_split), self.n_groups)
-            self._cases = cases
-        return self._cases
+    def make_cases(self) -> list[DetectionCase]:
+        cases: list[DetectionCase] = []
+        if "records" in self.datasets:
+            cases += _first_groups(records_cases(self.splits, self.records_seed), self.n_groups)
+        if "quantity" in self.datasets:
+            cases += _first_groups(quantity_cases(self.splits, self.quantity_seed), self.n_groups)
+        if "oaks" in self.datasets:
+            cases += _first_groups(oaks_cases(self.oaks_source, self.oaks_split), self.n_groups)
+        return cases
 
     def detectors_for(self, case: DetectionCase) -> tuple[str, ...]:
         if case.dataset == "oaks":
