@@ -19,7 +19,7 @@ Statistics (:mod:`readouts.stats`, the statistics of every study too)
     bootstrap_mean(values, weights) -> per-draw means       (NaN values left out)
     bootstrap_auc_draws(scores, labels, bootstrap, strata) -> {name: AUC per draw}
     bootstrap_auc(scores, labels, groups, n_draws, seed, alpha, strata) -> dict
-    paired_change(arm, reference, weights) -> dict          change, corrections, reversals, interval
+    paired_change(outcomes, reference, weights) -> dict          change, corrections, reversals, interval
     percentile_interval(values, alpha, points) -> [lo, hi]
     one_sided_lower(values, alpha) -> float                 one-sided lower bound (the paper's L.95)
     youden_thresholds(scores, labels, grid, weights) -> (t, J) per draw   max Youden J, ties to the largest t

@@ -482,20 +482,20 @@ def one_sided_lower(values: Sequence[float] | np.ndarray, alpha: float = ALPHA) 
 # --------------------------------------------------------------------------- paired changes
 
 
-def paired_change(arm: Sequence[float] | np.ndarray, reference: Sequence[float] | np.ndarray,
+def paired_change(outcomes: Sequence[float] | np.ndarray, reference: Sequence[float] | np.ndarray,
                   weights: np.ndarray, alpha: float = ALPHA) -> dict[str, Any]:
-    """Change in the sum of ``arm`` against ``reference`` (case-aligned 0/1 or real outcomes).
+    """Change in the sum of ``outcomes`` (one condition's) against ``reference`` (case-aligned 0/1 or real outcomes).
 
-    For the cases both arms answered: the change (arm minus reference), its
+    For the cases both conditions answered: the change (outcomes minus reference), its
     corrections (cases that went up) and reversals (down), and the percentile
     interval (``points="level"``) of the change over the bootstrap draws, each
-    draw's change being ``weights[d] @ (arm - reference)``.
+    draw's change being ``weights[d] @ (outcomes - reference)``.
 
     Args:
         weights: bootstrap case multiplicities, int array [n_draws, n_cases]
-            (:func:`group_bootstrap_weights`; the same for every arm of a report, so cells are comparable).
+            (:func:`group_bootstrap_weights`; the same for every condition of a report, so cells are comparable).
     """
-    diff = np.asarray(arm, dtype=float) - np.asarray(reference, dtype=float)
+    diff = np.asarray(outcomes, dtype=float) - np.asarray(reference, dtype=float)
     if weights.shape[1] != len(diff):
         raise ValueError(f"{weights.shape[1]} bootstrap columns for {len(diff)} paired cases")
     change = float(diff.sum())

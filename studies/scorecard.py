@@ -209,18 +209,18 @@ class Row:
 verdict = claim_verdict
 
 
-def floor_reason(correct: int, n: int, arm: str) -> str | None:
-    """Why an arm with ``correct`` of ``n`` right is at floor (below :data:`FLOOR`), or None."""
+def floor_reason(correct: int, n: int, condition: str) -> str | None:
+    """Why a condition with ``correct`` of ``n`` right is at floor (below :data:`FLOOR`), or None."""
     if n and correct / n >= FLOOR:
         return None
-    return f"{arm} at floor: {correct}/{n} correct, below {FLOOR:.0%}"
+    return f"{condition} at floor: {correct}/{n} correct, below {FLOOR:.0%}"
 
 
-def chance_reason(correct: int, n: int, chance: float, arm: str, what: str) -> str | None:
-    """Why an arm with ``correct`` of ``n`` right is at or below chance (``chance`` correct answers), or None."""
+def chance_reason(correct: int, n: int, chance: float, condition: str, what: str) -> str | None:
+    """Why a condition with ``correct`` of ``n`` right is at or below chance (``chance`` correct answers), or None."""
     if correct > chance:
         return None
-    return f"{arm} at or below chance: {correct}/{n} correct, {what} scores {chance:g}/{n}"
+    return f"{condition} at or below chance: {correct}/{n} correct, {what} scores {chance:g}/{n}"
 
 
 def _reasons(*reasons: str | None) -> str | None:
@@ -304,21 +304,21 @@ def quantity_change(information: str, condition: str, rule: str) -> Callable[[Pa
     """
     def measure(run: Path) -> Measurement:
         s = _summary(run)
-        arm = _quantity_cell(s, information, condition)
+        cell = _quantity_cell(s, information, condition)
         control_name = f"{condition}-control"
         control = _quantity_cell(s, information, control_name)
         full = _quantity_cell(s, information, "full")
         note = ""
-        reference, change = control, arm[f"{rule}_vs_control"]
+        reference, change = control, cell[f"{rule}_vs_control"]
         ref_name = control_name
         own = control[f"{rule}_vs_full"]
         if _excludes_zero(own["net_ci"]):
-            reference, change, ref_name = full, arm[f"{rule}_vs_full"], "full"
+            reference, change, ref_name = full, cell[f"{rule}_vs_full"], "full"
             note = (f"{control_name} is not neutral (its own change against full access: "
                     f"{estimate(*_frac_pp(own['net'], own['net_ci']), '+.1f')} pp), so full access is the reference")
         value, ci = _frac_pp(change["net"], change["net_ci"])
-        return _pp(value, ci, f"{arm['n']} groups", f"{ref_name} {reference[rule]}/{reference['n']}",
-                   floor_reason(reference[rule], reference["n"], ref_name), units=arm["n"], note=note)
+        return _pp(value, ci, f"{cell['n']} groups", f"{ref_name} {reference[rule]}/{reference['n']}",
+                   floor_reason(reference[rule], reference["n"], ref_name), units=cell["n"], note=note)
     return measure
 
 
@@ -326,12 +326,12 @@ def quantity_recompute(information: str, rule: str) -> Callable[[Path], Measurem
     """Text recompute against the source mask (the paper's comparison) under ``rule``."""
     def measure(run: Path) -> Measurement:
         s = _summary(run)
-        arm, source = _quantity_cell(s, information, "recompute"), _quantity_cell(s, information, "source")
+        recompute, source = _quantity_cell(s, information, "recompute"), _quantity_cell(s, information, "source")
         reason = floor_reason(source[rule], source["n"], "source mask")
         if not reason:
             raise ValueError(f"{run}: the summary has no interval of recompute against the source mask")
-        return Measurement(None, None, "pp", "+.1f", f"{arm['n']} groups",
-                           f"source mask {source[rule]}/{source['n']}; recompute {arm[rule]}/{arm['n']}",
+        return Measurement(None, None, "pp", "+.1f", f"{recompute['n']} groups",
+                           f"source mask {source[rule]}/{source['n']}; recompute {recompute[rule]}/{recompute['n']}",
                            not_testable=reason)
     return measure
 
@@ -387,21 +387,21 @@ def matched_accuracy(subset: str, rule: str, chance: float | None = None) -> Cal
 # --------------------------------------------------------------------------- MQuAKE
 
 
-def mquake_vs_full(kind: str, policy: str, rule: str) -> Callable[[Path], Measurement]:
-    """A policy's change in correct answers against full access (the run's paired case bootstrap)."""
+def mquake_vs_full(kind: str, condition: str, rule: str) -> Callable[[Path], Measurement]:
+    """A condition's change in correct answers against full access (the run's paired case bootstrap)."""
     def measure(run: Path) -> Measurement:
         s = _summary(run)
-        cell, full = _find(s["cells"], kind=kind, policy=policy), _find(s["cells"], kind=kind, policy="full")
+        cell, full = _find(s["cells"], kind=kind, policy=condition), _find(s["cells"], kind=kind, policy="full")
         cases = _find(s["any_paraphrase"], policy="full")["cases"]
         value, ci = _count_pp(cell[f"{rule}_change_vs_full"], cell["n"])
         return _pp(value, ci, f"{cell['n']} questions, {cases} cases",
-                   f"full {full[rule]}/{full['n']}; {policy} {cell[rule]}/{cell['n']}",
+                   f"full {full[rule]}/{full['n']}; {condition} {cell[rule]}/{cell['n']}",
                    floor_reason(full[rule], full["n"], "full access"), units=cases)
     return measure
 
 
-def mquake_vs_source(kind: str, policy: str, rule: str, gain: bool) -> Callable[[Path], Measurement]:
-    """A policy against the source mask, from the no-context run's tables (their subset must be every question).
+def mquake_vs_source(kind: str, condition: str, rule: str, gain: bool) -> Callable[[Path], Measurement]:
+    """A condition against the source mask, from the no-context run's tables (their subset must be every question).
 
     ``gain``: the paper's effect is a gain (the floor is checked on full access, else on the source mask).
     """
@@ -410,7 +410,7 @@ def mquake_vs_source(kind: str, policy: str, rule: str, gain: bool) -> Callable[
         if table["subset"] != table["units"]:
             raise ValueError(f"{run}: the no-context subset ({table['subset']}) is not every question "
                              f"({table['units']}); it is not the whole-sample comparison")
-        cell = _find(table["conditions"], condition=policy)
+        cell = _find(table["conditions"], condition=condition)
         source = _find(table["conditions"], condition="source-mask")
         full = _find(table["conditions"], condition="full")
         ch = cell["change_vs_reference"]
@@ -418,7 +418,7 @@ def mquake_vs_source(kind: str, policy: str, rule: str, gain: bool) -> Callable[
         floor = (floor_reason(full["correct"], full["n"], "full access") if gain
                  else floor_reason(source["correct"], source["n"], "source mask"))
         return _pp(value, ci, f"{cell['n']} questions, {table['groups']} cases",
-                   f"source mask {source['correct']}/{source['n']}; {policy} {cell['correct']}/{cell['n']}",
+                   f"source mask {source['correct']}/{source['n']}; {condition} {cell['correct']}/{cell['n']}",
                    floor, units=table["groups"])
     return measure
 
@@ -436,11 +436,11 @@ def _majority(run: Path, task: str, length: int) -> tuple[int, int, str]:
     return count, sum(answers.values()), answer
 
 
-def babilong_change(task: str, length: int, policy: str, gain: bool) -> Callable[[Path], Measurement]:
-    """A policy's change in official-parser answers against full access; chance = the majority answer."""
+def babilong_change(task: str, length: int, condition: str, gain: bool) -> Callable[[Path], Measurement]:
+    """A condition's change in official-parser answers against full access; chance = the majority answer."""
     def measure(run: Path) -> Measurement:
         cells = _summary(run)["cells"]
-        cell, full = (_find(cells, task=task, length=length, policy=policy),
+        cell, full = (_find(cells, task=task, length=length, policy=condition),
                       _find(cells, task=task, length=length, policy="full"))
         count, n, answer = _majority(run, task, length)
         value, ci = _count_pp(cell["official_change_vs_full"], cell["n"])
@@ -448,7 +448,7 @@ def babilong_change(task: str, length: int, policy: str, gain: bool) -> Callable
                         chance_reason(full["official"], full["n"], count, "full access",
                                       f"always answering the most common location ({answer})"))
         return _pp(value, ci, f"{cell['n']} inputs", f"full {full['official']}/{full['n']}; "
-                   f"{policy} {cell['official']}/{cell['n']}; majority answer {count}/{n}", reason)
+                   f"{condition} {cell['official']}/{cell['n']}; majority answer {count}/{n}", reason)
     return measure
 
 
@@ -459,7 +459,7 @@ def _note_config(s: dict[str, Any], name: str) -> dict[str, Any]:
     return _find(s["configurations"], configuration=name)
 
 
-def _config_arm(name: str) -> str:
+def _configuration_label(name: str) -> str:
     return {"full": "full access", "varied-full": "full access under the varied note"}.get(name, name)
 
 
@@ -484,10 +484,10 @@ def note_by_rule(contrast: Sequence[str], baselines: Sequence[str]) -> Callable[
             ch = s["by_rule"][rule]
             for key in contrast:
                 ch = ch[key]
-            arms = [_note_config(s, b) for b in baselines]
-            counts = "; ".join(f"{_config_arm(a['configuration'])} {a['correct'][rule]}/{a['n']}" for a in arms)
-            reason = _reasons(*(floor_reason(a["correct"][rule], a["n"], _config_arm(a["configuration"]))
-                                for a in arms))
+            rows = [_note_config(s, b) for b in baselines]
+            counts = "; ".join(f"{_configuration_label(a['configuration'])} {a['correct'][rule]}/{a['n']}" for a in rows)
+            reason = _reasons(*(floor_reason(a["correct"][rule], a["n"], _configuration_label(a["configuration"]))
+                                for a in rows))
             return _pp(ch["pp"], ch["pp_ci"], f"{s['units']} histories, {s['groups']} groups", counts, reason,
                        units=s["groups"])
         return measure
@@ -684,39 +684,39 @@ def minteval_source(run: Path) -> Measurement:
                units=s["components"])
 
 
-def query_aware(arm: str, rule: str, reference: str) -> Callable[[Path], Measurement]:
-    """An arm's change (pp) against ``reference`` (``full`` or ``source-mask``) on the current question,
+def query_aware(condition: str, rule: str, reference: str) -> Callable[[Path], Measurement]:
+    """A condition's change (pp) against ``reference`` (``full`` or ``source-mask``) on the current question,
     all histories; ``rule``: ``correct`` (the paper's exact field) or ``lenient``. The floor is checked on
     full access."""
     def measure(run: Path) -> Measurement:
         s = _summary(run)
-        cell = _find(s["cells"], query="current", subset="all", arm=arm)
+        cell = _find(s["cells"], query="current", subset="all", arm=condition)
         full = _find(s["cells"], query="current", subset="all", arm="full")
         ref = _find(s["cells"], query="current", subset="all", arm=reference)
         value, ci = _count_pp(cell[f"{rule}_vs_{reference}"], cell["n"])
-        return _pp(value, ci, f"{cell['n']} histories", f"{reference} {ref[rule]}/{ref['n']}; {arm} {cell[rule]}/"
+        return _pp(value, ci, f"{cell['n']} histories", f"{reference} {ref[rule]}/{ref['n']}; {condition} {cell[rule]}/"
                    f"{cell['n']}", floor_reason(full[rule], full["n"], "full access"))
     return measure
 
 
-def records_change(query: str, policy: str, rule: str) -> Callable[[Path], Measurement]:
-    """A policy's change (pp) against keep-all; ``rule``: ``correct`` (exact field) or ``lenient``."""
+def records_change(query: str, condition: str, rule: str) -> Callable[[Path], Measurement]:
+    """A condition's change (pp) against keep-all; ``rule``: ``correct`` (exact field) or ``lenient``."""
     def measure(run: Path) -> Measurement:
         s = _summary(run)
-        cell = _find(s["cells"], query=query, policy=policy, subset="all")
+        cell = _find(s["cells"], query=query, policy=condition, subset="all")
         keep = _find(s["cells"], query=query, policy="keep-all", subset="all")
         value, ci = _count_pp(cell[f"{rule}_change"], cell["n"])
-        return _pp(value, ci, f"{cell['n']} histories", f"keep-all {keep[rule]}/{keep['n']}; {policy} "
+        return _pp(value, ci, f"{cell['n']} histories", f"keep-all {keep[rule]}/{keep['n']}; {condition} "
                    f"{cell[rule]}/{cell['n']}", floor_reason(keep[rule], keep["n"], "keep-all"))
     return measure
 
 
-def requests_historical(policy: str, rule: str, lines: int = 0) -> Callable[[Path], Measurement]:
-    """Historical-request accuracy change (pp) of a policy against keep-all; ``rule``: ``correct`` or
-    ``lenient``. A detector policy whose detector never fired is not testable."""
+def requests_historical(condition: str, rule: str, lines: int = 0) -> Callable[[Path], Measurement]:
+    """Historical-request accuracy change (pp) of a condition against keep-all; ``rule``: ``correct`` or
+    ``lenient``. A detector condition whose detector never fired is not testable."""
     def measure(run: Path) -> Measurement:
         length = _find(_summary(run)["lengths"], lines=lines)
-        p, keep = length["policies"][policy], length["policies"]["keep-all"]
+        p, keep = length["policies"][condition], length["policies"]["keep-all"]
         a, k = p["accuracy"]["historical"], keep["accuracy"]["historical"]
         ch = a[rule]["change_pp"]
         fired = p.get("fired")
@@ -725,7 +725,7 @@ def requests_historical(policy: str, rule: str, lines: int = 0) -> Callable[[Pat
             reason = f"the detector never fired (0 of {length['histories']} histories)"
         reason = reason or floor_reason(k[rule]["correct"], k["n"], "keep-all")
         return _pp(ch["mean"], ch["ci"], f"{a['n']} requests, {length['histories']} histories",
-                   f"keep-all {k[rule]['correct']}/{k['n']}; {policy} {a[rule]['correct']}/{a['n']}", reason,
+                   f"keep-all {k[rule]['correct']}/{k['n']}; {condition} {a[rule]['correct']}/{a['n']}", reason,
                    units=length["histories"])
     return measure
 
@@ -742,11 +742,11 @@ def revisions_change(operation: str) -> Callable[[Path], Measurement]:
     return measure
 
 
-def session_bias(subset: str, arm: str) -> Callable[[Path], Measurement]:
-    """An arm's change against full access (pp) on a question subset."""
+def session_bias(subset: str, condition: str) -> Callable[[Path], Measurement]:
+    """A condition's change against full access (pp) on a question subset."""
     def measure(run: Path) -> Measurement:
         sub = _find(_summary(run)["subsets"], key=subset)
-        a, full = sub["arms"][arm], sub["arms"]["full"]
+        a, full = sub["arms"][condition], sub["arms"]["full"]
         ch = a["vs_full"]
         return _pp(ch["pp"], ch["ci"], f"{sub['questions']} questions, {sub['groups']} groups",
                    f"full {full['correct']}/{full['n']}", floor_reason(full["correct"], full["n"], "full access"),
@@ -819,30 +819,30 @@ SOURCE_MODELS = ("smollm2-135m-instruct", "gemma3-270m", "qwen2.5-coder-0.5b-ins
 PAPER_RULE = "paper's rule"
 LENIENT = "lenient (ours)"
 
-def _mquake_tests(policy: str, kind: str, gain: bool = False) -> tuple[Test, ...]:
+def _mquake_tests(condition: str, kind: str, gain: bool = False) -> tuple[Test, ...]:
     """The paper's exact match and our contains rule for ``policy`` on ``kind``: the source mask against full
     access (the main run), every other policy against the source mask (the no-context run's tables)."""
-    if policy == "source-mask":
+    if condition == "source-mask":
         run, against = MQUAKE, "full"
 
         def make(rule: str) -> Callable[[Path], Measurement]:
-            return mquake_vs_full(kind, policy, rule)
+            return mquake_vs_full(kind, condition, rule)
     else:
         run, against = MQUAKE_NC, "source mask"
 
         def make(rule: str) -> Callable[[Path], Measurement]:
-            return mquake_vs_source(kind, policy, rule, gain)
-    where = f"{policy} vs {against}; " + ("current paraphrases" if kind == "current" else "historical question")
+            return mquake_vs_source(kind, condition, rule, gain)
+    where = f"{condition} vs {against}; " + ("current paraphrases" if kind == "current" else "historical question")
     return (Test(run, f"{PAPER_RULE}: normalized exact match with EOS; {where}", make("em")),
             Test(run, f"{LENIENT}: answer or alias contained; {where}", make("contains")))
 
 
-def _babilong_tests(task: str, policy: str, gain: bool = False) -> tuple[Test, ...]:
+def _babilong_tests(task: str, condition: str, gain: bool = False) -> tuple[Test, ...]:
     """``policy`` against full access on ``task`` in the 8k run and at both short lengths."""
-    name = {"naive": "naive mask", "dependency": "dependency rule"}[policy]
+    name = {"naive": "naive mask", "dependency": "dependency rule"}[condition]
     rule = f"official location parser with EOS; {name} vs full; {task}"
-    return (Test(BABI_8K, f"{rule}, 7.5k tokens", babilong_change(task, 7500, policy, gain)),
-            *(Test(BABI_SHORT, f"{rule}, {length} filler tokens", babilong_change(task, length, policy, gain))
+    return (Test(BABI_8K, f"{rule}, 7.5k tokens", babilong_change(task, 7500, condition, gain)),
+            *(Test(BABI_SHORT, f"{rule}, {length} filler tokens", babilong_change(task, length, condition, gain))
               for length in (0, 1000)))
 
 
