@@ -1,4 +1,4 @@
-"""The BABILong study on a tiny model: policies hide the right tokens, answers match the uncached reference,
+"""The BABILong study on a tiny model: conditions hide the right tokens, answers match the uncached reference,
 runs resume and summarize."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import kvprobe
 from kvprobe.decoding import suffix_ids
 from kvprobe.reference import reference_generate
 from kvprobe.studies.babilong import samples
-from kvprobe.studies.babilong.study import POLICIES, BabilongStudy
+from kvprobe.studies.babilong.study import CONDITIONS, BabilongStudy
 from kvprobe.studies.babilong.summary import write_summary
 from kvprobe.studies.common.runner import run_study
 
@@ -32,16 +32,16 @@ def _token_set(spans) -> set[int]:
 
 
 def _prepare(model, study, case):
-    """The protocol's parts for one case: the prefilled history, its question text, the four policies."""
+    """The protocol's parts for one case: the prefilled history, its question text, the conditions."""
     history = model.prefill(study.prompt(model, case))
     (question,) = study.questions(model, case, history)
     return history, question.text, study.conditions(model, case, history)
 
 
-def test_policies_hide_the_rule_facts_and_neutral_hides_only_filler(llama, study):
+def test_conditions_hide_the_rule_facts_and_neutral_hides_only_filler(llama, study):
     case = next(c for c in study.cases() if c.sample.task == "qa3" and c.sample.target_tokens == 300)
     history, question, conditions = _prepare(llama, study, case)
-    assert list(conditions) == list(POLICIES)
+    assert list(conditions) == list(CONDITIONS)
     s = case.sample
     fact_tokens = {i: _token_set([history.span("context", chars=(a, b))]) for i, a, b in s.fact_spans}
     for rule in ("naive", "dependency"):
@@ -80,11 +80,11 @@ def test_run_resumes_and_summarizes(llama, study, tmp_path):
     run_study(study, llama, out, progress=False)
     first = (out / "results.jsonl").read_bytes()
     rows = [json.loads(line) for line in first.decode().splitlines()]
-    assert len(rows) == len(study.cases()) * len(POLICIES)
-    assert {r["condition"] for r in rows} == set(POLICIES)
+    assert len(rows) == len(study.cases()) * len(CONDITIONS)
+    assert {r["condition"] for r in rows} == set(CONDITIONS)
     assert {r["query"] for r in rows} == {"question"} and all(r["case_id"] and r["group"] for r in rows)
     lines = first.decode().splitlines(keepends=True)
-    (out / "results.jsonl").write_text("".join(lines[: len(POLICIES) * 3]))  # as if killed after 3 cases
+    (out / "results.jsonl").write_text("".join(lines[: len(CONDITIONS) * 3]))  # as if killed after 3 cases
     run_study(study, llama, out, progress=False)
     assert (out / "results.jsonl").read_bytes() == first
     summary = write_summary(out)
@@ -136,21 +136,21 @@ def test_released_loader_refuses_malformed_files(tmp_path, content, message):
         BabilongStudy(tasks=("qa3",), source=str(tmp_path), released_lengths=("32k",))
 
 
-def test_released_run_with_query_aware_policies(llama, tmp_path):
-    """All seven policies on the published-format fixture: Quest/FINCH/RefreshKV at the fixed capacity."""
+def test_released_run_with_query_aware_conditions(llama, tmp_path):
+    """All seven conditions on the published-format fixture: Quest/FINCH/RefreshKV at the fixed capacity."""
     study = BabilongStudy(tasks=("qa3",), source=str(RELEASED), released_lengths=("1k",), n=2, capacity=64,
                           max_new_tokens=4)
     run_study(study, llama, tmp_path, progress=False)
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 * len(POLICIES) and {r["length"] for r in rows} == {1000}
+    assert len(rows) == 2 * len(CONDITIONS) and {r["length"] for r in rows} == {1000}
     assert {r["condition"]: r["capacity"] for r in rows} == {p: 64 if p in ("quest", "finch", "refreshkv") else None
-                                                             for p in POLICIES}
+                                                             for p in CONDITIONS}
     write_summary(tmp_path)
     report = (tmp_path / "report.md").read_text()
     assert "published samples at 1k" in report and "| qa3 | 1000 | finch |" in report
 
 
 def test_a_history_beyond_the_model_positions_is_refused(llama):
-    study = BabilongStudy(tasks=("qa2",), lengths=(2100,), n=1, policies=("full",), max_new_tokens=4)
+    study = BabilongStudy(tasks=("qa2",), lengths=(2100,), n=1, condition_set=("full",), max_new_tokens=4)
     with pytest.raises(ValueError, match=r"lengths: qa2-q\d+-2100: \d+ history tokens .* exceed tiny-llama's 2048"):
         study.run_cases(llama, study.cases())

@@ -1,7 +1,7 @@
-"""The BABILong object-dependency study (paper partA section 2, app:v41_babilong): seven policies per input.
+"""The BABILong object-dependency study (paper partA section 2, app:v41_babilong): seven conditions per input.
 
 Per case (one bAbI question at one context length) the official prompt up to
-the question is prefilled once; then, under each policy, the question is asked
+the question is prefilled once; then, under each condition, the question is asked
 and a greedy answer generated:
 
 * ``full``: full access;
@@ -35,7 +35,7 @@ budget do not fit the model's positions is refused (no RoPE extension, as in the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import kvprobe
@@ -46,10 +46,11 @@ from kvprobe.studies.common.protocol import (CaseRun, HistoryStudy, InvalidParam
 from kvprobe.studies.common.conditions import query_aware_condition
 from . import grading, data, samples
 
-#: Mask policies (the fact rules and their equal-token control), then the query-aware methods.
-MASK_POLICIES = ("full", "naive", "dependency", "neutral")
+#: Mask conditions (full access, the fact rules and their equal-token control), then the query-aware methods: the
+#: condition set (the paper's seven policies).
+MASK_CONDITIONS = ("full", "naive", "dependency", "neutral")
 QUERY_AWARE = ("quest", "finch", "refreshkv")
-POLICIES = MASK_POLICIES + QUERY_AWARE
+CONDITIONS = MASK_CONDITIONS + QUERY_AWARE
 #: The query-aware methods' fixed capacity at both lengths (paper L1491: "a fixed 512-token capacity").
 CAPACITY = 512
 #: Tokens allowed for the chat template around the question when checking that a case fits the model.
@@ -81,7 +82,7 @@ class BabilongCase:
 
 @dataclass
 class BabilongStudy(HistoryStudy):
-    """BABILong qa2/qa3 under the seven policies (one question per case, one row per policy)."""
+    """BABILong qa2/qa3 under the seven conditions (one question per case, one row per condition)."""
 
     name: ClassVar[str] = "babilong"
     #: bAbI tasks to run: qa2 (two supporting facts) and/or qa3 (three supporting facts).
@@ -93,8 +94,8 @@ class BabilongStudy(HistoryStudy):
     lengths: tuple[int, ...] = (0, 1000)
     #: Published inputs: the release's length names to read (the paper: 8k and 32k).
     released_lengths: tuple[str, ...] = ("8k", "32k")
-    #: Policies to run (default all seven; full is always run, as every change is paired with it).
-    policies: tuple[str, ...] = POLICIES
+    #: Conditions to run (default all seven; full is always run, as every change is paired with it).
+    condition_set: tuple[str, ...] = CONDITIONS
     #: Capacity in tokens of Quest, FINCH and RefreshKV (the paper: 512 at every length).
     capacity: int = CAPACITY
     #: Run the first N of the official 100 test questions of each task (None: all).
@@ -107,16 +108,15 @@ class BabilongStudy(HistoryStudy):
     chat: bool | None = None
     #: Cases answered in one batch.
     cases_per_batch: int = 4
-    _cases: list[BabilongCase] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.tasks, self.lengths = tuple(self.tasks), tuple(self.lengths)
         self.released_lengths = tuple(self.released_lengths)
-        self.policies = ("full", *[p for p in POLICIES if p in self.policies and p != "full"])
+        self.condition_set = ("full", *[c for c in CONDITIONS if c in self.condition_set and c != "full"])
         lengths = "lengths" if self.source == GENERATED else "released_lengths"
         if not self.tasks or not getattr(self, lengths):
             raise InvalidParameter("tasks" if not self.tasks else lengths, "give at least one")
-        require_choices(self, tasks=tuple(samples.BABI_FILES), policies=POLICIES)
+        require_choices(self, tasks=tuple(samples.BABI_FILES), condition_set=CONDITIONS)
         require_at_least(self, lengths=0, n=1, max_new_tokens=1, cases_per_batch=1, capacity=1)
         if self.source != GENERATED:
             require_choices(self, released_lengths=data.RELEASED_LENGTHS)
@@ -125,18 +125,17 @@ class BabilongStudy(HistoryStudy):
             except (OSError, data.BabilongFormatError) as e:
                 raise InvalidParameter("source", str(e)) from e
 
-    def cases(self) -> list[BabilongCase]:
-        if self._cases is None:
-            out = []
-            for task in self.tasks:
-                if self.source == GENERATED:
-                    chosen = samples.build_samples(task, self.lengths, self.n, self.seed)
-                else:
-                    chosen = [s for length in self.released_lengths
-                              for s in data.load_released(self.source, task, length, self.n)]
-                out += [BabilongCase(s) for s in chosen]
-            self._cases = out
-        return self._cases
+    def make_cases(self) -> list[BabilongCase]:
+        """The samples of every task: generated at each length, or read from the published files."""
+        out = []
+        for task in self.tasks:
+            if self.source == GENERATED:
+                chosen = samples.build_samples(task, self.lengths, self.n, self.seed)
+            else:
+                chosen = [s for length in self.released_lengths
+                          for s in data.load_released(self.source, task, length, self.n)]
+            out += [BabilongCase(s) for s in chosen]
+        return out
 
     def prompt(self, model: kvprobe.Model, case: BabilongCase) -> kvprobe.Prompt:
         """The official prompt up to the question (one user message; the question is the suffix)."""
@@ -163,11 +162,11 @@ class BabilongStudy(HistoryStudy):
         s = case.sample
         conditions: dict[str, kvprobe.Condition] = {"full": kvprobe.Full()}
         count = samples.tokenizer_counter(model.tokenizer)  # the neutral mask matches tokens, not characters
-        for rule in [p for p in MASK_POLICIES[1:] if p in self.policies]:
+        for rule in [c for c in MASK_CONDITIONS[1:] if c in self.condition_set]:
             spans = [history.span("context", chars=_trim(s.context, a, b))
                      for a, b in samples.mask_spans(s, rule, count_tokens=count) if s.context[a:b].strip()]
             conditions[rule] = kvprobe.Mask(spans, name=rule) if spans else kvprobe.Full(name=rule)
-        for method in [p for p in QUERY_AWARE if p in self.policies]:
+        for method in [c for c in QUERY_AWARE if c in self.condition_set]:
             conditions[method] = query_aware_condition(method, self.capacity)
         return conditions
 

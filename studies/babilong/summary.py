@@ -20,11 +20,11 @@ from kvprobe.studies.common.figures import run_model
 from kvprobe.studies.common.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, data_items, estimate, \
     heading, run_time, table_head, table_row, testable, verdict_cell
 from kvprobe.studies.common.runner import read_rows, write_run_summary
-from .study import POLICIES
+from .study import CONDITIONS
 
 RULES = ("official", "official_no_eos", "strict")
 
-#: The paper's claims (paper partA 2; anchors at 32k, counts of 100): (task, policy, sign of the change against
+#: The paper's claims (paper partA 2; anchors at 32k, counts of 100): (task, condition, sign of the change against
 #: full access, what the paper reports). Sign 0: the paper finds (almost) no change.
 CLAIMS = (("qa3", "naive", -1, "33 -> 16, 25 -> 6, 40 -> 15 (Qwen3-4B, Llama-3.2-3B, Qwen3-32B)"),
           ("qa3", "dependency", 0, "33 -> 31, 25 -> 22, 40 -> 39"),
@@ -41,24 +41,24 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
         by_cell[(r["task"], r["length"])][r["condition"]][r["case_id"]] = r
     cells = []
     rng = bootstrap_stream(seed)  # one stream: each cell's draws follow the previous cell's
-    for (task, length), per_policy in sorted(by_cell.items()):
-        full = per_policy.get("full", {})
+    for (task, length), per_condition in sorted(by_cell.items()):
+        full = per_condition.get("full", {})
         case_ids = sorted(full)
         # Chance: what always giving the most common gold location scores (every answer is a location).
         answers = Counter(r["answer"] for r in full.values())
         weights = group_bootstrap_weights([full[c]["group"] for c in case_ids], n_draws=draws, seed=rng)
-        for policy in [p for p in POLICIES if p in per_policy]:
-            mine = per_policy[policy]
-            cell = {"task": task, "length": length, "policy": policy, "n": len(mine),
+        for condition in [p for p in CONDITIONS if p in per_condition]:
+            mine = per_condition[condition]
+            cell = {"task": task, "length": length, "policy": condition, "n": len(mine),
                     "eos": sum(r["stop_reason"] == "eos" for r in mine.values()),
                     "capped": sum(r["stop_reason"] == "cap" for r in mine.values()),
                     "masked_tokens_mean": float(np.mean([r["masked_tokens"] for r in mine.values()]))}
             for rule in RULES:
                 cell[rule] = sum(bool(r[rule]) for r in mine.values())
-            if policy == "full":
+            if condition == "full":
                 cell["locations"] = len(answers)
                 cell["majority"] = max(answers.values()) if answers else 0
-            if policy != "full" and all(c in mine for c in case_ids):
+            if condition != "full" and all(c in mine for c in case_ids):
                 cell["official_change_vs_full"] = paired_change([int(mine[c]["official"]) for c in case_ids],
                                                                 [int(full[c]["official"]) for c in case_ids],
                                                                 weights)
@@ -80,8 +80,8 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
                   "from the bAbI test release and PG-19 text, not the published samples)")
     else:
         inputs = f"the published samples at {', '.join(study.get('released_lengths', []))} (from `{source}`)"
-    policies = study.get("policies", list(POLICIES[:4]))
-    dynamic = [p for p in policies if p in ("quest", "finch", "refreshkv")]
+    conditions = study.get("condition_set", list(CONDITIONS[:4]))
+    dynamic = [p for p in conditions if p in ("quest", "finch", "refreshkv")]
     lines = [*heading("BABILong object dependencies", config, items(config)),
              f"Tasks {', '.join(study.get('tasks', []))}, {inputs}, {study.get('n')} questions per task, greedy "
              "answers of at most "
@@ -111,18 +111,18 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
 
 def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Each claim of :data:`CLAIMS` in each (task, length) cell with its verdict (``studies.common.report.verdict``)
-    against full access, the paper's reference arm: not testable when full access answers no better than always
+    against full access, the paper's reference condition: not testable when full access answers no better than always
     giving the most common location, or below the 10 % floor."""
     out = []
     cells = {(c["task"], c["length"], c["policy"]): c for c in summary["cells"]}
-    for task, policy, sign, paper in CLAIMS:
+    for task, condition, sign, paper in CLAIMS:
         for length in sorted({c["length"] for c in summary["cells"] if c["task"] == task}):
-            full, arm = cells.get((task, length, "full")), cells.get((task, length, policy))
-            if full is None or arm is None or "official_change_vs_full" not in arm or "majority" not in full:
+            full, mine = cells.get((task, length, "full")), cells.get((task, length, condition))
+            if full is None or mine is None or "official_change_vs_full" not in mine or "majority" not in full:
                 continue
-            ch = arm["official_change_vs_full"]
+            ch = mine["official_change_vs_full"]
             ok = testable(full["official"], full["n"], chance=full["majority"])
-            out.append({"task": task, "length": length, "policy": policy, "paper": paper,
+            out.append({"task": task, "length": length, "policy": condition, "paper": paper,
                         "estimate": estimate(ch["change"], ch["ci"], "+d", "+.0f"),
                         "reference": f"full {full['official']} of {full['n']}; majority answer {full['majority']}",
                         "verdict": verdict_cell(ch["change"], ch["ci"], sign, ok, TOLERANCE * full["n"])})
@@ -145,7 +145,7 @@ def claim_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def plot(summary: dict[str, Any], path: Path | str, model: str = "") -> Path:
-    """figure.png: each policy's change in correct answers against full access, one panel per (task, length),
+    """figure.png: each condition's change in correct answers against full access, one panel per (task, length),
     with full access's count, n and the chance line (:func:`kvprobe.studies.study_figures.babilong`)."""
     from kvprobe.studies.study_figures import babilong
 
