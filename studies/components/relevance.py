@@ -56,16 +56,22 @@ def attention_mass(out: ForwardOutput, rows: Rows, row: int, span: kvprobe.Token
     return sum(masses) / len(masses)
 
 
+@dataclass(frozen=True)
+class CueAnswer(decoding.Answer):
+    """An answer with the attention its answer cue's last token paid to the old record (:func:`attention_mass`;
+    None: not read, as under ``mask-old``)."""
+
+    attention_old: float | None = None
+
+
 @dataclass
 class RelevanceStudy(ComponentStudy):
     """The controlled clusters under no intervention and the old-record mask, with the attention signal."""
 
     name: ClassVar[str] = "question-relevance"
 
-    def config(self) -> dict[str, Any]:
-        cfg = super().config()
-        cfg["conditions"] = list(RELEVANCE_CONDITIONS)
-        return cfg
+    def config_extra(self) -> dict[str, Any]:
+        return {**super().config_extra(), "conditions": list(RELEVANCE_CONDITIONS)}
 
     def conditions(self, model: kvprobe.Model, case: ComponentCase, history: kvprobe.History
                    ) -> dict[str, kvprobe.Condition]:
@@ -73,27 +79,26 @@ class RelevanceStudy(ComponentStudy):
         return {name: every[name] for name in RELEVANCE_CONDITIONS}
 
     def answer(self, model: kvprobe.Model, items: Sequence[tuple[kvprobe.History, kvprobe.Request]],
-               candidates: Sequence[Sequence[str]] | None) -> list[decoding.Answer]:
-        """The component study's answer call, reading the attention to the old record under ``none``."""
+               candidates: Sequence[Sequence[str]] | None) -> list[CueAnswer]:
+        """The component study's answer call, each ``none`` answer with the attention to the old record."""
         if not items:
             return []
-        self._attention: dict[tuple[int, str, str], float] = {}
+        attention: dict[int, float] = {}
 
         def read(group: list[int], rows: Rows, out: ForwardOutput) -> None:
             for r, i in enumerate(group):
                 history, request = items[i]
                 if request.access.name == "none":
-                    key = (id(history), request.question, "none")
-                    self._attention[key] = attention_mass(out, rows, r, history.span("old"))
+                    attention[i] = attention_mass(out, rows, r, history.span("old"))
 
-        return [decoding.Answer(scores, generation) for generation, scores in decoding.reason_then_score(
-            model, items, candidates, self.budget, strings.ANSWER_CUE,
-            capture_attention=model.arch.attention_layers, on_cue=read)]
+        answered = decoding.reason_then_score(model, items, candidates, self.budget, strings.ANSWER_CUE,
+                                              capture_attention=model.arch.attention_layers, on_cue=read)
+        return [CueAnswer(scores, generation, attention.get(i)) for i, (generation, scores) in enumerate(answered)]
 
     def row(self, run: CaseRun, question: Question, condition: str,
             answers: dict[str, decoding.Answer]) -> dict[str, Any]:
         out = super().row(run, question, condition, answers)
         old = dict(run.case.cluster.segments(run.case.state))["old"]
         out["lexical"] = lexical_overlap(question.text, old)
-        out["attention_old"] = self._attention.get((id(run.history), question.text, condition))
+        out["attention_old"] = answers[condition].attention_old
         return out

@@ -41,13 +41,12 @@ UNCLEAR in the paper, our choices:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
 
 import kvprobe
 from kvprobe import decoding
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
-from kvprobe.studies.common.protocol import study_parameters
 from . import strings
 from .data import FAMILIES, QUERIES, SEED, STATES, Cluster, clusters_hash, generate_clusters, prompt
 
@@ -119,7 +118,6 @@ class ComponentStudy(HistoryStudy):
     control_skip: int = 0
     #: Cases answered in one batch (2: both states of one cluster).
     cases_per_batch: int = 2
-    _cases: list[ComponentCase] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.families = tuple(self.families)
@@ -128,19 +126,19 @@ class ComponentStudy(HistoryStudy):
         require_choices(self, families=FAMILIES)
         require_at_least(self, n_per_family=1, budget=0, control_skip=0, cases_per_batch=1)
 
-    def config(self) -> dict[str, Any]:
-        cfg = study_parameters(self)
-        cfg["conditions"] = list(CONDITIONS)
-        cfg["strings"] = {"history_open": strings.HISTORY_OPEN, "question_open": strings.QUESTION_OPEN,
-                          "reasoning_open": strings.REASONING_OPEN, "answer_cue": strings.ANSWER_CUE}
-        cfg["clusters_sha256"] = clusters_hash([c.cluster for c in self.cases()][::len(STATES)])
-        return cfg
+    def make_cases(self) -> list[ComponentCase]:
+        clusters = generate_clusters(self.n_per_family, self.seed, tuple(self.families))
+        return [ComponentCase(c, s) for c in clusters for s in STATES]
 
-    def cases(self) -> list[ComponentCase]:
-        if self._cases is None:
-            clusters = generate_clusters(self.n_per_family, self.seed, tuple(self.families))
-            self._cases = [ComponentCase(c, s) for c in clusters for s in STATES]
-        return self._cases
+    def data_sha256(self) -> str:
+        """The generated clusters' digest (:func:`clusters_hash`: every field of every cluster)."""
+        return clusters_hash([c.cluster for c in self.cases()][::len(STATES)])
+
+    def config_extra(self) -> dict[str, Any]:
+        """The conditions and the prompt's fixed strings (quoted whole: they are few)."""
+        return {"conditions": list(CONDITIONS),
+                "strings": {"history_open": strings.HISTORY_OPEN, "question_open": strings.QUESTION_OPEN,
+                            "reasoning_open": strings.REASONING_OPEN, "answer_cue": strings.ANSWER_CUE}}
 
     def group(self, case: ComponentCase) -> str:
         """The bootstrap unit: the cluster (both states together)."""
