@@ -28,7 +28,7 @@ reproducible); ``kvprobe map`` times one history.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import kvprobe
@@ -47,6 +47,8 @@ INFORMATION = tasks.INFORMATION
 REPLACEMENT_VARIANTS = ("replacement", "role_swap", "explicit_rejection")
 #: The source segment per dataset (what the recompute target deletes).
 SOURCE_SEGMENT = {"quantity": "A", "records": "time1"}
+#: A fact map's conditions: name -> (kind, later piece, layer band, condition), as ``map_conditions`` builds them.
+MapTable = dict[str, tuple[str, str | None, tuple[int, int] | None, kvprobe.Condition]]
 
 
 @dataclass(frozen=True)
@@ -89,8 +91,6 @@ class FactMapStudy(HistoryStudy):
     chat: bool | None = None
     #: Cases answered in one batch (each brings about 30 rebuilt caches).
     cases_per_batch: int = 2
-    #: case id -> (condition name -> (kind, piece, band), span facts), filled by :meth:`conditions`.
-    _maps: dict[str, tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.information = tuple(self.information)
@@ -98,7 +98,7 @@ class FactMapStudy(HistoryStudy):
         require_at_least(self, n_groups=1, n_bands=1, max_new_tokens=0, cases_per_batch=1)
 
     # ------------------------------------------------------------------ cases
-    def cases(self) -> list[MapCase]:
+    def make_cases(self) -> list[MapCase]:
         return self._quantity_cases() if self.dataset == "quantity" else self._record_cases()
 
     def _quantity_cases(self) -> list[MapCase]:
@@ -142,18 +142,24 @@ class FactMapStudy(HistoryStudy):
     def questions(self, model: kvprobe.Model, case: MapCase, history: kvprobe.History) -> list[Question]:
         return [Question("current", case.question, (canonical_answer(case.current), canonical_answer(case.old)))]
 
-    def conditions(self, model: kvprobe.Model, case: MapCase, history: kvprobe.History) -> dict[str, kvprobe.Condition]:
+    def fact_map(self, model: kvprobe.Model, case: MapCase, history: kvprobe.History
+                 ) -> tuple[MapTable, dict[str, Any]]:
+        """The case's map (:data:`MapTable`) and its span facts (the source's and every later piece's token span).
+        Building it touches no K/V, so :meth:`conditions` and :meth:`setup` each build it."""
         segment = SOURCE_SEGMENT[case.dataset]
         source = history.span(segment)
         pieces = later_pieces(history, source)
         table = map_conditions(model, history, source, pieces, layer_bands(model.arch, self.n_bands), segment)
-        self._maps[case.case_id] = ({name: (kind, piece, band) for name, (kind, piece, band, _) in table.items()},
-                                    {"source": [source.start, source.end],
-                                     "pieces": {label: [s.start, s.end] for label, s in pieces}})
-        return {name: access for name, (_, _, _, access) in table.items()}
+        facts = {"source": [source.start, source.end], "pieces": {label: [s.start, s.end] for label, s in pieces}}
+        return table, facts
+
+    def conditions(self, model: kvprobe.Model, case: MapCase, history: kvprobe.History) -> dict[str, kvprobe.Condition]:
+        return {name: access for name, (_, _, _, access) in self.fact_map(model, case, history)[0].items()}
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
-        run.extra["table"], run.extra["facts"] = self._maps.pop(run.case.case_id)
+        """The case's map (name -> (kind, piece, band)) and span facts, in ``run.extra`` for its rows."""
+        table, run.extra["facts"] = self.fact_map(model, run.case, run.history)
+        run.extra["table"] = {name: (kind, piece, band) for name, (kind, piece, band, _) in table.items()}
 
     def row(self, run: CaseRun, question: Question, condition: str,
             answers: dict[str, decoding.Answer]) -> dict[str, Any]:
