@@ -18,7 +18,7 @@ from kvprobe.studies.minteval.schema import (MINTEvalFormatError, load_sessions,
                                              to_json)
 from kvprobe.studies.minteval.state import replay
 from kvprobe.studies.minteval.stories import read_stories
-from kvprobe.studies.minteval.study import POLICIES, MINTEvalStudy, event_segment
+from kvprobe.studies.minteval.study import CONDITIONS, MINTEvalStudy, event_segment
 from kvprobe.studies.minteval.summary import summarize, write_summary
 from kvprobe.studies.common.protocol import InvalidParameter
 from kvprobe.studies.common.runner import run_study
@@ -224,7 +224,7 @@ def test_released_file_run_masks_resumes_and_summarizes(llama, tmp_path):
     case = study.cases()[0]
     history = llama.prefill(study.prompt(llama, case))
     conditions = study.conditions(llama, case, history)
-    assert list(conditions) == list(POLICIES)
+    assert list(conditions) == list(CONDITIONS)
     hidden = [event_segment(i) for i in (0, 1, 3)]
     assert conditions["source"].spans == tuple(history.span(n) for n in hidden)
     value_tokens = {p for s in conditions["value"].spans for p in s.positions()}
@@ -238,11 +238,11 @@ def test_released_file_run_masks_resumes_and_summarizes(llama, tmp_path):
     run_study(study, llama, out, progress=False)
     first = (out / "results.jsonl").read_bytes()
     rows = [json.loads(line) for line in first.decode().splitlines()]
-    assert len(rows) == (6 + 3) * len(POLICIES)
+    assert len(rows) == (6 + 3) * len(CONDITIONS)
     assert {r["group"] for r in rows} == {"hand-1", "hand-2"}  # qa5:7 and the matched qa1:0 do not meet
     assert {r["hidden_records"] for r in rows if r["case_id"] == "hand-1"} == {3}
     assert all(r["question"] in {q.question for s in load_sessions(FIXTURE) for q in s.questions} for r in rows)
-    (out / "results.jsonl").write_text("".join(first.decode().splitlines(keepends=True)[:6 * len(POLICIES)]))
+    (out / "results.jsonl").write_text("".join(first.decode().splitlines(keepends=True)[:6 * len(CONDITIONS)]))
     run_study(study, llama, out, progress=False)
     assert (out / "results.jsonl").read_bytes() == first
     summary = write_summary(out)
@@ -270,14 +270,14 @@ def test_generated_run_is_labelled_and_a_session_without_superseded_records_gets
 
 
 def _rows(out: Path, outcomes: dict[str, dict[str, list[int]]], groups: dict[str, str]) -> None:
-    """Hand-made rows: ``outcomes[policy][session]`` = exact matches of its questions."""
+    """Hand-made rows: ``outcomes[condition][session]`` = exact matches of its questions."""
     out.mkdir(exist_ok=True)
     with open(out / "results.jsonl", "w") as f:
-        for policy, by_session in outcomes.items():
+        for condition, by_session in outcomes.items():
             for session, ems in by_session.items():
                 for i, em in enumerate(ems):
                     f.write(json.dumps({"case_id": session, "session": session, "group": groups[session],
-                                        "condition": policy, "query": "count" if i % 2 else "order",
+                                        "condition": condition, "query": "count" if i % 2 else "order",
                                         "question_id": f"q{i}", "em": em, "em_strict_boxed": em, "contains": em,
                                         "stop_reason": "eos", "output": "x", "question": "Q?",
                                         "answers": ["x"]}) + "\n")

@@ -3,7 +3,7 @@
 Per session the history (one prompt segment per event, in order) is prefilled once.
 Every question (current location, historical location, count, order, multi-hop), each
 followed by the boxed-answer instruction, is answered greedily (EOS or 128 tokens)
-under the five policies:
+under the five conditions (the paper's policies):
 
 * ``full``: full access;
 * ``source``: hide every movement record but each person's latest (``rules.source_hidden``;
@@ -17,7 +17,7 @@ Sessions are a released file (``--source FILE``, ``schema.py``) or, offline, gen
 the bAbI test stories in the same schema (``data.py``; labelled ``generated`` in the
 config and report). The bootstrap group of a session is its connected component under shared
 bAbI source stories (``components.py``); the session id is kept for the session-level
-sensitivity. A session without a superseded movement gets full access under every policy
+sensitivity. A session without a superseded movement gets full access under every condition
 (nothing to hide). Answers are graded by normalized reference exact match with EOS
 (``em``; ``em_strict_boxed``: the box only; ``contains``: the reference anywhere, a lenient
 diagnostic). The run loop is the protocol's (``studies.common.protocol.HistoryStudy``); the row's
@@ -27,8 +27,9 @@ diagnostic). The run loop is the protocol's (``studies.common.protocol.HistorySt
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar
 
 import kvprobe
@@ -36,7 +37,6 @@ from kvprobe import decoding
 from kvprobe.studies.common.answers import contains_answer, normalized_exact_match
 from kvprobe.studies.common.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices, require_fits, use_chat)
-from kvprobe.studies.common.protocol import strings_sha256, study_parameters
 
 from . import strings
 from .components import components, session_sources
@@ -44,9 +44,9 @@ from .data import MAX_EVENTS, MIN_EVENTS, MINTEVAL_SEED, N_SESSIONS, SHARE, TASK
 from .rules import online_pairs, source_hidden, value_spans
 from .schema import QUESTION_TYPES, MINTEvalFormatError, Session, SessionQuestion, load_sessions, sessions_sha256
 
-#: The five policies (paper L1401-1406), every one run for every session (L1415-1416: "Each retained
-#: session group includes all five paired policies").
-POLICIES = ("full", "source", "value", "recompute", "online")
+#: The condition set: the paper's five policies (L1401-1406), every one run for every session (L1415-1416:
+#: "Each retained session group includes all five paired policies").
+CONDITIONS = ("full", "source", "value", "recompute", "online")
 #: Answer budget (paper L1408-1409: "a 128-token answer ceiling").
 MAX_NEW_TOKENS = 128
 #: ``--source`` value of the sessions generated from bAbI.
@@ -81,9 +81,10 @@ class MINTEvalCase:
 
 @dataclass
 class MINTEvalStudy(HistoryStudy):
-    """MINTEval sessions (generated from bAbI, or a released file) under the five policies."""
+    """MINTEval sessions (generated from bAbI, or a released file) under the five conditions."""
 
     name: ClassVar[str] = "minteval"
+    strings: ClassVar[ModuleType] = strings
     #: "generated" (sessions built from the bAbI test stories in ../shared/data/babi, offline) or the path
     #: of a released MINTEval state-tracking file (JSON list, {"sessions": [...]}, or .jsonl).
     source: str = GENERATED
@@ -109,9 +110,8 @@ class MINTEvalStudy(HistoryStudy):
     header: bool = True
     #: Ask through the chat template (auto: when the tokenizer has one; the paper: native chat templates).
     chat: bool | None = None
-    #: Sessions answered in one batch (every question of a session under every policy is one batch row).
+    #: Sessions answered in one batch (every question of a session under every condition is one batch row).
     cases_per_batch: int = 1
-    _cases: list[MINTEvalCase] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.tasks = tuple(self.tasks)
@@ -142,25 +142,24 @@ class MINTEvalStudy(HistoryStudy):
                                    self.share, self.seed))
         return load_sessions(self.source)[: self.n_sessions]
 
-    def cases(self) -> list[MINTEvalCase]:
-        if self._cases is None:
-            sessions = self.sessions()
-            group = components({s.session_id: session_sources(s) for s in sessions})
-            self._cases = [MINTEvalCase(s, group[s.session_id]) for s in sessions]
-        return self._cases
+    def make_cases(self) -> list[MINTEvalCase]:
+        """Every session with its bootstrap component (sessions sharing a bAbI source story)."""
+        sessions = self.sessions()
+        group = components({s.session_id: session_sources(s) for s in sessions})
+        return [MINTEvalCase(s, group[s.session_id]) for s in sessions]
 
-    def config(self) -> dict[str, Any]:
-        cfg = study_parameters(self)
-        if self.source != GENERATED:
-            for name in ("tasks", "min_events", "max_events", "share", "seed"):
-                cfg.pop(name)
-        cases = self.cases()
-        cfg.update(policies=list(POLICIES), data="generated" if self.source == GENERATED else Path(self.source).name,
-                   dataset_sha256=sessions_sha256([c.session for c in cases]),
-                   components=len({c.group for c in cases}), strings_sha256=strings_sha256(strings),
-                   boxed_instruction=strings.BOXED_INSTRUCTION if self.boxed else None,
-                   history_header=strings.HISTORY_HEADER if self.header else None)
-        return cfg
+    def data_sha256(self) -> str:
+        """The digest of the sessions run (``schema.sessions_sha256``)."""
+        return sessions_sha256([c.session for c in self.cases()])
+
+    def config_extra(self) -> dict[str, Any]:
+        """The conditions (``policies``, the paper's word), the data's name, the number of components, and the
+        boxed-answer instruction and history header as asked."""
+        return {"policies": list(CONDITIONS),
+                "data": "generated" if self.source == GENERATED else Path(self.source).name,
+                "components": len({c.group for c in self.cases()}),
+                "boxed_instruction": strings.BOXED_INSTRUCTION if self.boxed else None,
+                "history_header": strings.HISTORY_HEADER if self.header else None}
 
     def selected(self, session: Session) -> list[SessionQuestion]:
         """The session's questions run: the first ``questions_per_type`` of each type, each text once."""
@@ -192,13 +191,13 @@ class MINTEvalStudy(HistoryStudy):
 
     def conditions(self, model: kvprobe.Model, case: MINTEvalCase, history: kvprobe.History
                    ) -> dict[str, kvprobe.Condition]:
-        """The five policies over the superseded movement records (full access when there is none)."""
+        """The five conditions over the superseded movement records (full access when there is none)."""
         from kvprobe.interventions import OnlineMask, TextRecompute
 
         events = case.session.events
         hidden = [event_segment(i) for i in source_hidden(events)]
         if not hidden:
-            return {p: kvprobe.Full(name=p) for p in POLICIES}
+            return {c: kvprobe.Full(name=c) for c in CONDITIONS}
         pairs = online_pairs(events)
         return {
             "full": kvprobe.Full(),
@@ -211,7 +210,7 @@ class MINTEvalStudy(HistoryStudy):
         }
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
-        """The superseded records and their tokens (the same for every policy of the session)."""
+        """The superseded records and their tokens (the same for every condition of the session)."""
         hidden = source_hidden(run.case.session.events)
         run.extra.update(hidden_records=len(hidden),
                          hidden_tokens=sum(len(run.history.span(event_segment(i))) for i in hidden))

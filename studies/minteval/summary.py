@@ -32,7 +32,7 @@ from kvprobe.studies.common.runner import read_rows, write_run_summary
 from . import strings
 from .grading import read_grades
 from .schema import QUESTION_TYPES
-from .study import POLICIES
+from .study import CONDITIONS
 
 #: Rows of the tables: every question, then each type.
 SCOPES = ("all", *QUESTION_TYPES)
@@ -60,8 +60,8 @@ def _rules(graded: bool) -> tuple[str, ...]:
     return ("em", "em_strict_boxed", "contains", *(("judge",) if graded else ()))
 
 
-def _cell(scope: str, policy: str, mine: list[dict[str, Any]], rules: tuple[str, ...]) -> dict[str, Any]:
-    return {"scope": scope, "policy": policy, "n": len(mine), **{r: sum(bool(x[r]) for x in mine) for r in rules},
+def _cell(scope: str, condition: str, mine: list[dict[str, Any]], rules: tuple[str, ...]) -> dict[str, Any]:
+    return {"scope": scope, "policy": condition, "n": len(mine), **{r: sum(bool(x[r]) for x in mine) for r in rules},
             "eos": sum(x["stop_reason"] == "eos" for x in mine), "capped": sum(x["stop_reason"] == "cap" for x in mine)}
 
 
@@ -69,20 +69,20 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
               ) -> dict[str, Any]:
     """Recompute the summary from the rows on disk (module docstring)."""
     verdicts = read_grades(grades) if grades is not None else None
-    by_policy: dict[str, dict[Key, dict[str, Any]]] = defaultdict(dict)
+    by_condition: dict[str, dict[Key, dict[str, Any]]] = defaultdict(dict)
     for r in read_rows(out_dir):
         if verdicts is not None:
             key = (r["case_id"], r["question_id"], r["condition"])
             if key not in verdicts:
-                raise ValueError(f"{grades}: no grade for case {key[0]!r}, question {key[1]!r}, policy {key[2]!r}")
+                raise ValueError(f"{grades}: no grade for case {key[0]!r}, question {key[1]!r}, condition {key[2]!r}")
             r = {**r, "judge": verdicts[key] and r["stop_reason"] == "eos"}
-        by_policy[r["condition"]][(r["case_id"], r["question_id"])] = r
-    full = by_policy.get("full", {})
+        by_condition[r["condition"]][(r["case_id"], r["question_id"])] = r
+    full = by_condition.get("full", {})
     keys = sorted(full)
     rules = _rules(verdicts is not None)
     out: dict[str, Any] = {"cells": [], "draws": draws, "seed": seed, "grader": "rule" if verdicts is None else
                            "rule + judge", "grades_file": None if grades is None else str(grades),
-                           "rows": sum(len(v) for v in by_policy.values()), "questions": len(keys),
+                           "rows": sum(len(v) for v in by_condition.values()), "questions": len(keys),
                            "sessions": len({k[0] for k in keys}), "components": len({full[k]["group"] for k in keys})}
     if not keys:
         return out
@@ -96,10 +96,10 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
         if not members.any():
             continue
         reference = np.array([float(full[k]["em"]) for k in keys])
-        for policy in [p for p in POLICIES if p in by_policy]:
-            mine = by_policy[policy]
-            cell = _cell(scope, policy, [mine[k] for k, m in zip(keys, members) if m and k in mine], rules)
-            if policy == "full":
+        for condition in [p for p in CONDITIONS if p in by_condition]:
+            mine = by_condition[condition]
+            cell = _cell(scope, condition, [mine[k] for k, m in zip(keys, members) if m and k in mine], rules)
+            if condition == "full":
                 sub = _subset(boots["component"], members)
                 cell["em_pct"] = pp_change(reference[members], sub, counts["component"])
             elif all(k in mine for k in keys):
