@@ -19,7 +19,7 @@ Rows carry no timings (the runner needs byte-reproducible rows). Operation cost
 (paper L5847-5848: "cache crop/copy and recomputation, excluding shared prefill
 and query generation") is measured per (case, condition) as the seconds to
 prepare the condition's row state plus one single-row fork (copy) of it, and is
-appended to ``cost_log`` (a JSON-lines file, normally ``operation_costs.jsonl``
+appended to ``_cost_log`` (a JSON-lines file, normally ``operation_costs.jsonl``
 next to the results; see :func:`run`). Conditions a model cannot support are
 left out with a warning (``studies.common.conditions.supported``), as in the MQuAKE study.
 """
@@ -68,8 +68,8 @@ class DerivedNoteStudy(HistoryStudy):
     chat: bool | None = None
     #: Cases answered in one batch (4: two groups, both notes of each, 48 rows).
     cases_per_batch: int = CASES_PER_BATCH
-    #: Where to append operation costs (JSON lines); not part of the config.
-    cost_log: str | None = field(default=None, compare=False)
+    #: Where to append operation costs (JSON lines; :func:`run` sets it): not a parameter, so not in the config.
+    _cost_log: str | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.notes = tuple(self.notes)
@@ -78,19 +78,17 @@ class DerivedNoteStudy(HistoryStudy):
         require_choices(self, notes=data.NOTES)
         require_at_least(self, n_groups=1, max_new_tokens=1, cases_per_batch=1)
 
-    def config(self) -> dict[str, Any]:
-        """Every parameter that decides the rows (not ``cost_log``)."""
-        return {
-            "n_groups": self.n_groups, "seed": self.seed, "notes": list(self.notes),
-            "max_new_tokens": self.max_new_tokens, "chat": self.chat, "cases_per_batch": self.cases_per_batch,
-            "conditions": list(history.CONDITIONS), "queries": list(data.QUERIES),
-            "template_kwargs": strings.TEMPLATE_KWARGS,
-            "dataset_hash": data.dataset_hash(data.generate_groups(self.n_groups, self.seed)),
-        }
-
-    def cases(self) -> list[data.Case]:
+    def make_cases(self) -> list[data.Case]:
         """Every group in every note condition, group-major."""
         return data.generate_cases(self.n_groups, self.seed, tuple(self.notes))
+
+    def data_sha256(self) -> str:
+        """The generated groups' digest (:func:`data.dataset_hash`)."""
+        return data.dataset_hash(data.generate_groups(self.n_groups, self.seed))
+
+    def config_extra(self) -> dict[str, Any]:
+        return {"conditions": list(history.CONDITIONS), "queries": list(data.QUERIES),
+                "template_kwargs": strings.TEMPLATE_KWARGS}
 
     def group(self, case: data.Case) -> str:
         return case.group.group_id
@@ -110,7 +108,7 @@ class DerivedNoteStudy(HistoryStudy):
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
         """Record the case's span facts (``run.extra["facts"]``); prepare each condition once, timing it
-        with one fork of its state (``run.extra["costs"]``, appended to ``cost_log``)."""
+        with one fork of its state (``run.extra["costs"]``, appended to ``_cost_log``)."""
         h = run.history
         c, neutral = self._c_interval(model, run.case, h)
         a = h.span("A")
@@ -158,14 +156,14 @@ class DerivedNoteStudy(HistoryStudy):
         return history.c_interval(h, neutral), neutral
 
     def _log_costs(self, model: kvprobe.Model, run: CaseRun) -> None:
-        if self.cost_log is None:
+        if self._cost_log is None:
             return
         costs, h = run.extra["costs"], run.history
         lines = [json.dumps({"case_id": run.case.case_id, "note": run.case.note, "condition": name,
                              "seconds": round(costs[name], 6), "history_tokens": len(h),
                              "recomputed_tokens": _info(cond).get("recomputed_tokens", 0),
                              "model": model.name}, sort_keys=True) for name, cond in run.conditions.items()]
-        with open(self.cost_log, "a") as f:
+        with open(self._cost_log, "a") as f:
             f.write("".join(line + "\n" for line in lines))
 
 
@@ -179,4 +177,4 @@ def run(model: kvprobe.Model, out_dir: Path | str, study: DerivedNoteStudy | Non
     """``studies.common.runner.run_study`` with operation costs appended to ``out_dir/operation_costs.jsonl``."""
     from kvprobe.studies.common.runner import run_with_log
 
-    return run_with_log(study or DerivedNoteStudy(), model, out_dir, "cost_log", COSTS, progress=progress)
+    return run_with_log(study or DerivedNoteStudy(), model, out_dir, "_cost_log", COSTS, progress=progress)
