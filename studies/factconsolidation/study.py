@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, ClassVar
 
 import kvprobe
@@ -29,7 +30,6 @@ from kvprobe import decoding
 from .data import FACTCONSOLIDATION_SEED
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, \
     require_choices, require_fits, use_chat
-from kvprobe.studies.common.protocol import strings_sha256, study_parameters
 
 from . import strings
 from .data import TIERS, dataset_hash, generate_rows
@@ -39,8 +39,8 @@ from .schema import Fact, FactConsolidationFormatError, FactRow, load_rows, spli
 
 #: Tokens allowed for the chat template's tail after a question when checking that a history fits the model.
 FRAMING_TOKENS = 16
-#: The four operations (paper L1535-1546: "full, source, value, recompute").
-POLICIES = ("full", "source", "value", "recompute")
+#: The condition set: the four operations (paper L1535-1546: "full, source, value, recompute").
+CONDITIONS = ("full", "source", "value", "recompute")
 #: ``--source`` value of the generated offline set.
 GENERATED = "generated"
 #: Answer budget (paper L1549-1550: "a fixed 1,024-token maximum, stopping earlier at EOS").
@@ -63,6 +63,7 @@ class FactConsolidationStudy(HistoryStudy):
     """FactConsolidation histories under full access, source mask, value mask and text recompute."""
 
     name: ClassVar[str] = "factconsolidation"
+    strings: ClassVar[ModuleType] = strings
     #: "generated" (fictional histories in the released schema, offline) or the path of MemoryAgentBench's
     #: Conflict_Resolution split exported to JSON or JSON lines (the paper's data).
     source: str = GENERATED
@@ -91,9 +92,6 @@ class FactConsolidationStudy(HistoryStudy):
     rows_per_batch: int = 32
     #: Histories per batch.
     cases_per_batch: int = 1
-    _cases: list[FCHistory] | None = field(default=None, repr=False, compare=False)
-    _rows: list[FactRow] | None = field(default=None, repr=False, compare=False)
-    _mquake: tuple[dict, dict] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.tiers is not None:
@@ -109,12 +107,12 @@ class FactConsolidationStudy(HistoryStudy):
         require_choices(self, tiers=(None, *RELEASED_TIERS))
         # Read the files now, so a bad file fails before any model loads.
         try:
-            self._rows = load_rows(self.source)
+            load_rows(self.source)
         except (OSError, FactConsolidationFormatError) as e:
             raise InvalidParameter("source", str(e)) from e
         if self.mquake_file is not None:
             try:
-                self._mquake = mquake_index(self.mquake_file)
+                mquake_index(self.mquake_file)
             except (OSError, ValueError) as e:
                 raise InvalidParameter("mquake_file", str(e)) from e
         if not self.cases():
@@ -127,32 +125,30 @@ class FactConsolidationStudy(HistoryStudy):
 
     # ------------------------------------------------------------------ data
     def rows_of_source(self) -> list[FactRow]:
-        """The rows the histories come from (generated, or read from ``source``)."""
-        if self._rows is None:
-            self._rows = (generate_rows(self.run_tiers, self.n_histories, self.seed, self.homonyms)
-                          if self.source == GENERATED else load_rows(self.source))
-        return self._rows
+        """The rows the histories come from (generated, or read from ``source``), on each call: the histories
+        are built once (:meth:`cases`), the config digests the rows."""
+        return (generate_rows(self.run_tiers, self.n_histories, self.seed, self.homonyms)
+                if self.source == GENERATED else load_rows(self.source))
 
-    def cases(self) -> list[FCHistory]:
-        if self._cases is None:
-            ids, previous = self._mquake or (None, None)
-            self._cases = build_histories(self.rows_of_source(), self.run_tiers, self.questions_per_hop, ids,
-                                          previous, prefix="gen" if self.source == GENERATED else "fc")
-        return self._cases
+    def make_cases(self) -> list[FCHistory]:
+        """The histories of the tiers run, with the same-name and previous-answer rules of ``mquake_file``."""
+        ids, previous = mquake_index(self.mquake_file) if self.mquake_file is not None else (None, None)
+        return build_histories(self.rows_of_source(), self.run_tiers, self.questions_per_hop, ids, previous,
+                               prefix="gen" if self.source == GENERATED else "fc")
 
-    def config(self) -> dict[str, Any]:
-        cfg = study_parameters(self)
-        cfg["data"] = GENERATED if self.source == GENERATED else "released"
-        cfg["run_tiers"] = list(self.run_tiers)
-        cfg["policies"] = list(POLICIES)
-        cfg["dataset_sha256"] = dataset_hash(self.rows_of_source())
-        cfg["strings_sha256"] = strings_sha256(strings)
-        cfg["boxed_instruction"] = strings.BOXED_INSTRUCTION
-        cfg["mapping"] = {c.case_id: {"facts": len(c.mapping().triples) + len(c.mapping().unparsed),
-                                      "superseded": len(c.mapping().superseded),
-                                      "ambiguous_names": sorted(c.mapping().ambiguous),
-                                      "unparsed": len(c.mapping().unparsed)} for c in self.cases()}
-        return cfg
+    def data_sha256(self) -> str:
+        """The digest of the source rows (``data.dataset_hash``)."""
+        return dataset_hash(self.rows_of_source())
+
+    def config_extra(self) -> dict[str, Any]:
+        """The data's kind, the tiers run, the conditions (``policies``, the paper's word), the boxed-answer
+        instruction and each history's fact mapping (facts, superseded, ambiguous names, unparsed lines)."""
+        return {"data": GENERATED if self.source == GENERATED else "released", "run_tiers": list(self.run_tiers),
+                "policies": list(CONDITIONS), "boxed_instruction": strings.BOXED_INSTRUCTION,
+                "mapping": {c.case_id: {"facts": len(c.mapping().triples) + len(c.mapping().unparsed),
+                                        "superseded": len(c.mapping().superseded),
+                                        "ambiguous_names": sorted(c.mapping().ambiguous),
+                                        "unparsed": len(c.mapping().unparsed)} for c in self.cases()}}
 
     # ------------------------------------------------------------------ the protocol
     def prompt(self, model: kvprobe.Model, case: FCHistory) -> kvprobe.Prompt:

@@ -31,7 +31,7 @@ from kvprobe.studies.common.runner import read_rows, write_run_summary
 from .grading import RULE_GRADER, read_grades
 from .histories import HOPS
 from .outcomes import OUTCOMES, capped_labels, losses_by_length, old_alias_group, outcome, transitions
-from .study import POLICIES
+from .study import CONDITIONS
 
 #: Transitions the report shows (paper Figure fig:v45_mab_outcomes and L1740-1748).
 TRANSITIONS = (("full", "source"), ("full", "value"), ("full", "recompute"), ("source", "recompute"))
@@ -64,7 +64,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
             r = {**r, "label": g["label"], "grader": g["grader"]}
         graders.add(r["grader"])
         by[r["condition"]][key] = {**r, "outcome": outcome(r["stop_reason"], r["label"])}
-    policies = [p for p in POLICIES if p in by]
+    conditions = [p for p in CONDITIONS if p in by]
     full = by.get("full", {})
     keys = sorted(full)
     histories = sorted({c for c, _ in keys})
@@ -72,24 +72,24 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
     boot = (group_bootstrap_weights([c for c, _ in keys], n_draws=draws, seed=seed)
             if keys and may_resample_within(len(histories)) else None)
     cells = []
-    for p in policies:
+    for p in conditions:
         cell = {"policy": p, **_metrics(list(by[p].values()))}
         if p != "full" and keys and all(k in by[p] for k in keys):
-            mine, ref = ([int(arm[k]["outcome"] == "complete") for k in keys] for arm in (by[p], full))
+            mine, ref = ([int(rows[k]["outcome"] == "complete") for k in keys] for rows in (by[p], full))
             cell["complete_change_vs_full"] = (paired_change(mine, ref, boot) if boot is not None else
                                                _change_without_interval(mine, ref))
         cell["capped_labels"] = capped_labels({k: r["stop_reason"] for k, r in by[p].items()},
                                               {k: r["label"] for k, r in by[p].items()})
         cells.append(cell)
-    outcomes = {p: {k: r["outcome"] for k, r in by[p].items()} for p in policies}
+    outcomes = {p: {k: r["outcome"] for k, r in by[p].items()} for p in conditions}
     return {"cells": cells, "transitions": _transitions(outcomes, by), "by_hop": _by_hop(outcomes, by),
             "graders": sorted(graders), "grades_file": None if grades is None else str(grades),
             "histories": sorted({c for c, _ in keys}), "questions": len(keys), "draws": draws, "seed": seed}
 
 
-def _change_without_interval(arm: list[int], reference: list[int]) -> dict[str, Any]:
+def _change_without_interval(mine: list[int], reference: list[int]) -> dict[str, Any]:
     """A paired change's count, corrections and reversals, with no interval (``ci`` None)."""
-    diff = [a - r for a, r in zip(arm, reference)]
+    diff = [a - r for a, r in zip(mine, reference)]
     return {"change": sum(diff), "corrections": sum(d > 0 for d in diff), "reversals": sum(d < 0 for d in diff),
             "ci": None}
 
