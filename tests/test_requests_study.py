@@ -1,4 +1,4 @@
-"""The repeated-request workload: questions, policy table, exact encodes, invariants, detectors, a tiny run."""
+"""The repeated-request workload: questions, condition table, exact encodes, invariants, detectors, a tiny run."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from kvprobe.interventions import TextRecompute
 from kvprobe import decoding
 from kvprobe.decoding import question_logits
 from kvprobe.studies.recognition.records import RECORD_VARIANTS
-from kvprobe.studies.requests import policies as pol
+from kvprobe.studies.requests import conditions as cond
 from kvprobe.studies.requests.detector import (
     Detection,
     FixedDetector,
     JsonDetector,
     make_detector,
 )
-from kvprobe.studies.requests.sequence import Settings, policy_order, run_case, run_policy
+from kvprobe.studies.requests.sequence import Settings, condition_order, run_case, run_condition
 from kvprobe.studies.requests.serving import edge_rows, encode, same_rows, seal, serve
 from kvprobe.studies.requests.study import TIMINGS, RequestsStudy, read_timings, run
 from kvprobe.studies.requests.summary import write_summary
@@ -97,39 +97,39 @@ def test_stages_of_the_history(model, cases):
     assert history.token_text(case.a_span(history)).strip() == case.record.case.a_text
 
 
-# --------------------------------------------------------------------------- policies
+# --------------------------------------------------------------------------- conditions
 
 
-def _expected(policy: str, kind: str, fired: bool, label: int, oracle: str) -> str:
-    """Brute-force statement of the five policies (independent of studies.requests.policies)."""
-    if policy == "keep-all":
+def _expected(condition: str, kind: str, fired: bool, label: int, oracle: str) -> str:
+    """Brute-force statement of the five conditions (independent of studies.requests.conditions)."""
+    if condition == "keep-all":
         return "full"
-    if policy == "detector-mask":
+    if condition == "detector-mask":
         return "mask" if fired else "full"
-    if policy == "query-aware-mask":
+    if condition == "query-aware-mask":
         return "mask" if fired and kind == "current" else "full"
-    if policy == "detector-recompute":
+    if condition == "detector-recompute":
         return "recompute" if fired else "full"
-    if policy == "oracle-recompute":
+    if condition == "oracle-recompute":
         return "recompute" if (label == 1 or oracle == "always") else "full"
-    raise AssertionError(policy)
+    raise AssertionError(condition)
 
 
-def test_policy_table_brute_force():
-    for policy, kind, fired, label, oracle in itertools.product(pol.POLICIES, ("current", "historical", "unrelated"),
-                                                                (False, True), (0, 1), pol.ORACLE_RULES):
-        assert pol.operation(policy, kind, fired, label, oracle) == _expected(policy, kind, fired, label, oracle)
-    assert pol.uses_detector("detector-recompute") and not pol.uses_detector("oracle-recompute")
+def test_condition_table_brute_force():
+    for condition, kind, fired, label, oracle in itertools.product(
+            cond.CONDITIONS, ("current", "historical", "unrelated"), (False, True), (0, 1), cond.ORACLE_RULES):
+        assert cond.operation(condition, kind, fired, label, oracle) == _expected(condition, kind, fired, label, oracle)
+    assert cond.uses_detector("detector-recompute") and not cond.uses_detector("oracle-recompute")
     with pytest.raises(ValueError):
-        pol.check_policies(("detector-mask",))
+        cond.check_condition_set(("detector-mask",))
     with pytest.raises(ValueError):
-        RequestsStudy(policies=("keep-all", "latest-record"))
+        RequestsStudy(condition_set=("keep-all", "latest-record"))
 
 
-def test_policy_order_is_seeded_and_shuffled():
-    orders = {tuple(policy_order(f"case-{i}", pol.POLICIES, seed=0)) for i in range(20)}
-    assert len(orders) > 1 and all(sorted(o) == sorted(pol.POLICIES) for o in orders)
-    assert policy_order("case-1", pol.POLICIES, 0) == policy_order("case-1", pol.POLICIES, 0)
+def test_condition_order_is_seeded_and_shuffled():
+    orders = {tuple(condition_order(f"case-{i}", cond.CONDITIONS, seed=0)) for i in range(20)}
+    assert len(orders) > 1 and all(sorted(o) == sorted(cond.CONDITIONS) for o in orders)
+    assert condition_order("case-1", cond.CONDITIONS, 0) == condition_order("case-1", cond.CONDITIONS, 0)
 
 
 class CountingDetector:
@@ -149,22 +149,22 @@ def test_fake_detectors_drive_every_question(model, cases, fires, variant):
     case = _case(cases, variant)
     detector = CountingDetector(fires)
     rows, timings = run_case(model, case, detector, Settings(max_new_tokens=2))
-    assert detector.calls == len(pol.DETECTOR_POLICIES)  # serial, once per detector policy
-    assert len(rows) == 10 * len(pol.POLICIES) and len(timings) == len(pol.POLICIES)
+    assert detector.calls == len(cond.DETECTOR_CONDITIONS)  # serial, once per detector condition
+    assert len(rows) == 10 * len(cond.CONDITIONS) and len(timings) == len(cond.CONDITIONS)
     for r in rows:
         assert r["operation"] == _expected(r["policy"], r["query"], fires, case.label, "label")
         assert r["edit"] == ("reencode" if r["operation"] == "recompute" else "append")
     for t in timings:
-        assert t["fired"] == (fires and pol.uses_detector(t["policy"]))
+        assert t["fired"] == (fires and cond.uses_detector(t["policy"]))
         assert t["edit"] == ("reencode" if _expected(t["policy"], "historical", fires, case.label, "label")
                              == "recompute" else "append")
-        if not pol.uses_detector(t["policy"]):
+        if not cond.uses_detector(t["policy"]):
             assert t["detect_ms"] == 0 and t["detector"] is None
     table = {(r["policy"], r["query_index"]): r["output"] for r in rows}
     for i in range(10):
         keep = table[("keep-all", i)]
-        if not fires:  # a detector that never fires leaves every detector policy at keep-all
-            assert all(table[(policy, i)] == keep for policy in pol.DETECTOR_POLICIES)
+        if not fires:  # a detector that never fires leaves every detector condition at keep-all
+            assert all(table[(c, i)] == keep for c in cond.DETECTOR_CONDITIONS)
             continue
         if case.label:  # re-encoding on detection is the oracle's re-encoding of a replacement
             assert table[("detector-recompute", i)] == table[("oracle-recompute", i)]
@@ -196,7 +196,7 @@ def test_bad_parameters_fail_before_a_model_loads():
     with pytest.raises(ValueError, match="lengths"):
         RequestsStudy(lengths=(0, -1))
     for field, value in (("oracle", "sometimes"), ("background", "wiki"), ("background_at", "end"),
-                         ("policies", ("keep-all", "keep-all"))):
+                         ("condition_set", ("keep-all", "keep-all"))):
         with pytest.raises(ValueError, match=field):
             RequestsStudy(**{field: value})
     assert RequestsStudy(n_groups=None).n_groups == 30  # None: all thirty histories
@@ -259,12 +259,12 @@ def test_serve_gives_the_tokens_of_decoding_answer(model, cases):
     assert history.check_digest()
 
 
-def test_masked_policies_leave_the_cache_edges_unchanged(model, cases):
+def test_masked_conditions_leave_the_cache_edges_unchanged(model, cases):
     case = _case(cases, "replacement", 3)
     settings = Settings(max_new_tokens=2)
     resident = seal(encode(model, case.prompt(True, "resident")).history)
-    keep = run_policy(model, case, resident, "keep-all", FixedDetector(True), settings)
-    masked = run_policy(model, case, resident, "detector-mask", FixedDetector(True), settings)
+    keep = run_condition(model, case, resident, "keep-all", FixedDetector(True), settings)
+    masked = run_condition(model, case, resident, "detector-mask", FixedDetector(True), settings)
     assert {op for _, op, _ in masked.answers} == {"mask"}
     assert same_rows(edge_rows(keep.encoded.history), edge_rows(masked.encoded.history))
     assert resident.check_digest()
@@ -282,10 +282,10 @@ def test_run_summary_and_resume(model, tmp_path):
     assert info.cases_run == 2 and info.rows_written == 2 * 5 * 10
     rows = list(read_rows(tmp_path))
     assert not any(k.endswith("_ms") for r in rows for k in r)  # rows carry no timings
-    assert all("policy" not in r for r in rows)  # the policy is the protocol's condition column
-    assert {r["condition"] for r in rows} == set(pol.POLICIES)
+    assert all("policy" not in r for r in rows)  # the sequence's policy key is the protocol's condition column
+    assert {r["condition"] for r in rows} == set(cond.CONDITIONS)
     timings = read_timings(tmp_path)
-    assert len(timings) == 2 * 5 and {t["policy"] for t in timings} == set(pol.POLICIES)
+    assert len(timings) == 2 * 5 and {t["policy"] for t in timings} == set(cond.CONDITIONS)
     for t in timings:
         parts = t["detect_ms"] + t["update_tokenize_ms"] + t["edit_ms"] + t["mask_ms"] + t["queries_ms"]
         assert abs(t["resident_ms"] - parts) < 0.01 and t["cold_ms"] > t["resident_ms"] > 0
@@ -297,7 +297,7 @@ def test_run_summary_and_resume(model, tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "## Cost over ten requests" in report and "torch" in report and "CPUs" in report
     entry = summary["lengths"][0]
-    assert set(entry["policies"]) == set(pol.POLICIES)
+    assert set(entry["policies"]) == set(cond.CONDITIONS)
     assert "resident_ms_overhead" in entry["policies"]["detector-mask"]["time"]
     assert entry["policies"]["keep-all"]["accuracy"]["current"]["n"] == 4
     # Resume: nothing to do; then a lost case is redone, giving the same bytes.

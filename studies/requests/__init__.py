@@ -1,7 +1,7 @@
 """Repeated-request cost workload (paper partE E6-E7): one update, ten requests, five policies, timed.
 
-Modules: ``workload`` (histories, background lines, the ten questions), ``detector``
-(replaceable detectors), ``policies`` (decision table), ``serving`` (timed encode and
-request primitives), ``sequence`` (one case: cold start, every policy, checks),
+Modules: ``data`` (histories, background lines, the ten questions), ``detector``
+(replaceable detectors), ``conditions`` (the policies' decision table), ``serving`` (timed encode and
+request primitives), ``sequence`` (one case: cold start, every condition, checks),
 ``study`` (``RequestsStudy``, ``run``), ``summary`` (``write_summary``).
 """

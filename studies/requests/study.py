@@ -1,22 +1,22 @@
 """The repeated-request cost workload (paper partE E6-E7): the study and its run directory.
 
 Cases are (history, background length) pairs, history-major: 30 histories x
-(0, 100, 300) background lines = 90 cases, each running every policy in a seeded
-shuffled order on one resident history (``studies.requests.sequence``).
+(0, 100, 300) background lines = 90 cases, each running every condition (the paper's
+policies) in a seeded shuffled order on one resident history (``studies.requests.sequence``).
 
 Output (``run``):
 
-* ``results.jsonl`` (the runner's): one row per (case, policy, question), the policy
+* ``results.jsonl`` (the runner's): one row per (case, condition, question), the condition
   in the protocol's ``condition`` column: the operation the question read (full / mask /
   recompute), the detector's decision, the greedy answer and its grades (exact JSON
   field and the lenient first-value rule of ``studies.records``). No timings, so the
   file is byte-reproducible and resumable.
-* ``timings.jsonl`` (ours): one line per (case, policy) with every timed component in
+* ``timings.jsonl`` (ours): one line per (case, condition) with every timed component in
   milliseconds (history tokenization and prefill, detection, update tokenization,
   append or re-encode, mask, per question tokenization / cache copy / suffix prefill /
   decode), token counts, KV bytes, peak RSS and threads. It is appended after each
   case is run, before the runner writes the case's rows; a case redone after a crash
-  appends new lines and readers keep the last line per (case, policy)
+  appends new lines and readers keep the last line per (case, condition)
   (:func:`read_timings`), restricted to cases complete in ``results.jsonl``.
 * ``config.json``, ``timing.json`` (the runner's), and ``summary.json`` / ``report.md``
   from :func:`studies.requests.summary.write_summary`.
@@ -24,11 +24,12 @@ Output (``run``):
 Timing on a shared machine: run nothing else meanwhile. Each process warms up once per
 background length (one untimed sequence on the first case of that length).
 
-Each policy updates and reads its own cache in a timed sequence
+Each condition updates and reads its own cache in a timed sequence
 (``studies.requests.sequence``), not a history answered under conditions in one
 batch, so the study subclasses the protocol's minimal
 :class:`~kvprobe.studies.common.protocol.Study` and runs its cases itself; its rows carry the
-protocol's common columns (``condition`` is the policy).
+protocol's common columns. The protocol still computes its cases (:meth:`RequestsStudy.make_cases`)
+and writes its config (the workload's digest is its ``data_sha256``).
 """
 
 from __future__ import annotations
@@ -44,9 +45,8 @@ import kvprobe
 from kvprobe.studies.common.detectors.text import MAX_NEW_TOKENS as DETECTOR_MAX_NEW_TOKENS
 from kvprobe.studies.common.protocol import use_chat
 from kvprobe.studies.common.protocol import InvalidParameter, Study, require_at_least, require_choices
-from kvprobe.studies.common.protocol import study_parameters
 from kvprobe.studies.common.runner import read_rows
-from . import policies as pol
+from . import conditions as cond
 from .detector import DETECTOR_NAMES, Detector, detector_name, make_detector
 from .sequence import Settings, run_case, warm_up
 from .data import BACKGROUND_PLACES, BACKGROUND_SOURCES, LENGTHS, N_GROUPS, ORDER, SEED, WorkloadCase, \
@@ -61,21 +61,21 @@ TIMINGS = "timings.jsonl"
 
 
 def result_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A sequence's answer row as ``results.jsonl`` holds it: the policy in the protocol's ``condition`` column."""
+    """A sequence's answer row as ``results.jsonl`` holds it: its ``policy`` in the protocol's ``condition`` column."""
     return {("condition" if k == "policy" else k): v for k, v in row.items()}
 
 
 @dataclass
 class RequestsStudy(Study):
-    """The ten-request workload after one update, under the five policies."""
+    """The ten-request workload after one update, under the five conditions (the paper's policies)."""
 
     name: ClassVar[str] = "requests"
     #: Record histories of the workload (the paper: 30); None: all 30.
     n_groups: int | None = N_GROUPS
     #: Background lines per history, one case each (the paper: 0, 100 and 300).
     lengths: tuple[int, ...] = LENGTHS
-    #: Policies run on every case (keep-all, the paired reference, is required).
-    policies: tuple[str, ...] = pol.POLICIES
+    #: Conditions run on every case, the paper's policies (keep-all, the paired reference, is required).
+    condition_set: tuple[str, ...] = cond.CONDITIONS
     #: Greedy answer budget in tokens (E6: 40; E7 used 256).
     max_new_tokens: int = MAX_NEW_TOKENS
     #: The detector: a JSON detector (direct, expanded, asserted-value) or always / never; from Python also
@@ -92,8 +92,8 @@ class RequestsStudy(Study):
     oracle: str = "label"
     #: Recompute reuses the resident rows before record A (default: re-encode all retained text).
     stored_prefix: bool = False
-    #: Prefill the resident history again, timed, before every policy (default: one cold prefill per case).
-    prefill_per_policy: bool = False
+    #: Prefill the resident history again, timed, before every condition (default: one cold prefill per case).
+    prefill_per_condition: bool = False
     #: Background lines: ledger (seeded synthetic) or pg19 (../shared/data/pg19).
     background: str = "ledger"
     #: Where the background lines go: after_time1 or before_time1.
@@ -102,15 +102,14 @@ class RequestsStudy(Study):
     chat: bool | None = None
     #: Seed of the record dataset and of the background lines.
     seed: int = SEED
-    #: Seed of each case's shuffled policy order.
+    #: Seed of each case's shuffled condition order.
     order_seed: int = 0
     #: Run one untimed sequence per background length first (warm caches and allocators).
     warmup: bool = True
     #: Cases run per batch (each case is timed on its own).
     cases_per_batch: int = 1
-    #: Where timing lines go (set by :func:`run`); not part of the config.
-    timing_log: str | None = field(default=None, compare=False)
-    _cases: list[WorkloadCase] | None = field(default=None, repr=False, compare=False)
+    #: Where timing lines go (set by :func:`run`); not a parameter, so not part of the config.
+    _timing_log: str | None = field(default=None, repr=False, compare=False)
     _detector: Detector | None = field(default=None, repr=False, compare=False)
     _warm: set = field(default_factory=set, repr=False, compare=False)
     _invocation: str = field(default="", repr=False, compare=False)
@@ -118,38 +117,35 @@ class RequestsStudy(Study):
     def __post_init__(self) -> None:
         self.n_groups = N_GROUPS if self.n_groups is None else self.n_groups
         self.lengths = tuple(self.lengths)
-        self.policies = tuple(self.policies)
+        self.condition_set = tuple(self.condition_set)
         require_at_least(self, n_groups=1, lengths=0, max_new_tokens=1, detector_max_new_tokens=1,
                          cases_per_batch=1)
-        require_choices(self, policies=pol.POLICIES, oracle=pol.ORACLE_RULES, background=BACKGROUND_SOURCES,
+        require_choices(self, condition_set=cond.CONDITIONS, oracle=cond.ORACLE_RULES, background=BACKGROUND_SOURCES,
                         background_at=BACKGROUND_PLACES)
         try:
-            pol.check_policies(self.policies)
+            cond.check_condition_set(self.condition_set)
         except ValueError as exc:
-            raise InvalidParameter("policies", str(exc)) from None
+            raise InvalidParameter("condition_set", str(exc)) from None
         if isinstance(self.detector, str):
             require_choices(self, detector=DETECTOR_NAMES)
         elif not callable(self.detector):
             raise InvalidParameter("detector", f"a detector name or a Detector callable, got {self.detector!r}")
 
-    def config(self) -> dict[str, Any]:
-        """Every parameter that decides the rows, plus a hash of every prompt and question."""
-        cfg = study_parameters(self)
-        cfg.pop("timing_log", None)
-        cfg["detector"] = detector_name(self.detector)
-        cfg["order"] = list(ORDER)
-        blob = "\n".join(json.dumps([c.case_id, c.segments(), [q.text for q in c.questions()]]) for c in self.cases())
-        cfg["workload_sha256"] = hashlib.sha256(blob.encode()).hexdigest()
-        return cfg
+    def make_cases(self) -> list[WorkloadCase]:
+        return workload_cases(self.n_groups, self.lengths, self.background, self.background_at, self.seed)
 
-    def cases(self) -> list[WorkloadCase]:
-        if self._cases is None:
-            self._cases = workload_cases(self.n_groups, self.lengths, self.background, self.background_at, self.seed)
-        return self._cases
+    def data_sha256(self) -> str:
+        """A digest of every case's prompt segments and questions."""
+        blob = "\n".join(json.dumps([c.case_id, c.segments(), [q.text for q in c.questions()]]) for c in self.cases())
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def config_extra(self) -> dict[str, Any]:
+        """The detector by name (a Detector passed from Python too) and the ten requests' query order."""
+        return {"detector": detector_name(self.detector), "order": list(ORDER)}
 
     def settings(self, model: kvprobe.Model) -> Settings:
-        return Settings(self.policies, self.max_new_tokens, self.oracle, self.stored_prefix, self.prefill_per_policy,
-                        use_chat(model.tokenizer, self.chat), self.order_seed)
+        return Settings(self.condition_set, self.max_new_tokens, self.oracle, self.stored_prefix,
+                        self.prefill_per_condition, use_chat(model.tokenizer, self.chat), self.order_seed)
 
     def get_detector(self) -> Detector:
         """The detector callable (a named one is built once; a detector model is loaded once)."""
@@ -163,7 +159,7 @@ class RequestsStudy(Study):
         return self._detector
 
     def run_cases(self, model: kvprobe.Model, cases: list[WorkloadCase]) -> list[list[dict[str, Any]]]:
-        """Each case's answer rows; its timing lines go to ``timing_log`` as soon as the case is done."""
+        """Each case's answer rows; its timing lines go to ``_timing_log`` as soon as the case is done."""
         detector, settings = self.get_detector(), self.settings(model)
         self._invocation = self._invocation or time.strftime("%Y-%m-%dT%H:%M:%S")
         out = []
@@ -178,11 +174,11 @@ class RequestsStudy(Study):
         return out
 
     def _log(self, model: kvprobe.Model, timings: list[dict[str, Any]]) -> None:
-        if self.timing_log is None:
+        if self._timing_log is None:
             return
         lines = [json.dumps({**t, "model": model.name, "invocation": self._invocation}, sort_keys=True)
                  for t in timings]
-        with open(self.timing_log, "a") as f:
+        with open(self._timing_log, "a") as f:
             f.write("".join(line + "\n" for line in lines))
 
 
@@ -191,11 +187,11 @@ def run(model: kvprobe.Model, out_dir: Path | str, study: RequestsStudy | None =
     """``studies.common.runner.run_study`` with the timing lines appended to ``out_dir/timings.jsonl``."""
     from kvprobe.studies.common.runner import run_with_log
 
-    return run_with_log(study or RequestsStudy(), model, out_dir, "timing_log", TIMINGS, progress=progress)
+    return run_with_log(study or RequestsStudy(), model, out_dir, "_timing_log", TIMINGS, progress=progress)
 
 
 def read_timings(out_dir: Path | str) -> list[dict[str, Any]]:
-    """Timing lines of cases complete in ``results.jsonl``: the last line per (case, policy), in file order."""
+    """Timing lines of cases complete in ``results.jsonl``: the last line per (case, condition), in file order."""
     path = Path(out_dir) / TIMINGS
     if not path.exists():
         return []

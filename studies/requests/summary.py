@@ -1,6 +1,6 @@
 """Summary and report of a request-workload run, from ``results.jsonl`` and ``timings.jsonl``.
 
-Per background length and policy:
+Per background length and condition (the paper's policies):
 
 * time over the ten requests: mean resident time (from B's arrival) and mean cold time
   (history tokenization and prefill included), and the paired overhead over keep-all
@@ -34,7 +34,7 @@ from kvprobe.readouts.stats import DRAWS, bootstrap_mean, group_bootstrap_weight
 from kvprobe.studies.common.report import Items, estimate, heading, interval, run_time, small_sample_note, table_head
 from kvprobe.studies.datasets.record_histories import ITEMS as HISTORIES
 from kvprobe.studies.common.runner import read_rows, write_run_summary
-from .policies import DETECTOR_POLICIES, POLICIES
+from .conditions import CONDITIONS, DETECTOR_CONDITIONS
 from .study import read_timings
 
 KINDS = ("current", "historical", "unrelated")
@@ -54,7 +54,7 @@ def _stats(values: list[float]) -> dict[str, float] | None:
 
 
 def _time_cell(mine: dict[str, dict], base: dict[str, dict], keys: list[str], weights: np.ndarray) -> dict[str, Any]:
-    """Cost of one policy at one length (timing records keyed by history)."""
+    """Cost of one condition at one length (timing records keyed by history)."""
     ts = [mine[k] for k in keys]
     queries = [q for t in ts for q in t["queries"]]
     decode_steps = sum(max(q["output_tokens"] - 1, 0) for q in queries)
@@ -115,7 +115,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
     """The run's summary (see the module docstring)."""
     out = Path(out_dir)
     config = json.loads((out / "config.json").read_text())
-    policies = [p for p in POLICIES if p in config["study_config"]["policies"]]
+    conditions = [c for c in CONDITIONS if c in config["study_config"]["condition_set"]]
     rows_by: dict[tuple[int, str], dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in read_rows(out):
         rows_by[(r["lines"], r["condition"])][r["group"]].append(r)
@@ -134,17 +134,17 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
         tokens = [base_rows[k][0]["history_tokens"] for k in keys]
         entry: dict[str, Any] = {"lines": lines, "histories": len(keys), "history_tokens": [min(tokens), max(tokens)],
                                  "policies": {}}
-        for policy in policies:
-            mine_rows = rows_by.get((lines, policy), {})
+        for condition in conditions:
+            mine_rows = rows_by.get((lines, condition), {})
             if not all(k in mine_rows for k in keys):
                 continue
             cell: dict[str, Any] = {"accuracy": _accuracy(mine_rows, base_rows, keys, weights),
-                                    "fired": sum(mine_rows[k][0]["fired"] for k in keys) if policy in
-                                    DETECTOR_POLICIES else None}
-            mine_times = times_by.get((lines, policy), {})
+                                    "fired": sum(mine_rows[k][0]["fired"] for k in keys) if condition in
+                                    DETECTOR_CONDITIONS else None}
+            mine_times = times_by.get((lines, condition), {})
             if timed and all(k in mine_times for k in keys):
                 cell["time"] = _time_cell(mine_times, base_times, keys, weights)
-            entry["policies"][policy] = cell
+            entry["policies"][condition] = cell
         lengths.append(entry)
     return {"lengths": lengths, "machine": _machine(out, config), "draws": draws, "seed": seed,
             "rows": sum(len(v) for by in rows_by.values() for v in by.values())}
@@ -188,13 +188,13 @@ def cost_table(summary: dict[str, Any]) -> list[str]:
                         "detector ms (fired)", "append / re-encode ms", "C / H / U % (lenient)"])
     for entry in summary["lengths"]:
         lo, hi = entry["history_tokens"]
-        for policy, cell in entry["policies"].items():
+        for condition, cell in entry["policies"].items():
             t = cell.get("time")
             if t is None:
                 continue
             det = f"{t['detect_ms']['mean']:.0f} ({t['fired']}/{t['n']})" if "detect_ms" in t else ""
             edit = f"{_s(t['append_ms'], scale=1, digits=0) or '-'} / {_s(t['reencode_ms'], scale=1, digits=0) or '-'}"
-            lines.append(f"| {entry['lines']} | {lo:,}-{hi:,} | {policy} | {_s(t['resident_ms'])} | {_s(t['cold_ms'])} | "
+            lines.append(f"| {entry['lines']} | {lo:,}-{hi:,} | {condition} | {_s(t['resident_ms'])} | {_s(t['cold_ms'])} | "
                          f"{_fmt_ci(t.get('resident_ms_overhead'))} | {det} | {edit} | {_acc(cell)} |")
     return lines
 
@@ -203,7 +203,7 @@ def _accuracy_table(summary: dict[str, Any]) -> list[str]:
     lines = table_head(["lines", "policy", "rule",
                         *(col for k in KINDS for col in (f"{k} % [95% CI]", "change pp [95% CI]"))])
     for entry in summary["lengths"]:
-        for policy, cell in entry["policies"].items():
+        for condition, cell in entry["policies"].items():
             for rule in RULES:
                 parts = []
                 for k in KINDS:
@@ -214,7 +214,7 @@ def _accuracy_table(summary: dict[str, Any]) -> list[str]:
                     r = a[rule]
                     parts += [f"{r['pct']:.1f} ({r['correct']}/{a['n']}) {interval(r['ci'], '.1f')}",
                               _fmt_ci(r.get("change_pp"), digits=1)]
-                lines.append(f"| {entry['lines']} | {policy} | {rule} | " + " | ".join(parts) + " |")
+                lines.append(f"| {entry['lines']} | {condition} | {rule} | " + " | ".join(parts) + " |")
     return lines
 
 
@@ -223,7 +223,7 @@ def _components_table(summary: dict[str, Any]) -> list[str]:
                         "per request: tokenize", "copy", "suffix prefill", "decode", "decode per token",
                         "output tokens", "capped", "queries change vs keep-all"])
     for entry in summary["lengths"]:
-        for policy, cell in entry["policies"].items():
+        for condition, cell in entry["policies"].items():
             t = cell.get("time")
             if t is None:
                 continue
@@ -231,7 +231,7 @@ def _components_table(summary: dict[str, Any]) -> list[str]:
             per_token = "" if t["decode_ms_per_token"] is None else f"{t['decode_ms_per_token']:.1f}"
             reenc = f"{_s(t['reencode_ms'], 'median', 1, 0)} ({t['reencodes']})" if t["reencodes"] else "-"
             lines.append(
-                f"| {entry['lines']} | {policy} | {_s(t.get('detect_ms'), 'median', 1, 0)} | "
+                f"| {entry['lines']} | {condition} | {_s(t.get('detect_ms'), 'median', 1, 0)} | "
                 f"{_s(t['update_tokenize_ms'], 'median', 1, 1)} | {_s(t['append_ms'], 'median', 1, 0) or '-'} | {reenc} | "
                 f"{_s(t['mask_ms'], 'median', 1, 2)} | {_s(rq['tokenize_ms'], 'median', 1, 2)} | "
                 f"{_s(rq['copy_ms'], 'median', 1, 1)} | {_s(rq['prefill_ms'], 'median', 1, 0)} | "
@@ -264,7 +264,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         f"re-encoding {'reuses the rows before record A' if sc['stored_prefix'] else 'encodes all retained text'}.", "",
         "Resident time starts when B arrives: detection, update tokenization, append or re-encode, mask, and per "
         "request tokenization, cache copy, suffix prefill and decode. Cold time adds the resident history's "
-        f"tokenization and prefill ({'repeated per policy' if sc['prefill_per_policy'] else 'one prefill shared by the case policies'}). "
+        f"tokenization and prefill ({'repeated per policy' if sc['prefill_per_condition'] else 'one prefill shared by the case policies'}). "
         "Checks are untimed. Overheads are means of per-history differences against keep-all with 95 % intervals "
         f"from {summary['draws']:,} whole-history bootstrap draws (seed {summary['seed']}).", "",
         f"Machine: {machine}; {config['model']['name']} in {config['model']['dtype']}"
