@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, positions_needed, \
     require_at_least, require_choices, use_chat
-from kvprobe.studies.common.protocol import strings_sha256, study_parameters
 from kvprobe.studies.common.runner import CONFIG
 from . import strings
 from .diff import UNITS
@@ -69,6 +69,7 @@ class RevisionsStudy(HistoryStudy):
     """Questions about article revision histories under full access, two masks and recompute."""
 
     name: ClassVar[str] = "revisions"
+    strings: ClassVar[ModuleType] = strings
     #: "generated" (offline demonstration histories cut from PG-19 paragraphs with seeded edits) or the
     #: path of a revision-history JSON file (schema: studies/revisions/schema.py).
     source: str = GENERATED
@@ -100,7 +101,6 @@ class RevisionsStudy(HistoryStudy):
     chat: bool | None = None
     #: Articles answered in one batch.
     cases_per_batch: int = 1
-    _articles: list[Article] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.exclude, self.operations = tuple(self.exclude), tuple(self.operations)
@@ -125,24 +125,25 @@ class RevisionsStudy(HistoryStudy):
                 raise InvalidParameter("source", str(e)) from e
 
     # ------------------------------------------------------------------ data
+    def make_cases(self) -> list[RevisionCase]:
+        """One case per article: generated or read, minus ``exclude``, the first ``n_articles``."""
+        chosen = (generate_articles(self.n_articles, self.seed, self.min_revisions, self.max_revisions,
+                                    self.min_words, self.max_words)
+                  if self.source == GENERATED else load_revisions(self.source))
+        return [RevisionCase(a) for a in chosen if a.article_id not in self.exclude][:self.n_articles]
+
     def articles(self) -> list[Article]:
-        """The articles this run asks about (generated or read, minus ``exclude``)."""
-        if self._articles is None:
-            chosen = (generate_articles(self.n_articles, self.seed, self.min_revisions, self.max_revisions,
-                                        self.min_words, self.max_words)
-                      if self.source == GENERATED else load_revisions(self.source))
-            self._articles = [a for a in chosen if a.article_id not in self.exclude][:self.n_articles]
-        return self._articles
+        """The articles this run asks about (those of :meth:`cases`)."""
+        return [c.article for c in self.cases()]
 
-    def cases(self) -> list[RevisionCase]:
-        return [RevisionCase(a) for a in self.articles()]
+    def data_sha256(self) -> str:
+        """The digest of the articles (``schema.dataset_sha256``)."""
+        return dataset_sha256(self.articles())
 
-    def config(self) -> dict[str, Any]:
-        cfg = study_parameters(self)
-        cfg.update(data="generated" if self.source == GENERATED else Path(self.source).name,
-                   dataset_sha256=dataset_sha256(self.articles()), strings_sha256=strings_sha256(strings),
-                   boxed_instruction=strings.BOXED_INSTRUCTION if self.boxed else None, grader=RULE_GRADER)
-        return cfg
+    def config_extra(self) -> dict[str, Any]:
+        """The data's name, the boxed-answer instruction as asked, and the grader."""
+        return {"data": "generated" if self.source == GENERATED else Path(self.source).name,
+                "boxed_instruction": strings.BOXED_INSTRUCTION if self.boxed else None, "grader": RULE_GRADER}
 
     # ------------------------------------------------------------------ the protocol's hooks
     def prompt(self, model: kvprobe.Model, case: RevisionCase) -> kvprobe.Prompt:
@@ -222,7 +223,7 @@ def study_from_config(run_dir: str | Path) -> RevisionsStudy:
     cfg = json.loads((Path(run_dir) / CONFIG).read_text())["study_config"]
     names = {f.name for f in dataclasses.fields(RevisionsStudy) if not f.name.startswith("_")}
     study = RevisionsStudy(**{k: v for k, v in cfg.items() if k in names})
-    if dataset_sha256(study.articles()) != cfg["dataset_sha256"]:
+    if study.data_sha256() != cfg["data_sha256"]:
         raise ValueError(f"{run_dir}: the articles rebuilt from config.json differ from the run's "
-                         f"(dataset_sha256 {cfg['dataset_sha256'][:12]}...)")
+                         f"(data_sha256 {cfg['data_sha256'][:12]}...)")
     return study
