@@ -17,13 +17,14 @@ read: both by default (the paper reports each pair in both directions).
 On the study protocol (:class:`~kvprobe.studies.common.protocol.HistoryStudy`) the conditions
 are the reads ``reader/cache/access`` (``main/own/full``, ``main/cross/source``,
 ``sibling/own/full``...), keyed to the main checkpoint's history. Five hooks carry the
-second checkpoint: :meth:`~CrossCheckpointStudy.prefill` prefills every case with both
-(after the pair's compatibility check) and runs the logits checks,
-:meth:`~CrossCheckpointStudy.setup` hands each case both histories,
-:meth:`~CrossCheckpointStudy.answer` sends each read to its reader with the writer's
-history (one batched decode per reader, as before), :meth:`~CrossCheckpointStudy.row`
-grades it and :meth:`~CrossCheckpointStudy.finish` puts each case's rows in (reader,
-cache, access, query) order and adds its state row.
+second checkpoint, sharing the sibling's histories in the protocol's ``Batch``:
+:meth:`~CrossCheckpointStudy.start_batch` checks the pair's compatibility and prefills every
+case with the sibling, :meth:`~CrossCheckpointStudy.setup` pairs each case's two histories,
+runs the logits checks on the batch's first case and makes each read a :class:`Read` of its
+writer's history, :meth:`~CrossCheckpointStudy.answer` sends each read to its reader (one
+batched decode per reader), :meth:`~CrossCheckpointStudy.row` grades it and
+:meth:`~CrossCheckpointStudy.finish` puts each case's rows in (reader, cache, access, query)
+order and adds its state row.
 
 Checks, per batch: the pair's compatibility (token ids, boundaries, A's mask span,
 question suffixes, architecture); on the batch's first case, each reader's traced
@@ -53,8 +54,8 @@ from kvprobe import decoding
 from kvprobe.studies.datasets.quantity_task import grading, tasks
 from kvprobe.studies.datasets.quantity_task.histories import QuantityTaskHistories
 from kvprobe.studies.common.conditions import check_unchanged
-from kvprobe.studies.common.protocol import CaseRun, InvalidParameter, Question, require_at_least, require_choices
-from kvprobe.studies.common.protocol import study_parameters
+from kvprobe.studies.common.protocol import (Batch, CaseRun, InvalidParameter, Question, require_at_least,
+                                             require_choices)
 from .checks import same_ids
 from .reading import (LOGIT_TOLERANCE, answer_content, first_token_agrees, full_forward_first_token, is_invalid,
                       read_caches, verify_cross_read)
@@ -79,6 +80,18 @@ READS = tuple(read_name(r, c, a) for r in ROLES for c in CACHES for a in ACCESS)
 
 def _other(role: str) -> str:
     return "sibling" if role == "main" else "main"
+
+
+@dataclass(frozen=True, eq=False)
+class Read(kvprobe.Condition):
+    """One read as its row's condition: ``access`` on the ``writer``'s history (own: the reader's, cross: its
+    sibling's). :meth:`CrossCheckpointStudy.answer` decodes it on that history; it never edits the main one."""
+
+    writer: kvprobe.History | None = None
+    access: kvprobe.Condition = field(default_factory=kvprobe.Full)
+
+    def apply(self, model: kvprobe.Model, history: kvprobe.History, state: Any, question: str = "") -> Any:
+        raise TypeError(f"{self.name}: a read is decoded on its writer's history (CrossCheckpointStudy.answer)")
 
 
 @dataclass
@@ -107,11 +120,6 @@ class CrossCheckpointStudy(QuantityTaskHistories):
     #: Cases decoded in one batch.
     cases_per_batch: int = 2
     _pair: SiblingPair | None = field(default=None, repr=False, compare=False)
-    _cases: list[tasks.Case] | None = field(default=None, repr=False, compare=False)
-    # The batch in flight: each case with both checkpoints' histories (set by prefill, cleared by finish).
-    _batch: list[tuple[tasks.Case, dict[str, kvprobe.History]]] = field(default_factory=list, repr=False,
-                                                                          compare=False)
-    _verified: dict[str, float] | None = field(default=None, repr=False, compare=False)
 
     #: The reads keep their own history (a cross read's writer is the sibling): never prepared on the main one.
     skip_prepare: ClassVar[tuple[str, ...]] = READS
@@ -125,18 +133,16 @@ class CrossCheckpointStudy(QuantityTaskHistories):
                 raise InvalidParameter(name, "give at least one")
         require_at_least(self, n_groups=1, max_new_tokens=1, cases_per_batch=1)
 
-    def cases(self) -> list[tasks.Case]:
-        if self._cases is None:
-            self._cases = tasks.generate_cases(tasks.TaskConfig(seed=self.seed, n_groups=self.n_groups))
-        return self._cases
+    def make_cases(self) -> list[tasks.Case]:
+        return tasks.generate_cases(tasks.TaskConfig(seed=self.seed, n_groups=self.n_groups))
 
-    def config(self) -> dict[str, Any]:
-        cfg = study_parameters(self)
-        cfg["dataset_hash"] = tasks.dataset_hash(self.cases())
-        cfg["caches"], cfg["access"] = list(CACHES), list(ACCESS)
-        cfg["stop"] = "union of both checkpoints' EOS ids"
-        cfg["similarity"] = "per layer, mean over tokens of per-token cosine / relative L2 (heads flattened)"
-        return cfg
+    def data_sha256(self) -> str:
+        """The quantity-task cases' digest (:func:`tasks.dataset_hash`)."""
+        return tasks.dataset_hash(self.cases())
+
+    def config_extra(self) -> dict[str, Any]:
+        return {"caches": list(CACHES), "access": list(ACCESS), "stop": "union of both checkpoints' EOS ids",
+                "similarity": "per layer, mean over tokens of per-token cosine / relative L2 (heads flattened)"}
 
     def attach_sibling(self, pair: SiblingPair) -> None:
         """Use an already built pair (e.g. :func:`~kvprobe.studies.cross_checkpoint.siblings.hub_pair`);
@@ -163,23 +169,15 @@ class CrossCheckpointStudy(QuantityTaskHistories):
     def questions(self, model: kvprobe.Model, case: tasks.Case, history: kvprobe.History) -> list[Question]:
         return [Question(q.role, q.question, None, q) for q in self.asked(case)]
 
-    def prefill(self, model: kvprobe.Model, cases: list[tasks.Case]) -> list[kvprobe.History]:
-        """Both checkpoints prefill every case (after the pair's compatibility check); the main histories
-        go to the run loop, both histories of each case to :meth:`setup`, :meth:`answer` and :meth:`finish`.
-        On the batch's first case, the logits checks (``verify``)."""
+    def start_batch(self, model: kvprobe.Model, batch: Batch) -> None:
+        """The pair's compatibility check, then the sibling prefills every case (``batch.state["sibling"]``, by
+        case id; the protocol prefills the main histories)."""
         pair = self.sibling_pair(model)
-        models = {"main": pair.main, "sibling": pair.sibling}
+        cases = batch.cases
         pair.check([self.prompt(model, c) for c in cases], [[q.question for q in self.asked(c)] for c in cases],
                    mask_segments=["A"])
-        histories = {role: super(CrossCheckpointStudy, self).prefill(models[role], cases) for role in ROLES}
-        self._batch = [(c, {role: histories[role][i] for role in ROLES}) for i, c in enumerate(cases)]
-        for c, both in self._batch:
-            if not same_ids(both["main"], both["sibling"]):
-                raise RuntimeError(f"{c.case_id}: the two checkpoints' histories hold different token ids")
-        self._verified = None
-        if self.verify and cases:
-            self._verified = self._verify(models, self._batch[0][1], cases[0], self.asked(cases[0]))
-        return histories["main"]
+        batch.state["sibling"] = {c.case_id: h for c, h in zip(cases, self.prefill(pair.sibling, cases))}
+        batch.state["histories"] = {}
 
     def conditions(self, model: kvprobe.Model, case: tasks.Case, history: kvprobe.History
                    ) -> dict[str, kvprobe.Condition]:
@@ -191,17 +189,30 @@ class CrossCheckpointStudy(QuantityTaskHistories):
                 for r in self.readers for c in CACHES for a in ACCESS}
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
-        """The case's histories of both checkpoints (``run.extra["histories"]``, by role)."""
-        run.extra["histories"] = next(both for _, both in self._batch if both["main"] is run.history)
+        """The case's histories of both checkpoints (``run.extra["histories"]`` and the batch's
+        ``state["histories"]``, by role), checked to hold the same ids; on the batch's first case the logits
+        checks (``verify``: ``state["verified"]``). Each read becomes a :class:`Read` of its writer's history."""
+        case, state = run.case, run.batch.state
+        both = {"main": run.history, "sibling": state["sibling"][case.case_id]}
+        if not same_ids(both["main"], both["sibling"]):
+            raise RuntimeError(f"{case.case_id}: the two checkpoints' histories hold different token ids")
+        run.extra["histories"] = state["histories"][case.case_id] = both
+        if self.verify and case is run.batch.cases[0]:
+            pair = self.sibling_pair(model)
+            state["verified"] = self._verify({"main": pair.main, "sibling": pair.sibling}, both, case,
+                                             self.asked(case))
+        for name, access in run.conditions.items():
+            role, cache, _ = name.split("/")
+            run.conditions[name] = Read(writer=both[role if cache == "own" else _other(role)], access=access,
+                                        name=name)
 
     def answer(self, model: kvprobe.Model, items: Sequence[tuple[kvprobe.History, kvprobe.Request]],
                candidates: Sequence[Sequence[str]] | None) -> list[decoding.Answer]:
-        """Each reader decodes its reads in one batch, in (case, cache, access, query) order, on the writer's
-        history (own: its own; cross: its sibling's), stopping on both checkpoints' EOS ids."""
+        """Each reader decodes its reads (:class:`Read`) in one batch, in (case, cache, access, query) order, on
+        the writer's history (own: its own; cross: its sibling's), stopping on both checkpoints' EOS ids."""
         pair = self.sibling_pair(model)
         models = {"main": pair.main, "sibling": pair.sibling}
-        writers = {id(both["main"]): both for _, both in self._batch}
-        position = {key: i for i, key in enumerate(writers)}
+        position = {key: i for i, key in enumerate(dict.fromkeys(id(h) for h, _ in items))}  # case order
         out: list[decoding.Answer | None] = [None] * len(items)
         for role in self.readers:
             mine = [i for i, (_, req) in enumerate(items) if req.access.name.split("/")[0] == role]
@@ -210,9 +221,8 @@ class CrossCheckpointStudy(QuantityTaskHistories):
                                      ACCESS.index(items[i][1].access.name.split("/")[2])))
             reads = []
             for i in mine:
-                history, req = items[i]
-                cache = req.access.name.split("/")[1]
-                reads.append((writers[id(history)][role if cache == "own" else _other(role)], req))
+                read: Read = items[i][1].access  # type: ignore[assignment]
+                reads.append((read.writer, kvprobe.Request(items[i][1].question, read.access)))
             generations = read_caches(models[role], reads, self.max_new_tokens, stop_ids=pair.stop_ids)
             for i, g in zip(mine, generations):
                 out[i] = decoding.Answer(None, g)
@@ -275,19 +285,20 @@ class CrossCheckpointStudy(QuantityTaskHistories):
             "case_complete": True,
         }
 
-    def finish(self, model: kvprobe.Model, batch: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    def finish(self, model: kvprobe.Model, rows: list[list[dict[str, Any]]], batch: Batch
+               ) -> list[list[dict[str, Any]]]:
         """Each case's reads in (reader, cache, access, query) order, then its state row; the sibling's
         histories checked unchanged (the protocol checks the main ones)."""
         pair = self.sibling_pair(model)
         out = []
-        for (c, both), rows in zip(self._batch, batch):
-            rows = sorted(rows, key=lambda r: (self.readers.index(r["reader"]), CACHES.index(r["cache"]),
-                                               ACCESS.index(r["access"])))
-            verified = self._verified if c is self._batch[0][0] else None
-            rows.append(self._state_row(c, pair, both, verified))
+        for c, case_rows in zip(batch.cases, rows):
+            both = batch.state["histories"][c.case_id]
+            case_rows = sorted(case_rows, key=lambda r: (self.readers.index(r["reader"]), CACHES.index(r["cache"]),
+                                                         ACCESS.index(r["access"])))
+            verified = batch.state.get("verified") if c is batch.cases[0] else None
+            case_rows.append(self._state_row(c, pair, both, verified))
             check_unchanged(both["sibling"], f"{c.case_id} (sibling cache)")
-            out.append(rows)
-        self._batch, self._verified = [], None
+            out.append(case_rows)
         return out
 
     # ------------------------------------------------------------------ pieces

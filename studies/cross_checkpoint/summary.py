@@ -79,10 +79,10 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
     for reader in readers:
         per_query: dict[str, Any] = {}
         for query in [q for q in QUERY_ORDER if any(k[:2] == (reader, q) for k in cells)]:
-            arms = {(c, a): cells.get((reader, query, c, a), {}) for c in CACHES for a in ACCESS}
-            ids = tuple(sorted(set.intersection(*(set(v) for v in arms.values()))))
+            reads = {(c, a): cells.get((reader, query, c, a), {}) for c in CACHES for a in ACCESS}
+            ids = tuple(sorted(set.intersection(*(set(v) for v in reads.values()))))
             entry: dict[str, Any] = {"n": len(ids), "arms": {}}
-            for (cache, access), cell in arms.items():
+            for (cache, access), cell in reads.items():
                 rows = [cell[i] for i in ids]
                 entry["arms"][f"{cache}/{access}"] = {
                     **{rule: sum(bool(r[rule]) for r in rows) for rule in RULES},
@@ -99,7 +99,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
                                                               strata=[relation_of[i] for i in ids])
                 w = weights_of[ids]
                 for rule in RULES:
-                    v = {(c, a): np.array([float(arms[(c, a)][i][rule]) for i in ids]) for c in CACHES for a in ACCESS}
+                    v = {(c, a): np.array([float(reads[(c, a)][i][rule]) for i in ids]) for c in CACHES for a in ACCESS}
                     entry[f"{rule}_cross_minus_own"] = {
                         a: _pp(paired_change(v[("cross", a)], v[("own", a)], w), len(ids)) for a in ACCESS}
                     entry[f"{rule}_mask_minus_full"] = {
