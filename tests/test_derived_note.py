@@ -179,8 +179,8 @@ def test_conditions_hide_a_c_and_the_neutral_interval(llama):
         assert h.check_digest()
 
 
-def test_refresh_arms_equal_an_uncached_reference_with_a_hidden(llama):
-    """The study's refreshed arms (states after A rebuilt, queries hiding A) against one plain forward
+def test_refresh_conditions_equal_an_uncached_reference_with_a_hidden(llama):
+    """The study's refreshed conditions (states after A rebuilt, queries hiding A) against one plain forward
     over the same ids whose explicit 4-D mask hides A from every position after A (fp32)."""
     study = DerivedNoteStudy(n_groups=1)
     h, conds, facts, _ = _prepare(llama, study, study.cases()[0])

@@ -42,7 +42,7 @@ def _positions(mask: kvprobe.Mask) -> list[int]:
 # ----------------------------------------------------------------------------- records: note, spans, candidates
 
 
-def test_note_is_in_every_arm_and_the_control_starts_it_with_the_masks_size(llama):
+def test_note_is_in_every_condition_and_the_control_starts_it_with_the_masks_size(llama):
     study = MatchedScoresStudy(n_groups=1)
     cases = study.cases()
     assert len(cases) == 6 and {c.note for c in cases} == {note_text("notebook", 16)}
@@ -214,12 +214,12 @@ def _row(case: str, group: str, condition: str, exact: bool, margin: float, valu
 
 def test_reversals_are_counted_with_their_value_categories_and_margins():
     # c1: reversal, unit omitted, margin rose; c2: reversal, UNKNOWN, margin fell; c3: correction; c4: kept.
-    arms = {"full": [True, True, True, True], "control": [True, True, False, True],
-            "mask": [False, False, True, True]}
+    correct = {"full": [True, True, True, True], "control": [True, True, False, True],
+               "mask": [False, False, True, True]}
     margins = {"full": [0, 0, 0, 0], "control": [1.0, 2.0, 0.0, 1.0], "mask": [3.0, 1.0, 0.5, 1.0]}
     values = ["magnitude_only", "unknown", "correct", "correct"]
     cases = [f"c{i + 1}" for i in range(4)]
-    by = {a: {c: _row(c, f"g{i // 2}", a, arms[a][i], margins[a][i], values[i]) for i, c in enumerate(cases)}
+    by = {a: {c: _row(c, f"g{i // 2}", a, correct[a][i], margins[a][i], values[i]) for i, c in enumerate(cases)}
           for a in CONDITIONS}
     weights = group_bootstrap_weights([f"g{i // 2}" for i in range(4)], n_draws=200, seed=1)
     s = subset_summary(cases, by, weights)
@@ -260,11 +260,11 @@ def test_records_run_rows_summary_and_prefix_grades(llama, tmp_path):
     rows = list(read_rows(tmp_path / "long"))
     assert info.cases_run == 6 and len(rows) == 18
     for case in {r["case_id"] for r in rows}:
-        arms = {r["condition"]: r for r in rows if r["case_id"] == case}
-        assert set(arms) == set(CONDITIONS) and len({r["prompt_sha256"] for r in arms.values()}) == 1
-        assert arms["full"]["masked_tokens"] == 0 and arms["mask"]["masked_tokens"] == arms["control"]["masked_tokens"]
-        if not arms["full"]["replacement"]:
-            assert all(r["margin"] == 0.0 and len(r["candidates"]) == 1 for r in arms.values())
+        by = {r["condition"]: r for r in rows if r["case_id"] == case}
+        assert set(by) == set(CONDITIONS) and len({r["prompt_sha256"] for r in by.values()}) == 1
+        assert by["full"]["masked_tokens"] == 0 and by["mask"]["masked_tokens"] == by["control"]["masked_tokens"]
+        if not by["full"]["replacement"]:
+            assert all(r["margin"] == 0.0 and len(r["candidates"]) == 1 for r in by.values())
     for r in rows:  # the full-length budget grades the trace itself
         assert r["budgets"]["8"]["exact"] == r["exact"] and r["budgets"]["8"]["complete_category"] == \
             r["complete_category"] and r["budgets"]["8"]["n_tokens"] == r["output_tokens"]
