@@ -32,6 +32,7 @@ import torch
 
 from kvprobe.arch import ArchSummary
 from kvprobe.prompts import char_span_to_tokens
+from kvprobe.transformers_api import output_cache
 
 from .capture import JOINT_SEPARATOR, Encoding, RecordSpec
 from .store import arch_provenance
@@ -112,7 +113,7 @@ class NnsightEncoder:
         with torch.inference_mode(), self.lm.trace(ids[None], use_cache=True, remote=self.remote):
             for layer in range(self.num_layers):
                 hidden[layer] = self.lm.model.layers[layer].output.save()
-            cache = self.lm.output.past_key_values
+            cache = output_cache(self.lm.output)
             for layer in range(self.num_layers):
                 keys[layer] = cache.layers[layer].keys.save()
                 values[layer] = cache.layers[layer].values.save()

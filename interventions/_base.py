@@ -32,9 +32,10 @@ def require_row_deletion(name: str, arch: "ArchSummary") -> None:
 def refusal(condition: "Condition", history: "History") -> str | None:
     """Why ``condition`` cannot apply to ``history``'s model and history, or ``None`` if it can."""
     from kvprobe.prompts import SpanError
+    from kvprobe.selection import SelectionError
 
     try:
         condition.validate(len(history), history.model.arch)
-    except (OperationError, SpanError) as err:
+    except (OperationError, SpanError, SelectionError) as err:
         return str(err)
     return None

@@ -35,6 +35,7 @@ from .attention import KVPROBE_IMPLEMENTATIONS, ForwardContext, forward_context
 from .arch import ATTENTION_LAYER_TYPES, FULL_ATTENTION
 from .masks import layer_type_masks
 from .slots import SPARE_SLOTS, SharedSlotLayer, SlotLayer
+from .transformers_api import cache_argument
 
 if TYPE_CHECKING:
     from .arch import ArchSummary
@@ -432,8 +433,8 @@ def traced_forward(
         input_ids=input_ids,
         attention_mask=mask_arg,
         position_ids=query_pos,
-        past_key_values=rows.cache,
         use_cache=True,
+        **cache_argument(model.hf, rows.cache),
     )
     if logits_to_keep:
         kwargs["logits_to_keep"] = logits_to_keep

@@ -20,6 +20,7 @@ import torch
 
 from .engine import mask_argument
 from .masks import layer_type_masks
+from .transformers_api import cache_argument
 
 if TYPE_CHECKING:
     from .engine import RowState
@@ -139,7 +140,7 @@ def reference_hidden_kv(
     cache = fork_rows([model.empty_state()]).cache
     with torch.inference_mode(), transformers_eager(model):
         model.hf(input_ids=history_ids[None].to(model.device), attention_mask=uncached_mask(model, T, T, hidden, start),
-                 position_ids=torch.arange(T, device=model.device)[None], past_key_values=cache, use_cache=True)
+                 position_ids=torch.arange(T, device=model.device)[None], use_cache=True, **cache_argument(model.hf, cache))
     return [(layer.keys, layer.values) if i in model.arch.kv_layers else (None, None)
             for i, layer in enumerate(cache.layers)]
 
@@ -194,8 +195,8 @@ def cached_explicit_logits(
             input_ids=torch.tensor([list(suffix)], dtype=torch.long, device=device),
             attention_mask=mask,
             position_ids=torch.arange(S, S + L, device=device)[None],
-            past_key_values=cache,
             use_cache=True,
+            **cache_argument(model.hf, cache),
         ).logits[0]
 
 

@@ -36,6 +36,7 @@ import torch
 from .access import Condition
 
 if TYPE_CHECKING:
+    from .arch import ArchSummary
     from .engine import Rows
     from .model import Model
 
@@ -120,6 +121,10 @@ class SelectionAccess(Condition):
         if self.dense_layers < 0:
             raise ValueError(f"{self.name}: dense_layers must be >= 0, got {self.dense_layers}")
 
+    def validate(self, history_len: int, arch: "ArchSummary") -> None:
+        """Refuse architectures whose caches cannot be selected per query (before anything runs)."""
+        check_selectable_arch(arch, self.name)
+
     def batch_key(self) -> tuple:
         """Rows whose conditions share this key run in one batch (everything but the budget and name)."""
         fields = {k: v for k, v in self.__dict__.items() if k not in ("budget", "name")}
@@ -138,11 +143,17 @@ def check_selectable(model: "Model", name: str) -> None:
     if impl not in KVPROBE_IMPLEMENTATIONS:
         raise SelectionError(f"{name}: query-aware selection runs inside kvprobe's attention; model "
                              f"{model.name!r} uses {impl!r} (load it with attn_implementation={KVPROBE_SDPA!r})")
-    if model.arch.recurrent_layers:
-        raise SelectionError(f"{name}: model {model.name!r} has recurrent layers; query-aware selection "
+    check_selectable_arch(model.arch, name, model.name)
+
+
+def check_selectable_arch(arch: "ArchSummary", name: str, model: str = "the model") -> None:
+    """Refuse architectures whose layers do not all own an attention cache (recurrent or KV-sharing layers)."""
+    where = model if model == "the model" else f"model {model!r}"
+    if arch.recurrent_layers:
+        raise SelectionError(f"{name}: {where} has recurrent layers; query-aware selection "
                              "is implemented for attention-only models")
-    if model.arch.shared_layers:
-        raise SelectionError(f"{name}: model {model.name!r} has KV-sharing layers; query-aware selection "
+    if arch.shared_layers:
+        raise SelectionError(f"{name}: {where} has KV-sharing layers; query-aware selection "
                              "is implemented for models whose attention layers own their rows")
 
 

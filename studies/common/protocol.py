@@ -57,22 +57,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, ClassVar, Hashable, Mapping, Sequence
 
 import kvprobe
 from kvprobe import decoding
+from kvprobe.parameters import public_fields
 from kvprobe.selection import SelectionAccess
 
 from .conditions import check_unchanged, supported
 
 def study_parameters(study: Any) -> dict[str, Any]:
-    """The fields part of a study's ``config()``: its public fields (not ``_private`` caches; the study's
-    ``name`` is a class attribute, not a field), JSON-shaped (tuples as lists, as ``config.json`` stores
-    them), and ``case_ids_sha256`` of its cases in order."""
+    """The fields part of a study's ``config()``: its parameters (:func:`kvprobe.parameters.public_fields`: not
+    ``_private`` caches, not ``compare=False`` run settings such as a log path; the study's ``name`` is a class
+    attribute, not a field), JSON-shaped (tuples as lists, as ``config.json`` stores them), and
+    ``case_ids_sha256`` of its cases in order."""
     cfg = {f.name: list(v) if isinstance(v := getattr(study, f.name), tuple) else v
-           for f in fields(study) if not f.name.startswith("_")}
+           for f in public_fields(type(study))}
     cfg["case_ids_sha256"] = hashlib.sha256("\n".join(c.case_id for c in study.cases()).encode()).hexdigest()
     return cfg
 
@@ -257,7 +259,7 @@ class Study:
     # ------------------------------------------------------------------ what the protocol computes
     def cases(self) -> list[Any]:
         """The cases (:meth:`make_cases`), computed once for the study's current parameter values."""
-        key = json.dumps([repr(getattr(self, f.name)) for f in fields(self)])
+        key = json.dumps([repr(getattr(self, f.name)) for f in public_fields(type(self))])
         memo = self.__dict__.get("_protocol_cases")
         if memo is None or memo[0] != key:
             memo = (key, list(self.make_cases()))

@@ -35,6 +35,7 @@ from kvprobe.engine import fork_rows, pad_suffix_block, shares_history, traced_f
 from kvprobe.model import Model
 from kvprobe.prompts import Prompt
 from kvprobe.reference import explicit_cached_mask, transformers_eager
+from kvprobe.transformers_api import cache_argument
 
 from .measure import interleave, median_s, peak_rss_bytes, weight_bytes
 
@@ -53,7 +54,8 @@ def bench_decode_step(model: Model, history, steps: int = 40) -> dict[str, Any]:
     cache = DynamicCache(ddp_cache_data=[(k.clone(), v.clone()) for k, v in history.kv])
     with torch.inference_mode():
         model.hf(input_ids=torch.tensor([q]), position_ids=torch.arange(T, T + len(q))[None],
-                 attention_mask=explicit_cached_mask(model, T, T, len(q), hidden), past_key_values=cache, use_cache=True)
+                 attention_mask=explicit_cached_mask(model, T, T, len(q), hidden), use_cache=True,
+                 **cache_argument(model.hf, cache))
     L = T + len(q)
     token = torch.tensor([[q[-1]]])
     steps_done = [0]
@@ -64,7 +66,7 @@ def bench_decode_step(model: Model, history, steps: int = 40) -> dict[str, Any]:
         with torch.inference_mode():
             model.hf(input_ids=token, position_ids=torch.tensor([[pos]]),
                      attention_mask=explicit_cached_mask(model, T, pos, 1, hidden),
-                     past_key_values=cache, use_cache=True, logits_to_keep=1)
+                     use_cache=True, logits_to_keep=1, **cache_argument(model.hf, cache))
 
     # step by step, the traced step first each time
     runs, _ = interleave({"traced": lambda: traced_forward(model, rows, token, logits_to_keep=1),

@@ -52,6 +52,7 @@ from kvprobe.tiny import tiny_corpus
 from kvprobe.interventions.compaction import Compact
 from kvprobe.interventions.recompute import Rebuild
 from kvprobe.interventions.text import TextRecompute
+from kvprobe.transformers_api import cache_argument, output_cache
 
 from .measure import device_peak_bytes, interleave, median_s, timed
 
@@ -152,7 +153,7 @@ def plain_decode(model, history, suffix: list[int], hidden: torch.Tensor, rows: 
     expand = (lambda m: m.expand(rows, -1, -1, -1))
     ids = torch.tensor([suffix] * rows, device=device)
     with torch.inference_mode():
-        out = model.hf(input_ids=ids, attention_mask=_map(mask, expand), use_cache=True, past_key_values=cache,
+        out = model.hf(input_ids=ids, attention_mask=_map(mask, expand), use_cache=True, **cache_argument(model.hf, cache),
                        position_ids=torch.arange(T, T + L, device=device)[None].expand(rows, -1))
         nxt = out.logits[:, -1].argmax(-1)
         tokens = [nxt]
@@ -163,7 +164,7 @@ def plain_decode(model, history, suffix: list[int], hidden: torch.Tensor, rows: 
             pos = T + L + step - 1
             step_mask = full[..., : pos + 1]
             out = model.hf(input_ids=nxt[:, None], attention_mask=_map(mask, lambda m: step_mask),
-                           past_key_values=out.past_key_values, use_cache=True,
+                           use_cache=True, **cache_argument(model.hf, output_cache(out)),
                            position_ids=torch.full((rows, 1), pos, device=device))
             nxt = out.logits[:, -1].argmax(-1)
             tokens.append(nxt)
@@ -182,8 +183,8 @@ def plain_first_token(model, ids: list[int], suffix: list[int], hidden: torch.Te
     new = torch.tensor([ids[keep:] + suffix], device=device)
     kwargs: dict[str, Any] = {}
     if keep:
-        kwargs["past_key_values"] = DynamicCache(ddp_cache_data=[(k[:, :, :keep].clone(), v[:, :, :keep].clone())
-                                                                 for k, v in history.kv])
+        kwargs.update(cache_argument(model.hf, DynamicCache(ddp_cache_data=[(k[:, :, :keep].clone(), v[:, :, :keep].clone())
+                                                                            for k, v in history.kv])))
         kwargs["position_ids"] = torch.arange(keep, len(ids) + len(suffix), device=device)[None]
     if hidden is not None:
         kwargs["attention_mask"] = _hiding_mask(model, keep, new.shape[1], hidden, from_row)
@@ -233,7 +234,7 @@ def run_gpu_bench(model, out: Path, lengths=DEFAULT_LENGTHS, rows: int = DEFAULT
             cell["kvprobe_digest_s"] = timed(lambda: kv_digest(holder["h"].kv, holder["h"].recurrent), device)[1]["seconds"]
         if "h" in holder and "plain" in holder:
             k1 = holder["h"].kv[-1][0].float()
-            k2 = holder["plain"].past_key_values.layers[-1].keys.float()
+            k2 = output_cache(holder["plain"]).layers[-1].keys.float()
             cell["last_layer_k_rel_diff"] = float((k1 - k2).abs().max() / k2.abs().max())
         holder.pop("plain", None)
         save(cell)

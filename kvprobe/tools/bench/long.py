@@ -70,6 +70,7 @@ from kvprobe.reference import attention_implementation, explicit_cached_mask
 from .measure import interleave, measured, median_ms, memory_method, self_timed, weight_bytes
 from .operations import QUESTION, book_tokens, build_history
 from kvprobe.interventions.registry import CONDITIONS, covered_by, parse_condition
+from kvprobe.transformers_api import cache_argument
 
 #: History lengths (tokens) of ``kvprobe bench long`` by default.
 DEFAULT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
@@ -276,7 +277,7 @@ def plain_prefill(model: kvprobe.Model, ids: torch.Tensor, chunk_size: int, cach
     for lo in range(0, n, chunk_size):
         hi = min(lo + chunk_size, n)
         kwargs = dict(input_ids=ids[lo:hi][None], position_ids=torch.arange(start + lo, start + hi)[None],
-                      past_key_values=cache, use_cache=True, logits_to_keep=1)
+                      use_cache=True, logits_to_keep=1, **cache_argument(model.hf, cache))
         if mask_for is not None:
             kwargs["attention_mask"] = mask_for(start + lo, hi - lo)
         logits = model.hf(**kwargs).logits[0, -1]
@@ -289,7 +290,7 @@ def plain_question(model: kvprobe.Model, cache: DynamicCache, q: Sequence[int], 
     L = len(q)
     kwargs = dict(input_ids=torch.tensor([list(q)] * rows),
                   position_ids=torch.arange(start, start + L)[None].expand(rows, -1),
-                  past_key_values=cache, use_cache=True, logits_to_keep=1)
+                  use_cache=True, logits_to_keep=1, **cache_argument(model.hf, cache))
     if mask is not None:
         kwargs["attention_mask"] = mask
     return model.hf(**kwargs).logits[:, -1]
@@ -455,7 +456,7 @@ def measure_decode(model: kvprobe.Model, history: kvprobe.History, n_rows: int, 
             t0 = time.perf_counter()  # switching to SDPA is not the loop's cost; building its mask is
             mask = _per_row(explicit_cached_mask(model, T, pos, 1, hidden), n_rows)
             logits = model.hf(input_ids=token, position_ids=torch.full((n_rows, 1), pos), attention_mask=mask,
-                              past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+                              use_cache=True, logits_to_keep=1, **cache_argument(model.hf, cache)).logits[:, -1]
             return logits, time.perf_counter() - t0
 
     # Each side alone: set-up, question, first step. Peak memory and the agreement check.

@@ -48,6 +48,7 @@ from kvprobe.engine import fork_rows, pad_suffix_block, shares_history, traced_f
 from kvprobe.prompts import Prompt
 from kvprobe import reference
 from kvprobe.reference import attention_implementation, cached_explicit_logits, reference_logits
+from kvprobe.transformers_api import cache_argument, output_cache
 
 if TYPE_CHECKING:
     from kvprobe.history import History
@@ -158,8 +159,8 @@ def precision_floor(model: "Model", history: "History", question: str) -> Precis
         with torch.inference_mode():
             logits.append([m.hf(input_ids=ids, use_cache=False).logits[0, T:]])
             # transformers' own cached path: the history, then the question on its cache
-            cache = m.hf(input_ids=ids[:, :T], use_cache=True).past_key_values
-            logits.append([m.hf(input_ids=ids[:, T:], past_key_values=cache, use_cache=True).logits[0]])
+            cache = output_cache(m.hf(input_ids=ids[:, :T], use_cache=True))
+            logits.append([m.hf(input_ids=ids[:, T:], use_cache=True, **cache_argument(m.hf, cache)).logits[0]])
         logits.append([reference_logits(m, h_ids, q_ids, None, explicit_mask=False)])  # transformers' eager
         kv.append([t for pair in m.prefill(history.prompt).kv for t in pair])
     with attention_implementation(model, GROUPED_EAGER):
