@@ -8,6 +8,7 @@ import nnsight
 import torch
 
 from .access import Condition, Full
+from .activations import NAMES as ACTIVATION_NAMES, ActivationCache, run_with_cache
 from .arch import ArchSummary, adapter_for
 from .decoding import CandidateScores, Generation, Request, generate_greedy, score_candidates
 from .engine import RowState, extend_state
@@ -209,6 +210,29 @@ class Model:
                 return per_condition[next(iter(conditions))][0]
             return {k: v[0] for k, v in per_condition.items()}
         return per_condition
+
+    def run_with_cache(
+        self,
+        history: History,
+        question: str,
+        access: Condition | Mapping[str, Condition] | None = None,
+        names: Sequence[str] = ACTIVATION_NAMES,
+        layers: Sequence[int] | None = None,
+    ) -> dict[str, ActivationCache]:
+        """The question's internals under each condition, as TransformerLens's ``run_with_cache``: one
+        forward over the shared history with a row per condition, ``{name: ActivationCache}``.
+
+        ``names``: what to keep, among ``hidden``, ``attention``, ``keys``, ``values``, ``logits``;
+        ``layers``: which layers (default all; negative indices count from the last). Shapes and
+        conventions: :mod:`kvprobe.activations`.
+
+        Example::
+
+            caches = m.run_with_cache(h, question, access={"full": Full(), "source": Mask(h.span("A"))})
+            caches["source"].hidden[-1]       # [question_tokens, d_model]
+            caches["source"].attention[3]     # [heads, question_tokens, history + question keys]
+        """
+        return run_with_cache(self, history, question, _conditions(access), names, layers)
 
     def run(self, history: History, requests: Sequence[Request], max_new_tokens: int = 40) -> list[Generation]:
         """Low-level batched generation: one :class:`Generation` per :class:`Request`."""

@@ -164,19 +164,22 @@ def explicit_cached_mask(
     return mask_argument(model.arch, masks)
 
 
-def cached_explicit_logits(
+def cached_explicit_forward(
     model: "Model",
     state: "RowState",
     suffix: Sequence[int],
     hidden: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Suffix logits of a plain transformers forward on a copy of ``state``'s cache.
+    outputs: bool = False,
+):
+    """A plain transformers forward of ``suffix`` on a copy of ``state``'s cache; its output.
 
     The suffix continues at position ``state.length`` under explicit 4-D masks:
     Bool[S] ``hidden`` slots set to the dtype minimum and Float[S] ``bias`` added
     to the suffix rows' logits of those slots, in every attention layer. No
-    nnsight, transformers' own eager attention.
+    nnsight, transformers' own eager attention. ``outputs``: also every layer's hidden
+    states and attention probabilities (``output_hidden_states``, ``output_attentions``),
+    and the cache (its ``cache``/``past_key_values``) holding the suffix's own rows.
     """
     from .engine import fork_rows
 
@@ -196,8 +199,21 @@ def cached_explicit_logits(
             attention_mask=mask,
             position_ids=torch.arange(S, S + L, device=device)[None],
             use_cache=True,
+            output_hidden_states=outputs,
+            output_attentions=outputs,
             **cache_argument(model.hf, cache),
-        ).logits[0]
+        )
+
+
+def cached_explicit_logits(
+    model: "Model",
+    state: "RowState",
+    suffix: Sequence[int],
+    hidden: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Suffix logits Float[L, V] of :func:`cached_explicit_forward`."""
+    return cached_explicit_forward(model, state, suffix, hidden, bias).logits[0]
 
 
 def reference_score(

@@ -51,3 +51,14 @@ def test_quantity_demo_masks_and_matches_reference(smol):
                                  conds[name].hidden_positions(len(h)), max_new_tokens=16)
         assert list(out[name].token_ids) == ref
     assert h.check_digest()
+
+
+def test_the_readme_python_block_runs():
+    """The README's Python API block, as written, on the embedded model (load included)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Python API"):]
+    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    exec(compile(block, "README.md (Python API)", "exec"), {})
