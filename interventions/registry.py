@@ -4,7 +4,8 @@ Grammar: ``NAME`` or ``NAME:ARG``, where ARG names segments of the history
 (``A`` or ``A,B``), or for ``online-mask`` the superseded and replacement
 segments as ``A>B`` (pairs ``A>B,C>D``: each record hidden after its own replacement), or for
 ``rebuild-segments`` the source and the later segments to rebuild as ``A>note,B``, or for ``bias`` segment=value pairs (``A=-0.69,B=0``), or for the query-aware methods a capacity in tokens
-(``quest:128``, ``finch:128``, ``refreshkv:128``, ``recent-pages:128``).
+(``quest:128``, ``finch:128``, ``refreshkv:128``, ``recent-pages:128``), or for ``zero-heads`` segments and
+KV heads as ``A#0,1``.
 Every name, its builder, its reference check and the benchmarks that time it are one line of
 :data:`CONDITIONS`; ``kvprobe conditions``, the matrix's columns, the benchmarks' operations and the
 contract test (``tests/test_condition_contract.py``) are derived from it.
@@ -77,6 +78,13 @@ def _segment_rebuild(h: "History", arg: str) -> Condition:
     return SegmentRebuild(_spans(h, source), _spans(h, later))
 
 
+def _zero_heads(h: "History", arg: str) -> Condition:
+    segments, sep, heads = arg.partition("#")
+    if not sep or not heads.strip():
+        raise SpanError("zero-heads needs SEGMENTS#HEADS, e.g. zero-heads:A#0 or zero-heads:A,B#0,1")
+    return Zero(_spans(h, segments), "kv", heads=_layers(heads), name="zero-heads")
+
+
 def _bias(h: "History", arg: str) -> Condition:
     pairs = []
     for item in arg.split(","):
@@ -135,6 +143,8 @@ CONDITIONS: dict[str, RegisteredCondition] = {
                  matrix=True),
     "zero-kv": _C(lambda h, a: Zero(_spans(h, a), "kv"), "zero stored keys and values", "A",
                   "zero_kv_equals_plain_forward", matrix=True, benches=("operations",)),
+    "zero-heads": _C(_zero_heads, "zero stored keys and values of some KV heads only (SEGMENTS#HEADS)", "A#0",
+                     "zero_heads_equals_plain_forward", matrix=True),
     "rebuild": _C(lambda h, a: Rebuild(_spans(h, a)), "recompute later states with the segments hidden", "A",
                   "rebuild_equals_one_pass", matrix=True, benches=_ALL),
     "rebuild-segments": _C(_segment_rebuild, "recompute only the later segments with the source hidden (A>note,B)",

@@ -33,18 +33,28 @@ COMPONENTS = ("k", "v", "kv")
 
 @dataclass(frozen=True)
 class Zero(Condition):
-    """Overwrite K (``"k"``), V (``"v"``) or both (``"kv"``) with zeros at ``spans`` in ``layers``
-    (named ``zero-<component>`` unless ``name`` says otherwise)."""
+    """Overwrite K (``"k"``), V (``"v"``) or both (``"kv"``) with zeros at ``spans`` in ``layers`` and, with
+    ``heads``, in those KV heads only (cache heads: with grouped-query attention each serves several query
+    heads). Named ``zero-<component>`` unless ``name`` says otherwise.
+
+    Example::
+
+        Zero(h.span("A"), "v", layers=[3], heads=[0])   # A's values in KV head 0 of layer 3
+    """
 
     spans: TokenSpan | tuple[TokenSpan, ...]
     component: str = "kv"
     layers: tuple[int, ...] | None = None
+    heads: tuple[int, ...] | None = None
     name: str = field(default="", kw_only=True)
 
     def __post_init__(self) -> None:
         if self.component not in COMPONENTS:
             raise ValueError(f"Zero component must be one of {COMPONENTS}, got {self.component!r}")
-        set_fields(self, spans=as_spans(self.spans, "Zero"), layers=as_layers(self.layers),
+        heads = as_layers(self.heads)
+        if heads is not None and (not heads or heads[0] < 0):
+            raise ValueError(f"Zero heads must be KV head indices >= 0, got {self.heads!r}")
+        set_fields(self, spans=as_spans(self.spans, "Zero"), layers=as_layers(self.layers), heads=heads,
                    name=self.name or f"zero-{self.component}")
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
@@ -54,6 +64,15 @@ class Zero(Condition):
             raise OperationError(f"{self.name}: {reason}")
         for layer in select_layers(self.layers, arch):
             source = arch.layers[layer].kv_layer
+            if self.heads is not None:  # the heads of the rows the layer reads (its own, or a shared layer's)
+                rows = arch.layers[source]
+                if not rows.separable_kv:
+                    raise OperationError(f"{self.name}: layer {source} caches {rows.cache_note}, shared by every "
+                                         "head; zeroing some heads' rows is not a cache edit there")
+                kv_heads = rows.key_shape[0] if rows.key_shape else 0
+                if self.heads[-1] >= kv_heads:
+                    raise OperationError(f"{self.name}: KV head {self.heads[-1]} out of range; layer {source} "
+                                         f"caches {kv_heads} KV heads (0..{kv_heads - 1})")
             if source != layer and self.layers is not None and source not in self.layers:
                 raise OperationError(f"{self.name}: layer {layer} has no rows of its own (it attends to layer "
                                      f"{source}'s K/V); zeroing them would change layer {source} too, so "
@@ -65,11 +84,14 @@ class Zero(Condition):
         for layer in sorted({model.arch.layers[i].kv_layer for i in select_layers(self.layers, model.arch)}):
             k, v = kv[layer]
             on_layer = slots.to(k.device)  # the layer's own device (models spread over devices)
+            heads = [slice(None)] if self.heads is None else list(self.heads)
             if "k" in self.component:
                 k = k.clone()
-                k[:, :, on_layer] = 0
+                for head in heads:
+                    k[:, head, on_layer] = 0
             if "v" in self.component:
                 v = v.clone()
-                v[:, :, on_layer] = 0
+                for head in heads:
+                    v[:, head, on_layer] = 0
             kv[layer] = (k, v)
         return replace(state, kv=kv)

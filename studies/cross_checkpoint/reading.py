@@ -47,6 +47,7 @@ from kvprobe.model import Model
 from kvprobe.reference import (LOGIT_TOLERANCE, cached_explicit_logits, explicit_cached_mask, reference_logits,
                                transformers_eager)
 from kvprobe.studies.common.answers import PLAIN_DECODER, parse_strict
+from kvprobe.transformers_api import cache_argument
 
 from .checks import check_history_readable
 
@@ -251,8 +252,8 @@ def reference_cross_generate(writer_history: History, reader: Model, question: s
             n = len(feed)
             mask = explicit_cached_mask(reader, T, start, n, hidden)
             logits = reader.hf(input_ids=torch.tensor([feed], device=device), attention_mask=mask,
-                               position_ids=torch.arange(start, start + n, device=device)[None], past_key_values=cache,
-                               use_cache=True).logits
+                               position_ids=torch.arange(start, start + n, device=device)[None], use_cache=True,
+                               **cache_argument(reader.hf, cache)).logits
             tok = int(logits[0, -1].argmax())
             out.append(tok)
             if tok in stop:

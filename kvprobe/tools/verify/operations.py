@@ -7,6 +7,7 @@ kvprobe engine, transformers' own eager attention) or the model's own RoPE code:
 * ``bias_equals_explicit_mask`` (bias): a soft bias (-0.69 on the record, +0.5 on
   the replacement) equals a plain cached forward whose 4-D additive mask carries
   the same values; ``zero_bias_equals_full``: a bias of zero equals full access exactly.
+* ``zero_heads_equals_plain_forward`` (zero-heads): the same for KV head 0's rows only (``Zero(..., heads=)``).
 * ``zero_{k,v,kv}_equals_plain_forward`` (zero-k, zero-v, zero-kv): zeroing the
   replacement's cached rows equals a plain forward on a cache copy with those rows
   zeroed, changes the logits by at least ``MIN_EFFECT`` and keeps length and
@@ -137,22 +138,25 @@ class _Checks:
         self.record("bias", "bias_equals_explicit_mask", float((got[0] - ref).abs().max()), self.logit_tol)
         self.record("bias", "zero_bias_equals_full", float((got[1] - got[2]).abs().max()), 0.0)
 
-    def zero(self, component: str) -> None:
-        operation, check = f"zero-{component}", f"zero_{component}_equals_plain_forward"
-        op = Zero(self.replacement, component)
-        if component != "kv" and self.arch.separate_zero_refusal():
+    def zero(self, component: str, heads: tuple[int, ...] | None = None) -> None:
+        operation = f"zero-{component}" if heads is None else "zero-heads"
+        check = f"zero_{component}_equals_plain_forward" if heads is None else "zero_heads_equals_plain_forward"
+        op = Zero(self.replacement, component, heads=heads)
+        if (component != "kv" or heads is not None) and self.arch.separate_zero_refusal():
             self.expect_refusal(operation, check, lambda: op.prepare(self.model, self.history))
             return
         h = self.history
         state = op.prepare(self.model, h)
         base = h.base_state()
         kv = list(base.kv)
+        rows = slice(self.replacement.start, self.replacement.end)
+        chosen = slice(None) if heads is None else list(heads)
         for layer in self.arch.kv_layers:  # the reference zeroes the rows by hand
             k, v = (t.clone() for t in kv[layer])
             if "k" in component:
-                k[:, :, self.replacement.start : self.replacement.end] = 0
+                k[:, chosen, rows] = 0
             if "v" in component:
-                v[:, :, self.replacement.start : self.replacement.end] = 0
+                v[:, chosen, rows] = 0
             kv[layer] = (k, v)
         ref = cached_explicit_logits(self.model, replace(base, kv=kv), self.q_ids)
         got, full = _logits(self.model, h, self.question, [op, Full()])
@@ -249,6 +253,7 @@ def verify_operations(model: "Model", history: "History", question: str,
     checks.bias()
     for component in ("k", "v", "kv"):
         checks.zero(component)
+    checks.zero("kv", heads=(0,))  # one KV head's rows only
     checks.recomputes()
     checks.compact()
     checks.drop()
