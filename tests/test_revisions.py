@@ -17,7 +17,7 @@ from kvprobe.studies.revisions.data import generate_articles
 from kvprobe.studies.revisions.grading import JUDGE_LABELS, grade_run, make_judge, rule_grade
 from kvprobe.studies.revisions.history import body_name, header_name
 from kvprobe.studies.revisions.schema import RevisionsFormatError, dataset_sha256, load_revisions, save_revisions
-from kvprobe.studies.revisions.study import OPERATIONS, RevisionsStudy
+from kvprobe.studies.revisions.study import CONDITIONS, RevisionsStudy
 from kvprobe.studies.revisions.summary import summarize, write_summary
 from kvprobe.studies.common.runner import read_rows, run_study
 
@@ -161,8 +161,8 @@ def test_generated_histories_answer_their_questions(tmp_path):
 def test_bad_parameters_fail_before_a_model_loads(tmp_path):
     with pytest.raises(InvalidParameter, match="diff_unit"):
         RevisionsStudy(diff_unit="line")
-    with pytest.raises(InvalidParameter, match="operations"):
-        RevisionsStudy(operations=("full", "rebuild"))
+    with pytest.raises(InvalidParameter, match="condition_set"):
+        RevisionsStudy(condition_set=("full", "rebuild"))
     with pytest.raises(InvalidParameter, match="max_revisions"):
         RevisionsStudy(max_revisions=11)
     with pytest.raises(InvalidParameter, match="n_articles"):
@@ -195,7 +195,7 @@ def test_changed_text_mask_of_a_two_revision_fixture_hides_exactly_the_changed_t
     history = tiny.prefill(study.prompt(tiny, case))
     raw = study.conditions(tiny, case, history)
     conditions = {n: prepared(tiny, history, c) for n, c in raw.items()}
-    assert list(conditions) == list(OPERATIONS)
+    assert list(conditions) == list(CONDITIONS)
     changed = _tokens_overlapping(history, body_name(1), BRIDGE_CHANGED)
     assert changed and _hidden(conditions["changed-text"]) == changed
     body = set(history.span(body_name(1)).positions())
@@ -211,7 +211,7 @@ def test_run_on_the_fixture_grid_summary_and_determinism(tiny, tmp_path):
     study = RevisionsStudy(source=str(FIXTURE), max_new_tokens=3)
     info = run_study(study, tiny, tmp_path / "a", progress=False)
     rows = list(read_rows(tmp_path / "a"))
-    assert info.cases_run == 2 and len(rows) == 6 * len(OPERATIONS)
+    assert info.cases_run == 2 and len(rows) == 6 * len(CONDITIONS)
     assert {(r["article_id"], r["question_id"]) for r in rows if r["condition"] == "recompute"} == \
         {(a, q) for a in ("bridge", "mill") for q in ("q1", "q2", "q3")}
     assert all(r["outcome"] == rule_grade(r["output"], r["stop_reason"], r["answers"], r["options"]).outcome
@@ -253,7 +253,7 @@ def test_summary_counts_outcomes_and_paired_changes(tiny, tmp_path):
 
 def test_generated_run_labels_and_too_long_articles(tiny, tmp_path):
     study = RevisionsStudy(n_articles=1, min_words=40, max_words=80, max_new_tokens=2,
-                           operations=("full", "changed-text"))
+                           condition_set=("full", "changed-text"))
     run_study(study, tiny, tmp_path / "gen", progress=False)
     rows = list(read_rows(tmp_path / "gen"))
     assert len(rows) == 7 * 2 and {r["question_type"] for r in rows} == {"Simple", "History", "Multi-hop",

@@ -41,8 +41,8 @@ from .grading import RULE_GRADER, rule_grade
 from .history import changed_segments, question_text, segments, source_segments
 from .schema import QUESTION_TYPES, Article, RevisionsFormatError, dataset_sha256, load_revisions
 
-#: The paper's four operations (seed L6797-6801), in report order.
-OPERATIONS = ("full", "whole-source", "changed-text", "recompute")
+#: The paper's four operations (seed L6797-6801), in report order: the study's conditions.
+CONDITIONS = ("full", "whole-source", "changed-text", "recompute")
 #: The paper's answer budget (seed L6791: "a 1,024-token answer budget").
 MAX_NEW_TOKENS = 1024
 #: Tokens allowed for the chat template around the question when checking that a history fits.
@@ -88,7 +88,7 @@ class RevisionsStudy(HistoryStudy):
     #: Most words of a generated article's first revision.
     max_words: int = 200
     #: Operations to run (full, whole-source, changed-text, recompute).
-    operations: tuple[str, ...] = OPERATIONS
+    condition_set: tuple[str, ...] = CONDITIONS
     #: Diff unit of the changed-text mask: word, sentence or character (the paper leaves it open).
     diff_unit: str = "word"
     #: Question types to ask (Simple, History, Multi-hop, Counting, Ordering).
@@ -103,13 +103,13 @@ class RevisionsStudy(HistoryStudy):
     cases_per_batch: int = 1
 
     def __post_init__(self) -> None:
-        self.exclude, self.operations = tuple(self.exclude), tuple(self.operations)
+        self.exclude, self.condition_set = tuple(self.exclude), tuple(self.condition_set)
         self.question_types = tuple(self.question_types)
         require_at_least(self, n_articles=1, min_revisions=3, max_revisions=3, min_words=20, max_words=20,
                          max_new_tokens=1, cases_per_batch=1)
-        require_choices(self, operations=OPERATIONS, diff_unit=UNITS, question_types=QUESTION_TYPES)
-        if not self.operations or not self.question_types:
-            raise InvalidParameter("operations" if not self.operations else "question_types", "must not be empty")
+        require_choices(self, condition_set=CONDITIONS, diff_unit=UNITS, question_types=QUESTION_TYPES)
+        if not self.condition_set or not self.question_types:
+            raise InvalidParameter("condition_set" if not self.condition_set else "question_types", "must not be empty")
         if self.source == GENERATED:
             if self.n_articles is None:
                 raise InvalidParameter("n_articles", "the generated set needs a number of articles")
@@ -169,7 +169,7 @@ class RevisionsStudy(HistoryStudy):
                  "query": q.type, "skipped": "history_too_long", "history_tokens": int(len(ids)),
                  "prompt_sha256": rendered.sha256, "output": None, "stop_reason": None, "output_tokens": None,
                  "hidden_tokens": None, "displayed": None, "outcome": None, "explanation": None, "grader": None}
-                for q in asked for op in self.operations]
+                for q in asked for op in self.condition_set]
 
     def questions(self, model: kvprobe.Model, case: RevisionCase, history: kvprobe.History) -> list[Question]:
         """The article's questions of the chosen types; ``query`` is the type, ``info`` the question."""
@@ -190,7 +190,7 @@ class RevisionsStudy(HistoryStudy):
             "changed-text": kvprobe.Mask(changed, name="changed-text") if changed else kvprobe.Full(),
             "recompute": TextRecompute(sources) if sources else kvprobe.Full(),
         }
-        return {op: built[op] for op in self.operations}
+        return {op: built[op] for op in self.condition_set}
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
         """Record how many history tokens each operation hides or deletes."""

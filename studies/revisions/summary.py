@@ -31,7 +31,7 @@ from kvprobe.studies.common.answers import capped_first
 
 from .grading import GRADES, OUTCOMES, RULE_GRADER, read_grades
 from .schema import QUESTION_TYPES
-from .study import OPERATIONS
+from .study import CONDITIONS
 
 #: The paper's anchors: complete answers with EOS out of 853 source-answerable questions, the change
 #: against full access in points with its 95% interval, and capped answers (seed L6864-6872, L6888-6889).
@@ -94,7 +94,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
     all_rows = list(read_rows(out))
     rows = [r for r in all_rows if not r.get("skipped")]
     outcome, graders = _outcomes(rows, read_grades(grades) if grades is not None else None)
-    operations = ordered({r["condition"] for r in rows}, OPERATIONS)
+    operations = ordered({r["condition"] for r in rows}, CONDITIONS)
     keys = sorted({(r["case_id"], r["question_id"]) for r in rows if _answerable(r)})
     by_type = {}
     for qtype in ordered({r["question_type"] for r in rows}, QUESTION_TYPES):
@@ -176,7 +176,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         op = c["operation"]
         lines.append(table_row([op, c["n"], c["complete"], _change(c), c["partial"], c["wrong"], c["abstain"],
                                 c["unverifiable"], c["capped"], f"{summary['hidden_tokens_mean'].get(op, 0):.0f}",
-                                _paper(op) if op in OPERATIONS else ""]))
+                                _paper(op) if op in CONDITIONS else ""]))
     capped = "; ".join(f"{m.split()[0]} {a['capped']['full']} -> {a['capped']['whole-source']}"
                        for m, a in PAPER_ANCHORS.items())
     lines += ["", f"Paper, capped answers full -> whole-source: {capped} (of {PAPER_N}).", "",
