@@ -94,7 +94,8 @@ def check_capture(model: "Model", names: Sequence[str], layers: Sequence[int] | 
 
 
 def run_with_cache(model: "Model", history: "History", question: str, conditions: Mapping[str, Condition],
-                   names: Sequence[str] = NAMES, layers: Sequence[int] | None = None) -> dict[str, ActivationCache]:
+                   names: Sequence[str] = NAMES, layers: Sequence[int] | None = None,
+                   cross_checkpoint: bool = False) -> dict[str, ActivationCache]:
     """One forward of ``question`` after ``history`` with one row per condition; each row's internals.
 
     Everything is checked before the forward: capture names, layers, and each condition against the
@@ -103,7 +104,7 @@ def run_with_cache(model: "Model", history: "History", question: str, conditions
     chosen = check_capture(model, names, layers)
     arch = model.arch
     attention_layers = tuple(layer for layer in chosen if layer in arch.attention_layers)
-    states = prepare_states(model, [(history, Request(question, c)) for c in conditions.values()])
+    states = prepare_states(model, [(history, Request(question, c)) for c in conditions.values()], cross_checkpoint)
     rows = fork_rows(states, share=shares_history(model))
     suffix = suffix_ids(model, history, question)
     ids, valid = pad_suffix_block([suffix] * len(states), model.pad_id, model.device)

@@ -24,6 +24,7 @@ import torch
 
 from .access import Condition
 from .engine import ForwardOutput, Rows, RowState, fork_rows, pad_suffix_block, shares_history, traced_forward
+from .history import check_reader
 from .selection import KeySelector, SelectionAccess
 
 if TYPE_CHECKING:
@@ -92,12 +93,17 @@ class Answer:
     generation: Generation | None
 
 
-def prepare_states(model: "Model", items: Sequence[tuple["History", Request]]) -> list[RowState]:
+def prepare_states(model: "Model", items: Sequence[tuple["History", Request]],
+                   cross_checkpoint: bool = False) -> list[RowState]:
     """Each request's row state (its condition applied to its own view of its history).
 
     Conditions whose state does not depend on the question (all but gated biases)
     are prepared once per history, so a recompute runs once for all its questions.
+    Every history must have been prefilled by ``model`` (another load of the same weights
+    counts), or ``cross_checkpoint`` must say the read is meant (:func:`kvprobe.history.check_reader`).
     """
+    for history in {id(h): h for h, _ in items}.values():
+        check_reader(model, history, cross_checkpoint)
     states: list[RowState] = []
     done: dict[tuple[int, int], RowState] = {}
     for history, req in items:
@@ -122,13 +128,14 @@ def question_logits(
     conditions: Sequence[Condition],
     capture_attention: tuple[int, ...] = (),
     logits_to_keep: int = 0,
+    cross_checkpoint: bool = False,
 ) -> ForwardOutput:
     """One traced forward of ``question``'s suffix under each condition (one row each).
 
     The building block of checks and benchmarks: logits Float[len(conditions), L, V]
     and any captured attention probabilities.
     """
-    rows = fork_rows(prepare_states(model, [(history, Request(question, c)) for c in conditions]),
+    rows = fork_rows(prepare_states(model, [(history, Request(question, c)) for c in conditions], cross_checkpoint),
                      share=shares_history(model))
     ids, valid = pad_suffix_block([suffix_ids(model, history, question)] * len(conditions), model.pad_id, model.device)
     return traced_forward(model, rows, ids, valid, capture_attention=capture_attention,
@@ -224,6 +231,7 @@ def answer(
     items: Sequence[tuple["History", Request]],
     candidates: Sequence[Sequence[str]] | None = None,
     max_new_tokens: int = 0,
+    cross_checkpoint: bool = False,
 ) -> list[Answer]:
     """Score candidates after, and/or greedily answer, every (history, request) in one batch.
 
@@ -236,6 +244,8 @@ def answer(
         items: (history, request) pairs, one row each.
         candidates: per item, the strings to score (None: no scoring).
         max_new_tokens: answer budget (0: no generation).
+        cross_checkpoint: the histories may come from another checkpoint with the same tokenizer and
+            cache shapes (:func:`kvprobe.history.check_reader`); otherwise each must be ``model``'s own.
     """
     if candidates is None and max_new_tokens < 1:
         raise ValueError("nothing to do: give candidates to score and/or max_new_tokens >= 1")
@@ -243,7 +253,7 @@ def answer(
         raise ValueError("max_new_tokens must be at least 0")
     if candidates is not None:
         _check_candidates(candidates, len(items))
-    states = prepare_states(model, items)
+    states = prepare_states(model, items, cross_checkpoint)
     suffixes = [remaining_suffix(model, h, r.question, st) for (h, r), st in zip(items, states)]
     cand_ids = None if candidates is None else _candidate_ids(model, candidates)
     scores: list[CandidateScores | None] = [None] * len(items)
@@ -267,9 +277,11 @@ def score_candidates(
     history: "History",
     requests: Sequence[Request],
     candidates: Sequence[str],
+    cross_checkpoint: bool = False,
 ) -> list[CandidateScores]:
     """Score every candidate after every request's question, in one batch."""
-    answers = answer(model, [(history, r) for r in requests], [tuple(candidates)] * len(requests))
+    answers = answer(model, [(history, r) for r in requests], [tuple(candidates)] * len(requests),
+                     cross_checkpoint=cross_checkpoint)
     return [a.scores for a in answers]
 
 
@@ -278,11 +290,13 @@ def generate_greedy(
     history: "History",
     requests: Sequence[Request],
     max_new_tokens: int = 40,
+    cross_checkpoint: bool = False,
 ) -> list[Generation]:
     """Greedy decoding of every request in one batch; each row stops at EOS or the cap."""
     if max_new_tokens < 1:
         raise ValueError("max_new_tokens must be at least 1")
-    return [a.generation for a in answer(model, [(history, r) for r in requests], max_new_tokens=max_new_tokens)]
+    return [a.generation for a in answer(model, [(history, r) for r in requests], max_new_tokens=max_new_tokens,
+                                         cross_checkpoint=cross_checkpoint)]
 
 
 def reason_then_score(

@@ -10,8 +10,10 @@ the shared prefix.
 from __future__ import annotations
 
 import hashlib
+import json
+import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,6 +31,60 @@ _ROW = 1024
 #: An odd 64-bit multiplier (2^64 / golden ratio, as a signed int64): row weights ``(r * M + 1) mod 2^64``
 #: are distinct for every row.
 _WEIGHT = -7046029254386353131
+
+
+class ModelMismatchError(ValueError):
+    """A history is read by a model other than the one that prefilled it (and the call did not ask for a
+    cross-checkpoint read, or the two cannot share a cache)."""
+
+
+#: transformers model -> its weights fingerprint (weak keys: a copied model, a sibling, gets its own).
+_FINGERPRINTS: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+
+
+def weights_fingerprint(hf: Any, refresh: bool = False) -> str:
+    """SHA-256 of a transformers model's class, config and every parameter's :func:`tensor_checksum`.
+
+    Computed on the parameters' own devices, one host transfer at the end, once per model object
+    (``refresh``: again, after editing weights in place). Two loads of the same checkpoint have the
+    same fingerprint.
+    """
+    if refresh or hf not in _FINGERPRINTS:
+        sums = [tensor_checksum(p) for _, p in sorted(hf.named_parameters())]
+        blob = json.dumps([type(hf).__name__, hf.config.to_json_string(use_diff=False),
+                           [s.tolist() for s in sums]], sort_keys=True)
+        _FINGERPRINTS[hf] = hashlib.sha256(blob.encode()).hexdigest()
+    return _FINGERPRINTS[hf]
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """SHA-256 of a tokenizer's vocabulary (token -> id) and special tokens: equal for tokenizers that map
+    every text to the same ids."""
+    blob = json.dumps([sorted(tokenizer.get_vocab().items()), tokenizer.all_special_tokens], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def check_reader(model: "Model", history: "History", cross_checkpoint: bool = False) -> None:
+    """Refuse a history read by another model than its writer, before any forward.
+
+    The same model object, or another load of the same weights (:func:`weights_fingerprint`), may read
+    it. Another checkpoint may read it only when the call says so (``cross_checkpoint=True``), with the
+    same tokenizer (:func:`tokenizer_fingerprint`) and the same cached shapes in every layer.
+    """
+    writer = history.model
+    if writer is model or writer.hf is model.hf or history.model_fingerprint == model.fingerprint:
+        return
+    if not cross_checkpoint:
+        raise ModelMismatchError(
+            f"this history was prefilled by {writer.name!r} and is read by {model.name!r}, whose weights differ; "
+            "prefill it with the reading model, or pass cross_checkpoint=True to read another checkpoint's cache")
+    if tokenizer_fingerprint(writer.tokenizer) != tokenizer_fingerprint(model.tokenizer):
+        raise ModelMismatchError(f"cross-checkpoint read: {writer.name!r} and {model.name!r} have different "
+                                 "tokenizers, so the history's token ids mean different text to the reader")
+    shapes = [(s.kind, s.key_shape, s.value_shape) for s in writer.arch.layers]
+    if shapes != [(s.kind, s.key_shape, s.value_shape) for s in model.arch.layers]:
+        raise ModelMismatchError(f"cross-checkpoint read: {writer.name!r} and {model.name!r} cache different "
+                                 "layer types or K/V shapes")
 
 
 def tensor_checksum(t: torch.Tensor) -> torch.Tensor:
@@ -121,6 +177,11 @@ class History:
     digest: str
     recurrent: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     reused_tokens: int = 0
+
+    @property
+    def model_fingerprint(self) -> str:
+        """The weights fingerprint of the model that prefilled it (:func:`weights_fingerprint`)."""
+        return self.model.fingerprint
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])

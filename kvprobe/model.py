@@ -12,7 +12,7 @@ from .activations import NAMES as ACTIVATION_NAMES, ActivationCache, run_with_ca
 from .arch import ArchSummary, adapter_for
 from .decoding import CandidateScores, Generation, Request, generate_greedy, score_candidates
 from .engine import RowState, extend_state
-from .history import History, kv_digest
+from .history import History, kv_digest, weights_fingerprint
 from .prompts import Prompt, RenderedPrompt
 
 
@@ -34,6 +34,11 @@ class Model:
     def __init__(self, hf: Any, tokenizer: Any, *, name: str = "", source: str = "", weight_hash: str = ""):
         if not getattr(tokenizer, "is_fast", False):
             raise TypeError(f"model {name!r}: kvprobe needs a fast tokenizer (character offsets)")
+        rows = hf.get_input_embeddings().num_embeddings
+        if len(tokenizer) > rows:
+            raise ValueError(f"model {name!r}: its tokenizer has {len(tokenizer)} token ids but the embedding has "
+                             f"{rows} rows, so ids {rows}..{len(tokenizer) - 1} cannot be embedded (a tokenizer of "
+                             "another model?)")
         self.hf = hf.eval()
         self.tokenizer = tokenizer
         self.name, self.source, self.weight_hash = name, source, weight_hash
@@ -78,6 +83,12 @@ class Model:
     def pad_id(self) -> int:
         pad = self.tokenizer.pad_token_id
         return int(pad if pad is not None else min(self.eos_ids))
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 of the model's class, config and weights (:func:`kvprobe.history.weights_fingerprint`):
+        what a history's reader is checked against."""
+        return weights_fingerprint(self.hf)
 
     def layer_device(self, layer: int) -> torch.device:
         """The device of decoder layer ``layer``'s weights (where its cached K/V live)."""
@@ -171,15 +182,19 @@ class Model:
         question: str,
         candidates: Sequence[str],
         access: Condition | Mapping[str, Condition] | None = None,
+        cross_checkpoint: bool = False,
     ) -> CandidateScores | dict[str, CandidateScores]:
         """Teacher-forced summed log-probabilities (nats) of ``candidates`` after ``question``.
 
         With a single access condition returns one :class:`CandidateScores`; with a
         mapping ``name -> Condition`` scores all conditions in one batch and returns a dict.
+        ``cross_checkpoint``: ``history`` was prefilled by another checkpoint (same tokenizer and cache
+        shapes) and this model reads its cache; without it such a history is refused
+        (``kvprobe.history.ModelMismatchError``). The same holds for :meth:`generate` and :meth:`run_with_cache`.
         """
         conditions = _conditions(access)
         requests = [Request(question, a) for a in conditions.values()]
-        scores = score_candidates(self, history, requests, candidates)
+        scores = score_candidates(self, history, requests, candidates, cross_checkpoint)
         if not isinstance(access, Mapping):
             return scores[0]
         return dict(zip(conditions, scores))
@@ -190,6 +205,7 @@ class Model:
         question: str | Sequence[str],
         access: Condition | Mapping[str, Condition] | None = None,
         max_new_tokens: int = 40,
+        cross_checkpoint: bool = False,
     ) -> Generation | dict[str, Generation] | dict[str, list[Generation]]:
         """Greedy answers to one or several questions under one or several access conditions.
 
@@ -201,7 +217,8 @@ class Model:
         conditions = _conditions(access)
         questions = [question] if isinstance(question, str) else list(question)
         requests = [Request(q, a) for a in conditions.values() for q in questions]
-        outs = generate_greedy(self, history, requests, max_new_tokens=max_new_tokens)
+        outs = generate_greedy(self, history, requests, max_new_tokens=max_new_tokens,
+                               cross_checkpoint=cross_checkpoint)
         per_condition = {
             name: outs[i * len(questions) : (i + 1) * len(questions)] for i, name in enumerate(conditions)
         }
@@ -218,6 +235,7 @@ class Model:
         access: Condition | Mapping[str, Condition] | None = None,
         names: Sequence[str] = ACTIVATION_NAMES,
         layers: Sequence[int] | None = None,
+        cross_checkpoint: bool = False,
     ) -> dict[str, ActivationCache]:
         """The question's internals under each condition, as TransformerLens's ``run_with_cache``: one
         forward over the shared history with a row per condition, ``{name: ActivationCache}``.
@@ -232,7 +250,7 @@ class Model:
             caches["source"].hidden[-1]       # [question_tokens, d_model]
             caches["source"].attention[3]     # [heads, question_tokens, history + question keys]
         """
-        return run_with_cache(self, history, question, _conditions(access), names, layers)
+        return run_with_cache(self, history, question, _conditions(access), names, layers, cross_checkpoint)
 
     def run(self, history: History, requests: Sequence[Request], max_new_tokens: int = 40) -> list[Generation]:
         """Low-level batched generation: one :class:`Generation` per :class:`Request`."""

@@ -124,7 +124,13 @@ def test_union_of_eos_sets_stops_both_readers(llama, histories):
 
 
 def _wrapped(model: kvprobe.Model, tokenizer, name: str) -> kvprobe.Model:
-    return kvprobe.Model(model.hf, tokenizer, name=name, weight_hash="x")
+    """``model``'s weights with ``tokenizer`` (a copy with the embedding grown to the tokenizer's ids, as a
+    checkpoint trained with the extra tokens would have: kvprobe.Model refuses ids the embedding lacks)."""
+    hf = model.hf
+    if len(tokenizer) > hf.get_input_embeddings().num_embeddings:
+        hf = copy.deepcopy(hf)
+        hf.resize_token_embeddings(len(tokenizer))
+    return kvprobe.Model(hf, tokenizer, name=name, weight_hash="x")
 
 
 class _EmptyOffsetAt:

@@ -125,7 +125,7 @@ def read_caches(
         for h in histories:
             check_history_readable(h, reader)
     stop = frozenset(stop_ids) if stop_ids is not None else union_stop_ids(reader, *{h.model for h in histories})
-    answers = decoding.answer(with_stop_ids(reader, stop), items, max_new_tokens=max_new_tokens)
+    answers = decoding.answer(with_stop_ids(reader, stop), items, max_new_tokens=max_new_tokens, cross_checkpoint=True)
     for h in histories:
         if not h.check_digest():
             raise RuntimeError(f"the cache of a history written by {h.model.name!r} changed during a read by "
@@ -217,7 +217,8 @@ def verify_cross_read(writer_history: History, reader: Model, question: str,
     check_history_readable(writer_history, reader)
     access = access or Full()
     hidden = _hidden_positions(access, len(writer_history), writer_history.device)
-    traced = decoding.question_logits(reader, writer_history, question, [access]).logits[0].float()
+    traced = decoding.question_logits(reader, writer_history, question, [access],
+                                      cross_checkpoint=True).logits[0].float()
     suffix = decoding.suffix_ids(reader, writer_history, question)
     ref = cached_explicit_logits(reader, writer_history.base_state(), suffix, hidden=hidden).float()
     if not writer_history.check_digest():
