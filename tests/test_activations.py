@@ -20,6 +20,7 @@ from kvprobe import Full, Mask
 from kvprobe.decoding import suffix_ids
 from kvprobe.interventions import Compact, SoftBias, refusal
 from kvprobe.reference import cached_explicit_forward
+from kvprobe.transformers_api import output_cache
 from kvprobe.tiny import TINY_MODELS
 
 #: Relative to the largest magnitude compared (float32; the verify checks' 1e-4 on logits).
@@ -60,7 +61,7 @@ def test_run_with_cache_equals_a_plain_forward(name):
             probabilities = ref.attentions[layer if len(ref.attentions) == arch.num_layers else i][0]
             assert got.attention[layer].shape == probabilities.shape, (cname, layer)
             worst = max(worst, _close(got.attention[layer], probabilities))
-            reference_cache = ref.cache if hasattr(ref, "cache") else ref.past_key_values
+            reference_cache = output_cache(ref)
             k = reference_cache.layers[arch.layers[layer].kv_layer].keys[0, :, -len(suffix):]
             worst = max(worst, _close(got.keys[layer], k))
         assert torch.equal(got.tokens.cpu(), torch.tensor(suffix))

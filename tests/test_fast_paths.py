@@ -17,6 +17,7 @@ from kvprobe.engine import fork_rows, pad_suffix_block, traced_forward
 from kvprobe.reference import reference_score
 from kvprobe.slots import SPARE_SLOTS, SlotLayer
 from kvprobe.tiny import TINY_MODELS
+from kvprobe.transformers_api import cache_argument
 from transformers.models.llama.modeling_llama import eager_attention_forward
 
 from conftest import QUESTIONS, SEGMENTS, make_history
@@ -61,7 +62,7 @@ def test_slot_cache_equals_concatenating_cache_beyond_its_capacity(llama):
                 block = ids[:, t : t + 17]
                 got.append(traced_forward(llama, rows, block).logits)
             ref = llama.hf(input_ids=ids, position_ids=torch.arange(len(h), len(h) + n)[None],
-                           past_key_values=plain, use_cache=True).logits
+                           use_cache=True, **cache_argument(llama.hf, plain)).logits
     finally:
         llama.hf.set_attn_implementation(KVPROBE_SDPA)
     assert torch.allclose(torch.cat(got, dim=1), ref, atol=TOL)

@@ -10,6 +10,7 @@ from transformers import DynamicCache
 from kvprobe import Full, Mask, SpanError
 from kvprobe.tools.verify import verify_model
 from kvprobe.interventions import Compact, Drop, OperationError, Rebuild, TextRecompute, Zero
+from kvprobe.transformers_api import cache_argument
 
 from conftest import QUESTIONS, make_history
 
@@ -86,8 +87,8 @@ def test_gated_deltanet_rounding_depends_only_on_chunk_boundaries(hybrid):
         for T in (128, 100):
             one = hybrid.hf(input_ids=ids).logits[0, T:]
             cache = DynamicCache(config=hybrid.hf.config)
-            hybrid.hf(input_ids=ids[:, :T], past_key_values=cache, use_cache=True)
-            two = hybrid.hf(input_ids=ids[:, T:], past_key_values=cache, use_cache=True).logits[0]
+            hybrid.hf(input_ids=ids[:, :T], use_cache=True, **cache_argument(hybrid.hf, cache))
+            two = hybrid.hf(input_ids=ids[:, T:], use_cache=True, **cache_argument(hybrid.hf, cache)).logits[0]
             diffs[T] = float((two - one).abs().max())
     assert diffs[128] == 0.0
     assert 0.0 < diffs[100] <= 1e-4

@@ -19,6 +19,7 @@ from kvprobe.interventions import (
 )
 from kvprobe.tools.verify.operations import _max_kv_diff, prerope_keys, rope_with_model
 from kvprobe.tools.verify import LOGIT_TOLERANCE
+from kvprobe.transformers_api import cache_argument
 
 from conftest import QUESTIONS, make_history
 
@@ -250,7 +251,7 @@ def test_compacted_cache_generates_like_a_rebuilt_transformers_cache(tiny_model)
         step = torch.tensor([ids])
         for _ in range(STEPS):
             logits = tiny_model.hf(input_ids=step, position_ids=torch.arange(pos, pos + step.shape[1])[None],
-                                   past_key_values=cache, use_cache=True).logits
+                                   use_cache=True, **cache_argument(tiny_model.hf, cache)).logits
             pos += step.shape[1]
             tok = int(logits[0, -1].argmax())
             out.append(tok)

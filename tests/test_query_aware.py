@@ -27,6 +27,7 @@ from kvprobe.interventions.refreshkv import RefreshKV
 from kvprobe.decoding import Request, _run_questions, answer, remaining_suffix, suffix_ids
 from kvprobe.engine import traced_forward
 from kvprobe.selection import SelectionError
+from kvprobe.transformers_api import cache_argument, output_cache
 
 from conftest import QUESTIONS, make_history
 
@@ -276,7 +277,7 @@ def test_finch_matches_fresh_prefill_with_rope_at_compact_positions(name):
     for layer in model.arch.kv_layers:
         keep = brute_finch_keep(out.attentions[layer][0], T, w, prerope[layer].shape[1], budget - w)
         pre = torch.stack([prerope[layer][0, h, keep[h]] for h in range(keep.shape[0])])[None]
-        values = out.past_key_values.layers[layer].values
+        values = output_cache(out).layers[layer].values
         v = torch.stack([values[0, h, keep[h]] for h in range(keep.shape[0])])[None]
         k = model.adapter.apply_rope(model, layer, pre, torch.arange(budget))
         assert torch.allclose(state.kv[layer][0], k, atol=1e-4), (layer, (state.kv[layer][0] - k).abs().amax(dim=(0, 2, 3)))
@@ -285,7 +286,7 @@ def test_finch_matches_fresh_prefill_with_rope_at_compact_positions(name):
         cache.update(k, v, layer)
     with torch.inference_mode():
         ref = model.hf(input_ids=torch.tensor([[suffix[-1]]]), position_ids=torch.tensor([[budget]]),
-                       past_key_values=cache, use_cache=True).logits[0, -1].float()
+                       use_cache=True, **cache_argument(model.hf, cache)).logits[0, -1].float()
     assert torch.allclose(ours, ref, atol=TOL), (ours - ref).abs().max()
     assert (engine_logits(model, history, question, kvprobe.Full(), [])[0] - ours).abs().max() > 1e-3
 

@@ -23,6 +23,7 @@ from kvprobe.engine import fork_rows, pad_suffix_block, shares_history, traced_f
 from kvprobe.interventions import Compact, Rebuild, Zero
 from kvprobe.slots import SharedSlotLayer, SlotLayer
 from kvprobe.tiny import TINY_MODELS
+from kvprobe.transformers_api import cache_argument
 
 from conftest import QUESTIONS, SEGMENTS, make_history
 
@@ -277,4 +278,4 @@ def test_a_plain_forward_on_a_shared_cache_is_refused(llama):
     with pytest.raises(RuntimeError, match="only read inside"):
         with torch.inference_mode():
             llama.hf(input_ids=torch.tensor([[5], [6]]), position_ids=torch.full((2, 1), len(h)),
-                     past_key_values=rows.cache, use_cache=True)
+                     use_cache=True, **cache_argument(llama.hf, rows.cache))
