@@ -16,7 +16,8 @@ CHECKS = {"nnsight_mask_equals_explicit_4d", "empty_mask_equals_full", "prefix_d
           "masked_attention_zero", "cached_equals_one_pass", "condition_order_invariant",
           "batched_equals_single_rows", "sdpa_equals_eager", "shared_history_equals_per_row"}
 OPERATION_CHECKS = {"bias_equals_explicit_mask", "zero_bias_equals_full", "zero_k_equals_plain_forward",
-                    "zero_v_equals_plain_forward", "zero_kv_equals_plain_forward", "rebuild_equals_one_pass",
+                    "zero_v_equals_plain_forward", "zero_kv_equals_plain_forward", "zero_heads_equals_plain_forward",
+                    "rebuild_equals_one_pass",
                     "refresh_equals_one_pass", "online_mask_equals_one_pass", "segment_rebuild_equals_one_pass",
                     "compact_keys_equal_rope_at_new_positions", "drop_original_positions_equals_mask",
                     "text_recompute_equals_one_pass", "text_recompute_prefix_equals_fresh_prefill"}
