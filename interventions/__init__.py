@@ -19,6 +19,8 @@ condition's own copy of the cache; the shared history is never modified.
 | ``Quest(budget)`` / ``RecentPages(budget)`` | per query and head, only the chosen 16-token pages are read |
 | ``Finch(budget)`` | question-selected keys kept per head, re-rotated to compact positions |
 | ``RefreshKV(budget)`` | decoding reads a partial set, refreshed by occasional full steps |
+| ``HeadAblation(layer, heads, value)`` | chosen heads' outputs zeroed (or set to their history mean) after the history |
+| ``Patch(source, layer, positions)`` | the residual stream after a layer copied from another condition's row |
 
 ``capacity.matched_capacity`` gives the paper's matched budget K for a mask.
 
@@ -34,6 +36,7 @@ from ._base import OperationError, refusal
 from .bias import SessionOrderBias, SoftBias, session_gate
 from .capacity import matched_capacity
 from .compaction import Compact, Drop
+from .components import HeadAblation, Patch
 from .fact_map import FactMap, fact_map
 from .finch import Finch
 from .quest import Quest, RecentPages
@@ -50,9 +53,11 @@ __all__ = [
     "Compact",
     "Drop",
     "FactMap",
+    "HeadAblation",
     "Finch",
     "OnlineMask",
     "OperationError",
+    "Patch",
     "Quest",
     "RecentPages",
     "RefreshKV",

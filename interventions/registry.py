@@ -5,7 +5,8 @@ Grammar: ``NAME`` or ``NAME:ARG``, where ARG names segments of the history
 segments as ``A>B`` (pairs ``A>B,C>D``: each record hidden after its own replacement), or for
 ``rebuild-segments`` the source and the later segments to rebuild as ``A>note,B``, or for ``bias`` segment=value pairs (``A=-0.69,B=0``), or for the query-aware methods a capacity in tokens
 (``quest:128``, ``finch:128``, ``refreshkv:128``, ``recent-pages:128``), or for ``zero-heads`` segments and
-KV heads as ``A#0,1``.
+KV heads as ``A#0,1``, or for ``head-ablation`` a layer and query heads as ``3#0,1``, or for ``patch`` the
+source condition and the layer as ``full>3``.
 Every name, its builder, its reference check and the benchmarks that time it are one line of
 :data:`CONDITIONS`; ``kvprobe conditions``, the matrix's columns, the benchmarks' operations and the
 contract test (``tests/test_condition_contract.py``) are derived from it.
@@ -23,6 +24,7 @@ from kvprobe.prompts import SpanError
 
 from .bias import SoftBias
 from .compaction import Compact, Drop
+from .components import HeadAblation, Patch
 from .finch import Finch
 from .quest import Quest, RecentPages
 from .refreshkv import RefreshKV
@@ -83,6 +85,20 @@ def _zero_heads(h: "History", arg: str) -> Condition:
     if not sep or not heads.strip():
         raise SpanError("zero-heads needs SEGMENTS#HEADS, e.g. zero-heads:A#0 or zero-heads:A,B#0,1")
     return Zero(_spans(h, segments), "kv", heads=_layers(heads), name="zero-heads")
+
+
+def _head_ablation(h: "History", arg: str) -> Condition:
+    layer, sep, heads = arg.partition("#")
+    if not sep or not layer.strip().isdigit() or not heads.strip():
+        raise SpanError("head-ablation needs LAYER#HEADS, e.g. head-ablation:3#0,1")
+    return HeadAblation(int(layer), tuple(_layers(heads)))
+
+
+def _patch(h: "History", arg: str) -> Condition:
+    source, sep, layer = arg.partition(">")
+    if not sep or not source.strip() or not layer.strip().isdigit():
+        raise SpanError("patch needs SOURCE>LAYER (the condition whose residual stream is copied), e.g. patch:full>3")
+    return Patch(source.strip(), int(layer))
 
 
 def _bias(h: "History", arg: str) -> Condition:
@@ -164,6 +180,10 @@ CONDITIONS: dict[str, RegisteredCondition] = {
     "recompute-prefix": _C(lambda h, a: TextRecompute(_segments(a), stored_prefix=True),
                            "delete text, reuse the cached prefix, prefill the rest", "A",
                            "text_recompute_prefix_equals_fresh_prefill", matrix=True, benches=_ALL),
+    "head-ablation": _C(_head_ablation, "zero some attention heads' outputs in one layer (LAYER#HEADS)", "1#0,1",
+                        "tests/test_components.py::test_head_ablation_equals_a_hook_on_a_plain_forward"),
+    "patch": _C(_patch, "copy the residual stream after a layer from another condition's row (SOURCE>LAYER)",
+                "full>1", "tests/test_components.py::test_patch_equals_patching_by_hand"),
     "no-context": _C(lambda h, a: NoContext(), "weights only: the question after the prompt's framing, no history",
                      "", "tests/test_no_context.py::test_no_context_equals_a_plain_forward_of_the_question_alone"),
     "quest": _C(lambda h, a: Quest(budget=_capacity(a)), "Quest: read the K // 16 best 16-token pages per head (K)",

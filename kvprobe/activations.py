@@ -105,7 +105,7 @@ def run_with_cache(model: "Model", history: "History", question: str, conditions
     arch = model.arch
     attention_layers = tuple(layer for layer in chosen if layer in arch.attention_layers)
     states = prepare_states(model, [(history, Request(question, c)) for c in conditions.values()], cross_checkpoint)
-    rows = fork_rows(states, share=shares_history(model))
+    rows = fork_rows(states, share=shares_history(model), names=list(conditions))
     suffix = suffix_ids(model, history, question)
     ids, valid = pad_suffix_block([suffix] * len(states), model.pad_id, model.device)
     out = traced_forward(model, rows, ids, valid,

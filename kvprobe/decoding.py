@@ -136,7 +136,7 @@ def question_logits(
     and any captured attention probabilities.
     """
     rows = fork_rows(prepare_states(model, [(history, Request(question, c)) for c in conditions], cross_checkpoint),
-                     share=shares_history(model))
+                     share=shares_history(model), names=[c.name for c in conditions])
     ids, valid = pad_suffix_block([suffix_ids(model, history, question)] * len(conditions), model.pad_id, model.device)
     return traced_forward(model, rows, ids, valid, capture_attention=capture_attention,
                           logits_to_keep=logits_to_keep)
@@ -214,13 +214,13 @@ def remaining_suffix(model: "Model", history: "History", question: str, state: R
 
 
 def _run_questions(model: "Model", states: list[RowState], suffixes: list[list[int]],
-                   selector: KeySelector | None = None) -> tuple[Rows, torch.Tensor]:
+                   selector: KeySelector | None = None, names: Sequence[str] | None = None) -> tuple[Rows, torch.Tensor]:
     """Fork the rows and run each row's question suffix: (the rows, each row's last logits Float[B, V]).
 
     Rows read shared history copies where the model allows it (:func:`~kvprobe.engine.shares_history`);
     query-aware selections run on per-row copies (their selectors read every row's keys).
     """
-    rows = fork_rows(states, share=selector is None and shares_history(model))
+    rows = fork_rows(states, share=selector is None and shares_history(model), names=names)
     rows.selector = selector
     ids, valid = pad_suffix_block(suffixes, model.pad_id, model.device)
     return rows, traced_forward(model, rows, ids, valid, logits_to_keep=1).logits[:, -1].float()
@@ -260,7 +260,7 @@ def answer(
     generations: list[Generation | None] = [None] * len(items)
     for group in _row_groups(model, items, suffixes):
         rows, last = _run_questions(model, [states[i] for i in group], [suffixes[i] for i in group],
-                                    _selector(model, items, group))
+                                    _selector(model, items, group), [items[i][1].access.name for i in group])
         if cand_ids is not None:
             sums = _candidate_logprobs(model, rows, last, [cand_ids[i] for i in group])
             for r, i in enumerate(group):
@@ -345,7 +345,7 @@ def reason_then_score(
     out: list[tuple[Generation, CandidateScores] | None] = [None] * len(items)
     for group in _row_groups(model, items, suffixes):
         rows, last = _run_questions(model, [states[i] for i in group], [suffixes[i] for i in group],
-                                    _selector(model, items, group))
+                                    _selector(model, items, group), [items[i][1].access.name for i in group])
         toks = _greedy_from(model, rows, last, budget, stop_at_eos=False) if budget else [[] for _ in group]
         block = [t[-1:] + cue_ids for t in toks]  # the last continuation token was not fed back yet
         if block[0]:

@@ -24,7 +24,7 @@ layout of a batch"). Both layouts compute the same attention.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 from transformers import DynamicCache
@@ -69,6 +69,37 @@ def causal_block_allowed(model: "Model") -> bool:
             and all(t == FULL_ATTENTION for t in model.arch.distinct_layer_types if t in ATTENTION_LAYER_TYPES))
 
 
+@dataclass(frozen=True)
+class HeadEdit:
+    """Replace some attention heads' outputs (the input of the layer's output projection) for every token a
+    row runs after its history: zeros, or one fixed vector per head.
+
+    Attributes:
+        heads: query-head indices.
+        values: Float[len(heads), head_dim] each head's replacement, or None for zeros.
+    """
+
+    heads: tuple[int, ...]
+    values: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class ResidualPatch:
+    """Copy the residual stream after a layer from another row of the same batch, at question positions.
+
+    Attributes:
+        source: the name of the condition whose row is copied (it must be in the batch).
+        positions: indices into the question's tokens (0 = its first), or None for every question token.
+    """
+
+    source: str
+    positions: tuple[int, ...] | None = None
+
+
+class PatchError(ValueError):
+    """A residual patch names a source that is not in the batch, or rows whose questions differ in length."""
+
+
 @dataclass
 class RowState:
     """What one row of a batch starts from: a (possibly edited) cache and what later tokens may read.
@@ -94,6 +125,8 @@ class RowState:
             entries are ``(None, None)``. Masks never touch these layers; rows carry
             their own copies.
         info: free-form facts an operation reports (rows freed, prefix reused...).
+        head_edits: layer -> :class:`HeadEdit` applied to every token after the history (head ablation).
+        patches: layer -> :class:`ResidualPatch` applied once, in the question's forward.
     """
 
     kv: list[tuple[torch.Tensor, torch.Tensor]]
@@ -105,6 +138,8 @@ class RowState:
     bias: dict[int, torch.Tensor] = field(default_factory=dict)
     recurrent: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = field(default_factory=dict)
     info: dict = field(default_factory=dict)
+    head_edits: dict[int, HeadEdit] = field(default_factory=dict)
+    patches: dict[int, ResidualPatch] = field(default_factory=dict)
 
     @property
     def length(self) -> int:
@@ -144,6 +179,9 @@ class Rows:
         bias: layer index -> Float[B, S] additive logit bias in that layer.
         selector: query-aware key selection consulted inside every attention call
             (``kvprobe.selection``), or None.
+        head_edits: layer -> [(row, :class:`HeadEdit`)] applied in every forward.
+        patches: layer -> [(target row, source row, question positions or None)], applied in the next
+            forward only (the question's), then cleared.
     """
 
     cache: DynamicCache
@@ -152,6 +190,8 @@ class Rows:
     hidden: dict[int, torch.Tensor] = field(default_factory=dict)
     bias: dict[int, torch.Tensor] = field(default_factory=dict)
     selector: "KeySelector | None" = None
+    head_edits: dict[int, list[tuple[int, HeadEdit]]] = field(default_factory=dict)
+    patches: dict[int, list[tuple[int, int, tuple[int, ...] | None]]] = field(default_factory=dict)
 
     @property
     def batch_size(self) -> int:
@@ -170,7 +210,14 @@ class Rows:
         for table in (self.hidden, self.bias):
             picked: dict[int, torch.Tensor] = {}  # layers sharing one tensor keep sharing it
             tables.append({layer: picked.setdefault(id(t), t[indices]) for layer, t in table.items()})
-        return Rows(cache, self.key_pos[indices], self.key_valid[indices], tables[0], tables[1])
+        new_of_old: dict[int, list[int]] = {}
+        for new, old in enumerate(indices.tolist()):
+            new_of_old.setdefault(old, []).append(new)
+        head_edits = {layer: [(new, e) for row, e in edits for new in new_of_old.get(row, [])]
+                      for layer, edits in self.head_edits.items()}
+        # patches act in the question's forward only, which has run by the time rows are taken
+        return Rows(cache, self.key_pos[indices], self.key_valid[indices], tables[0], tables[1],
+                    head_edits={layer: e for layer, e in head_edits.items() if e})
 
     @property
     def length(self) -> int:
@@ -202,7 +249,7 @@ class Rows:
         """Keep only the rows ``keep`` (Long[B']) of the batch, in that order (e.g. drop finished rows)."""
         taken = self.take(keep)
         self.cache, self.key_pos, self.key_valid = taken.cache, taken.key_pos, taken.key_valid
-        self.hidden, self.bias = taken.hidden, taken.bias
+        self.hidden, self.bias, self.head_edits = taken.hidden, taken.bias, taken.head_edits
         if self.selector is not None:
             self.selector.keep_rows(keep)
 
@@ -247,7 +294,8 @@ def shares_history(model: "Model") -> bool:
             and model.arch.shared_history_refusal is None)
 
 
-def fork_rows(states: list[RowState], share: bool = False, spare: int = SPARE_SLOTS) -> Rows:
+def fork_rows(states: list[RowState], share: bool = False, spare: int = SPARE_SLOTS,
+              names: Sequence[str] | None = None) -> Rows:
     """Stack row states into one batch.
 
     Rows with fewer slots are padded at the end with invalid slots, which no
@@ -257,9 +305,11 @@ def fork_rows(states: list[RowState], share: bool = False, spare: int = SPARE_SL
     keeps one reference to each distinct pair and gives rows storage only for
     their new slots: B access-only rows over a T-token history then hold
     T + B x (new slots) instead of B x T (one row: no copy of its history). ``spare``: new slots allocated per row
-    before a buffer has to grow (a prefill passes its length).
+    before a buffer has to grow (a prefill passes its length). ``names``: each row's condition name, which
+    residual patches (:class:`ResidualPatch`) name their source row by.
     """
     n, S = len(states), max(s.length for s in states)
+    patches = _resolve_patches(states, names)
     cache = DynamicCache()
     cache.layers = []
     for layer in range(len(states[0].kv)):
@@ -283,7 +333,43 @@ def fork_rows(states: list[RowState], share: bool = False, spare: int = SPARE_SL
         key_valid=key_valid,
         hidden=_stack_per_layer([s.hidden for s in states], n, S, torch.bool, device),
         bias=_stack_per_layer([s.bias for s in states], n, S, torch.float32, device),
+        head_edits=_by_layer([(row, layer, e) for row, s in enumerate(states) for layer, e in s.head_edits.items()]),
+        patches=patches,
     )
+
+
+def _by_layer(entries: list[tuple[int, int, Any]]) -> dict[int, list[tuple[int, Any]]]:
+    out: dict[int, list[tuple[int, Any]]] = {}
+    for row, layer, value in entries:
+        out.setdefault(layer, []).append((row, value))
+    return out
+
+
+def _resolve_patches(states: list[RowState], names: Sequence[str] | None
+                     ) -> dict[int, list[tuple[int, int, tuple[int, ...] | None]]]:
+    """layer -> [(target row, source row, positions)] for the rows' residual patches.
+
+    The source row is named by its condition; where a condition has several rows (several questions),
+    the k-th row of the target reads the k-th row of the source (callers order each condition's rows alike).
+    """
+    out: dict[int, list[tuple[int, int, tuple[int, ...] | None]]] = {}
+    if not any(s.patches for s in states):
+        return out
+    rows_of: dict[str, list[int]] = {}
+    for row, name in enumerate(names or ()):
+        rows_of.setdefault(name, []).append(row)
+    for row, s in enumerate(states):
+        for layer, patch in s.patches.items():
+            if names is None or patch.source not in rows_of:
+                known = "no names were given" if names is None else f"the batch holds {sorted(rows_of)}"
+                raise PatchError(f"patch from {patch.source!r} at layer {layer}: that condition is not in the "
+                                 f"batch ({known}); run the source condition in the same call")
+            own, source = rows_of[names[row]], rows_of[patch.source]
+            if len(own) != len(source):
+                raise PatchError(f"patch from {patch.source!r}: {len(source)} rows for {len(own)} rows of "
+                                 f"{names[row]!r}; give both conditions the same questions")
+            out.setdefault(layer, []).append((row, source[own.index(row)], patch.positions))
+    return out
 
 
 def _attention_layer(kv: list[tuple[torch.Tensor, torch.Tensor]], length: int, share: bool, spare: int) -> SlotLayer:
@@ -438,7 +524,10 @@ def traced_forward(
     )
     if logits_to_keep:
         kwargs["logits_to_keep"] = logits_to_keep
-    touched = sorted(set(hidden) | set(rows.bias) | set(capture_attention) | set(capture_hidden))
+    patches = _patch_columns(rows.patches, query_valid)
+    rows.patches = {}  # a patch acts in the question's forward only
+    touched = sorted(set(hidden) | set(rows.bias) | set(capture_attention) | set(capture_hidden)
+                     | set(rows.head_edits) | set(patches))
     if rows.selector is not None:
         rows.selector.begin(rows, Q)
     context = ForwardContext(cache=rows.cache, kv_source=model.arch.kv_sources,
@@ -449,8 +538,8 @@ def traced_forward(
             return ForwardOutput(logits=logits)
         captured, hidden_states = {}, {}
         with model.nn.trace(**kwargs):
-            for layer in touched:
-                if layer in hidden or layer in rows.bias or layer in capture_attention:
+            for layer in touched:  # in execution order: attention mask, head outputs, attention, layer output
+                if layer in hidden or layer in rows.bias or layer in capture_attention or layer in rows.head_edits:
                     attn = model.attention_envoy(layer)
                 if layer in hidden or layer in rows.bias:
                     args, kw = attn.inputs
@@ -458,12 +547,49 @@ def traced_forward(
                         kw["attention_mask"], hidden.get(layer), rows.bias.get(layer), affected_rows, minimum
                     )
                     attn.inputs = (args, kw)
+                if layer in rows.head_edits:
+                    _edit_heads(attn.o_proj.input, rows.head_edits[layer], model.arch.num_heads)
                 if layer in capture_attention:
                     captured[layer] = attn.output[1].save()
+                if layer in patches:
+                    out = model.layer_envoy(layer).output
+                    for target, source in patches[layer]:
+                        out[target[0], target[1]] = out[source[0], source[1]]
                 if layer in capture_hidden:
                     hidden_states[layer] = model.layer_envoy(layer).output.save()
             logits = model.nn.output.logits.save()
     return ForwardOutput(logits=logits, attention=dict(captured), hidden=dict(hidden_states))
+
+
+def _edit_heads(projected: torch.Tensor, edits: list[tuple[int, HeadEdit]], num_heads: int) -> None:
+    """Set heads of rows of an output projection's input [B, Q, heads * head_dim] in place."""
+    size = projected.shape[-1] // num_heads
+    for row, edit in edits:
+        for i, head in enumerate(edit.heads):
+            columns = slice(head * size, (head + 1) * size)
+            projected[row, :, columns] = 0 if edit.values is None else edit.values[i].to(projected)
+
+
+def _patch_columns(patches: dict[int, list[tuple[int, int, tuple[int, ...] | None]]], query_valid: torch.Tensor
+                   ) -> dict[int, list[tuple[tuple[int, torch.Tensor], tuple[int, torch.Tensor]]]]:
+    """layer -> [((target row, its block columns), (source row, its block columns))]: question positions
+    as columns of the (left-padded) block, checked before the forward."""
+    out = {}
+    for layer, entries in patches.items():
+        for target, source, positions in entries:
+            own, theirs = (torch.nonzero(query_valid[r]).flatten() for r in (target, source))
+            if len(own) != len(theirs):
+                raise PatchError(f"patch at layer {layer}: the source row's question has {len(theirs)} tokens, "
+                                 f"the patched row's {len(own)}; patch between rows of the same question")
+            if positions is not None:
+                bad = [p for p in positions if not -len(own) <= p < len(own)]
+                if bad:
+                    raise PatchError(f"patch at layer {layer}: question positions {bad} out of range "
+                                     f"(the question has {len(own)} tokens)")
+                index = torch.tensor(positions, dtype=torch.long, device=own.device)
+                own, theirs = own[index], theirs[index]
+            out.setdefault(layer, []).append(((target, own), (source, theirs)))
+    return out
 
 
 #: Fold a hidden set that every attention layer shares into the model's masks (:func:`uniform_hidden`)
@@ -509,7 +635,8 @@ def extend_state(
     P = prefix.length
     if chunk_size is None:
         chunk_size = default_chunk_size(ids.device)
-    rows = fork_rows([replace(prefix, hidden={}, bias={})], spare=n)  # room for every new row: no regrowth
+    # room for every new row (no regrowth); the history's own tokens run without the row's component edits
+    rows = fork_rows([replace(prefix, hidden={}, bias={}, head_edits={}, patches={})], spare=n)
     # A prefill from nothing on an accelerator: one block through the causal kernel (CAUSAL_KERNEL_DEVICES).
     causal = (P == 0 and hidden is None and layers is None and n > 0 and not prefix.recurrent
               and causal_block_allowed(model) and int(positions[0]) == 0 and int(positions[-1]) == n - 1)

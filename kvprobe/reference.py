@@ -14,6 +14,7 @@ references cover conditions that mask all attention layers.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 import torch
@@ -192,7 +193,7 @@ def cached_explicit_forward(
         columns = torch.cat([bias.to(device), torch.zeros(L, device=device)]).to(model.dtype)
         mask = ({t: None if m is None else m + columns for t, m in mask.items()} if isinstance(mask, dict)
                 else mask + columns)
-    cache = fork_rows([state]).cache  # a plain copy of the cache
+    cache = fork_rows([replace(state, head_edits={}, patches={})]).cache  # a plain copy of the cache
     with torch.inference_mode(), transformers_eager(model):
         return model.hf(
             input_ids=torch.tensor([list(suffix)], dtype=torch.long, device=device),

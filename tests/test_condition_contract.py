@@ -17,8 +17,8 @@ import dataclasses
 import pytest
 
 from conftest import QUESTIONS, make_history
-from kvprobe import Condition
-from kvprobe.interventions import CONDITIONS, SoftBias, TextRecompute, parse_condition
+from kvprobe import Condition, Full
+from kvprobe.interventions import CONDITIONS, OperationError, SoftBias, TextRecompute, parse_condition
 from kvprobe.tools.verify import verify_model
 from kvprobe.prompts import SpanError, TokenSpan
 from kvprobe.selection import SelectionAccess
@@ -38,6 +38,8 @@ def broken(condition: Condition, h) -> tuple[type[Exception], str, object] | Non
         return SpanError, "appendix", lambda: dataclasses.replace(condition, segments=("appendix",))
     if isinstance(condition, SoftBias):
         return SpanError, "outside the history", lambda: dataclasses.replace(condition, values=((len(h) + 2, -0.69),))
+    if "layer" in given:  # head ablation, patching: a layer the model does not have
+        return OperationError, "layer 99", lambda: dataclasses.replace(condition, layer=99)
     if "budget" in given:
         return (ValueError, SpanError), "budget must be at least 1|smaller than the observation window", \
             lambda: dataclasses.replace(condition, budget=0 if isinstance(condition, SelectionAccess) else 1)
@@ -77,7 +79,8 @@ def test_condition_contract(name, llama, verified):
         error, message, build = bad
         with pytest.raises(error, match=message):
             build().prepare(llama, h, QUESTIONS[0])
+    batch = {"full": Full(), name: access}  # with full access beside it (a patch's source)
     if not isinstance(access, SelectionAccess):
-        llama.score(h, QUESTIONS[0], CANDIDATES, access={name: access})
-    llama.generate(h, QUESTIONS[0], access={name: access}, max_new_tokens=2)
+        llama.score(h, QUESTIONS[0], CANDIDATES, access=batch)
+    llama.generate(h, QUESTIONS[0], access=batch, max_new_tokens=2)
     assert h.check_digest(), f"{name} changed the shared history"
