@@ -23,8 +23,9 @@ layout of a batch"). Both layouts compute the same attention.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 from transformers import DynamicCache
@@ -491,6 +492,84 @@ def traced_forward(
             valid and nothing hidden (a prefill's only chunk): attention runs SDPA's causal kernel
             without building a [Q, Q] mask (:func:`causal_block_allowed` must hold).
     """
+    plan = plan_forward(model, rows, input_ids, query_valid, query_pos, capture_attention, logits_to_keep,
+                        affected_rows, new_hidden, capture_hidden, causal_block)
+    hidden, bias = plan.hidden, rows.bias
+    with torch.inference_mode(), selection.active(rows.selector), forward_context(plan.context):
+        if not plan.touched:
+            logits = model.hf(**plan.kwargs).logits
+            return ForwardOutput(logits=logits)
+        captured, hidden_states = {}, {}
+        with model.nn.trace(**plan.kwargs):
+            for layer in plan.touched:  # in execution order: attention mask, head outputs, attention, layer output
+                if layer in hidden or layer in bias or layer in capture_attention or layer in plan.head_edits:
+                    attn = model.attention_envoy(layer)
+                if layer in hidden or layer in bias:
+                    args, kw = attn.inputs
+                    kw["attention_mask"] = plan.edit_mask(layer, kw["attention_mask"])
+                    attn.inputs = (args, kw)
+                if layer in plan.head_edits:
+                    _edit_heads(attn.o_proj.input, plan.head_edits[layer], model.arch.num_heads)
+                if layer in capture_attention:
+                    captured[layer] = attn.output[1].save()
+                if layer in plan.patches:
+                    _patch_rows(model.layer_envoy(layer).output, plan.patches[layer])
+                if layer in capture_hidden:
+                    hidden_states[layer] = model.layer_envoy(layer).output.save()
+            logits = model.nn.output.logits.save()
+    return ForwardOutput(logits=logits, attention=dict(captured), hidden=dict(hidden_states))
+
+
+@dataclass
+class ForwardPlan:
+    """Everything one forward of new tokens needs, worked out before it runs (:func:`plan_forward`).
+
+    Attributes:
+        kwargs: what the transformers model is called with (ids, 4-D masks, positions, the batch's cache).
+        hidden: layer -> Bool[B, S] slots each layer still hides inside the forward (empty when the
+            hidden set was folded into the masks).
+        bias: layer -> Float[B, S] logit bias added inside the forward.
+        affected_rows: Bool[B, Q] tokens the hidden slots and biases apply to, or None for all.
+        minimum: the dtype's minimum (a hidden slot's logit).
+        head_edits: layer -> [(row, HeadEdit)].
+        patches: layer -> [((target row, its block columns), (source row, its block columns))].
+        context: what kvprobe's attention reads during the forward.
+        touched: layers whose forward something edits or captures (ascending).
+    """
+
+    kwargs: dict[str, Any]
+    hidden: dict[int, torch.Tensor]
+    bias: dict[int, torch.Tensor]
+    affected_rows: torch.Tensor | None
+    minimum: float
+    head_edits: dict[int, list[tuple[int, HeadEdit]]]
+    patches: dict[int, list[tuple[tuple[int, torch.Tensor], tuple[int, torch.Tensor]]]]
+    context: ForwardContext
+    touched: list[int]
+
+    def edit_mask(self, layer: int, mask: torch.Tensor) -> torch.Tensor:
+        """Layer ``layer``'s additive mask with its bias added and its hidden slots hidden."""
+        return _edit_mask(mask, self.hidden.get(layer), self.bias.get(layer), self.affected_rows, self.minimum)
+
+
+def plan_forward(
+    model: "Model",
+    rows: Rows,
+    input_ids: torch.Tensor,
+    query_valid: torch.Tensor | None = None,
+    query_pos: torch.Tensor | None = None,
+    capture_attention: tuple[int, ...] = (),
+    logits_to_keep: int = 0,
+    affected_rows: torch.Tensor | None = None,
+    new_hidden: torch.Tensor | None = None,
+    capture_hidden: tuple[int, ...] = (),
+    causal_block: bool = False,
+) -> ForwardPlan:
+    """Register the new slots in ``rows`` and plan the forward (arguments as :func:`traced_forward`'s).
+
+    Bad patches (a source row whose question differs in length, positions out of range) are refused
+    here, before anything runs.
+    """
     B, Q = input_ids.shape
     if query_valid is None:
         query_valid = torch.ones(B, Q, dtype=torch.bool, device=input_ids.device)
@@ -499,6 +578,8 @@ def traced_forward(
                  else torch.zeros(B, dtype=torch.long, device=input_ids.device))
         offsets = torch.cumsum(query_valid.long(), dim=1) - 1
         query_pos = start[:, None] + offsets.clamp(min=0)
+    patches = _patch_columns(rows.patches, query_valid)
+    rows.patches = {}  # a patch acts in the question's forward only
     rows.append_slots(query_pos, query_valid, new_hidden)
     minimum = torch.finfo(model.dtype).min
     if causal_block:  # a placeholder the attention ignores (ForwardContext.causal); no [Q, Q] tensor is made
@@ -514,51 +595,58 @@ def traced_forward(
         # same logits, bit for bit) and run without a trace. Decode steps are launch-bound on a GPU.
         masks = {t: _edit_mask(m, folded, None, affected_rows, minimum) for t, m in masks.items()}
         hidden = {}
-    mask_arg = mask_argument(model.arch, masks)
     kwargs = dict(
         input_ids=input_ids,
-        attention_mask=mask_arg,
+        attention_mask=mask_argument(model.arch, masks),
         position_ids=query_pos,
         use_cache=True,
         **cache_argument(model.hf, rows.cache),
     )
     if logits_to_keep:
         kwargs["logits_to_keep"] = logits_to_keep
-    patches = _patch_columns(rows.patches, query_valid)
-    rows.patches = {}  # a patch acts in the question's forward only
     touched = sorted(set(hidden) | set(rows.bias) | set(capture_attention) | set(capture_hidden)
                      | set(rows.head_edits) | set(patches))
     if rows.selector is not None:
         rows.selector.begin(rows, Q)
     context = ForwardContext(cache=rows.cache, kv_source=model.arch.kv_sources,
                              probabilities=frozenset(capture_attention), causal=causal_block)
-    with torch.inference_mode(), selection.active(rows.selector), forward_context(context):
-        if not touched:
-            logits = model.hf(**kwargs).logits
-            return ForwardOutput(logits=logits)
-        captured, hidden_states = {}, {}
-        with model.nn.trace(**kwargs):
-            for layer in touched:  # in execution order: attention mask, head outputs, attention, layer output
-                if layer in hidden or layer in rows.bias or layer in capture_attention or layer in rows.head_edits:
-                    attn = model.attention_envoy(layer)
-                if layer in hidden or layer in rows.bias:
-                    args, kw = attn.inputs
-                    kw["attention_mask"] = _edit_mask(
-                        kw["attention_mask"], hidden.get(layer), rows.bias.get(layer), affected_rows, minimum
-                    )
-                    attn.inputs = (args, kw)
-                if layer in rows.head_edits:
-                    _edit_heads(attn.o_proj.input, rows.head_edits[layer], model.arch.num_heads)
-                if layer in capture_attention:
-                    captured[layer] = attn.output[1].save()
-                if layer in patches:
-                    out = model.layer_envoy(layer).output
-                    for target, source in patches[layer]:
-                        out[target[0], target[1]] = out[source[0], source[1]]
-                if layer in capture_hidden:
-                    hidden_states[layer] = model.layer_envoy(layer).output.save()
-            logits = model.nn.output.logits.save()
-    return ForwardOutput(logits=logits, attention=dict(captured), hidden=dict(hidden_states))
+    return ForwardPlan(kwargs, hidden, rows.bias, affected_rows, minimum, rows.head_edits, patches, context, touched)
+
+
+@contextmanager
+def hooked_edits(model: "Model", plan: ForwardPlan) -> Iterator[None]:
+    """The plan's edits (hidden slots and biases, head outputs, residual patches) as torch hooks on the
+    model's modules, for a forward kvprobe does not trace itself (``Model.trace``: the user's nnsight
+    trace). The edits are the ones :func:`traced_forward` applies through nnsight, through the same
+    functions."""
+    handles = []
+    try:
+        for layer in plan.touched:
+            attention = model.hf.model.layers[layer].self_attn
+            if layer in plan.hidden or layer in plan.bias:
+                def edit_mask(_module, args, kwargs, layer=layer):
+                    kwargs["attention_mask"] = plan.edit_mask(layer, kwargs["attention_mask"])
+                    return args, kwargs
+                handles.append(attention.register_forward_pre_hook(edit_mask, with_kwargs=True))
+            if layer in plan.head_edits:
+                def edit_heads(_module, args, edits=plan.head_edits[layer]):
+                    _edit_heads(args[0], edits, model.arch.num_heads)
+                handles.append(attention.o_proj.register_forward_pre_hook(edit_heads))
+            if layer in plan.patches:
+                def patch(_module, _args, output, entries=plan.patches[layer]):
+                    _patch_rows(output, entries)
+                handles.append(model.hf.model.layers[layer].register_forward_hook(patch))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _patch_rows(output: Any, entries: list[tuple[tuple[int, torch.Tensor], tuple[int, torch.Tensor]]]) -> None:
+    """Copy source rows' columns of a decoder layer's output (a tensor, or a tuple starting with one) in place."""
+    x = output[0] if isinstance(output, tuple) else output
+    for (target, columns), (source, from_columns) in entries:
+        x[target, columns] = x[source, from_columns]
 
 
 def _edit_heads(projected: torch.Tensor, edits: list[tuple[int, HeadEdit]], num_heads: int) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-import nnsight
 import torch
 
 from .access import Condition, Full
@@ -14,6 +13,7 @@ from .decoding import CandidateScores, Generation, Request, generate_greedy, sco
 from .engine import RowState, extend_state
 from .history import History, kv_digest, weights_fingerprint
 from .prompts import Prompt, RenderedPrompt
+from .tracing import ModelEnvoy, Trace
 
 
 class Model:
@@ -44,7 +44,7 @@ class Model:
         self.name, self.source, self.weight_hash = name, source, weight_hash
         self.adapter = adapter_for(hf.config)
         self.arch: ArchSummary = self.adapter.summary(hf.config)
-        self.nn = nnsight.NNsight(self.hf)
+        self.nn = ModelEnvoy(self.hf, tokenizer)  # nnsight's envoys; nn.trace("text") tokenizes
         self._layers = self.nn.model.layers
         self.share_history = True
 
@@ -251,6 +251,26 @@ class Model:
             caches["source"].attention[3]     # [heads, question_tokens, history + question keys]
         """
         return run_with_cache(self, history, question, _conditions(access), names, layers, cross_checkpoint)
+
+    def trace(
+        self,
+        history: History,
+        question: str,
+        access: Condition | Mapping[str, Condition] | None = None,
+        candidates: Sequence[str] | None = None,
+        cross_checkpoint: bool = False,
+    ) -> Trace:
+        """An nnsight trace over kvprobe's batch: one row per condition over the shared history, every
+        condition already applied; ``m.nn``'s envoys inside, ``t.row(name)``, ``t.positions``; after the
+        block ``t.logits[name]`` and, with ``candidates``, ``t.scores[name]`` (:mod:`kvprobe.tracing`).
+
+        Example::
+
+            with m.trace(h, q, access={"full": Full(), "source": Mask(h.span("A"))}) as t:
+                x = m.nn.model.layers[3].output[t.row("source")].save()
+            t.logits["source"]
+        """
+        return Trace(self, history, question, _conditions(access), candidates, cross_checkpoint)
 
     def run(self, history: History, requests: Sequence[Request], max_new_tokens: int = 40) -> list[Generation]:
         """Low-level batched generation: one :class:`Generation` per :class:`Request`."""
