@@ -13,8 +13,8 @@ import kvprobe
 from kvprobe.studies.cross_checkpoint.checks import CompatibilityError, check_compatible
 from kvprobe.studies.cross_checkpoint.reading import (LOGIT_TOLERANCE, answer_content, cross_read, full_forward_first_token,
                                               is_invalid, read_caches, reference_cross_generate, verify_cross_read)
-from kvprobe.studies.cross_checkpoint.siblings import (SiblingPair, fake_int8, int8_sibling, make_sibling, perturbed_sibling,
-                                               rounded_sibling)
+from kvprobe.siblings import fake_int8, int8_sibling, perturbed_sibling, rounded_sibling
+from kvprobe.studies.cross_checkpoint.siblings import SiblingPair, make_sibling
 from kvprobe.studies.cross_checkpoint.similarity import cache_similarity, recurrent_similarity
 from kvprobe.studies.cross_checkpoint.study import CrossCheckpointStudy
 from kvprobe.studies.cross_checkpoint.summary import write_summary

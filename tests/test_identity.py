@@ -19,7 +19,7 @@ def test_another_load_of_the_same_weights_may_read(llama):
 
 
 def test_another_checkpoint_is_refused_unless_the_read_is_cross_checkpoint(llama):
-    from kvprobe.studies.cross_checkpoint.siblings import perturbed_sibling
+    from kvprobe.siblings import perturbed_sibling
 
     sibling = perturbed_sibling(llama, scale=1e-3, seed=1)
     assert sibling.fingerprint != llama.fingerprint
