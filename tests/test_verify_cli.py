@@ -20,7 +20,9 @@ OPERATION_CHECKS = {"bias_equals_explicit_mask", "zero_bias_equals_full", "zero_
                     "rebuild_equals_one_pass",
                     "refresh_equals_one_pass", "online_mask_equals_one_pass", "segment_rebuild_equals_one_pass",
                     "compact_keys_equal_rope_at_new_positions", "drop_original_positions_equals_mask",
-                    "text_recompute_equals_one_pass", "text_recompute_prefix_equals_fresh_prefill"}
+                    "text_recompute_equals_one_pass", "text_recompute_prefix_equals_fresh_prefill",
+                    "head_ablation_equals_hooked_forward", "head_mean_ablation_equals_hooked_forward",
+                    "patch_equals_patching_by_hand", "run_with_cache_equals_plain_forward", "trace_equals_kvprobe_forward"}
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -49,6 +49,7 @@ from kvprobe.access import Condition, Full, Mask
 from kvprobe.decoding import question_logits, suffix_ids
 from kvprobe.prompts import SpanError
 from kvprobe.reference import cached_explicit_logits, reference_hidden_kv, reference_logits
+from . import internals
 from .access import CheckResult, precision_floor, scaled_tolerance, verify_access
 
 from kvprobe.interventions._base import OperationError
@@ -258,6 +259,9 @@ def verify_operations(model: "Model", history: "History", question: str,
     checks.compact()
     checks.drop()
     checks.text_recompute()
+    internals.capture(checks)
+    internals.head_ablation(checks)
+    internals.patch(checks)
     return checks.results
 
 
