@@ -3,14 +3,21 @@
 * ``capture.encode(model, specs)``: one traced forward per batch of records;
   K/V read from the cache, hidden states captured with nnsight.
 * ``store.extract(model, dataset, cases, out)``: resumable, crash-safe writing of
-  one ``/{model}/{dataset}`` group; ``store.FeatureStore`` reads it lazily.
+  one ``/{model}/{dataset}`` group (the recognition datasets, ``kvprobe extract``).
+* ``featurestore.FeatureStore``: open (``FeatureStore(path)``) or create
+  (``FeatureStore.create(path)``) a store, add your own :class:`Pair` list
+  (``store.add(model, pairs, name=...)``), read a group (``store[name]``: a
+  :class:`StoreGroup` with ``keys(layer)``, ``values(layer)``, ``hidden(layer)``,
+  ``labels``, ``groups``, ``splits``, ``provenance``).
 * ``remote.NnsightEncoder``: the same features through plain nnsight traces
   (this process, or NDIF for models too large to load here).
 * ``kvprobe bench extract`` times this package: ``kvprobe.tools.bench.extract``.
 """
 
-from .capture import JOINT_SEPARATOR, Encoding, RecordSpec, encode
-from .store import CaseScore, FeatureStore, StoreError, StoreGroup, extract, model_key
+from .capture import JOINT_SEPARATOR, Edit, Encoding, RecordSpec, encode
+from .featurestore import FeatureStore, StoreGroup
+from .pairs import Pair, PairError
+from .store import CaseScore, StoreError, extract, model_key
 
-__all__ = ["JOINT_SEPARATOR", "CaseScore", "Encoding", "FeatureStore", "RecordSpec", "StoreError", "StoreGroup",
-           "encode", "extract", "model_key"]
+__all__ = ["JOINT_SEPARATOR", "CaseScore", "Edit", "Encoding", "FeatureStore", "Pair", "PairError", "RecordSpec",
+           "StoreError", "StoreGroup", "encode", "extract", "model_key"]

@@ -71,7 +71,13 @@ name, then renamed) under ``STORE.parts/``; a rerun skips finished shards. When
 every shard exists the group is assembled into a copy of the store that
 replaces the store by an atomic rename, so the store is always either the old
 or the new complete file. A group already in the store is never overwritten
-unless asked.
+unless asked; asked (``overwrite``), the group's unfinished shards of an earlier
+run are discarded too, so a changed configuration starts afresh. Groups added from
+Python (``FeatureStore.add``) are not resumable: a failed or interrupted add removes
+its shards and leaves the store as it was.
+
+Reading, and adding groups of your own pairs: :mod:`kvprobe.extract.featurestore`
+(``FeatureStore``, ``StoreGroup``).
 
 With a Ray :class:`~kvprobe.workers.WorkerPool` the batches are encoded on
 workers (batches dealt by the stable hashes of their first records' keys);
@@ -203,6 +209,7 @@ def extract(
     pool: "WorkerPool | None" = None,
     encoder: "NnsightEncoder | None" = None,
     edit: Edit | None = None,
+    resume: bool = True,
 ) -> Path:
     """Encode every record of ``cases`` with ``model`` into group ``/{model}/{dataset}`` of store ``out``.
 
@@ -215,7 +222,12 @@ def extract(
     every worker under Ray) or a function of the model computing one float per case,
     stored as ``cases/scores/{name}``.
     Resumes from ``out.parts/`` after an interruption; the store is replaced atomically
-    once the group is complete. Returns the store path.
+    once the group is complete. Returns the store path. ``overwrite``: replace the group if
+    the store holds it, and start afresh: an earlier run's unfinished shards of this group
+    are discarded (without it a rerun resumes from them, and shards of another
+    configuration raise :class:`StoreError`). ``resume=False`` (``FeatureStore.add``):
+    no resumption either way; earlier shards are discarded, and a failed or interrupted
+    run removes its own, so it leaves nothing behind.
 
     ``pool``: encode on Ray workers instead (``model`` may then be None): batch ``b``
     goes to the worker :func:`kvprobe.sharding.assign_shards` gives its first record's
@@ -263,33 +275,52 @@ def extract(
     specs, case_rows = records_of(cases)
     if edit is not None:
         specs, case_rows = joint_records_only(specs, case_rows)
-    parts = out.with_name(out.name + ".parts") / group.replace("/", "__")
-    _check_parts_config(parts, config)
-    batches = [specs[i : i + batch_size] for i in range(0, len(specs), batch_size)]
-    todo = [b for b in range(len(batches)) if not _shard(parts, b).exists()]
-    bar = _progress(len(batches), len(batches) - len(todo), f"extract {group}", progress)
-    if encoder is not None:
-        shards: Iterator[tuple[int, bytes]] = ((b, _shard_bytes(batches[b], encoder(batches[b]), config))
-                                               for b in todo)
-    elif pool is None:
-        shards = ((b, encode_shard(model, config, batches[b], edit)) for b in todo)
-    else:
-        units = [(batches[b][0].key, (batches[b],)) for b in todo]
-        pool.warn_if_idle(len(units), "lower --batch-size to split the records into more batches")
-        shards = ((todo[i], data) for i, data in pool.map_sharded(encode_shard, units, shared=config))
-    for b, data in shards:
-        _write_bytes(_shard(parts, b), data)
-        bar.update(1)
-    bar.close()
-    scores = {name: _case_score(parts, name, compute, cases, model, pool)
-              for name, compute in (case_scores or {}).items()}
-    provenance = {**provenance, "edit": json.dumps(edit.describe() if edit else None)}
-    _assemble(out, group, provenance, cases, specs, case_rows, [_shard(parts, b) for b in range(len(batches))],
-              config, dataset_info or {}, overwrite, scores)
-    shutil.rmtree(parts)
+    parts = parts_dir(out, group)
+    if overwrite or not resume:
+        discard_parts(parts)
+    try:
+        _check_parts_config(parts, config)
+        batches = [specs[i : i + batch_size] for i in range(0, len(specs), batch_size)]
+        todo = [b for b in range(len(batches)) if not _shard(parts, b).exists()]
+        bar = _progress(len(batches), len(batches) - len(todo), f"extract {group}", progress)
+        if encoder is not None:
+            shards: Iterator[tuple[int, bytes]] = ((b, _shard_bytes(batches[b], encoder(batches[b]), config))
+                                                   for b in todo)
+        elif pool is None:
+            shards = ((b, encode_shard(model, config, batches[b], edit)) for b in todo)
+        else:
+            units = [(batches[b][0].key, (batches[b],)) for b in todo]
+            pool.warn_if_idle(len(units), "lower --batch-size to split the records into more batches")
+            shards = ((todo[i], data) for i, data in pool.map_sharded(encode_shard, units, shared=config))
+        for b, data in shards:
+            _write_bytes(_shard(parts, b), data)
+            bar.update(1)
+        bar.close()
+        scores = {name: _case_score(parts, name, compute, cases, model, pool)
+                  for name, compute in (case_scores or {}).items()}
+        provenance = {**provenance, "edit": json.dumps(edit.describe() if edit else None)}
+        shard_paths = [_shard(parts, b) for b in range(len(batches))]
+        _assemble(out, group, provenance, cases, specs, case_rows, shard_paths, config, dataset_info or {},
+                  overwrite, scores)
+    except BaseException:
+        if not resume:
+            discard_parts(parts)
+        raise
+    discard_parts(parts)
+    return out
+
+
+def parts_dir(out: Path, group: str) -> Path:
+    """Where the unfinished shards of ``group`` live: ``STORE.parts/{model}__{dataset}``."""
+    return out.with_name(out.name + ".parts") / group.replace("/", "__")
+
+
+def discard_parts(parts: Path) -> None:
+    """Remove a group's shard folder, and ``STORE.parts/`` once it holds no other group's."""
+    if parts.exists():
+        shutil.rmtree(parts)
     if parts.parent.exists() and not any(parts.parent.iterdir()):
         parts.parent.rmdir()
-    return out
 
 
 def _shard(parts: Path, b: int) -> Path:
@@ -349,7 +380,8 @@ def _check_parts_config(parts: Path, config: ExtractConfig) -> None:
         found = path.read_text()
         if found != config.to_json():
             raise StoreError(f"{path} holds an unfinished extraction with another configuration "
-                             f"({found}); delete {parts} to start over")
+                             f"({found}); pass overwrite (kvprobe extract --overwrite) or delete {parts} to "
+                             "start over")
     else:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(config.to_json())
@@ -407,6 +439,18 @@ def _assemble(out: Path, group: str, provenance: dict[str, Any], cases: Sequence
         shutil.copyfile(out, tmp)
     elif tmp.exists():
         tmp.unlink()
+    try:
+        _write_assembled(tmp, out, group, provenance, cases, specs, case_rows, shards, config, dataset_info,
+                         overwrite, scores)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # the store itself was never touched
+        raise
+    os.replace(tmp, out)
+
+
+def _write_assembled(tmp: Path, out: Path, group: str, provenance: dict[str, Any], cases: Sequence[Any],
+                     specs: Sequence[RecordSpec], case_rows: np.ndarray, shards: list[Path], config: ExtractConfig,
+                     dataset_info: dict[str, Any], overwrite: bool, scores: dict[str, np.ndarray]) -> None:
     with h5py.File(tmp, "a") as f:
         f.attrs["kvprobe_store_schema"] = SCHEMA_VERSION
         if group in f:
@@ -429,7 +473,6 @@ def _assemble(out: Path, group: str, provenance: dict[str, Any], cases: Sequence
         _dataset(r, "key", np.array([s.key for s in specs], dtype=object), STR)
         _dataset(r, "text", np.array([s.text for s in specs], dtype=object), STR)
         _write_records(r, shards)
-    os.replace(tmp, out)
 
 
 def _write_records(r: h5py.Group, shards: list[Path]) -> None:
@@ -563,161 +606,10 @@ def _progress(total: int, done: int, desc: str, show: bool):
     return tqdm(total=total, initial=done, desc=desc, unit="batch")
 
 
-# ------------------------------------------------------------------------------- reading
+def __getattr__(name: str) -> Any:
+    """``FeatureStore`` and ``StoreGroup`` live in :mod:`kvprobe.extract.featurestore` (still importable from here)."""
+    if name in ("FeatureStore", "StoreGroup"):
+        from . import featurestore
 
-
-@dataclass
-class StoreGroup:
-    """Lazy view of one ``/{model}/{dataset}`` group (arrays are read on demand).
-
-    Example:
-        >>> with FeatureStore("runs/recognition.h5") as s:  # doctest: +SKIP
-        ...     g = s["smollm2-135m-instruct/records@compact"]
-        ...     g.edit["action"], g.provenance(g.cases()["record_ab"][0])["rerotated_by"]
-        ('re-rotated', [-23])
-    """
-
-    group: h5py.Group
-    name: str = ""
-    _cases: dict[str, np.ndarray] | None = field(default=None, repr=False)
-    schema: int = SCHEMA_VERSION
-    path: str = ""
-
-    @property
-    def attrs(self) -> dict[str, Any]:
-        return dict(self.group.attrs)
-
-    def _require_provenance(self, what: str) -> None:
-        if self.schema < 2:
-            raise StoreError(f"{self.path}: group {self.name} has no {what}: the store is of schema version "
-                             f"{self.schema} (provenance arrived in version 2); extract again into a new store")
-
-    @property
-    def edit(self) -> dict[str, str] | None:
-        """The cache operation of an edited group (``{name, condition, action}``), ``None`` for original caches."""
-        return json.loads(self.group.attrs["edit"]) if "edit" in self.group.attrs else None
-
-    def layer_info(self) -> list[dict[str, Any]]:
-        """Per decoder layer: type, window, cache, the layer whose rows it reads, RoPE (the ``layers`` attribute)."""
-        self._require_provenance("layer provenance")
-        return json.loads(self.group.attrs["layers"])
-
-    def provenance(self, record: int) -> dict[str, Any]:
-        """Where the stored rows of ``record`` come from: its span label, per token the original and
-        current RoPE position and ``rerotated_by`` (current minus original when the keys were rotated in
-        place, else 0), and its edit entries."""
-        self._require_provenance("row provenance")
-        r = self.group["records"]
-        start, n = int(r["token_ids_offset"][record]), int(r["n_tokens"][record])
-        edits = json.loads(r["edits"].asstr()[record])
-        original = r["position"][start : start + n].astype(np.int64)
-        current = r["rope_position"][start : start + n].astype(np.int64)
-        rotated = any(e["action"] == "re-rotated" for e in edits)
-        return {"span": r["span"].asstr()[record], "position": original, "rope_position": current,
-                "rerotated_by": (current - original) if rotated else np.zeros(n, dtype=np.int64), "edits": edits}
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return json.loads(self.group.attrs["config"])
-
-    @property
-    def kv_layers(self) -> list[int]:
-        return json.loads(self.group.attrs["kv_layers"])
-
-    @property
-    def layer_types(self) -> list[str]:
-        return json.loads(self.group.attrs["layer_types"])
-
-    def layers(self, kind: str) -> list[int]:
-        """Layers with pooled features of ``kind`` (K, V or H)."""
-        return sorted(int(k[1:]) for k in self.group[f"records/pooled/{kind}"])
-
-    def cases(self) -> dict[str, np.ndarray]:
-        """Case fields (strings decoded), labels as ``label:NAME``, scores as ``score:NAME``, record rows."""
-        if self._cases is None:
-            c = self.group["cases"]
-            out: dict[str, np.ndarray] = {n: c[n].asstr()[()] for n in CASE_FIELDS}
-            out.update({f"label:{n}": c["labels"][n][()] for n in c["labels"]})
-            out.update({n: c[n][()] for n in ("record_a", "record_b", "record_ab")})
-            out.update({f"score:{n}": c["scores"][n][()] for n in c.get("scores", {})})
-            self._cases = out
-        return self._cases
-
-    def pooled(self, kind: str, layer: int, records: np.ndarray | None = None) -> np.ndarray:
-        """Pooled features [records, heads, dim] (H: [records, d_model]) as float32."""
-        d = self.group[f"records/pooled/{kind}/L{layer:03d}"]
-        if records is None:
-            return d[()].astype(np.float32)
-        order = np.argsort(records)
-        unique, inverse = np.unique(np.asarray(records)[order], return_inverse=True)
-        rows = d[unique].astype(np.float32)  # h5py fancy indexing needs increasing indices
-        out = np.empty((len(records), *rows.shape[1:]), dtype=np.float32)
-        out[order] = rows[inverse]
-        return out
-
-    def tokens(self, kind: str, layer: int, record: int) -> np.ndarray:
-        """Token-level features of one record, [heads, n, dim] for K/V, [n, d_model] for H."""
-        if f"records/tokens/{kind}" not in self.group:
-            raise StoreError(f"{self.name}: no token-level {kind} in this store (extract with token_level)")
-        start = int(self.group["records/token_offset"][record])
-        n = int(self.group["records/token_rows"][record])
-        if n == 0:
-            raise StoreError(f"{self.name}: record {record} has no token-level rows (only single records do)")
-        rows = self.group[f"records/tokens/{kind}/L{layer:03d}"][start : start + n].astype(np.float32)
-        return rows.transpose(1, 0, 2) if kind in ("K", "V") else rows
-
-    def token_ids(self, record: int) -> np.ndarray:
-        start = int(self.group["records/token_ids_offset"][record])
-        n = int(self.group["records/n_tokens"][record])
-        return self.group["records/token_ids"][start : start + n]
-
-    def texts(self) -> np.ndarray:
-        return self.group["records/text"].asstr()[()]
-
-
-class FeatureStore:
-    """A feature store file opened for reading: ``with FeatureStore(path) as s: g = s["model/dataset"]``."""
-
-    def __init__(self, path: Path | str):
-        self.path = Path(path)
-        if not self.path.exists():
-            raise StoreError(f"no feature store at {self.path}")
-        try:
-            self.file = h5py.File(self.path, "r")
-        except OSError as err:
-            raise StoreError(f"{self.path} is not a readable HDF5 file: {err}") from err
-        version = self.file.attrs.get("kvprobe_store_schema")
-        if version is None or int(version) not in READABLE_SCHEMAS:
-            self.file.close()
-            found = "no kvprobe_store_schema attribute" if version is None else f"schema version {int(version)}"
-            raise StoreError(f"{self.path} has {found}; this kvprobe reads feature stores of schema versions "
-                             f"{list(READABLE_SCHEMAS)}")
-        self.schema = int(version)
-
-    def __enter__(self) -> "FeatureStore":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self.file.close()
-
-    def groups(self) -> list[str]:
-        """``model/dataset`` names of every group in the store."""
-        return [f"{m}/{d}" for m in self.file for d in self.file[m] if isinstance(self.file[m][d], h5py.Group)]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.groups())
-
-    def __getitem__(self, name: str) -> StoreGroup:
-        if name not in self.file:
-            raise StoreError(f"{self.path} has no group {name!r}; it has {self.groups()}")
-        return StoreGroup(self.file[name], name, schema=self.schema, path=str(self.path))
-
-    def edited(self, name: str) -> dict[str, StoreGroup]:
-        """The edited groups of original group ``name`` (``name@EDIT``), by edit name, in store order."""
-        base = self[name]
-        if base.edit is not None:
-            raise StoreError(f"{self.path}: {name} is itself an edited group ({base.edit['name']})")
-        return {g.rpartition("@")[2]: self[g] for g in self.groups() if g.startswith(f"{name}@")}
+        return getattr(featurestore, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
