@@ -31,12 +31,12 @@ OPTIONS: dict[str, dict[str, Any]] = {
                       "the model's context; a given length beyond max_position_embeddings is refused)"),
     "--fractions": dict(default="0.1,0.5,0.9", help="operations: where record A sits, as fractions of the history"),
     "--warmups": dict(type=at_least(0), default=None,
-                      help="operations, long: untimed warm-up runs per cell and side (default 3 for operations, "
-                      "1 for long; for long's decode cells, warm-up steps)"),
+                      help="operations, long, internals: untimed warm-up runs per cell and side (default 3 for "
+                      "operations, 1 for long, 2 for internals; for long's decode cells, warm-up steps)"),
     "--repeats": dict(type=at_least(1), default=None,
-                      help="operations, long: timed runs per cell, median reported (operations default 9, 1+3 from "
-                      "4096 tokens; long default 3 per side, interleaved with plain transformers; long's decode cells "
-                      "time --decode-steps steps instead)"),
+                      help="operations, long, internals: timed runs per cell, median reported (operations default 9, "
+                      "1+3 from 4096 tokens; long default 3 per side, interleaved with plain transformers; long's "
+                      "decode cells time --decode-steps steps instead; internals default 9 per side)"),
     "--rows": dict(default=None, help="long: batch sizes of the masked decode step, comma-separated (default 1,15: "
                    "one row and 15 access-only rows of one history); gpu: the rows of the decode cell (default 15)"),
     "--measures": dict(default=None, help="long: only these cells of each length, comma-separated, from prefill, "
@@ -109,6 +109,9 @@ BENCHES: dict[str, Bench] = {b.name: b for b in [
           "(length, measure) cell and a rerun with the same --out and settings runs only the missing cells.",
           "long", "format_long_markdown",
           ("--lengths", "--warmups", "--repeats", "--rows", "--measures", "--decode-steps", "--restart", "--data")),
+    Bench("internals", "`kvprobe bench internals`: run_with_cache of every layer's hidden states and an empty "
+          "trace beside score of the same five-condition batch (internals.json, internals.md).", "internals",
+          "format_internals_markdown", ("--warmups", "--repeats")),
     Bench("gpu", "`kvprobe bench gpu`: kvprobe beside plain transformers on an accelerator (prefill, a decode of "
           "--rows rows, operations; gpu.json, gpu.md).", "gpu", "format_gpu_markdown",
           ("--lengths", "--repeats", "--rows", "--decode-steps")),
