@@ -27,7 +27,17 @@ Statistics (:mod:`readouts.stats`, the statistics of every study too)
     DRAWS, ALPHA, PAPER_SEED, REPORT_SEED                   the paper's draws and interval seeds
     GroupBootstrap                                          compact sequence of group-bootstrap draws
 
-Probes (:mod:`readouts.probes`, scikit-learn estimators)
+Readouts of a store group or arrays (:mod:`readouts.estimators`, scikit-learn classifiers)
+    KeySimilarity(sign="select", select_split="dev")        s_K of A alone vs B alone; fit picks the sign
+    ValueDistance(sign="select", select_split="dev")        d_V of A alone vs B alone; fit picks the sign
+    HeadValueDistance(sign="select", select_split="dev")    d_V of one (layer, head); fit picks head and sign
+    Probe(features="joint_kv", probe=None, C=None, C_grid, train_split="train", select_split="dev")
+                                                            a learned probe; C chosen on select_split
+    r.fit(group) / r.fit(X, y, splits=...); r.decision_function(group); r.auc(group, split="test")
+    transfer(readout, other_group, split="test", reference=None) -> dict    (:mod:`readouts.transfers`)
+    edit_transfer(original, edited, readout=..., split="test") -> dict     across cache edits
+
+Probes (:mod:`readouts.probes`, scikit-learn estimators on arrays)
     RademacherProjection(n_components=128, seed=PROBE_SEED)  PROBE_SEED, PAIR_SEED, INTERACTION_SEED: 20260910/15/16
     BalancedL2Probe(C=1.0, n_components=128, seed=20260910, max_iter=5000)
     PairwiseProbe(C=1.0, kind="interaction", pair_components=64, ...)
@@ -50,6 +60,8 @@ _EXPORTS = {
                      "token_jaccard", "value_distance"), "fixed"),
     **dict.fromkeys(("BalancedL2Probe", "PairwiseProbe", "RademacherProjection", "pairwise_features",
                      "rademacher_matrix", "select_C"), "probes"),
+    **dict.fromkeys(("GroupReadout", "HeadValueDistance", "KeySimilarity", "Probe", "ValueDistance"), "estimators"),
+    **dict.fromkeys(("edit_transfer", "transfer"), "transfers"),
     **dict.fromkeys(("GroupBootstrap", "auc", "bootstrap_auc", "bootstrap_auc_draws", "group_bootstrap_indices",
                      "macro_auc", "weighted_auc"), "stats"),
 }

@@ -25,14 +25,15 @@ with rows (ties toward the earlier one), hidden states the depth itself.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from kvprobe.extract.store import StoreError, StoreGroup
+from kvprobe.extract import StoreError, StoreGroup
 
-from .fixed import char_distance, key_similarity, per_head_value_distance, select_head, select_sign, \
-    token_jaccard, value_distance
+from .fixed import select_head, select_sign
+from .groups import check_edited, same_records
+from .inputs import features, fixed_scores, nearest, probe_depths
 from .probes import BalancedL2Probe, PairwiseProbe, select_C
 from .stats import DRAWS, auc, bootstrap_auc, macro_auc, percentile_interval
 
@@ -48,80 +49,6 @@ LOO_NAME = "signed LOO (oracle reference)"
 ROLE_VARIANTS = ("role_swap", "role_confirmation")
 #: Criterion of partB section 2: one-sided 95 % lower bound of the AUC above this.
 AUC_CRITERION = 0.60
-
-
-def probe_depths(num_layers: int) -> list[int]:
-    """floor(L/4), floor(L/2), floor(3L/4), L-1 (zero-based)."""
-    return [num_layers // 4, num_layers // 2, (3 * num_layers) // 4, num_layers - 1]
-
-
-def nearest(layer: int, available: Sequence[int]) -> int:
-    """The available layer nearest to ``layer``, ties toward the earlier one."""
-    return min(available, key=lambda a: (abs(a - layer), a))
-
-
-# ----------------------------------------------------------------------------- fixed scores
-
-
-def fixed_scores(g: StoreGroup) -> dict[str, np.ndarray]:
-    """Per case: s_K, d_V, per-head V distances [n, L, H] and the surface baselines (A alone vs B alone)."""
-    cases = g.cases()
-    ra, rb = cases["record_a"], cases["record_b"]
-    layers = g.kv_layers
-    if not layers:
-        raise StoreError(f"{g.name}: no layer with K/V rows in this group")
-    out: dict[str, np.ndarray] = {}
-    # Key similarity, one layer at a time (token-level keys of one layer in memory at once).
-    offsets = g.group["records/token_offset"][()]
-    counts = g.group["records/token_rows"][()]
-    s_k = np.zeros(len(ra))
-    for layer in layers:
-        if f"records/tokens/K/L{layer:03d}" not in g.group:
-            raise StoreError(f"{g.name}: no token-level keys of layer {layer}; extract with token_level K")
-        table = g.group[f"records/tokens/K/L{layer:03d}"][()].astype(np.float32)
-
-        def keys(r: int) -> np.ndarray:
-            return table[offsets[r] : offsets[r] + counts[r]].transpose(1, 0, 2)
-
-        s_k += np.array([key_similarity([keys(a)], [keys(b)]) for a, b in zip(ra, rb)])
-    out["key_similarity"] = s_k / len(layers)
-    # Value distance from pooled V (small: one [records, heads, dim] array per layer).
-    v = {layer: g.pooled("V", layer) for layer in layers}
-    out["value_distance"] = np.array([value_distance([v[l][a] for l in layers], [v[l][b] for l in layers])
-                                      for a, b in zip(ra, rb)])
-    heads = {v[l].shape[1] for l in layers}
-    if len(heads) == 1:
-        out["per_head"] = np.stack([per_head_value_distance([v[l][a] for l in layers], [v[l][b] for l in layers])
-                                    for a, b in zip(ra, rb)])
-    texts = g.texts()
-    out["token_jaccard"] = np.array([token_jaccard(g.token_ids(a), g.token_ids(b)) for a, b in zip(ra, rb)])
-    out["char_distance"] = np.array([char_distance(texts[a], texts[b]) for a, b in zip(ra, rb)])
-    return out
-
-
-# ----------------------------------------------------------------------------- probe features
-
-
-def features(g: StoreGroup, name: str) -> np.ndarray:
-    """Probe inputs per case, flattened over depths: ``separate_kv`` ([A's K,V | B's K,V]: the separate
-    probe's input, and the pairwise probes', which split it into its A and B halves), ``joint_kv``,
-    ``joint_hidden``."""
-    cases = g.cases()
-    n_layers = len(g.layer_types)
-    kv_depths = [nearest(d, g.kv_layers) for d in probe_depths(n_layers)]
-
-    def kv(rows: np.ndarray) -> np.ndarray:
-        parts = [g.pooled(kind, layer, rows).reshape(len(rows), -1) for layer in kv_depths for kind in ("K", "V")]
-        return np.hstack(parts)
-
-    if name == "separate_kv":
-        return np.hstack([kv(cases["record_a"]), kv(cases["record_b"])])
-    if name == "joint_kv":
-        return kv(cases["record_ab"])
-    if name == "joint_hidden":
-        h_depths = [d for d in probe_depths(n_layers) if d in g.layers("H")]
-        return np.hstack([g.pooled("H", d, cases["record_ab"]) for d in h_depths])
-    raise ValueError(f"unknown feature set {name!r}")
 
 
 PROBES: dict[str, tuple[str, Any]] = {
@@ -284,22 +211,6 @@ def evaluate_group(g: StoreGroup, draws: int = DRAWS, seed: int = 0, probes: boo
 # ----------------------------------------------------------------------------- transfer
 
 
-def _same_records(a: StoreGroup, b: StoreGroup, what: str) -> None:
-    """Raise unless two groups hold the same cases and token ids (a probe of one can score the other)."""
-    if not np.array_equal(a.group["records/token_ids"][()], b.group["records/token_ids"][()]) or \
-            list(a.cases()["case_id"]) != list(b.cases()["case_id"]):
-        raise StoreError(f"{what} needs identical cases and token ids; {a.name} and {b.name} differ "
-                         "(different tokenizers or datasets)")
-
-
-def _same_joint_records(a: StoreGroup, b: StoreGroup) -> None:
-    """Raise unless two groups hold the same cases with the same token ids of B read after A."""
-    if list(a.cases()["case_id"]) != list(b.cases()["case_id"]) or any(
-            not np.array_equal(a.token_ids(ra), b.token_ids(rb))
-            for ra, rb in zip(a.cases()["record_ab"], b.cases()["record_ab"])):
-        raise StoreError(f"{a.name} and {b.name} differ in their cases or in the tokens of B read after A")
-
-
 def _trained_probe(g: StoreGroup, X: np.ndarray) -> tuple[Any, dict[str, np.ndarray]]:
     """The joint-K/V-style probe trained on ``g``'s training cases, C chosen on its dev role pairs; and the
     case fields every transfer reports on (labels, role and test masks, groups)."""
@@ -326,10 +237,11 @@ def transfer(train_group: StoreGroup, test_group: StoreGroup, feature: str = "jo
     """Train a probe on one checkpoint's store group, test it on another's (identical token ids required).
 
     The probe (C chosen on the training group's dev role pairs) scores the test
-    group's held-out cases; AUCs as in :func:`evaluate_records`.
+    group's held-out cases; AUCs as in :func:`evaluate_records` (``kvprobe readout
+    --transfer``). Any fitted readout, on any split names: :func:`kvprobe.readouts.transfer`.
     """
     a, b = train_group, test_group
-    _same_records(a, b, "transfer")
+    same_records(a, b, "transfer")
     Xa, Xb = features(a, feature), features(b, feature)
     if Xa.shape != Xb.shape:
         raise StoreError(f"transfer needs equal feature widths; {a.name} has {Xa.shape[1]}, {b.name} {Xb.shape[1]}")
@@ -345,7 +257,8 @@ EDIT_FEATURE = "joint_kv"
 
 def edit_transfer(original: StoreGroup, edited: dict[str, StoreGroup], draws: int = DRAWS,
                   seed: int = 0) -> dict[str, Any]:
-    """Train the joint K/V probe on the original caches, score the same cases' edited caches.
+    """Train the joint K/V probe on the original caches, score the same cases' edited caches (records groups;
+    any fitted readout on any split names: :func:`kvprobe.readouts.edit_transfer` with ``readout=``).
 
     ``edited``: edit name -> the group of the same records read after that cache edit
     (``FeatureStore.edited``). One probe (C chosen on the original dev role pairs)
@@ -361,21 +274,12 @@ def edit_transfer(original: StoreGroup, edited: dict[str, StoreGroup], draws: in
         ...     r = edit_transfer(s["m/records"], s.edited("m/records"))
         ...     r["role_auc"]["diff"]["original"]["compact"]["diff"]   # AUC(original) - AUC(compacted)
     """
-    if original.edit is not None:
-        raise StoreError(f"{original.name} is an edited group; train on the original caches")
-    if not edited:
-        raise StoreError(f"{original.name}: no edited groups to score (kvprobe extract --edit ...)")
+    check_edited(original, edited)
     X = features(original, EDIT_FEATURE)
     probe, f = _trained_probe(original, X)
     scores = {"original": probe.decision_function(X)}
     moved: dict[str, dict[str, float]] = {}
     for name, g in edited.items():
-        if g.edit is None:
-            raise StoreError(f"{g.name} holds original caches, not an edit of {original.name}")
-        if g.attrs.get("dataset_hash") != original.attrs.get("dataset_hash") or \
-                g.attrs.get("weight_hash") != original.attrs.get("weight_hash"):
-            raise StoreError(f"{g.name} was extracted from other cases or weights than {original.name}")
-        _same_joint_records(original, g)
         Xe = features(g, EDIT_FEATURE)
         scores[name] = probe.decision_function(Xe)
         t = f["test"]
