@@ -31,7 +31,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import h5py
 import numpy as np
@@ -324,7 +324,7 @@ class FeatureStore:
         os.replace(tmp, path)
         return cls(path)
 
-    def add(self, model: "Model", pairs: Sequence[Pair], name: str, edit: Edit | None = None, *,
+    def add(self, model: "Model", pairs: Iterable[Pair], name: str, edit: Edit | None = None, *,
             batch_size: int = 16, dtype: str = "float16", token_level: Sequence[str] = ("K",),
             overwrite: bool = False, progress: bool = False) -> StoreGroup:
         """Encode ``pairs`` with ``model`` into group ``{model}/{name}`` and return it.
@@ -354,6 +354,7 @@ class FeatureStore:
             raise StoreError(f"group name {name!r}: letters, digits, '.', '_' and '-' (it is stored as MODEL/NAME)")
         if edit is not None and not isinstance(edit, Edit):
             raise StoreError(f"edit must be a kvprobe.extract.capture.Edit, got {type(edit).__name__}")
+        pairs = pairs if isinstance(pairs, (str, bytes, Pair)) else list(pairs)  # a generator is read once
         cases = pair_cases(pairs)
         check_writable(self.path)
         group = f"{model_key(model.name)}/{name}" + (f"@{edit.name}" if edit is not None else "")

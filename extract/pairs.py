@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+import numpy as np
 
 from kvprobe.prompts import SpanError, char_span_to_tokens
 
@@ -80,7 +82,7 @@ class Pair:
             if not text.strip():
                 raise PairError(f"Pair.{name} is empty (record {name.upper()} needs some text)")
         label = self.label
-        if isinstance(label, bool) or (isinstance(label, numbers.Integral) and int(label) in (0, 1)):
+        if isinstance(label, (bool, np.bool_)) or (isinstance(label, numbers.Integral) and int(label) in (0, 1)):
             object.__setattr__(self, "label", int(label))
         else:
             raise PairError(f"Pair.label must be 0 or 1 (1: B replaces A), got {label!r}")
@@ -109,13 +111,16 @@ class PairCase:
         return asdict(self)
 
 
-def pair_cases(pairs: Sequence[Pair]) -> list[PairCase]:
+def pair_cases(pairs: Iterable[Pair]) -> list[PairCase]:
     """The store's cases of ``pairs``, in order: ``case_id`` ``pair-000000``..., the pair's own group
     (its case id when ``None``), its split (``""`` when ``None``) and ``labels = {"replacement": label}``.
 
-    Raises :class:`PairError` for an empty list or an item that is not a :class:`Pair`.
+    Raises :class:`PairError` for no pairs or an item that is not a :class:`Pair`.
     """
-    if isinstance(pairs, (str, bytes)) or not len(pairs):
+    if isinstance(pairs, (str, bytes, Pair)):
+        raise PairError(f"pairs must be a list of kvprobe.extract.Pair, not a {type(pairs).__name__}")
+    pairs = list(pairs)
+    if not pairs:
         raise PairError("no pairs to add (pass a non-empty list of kvprobe.extract.Pair)")
     out = []
     for i, p in enumerate(pairs):

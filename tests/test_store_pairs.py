@@ -77,6 +77,7 @@ def test_a_bad_pair_is_refused_by_name_when_built(kwargs, message):
 
 def test_pair_labels_are_ints_and_bools_are_accepted():
     assert Pair("A.", "B.", True).label == 1 and type(Pair("A.", "B.", np.int8(0)).label) is int
+    assert Pair("A.", "B.", np.bool_(True)).label == 1
 
 
 # ----------------------------------------------------------------------------- store.add
@@ -161,6 +162,8 @@ def test_create_open_and_refusals_before_a_forward(llama, tmp_path, monkeypatch)
         store.add(llama, few_pairs(), name="a/b")
     with pytest.raises(PairError, match="no pairs"):
         store.add(llama, [], name="x")
+    with pytest.raises(PairError, match="pairs must be a list of kvprobe.extract.Pair, not a Pair"):
+        store.add(llama, few_pairs(1)[0], name="x")
     with pytest.raises(PairError, match="pair 1 is a tuple"):
         store.add(llama, [few_pairs(1)[0], ("A.", "B.", 1)], name="x")
     with pytest.raises(StoreError, match="drop H"):
@@ -221,7 +224,7 @@ def test_a_failed_add_leaves_the_store_as_it_was(llama, tmp_path, monkeypatch, f
 
 def test_add_replaces_a_group_only_when_asked(llama, tmp_path):
     with FeatureStore.create(tmp_path / "s.h5") as store:
-        old = store.add(llama, few_pairs(4), name="rooms")
+        old = store.add(llama, iter(few_pairs(4)), name="rooms")  # any iterable of pairs
         with pytest.raises(StoreError, match="already holds tiny-llama/rooms; pass overwrite=True"):
             store.add(llama, few_pairs(6), name="rooms")
         new = store.add(llama, few_pairs(6), name="rooms", overwrite=True)
