@@ -32,9 +32,10 @@ def one_blas_thread():
     torch.set_num_threads(before)
 
 
-ESTIMATORS = [RademacherProjection(), BalancedL2Probe(), PairwiseProbe(),
-              KeySimilarity(), ValueDistance(), ValueDistance(sign=1), HeadValueDistance(sign=-1), Probe(),
-              Probe(C=1.0), Probe("separate_kv", PairwiseProbe(kind="linear"), C=1.0)]
+#: Every estimator class once, in the variants whose code paths differ: a fixed and a chosen sign, a chosen
+#: head, a probe whose C is chosen and one whose C is given (around a PairwiseProbe).
+ESTIMATORS = [RademacherProjection(), BalancedL2Probe(), PairwiseProbe(), KeySimilarity(sign=1), ValueDistance(),
+              HeadValueDistance(), Probe(), Probe("separate_kv", PairwiseProbe(kind="linear"), C=1.0)]
 
 #: PairwiseProbe's input is np.hstack([X_A, X_B]), two halves of equal width; it refuses an odd width by name.
 ODD_WIDTH = ("PairwiseProbe reads X as [X_A | X_B] of two equal halves and refuses an odd width by name; this "
