@@ -30,12 +30,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import torch
 
-from .access import Condition
-from .decoding import Request, prepare_states, suffix_ids
-from .engine import fork_rows, pad_suffix_block, shares_history, traced_forward
-
 if TYPE_CHECKING:
-    from .history import History
+    from .engine import ForwardOutput, Rows
     from .model import Model
 
 #: What ``run_with_cache`` can capture.
@@ -93,40 +89,75 @@ def check_capture(model: "Model", names: Sequence[str], layers: Sequence[int] | 
     return tuple(sorted({layer % n for layer in layers}))
 
 
-def run_with_cache(model: "Model", history: "History", question: str, conditions: Mapping[str, Condition],
-                   names: Sequence[str] = NAMES, layers: Sequence[int] | None = None,
-                   cross_checkpoint: bool = False) -> dict[str, ActivationCache]:
-    """One forward of ``question`` after ``history`` with one row per condition; each row's internals.
+class Recorder:
+    """Collects what forwards captured, per item (a request of a batch), over the question block and any
+    generated tokens, into one :class:`ActivationCache` per item.
 
-    Everything is checked before the forward: capture names, layers, and each condition against the
-    history (``Condition.validate`` through ``prepare``).
+    Each call to :meth:`add` takes one forward's output and, per batch row, the item it belongs to
+    (None: not recorded, e.g. a finished row still in the batch). Tokens are concatenated in order;
+    attention rows of earlier tokens are padded with zeros on the keys that did not exist yet (a causal
+    token reads none of them), so ``attention[l]`` is [heads, tokens, keys of the row's final cache].
     """
-    chosen = check_capture(model, names, layers)
-    arch = model.arch
-    attention_layers = tuple(layer for layer in chosen if layer in arch.attention_layers)
-    states = prepare_states(model, [(history, Request(question, c)) for c in conditions.values()], cross_checkpoint)
-    rows = fork_rows(states, share=shares_history(model), names=list(conditions))
-    suffix = suffix_ids(model, history, question)
-    ids, valid = pad_suffix_block([suffix] * len(states), model.pad_id, model.device)
-    out = traced_forward(model, rows, ids, valid,
-                         capture_attention=attention_layers if "attention" in names else (),
-                         capture_hidden=chosen if "hidden" in names else ())
-    Q = len(suffix)
-    caches = {}
-    for row, name in enumerate(conditions):
-        keep = rows.key_valid[row]
-        cache = ActivationCache(
-            condition=name, tokens=ids[row], key_positions=rows.key_pos[row][keep],
-            hidden=LayerDict(arch.num_layers, {layer: out.hidden[layer][row] for layer in out.hidden}),
-            attention=LayerDict(arch.num_layers, {layer: probabilities[row][:, :, keep]
-                                                  for layer, probabilities in out.attention.items()}),
-            keys=LayerDict(arch.num_layers), values=LayerDict(arch.num_layers),
-            logits=out.logits[row] if "logits" in names else None, names=tuple(names))
-        for layer in attention_layers:
-            cached = rows.cache.layers[arch.layers[layer].kv_layer]
-            if "keys" in names:
-                cache.keys[layer] = cached.keys[row, :, -Q:]
-            if "values" in names:
-                cache.values[layer] = cached.values[row, :, -Q:]
-        caches[name] = cache
-    return caches
+
+    def __init__(self, model: "Model", names: Sequence[str], layers: Sequence[int] | None, n_items: int):
+        self.layers = check_capture(model, names, layers)
+        self.names, self.arch = tuple(names), model.arch
+        self.attention_layers = tuple(layer for layer in self.layers if layer in model.arch.attention_layers)
+        self._parts: list[dict[str, list]] = [{} for _ in range(n_items)]
+        self._positions: list[torch.Tensor | None] = [None] * n_items
+
+    @property
+    def capture_attention(self) -> tuple[int, ...]:
+        """The ``capture_attention`` argument of the forwards (:func:`~kvprobe.engine.traced_forward`)."""
+        return self.attention_layers if "attention" in self.names else ()
+
+    @property
+    def capture_hidden(self) -> tuple[int, ...]:
+        return self.layers if "hidden" in self.names else ()
+
+    @property
+    def logits_to_keep(self) -> int:
+        """0 (every position's logits) when logits are recorded, else 1."""
+        return 0 if "logits" in self.names else 1
+
+    def add(self, out: "ForwardOutput", rows: "Rows", valid: torch.Tensor, items: Sequence[int | None],
+            token_ids: torch.Tensor) -> None:
+        """Record one forward of ``rows`` (its block's Bool[B, Q] ``valid`` tokens, Long[B, Q] ids)."""
+        Q = valid.shape[1]
+        for b, item in enumerate(items):
+            if item is None:
+                continue
+            columns = torch.nonzero(valid[b]).flatten()
+            keep = rows.key_valid[b]
+            part = self._parts[item]
+            part.setdefault("tokens", []).append(token_ids[b, columns])
+            if "logits" in self.names:
+                part.setdefault("logits", []).append(out.logits[b, columns])
+            for layer in out.hidden:
+                part.setdefault(("hidden", layer), []).append(out.hidden[layer][b, columns])
+            for layer, probabilities in out.attention.items():
+                part.setdefault(("attention", layer), []).append(probabilities[b][:, columns][:, :, keep])
+            for layer in self.attention_layers:
+                cached = rows.cache.layers[self.arch.layers[layer].kv_layer]
+                slots = cached.keys.shape[2] - Q + columns  # the block's slots are the row's last Q
+                if "keys" in self.names:
+                    part.setdefault(("keys", layer), []).append(cached.keys[b][:, slots])
+                if "values" in self.names:
+                    part.setdefault(("values", layer), []).append(cached.values[b][:, slots])
+            self._positions[item] = rows.key_pos[b][keep]
+
+    def cache(self, item: int, condition: str) -> ActivationCache:
+        """The item's :class:`ActivationCache` (everything recorded for it, in order)."""
+        part, n = self._parts[item], self.arch.num_layers
+        tables = {kind: LayerDict(n) for kind in ("hidden", "attention", "keys", "values")}
+        for key, pieces in part.items():
+            if not isinstance(key, tuple):
+                continue
+            kind, layer = key
+            if kind == "attention":
+                width = pieces[-1].shape[-1]
+                pieces = [torch.nn.functional.pad(p, (0, width - p.shape[-1])) for p in pieces]
+            tables[kind][layer] = torch.cat(pieces, dim=-2 if kind in ("attention", "keys", "values") else 0)
+        return ActivationCache(condition=condition, tokens=torch.cat(part["tokens"]),
+                               key_positions=self._positions[item], logits=torch.cat(part["logits"])
+                               if "logits" in part else None, names=self.names, **tables)

@@ -17,12 +17,13 @@ all under each row's condition.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import torch
 
 from .access import Condition
+from .activations import NAMES as ACTIVATION_NAMES, ActivationCache, Recorder
 from .engine import ForwardOutput, Rows, RowState, fork_rows, pad_suffix_block, shares_history, traced_forward
 from .history import check_reader
 from .selection import KeySelector, SelectionAccess
@@ -52,6 +53,8 @@ class CandidateScores:
     logprobs: tuple[float, ...]
     n_tokens: tuple[int, ...]
     access: str
+    #: The question's internals when the call asked for them (``capture=``), else None.
+    activations: ActivationCache | None = field(default=None, compare=False, repr=False)
 
     def __getitem__(self, i: int) -> float:
         return self.logprobs[i]
@@ -83,6 +86,9 @@ class Generation:
     stop_reason: str
     n_tokens: int
     access: str
+    #: The internals of the question and of every generated token fed back (all but the last) when the
+    #: call asked for them (``capture=``), else None.
+    activations: ActivationCache | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -140,6 +146,27 @@ def question_logits(
     ids, valid = pad_suffix_block([suffix_ids(model, history, question)] * len(conditions), model.pad_id, model.device)
     return traced_forward(model, rows, ids, valid, capture_attention=capture_attention,
                           logits_to_keep=logits_to_keep)
+
+
+def run_with_cache(model: "Model", history: "History", question: str, conditions: Mapping[str, Condition],
+                   names: Sequence[str] = ACTIVATION_NAMES, layers: Sequence[int] | None = None,
+                   cross_checkpoint: bool = False) -> dict[str, ActivationCache]:
+    """One forward of ``question`` after ``history`` with one row per condition; each row's internals
+    (``Model.run_with_cache``; shapes and conventions in :mod:`kvprobe.activations`).
+
+    Everything is checked before the forward: capture names, layers, and each condition against the
+    history (``Condition.validate`` through ``prepare``).
+    """
+    selecting = [name for name, c in conditions.items() if isinstance(c, SelectionAccess)]
+    if selecting:
+        raise ValueError(f"run_with_cache runs one batch; the query-aware selections {selecting} need their own "
+                         "(capture them with score(..., capture=...) or generate(..., capture=...))")
+    recorder = Recorder(model, names, layers, len(conditions))
+    items = [(history, Request(question, c)) for c in conditions.values()]
+    states = prepare_states(model, items, cross_checkpoint)
+    suffixes = [remaining_suffix(model, history, question, s) for s in states]
+    _run_questions(model, states, suffixes, None, list(conditions), recorder, range(len(states)))
+    return {name: recorder.cache(i, name) for i, name in enumerate(conditions)}
 
 
 def batches(model: "Model", lengths: Sequence[int]) -> list[list[int]]:
@@ -214,16 +241,23 @@ def remaining_suffix(model: "Model", history: "History", question: str, state: R
 
 
 def _run_questions(model: "Model", states: list[RowState], suffixes: list[list[int]],
-                   selector: KeySelector | None = None, names: Sequence[str] | None = None) -> tuple[Rows, torch.Tensor]:
+                   selector: KeySelector | None = None, names: Sequence[str] | None = None,
+                   recorder: Recorder | None = None, items: Sequence[int] = ()) -> tuple[Rows, torch.Tensor]:
     """Fork the rows and run each row's question suffix: (the rows, each row's last logits Float[B, V]).
 
     Rows read shared history copies where the model allows it (:func:`~kvprobe.engine.shares_history`);
-    query-aware selections run on per-row copies (their selectors read every row's keys).
+    query-aware selections run on per-row copies (their selectors read every row's keys). A ``recorder``
+    keeps the question's internals, row b as item ``items[b]``.
     """
     rows = fork_rows(states, share=selector is None and shares_history(model), names=names)
     rows.selector = selector
     ids, valid = pad_suffix_block(suffixes, model.pad_id, model.device)
-    return rows, traced_forward(model, rows, ids, valid, logits_to_keep=1).logits[:, -1].float()
+    if recorder is None:
+        return rows, traced_forward(model, rows, ids, valid, logits_to_keep=1).logits[:, -1].float()
+    out = traced_forward(model, rows, ids, valid, capture_attention=recorder.capture_attention,
+                         capture_hidden=recorder.capture_hidden, logits_to_keep=recorder.logits_to_keep)
+    recorder.add(out, rows, valid, items, ids)
+    return rows, out.logits[:, -1].float()
 
 
 def answer(
@@ -232,6 +266,8 @@ def answer(
     candidates: Sequence[Sequence[str]] | None = None,
     max_new_tokens: int = 0,
     cross_checkpoint: bool = False,
+    capture: Sequence[str] | None = None,
+    layers: Sequence[int] | None = None,
 ) -> list[Answer]:
     """Score candidates after, and/or greedily answer, every (history, request) in one batch.
 
@@ -246,6 +282,9 @@ def answer(
         max_new_tokens: answer budget (0: no generation).
         cross_checkpoint: the histories may come from another checkpoint with the same tokenizer and
             cache shapes (:func:`kvprobe.history.check_reader`); otherwise each must be ``model``'s own.
+        capture, layers: internals to keep (``hidden``, ``attention``, ``keys``, ``values``, ``logits``;
+            :mod:`kvprobe.activations`) of the question and, when generating, of every generated token fed
+            back; they come back on each answer's scores and generation (``.activations``).
     """
     if candidates is None and max_new_tokens < 1:
         raise ValueError("nothing to do: give candidates to score and/or max_new_tokens >= 1")
@@ -253,6 +292,7 @@ def answer(
         raise ValueError("max_new_tokens must be at least 0")
     if candidates is not None:
         _check_candidates(candidates, len(items))
+    recorder = None if capture is None else Recorder(model, capture, layers, len(items))  # checked first
     states = prepare_states(model, items, cross_checkpoint)
     suffixes = [remaining_suffix(model, h, r.question, st) for (h, r), st in zip(items, states)]
     cand_ids = None if candidates is None else _candidate_ids(model, candidates)
@@ -260,15 +300,22 @@ def answer(
     generations: list[Generation | None] = [None] * len(items)
     for group in _row_groups(model, items, suffixes):
         rows, last = _run_questions(model, [states[i] for i in group], [suffixes[i] for i in group],
-                                    _selector(model, items, group), [items[i][1].access.name for i in group])
+                                    _selector(model, items, group), [items[i][1].access.name for i in group],
+                                    recorder, group)
         if cand_ids is not None:
             sums = _candidate_logprobs(model, rows, last, [cand_ids[i] for i in group])
             for r, i in enumerate(group):
                 scores[i] = CandidateScores(tuple(candidates[i]), tuple(sums[r]),
                                             tuple(len(c) for c in cand_ids[i]), items[i][1].access.name)
         if max_new_tokens:
-            for i, toks in zip(group, _greedy_from(model, rows, last, max_new_tokens)):
+            for i, toks in zip(group, _greedy_from(model, rows, last, max_new_tokens, recorder=recorder,
+                                                   items=group)):
                 generations[i] = _generation(model, toks, items[i][1].access.name)
+    if recorder is not None:
+        for i, (_, request) in enumerate(items):
+            activations = recorder.cache(i, request.access.name)
+            scores[i] = scores[i] and replace(scores[i], activations=activations)
+            generations[i] = generations[i] and replace(generations[i], activations=activations)
     return [Answer(s, g) for s, g in zip(scores, generations)]
 
 
@@ -278,10 +325,12 @@ def score_candidates(
     requests: Sequence[Request],
     candidates: Sequence[str],
     cross_checkpoint: bool = False,
+    capture: Sequence[str] | None = None,
+    layers: Sequence[int] | None = None,
 ) -> list[CandidateScores]:
     """Score every candidate after every request's question, in one batch."""
     answers = answer(model, [(history, r) for r in requests], [tuple(candidates)] * len(requests),
-                     cross_checkpoint=cross_checkpoint)
+                     cross_checkpoint=cross_checkpoint, capture=capture, layers=layers)
     return [a.scores for a in answers]
 
 
@@ -291,12 +340,14 @@ def generate_greedy(
     requests: Sequence[Request],
     max_new_tokens: int = 40,
     cross_checkpoint: bool = False,
+    capture: Sequence[str] | None = None,
+    layers: Sequence[int] | None = None,
 ) -> list[Generation]:
     """Greedy decoding of every request in one batch; each row stops at EOS or the cap."""
     if max_new_tokens < 1:
         raise ValueError("max_new_tokens must be at least 1")
     return [a.generation for a in answer(model, [(history, r) for r in requests], max_new_tokens=max_new_tokens,
-                                         cross_checkpoint=cross_checkpoint)]
+                                         cross_checkpoint=cross_checkpoint, capture=capture, layers=layers)]
 
 
 def reason_then_score(
@@ -431,13 +482,15 @@ def _generation(model: "Model", toks: list[int], access: str) -> Generation:
 
 
 def _greedy_from(model: "Model", rows: Rows, last: torch.Tensor, max_new_tokens: int,
-                 stop_at_eos: bool = True) -> list[list[int]]:
+                 stop_at_eos: bool = True, recorder: Recorder | None = None,
+                 items: Sequence[int] = ()) -> list[list[int]]:
     """Greedy tokens of a batch whose question already ran (``last``: its logits Float[B, V]).
 
     Stopping EOS included; finished rows stop recording tokens and leave the batch in
     groups. ``rows`` is consumed. With ``stop_at_eos=False`` every row takes exactly
     ``max_new_tokens`` tokens (an EOS is an ordinary token), no row leaves the batch,
-    and ``rows`` then holds every generated token but the last (it was not fed back).
+    and ``rows`` then holds every generated token but the last (it was not fed back). A ``recorder``
+    keeps the internals of every token fed back for the rows still running (row b as item ``items[b]``).
     """
     B = last.shape[0]
     generated: list[list[int]] = [[] for _ in range(B)]
@@ -465,6 +518,12 @@ def _greedy_from(model: "Model", rows: Rows, last: torch.Tensor, max_new_tokens:
             rows.select(keep_rows)
             active, running = [active[b] for b in keep], [True] * len(keep)
             nxt, step_valid = nxt[keep_rows], step_valid[: len(keep)]
-        out = traced_forward(model, rows, nxt[:, None], step_valid, logits_to_keep=1)
+        if recorder is None:
+            out = traced_forward(model, rows, nxt[:, None], step_valid, logits_to_keep=1)
+        else:
+            out = traced_forward(model, rows, nxt[:, None], step_valid, capture_attention=recorder.capture_attention,
+                                 capture_hidden=recorder.capture_hidden, logits_to_keep=1)
+            recorder.add(out, rows, step_valid, [items[active[b]] if alive else None
+                                                 for b, alive in enumerate(running)], nxt[:, None])
         nxt = out.logits[:, -1].argmax(dim=-1)
     return generated

@@ -7,9 +7,9 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from .access import Condition, Full
-from .activations import NAMES as ACTIVATION_NAMES, ActivationCache, run_with_cache
+from .activations import NAMES as ACTIVATION_NAMES, ActivationCache
 from .arch import ArchSummary, adapter_for
-from .decoding import CandidateScores, Generation, Request, generate_greedy, score_candidates
+from .decoding import CandidateScores, Generation, Request, generate_greedy, run_with_cache, score_candidates
 from .engine import RowState, extend_state
 from .history import History, kv_digest, weights_fingerprint
 from .prompts import Prompt, RenderedPrompt
@@ -183,6 +183,8 @@ class Model:
         candidates: Sequence[str],
         access: Condition | Mapping[str, Condition] | None = None,
         cross_checkpoint: bool = False,
+        capture: Sequence[str] | None = None,
+        layers: Sequence[int] | None = None,
     ) -> CandidateScores | dict[str, CandidateScores]:
         """Teacher-forced summed log-probabilities (nats) of ``candidates`` after ``question``.
 
@@ -191,10 +193,12 @@ class Model:
         ``cross_checkpoint``: ``history`` was prefilled by another checkpoint (same tokenizer and cache
         shapes) and this model reads its cache; without it such a history is refused
         (``kvprobe.history.ModelMismatchError``). The same holds for :meth:`generate` and :meth:`run_with_cache`.
+        ``capture``/``layers``: the question's internals, as :meth:`run_with_cache` names them, on each
+        result's ``activations`` (for :meth:`generate`: the question and every generated token fed back).
         """
         conditions = _conditions(access)
         requests = [Request(question, a) for a in conditions.values()]
-        scores = score_candidates(self, history, requests, candidates, cross_checkpoint)
+        scores = score_candidates(self, history, requests, candidates, cross_checkpoint, capture, layers)
         if not isinstance(access, Mapping):
             return scores[0]
         return dict(zip(conditions, scores))
@@ -206,6 +210,8 @@ class Model:
         access: Condition | Mapping[str, Condition] | None = None,
         max_new_tokens: int = 40,
         cross_checkpoint: bool = False,
+        capture: Sequence[str] | None = None,
+        layers: Sequence[int] | None = None,
     ) -> Generation | dict[str, Generation] | dict[str, list[Generation]]:
         """Greedy answers to one or several questions under one or several access conditions.
 
@@ -218,7 +224,7 @@ class Model:
         questions = [question] if isinstance(question, str) else list(question)
         requests = [Request(q, a) for a in conditions.values() for q in questions]
         outs = generate_greedy(self, history, requests, max_new_tokens=max_new_tokens,
-                               cross_checkpoint=cross_checkpoint)
+                               cross_checkpoint=cross_checkpoint, capture=capture, layers=layers)
         per_condition = {
             name: outs[i * len(questions) : (i + 1) * len(questions)] for i, name in enumerate(conditions)
         }
