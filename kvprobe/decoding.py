@@ -35,10 +35,20 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Request:
-    """One question asked of a history under one access condition."""
+    """One question asked of a history under one access condition.
+
+    ``name``: what the row is called (a residual patch names its source row by it; results carry it);
+    the condition's own name by default. ``Model.score``/``generate`` pass their mapping's keys.
+    """
 
     question: str
     access: Condition
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The row's name: ``name``, else the condition's."""
+        return self.name if self.name is not None else self.access.name
 
 
 @dataclass(frozen=True)
@@ -162,7 +172,7 @@ def run_with_cache(model: "Model", history: "History", question: str, conditions
         raise ValueError(f"run_with_cache runs one batch; the query-aware selections {selecting} need their own "
                          "(capture them with score(..., capture=...) or generate(..., capture=...))")
     recorder = Recorder(model, names, layers, len(conditions))
-    items = [(history, Request(question, c)) for c in conditions.values()]
+    items = [(history, Request(question, c, name)) for name, c in conditions.items()]
     states = prepare_states(model, items, cross_checkpoint)
     suffixes = [remaining_suffix(model, history, question, s) for s in states]
     _run_questions(model, states, suffixes, None, list(conditions), recorder, range(len(states)))
@@ -300,20 +310,20 @@ def answer(
     generations: list[Generation | None] = [None] * len(items)
     for group in _row_groups(model, items, suffixes):
         rows, last = _run_questions(model, [states[i] for i in group], [suffixes[i] for i in group],
-                                    _selector(model, items, group), [items[i][1].access.name for i in group],
+                                    _selector(model, items, group), [items[i][1].label for i in group],
                                     recorder, group)
         if cand_ids is not None:
             sums = _candidate_logprobs(model, rows, last, [cand_ids[i] for i in group])
             for r, i in enumerate(group):
                 scores[i] = CandidateScores(tuple(candidates[i]), tuple(sums[r]),
-                                            tuple(len(c) for c in cand_ids[i]), items[i][1].access.name)
+                                            tuple(len(c) for c in cand_ids[i]), items[i][1].label)
         if max_new_tokens:
             for i, toks in zip(group, _greedy_from(model, rows, last, max_new_tokens, recorder=recorder,
                                                    items=group)):
-                generations[i] = _generation(model, toks, items[i][1].access.name)
+                generations[i] = _generation(model, toks, items[i][1].label)
     if recorder is not None:
         for i, (_, request) in enumerate(items):
-            activations = recorder.cache(i, request.access.name)
+            activations = recorder.cache(i, request.label)
             scores[i] = scores[i] and replace(scores[i], activations=activations)
             generations[i] = generations[i] and replace(generations[i], activations=activations)
     return [Answer(s, g) for s, g in zip(scores, generations)]
@@ -396,7 +406,7 @@ def reason_then_score(
     out: list[tuple[Generation, CandidateScores] | None] = [None] * len(items)
     for group in _row_groups(model, items, suffixes):
         rows, last = _run_questions(model, [states[i] for i in group], [suffixes[i] for i in group],
-                                    _selector(model, items, group), [items[i][1].access.name for i in group])
+                                    _selector(model, items, group), [items[i][1].label for i in group])
         toks = _greedy_from(model, rows, last, budget, stop_at_eos=False) if budget else [[] for _ in group]
         block = [t[-1:] + cue_ids for t in toks]  # the last continuation token was not fed back yet
         if block[0]:
@@ -407,7 +417,7 @@ def reason_then_score(
             last = block_out.logits[:, -1].float()
         sums = _candidate_logprobs(model, rows, last, [cand_ids[i] for i in group])
         for r, i in enumerate(group):
-            name = items[i][1].access.name
+            name = items[i][1].label
             generation = Generation(text=model.tokenizer.decode(toks[r]), token_ids=tuple(toks[r]),
                                     stop_reason="cap", n_tokens=len(toks[r]), access=name)
             scores = CandidateScores(tuple(candidates[i]), tuple(sums[r]), tuple(len(c) for c in cand_ids[i]), name)

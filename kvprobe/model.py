@@ -197,7 +197,7 @@ class Model:
         result's ``activations`` (for :meth:`generate`: the question and every generated token fed back).
         """
         conditions = _conditions(access)
-        requests = [Request(question, a) for a in conditions.values()]
+        requests = [Request(question, a, name) for name, a in conditions.items()]
         scores = score_candidates(self, history, requests, candidates, cross_checkpoint, capture, layers)
         if not isinstance(access, Mapping):
             return scores[0]
@@ -222,7 +222,7 @@ class Model:
         """
         conditions = _conditions(access)
         questions = [question] if isinstance(question, str) else list(question)
-        requests = [Request(q, a) for a in conditions.values() for q in questions]
+        requests = [Request(q, a, name) for name, a in conditions.items() for q in questions]
         outs = generate_greedy(self, history, requests, max_new_tokens=max_new_tokens,
                                cross_checkpoint=cross_checkpoint, capture=capture, layers=layers)
         per_condition = {

@@ -83,7 +83,7 @@ class Trace:
             raise ValueError("candidates must be a non-empty list of non-empty strings")
         self.model, self.names = model, list(conditions)
         self.candidates = None if candidates is None else tuple(candidates)
-        items = [(history, Request(question, c)) for c in conditions.values()]
+        items = [(history, Request(question, c, name)) for name, c in conditions.items()]
         states = prepare_states(model, items, cross_checkpoint)
         suffixes = [remaining_suffix(model, history, question, s) for s in states]
         self._rows = fork_rows(states, share=shares_history(model), names=self.names)

@@ -54,11 +54,13 @@ def test_quantity_demo_masks_and_matches_reference(smol):
 
 
 def test_the_readme_python_block_runs():
-    """The README's Python API block, as written, on the embedded model (load included)."""
+    """The README's Python API block, as written, on the embedded model (load included). Compiled under the
+    README's own path and line numbers, so a trace inside it can read its block back (as nnsight does)."""
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("## Python API"):]
-    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    exec(compile(block, "README.md (Python API)", "exec"), {})
+    path = Path(__file__).resolve().parents[1] / "README.md"
+    readme = path.read_text()
+    match = re.search(r"```python\n(.*?)```", readme[readme.index("## Python API"):], re.S)
+    start = readme.index("## Python API") + match.start(1)
+    exec(compile("\n" * readme[:start].count("\n") + match.group(1), str(path), "exec"), {})

@@ -31,10 +31,17 @@ def python_blocks(text: str) -> list[tuple[int, str]]:
     return [(text[: m.start(1)].count("\n") + 1, m.group(1)) for m in _BLOCK.finditer(text)]
 
 
-def test_the_page_has_a_store_section_with_blocks():
+#: The used-by tasks the page walks through, one section each.
+SECTIONS = ("Mask a record and compare conditions", "Read the internals: `run_with_cache`, `capture=`, `trace`",
+            "Heads, components and patching", "Read another checkpoint's cache",
+            "Store, probe and transfer on your own pairs")
+
+
+def test_the_page_has_every_section_with_blocks():
     text = PAGE.read_text()
-    assert "\n## Store, probe and transfer on your own pairs\n" in text
-    assert len(python_blocks(text)) >= 5
+    for section in SECTIONS:
+        assert f"\n## {section}\n" in text, section
+    assert len(python_blocks(text)) >= 10
 
 
 def test_every_block_runs_in_order(tmp_path, monkeypatch):
