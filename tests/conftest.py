@@ -107,3 +107,16 @@ def on_meta():
     """:func:`tensors_made_on_meta` for a whole test."""
     with tensors_made_on_meta():
         yield
+
+
+def recognition_cases(n_items: int = 2) -> list:
+    """Every recognition-records case of the first ``n_items`` items of each split (a small store's worth)."""
+    from kvprobe.studies.recognition import generate_records
+
+    chosen: dict[str, list[str]] = {}
+    cases = generate_records()
+    for c in cases:
+        items = chosen.setdefault(c.split, [])
+        if c.group not in items and len(items) < n_items:
+            items.append(c.group)
+    return [c for c in cases if c.group in chosen[c.split]]

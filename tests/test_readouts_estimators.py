@@ -12,11 +12,11 @@ import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import kvprobe
+from conftest import recognition_cases
 import kvprobe.readouts.evaluate as evaluate
 from kvprobe.extract import FeatureStore, Pair, StoreError, extract
 from kvprobe.readouts import (BalancedL2Probe, HeadValueDistance, KeySimilarity, PairwiseProbe, Probe,
                               RademacherProjection, ValueDistance, edit_transfer, transfer)
-from kvprobe.studies.recognition import generate_records
 from kvprobe.studies.recognition.edits import record_edit
 
 @pytest.fixture(scope="module", autouse=True)
@@ -63,17 +63,6 @@ def test_sklearn_checks(estimator, check):
 
 
 # ----------------------------------------------------------------------------- a small recognition store
-
-
-def recognition_cases(n_items: int = 4) -> list:
-    """Every case of the first ``n_items`` items of each split."""
-    cases = generate_records()
-    chosen: dict[str, list[str]] = {}
-    for c in cases:
-        items = chosen.setdefault(c.split, [])
-        if c.group not in items and len(items) < n_items:
-            items.append(c.group)
-    return [c for c in cases if c.group in chosen[c.split]]
 
 
 @pytest.fixture(scope="module")

@@ -12,31 +12,14 @@ import h5py
 import numpy as np
 import pytest
 
-import kvprobe
+from conftest import recognition_cases
 import kvprobe.extract.pairs as pairs_module
 import kvprobe.extract.store as store_module
 from kvprobe.extract import FeatureStore, Pair, PairError, StoreError, extract
 from kvprobe.prompts import SpanError
-from kvprobe.studies.recognition import generate_records
 from kvprobe.studies.recognition.edits import record_edit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def llama() -> kvprobe.Model:
-    return kvprobe.load_model("tiny-llama")
-
-
-def recognition_cases(n_items: int = 2) -> list:
-    """Every case of the first ``n_items`` items of each split (train, dev, test)."""
-    cases = generate_records()
-    chosen: dict[str, list[str]] = {}
-    for c in cases:
-        items = chosen.setdefault(c.split, [])
-        if c.group not in items and len(items) < n_items:
-            items.append(c.group)
-    return [c for c in cases if c.group in chosen[c.split]]
 
 
 def as_pairs(cases) -> list[Pair]:
