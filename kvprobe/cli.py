@@ -8,6 +8,7 @@ Subcommands:
   map      where a record's effect lives: later segments rebuilt without it, per layer band
   bench    benchmarks written to artifacts/bench
   conditions  names of access conditions and cache operations
+  data     the data sets studies read: list, where each was found, pull from a mirror
   run      a study (resumable): results.jsonl, summary.json, report.md
   extract  per-layer K/V (as cached) and hidden states of a recognition dataset -> HDF5 store
   readout  fixed and learned readouts of a feature store: tables, JSON, figure
@@ -170,6 +171,31 @@ def cmd_conditions(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data(args: argparse.Namespace) -> int:
+    from kvprobe import data
+
+    names = list(data.DATASETS) if not args.names or args.names == ["all"] else args.names
+    for name in names:
+        if name not in data.DATASETS:
+            raise ValueError(f"unknown data set {name!r}; known: {', '.join(data.DATASETS)} (or all)")
+    if args.action == "pull":
+        if args.mirror is None:
+            raise ValueError("kvprobe data pull needs --from MIRROR (a folder or file:// URL laid out like the data "
+                             "directory); downloads from the publishers are not built yet")
+        for name in names:
+            print(f"{name}: {data.pull(name, args.mirror)}")
+        return 0
+    for name in names:
+        folder, where = data.find(name)
+        if args.action == "path":
+            print(folder if folder is not None else data.data_dir(name))  # raises, naming the pull command
+            continue
+        d = data.DATASETS[name]
+        found = f"{where}: {folder}" if folder is not None else f"missing: kvprobe data pull {name} --from MIRROR"
+        print(f"{name:<10} {d.size / 2**20:6.2f} MiB  {d.license:<40} {found}")
+    return 0
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The ``kvprobe`` parser; ``argv`` names the study whose options ``kvprobe run STUDY`` needs."""
     from kvprobe.studies import commands as studies
@@ -197,6 +223,16 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                        description="Names accepted by --conditions and interventions.parse_condition: "
                        "NAME:SEGMENTS, online-mask:OLD>NEW, bias:SEG=VALUE, mask:SEG@LAYERS.")
     p.set_defaults(func=cmd_conditions)
+    p = sub.add_parser("data", help="list, locate or pull the data sets studies read",
+                       description="`kvprobe data list` shows each data set with its size, license and where it "
+                       "was found ($KVPROBE_DATA, the user data directory, or a shared/data folder beside a source "
+                       "checkout); `kvprobe data path NAME` prints its folder; `kvprobe data pull NAME... --from "
+                       "MIRROR` copies sets from a mirror into the user data directory, checking every sha256.")
+    p.add_argument("action", choices=["list", "path", "pull"], help="what to do")
+    p.add_argument("names", nargs="*", help="data sets (default, or 'all': every one)")
+    p.add_argument("--from", dest="mirror", default=None,
+                   help="pull: a folder or file:// URL laid out like the data directory (e.g. a lab's mirror)")
+    p.set_defaults(func=cmd_data)
 
     studies.add_report(sub, cli)
     tools.add_bench_command(sub, cli)

@@ -68,11 +68,11 @@ def test_old_span_is_the_body_and_its_trailing_newline(llama):
 
 
 def test_demonstration_set_is_deterministic_and_labelled(llama, tmp_path):
-    from kvprobe.studies.datasets.filler import PG19_DIR
+    from kvprobe.studies.datasets.filler import pg19_books
     from kvprobe.studies.common.runner import run_study
     from kvprobe.studies.source_influence.summary import write_summary
 
-    text = sorted(PG19_DIR.glob("*.txt"))[0].read_text(encoding="utf-8")
+    text = pg19_books()[0].read_text(encoding="utf-8")
     a, b = oaks.demonstration_set(text, n_books=3, per_book=2), oaks.demonstration_set(text, n_books=3, per_book=2)
     assert a == b and "generated" in a["release"] and len(a["books"]) == 3
     books = oaks.parse_oaks(a)

@@ -43,6 +43,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from kvprobe.data import DataFiles, find
 from kvprobe.studies.datasets.filler import filler_sentences
 
 from kvprobe.studies.datasets.babi import Fact, Story, parse_babi
@@ -51,13 +52,12 @@ from .dependencies import dependency_keep, naive_keep
 #: 20260913: BABILong sample selection (``studies.babilong.samples``).
 BABILONG_SEED = 20260913
 
-DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-BABI_FILES = {
-    "qa2": DATA_DIR / "babi" / "qa2_two-supporting-facts_test.txt",
-    "qa3": DATA_DIR / "babi" / "qa3_three-supporting-facts_test.txt",
-}
-PROMPT_CONFIGS = {task: DATA_DIR / "babilong" / "prompts" / f"{task}_prompt_config.json" for task in BABI_FILES}
-TEST_IDXS = DATA_DIR / "babilong" / "test_100_idxs.json"
+#: The bAbI test files of the object-tracking tasks BABILong uses (the ``babi`` data set of :mod:`kvprobe.data`).
+BABI_FILES = DataFiles("babi", {"qa2": "qa2_two-supporting-facts_test.txt", "qa3": "qa3_three-supporting-facts_test.txt"})
+#: BABILong's official prompt configs, per task (the ``babilong`` data set).
+PROMPT_CONFIGS = DataFiles("babilong", {task: f"prompts/{task}_prompt_config.json" for task in BABI_FILES})
+#: BABILong's index of the 100 test samples per task.
+TEST_IDXS = DataFiles("babilong", {"test": "test_100_idxs.json"})
 MASK_RULES = ("naive", "dependency", "neutral")
 
 Span = tuple[int, int]
@@ -303,7 +303,7 @@ def question_list(stories: Sequence[Story]) -> list[tuple[int, int]]:
 
 def test_100_pairs(task: str, stories: Sequence[Story]) -> list[tuple[int, int, int]]:
     """``(sample index, story index, question index)`` of the official 100 test indices."""
-    indices = json.loads(TEST_IDXS.read_text(encoding="utf-8"))[task]
+    indices = json.loads(TEST_IDXS["test"].read_text(encoding="utf-8"))[task]
     pairs = question_list(stories)
     return [(i, *pairs[i]) for i in indices]
 
@@ -325,7 +325,7 @@ def build_samples(task: str, lengths: Sequence[int] = (0, 1000, 2000, 4000), n: 
     if task not in BABI_FILES:
         raise ValueError(f"task must be one of {sorted(BABI_FILES)}")
     stories = _stories(str(babi_path or BABI_FILES[task]))
-    if TEST_IDXS.exists():
+    if find("babilong")[0] is not None:
         chosen = test_100_pairs(task, stories)
     else:
         pairs = question_list(stories)

@@ -1,6 +1,6 @@
 """Filler text: sentences of a PG-19 book (the babilong samples' filler and the requests workload's background).
 
-One book (``../shared/data/pg19``), split into sentences by a regex (no nltk), its
+One book (the ``pg19`` data set of :mod:`kvprobe.data`), split into sentences by a regex (no nltk), its
 Project Gutenberg header and footer dropped; sentences shorter than ``min_words``
 (headings) or longer than ``max_words`` are dropped.
 """
@@ -11,7 +11,16 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-PG19_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "pg19"
+from kvprobe.data import MissingDataError, data_dir
+
+
+
+def pg19_books() -> list[Path]:
+    """The PG-19 book files (the ``pg19`` data set of :mod:`kvprobe.data`; MissingDataError names the pull)."""
+    books = sorted(data_dir("pg19").glob("*.txt"))
+    if not books:
+        raise MissingDataError(f"no PG-19 book (.txt) in {data_dir('pg19')}")
+    return books
 
 _START = re.compile(r"\*\*\* ?START OF (?:THE|THIS) PROJECT GUTENBERG[^\n]*\n")
 _END = re.compile(r"\*\*\* ?END OF (?:THE|THIS) PROJECT GUTENBERG")
@@ -58,10 +67,7 @@ def _filler_cached(path: str, min_words: int, max_words: int) -> tuple[str, ...]
 
 
 def filler_sentences(path: str | Path | None = None, min_words: int = 5, max_words: int = 100) -> list[str]:
-    """Sentences of a PG-19 book (default: the one ``.txt`` in ``../shared/data/pg19``)."""
+    """Sentences of a PG-19 book (default: the first of :func:`pg19_books`)."""
     if path is None:
-        books = sorted(PG19_DIR.glob("*.txt"))
-        if not books:
-            raise FileNotFoundError(f"no PG-19 book in {PG19_DIR}")
-        path = books[0]
+        path = pg19_books()[0]
     return list(_filler_cached(str(path), min_words, max_words))

@@ -237,11 +237,9 @@ def load_books(source: str) -> list[Book]:
     Example: ``load_books("tests/fixtures/oaks_sample.json")[0].book_id == "fixture-book-0"``.
     """
     if source == DEMONSTRATION:
-        from .filler import PG19_DIR
+        from .filler import pg19_books
 
-        novels = sorted(PG19_DIR.glob("*.txt"))
-        if not novels:
-            raise FileNotFoundError(f"no PG-19 novel in {PG19_DIR} for the OAKS demonstration set")
+        novels = pg19_books()
         return parse_oaks(demonstration_set(novels[0].read_text(encoding="utf-8")), DEMONSTRATION)
     return load_oaks(source)
 

@@ -31,14 +31,14 @@ import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping as MappingType, Sequence
+
+from kvprobe.studies.datasets.mquake.templates import template_file
 
 from .schema import Fact
 
 #: Where the MQuAKE relation templates live (princeton-nlp/MQuAKE @ fb43dadc2d8c, ``prompts/templates``,
 #: MIT; read at run time from the shared data folder beside the repository, not copied into it).
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "mquake" / "prompts" / "templates"
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def _pattern(template: str) -> re.Pattern:
 @functools.lru_cache(maxsize=None)
 def relation_templates(kind: str = "cloze") -> dict[str, str]:
     """The upstream MQuAKE templates by relation id, verbatim (``kind``: ``"cloze"`` or ``"question"``)."""
-    path = TEMPLATE_DIR / f"{kind}_templates.json"
+    path = template_file(kind)
     if not path.exists():
         raise FileNotFoundError(f"MQuAKE {kind} templates not found at {path} (the shared data folder "
                                 "../shared/data/mquake beside the repository)")

@@ -17,20 +17,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
+from kvprobe.data import DataFiles
 from kvprobe.studies.datasets.babi import parse_fact
 
 from .schema import Event
 
-DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "babi"
-#: The bAbI test files sessions are built from (people move; qa2/qa3/qa5 also pick up, drop and give objects).
-BABI_FILES = {
-    "qa1": DATA_DIR / "qa1_single-supporting-fact_test.txt",
-    "qa2": DATA_DIR / "qa2_two-supporting-facts_test.txt",
-    "qa3": DATA_DIR / "qa3_three-supporting-facts_test.txt",
-    "qa5": DATA_DIR / "qa5_three-arg-relations_test.txt",
-}
+#: The bAbI test files sessions are built from (people move; qa2/qa3/qa5 also pick up, drop and give objects;
+#: the ``babi`` data set of :mod:`kvprobe.data`).
+BABI_FILES = DataFiles("babi", {"qa1": "qa1_single-supporting-fact_test.txt", "qa2": "qa2_two-supporting-facts_test.txt",
+                                "qa3": "qa3_three-supporting-facts_test.txt", "qa5": "qa5_three-arg-relations_test.txt"})
 TRANSFER = re.compile(r"^(?P<person>[A-Z][a-z]+) (?:gave|handed|passed) the (?P<obj>[a-z]+) "
                       r"to (?P<recipient>[A-Z][a-z]+)\.$")
 _KIND = {"move": "movement", "get": "acquisition", "drop": "drop"}

@@ -42,7 +42,7 @@ SEGMENT_JOINER = "\n"
 
 # The MQuAKE relation templates and the generator's phrases (shared with FactConsolidation).
 from kvprobe.studies.datasets.mquake.templates import (  # noqa: E402,F401 (re-exported)
-    NOUN_PHRASES, RELATION_LABELS, RELATIONS, TEMPLATE_DIR, THIRD_PARAPHRASE, TYPE_QUESTION, cloze, cloze_template,
+    NOUN_PHRASES, RELATION_LABELS, RELATIONS, THIRD_PARAPHRASE, TYPE_QUESTION, cloze, cloze_template,
     fact_sentence, question_template, rewrite_prompt, single_hop_question)
 
 #: Every string above quoted from the paper (checked against the seed by tests/test_paper_strings.py).

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from kvprobe.studies.datasets.filler import PG19_DIR, split_sentences, strip_gutenberg
+from kvprobe.studies.datasets.filler import pg19_books, split_sentences, strip_gutenberg
 
 MIN_PARAGRAPH_WORDS = 25
 #: Words too common to be an edited word (all others of five or more letters may be).
@@ -55,9 +55,7 @@ def load_book(path: str | None = None) -> Book:
     Example: ``load_book().paragraphs[100][0]`` is the first sentence of paragraph 100.
     """
     if path is None:
-        books = sorted(PG19_DIR.glob("*.txt"))
-        if not books:
-            raise FileNotFoundError(f"no PG-19 book in {PG19_DIR}")
+        books = pg19_books()
         path = str(books[0])
     text = strip_gutenberg(Path(path).read_text(encoding="utf-8"))
     paragraphs = tuple(tuple(split_sentences(p, min_words=1, max_words=10_000)) for p in re.split(r"\n\s*\n", text))

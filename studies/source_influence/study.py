@@ -250,11 +250,9 @@ class OaksStudy(EventStudy):
         from kvprobe.studies.datasets import oaks
 
         if self.source == DEMONSTRATION:
-            from kvprobe.studies.datasets.filler import PG19_DIR
+            from kvprobe.studies.datasets.filler import pg19_books
 
-            books = sorted(PG19_DIR.glob("*.txt"))
-            if not books:
-                raise FileNotFoundError(f"no PG-19 novel in {PG19_DIR} for the OAKS demonstration set")
+            books = pg19_books()
             return oaks.parse_oaks(oaks.demonstration_set(books[0].read_text(encoding="utf-8")), "demonstration")
         return oaks.load_oaks(self.source)
 

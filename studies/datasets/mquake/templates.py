@@ -10,15 +10,21 @@ import functools
 import json
 from pathlib import Path
 
+from kvprobe.data import data_dir
+
 #: Where the upstream relation templates live (read at run time; not copied into the repository).
-TEMPLATE_DIR = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "mquake" / "prompts" / "templates"
-#: Wikidata relations the generator uses (their cloze and question templates come from TEMPLATE_DIR).
+def template_file(kind: str) -> Path:
+    """MQuAKE's ``{kind}_templates.json`` (cloze or question; the ``mquake`` data set of :mod:`kvprobe.data`)."""
+    return data_dir("mquake") / "prompts" / "templates" / f"{kind}_templates.json"
+
+
+#: Wikidata relations the generator uses (their cloze and question templates: :func:`template_file`).
 RELATIONS = ("P17", "P19", "P26", "P27", "P35", "P36", "P37", "P108", "P112", "P159", "P169", "P1412")
 
 
 @functools.lru_cache(maxsize=None)
 def _templates(kind: str) -> dict[str, str]:
-    path = TEMPLATE_DIR / f"{kind}_templates.json"
+    path = template_file(kind)
     if not path.exists():
         raise FileNotFoundError(f"MQuAKE {kind} templates not found at {path} (the shared data folder "
                                 "../shared/data/mquake beside the repository)")
