@@ -326,7 +326,7 @@ def add_babi_verify(sub, cli) -> None:
                        "pickups, drops) with all facts and with only the facts a masking rule keeps; report whether "
                        "object trajectories, event locations, final ownership and every question's answer are "
                        "preserved. Exit status 1 if any story fails.")
-    p.add_argument("paths", nargs="+", help="bAbI-format files, e.g. ../shared/data/babi/qa3_three-supporting-facts_test.txt")
+    p.add_argument("paths", nargs="+", help="bAbI-format files, e.g. the qa3 test file of the babi data set (kvprobe data path babi)")
     p.add_argument("--rule", choices=["dependency", "naive"], default="dependency",
                    help="dependency (default): keep each person's last movement plus the movements that place "
                    "pickups and drops and carry objects; naive: keep only each person's last movement")

@@ -7,7 +7,7 @@ fact's exact character span in the context is recorded so attention masks can be
 
 Decisions (UNCLEAR upstream or deliberately simplified), with our choice:
 
-* Filler (:mod:`studies.datasets.filler`): one PG-19 book (``../shared/data/pg19``), split into
+* Filler (:mod:`studies.datasets.filler`): one PG-19 book (the ``pg19`` data set (``kvprobe data``)), split into
   sentences by a regex (no nltk); upstream samples random PG-19 books and Punkt sentences.
   Sentences shorter than ``min_words`` (headings) or longer than ``max_words`` are dropped.
   Filler is taken as consecutive sentences from a seeded start sentence; whole sentences only

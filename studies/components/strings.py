@@ -1,6 +1,6 @@
 """Exact strings of the component-intervention study, in one place.
 
-Paper: "Positions Are Not Facts" (../shared/seed/000_1f60a69837e742f0.txt), appendix
+Paper: "Positions Are Not Facts", appendix
 "Runtime" (L1293-1301: the raw prompt of the controlled-history and component
 experiments), appendix "Controlled Histories and Paired Analysis" (L1770-1795) and
 appendix "Component Interventions and Accuracy Preservation" (L5694-5760); spec

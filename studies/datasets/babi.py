@@ -1,6 +1,6 @@
 """bAbI story parser for the object-location tasks qa2 and qa3 (spec partA section 2).
 
-File format (``../shared/data/README.md``): ``<line_id> <sentence>``; a line id of 1 starts a new
+File format (they are not among kvprobe's data sets): ``<line_id> <sentence>``; a line id of 1 starts a new
 story. Question lines are ``<line_id> <question>\\t<answer>\\t<supporting line ids>``.
 
 Every fact sentence must be one of three kinds, or parsing fails loudly (``ValueError`` naming the

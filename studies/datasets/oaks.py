@@ -28,7 +28,7 @@ answer has a nonempty source sentence at an earlier chunk (the latest one) and t
 nonempty source sentence at chunk ``k``. The split orders books by the SHA-256 of their id.
 
 Offline, :func:`demonstration_set` builds a file in this schema from the PG-19 novel in
-``../shared/data/pg19`` by a documented seeded edit rule; reports label it as generated.
+the ``pg19`` data set (``kvprobe data``) by a documented seeded edit rule; reports label it as generated.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def load_oaks(path: str | Path) -> list[Book]:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no such OAKS file (kvprobe does not download the release; pass its path, or "
-                                "'demonstration' for the set generated from ../shared/data/pg19)")
+                                "'demonstration' for the set generated from the pg19 data set (kvprobe data))")
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:

@@ -1,6 +1,6 @@
 """Strings of the derived-note / selective-refresh study, in one place.
 
-Source: "Positions Are Not Facts" (../shared/seed), appendix "Recomputing States
+Source: "Positions Are Not Facts", appendix "Recomputing States
 After a Derived Note" (label app:v5_propagation, paper lines 5819-5870; spec
 partD section 8). The paper describes the records only in prose ("a rule mapping
 two zones to two routes, an old zone A, its correctly derived Time-1 route C,

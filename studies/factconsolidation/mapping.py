@@ -67,8 +67,7 @@ def relation_templates(kind: str = "cloze") -> dict[str, str]:
     """The upstream MQuAKE templates by relation id, verbatim (``kind``: ``"cloze"`` or ``"question"``)."""
     path = template_file(kind)
     if not path.exists():
-        raise FileNotFoundError(f"MQuAKE {kind} templates not found at {path} (the shared data folder "
-                                "../shared/data/mquake beside the repository)")
+        raise FileNotFoundError(f"MQuAKE {kind} templates not found at {path} (`kvprobe data pull mquake`)")
     return json.loads(path.read_text(encoding="utf-8"))
 
 

@@ -1,6 +1,6 @@
 """Exact strings of the FactConsolidation study, in one place.
 
-Paper: "Positions Are Not Facts" (../shared/seed), appendix "Current Answers after Accumulated Fact
+Paper: "Positions Are Not Facts", appendix "Current Answers after Accumulated Fact
 Updates" (label app:v43_mab, L1514-1640) and "Why Net Accuracy Changes Differ between the Two Models"
 (app:v45_mab_analysis, L1654-1770); spec partA section 3. The paper quotes none of its prompts: its
 instruction, boxed-answer request and grader rubric are UNCLEAR. SYSTEM, HISTORY_HEAD/HISTORY_TAIL and

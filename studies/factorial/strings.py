@@ -1,6 +1,6 @@
 """Exact strings of the quantity and endpoint factorial, quoted verbatim from the paper.
 
-Source: "Positions Are Not Facts" (../shared/seed/000_1f60a69837e742f0.txt), appendix
+Source: "Positions Are Not Facts", appendix
 "Varying Source Information, Mask Scope, and Answer Requirements" (app:v17_scope, seed
 L4737-4897) and the matched-score experiment it builds on (app:v7_bridge, seed L5574-5577).
 ``PAPER_STRINGS`` lists every quoted string (``tests/test_paper_strings.py`` checks each one

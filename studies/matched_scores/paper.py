@@ -1,6 +1,6 @@
 """The paper's reported numbers for the matched experiment, for reports and panels (labelled as the paper's).
 
-Copied from the seed text (../shared/seed/000_1f60a69837e742f0.txt); the table label and its line
+Copied from the seed text; the table label and its line
 are beside each. Margins in nats, accuracy changes in percentage points, counts out of the table's n.
 """
 

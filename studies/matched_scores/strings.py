@@ -1,6 +1,6 @@
 """Exact strings of the matched-scores study, quoted verbatim from the paper.
 
-Source: "Positions Are Not Facts" (../shared/seed/000_1f60a69837e742f0.txt), appendix
+Source: "Positions Are Not Facts", appendix
 "Candidate Scores and Generated Answers Under Matched Conditions" (app:v7_bridge, seed
 L5561-5693) and the prompt assembly of the natural-source panels (seed L1302-1306).
 ``PAPER_STRINGS`` lists every quoted string as the paper prints it

@@ -1,6 +1,6 @@
 """MINTEval state-tracking sessions: the released schema as we infer it, a loader with named errors, JSON out.
 
-The released files are not on this machine (``../shared/data/README.md``). The paper
+The released files are not on this machine (they are not among kvprobe's data sets). The paper
 (L1347-1350) says only: 99 sessions, 5,656 questions, 18-148 *ordered events* per
 history, five question types (current location, historical location, counting,
 ordering, multi-hop) with *supplied references*, and that the histories match original

@@ -75,6 +75,5 @@ def read_stories(task: str) -> tuple[SourceStory, ...]:
     """Every story of one bAbI test file (``task`` in :data:`BABI_FILES`)."""
     path = BABI_FILES[task]
     if not path.exists():
-        raise FileNotFoundError(f"bAbI {task} not found at {path} (the shared data folder ../shared/data/babi "
-                                "beside the repository)")
+        raise FileNotFoundError(f"bAbI {task} not found at {path} (`kvprobe data pull babi`)")
     return tuple(parse_stories(path.read_text(encoding="utf-8").splitlines(), task, str(path)))

@@ -1,6 +1,6 @@
 """Exact strings of the MINTEval state-tracking study, in one place.
 
-Paper: "Positions Are Not Facts" (../shared/seed), Appendix "Repeated Updates and
+Paper: "Positions Are Not Facts", Appendix "Repeated Updates and
 Contextual Multi-Hop Questions", paragraphs "MINTEval state tracking" (L1346-1370) and
 "Five access policies" (L1401-1411); spec partA sections 1 and 1a. The paper quotes no
 prompt text for MINTEval ("The prompt text is UNCLEAR", spec 1a): every string here

@@ -85,7 +85,7 @@ class MINTEvalStudy(HistoryStudy):
 
     name: ClassVar[str] = "minteval"
     strings: ClassVar[ModuleType] = strings
-    #: "generated" (sessions built from the bAbI test stories in ../shared/data/babi, offline) or the path
+    #: "generated" (sessions built from the bAbI test stories in the babi data set (kvprobe data), offline) or the path
     #: of a released MINTEval state-tracking file (JSON list, {"sessions": [...]}, or .jsonl).
     source: str = GENERATED
     #: Sessions to run: the first N (generated: N are generated; the paper: all 99). None: all of the file.

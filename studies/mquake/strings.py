@@ -1,10 +1,10 @@
 """Exact strings of the contextual MQuAKE study, in one place.
 
-Paper strings: "Positions Are Not Facts" (../shared/seed), Appendix "Repeated Updates
+Paper strings: "Positions Are Not Facts", Appendix "Repeated Updates
 and Contextual Multi-Hop Questions" (label app:v41_stream), paragraph "MQuAKE
 contextual updates" (paper line 1380; spec partA section 1b). Relation templates: princeton-nlp/MQuAKE @
 fb43dadc2d8c, ``prompts/templates/cloze_templates.json`` and
-``question_templates.json`` (MIT), read at run time from ../shared/data/mquake for
+``question_templates.json`` (MIT), read at run time from the mquake data set (kvprobe data) for
 the relations the generator uses. Everything else is ours and marked UNCLEAR.
 """
 

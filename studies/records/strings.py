@@ -1,6 +1,6 @@
 """Paper strings and anchor numbers of the record-history study's value, error and control tables.
 
-Source: "Positions Are Not Facts" (../shared/seed/000_1f60a69837e742f0.txt), appendices "Query
+Source: "Positions Are Not Facts", appendices "Query
 Preservation and Generation Errors" (app:v7_errors, seed L5510-5517), "Correct Values and Complete
 Units" (app:v8_units, seed L5539-5549) and the matched-score experiment's control note (app:v7_bridge,
 seed L5574-5577, Table tab:v7_bridge L5620). ``PAPER_STRINGS`` lists every quoted string

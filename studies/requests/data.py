@@ -16,7 +16,7 @@ gives only "0/100/300 background lines" and the resulting lengths (Qwen keep-all
   crates of glass jars moved from bay C4 to bay K2."), generated here, so a run needs
   no data files. Their vocabulary shares no word with the record families (no
   cities, months, plans, endpoints or causes; asserted per history).
-* ``"pg19"``: consecutive sentences of the PG-19 book in ``../shared/data/pg19`` (read
+* ``"pg19"``: consecutive sentences of the PG-19 book in the ``pg19`` data set (``kvprobe data``) (read
   at run time, never copied), 8-30 words each, from a seeded start per history;
   sentences naming one of the history's values or entities are skipped.
 

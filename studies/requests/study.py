@@ -94,7 +94,7 @@ class RequestsStudy(Study):
     stored_prefix: bool = False
     #: Prefill the resident history again, timed, before every condition (default: one cold prefill per case).
     prefill_per_condition: bool = False
-    #: Background lines: ledger (seeded synthetic) or pg19 (../shared/data/pg19).
+    #: Background lines: ledger (seeded synthetic) or pg19 (the pg19 data set (kvprobe data)).
     background: str = "ledger"
     #: Where the background lines go: after_time1 or before_time1.
     background_at: str = "after_time1"

@@ -1,6 +1,6 @@
 """The PG-19 book the demonstration histories are cut from: paragraphs, article windows, word pools.
 
-The book is the one ``studies.datasets.filler`` reads (``../shared/data/pg19``, Gutenberg header
+The book is the one ``studies.datasets.filler`` reads (the ``pg19`` data set (``kvprobe data``), Gutenberg header
 and footer dropped). A paragraph is a blank-line-separated block, split into sentences
 by :func:`kvprobe.studies.datasets.filler.split_sentences`; an *eligible* paragraph has at least
 two sentences and :data:`MIN_PARAGRAPH_WORDS` words (no headings, no one-line speeches).
@@ -50,7 +50,7 @@ def _title(path: Path) -> str:
 
 @lru_cache(maxsize=2)
 def load_book(path: str | None = None) -> Book:
-    """The book at ``path`` (default: the one ``.txt`` in ``../shared/data/pg19``).
+    """The book at ``path`` (default: the one ``.txt`` in the ``pg19`` data set (``kvprobe data``)).
 
     Example: ``load_book().paragraphs[100][0]`` is the first sentence of paragraph 100.
     """

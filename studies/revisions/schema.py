@@ -2,7 +2,7 @@
 
 The paper uses "the released Wikipedia-history subset of MINTEval" (seed L6785-6786) but
 does not describe the release's file format, and the data is not available offline
-(../shared/data/README.md). The schema below is inferred from what the paper says a
+(they are not among kvprobe's data sets). The schema below is inferred from what the paper says a
 history and a question carry (seed L6781-6830; spec partE E9), and is the one the
 generated demonstration set (``data.py``) is written in::
 

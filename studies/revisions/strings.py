@@ -1,6 +1,6 @@
 """Exact strings of the revision-history study, in one place.
 
-Paper: "Positions Are Not Facts" (../shared/seed), appendix "Answers to Questions about
+Paper: "Positions Are Not Facts", appendix "Answers to Questions about
 Wikipedia Revision Histories" (label app:wiki_source_quality, lines 6781-6927; main text
 section v53_wiki, lines 644-669; spec partE sections E9 and E10). The paper quotes none of
 its prompts: the boxed-answer instruction, the revision header, the history layout and the

@@ -1,6 +1,6 @@
 """Strings of the session-bias study, in one place.
 
-Source: "Positions Are Not Facts" (../shared/seed/000_1f60a69837e742f0.txt),
+Source: "Positions Are Not Facts",
 appendix "Conversational-Memory Inputs and Answer Evaluation" (app:v8_public,
 L5906-5922), "Reducing Attention to Earlier Sessions" (app:guarded_validation,
 L5924-5990), "Answer Evaluation and Validation" (app:v17_judge, L6139-6183) and

@@ -1,6 +1,6 @@
 """Exact strings of the role-matched source-influence study, in one place.
 
-Paper: "Positions Are Not Facts" (../shared/seed), appendix on prompt assembly
+Paper: "Positions Are Not Facts", appendix on prompt assembly
 (L1302-1311): "Their prefix concatenates ``Earlier source:\\n{old}``,
 ``\\nUnrelated source:\\n{neutral}``, ``\\nLater source:\\n{later}``, and
 ``\\nQuestion: {query}\\nAnswer:``, followed by scoring the same two answer options

@@ -223,7 +223,7 @@ class OaksStudy(EventStudy):
 
     name: ClassVar[str] = "oaks"
     trailing_newline: ClassVar[bool] = True
-    #: "demonstration" (an OAKS-schema set generated from the PG-19 novel in ../shared/data/pg19, labelled as
+    #: "demonstration" (an OAKS-schema set generated from the PG-19 novel in the pg19 data set (kvprobe data), labelled as
     #: generated) or the path of an OAKS JSON file in the schema of studies/datasets/oaks.py.
     source: str = DEMONSTRATION
     #: Books: evaluation (the paper's 5 held-out books), calibration, development (9) or all.

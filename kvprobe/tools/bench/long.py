@@ -1,6 +1,6 @@
 """``kvprobe bench long``: kvprobe against plain transformers on long histories, side by side.
 
-For every history length (PG-19 filler from ``../shared/data/pg19`` with the
+For every history length (PG-19 filler from the ``pg19`` data set (``kvprobe data``) with the
 quantity task's record A at 50 % and record B at the end, as
 :func:`kvprobe.tools.bench.operations.build_history` builds them) this measures
 kvprobe and the loop a researcher would write by hand with plain transformers
@@ -68,7 +68,7 @@ from kvprobe.model import _common_prefix
 from kvprobe.reference import attention_implementation, explicit_cached_mask
 
 from .measure import interleave, measured, median_ms, memory_method, self_timed, weight_bytes
-from .operations import QUESTION, book_tokens, build_history
+from .operations import QUESTION, book_tokens, build_history, find_book
 from kvprobe.interventions.registry import CONDITIONS, covered_by, parse_condition
 from kvprobe.transformers_api import cache_argument
 
@@ -114,15 +114,6 @@ def parse_counts(text: str, option: str) -> tuple[int, ...]:
     if not values or any(v < 1 for v in values):
         raise ValueError(f"{option}: expected comma-separated positive integers, got {text!r}")
     return tuple(dict.fromkeys(values))  # in order, without repeats
-
-
-def find_book(data_dir: Path | str) -> Path:
-    """The PG-19 book the histories are cut from (the first ``*.txt`` under ``data_dir/pg19``)."""
-    folder = Path(data_dir) / "pg19"
-    books = sorted(folder.glob("*.txt"))
-    if not books:
-        raise FileNotFoundError(f"no PG-19 text (*.txt) under {folder} (set --data to the folder holding pg19/)")
-    return books[0]
 
 
 def model_context_length(name: str) -> int | None:
@@ -174,7 +165,7 @@ def choose_lengths(lengths: Sequence[int] | None, context: int | None,
     return lengths, []
 
 
-def preflight(model_name: str, out_dir: Path | str, data_dir: Path | str, lengths: Sequence[int] | None,
+def preflight(model_name: str, out_dir: Path | str, data_dir: Path | str | None, lengths: Sequence[int] | None,
               warmups: int, repeats: int, decode_steps: int, restart: bool = False) -> None:
     """The checks that need no model: PG-19 text present, lengths within the model's context when it
     can be read without loading, and a resumable ``long.json`` written with the same settings."""
@@ -554,7 +545,7 @@ def _sha256(path: Path) -> str:
 def run_long_bench(
     model: kvprobe.Model,
     out_dir: Path | str,
-    data_dir: Path | str,
+    data_dir: Path | str | None,
     lengths: Sequence[int] | None = None,
     rows: Sequence[int] = DEFAULT_ROWS,
     warmups: int = DEFAULT_WARMUPS,
@@ -576,7 +567,7 @@ def run_long_bench(
     and the finished ones it kept. ``measures`` restricts a run to some cells of each length
     (names as :func:`measures_for` gives them, e.g. ``("prefill",)`` for a 32k-token prefill alone).
     """
-    out_dir, data_dir = Path(out_dir), Path(data_dir)
+    out_dir = Path(out_dir)
     say = print if progress else (lambda *a, **k: None)
     book_path = find_book(data_dir)
     context = model.context_length
@@ -905,5 +896,5 @@ def command(args, load) -> dict[str, Any]:
     repeats = DEFAULT_REPEATS if args.repeats is None else args.repeats
     decode_steps = DEFAULT_DECODE_STEPS if args.decode_steps is None else args.decode_steps
     preflight(args.model, args.out, args.data, lengths, warmups, repeats, decode_steps, restart=args.restart)
-    return run_long_bench(load(), Path(args.out), Path(args.data), lengths=lengths, rows=rows, warmups=warmups,
+    return run_long_bench(load(), Path(args.out), args.data, lengths=lengths, rows=rows, warmups=warmups,
                           repeats=repeats, decode_steps=decode_steps, restart=args.restart, measures=measures)

@@ -1,7 +1,7 @@
 """``kvprobe bench operations``: what each cache operation costs, on real long histories.
 
 Histories of ``lengths`` tokens are PG-19 filler text (one public-domain book,
-read from ``../shared/data/pg19``) with the quantity task's record A placed at
+read from the ``pg19`` data set (``kvprobe data``)) with the quantity task's record A placed at
 10 %, 50 % and 90 % of the history and record B at the end. For each
 (length, position) cell and each operation we time, separately,
 
@@ -44,12 +44,24 @@ QUESTION = "At T2, what is the current cycle duration of Assembly-TEST-000? Retu
 OPERATIONS = covered_by("operations")
 
 
-def book_tokens(model: kvprobe.Model, data_dir: Path) -> list[int]:
-    """Token ids of the PG-19 book (its first file under ``data_dir/pg19``)."""
-    books = sorted((data_dir / "pg19").glob("*.txt"))
+def find_book(data_dir: Path | str | None = None) -> Path:
+    """The PG-19 book the histories are cut from: the first ``*.txt`` under ``data_dir/pg19``, or by default
+    the ``pg19`` data set (:mod:`kvprobe.data`; a missing set names ``kvprobe data pull pg19``)."""
+    if data_dir is None:
+        from kvprobe.studies.datasets.filler import pg19_books
+
+        return pg19_books()[0]
+    folder = Path(data_dir) / "pg19"
+    books = sorted(folder.glob("*.txt"))
     if not books:
-        raise FileNotFoundError(f"no PG-19 text under {data_dir / 'pg19'}")
-    return model.tokenizer(books[0].read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"]
+        raise FileNotFoundError(f"no PG-19 text (*.txt) under {folder} (set --data to the folder holding pg19/)")
+    return books[0]
+
+
+def book_tokens(model: kvprobe.Model, data_dir: Path | str | None) -> list[int]:
+    """Token ids of the PG-19 book: the first ``*.txt`` under ``data_dir/pg19``, or by default the ``pg19`` data
+    set (:mod:`kvprobe.data`)."""
+    return model.tokenizer(find_book(data_dir).read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"]
 
 
 def build_history(model: kvprobe.Model, book: list[int], length: int, fraction: float) -> kvprobe.History:
@@ -73,7 +85,7 @@ def first_token(model: kvprobe.Model, history: kvprobe.History, state) -> int:
 def run_operations_bench(
     model: kvprobe.Model,
     out_dir: Path,
-    data_dir: Path,
+    data_dir: Path | str | None,
     lengths: tuple[int, ...] = (512, 1024, 2048, 4096, 8192),
     fractions: tuple[float, ...] = (0.1, 0.5, 0.9),
     warmups: int = 3,
@@ -189,5 +201,5 @@ def command(args, load) -> dict[str, Any]:
     given = {"lengths": None if args.lengths is None else tuple(int(x) for x in args.lengths.split(",")),
              "warmups": args.warmups, "repeats": args.repeats}
     fractions = tuple(float(x) for x in args.fractions.split(","))
-    return run_operations_bench(load(), Path(args.out), Path(args.data), fractions=fractions,
+    return run_operations_bench(load(), Path(args.out), args.data, fractions=fractions,
                                 **{k: v for k, v in given.items() if v is not None})

@@ -48,7 +48,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "--restart": dict(action="store_true", help="long: ignore an earlier long.json in --out and start afresh (by "
                       "default finished cells are reused, and a long.json written with another model, dtype, thread "
                       "count, warm-ups, repeats or decode steps is refused, naming the setting)"),
-    "--data": dict(default="../shared/data", help="operations, long: folder holding pg19/ (default ../shared/data)"),
+    "--data": dict(default=None, help="operations, long: a data directory holding pg19/ (default: where `kvprobe "
+                   "data` finds the pg19 data set)"),
     "--cases": dict(type=at_least(1), default=120,
                     help="extract: first N cases of the records dataset (default 120: 20 items, ~260 records)"),
     "--batch-size": dict(type=at_least(1), default=16, help="extract: records per forward (default 16)"),

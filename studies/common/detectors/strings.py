@@ -1,7 +1,7 @@
 """Exact strings of the detector prompts and the record-history task, quoted verbatim from the paper.
 
-Source: "Positions Are Not Facts" (../shared/seed/000_1f60a69837e742f0.txt);
-spec ``../shared/spec/partB.md`` section 4 and ``partD.md`` section 3. The three
+Source: "Positions Are Not Facts";
+the study spec (partB) section 4 and ``partD.md`` section 3. The three
 classifier prompts are the paper's ``verbatim`` blocks byte for byte, line
 breaks included (``tests/test_detection.py`` compares them with the paper
 text). ``<OLD RECORD>`` and ``<LATER RECORD>`` are substituted verbatim.

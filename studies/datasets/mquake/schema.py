@@ -3,7 +3,7 @@
 The released files (MQuAKE-CF-3k-v2.json, MQuAKE-CF.json, MQuAKE-T.json) are a JSON
 list of cases. Dataclasses here mirror one case field for field; unknown keys (e.g.
 MQuAKE-T's ``answer_extended``) are kept in ``extra`` so ``to_json`` round-trips.
-The dataset files are not available offline (../shared/data/README.md); the loader is
+The dataset files are not available offline (they are not among kvprobe's data sets); the loader is
 tested on ``tests/fixtures/mquake_sample.json``, written in the same schema.
 """
 

@@ -2,7 +2,7 @@
 FactConsolidation studies).
 
 Relation templates: princeton-nlp/MQuAKE @ fb43dadc2d8c, ``prompts/templates/cloze_templates.json``
-and ``question_templates.json`` (MIT), read at run time from ../shared/data/mquake for the relations
+and ``question_templates.json`` (MIT), read at run time from the mquake data set (kvprobe data) for the relations
 the generator uses. The noun phrases and question words are ours and marked UNCLEAR.
 """
 
@@ -26,8 +26,7 @@ RELATIONS = ("P17", "P19", "P26", "P27", "P35", "P36", "P37", "P108", "P112", "P
 def _templates(kind: str) -> dict[str, str]:
     path = template_file(kind)
     if not path.exists():
-        raise FileNotFoundError(f"MQuAKE {kind} templates not found at {path} (the shared data folder "
-                                "../shared/data/mquake beside the repository)")
+        raise FileNotFoundError(f"MQuAKE {kind} templates not found at {path} (`kvprobe data pull mquake`)")
     table = json.loads(path.read_text())
     missing = [r for r in RELATIONS if r not in table]
     if missing:

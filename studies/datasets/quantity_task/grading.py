@@ -1,6 +1,6 @@
 """Answer classification for the quantity task (paper section "Answer classification").
 
-Source: spec ``../shared/spec/partC.md`` section 2 (paper L3419-3429,
+Source: the study spec (partC) section 2 (paper L3419-3429,
 L4023-4052, L4420-4442, L4817-4825). The model is asked for exactly one JSON
 string field ``{"answer": "<value>"}`` (system string in
 :mod:`studies.datasets.quantity_task.strings`, spec section 1.2). References are complete

@@ -1,6 +1,6 @@
 """Exact strings of the quantity task, quoted verbatim from the paper.
 
-Source: "Positions Are Not Facts" (../shared/seed), appendix "Exact source and
+Source: "Positions Are Not Facts", appendix "Exact source and
 response examples" (paper lines 3766-3815, spec partC section 1.2). Strings the
 paper does not give are marked UNCLEAR and are parameters of the generator.
 """
