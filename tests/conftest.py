@@ -37,6 +37,23 @@ SLOW_TESTS = {"test_run_summary_and_resume", "test_records_evaluation_and_report
               "test_fake_detectors_drive_every_question", "test_tiny_run_writes_rows_and_a_summary"}
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test that stops on a data set the machine lacks (``kvprobe.data.MissingDataError``: a clone with no
+    data directory and no ``shared/data`` beside it) is reported as skipped, with the set and the pull command;
+    where the data is present (CI, development) nothing changes."""
+    from kvprobe.data import MissingDataError
+
+    outcome = yield
+    report = outcome.get_result()
+    error = call.excinfo.value if report.failed and call.excinfo is not None else None
+    while error is not None and not isinstance(error, MissingDataError):  # a study may wrap it (InvalidParameter)
+        error = error.__cause__ or error.__context__
+    if error is not None:
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1], f"needs data: {error}")
+
+
 def pytest_collection_modifyitems(config, items):
     """``slow``: tests of :data:`SLOW_MODULES` and :data:`SLOW_TESTS`, command-line tests that start a
     subprocess (``cli`` in the name), and every test loading the embedded model (``embedded``). Nothing
