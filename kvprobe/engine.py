@@ -494,7 +494,7 @@ def traced_forward(
     """
     plan = plan_forward(model, rows, input_ids, query_valid, query_pos, capture_attention, logits_to_keep,
                         affected_rows, new_hidden, capture_hidden, causal_block)
-    hidden, bias = plan.hidden, rows.bias
+    hidden, bias = plan.hidden, plan.bias
     with torch.inference_mode(), selection.active(rows.selector), forward_context(plan.context):
         if not plan.touched:
             logits = model.hf(**plan.kwargs).logits
