@@ -66,6 +66,10 @@ KVPROBE_IMPLEMENTATIONS = (KVPROBE_SDPA, GROUPED_EAGER)
 #: otherwise hold gigabytes of scores).
 SHARED_SCORE_BLOCK = 1 << 26
 
+#: Devices whose SDPA kernels take an explicit mask together with grouped query heads (``enable_gqa``);
+#: elsewhere keys and values are expanded per query head first (CUDA would run its math kernel).
+MASKED_GQA_DEVICES = ("cpu",)
+
 
 @dataclass(frozen=True)
 class ForwardContext:
@@ -127,6 +131,37 @@ def _shared_layer(module: torch.nn.Module, key: torch.Tensor):
     return layer
 
 
+def _packed_layer(module: torch.nn.Module, key: torch.Tensor):
+    """The packed decode layer (:class:`kvprobe.slots.PackedSlotLayer`) this call reads, if any."""
+    from .slots import PackedSlotLayer
+
+    ctx = _CONTEXT.get()
+    layer_idx = getattr(module, "layer_idx", None)
+    if ctx.cache is None or layer_idx is None or layer_idx >= len(ctx.kv_source) or ctx.kv_source[layer_idx] is None:
+        return None
+    layer = ctx.cache.layers[ctx.kv_source[layer_idx]]
+    return layer if isinstance(layer, PackedSlotLayer) and key is layer.keys else None
+
+
+def packed_attention(query: torch.Tensor, layer, mask: torch.Tensor, scaling: float
+                     ) -> tuple[torch.Tensor, None]:
+    """One decode step's attention over a :class:`kvprobe.slots.PackedSlotLayer`, as one SDPA call.
+
+    The queries of all B rows (one token each, [B, H, 1, D]) are folded into one batch row,
+    kv-head major like the eager grouping: [1, KVH, B x G, D], query (b, g) of KV head kv being
+    query head kv*G + g of row b. They read the packed keys [1, KVH, S, D] (the shared history
+    once, then every row's own slots) under ``mask`` [1, 1, B x G, S], which keeps each query to
+    the history its row may read and its row's own slots. Returns ([B, 1, H, Dv], None).
+    """
+    B, H, Q, D = query.shape
+    KVH, Dv = layer.keys.shape[1], layer.values.shape[-1]
+    G = H // KVH
+    folded = query.reshape(B, KVH, G, D).transpose(0, 1).reshape(1, KVH, B * G, D)
+    out = torch.nn.functional.scaled_dot_product_attention(folded, layer.keys, layer.values, attn_mask=mask,
+                                                           scale=scaling)
+    return out.view(KVH, B, G, Dv).transpose(0, 1).reshape(B, Q, H, Dv), None
+
+
 def _check_supported(name: str, module: torch.nn.Module, dropout: float, kwargs: dict) -> None:
     if kwargs.get("s_aux") is not None:
         raise NotImplementedError(f"{name} does not implement attention sinks (s_aux); "
@@ -184,6 +219,12 @@ def _attend(impl: str, module, query, key, value, attention_mask, scaling, dropo
         attention_mask = None
     # the eager implementation always returns probabilities, as transformers' eager does
     wanted = impl == GROUPED_EAGER or getattr(module, "layer_idx", None) in _CONTEXT.get().probabilities
+    packed = _packed_layer(module, key)
+    if packed is not None:
+        if wanted or softcap is not None or selection.current() is not None:
+            raise RuntimeError("a packed decode step (kvprobe.static_decode) computes no probabilities, "
+                               "logit caps or key selections")
+        return packed_attention(query, packed, attention_mask, scaling)
     shared = _shared_layer(module, key)
     if shared is not None:
         if selection.current() is not None:
@@ -198,8 +239,15 @@ def _attend(impl: str, module, query, key, value, attention_mask, scaling, dropo
         return _eager(module, query, key, value, attention_mask, scaling, softcap)
     S = key.shape[2]
     mask = None if attention_mask is None else attention_mask[..., :S]
+    grouped = query.shape[1] != key.shape[1]
+    if grouped and mask is not None and query.device.type not in MASKED_GQA_DEVICES:
+        # CUDA's memory-efficient kernel takes a mask but not grouped heads (torch would fall back to the
+        # math kernel, which materializes every score): expand K/V per query head, as transformers' SDPA does.
+        G = query.shape[1] // key.shape[1]
+        key, value = key.repeat_interleave(G, dim=1), value.repeat_interleave(G, dim=1)
+        grouped = False
     out = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask, is_causal=causal, scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+        query, key, value, attn_mask=mask, is_causal=causal, scale=scaling, enable_gqa=grouped)
     return out.transpose(1, 2).contiguous(), None
 
 

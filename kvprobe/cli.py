@@ -32,7 +32,7 @@ from typing import Sequence
 from .parameters import at_least
 
 #: Model dtypes the commands accept (``--dtype``).
-MODEL_DTYPES = ("float32", "bfloat16", "float16")
+MODEL_DTYPES = ("float32", "bfloat16", "float16")  # kvprobe.loading.MODEL_DTYPES (no torch import here)
 
 
 def _load(name: str, quiet: bool, attn_implementation: str | None = None, device: str = "cpu",
@@ -47,9 +47,7 @@ def _load(name: str, quiet: bool, attn_implementation: str | None = None, device
     if device != "cpu":
         kwargs["device"] = device
     if dtype != "float32":
-        import torch
-
-        kwargs["dtype"] = getattr(torch, dtype)
+        kwargs["dtype"] = dtype
     return load_model(name, **kwargs)
 
 

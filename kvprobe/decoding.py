@@ -27,6 +27,7 @@ from .activations import NAMES as ACTIVATION_NAMES, ActivationCache, Recorder
 from .engine import ForwardOutput, Rows, RowState, fork_rows, pad_suffix_block, shares_history, traced_forward
 from .history import check_reader
 from .selection import KeySelector, SelectionAccess
+from .static_decode import STATIC_DECODE_DEVICES, StaticDecoder, static_refusal
 
 if TYPE_CHECKING:
     from .history import History
@@ -407,7 +408,8 @@ def reason_then_score(
     for group in _row_groups(model, items, suffixes):
         rows, last = _run_questions(model, [states[i] for i in group], [suffixes[i] for i in group],
                                     _selector(model, items, group), [items[i][1].label for i in group])
-        toks = _greedy_from(model, rows, last, budget, stop_at_eos=False) if budget else [[] for _ in group]
+        toks = ([[] for _ in group] if not budget
+                else _greedy_from(model, rows, last, budget, stop_at_eos=False, keep_rows=True))
         block = [t[-1:] + cue_ids for t in toks]  # the last continuation token was not fed back yet
         if block[0]:
             feed = torch.tensor(block, dtype=torch.long, device=model.device)
@@ -493,7 +495,7 @@ def _generation(model: "Model", toks: list[int], access: str) -> Generation:
 
 def _greedy_from(model: "Model", rows: Rows, last: torch.Tensor, max_new_tokens: int,
                  stop_at_eos: bool = True, recorder: Recorder | None = None,
-                 items: Sequence[int] = ()) -> list[list[int]]:
+                 items: Sequence[int] = (), keep_rows: bool = False) -> list[list[int]]:
     """Greedy tokens of a batch whose question already ran (``last``: its logits Float[B, V]).
 
     Stopping EOS included; finished rows stop recording tokens and leave the batch in
@@ -501,6 +503,10 @@ def _greedy_from(model: "Model", rows: Rows, last: torch.Tensor, max_new_tokens:
     ``max_new_tokens`` tokens (an EOS is an ordinary token), no row leaves the batch,
     and ``rows`` then holds every generated token but the last (it was not fed back). A ``recorder``
     keeps the internals of every token fed back for the rows still running (row b as item ``items[b]``).
+
+    On a GPU (:data:`kvprobe.static_decode.STATIC_DECODE_DEVICES`) a batch reading one shared history,
+    with no recorder and no ``keep_rows`` (the caller reads ``rows`` afterwards), decodes in fixed
+    shapes replayed as a CUDA graph (:mod:`kvprobe.static_decode`); finished rows then stay in the batch.
     """
     B = last.shape[0]
     generated: list[list[int]] = [[] for _ in range(B)]
@@ -510,6 +516,10 @@ def _greedy_from(model: "Model", rows: Rows, last: torch.Tensor, max_new_tokens:
     eos = model.eos_ids
     nxt = last.argmax(dim=-1)
     step_valid = torch.ones(B, 1, dtype=torch.bool, device=nxt.device)
+    static = None
+    if (recorder is None and not keep_rows and max_new_tokens > 1 and nxt.device.type in STATIC_DECODE_DEVICES
+            and static_refusal(model, rows) is None):
+        static = StaticDecoder(model, rows, max_new_tokens - 1, graph=nxt.device.type == "cuda")
     for step in range(max_new_tokens):
         tokens = nxt.tolist()
         for b, token in enumerate(tokens):
@@ -519,6 +529,9 @@ def _greedy_from(model: "Model", rows: Rows, last: torch.Tensor, max_new_tokens:
                     running[b] = False
         if step == max_new_tokens - 1 or not any(running):
             break
+        if static is not None:  # fixed shapes: every row stays in the batch
+            nxt = static.step(nxt).argmax(dim=-1)
+            continue
         # Copying the batch costs about as much as a few steps of a finished row, so
         # finished rows leave in groups (at least a quarter of the batch at once).
         finished = running.count(False)

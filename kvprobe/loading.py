@@ -421,20 +421,42 @@ def is_gguf_file(path: Path | str) -> bool:
 _HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[A-Za-z0-9][\w.\-]*)?$")
 
 
+#: The dtypes a model is loaded in, by name.
+MODEL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def model_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """``dtype`` as a torch dtype; a name from :data:`MODEL_DTYPES` is looked up, anything else refused.
+
+    Example:
+        >>> model_dtype("bfloat16")
+        torch.bfloat16
+    """
+    if isinstance(dtype, str):
+        if dtype not in MODEL_DTYPES:
+            raise ValueError(f"dtype {dtype!r}: a model is loaded in one of {', '.join(MODEL_DTYPES)}")
+        return MODEL_DTYPES[dtype]
+    if dtype not in MODEL_DTYPES.values():
+        raise ValueError(f"dtype {dtype}: a model is loaded in one of {', '.join(MODEL_DTYPES)}")
+    return dtype
+
+
 def load_weights(
     name: str,
     *,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | str = torch.float32,
     attn_implementation: str = KVPROBE_SDPA,
     device: str = "cpu",
 ) -> LoadedWeights:
     """Load model + fast tokenizer from a tiny name, registry name, GGUF file, HF dir or Hub id.
 
+    ``dtype``: a torch dtype or its name (``"float32"``, ``"bfloat16"``, ``"float16"``).
     ``device``: where the model runs; ``"auto"`` (Hub ids and HF directories only) loads with
     transformers' ``device_map="auto"``, spreading a model too large for one device over all of them.
     """
     from .tiny import SHAPED_MODELS, TINY_MODELS, build_shaped, build_tiny
 
+    dtype = model_dtype(dtype)
     name = str(name)
     t0 = time.perf_counter()
     path = Path(name).expanduser()

@@ -214,3 +214,58 @@ class SharedSlotLayer(SlotLayer):
             full[:, :, self.base_length :] = own
             out.append(full)
         return out[0], out[1]
+
+
+class PackedSlotLayer(DynamicLayer):
+    """A shared-history batch laid out in fixed shapes for decoding (``kvprobe.static_decode``).
+
+    One buffer per K and V, [1, KV heads, T + steps x B, dim]: the shared history (one copy),
+    then every row's slots after it *step-major*: slot f of row b sits at column
+    ``T + f * B + b``. Every decode step writes the B new slots at the columns ``index``
+    (Long[B], a device tensor the decoder advances by B per step) and returns the whole
+    buffer, so a step reads and writes the same memory each time (a CUDA graph can replay
+    it). Columns not written yet hold zeros; the decoder's mask hides them until written.
+
+    Args:
+        layer: a :class:`SharedSlotLayer` whose rows all read one base of its full length.
+        columns: the buffers' length (at least T + B x the slots each row will hold).
+        index: Long[B] the columns the next step writes (shared by every layer of the batch).
+    """
+
+    def __init__(self, layer: SharedSlotLayer, columns: int, index: torch.Tensor):
+        super().__init__()
+        base_k, base_v, rows = layer.groups[0]
+        if len(layer.groups) != 1 or rows is not None or base_k.shape[2] != layer.base_length:
+            raise ValueError("a packed layer needs every row to read one base of the batch's full history length")
+        own_k, own_v = layer.keys, layer.values  # [B, KVH, F, D]
+        B, KVH, F, _ = own_k.shape
+        if columns < layer.base_length + F * B:
+            raise ValueError(f"{columns} columns cannot hold the history and the {F} slots each row filled")
+        self.dtype, self.device = base_k.dtype, base_k.device
+        self.is_initialized = True
+        self.base_length, self.rows, self.filled_before = layer.base_length, B, F
+        self.index = index
+        self.keys = _packed(base_k, own_k, columns)
+        self.values = _packed(base_v, own_v, columns)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Write one new slot per row ([B, KVH, 1, dim]) at ``index``; return the whole buffers."""
+        if key_states.shape[2] != 1:
+            raise ValueError("a packed layer takes one new token per row (decode steps)")
+        self.keys.index_copy_(2, self.index, key_states.transpose(0, 2))
+        self.values.index_copy_(2, self.index, value_states.transpose(0, 2))
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        """The buffer's columns (fixed; the decoder's mask says which are filled)."""
+        return int(self.keys.shape[2])
+
+
+def _packed(base: torch.Tensor, own: torch.Tensor, columns: int) -> torch.Tensor:
+    """[1, KVH, columns, d]: ``base`` [1, KVH, T, d], then ``own`` [B, KVH, F, d] step-major, then zeros."""
+    B, KVH, F, d = own.shape
+    T = base.shape[2]
+    buf = base.new_zeros(1, KVH, columns, d)
+    buf[:, :, :T] = base
+    buf[0, :, T : T + F * B].view(KVH, F, B, d).copy_(own.permute(1, 2, 0, 3))
+    return buf

@@ -154,6 +154,17 @@ def test_load_weights_tiny():
     assert next(bf.hf.parameters()).dtype == torch.bfloat16
 
 
+def test_dtypes_are_taken_by_name_and_others_refused():
+    from kvprobe import cli
+    from kvprobe.loading import MODEL_DTYPES, model_dtype
+
+    assert tuple(MODEL_DTYPES) == cli.MODEL_DTYPES  # the CLI's --dtype choices (it imports no torch)
+    assert next(load_weights("tiny-llama", dtype="float16").hf.parameters()).dtype == torch.float16
+    for bad in ("bf16", torch.float64):
+        with pytest.raises(ValueError, match="a model is loaded in one of float32, bfloat16, float16"):
+            model_dtype(bad)
+
+
 # ---------------------------------------------------------------------------- sources
 
 

@@ -106,7 +106,7 @@ class _Checks:
         self.results: list[CheckResult] = []
         # float32 tolerances scaled to what is compared (kvprobe.verify.scaled_tolerance); a bf16/fp16
         # model adds the dtype's own error against a float32 twin (kvprobe.verify.precision_floor)
-        floor = precision_floor(model, history, question)
+        floor = precision_floor(model, history, question, self.hidden)
         self.logit_tol = scaled_tolerance(reference_logits(model, history.input_ids.tolist(), self.q_ids),
                                           floor=floor.logit_tolerance)
         self.kv_tol = scaled_tolerance(*(t for i in self.arch.kv_layers for t in history.kv[i]),
