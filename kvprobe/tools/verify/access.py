@@ -105,10 +105,16 @@ class PrecisionFloor:
 
     logits: float = 0.0
     kv: float = 0.0
+    #: the same for the question's hidden states (every layer's output but the last, normed one)
+    hidden: float = 0.0
 
     @property
     def logit_tolerance(self) -> float:
         return PRECISION_FACTOR * self.logits
+
+    @property
+    def hidden_tolerance(self) -> float:
+        return PRECISION_FACTOR * self.hidden
 
     @property
     def kv_tolerance(self) -> float:
@@ -158,25 +164,37 @@ def precision_floor(model: "Model", history: "History", question: str,
     twin = float32_twin(model)
     h_ids, q_ids = history.input_ids.tolist(), suffix_ids(model, history, question)
     ids = torch.tensor([h_ids + q_ids], dtype=torch.long, device=model.device)
-    logits, masked, kv = [], [], []
+    logits, masked, kv, states, masked_states = [], [], [], [], []
     T = len(h_ids)
+
+    def one_pass(m: "Model", impl: str | None, mask=None) -> list[torch.Tensor]:
+        """The question's logits and hidden states (every layer's output but the last) of one uncached pass."""
+        context = attention_implementation(m, impl) if impl else reference.transformers_eager(m)
+        with torch.inference_mode(), context:
+            out = m.hf(input_ids=ids, attention_mask=mask, use_cache=False, output_hidden_states=True)
+        return [out.logits[0, T:], *(h[0, T:] for h in out.hidden_states[1:-1])]
+
     for m in (model, twin):
         with torch.inference_mode():
-            logits.append([m.hf(input_ids=ids, use_cache=False).logits[0, T:]])
             # transformers' own cached path: the history, then the question on its cache
             cache = output_cache(m.hf(input_ids=ids[:, :T], use_cache=True))
             logits.append([m.hf(input_ids=ids[:, T:], use_cache=True, **cache_argument(m.hf, cache)).logits[0]])
-        logits.append([reference_logits(m, h_ids, q_ids, None, explicit_mask=False)])  # transformers' eager
-        if hidden is not None and bool(hidden.any()):
-            masked.append([reference_logits(m, h_ids, q_ids, hidden)])  # transformers' eager, record hidden
-            with torch.inference_mode(), attention_implementation(m, "sdpa"):  # and transformers' SDPA
-                mask = reference.uncached_mask(m, len(h_ids) + len(q_ids), T, hidden)
-                masked.append([m.hf(input_ids=ids, attention_mask=mask, use_cache=False).logits[0, T:]])
+        for impl in (None, "sdpa"):  # transformers' eager and SDPA over the whole text
+            run = one_pass(m, impl)
+            logits.append(run[:1])
+            states.append(run[1:])
+        if hidden is not None and bool(hidden.any()):  # the same with the record hidden from the question
+            mask = reference.uncached_mask(m, len(h_ids) + len(q_ids), T, hidden)
+            for impl in (None, "sdpa"):
+                run = one_pass(m, impl, mask)
+                masked.append(run[:1])
+                masked_states.append(run[1:])
         kv.append([t for pair in m.prefill(history.prompt).kv for t in pair])
     with attention_implementation(model, GROUPED_EAGER):
         kv.append([t for pair in model.prefill(history.prompt).kv for t in pair])
     del twin
-    floor = PrecisionFloor(logits=max(_largest_gap(logits), _largest_gap(masked)), kv=_largest_gap(kv))
+    floor = PrecisionFloor(logits=max(_largest_gap(logits), _largest_gap(masked)), kv=_largest_gap(kv),
+                           hidden=max(_largest_gap(states), _largest_gap(masked_states)))
     _FLOORS.setdefault(history, {})[key] = floor
     return floor
 

@@ -90,7 +90,8 @@ def capture(checks: "_Checks") -> None:
         got = caches[name]
         compare(got.logits, ref.logits[0], checks.logit_tol)
         layers = range(arch.num_layers - 1)  # the last hidden state there has the final norm applied
-        hidden_tol = scaled_tolerance(*(ref.hidden_states[layer + 1] for layer in layers), floor=checks.kv_tol)
+        hidden_tol = scaled_tolerance(*(ref.hidden_states[layer + 1] for layer in layers),
+                                      floor=max(checks.kv_tol, checks.hidden_floor))
         for layer in layers:
             compare(got.hidden[layer], ref.hidden_states[layer + 1][0], hidden_tol)
         for i, layer in enumerate(arch.attention_layers):

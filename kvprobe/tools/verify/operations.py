@@ -111,6 +111,7 @@ class _Checks:
                                           floor=floor.logit_tolerance)
         self.kv_tol = scaled_tolerance(*(t for i in self.arch.kv_layers for t in history.kv[i]),
                                        floor=floor.kv_tolerance)
+        self.hidden_floor = max(floor.kv_tolerance, floor.hidden_tolerance)  # hidden states' own dtype error
         # re-rotated keys are compared relative to their magnitude: float32 to 1e-5; in bf16/fp16 each of
         # the two keys compared is rounded to the dtype once, so they may differ by twice its epsilon
         self.rope_tol = ROPE_TOLERANCE if model.dtype == torch.float32 else 2 * torch.finfo(model.dtype).eps
