@@ -28,9 +28,13 @@ MATRIX_DOC = Path(__file__).resolve().parents[1] / "docs" / "architectures.md"
 
 #: Operations each tiny model must refuse (every other cell must pass its checks).
 EXPECTED_REFUSALS = {
-    "tiny-qwen3.5": {"compact", "drop", "recompute-prefix", "rebuild-segments"},  # recurrent states have no rows
-    "tiny-qwen3-next": {"compact", "drop", "recompute-prefix", "rebuild-segments"},
-    "tiny-deepseek-v2": {"zero-k", "zero-v", "zero-heads", "shared-history"},  # one latent for K and V, expanded after the cache
+    # recurrent states have no rows; a decode step in fixed shapes needs full attention in every layer
+    "tiny-qwen3.5": {"compact", "drop", "recompute-prefix", "rebuild-segments", "fixed-shape-decode"},
+    "tiny-qwen3-next": {"compact", "drop", "recompute-prefix", "rebuild-segments", "fixed-shape-decode"},
+    # one latent for K and V, expanded after the cache
+    "tiny-deepseek-v2": {"zero-k", "zero-v", "zero-heads", "shared-history", "fixed-shape-decode"},
+    # sliding windows move every decode step
+    "tiny-mistral": {"fixed-shape-decode"}, "tiny-gemma3": {"fixed-shape-decode"}, "tiny-gemma4": {"fixed-shape-decode"},
 }
 
 

@@ -14,7 +14,8 @@ from kvprobe.tools.verify import verify_model
 
 CHECKS = {"nnsight_mask_equals_explicit_4d", "empty_mask_equals_full", "prefix_digest_unchanged",
           "masked_attention_zero", "cached_equals_one_pass", "condition_order_invariant",
-          "batched_equals_single_rows", "sdpa_equals_eager", "shared_history_equals_per_row"}
+          "batched_equals_single_rows", "sdpa_equals_eager", "shared_history_equals_per_row",
+          "fixed_shape_decode_equals_decode"}
 OPERATION_CHECKS = {"bias_equals_explicit_mask", "zero_bias_equals_full", "zero_k_equals_plain_forward",
                     "zero_v_equals_plain_forward", "zero_kv_equals_plain_forward", "zero_heads_equals_plain_forward",
                     "rebuild_equals_one_pass",

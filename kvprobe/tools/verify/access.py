@@ -19,6 +19,10 @@ h. ``sdpa_equals_eager``: kvprobe's default attention (SDPA where no logits are 
 i. ``shared_history_equals_per_row``: a batch whose rows read one shared copy of the
    history equals the same batch with a copy per row (refused, with the reason, where
    the family cannot share: ``ArchSummary.shared_history_refusal``).
+j. ``fixed_shape_decode_equals_decode``: decode steps of that batch in fixed shapes
+   (``kvprobe.static_decode``; replayed as a CUDA graph on a GPU, which is how a GPU decodes)
+   give the logits of the ordinary decode steps fed the same tokens (refused, with the
+   reason, where the batch cannot decode in fixed shapes: ``static_refusal``).
 
 Checks (a), (b) and (e) run each condition as a batch of one row, like the references.
 
@@ -42,12 +46,13 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from kvprobe.access import Condition, Full, Mask, matched_control
-from kvprobe.decoding import question_logits, suffix_ids
+from kvprobe.decoding import Request, _run_questions, prepare_states, question_logits, suffix_ids
 from kvprobe.attention import GROUPED_EAGER, KVPROBE_SDPA
 from kvprobe.engine import fork_rows, pad_suffix_block, shares_history, traced_forward
 from kvprobe.prompts import Prompt
 from kvprobe import reference
 from kvprobe.reference import attention_implementation, cached_explicit_logits, reference_logits
+from kvprobe.static_decode import StaticDecoder, static_refusal
 from kvprobe.transformers_api import cache_argument, output_cache
 
 if TYPE_CHECKING:
@@ -69,6 +74,8 @@ RELATIVE_TOLERANCE = 1e-5
 BATCH_TOLERANCE = 1e-3
 #: The operation name of check (i): batches reading one shared copy of the history.
 SHARED = "shared-history"
+#: The matrix column of the fixed-shape decode check (j).
+FIXED_SHAPE = "fixed-shape-decode"
 
 # A neutral two-record history used by verify (not a paper task).
 VERIFY_SEGMENTS = [
@@ -309,14 +316,49 @@ def verify_access(model: "Model", history: "History | None" = None,
         results.append(CheckResult("shared_history_equals_per_row", name, True, float("nan"), tol,
                                    operation=SHARED, refused=reason))
 
+    gap = (fixed_shape_decode_gap(model, history, question, conditions) if sharing
+           else "the batch decodes with per-step shapes: its rows cannot share a history")
+    if isinstance(gap, str):
+        results.append(CheckResult("fixed_shape_decode_equals_decode", name, True, float("nan"), tol,
+                                   operation=FIXED_SHAPE, refused=gap))
+    else:
+        record("fixed_shape_decode_equals_decode", gap, operation=FIXED_SHAPE)
+
     op_results: list[CheckResult] = extra(model, history, question) if extra is not None else []
     # (c) the shared prefix is bit-identical after everything above.
     record("prefix_digest_unchanged", 0.0 if history.check_digest() else 1.0, 0.0)
     order = ["nnsight_mask_equals_explicit_4d", "empty_mask_equals_full", "prefix_digest_unchanged",
              "masked_attention_zero", "cached_equals_one_pass", "condition_order_invariant",
-             "batched_equals_single_rows", "sdpa_equals_eager", "shared_history_equals_per_row"]
+             "batched_equals_single_rows", "sdpa_equals_eager", "shared_history_equals_per_row",
+             "fixed_shape_decode_equals_decode"]
     results = sorted(results, key=lambda r: order.index(r.check))
     return results + op_results
+
+
+#: Decode steps the fixed-shape check compares.
+FIXED_SHAPE_STEPS = 4
+
+
+def fixed_shape_decode_gap(model: "Model", history: "History", question: str, conditions: list[Condition],
+                           steps: int = FIXED_SHAPE_STEPS) -> float | str:
+    """Largest logit gap between fixed-shape decode steps (:class:`kvprobe.static_decode.StaticDecoder`, a
+    CUDA graph on a GPU) and the ordinary steps of the same shared-history batch fed the same greedy
+    tokens; the reason instead when the batch cannot decode in fixed shapes. A failed graph capture on
+    a GPU is an infinite gap (the decode would run, eagerly, but not as verified)."""
+    items = [(history, Request(question, c)) for c in conditions]
+    suffixes = [suffix_ids(model, history, question)] * len(items)
+    ordinary, last = _run_questions(model, prepare_states(model, items), suffixes)
+    packed, _ = _run_questions(model, prepare_states(model, items), suffixes)
+    reason = static_refusal(model, packed)
+    if reason is not None:
+        return f"the batch decodes with per-step shapes: {reason}"
+    decoder = StaticDecoder(model, packed, steps, graph=model.device.type == "cuda")
+    tokens, gap = last.argmax(dim=-1), 0.0
+    for _ in range(steps):
+        want = traced_forward(model, ordinary, tokens[:, None], logits_to_keep=1).logits[:, -1]
+        gap = max(gap, float((decoder.step(tokens).float() - want.float()).abs().max()))
+        tokens = want.argmax(dim=-1)
+    return float("inf") if decoder.graph_failure else gap
 
 
 def results_as_dicts(results: list[CheckResult]) -> list[dict[str, Any]]:
