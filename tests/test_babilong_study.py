@@ -95,7 +95,7 @@ def test_run_resumes_and_summarizes(llama, study, tmp_path):
 
 # --------------------------------------------------------------------------- the published samples
 
-RELEASED = __import__("pathlib").Path(__file__).parent / "fixtures" / "babilong_released"
+RELEASED = __import__("pathlib").Path(__file__).parent / "fixtures" / "hf" / "RMT-team" / "babilong"  # as published
 
 
 def test_released_samples_locate_every_fact_and_match_the_babi_release():
@@ -121,7 +121,7 @@ def test_released_samples_locate_every_fact_and_match_the_babi_release():
     ('{"input": "x", "question": "Where is', r"qa3.jsonl:1: not JSON"),
     ('[{"input": 3, "question": "q", "target": "t"}]', r"record #0: field 'input' must be a string"),
     ('{"input": "no facts here", "question": "Where was the football before the kitchen?", "target": "garden"}\n',
-     r"qa3.jsonl record #0: no qa3 test question"),
+     r"qa3.jsonl:1: no qa3 test question"),
 ])
 def test_released_loader_refuses_malformed_files(tmp_path, content, message):
     from kvprobe.studies.babilong.data import BabilongFormatError, load_released

@@ -111,7 +111,7 @@ def test_loader_refuses_a_malformed_row_by_file_row_and_field(tmp_path, mutate, 
 
 
 def test_other_loaders_refuse_malformed_files(tmp_path):
-    with pytest.raises(FactConsolidationFormatError, match=r"rows.json line 2: not valid JSON"):
+    with pytest.raises(FactConsolidationFormatError, match=r"rows.json:2: not JSON"):
         load_rows(_write(tmp_path, json.dumps(json.loads(FIXTURE.read_text())[0]) + "\n{oops\n"))
     cases = json.loads(MQUAKE_FIXTURE.read_text())
     del cases[1]["orig"]["triples"]

@@ -124,11 +124,11 @@ def test_loader_file_level_errors(tmp_path):
         data.load_longmemeval(_write(tmp_path, {"question_id": "x"}))
     with pytest.raises(data.LongMemEvalFormatError, match="item 0 has no string 'question_id'"):
         data.load_longmemeval(_write(tmp_path, [{"question": "?"}]))
-    # The study surfaces the same errors.
-    with pytest.raises(FileNotFoundError):
-        SessionBiasStudy(source=str(tmp_path / "missing.json")).cases()
-    with pytest.raises(data.LongMemEvalFormatError):
-        SessionBiasStudy(source=str(_write(tmp_path, "not json"))).cases()
+    # The study refuses the same errors when it is built, before any model loads, naming the parameter.
+    with pytest.raises(ValueError, match="^source: .*missing.json: no such file"):
+        SessionBiasStudy(source=str(tmp_path / "missing.json"))
+    with pytest.raises(ValueError, match="^source: .*not valid JSON"):
+        SessionBiasStudy(source=str(_write(tmp_path, "not json")))
 
 
 def _paper_sized() -> list[data.Question]:

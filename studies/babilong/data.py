@@ -1,15 +1,19 @@
 """The published BABILong samples (spec partA section 2: "all 100 published examples in each of qa2
 and qa3 at 8k and 32k, retaining the original prompt bodies, questions, and targets").
 
-Released format (the Hugging Face data set ``RMT-team/babilong``, one config per length such as
-``8k``, one split per task such as ``qa2``, 100 records each): records with the fields ``input``
-(the facts among book text), ``question`` and ``target``. Saved with
-``datasets``' ``to_json`` they are JSON lines; this loader reads a folder laid out as
-``<folder>/<length>/<task>.jsonl`` (or ``.json``, JSON lines or one JSON list), e.g.::
+Released format (the Hugging Face data set ``RMT-team/babilong``: one config per length, ``0k``, ``1k``,
+..., ``128k`` and longer, one split per task, ``qa1`` ... ``qa10`` (``0k``: up to ``qa20``), 100 records each,
+columns ``input`` (the facts among book text), ``question`` and ``target``, all strings). A source is
 
-    babilong/8k/qa2.jsonl
-    babilong/8k/qa3.jsonl
-    babilong/32k/qa3.jsonl
+* ``hf:RMT-team/babilong[@REVISION]`` (or another repository with the same configs and splits, such as
+  ``RMT-team/babilong-1k-samples``): each (length, task) is read through ``datasets.load_dataset`` (the
+  optional extra ``kvprobe[data]``); the lengths come from the study's ``released_lengths``, so the id names no
+  config;
+* a folder in the published form, each (length, task) in the first layout found of :data:`LAYOUTS`: our
+  export per length and task (``datasets``' ``to_json``: ``8k/qa2.jsonl``), the dataset repository as it
+  ships (``data/qa2/8k.json``), or its parquet layout (``8k/qa2-00000-of-00001.parquet``, the
+  ``babilong-1k-samples`` repository and early revisions). A JSON file is JSON lines or one JSON list
+  (UNCLEAR which one the repository's files are; both are read).
 
 Each record becomes a :class:`~.samples.Sample` whose facts are located in ``input``:
 
@@ -27,16 +31,17 @@ facts, stripped of surrounding whitespace), which the neutral mask draws from.
 
 Example::
 
-    samples = load_released("babilong", "qa3", "8k")   # the 100 records, facts located
+    samples = load_released("babilong", "qa3", "8k")               # a local folder: the 100 records, facts located
+    samples = load_released("hf:RMT-team/babilong", "qa3", "8k")   # the same records from the Hub
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
+from kvprobe.data import hf_split, parse_hf, published_files, read_records
 from kvprobe.studies.datasets.datafiles import need_fields
 
 from kvprobe.studies.datasets.babi import Story
@@ -46,6 +51,8 @@ from .samples import BABI_FILES, CountTokens, Sample, _stories, question_list, t
 RECORD_FIELDS = ("input", "question", "target")
 #: Context lengths the release names (config names of RMT-team/babilong).
 RELEASED_LENGTHS = ("0k", "1k", "2k", "4k", "8k", "16k", "32k", "64k", "128k", "256k", "512k", "1M")
+#: Where a folder in the published form keeps one task at one length, in the order tried (module docstring).
+LAYOUTS = ("{length}/{task}.jsonl", "{length}/{task}.json", "data/{task}/{length}.json", "{length}/{task}-*.parquet")
 
 
 class BabilongFormatError(ValueError):
@@ -60,44 +67,37 @@ def length_tokens(name: str) -> int:
     return int(match.group(1)) * (1000 if match.group(2) == "k" else 1_000_000)
 
 
-def split_file(folder: str | Path, task: str, length: str) -> Path:
-    """``<folder>/<length>/<task>.jsonl`` (or ``.json``), or a named error listing what was looked for."""
-    base = Path(folder) / length
-    for suffix in (".jsonl", ".json"):
-        path = base / f"{task}{suffix}"
-        if path.exists():
-            return path
-    raise BabilongFormatError(f"{folder}: no {length}/{task}.jsonl or {length}/{task}.json (expected the released "
-                              "BABILong records saved per length and task; see kvprobe.studies.babilong.data)")
+def released_records(source: str | Path, task: str, length: str) -> list[tuple[str, dict[str, Any]]]:
+    """``(where, record)`` of every released record of ``task`` at ``length`` in ``source`` (a folder or an
+    ``hf:`` id, module docstring), each checked for its fields; a missing or malformed file raises
+    :class:`BabilongFormatError` naming it and what was looked for.
 
-
-def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """The records of one released file (JSON lines or one JSON list), each checked for its fields."""
-    text = Path(path).read_text(encoding="utf-8")
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        try:
-            records = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise BabilongFormatError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
-        where = [f"{path} record #{k}" for k in range(len(records))]
+    Example: ``released_records("hf:RMT-team/babilong", "qa2", "8k")[0][1]["target"]``.
+    """
+    hf = parse_hf(str(source))
+    if hf is not None:
+        if hf.config is not None:
+            raise BabilongFormatError(f"{hf}: the lengths (configs) come from the released lengths; give "
+                                      f"hf:{hf.repo} without :{hf.config}")
+        records = [(f"{hf} {length}/{task} record #{k}", r) for k, r in enumerate(hf_split(hf, task, length))]
     else:
-        records, where = [], []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise BabilongFormatError(f"{path}:{lineno}: not JSON ({e.msg})") from None
-            where.append(f"{path}:{lineno}")
+        if not Path(source).is_dir():
+            raise BabilongFormatError(f"{source}: not a folder (give the released samples' folder, laid out as "
+                                      f"{LAYOUTS[0].format(task=task, length=length)} or as the dataset repository, "
+                                      "or hf:RMT-team/babilong)")
+        patterns = [layout.format(task=task, length=length) for layout in LAYOUTS]
+        files = published_files(source, patterns)
+        if not files:
+            raise BabilongFormatError(f"{source}: no {', '.join(patterns)} (expected the released BABILong records "
+                                      "per length and task; see kvprobe.studies.babilong.data)")
+        records = [r for file in files for r in read_records(file, BabilongFormatError)]
     if not records:
-        raise BabilongFormatError(f"{path}: no records")
-    for record, w in zip(records, where):
-        need_fields(record, RECORD_FIELDS, w, BabilongFormatError)
+        raise BabilongFormatError(f"{source}: no {length}/{task} records")
+    for where, record in records:
+        need_fields(record, RECORD_FIELDS, where, BabilongFormatError)
         for key in RECORD_FIELDS:
             if not isinstance(record[key], str):
-                raise BabilongFormatError(f"{w}: field {key!r} must be a string, got {type(record[key]).__name__}")
+                raise BabilongFormatError(f"{where}: field {key!r} must be a string, got {type(record[key]).__name__}")
     return records
 
 
@@ -132,25 +132,25 @@ def _match(record: dict[str, Any], story: Story, question_index: int) -> list[tu
     return locate_facts(record["input"], [f.text for f in story.facts[: question.position]])
 
 
-def load_released(folder: str | Path, task: str, length: str, n: int | None = None,
+def load_released(source: str | Path, task: str, length: str, n: int | None = None,
                   count_tokens: CountTokens | None = None) -> list[Sample]:
-    """The first ``n`` records of ``<folder>/<length>/<task>`` as samples with located facts (module docstring)."""
+    """The first ``n`` released records of ``task`` at ``length`` in ``source`` (a folder or an ``hf:`` id) as
+    samples with located facts (module docstring)."""
     if task not in BABI_FILES:
         raise BabilongFormatError(f"task {task!r}: the released loader reads {', '.join(BABI_FILES)}")
-    path = split_file(folder, task, length)
-    records = read_records(path)[:n]
+    records = released_records(source, task, length)[:n]
     stories = _stories(str(BABI_FILES[task]))
     official = test_100_pairs(task, stories)
     everything = [(i, *pair) for i, pair in enumerate(question_list(stories))]
     count = count_tokens or word_count_tokens
     out = []
-    for k, record in enumerate(records):
+    for k, (where, record) in enumerate(records):
         tries = ([official[k]] if k < len(official) else []) + everything
         found = next(((index, story, q, spans) for index, story, q in tries
                       if (spans := _match(record, stories[story], q)) is not None), None)
         if found is None:
             raise BabilongFormatError(
-                f"{path} record #{k}: no {task} test question with question {record['question']!r}, target "
+                f"{where}: no {task} test question with question {record['question']!r}, target "
                 f"{record['target']!r} and its story's facts in order in the input (the paper checks all 400)")
         index, story, q, spans = found
         question = stories[story].questions[q]

@@ -26,8 +26,8 @@ one ([UNCLEAR] in the paper; an instruct model then ends its answer with EOS,
 which the metric requires), as one user message with no system prompt. Answers
 get the paper's 128 new tokens (L1497).
 
-Inputs are the published samples (``--source FOLDER``: ``<FOLDER>/<length>/<task>.jsonl``
-records ``input``/``question``/``target``, ``data.py``) or, offline, our
+Inputs are the published samples (``--source hf:RMT-team/babilong`` or a folder in the published form:
+records ``input``/``question``/``target`` per length and task, ``data.py``) or, offline, our
 reconstruction from the bAbI test release and PG-19 text (``samples.py``; labelled
 ``generated`` in the config and report). A case whose prompt, question and answer
 budget do not fit the model's positions is refused (no RoPE extension, as in the paper).
@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
+from kvprobe.data import MissingExtraError
 from .samples import BABILONG_SEED
 from kvprobe.studies.common.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices, require_fits, use_chat)
@@ -87,8 +88,9 @@ class BabilongStudy(HistoryStudy):
     name: ClassVar[str] = "babilong"
     #: bAbI tasks to run: qa2 (two supporting facts) and/or qa3 (three supporting facts).
     tasks: tuple[str, ...] = ("qa2", "qa3")
-    #: "generated" (facts among PG-19 text, offline) or a folder of published samples laid out as
-    #: <folder>/<length>/<task>.jsonl with input/question/target records (the paper's data).
+    #: "generated" (facts among PG-19 text, offline), or the published samples (the paper's data): hf:RMT-team/babilong
+    #: (needs kvprobe[data]) or a folder laid out as the dataset repository (data/<task>/<length>.json) or as an
+    #: export per length and task (<length>/<task>.jsonl), records input/question/target.
     source: str = GENERATED
     #: Generated inputs: target context lengths in estimated tokens (0: the story facts alone).
     lengths: tuple[int, ...] = (0, 1000)
@@ -122,7 +124,7 @@ class BabilongStudy(HistoryStudy):
             require_choices(self, released_lengths=data.RELEASED_LENGTHS)
             try:  # read and match the files now, so a bad file fails before any model loads
                 self.cases()
-            except (OSError, data.BabilongFormatError) as e:
+            except (OSError, MissingExtraError, data.BabilongFormatError) as e:
                 raise InvalidParameter("source", str(e)) from e
 
     def make_cases(self) -> list[BabilongCase]:

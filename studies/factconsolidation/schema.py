@@ -12,9 +12,12 @@ Hunk0724/MemoryAgentBench's inventory report; the paper uses the 32k and 64k tie
 * ``metadata`` (object): ``source`` (``"factconsolidation_mh_32k"``...), ``qa_pair_ids`` (one per
   question) and fields other splits use (``demo``, ``keypoints``... null here), kept as they are.
 
-Not available offline: the loader reads the split exported to JSON, either a JSON list of rows
-or JSON lines (``datasets.load_dataset(...)["Conflict_Resolution"].to_json(path)``), and is tested
-on ``tests/fixtures/factconsolidation_*.json`` written in this schema. Inferred, not confirmed:
+A source (:func:`load_rows`) is ``hf:ai-hyz/MemoryAgentBench[@REVISION]`` (the split through
+``datasets.load_dataset``, the optional extra ``kvprobe[data]``), the dataset repository's folder (the split
+ships as parquet, ``data/Conflict_Resolution-00000-of-0000N.parquet``: ``metadata`` a struct of every field
+above, null where unused), one such parquet file, or the split exported to JSON (a JSON list of rows or JSON
+lines, ``datasets``' ``to_json``). Tested on ``tests/fixtures/factconsolidation_released.json`` and the same
+rows as the repository's parquet (``tests/fixtures/hf/ai-hyz/MemoryAgentBench``). Inferred, not confirmed:
 the exact separator between a preamble and fact 0 (:func:`split_context` accepts a line break or
 a space). Generated files add two optional metadata fields of ours (``kvprobe_previous_answers``,
 ``kvprobe_entity_ids``; :class:`FactRow`), which a released file does not have.
@@ -28,8 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvprobe.data import hf_split, parse_hf, published_files, read_records
 from kvprobe.studies.datasets.datafiles import need_fields, need_unique
 
+#: The split of ``ai-hyz/MemoryAgentBench`` that holds the FactConsolidation rows.
+SPLIT = "Conflict_Resolution"
+#: Where the dataset repository's folder keeps the split (parquet shards).
+SPLIT_FILES = (f"data/{SPLIT}-*.parquet",)
 #: Columns of a released row.
 ROW_KEYS = ("context", "questions", "answers", "metadata")
 #: Metadata fields of ours (generated files); kept in :class:`FactRow`'s own attributes, not in ``metadata``.
@@ -164,31 +172,26 @@ def row_from_json(d: Any, where: str) -> FactRow:
                    None if previous is None else [list(p) for p in previous], entity_ids)
 
 
-def load_rows(path: str | Path) -> list[FactRow]:
-    """The FactConsolidation rows of a file (a JSON list of rows, or JSON lines); other rows of the
-    ``Conflict_Resolution`` split, if any, are refused by name.
+def load_rows(source: str | Path) -> list[FactRow]:
+    """The FactConsolidation rows of a source (module docstring: ``hf:`` id, repository folder, parquet, JSON list
+    or JSON lines); other rows of the ``Conflict_Resolution`` split, if any, are refused by name.
 
     Example: ``load_rows("tests/fixtures/factconsolidation_released.json")[0].source``
-    is ``"factconsolidation_sh_32k"``.
+    is ``"factconsolidation_sh_32k"``; ``load_rows("hf:ai-hyz/MemoryAgentBench")`` reads the released split.
     """
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        data = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    data.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise FactConsolidationFormatError(f"{path} line {lineno}: not valid JSON ({e})") from e
-    if isinstance(data, dict):
-        data = [data]
-    if not isinstance(data, list) or not data:
-        raise FactConsolidationFormatError(f"{path}: expected a JSON list of rows or JSON lines, got "
-                                           f"{type(data).__name__ if data else 'nothing'}")
-    return [row_from_json(d, f"{path} row #{i}") for i, d in enumerate(data)]
+    hf = parse_hf(str(source))
+    if hf is not None:
+        records = [(f"{hf} {SPLIT} row #{i}", r) for i, r in enumerate(hf_split(hf, SPLIT))]
+    else:
+        path = Path(source)
+        files = published_files(path, SPLIT_FILES) if path.is_dir() else [path]
+        if not files:
+            raise FactConsolidationFormatError(f"{path}: no {', '.join(SPLIT_FILES)} (a folder must be the dataset "
+                                               "repository ai-hyz/MemoryAgentBench; or give a parquet or JSON file)")
+        records = [r for file in files for r in read_records(file, FactConsolidationFormatError, item="row")]
+    if not records:
+        raise FactConsolidationFormatError(f"{source}: no rows")
+    return [row_from_json(d, where) for where, d in records]
 
 
 def to_json(row: FactRow) -> dict[str, Any]:

@@ -11,7 +11,8 @@ prefills the edited text once) and every question is answered greedily under eac
 
 No equal-token control (the paper has none for this task). Histories are generated fictional ones
 (:mod:`generate`, the offline default, labelled "generated") or the released split
-(``--source FILE``, :mod:`schema`). The prompt is MemoryAgentBench's own (system message, memorize
+(``--source hf:ai-hyz/MemoryAgentBench``, the repository's folder or an exported file, :mod:`schema`). The
+prompt is MemoryAgentBench's own (system message, memorize
 wrapper around the numbered facts, query template), the question followed by the boxed-answer
 instruction (:mod:`strings`), through the chat template with thinking off. Rows carry the paper's
 metrics and the rule grader's label (:mod:`grading`); :mod:`summary` does the net-accuracy analysis.
@@ -27,6 +28,7 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
+from kvprobe.data import MissingExtraError
 from .data import FACTCONSOLIDATION_SEED
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, \
     require_choices, require_fits, use_chat
@@ -64,8 +66,9 @@ class FactConsolidationStudy(HistoryStudy):
 
     name: ClassVar[str] = "factconsolidation"
     strings: ClassVar[ModuleType] = strings
-    #: "generated" (fictional histories in the released schema, offline) or the path of MemoryAgentBench's
-    #: Conflict_Resolution split exported to JSON or JSON lines (the paper's data).
+    #: "generated" (fictional histories in the released schema, offline), or MemoryAgentBench's Conflict_Resolution
+    #: split (the paper's data): hf:ai-hyz/MemoryAgentBench (needs kvprobe[data]), the dataset repository's folder,
+    #: its parquet file, or the split exported to JSON or JSON lines.
     source: str = GENERATED
     #: Length tiers to run (generated: 8k, 32k, or 1k for quick checks; released: 6k, 32k, 64k, 262k); none:
     #: generated 8k, released 32k and 64k (the paper's).
@@ -78,8 +81,8 @@ class FactConsolidationStudy(HistoryStudy):
     homonyms: int = 2
     #: Generator seed (generated set only).
     seed: int = FACTCONSOLIDATION_SEED
-    #: A released MQuAKE file (e.g. MQuAKE-CF.json): entity ids for the same-name rule and previous answers of
-    #: multi-hop questions (released set only; none: text rules only).
+    #: A released MQuAKE file (e.g. MQuAKE-CF.json; or a folder or hf: id, as mquake's --source): entity ids for the
+    #: same-name rule and previous answers of multi-hop questions (released set only; none: text rules only).
     mquake_file: str | None = None
     #: The question's wording: "ours" (the latest-fact rule, the question, the boxed-answer instruction) or
     #: "memoryagentbench" (MemoryAgentBench's query template verbatim around them); the paper does not quote its own.
@@ -108,12 +111,12 @@ class FactConsolidationStudy(HistoryStudy):
         # Read the files now, so a bad file fails before any model loads.
         try:
             load_rows(self.source)
-        except (OSError, FactConsolidationFormatError) as e:
+        except (OSError, MissingExtraError, FactConsolidationFormatError) as e:
             raise InvalidParameter("source", str(e)) from e
         if self.mquake_file is not None:
             try:
                 mquake_index(self.mquake_file)
-            except (OSError, ValueError) as e:
+            except (OSError, MissingExtraError, ValueError) as e:
                 raise InvalidParameter("mquake_file", str(e)) from e
         if not self.cases():
             raise InvalidParameter("tiers", f"{self.source} has no rows of tiers {', '.join(self.run_tiers)}")

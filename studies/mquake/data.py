@@ -23,23 +23,24 @@ from kvprobe.studies.datasets.mquake.schema import MQuAKECase, MQuAKEFormatError
 MQUAKE_SAMPLE_SEED = 20260920
 
 
-def sample_released(path: str | Path, hops: tuple[int, ...], n_per_hop: int,
+def sample_released(source: str | Path, hops: tuple[int, ...], n_per_hop: int,
                     seed: int = MQUAKE_SAMPLE_SEED) -> list[MQuAKECase]:
-    """``n_per_hop`` cases of each hop count, drawn with ``random.Random(seed + h)``, in file order.
+    """``n_per_hop`` cases of each hop count, drawn with ``random.Random(seed + h)``, in file order; ``source`` is
+    a released file, the repository's folder or an ``hf:`` id (``datasets.mquake.schema.released_file``).
 
     Raises ``MQuAKEFormatError`` naming the file when a hop count has fewer cases
     than asked for, or when case ids repeat.
     """
-    cases = load_mquake(path)
+    cases = load_mquake(source)
     ids = [c.case_id for c in cases]
     if len(set(ids)) != len(ids):
-        raise MQuAKEFormatError(f"{path}: case ids repeat")
+        raise MQuAKEFormatError(f"{source}: case ids repeat")
     position = {c.case_id: i for i, c in enumerate(cases)}
     chosen: list[MQuAKECase] = []
     for h in hops:
         pool = [c for c in cases if c.hops == h]
         if len(pool) < n_per_hop:
-            raise MQuAKEFormatError(f"{path}: {len(pool)} cases of {h} hops, fewer than the {n_per_hop} asked for "
+            raise MQuAKEFormatError(f"{source}: {len(pool)} cases of {h} hops, fewer than the {n_per_hop} asked for "
                                     "(lower --n-per-hop or drop that hop count from --hops)")
         drawn = random.Random(seed + h).sample(pool, n_per_hop)
         chosen += sorted(drawn, key=lambda c: position[c.case_id])

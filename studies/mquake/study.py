@@ -16,8 +16,8 @@ each condition (the paper's policies):
   (weights only; ``studies/common/no_context.py``), the paper's baseline of app:v52_weights.
 
 Cases are generated fictional ones (``datasets/mquake/generate.py``, the offline default) or the
-paper's sample of a released file (``--source MQuAKE-CF-3k-v2.json``: 200 cases per
-hop count h drawn with seed 20260920 + h, ``data.py``). Every question carries the
+paper's sample of a released file (``--source MQuAKE-CF-3k-v2.json``, the repository's folder or an
+``hf:`` copy: 200 cases per hop count h drawn with seed 20260920 + h, ``data.py``). Every question carries the
 boxed-answer instruction (``strings.BOXED_INSTRUCTION``) unless ``--no-boxed``.
 
 Operations a model cannot support (compaction on hybrids) are left out with a
@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
+from kvprobe.data import MissingExtraError
 from .data import MQUAKE_SAMPLE_SEED
 from kvprobe.studies.datasets.mquake.generate import MQUAKE_SEED
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, use_chat
@@ -72,8 +73,9 @@ class MQuAKEStudy(HistoryStudy):
     """MQuAKE cases (generated, or sampled from a released file) under the seven conditions, five questions each."""
 
     name: ClassVar[str] = "mquake"
-    #: "generated" (fictional cases in the released schema, offline) or the path of a released
-    #: MQuAKE JSON file such as MQuAKE-CF-3k-v2.json (the paper's data).
+    #: "generated" (fictional cases in the released schema, offline), or a released MQuAKE JSON file such as
+    #: MQuAKE-CF-3k-v2.json (the paper's data), the princeton-nlp/MQuAKE folder (its datasets/MQuAKE-CF-3k-v2.json),
+    #: or a Hugging Face copy hf:OWNER/NAME[:FILE] (needs kvprobe[data]).
     source: str = GENERATED
     #: Hop counts (the paper: 2, 3 and 4).
     hops: tuple[int, ...] = (2, 3, 4)
@@ -101,7 +103,7 @@ class MQuAKEStudy(HistoryStudy):
         if self.source != GENERATED:
             try:  # read and sample the file now, so a bad file fails before any model loads
                 self.cases()
-            except (OSError, MQuAKEFormatError) as e:
+            except (OSError, MissingExtraError, MQuAKEFormatError) as e:
                 raise InvalidParameter("source", str(e)) from e
 
     def make_cases(self) -> list[MQuAKEStudyCase]:

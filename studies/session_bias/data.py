@@ -12,9 +12,15 @@ github.com/xiaowu0162/LongMemEval): a JSON list of questions, each an object wit
   ``{"role": "user"|"assistant", "content": str, "has_answer": bool (optional)}``),
 * ``answer_session_ids`` (list of str).
 
-Unknown keys are kept (``extra``) so :func:`question_to_json` round-trips a file.
+Unknown keys are kept (``extra``) so :func:`question_to_json` round-trips a file (a null one counts as
+absent, as a null ``has_answer`` does: rows read through ``datasets`` give the same questions).
 Every problem raises :class:`LongMemEvalFormatError` naming the file and the
-question id. Nothing is downloaded: users who have the file pass its path.
+question id. A source (:func:`load_longmemeval`) is the file, a folder holding it (the data package's
+``longmemeval_oracle.json``, or the Hugging Face repository ``xiaowu0162/longmemeval``, whose files carry no
+extension: ``longmemeval_oracle``), or ``hf:xiaowu0162/longmemeval[@REVISION][:FILE]`` (default the oracle
+file; ``:longmemeval_s`` another), downloaded with ``huggingface_hub`` (the optional extra ``kvprobe[data]``)
+and read here, so answers keep their JSON types and a turn without ``has_answer`` stays without it.
+Tested on ``tests/fixtures/hf/xiaowu0162/longmemeval/longmemeval_oracle``, written in this schema.
 
 Split (paper app:guarded_validation L5978-5981: "A deterministic split based on
 question identifiers selects 120 development questions: 40 update-tagged, 25
@@ -42,9 +48,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from kvprobe.data import hf_file, parse_hf, published_files
+
 QUESTION_TYPES = ("single-session-user", "single-session-assistant", "single-session-preference",
                   "multi-session", "knowledge-update", "temporal-reasoning")
 ABSTENTION_SUFFIX = "_abs"
+#: The oracle file of a release folder or repository, as the data package and the Hub name it.
+ORACLE_FILES = ("longmemeval_oracle.json", "longmemeval_oracle", "data/longmemeval_oracle.json")
 ROLES = ("user", "assistant")
 REQUIRED = ("question_id", "question_type", "question", "answer", "question_date", "haystack_dates",
             "haystack_session_ids", "haystack_sessions", "answer_session_ids")
@@ -142,7 +152,7 @@ def _turn(raw: Any, source: str, qid: Any, s: int, t: int) -> Turn:
     has = raw.get("has_answer")
     if has is not None and not isinstance(has, bool):
         raise _fail(source, qid, f"{where}: 'has_answer' must be true or false, got {has!r}")
-    extra = {k: v for k, v in raw.items() if k not in ("role", "content", "has_answer")}
+    extra = {k: v for k, v in raw.items() if k not in ("role", "content", "has_answer") and v is not None}
     return Turn(raw["role"], raw["content"], has, extra)
 
 
@@ -184,7 +194,7 @@ def parse_question(item: Any, source: str = "<data>", index: int | None = None) 
         if not isinstance(turns, list) or not turns:
             raise _fail(source, qid, f"haystack_sessions[{s}] must be a non-empty list of turns")
         parsed.append(Session(sid, date, tuple(_turn(t, source, qid, s, i) for i, t in enumerate(turns))))
-    extra = {k: v for k, v in item.items() if k not in REQUIRED}
+    extra = {k: v for k, v in item.items() if k not in REQUIRED and v is not None}
     return Question(qid, item["question_type"], item["question"], str(answer), item["question_date"],
                     tuple(parsed), tuple(answer_ids), answer_raw=answer, extra=extra)
 
@@ -205,13 +215,24 @@ def parse_questions(data: Any, source: str = "<data>") -> list[Question]:
     return out
 
 
-def load_longmemeval(path: str | Path) -> list[Question]:
-    """Load and validate ``longmemeval_oracle.json`` (or any file in the same schema)."""
-    p = Path(path)
+def load_longmemeval(source: str | Path) -> list[Question]:
+    """Load and validate ``longmemeval_oracle.json`` (or any file in the same schema) from a source: the file, a
+    folder holding the oracle file, or an ``hf:`` id (module docstring).
+
+    Example: ``load_longmemeval("hf:xiaowu0162/longmemeval")`` (500 questions) or ``load_longmemeval(path)``.
+    """
+    hf = parse_hf(str(source))
+    p = hf_file(hf, ORACLE_FILES) if hf is not None else Path(source)
+    if p.is_dir():
+        found = published_files(p, ORACLE_FILES)
+        if not found:
+            raise FileNotFoundError(f"{p}: no {', '.join(ORACLE_FILES)} in this folder (give LongMemEval's file, "
+                                    "its folder, or hf:xiaowu0162/longmemeval)")
+        p = found[0]
     if not p.is_file():
         raise FileNotFoundError(
             f"{p}: no such file. Pass the path of LongMemEval's longmemeval_oracle.json (cleaned release, "
-            "see github.com/xiaowu0162/LongMemEval); kvprobe does not download it.")
+            "see github.com/xiaowu0162/LongMemEval), its folder, or hf:xiaowu0162/longmemeval (needs kvprobe[data])")
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:

@@ -3,8 +3,8 @@
 Paper: app:guarded_validation (soft bias, L5924-5990), app:v41_public_hard (hard
 mask, L6185-6215); spec partD section 10, partE E1-E3.
 
-One case is one question (LongMemEval-Oracle, or the seeded fixtures of
-``fixtures.py`` in the same schema). Per case the history of ``history.py`` is
+One case is one question (LongMemEval-Oracle: ``--source hf:xiaowu0162/longmemeval`` or a local file; or
+the seeded fixtures of ``fixtures.py`` in the same schema). Per case the history of ``history.py`` is
 prefilled once, without any bias (cases with an identical prompt in one batch,
 e.g. a fixture question and its abstention variant, share one prefill); each condition
 (``full``, ``soft``, ``hard``; the row's ``condition``) then asks the question
@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
+from kvprobe.data import MissingExtraError
 from kvprobe.studies.common.protocol import (Batch, CaseRun, HistoryStudy, InvalidParameter, Question,
                                              require_at_least, require_choices, use_chat)
 from . import fixtures, grading, history, data, strings
@@ -70,7 +71,8 @@ class SessionBiasStudy(HistoryStudy):
 
     name: ClassVar[str] = "session-bias"
     strings: ClassVar[ModuleType] = strings
-    #: "fixtures" (seeded synthetic histories) or the path of longmemeval_oracle.json.
+    #: "fixtures" (seeded synthetic histories), or LongMemEval (the paper's data): hf:xiaowu0162/longmemeval (the oracle
+    #: file; needs kvprobe[data]), or the path of longmemeval_oracle.json or of a folder holding it.
     source: str = FIXTURES
     #: Questions to run: validation (the paper's 380 of 500), development or all.
     split: str = "validation"
@@ -106,6 +108,11 @@ class SessionBiasStudy(HistoryStudy):
         if self.skip_inactive and "full" not in self.condition_set:
             raise InvalidParameter("skip_inactive", "copies the full answer, so condition_set must include 'full'")
         require_at_least(self, n=1, fixture_bases=1, max_new_tokens=1, max_history_tokens=1, cases_per_batch=1)
+        if self.source != FIXTURES:
+            try:  # read the file now, so a bad source fails before any model loads
+                self.cases()
+            except (OSError, MissingExtraError, data.LongMemEvalFormatError) as e:
+                raise InvalidParameter("source", str(e)) from e
 
     # ------------------------------------------------------------------ data
 

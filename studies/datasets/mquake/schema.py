@@ -1,10 +1,16 @@
 """MQuAKE case schema (princeton-nlp/MQuAKE @ fb43dadc2d8c, README "Data format").
 
-The released files (MQuAKE-CF-3k-v2.json, MQuAKE-CF.json, MQuAKE-T.json) are a JSON
-list of cases. Dataclasses here mirror one case field for field; unknown keys (e.g.
-MQuAKE-T's ``answer_extended``) are kept in ``extra`` so ``to_json`` round-trips.
-The dataset files are not available offline (they are not among kvprobe's data sets); the loader is
-tested on ``tests/fixtures/mquake_sample.json``, written in the same schema.
+The released files (``datasets/MQuAKE-CF-3k-v2.json``, ``MQuAKE-CF.json``, ``MQuAKE-T.json`` of the GitHub
+repository) are a JSON list of cases. Dataclasses here mirror one case field for field; unknown keys (e.g.
+MQuAKE-T's ``answer_extended``) are kept in ``extra`` so ``to_json`` round-trips (a null one is dropped, so rows
+read through ``datasets``, which fills a field other cases have with null, give the same cases).
+
+A source (:func:`load_mquake`) is a released file, the repository's folder (its
+``datasets/MQuAKE-CF-3k-v2.json``, the paper's file), or a copy on the Hugging Face Hub,
+``hf:OWNER/NAME[@REVISION][:FILE]`` (the file, default ``MQuAKE-CF-3k-v2.json``, downloaded with
+``huggingface_hub`` from the optional extra ``kvprobe[data]`` and read here, so values keep their JSON types).
+The dataset files are not among kvprobe's data sets; the loader is tested on
+``tests/fixtures/mquake_sample.json``, written in the same schema.
 """
 
 from __future__ import annotations
@@ -14,7 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvprobe.data import hf_file, parse_hf, published_files
 from kvprobe.studies.datasets.datafiles import need_fields
+
+
+#: The released file the paper samples from, and where the repository keeps it.
+RELEASED_FILE = "MQuAKE-CF-3k-v2.json"
+RELEASED_FILES = (f"datasets/{RELEASED_FILE}", RELEASED_FILE)
 
 
 class MQuAKEFormatError(ValueError):
@@ -100,7 +112,9 @@ def _need(obj: Any, keys: tuple[str, ...], where: str) -> None:
 
 
 def _rest(d: dict, keys: tuple[str, ...]) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if k not in keys}
+    """The fields beyond ``keys``; a null one counts as absent (``datasets`` writes null for a field that only
+    other cases have, such as MQuAKE-T's ``answer_extended``)."""
+    return {k: v for k, v in d.items() if k not in keys and v is not None}
 
 
 def _target(d: Any, where: str) -> Target:
@@ -148,9 +162,31 @@ def case_from_json(d: Any, where: str = "case") -> MQuAKECase:
     )
 
 
-def load_mquake(path: str | Path) -> list[MQuAKECase]:
-    """Read a released MQuAKE JSON file (a list of cases)."""
-    path = Path(path)
+def released_file(source: str | Path) -> Path:
+    """The released MQuAKE file a source names (module docstring): the file itself, the repository folder's
+    ``datasets/MQuAKE-CF-3k-v2.json``, or the file downloaded from an ``hf:`` id.
+
+    Example: ``released_file("MQuAKE")`` is ``MQuAKE/datasets/MQuAKE-CF-3k-v2.json`` in a clone of the repository.
+    """
+    hf = parse_hf(str(source))
+    if hf is not None:
+        return hf_file(hf, RELEASED_FILES)
+    path = Path(source)
+    if path.is_dir():
+        found = published_files(path, RELEASED_FILES)
+        if not found:
+            raise MQuAKEFormatError(f"{path}: no {' or '.join(RELEASED_FILES)} (give a released MQuAKE file or the "
+                                    "repository's folder)")
+        return found[0]
+    return path
+
+
+def load_mquake(source: str | Path) -> list[MQuAKECase]:
+    """Read a released MQuAKE JSON file (a list of cases) from a source (:func:`released_file`).
+
+    Example: ``load_mquake("MQuAKE/datasets/MQuAKE-CF-3k-v2.json")[0].case_id``.
+    """
+    path = released_file(source)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
