@@ -50,7 +50,7 @@ from kvprobe.decoding import question_logits, suffix_ids
 from kvprobe.prompts import SpanError
 from kvprobe.reference import cached_explicit_logits, reference_hidden_kv, reference_logits
 from . import internals
-from .access import CheckResult, precision_floor, scaled_tolerance, verify_access
+from .access import PRECISION_FACTOR, CheckResult, precision_floor, scaled_tolerance, verify_access
 
 from kvprobe.interventions._base import OperationError
 from kvprobe.interventions.bias import SoftBias
@@ -112,8 +112,9 @@ class _Checks:
         self.kv_tol = scaled_tolerance(*(t for i in self.arch.kv_layers for t in history.kv[i]),
                                        floor=floor.kv_tolerance)
         self.hidden_floor = max(floor.kv_tolerance, floor.hidden_tolerance)  # hidden states' own dtype error
-        # re-rotated keys are compared relative to their magnitude: float32 to 1e-5; in bf16/fp16 each of
-        # the two keys compared is rounded to the dtype once, so they may differ by twice its epsilon
+        # re-rotated keys are compared relative to their magnitude: float32 to 1e-5; bf16/fp16 keys against
+        # RoPE computed in float32, within twice the dtype's epsilon or twice the model's own RoPE error on its
+        # cached keys, whichever is larger (transformers rotates in the model's dtype: several roundings)
         self.rope_tol = ROPE_TOLERANCE if model.dtype == torch.float32 else 2 * torch.finfo(model.dtype).eps
 
     def record(self, operation: str, check: str, value: float, tolerance: float, passed: bool | None = None) -> None:
@@ -206,15 +207,21 @@ class _Checks:
         pre = prerope_keys(model, h.input_ids)
         kept = ~self.hidden
         new_pos = torch.arange(int(kept.sum()), device=h.device)
-        worst = 0.0
+        exact = model.dtype != torch.float32  # bf16/fp16: against RoPE computed in float32
+        worst, tolerance = 0.0, self.rope_tol
         for layer in self.arch.kv_layers:
             r = self.arch.layers[layer].rope_tensor
-            ref = rope_with_model(model, layer, pre[layer][:, :, kept], new_pos)
+            keys = pre[layer].float() if exact else pre[layer]
+            ref = rope_with_model(model, layer, keys[:, :, kept], new_pos)
             scale = float(ref.abs().max()) or 1.0
-            rope_diff = float((state.kv[layer][r] - ref).abs().max()) / scale
+            rope_diff = float((state.kv[layer][r].float() - ref).abs().max()) / scale
             other_diff = float((state.kv[layer][1 - r] - h.kv[layer][1 - r][:, :, kept]).abs().max())
             worst = max(worst, rope_diff, other_diff)
-        self.record("compact", check, worst, self.rope_tol)
+            if exact:  # the model's own low-precision RoPE error on its cached keys, at their positions
+                own = rope_with_model(model, layer, keys, h.positions)
+                own_error = float((h.kv[layer][r].float() - own).abs().max()) / (float(own.abs().max()) or 1.0)
+                tolerance = max(tolerance, PRECISION_FACTOR * own_error)
+        self.record("compact", check, worst, tolerance)
 
     def drop(self) -> None:
         check = "drop_original_positions_equals_mask"
