@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-from pathlib import Path
 
 import pytest
 
@@ -36,35 +35,6 @@ SLOW_TESTS = {"test_run_summary_and_resume", "test_records_evaluation_and_report
               "test_store_readouts_reproduce_hand_computed_scores",
               # whole small study runs already covered by the study contract's small run of each study
               "test_fake_detectors_drive_every_question", "test_tiny_run_writes_rows_and_a_summary"}
-
-
-#: Small registered data sets copied byte for byte (``tests/test_data.py`` checks each sha256), laid out like the
-#: data directory: read when the machine has no other copy (:func:`data_sets_from_fixtures`).
-FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
-
-
-@pytest.fixture(scope="session", autouse=True)
-def data_sets_from_fixtures(tmp_path_factory):
-    """A registered data set this machine lacks (a clone with no data directory and no ``shared/data`` beside it)
-    that ``tests/fixtures/data`` holds is read from there, so its tests run instead of skipping: ``$KVPROBE_DATA``
-    points at a folder linking every set to where it was found, or to its fixture copy. Where every set is found
-    (CI, development) nothing changes."""
-    from kvprobe import data
-
-    found = {name: data.find(name)[0] for name in data.DATASETS}
-    copies = {name: FIXTURE_DATA / d.folder for name, d in data.DATASETS.items()
-              if found[name] is None and (FIXTURE_DATA / d.folder).is_dir()}
-    if not copies:
-        yield
-        return
-    union = tmp_path_factory.mktemp("kvprobe-data")
-    for name, d in data.DATASETS.items():
-        folder = found[name] or copies.get(name)
-        if folder is not None:
-            (union / d.folder).symlink_to(folder, target_is_directory=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("KVPROBE_DATA", str(union))
-        yield
 
 
 @pytest.hookimpl(hookwrapper=True)

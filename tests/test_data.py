@@ -31,22 +31,6 @@ def test_the_registry_describes_the_mirror_byte_for_byte():
         assert dataset.license and dataset.source and dataset.citation
 
 
-def test_the_fixture_copies_are_the_registered_files_byte_for_byte():
-    """``tests/fixtures/data`` (read when a machine has no other copy, tests/conftest.py) holds whole registered
-    sets, each file the one the registry pins."""
-    from conftest import FIXTURE_DATA
-
-    copies = [d for d in DATASETS.values() if (FIXTURE_DATA / d.folder).is_dir()]
-    assert copies
-    for dataset in copies:
-        held = sorted(str(p.relative_to(FIXTURE_DATA / dataset.folder)) for p in (FIXTURE_DATA / dataset.folder)
-                      .rglob("*") if p.is_file())
-        assert held == sorted(path for path, _, _ in dataset.files), dataset.name
-        for path, sha256, size in dataset.files:
-            file = FIXTURE_DATA / dataset.folder / path
-            assert file.stat().st_size == size and data.sha256_of(file) == sha256, file
-
-
 def test_a_missing_set_names_its_license_and_the_pull_command(no_data):
     for name, dataset in DATASETS.items():
         with pytest.raises(MissingDataError) as missing:
