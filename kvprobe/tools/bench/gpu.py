@@ -252,7 +252,8 @@ def run_gpu_bench(model, out: Path, lengths=DEFAULT_LENGTHS, rows: int = DEFAULT
             holder["kv_tokens"] = _greedy_from(model, batch, last, new_tokens, stop_at_eos=False)
 
         def plain_dec():
-            holder["plain_tokens"] = plain_decode(model, h, suffix, hidden, rows, new_tokens)
+            with attention_implementation(model, "sdpa"):  # transformers' own SDPA, not kvprobe's attention
+                holder["plain_tokens"] = plain_decode(model, h, suffix, hidden, rows, new_tokens)
 
         cell = {"length": T, "measure": f"decode-{rows}", **_memory(kv_decode, plain_dec, device),
                 **interleaved(kv_decode, plain_dec, device, repeats)}
@@ -279,7 +280,8 @@ def run_gpu_bench(model, out: Path, lengths=DEFAULT_LENGTHS, rows: int = DEFAULT
                 holder["kv_first"] = res[0].generation.token_ids[0]
 
             def plain_op(fn=plain_fn):
-                holder["plain_first"] = fn()
+                with attention_implementation(model, "sdpa"):
+                    holder["plain_first"] = fn()
 
             cell = {"length": T, "measure": name,
                     **interleaved(kv_op, plain_op if plain_fn else None, device, repeats),
