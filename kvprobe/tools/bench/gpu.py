@@ -8,7 +8,9 @@ transformers (SDPA, same weights):
 ``prefill``
     ``Model.prefill`` (chunks of :func:`kvprobe.engine.default_chunk_size` tokens for the
     device, the history digest included) vs one ``model.hf`` pass over the same ids with
-    SDPA (transformers' causal kernel, no explicit mask). Check: the last layer's K.
+    SDPA (transformers' causal kernel, no explicit mask). Check: the last layer's K. Every plain
+    side runs transformers' own ``sdpa`` attention (with a mask over grouped heads it expands K/V
+    per query head).
 ``decode``
     ``rows`` access-only conditions of one history (the source mask) answering the question,
     ``new_tokens`` greedy tokens each (no EOS stop, so both sides do the same work): kvprobe
