@@ -42,6 +42,7 @@ import kvprobe
 from kvprobe import decoding
 from kvprobe.data import MissingExtraError
 from .samples import BABILONG_SEED
+from kvprobe.studies.common.chat_template import study_prompt
 from kvprobe.studies.common.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices, require_fits, use_chat)
 from kvprobe.studies.common.conditions import query_aware_condition
@@ -148,8 +149,8 @@ class BabilongStudy(HistoryStudy):
         marker = "Question: "
         cut = after.rindex(marker)
         chat = use_chat(model.tokenizer, self.chat)
-        return kvprobe.Prompt([("before", before), ("context", s.context)], chat=chat, sep="",
-                              question_sep=after[:cut] + marker, raw_suffix="\n")
+        return study_prompt([("before", before), ("context", s.context)], chat=chat, sep="",
+                            question_sep=after[:cut] + marker, raw_suffix="\n")
 
     def questions(self, model: kvprobe.Model, case: BabilongCase, history: kvprobe.History) -> list[Question]:
         """The bAbI question, once its prompt, question and answer budget are known to fit the model."""

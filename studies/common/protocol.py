@@ -305,7 +305,8 @@ class HistoryStudy(Study):
 
     # ------------------------------------------------------------------ what a study supplies
     def prompt(self, model: kvprobe.Model, case: Any) -> kvprobe.Prompt:
-        """The history prompt of ``case`` (prefilled once per case)."""
+        """The history prompt of ``case`` (prefilled once per case), built with
+        :func:`~kvprobe.studies.common.chat_template.study_prompt` (which decides the chat-template settings)."""
         raise NotImplementedError
 
     def questions(self, model: kvprobe.Model, case: Any, history: kvprobe.History) -> list[Question]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import kvprobe
 from kvprobe.studies.recognition.records import RECORDS_SEED
+from kvprobe.studies.common.chat_template import study_prompt
 from kvprobe.studies.common.detectors import strings
 from kvprobe.studies.recognition import families
 from kvprobe.studies.recognition.cases import RecognitionCase, expected_answer
@@ -72,19 +73,22 @@ class RecordHistory:
             ("unrelated", strings.UNRELATED_QUERY.format(slot=self.slot(self.other_entity)), self.other_value),
         ]
 
-    def prompt(self, chat: bool) -> kvprobe.Prompt:
+    def prompt(self, chat: bool, date: str | None = None) -> kvprobe.Prompt:
         """The history as the paper's user message (sections on their own lines).
 
         Without a chat template (base models) the system message opens the text instead
-        (our choice; the paper runs this task with native chat templates only).
+        (our choice; the paper runs this task with native chat templates only). ``date``: the
+        chat template's date where the experiment's section states one (``strings.TEMPLATE_DATE``
+        for the matched-score experiment and the factorial); None: the policies' section states none
+        (:mod:`kvprobe.studies.common.chat_template` decides).
         """
         c = self.case
         segments = [("header", strings.RECORDS_HEADER), ("time1", f"{strings.TIME_1} {c.a_text}"),
                     ("other", f"{strings.OTHER_RECORD} {self.other_text}"), ("time2", f"{strings.TIME_2} {c.b_text}")]
         if not chat:
             segments.insert(0, ("instructions", strings.RECORDS_SYSTEM))
-        return kvprobe.Prompt(segments, chat=chat, system=strings.RECORDS_SYSTEM if chat else None, sep="\n",
-                              question_sep="\n\n")
+        return study_prompt(segments, chat=chat, system=strings.RECORDS_SYSTEM if chat else None, sep="\n",
+                            question_sep="\n\n", date=date)
 
     def a_span(self, history: kvprobe.History) -> kvprobe.TokenSpan:
         """Tokens of record A inside the Time-1 section (every token overlapping A)."""

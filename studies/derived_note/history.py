@@ -49,6 +49,7 @@ from typing import Any
 
 import kvprobe
 from kvprobe.prompts import SpanError, TokenSpan, char_span_to_tokens
+from kvprobe.studies.common.chat_template import study_prompt
 from kvprobe.studies.common.protocol import use_chat
 
 from . import strings
@@ -96,8 +97,8 @@ def build_prompt(group: Group, c_text: str | None = None, chat: bool = True) -> 
     segs = segments(group, c_text)
     if not chat:
         segs = [("system", strings.SYSTEM), *segs]
-    return kvprobe.Prompt(segs, chat=chat, system=strings.SYSTEM if chat else None, sep=strings.SEGMENT_SEP,
-                          question_sep=strings.QUESTION_SEP, template_kwargs=strings.TEMPLATE_KWARGS)
+    return study_prompt(segs, chat=chat, system=strings.SYSTEM if chat else None, sep=strings.SEGMENT_SEP,
+                        question_sep=strings.QUESTION_SEP)
 
 
 def tokenize(tokenizer: Any, prompt: kvprobe.Prompt) -> tuple[list[int], dict[str, TokenSpan]]:

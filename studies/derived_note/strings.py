@@ -47,10 +47,6 @@ NEUTRAL_SENTENCES = (
 )
 NEUTRAL_REPETITIONS = 3
 
-#: Chat-template variables: no thinking block; a fixed date for templates that
-#: insert today's date (as in the quantity study), so prompts are reproducible.
-TEMPLATE_KWARGS = {"enable_thinking": False, "date_string": "16 Sep 2026"}
-
 #: UNCLEAR (paper): fictional name parts. Zones are two or three syllables,
 #: entities a made-up place name plus a trade word.
 ZONE_SYLLABLES = ("kel", "var", "po", "me", "ru", "tan", "dor", "ilo", "sev", "qui", "bren", "ost",

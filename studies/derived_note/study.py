@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.engine import fork_rows
+from kvprobe.studies.common.chat_template import template_kwargs
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
-from . import grading, data, history, strings
+from . import grading, data, history
 
 if TYPE_CHECKING:
     from kvprobe.studies.common.runner import RunInfo
@@ -88,7 +89,7 @@ class DerivedNoteStudy(HistoryStudy):
 
     def config_extra(self) -> dict[str, Any]:
         return {"conditions": list(history.CONDITIONS), "queries": list(data.QUERIES),
-                "template_kwargs": strings.TEMPLATE_KWARGS}
+                "template_kwargs": template_kwargs()}
 
     def group(self, case: data.Case) -> str:
         return case.group.group_id

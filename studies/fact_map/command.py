@@ -28,6 +28,7 @@ import kvprobe
 from kvprobe.files import atomic_write_text
 from kvprobe.interventions.fact_map import FactMap, fact_map
 from kvprobe.studies.common.answers import canonical_answer
+from kvprobe.studies.common.chat_template import study_prompt
 from kvprobe.studies.datasets.quantity_task.example import EXAMPLE, build_prompt, example_case
 from kvprobe.studies.datasets.quantity_task import tasks
 from kvprobe.studies.datasets.quantity_task.tasks import ITEMS as QUANTITY_ITEMS
@@ -97,7 +98,7 @@ def load_input(path: str | Path) -> MapInput:
         raise MapInputError(f"--input {path}: field 'system' must be a string")
     if not isinstance(chat, bool):
         raise MapInputError(f"--input {path}: field 'chat' must be true or false")
-    prompt = kvprobe.Prompt([tuple(s) for s in segments], system=system, chat=chat)
+    prompt = study_prompt([(name, text) for name, text in segments], system=system, chat=chat)
     return MapInput(prompt, source, need("question", str), (candidates[0], candidates[1]), path.name,
                     f"Items: the input file `{path.name}`.")
 

@@ -30,6 +30,7 @@ import kvprobe
 from kvprobe import decoding
 from kvprobe.data import MissingExtraError
 from .data import FACTCONSOLIDATION_SEED
+from kvprobe.studies.common.chat_template import study_prompt
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, \
     require_choices, require_fits, use_chat
 
@@ -164,8 +165,7 @@ class FactConsolidationStudy(HistoryStudy):
                      for i, x in enumerate(lines)]
         segments.append(("tail", strings.HISTORY_TAIL))
         chat = use_chat(model.tokenizer, self.chat)
-        return kvprobe.Prompt(segments, chat=chat, system=strings.SYSTEM if chat else None, sep=strings.LINE_JOINER,
-                              template_kwargs={"enable_thinking": False})
+        return study_prompt(segments, chat=chat, system=strings.SYSTEM if chat else None, sep=strings.LINE_JOINER)
 
     def questions(self, model: kvprobe.Model, case: FCHistory, history: kvprobe.History) -> list[Question]:
         """Every question, followed by the boxed-answer instruction, in the query template; ``query``: hop type."""

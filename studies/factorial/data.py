@@ -103,11 +103,10 @@ class FactorialCase:
 
     def prompt(self, chat: bool) -> kvprobe.Prompt:
         """The record history with the note before Time 2 and this case's B (every other segment as in
-        :meth:`RecordHistory.prompt`), the chat template's date fixed as in the paper."""
-        base = with_note(self.record.prompt(chat), self.note)
+        :meth:`RecordHistory.prompt`), the chat template's date fixed as in the paper (seed L4763)."""
+        base = with_note(self.record.prompt(chat, record_strings.TEMPLATE_DATE), self.note)
         segments = [(name, f"{TIME_2} {self.b_text()}" if name == "time2" else text) for name, text in base.segments]
-        kwargs = {**base.template_kwargs, "date_string": record_strings.TEMPLATE_DATE}
-        return dataclasses.replace(base, segments=segments, template_kwargs=kwargs)
+        return dataclasses.replace(base, segments=segments)
 
     def question(self, wording: str) -> str:
         """The current question in one of :data:`QUESTIONS` (the complete request appended after a space)."""

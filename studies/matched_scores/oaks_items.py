@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import kvprobe
+from kvprobe.studies.common.chat_template import study_prompt
 from kvprobe.studies.datasets import oaks
 from kvprobe.studies.datasets.oaks import DEMONSTRATION, OAKS_SPLITS, load_books
 
@@ -88,16 +89,17 @@ class OaksItem:
         a, b = self.shown
         return strings.QUESTION.format(query=self.change.question, a=a, b=b)
 
-    def prompt(self, chat: bool, template_kwargs: dict[str, Any]) -> kvprobe.Prompt:
-        """The natural-source prefix as the user message (chat) or after the instruction (raw)."""
+    def prompt(self, chat: bool, date: str) -> kvprobe.Prompt:
+        """The natural-source prefix as the user message (chat) or after the instruction (raw); ``date``: the chat
+        template's."""
         c = self.change
         segments = [("earlier", strings.EARLIER_SOURCE.format(old=c.old_source)),
                     ("unrelated", strings.UNRELATED_SOURCE.format(neutral=self.neutral)),
                     ("later", strings.LATER_SOURCE.format(later=c.new_source))]
         if not chat:
             segments.insert(0, ("instructions", strings.OAKS_SYSTEM + "\n"))
-        return kvprobe.Prompt(segments, chat=chat, system=strings.OAKS_SYSTEM if chat else None, sep="",
-                              question_sep="\n", template_kwargs=dict(template_kwargs))
+        return study_prompt(segments, chat=chat, system=strings.OAKS_SYSTEM if chat else None, sep="",
+                            question_sep="\n", date=date)
 
     def spans(self, history: kvprobe.History, trailing_newline: bool = True
               ) -> tuple[kvprobe.TokenSpan, kvprobe.TokenSpan]:

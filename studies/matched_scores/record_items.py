@@ -17,7 +17,7 @@ score is computed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import kvprobe
@@ -82,10 +82,9 @@ class RecordItem:
         """The current question as it follows the records (``Question: ...``)."""
         return question_text(self.history.queries()[0][1])
 
-    def prompt(self, chat: bool, template_kwargs: dict[str, Any]) -> kvprobe.Prompt:
-        """The record history with the note segment inserted before Time 2."""
-        noted = with_note(self.history.prompt(chat), "notebook", self.note_repeats)
-        return replace(noted, template_kwargs=dict(template_kwargs))
+    def prompt(self, chat: bool, date: str) -> kvprobe.Prompt:
+        """The record history with the note segment inserted before Time 2 (``date``: the chat template's)."""
+        return with_note(self.history.prompt(chat, date), "notebook", self.note_repeats)
 
     def spans(self, history: kvprobe.History, trailing_newline: bool = False
               ) -> tuple[kvprobe.TokenSpan, kvprobe.TokenSpan]:

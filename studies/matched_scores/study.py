@@ -35,6 +35,7 @@ from kvprobe.studies.common.protocol import (CaseRun, HistoryStudy, InvalidParam
 from kvprobe.studies.recognition.cases import SPLITS
 from kvprobe.studies.recognition.families import DEADLINE_UNITS
 from kvprobe.studies.common.answers import canonical_answer
+from kvprobe.studies.common.chat_template import template_kwargs
 from kvprobe.studies.datasets.record_histories import MAX_NEW_TOKENS, selected_histories
 
 from . import strings
@@ -112,12 +113,10 @@ class MatchedScoresStudy(HistoryStudy):
             except (OSError, OaksFormatError) as e:
                 raise InvalidParameter("oaks_source", str(e)) from e
 
-    def template_kwargs(self) -> dict[str, Any]:
-        """Chat-template variables: thinking off (UNCLEAR, ours: the paper's 40-token JSON answers), the date."""
-        return {"enable_thinking": False, "date_string": self.template_date}
-
     def config_extra(self) -> dict[str, Any]:
-        return {"conditions": list(CONDITIONS), "template_kwargs": self.template_kwargs()}
+        """The conditions and the chat-template variables (:mod:`kvprobe.studies.common.chat_template`: thinking off,
+        UNCLEAR for this experiment; ``template_date``)."""
+        return {"conditions": list(CONDITIONS), "template_kwargs": template_kwargs(self.template_date)}
 
     def make_cases(self) -> list[Item]:
         if self.dataset == "records":
@@ -134,7 +133,7 @@ class MatchedScoresStudy(HistoryStudy):
         return case.group if self.dataset == "records" else None
 
     def prompt(self, model: kvprobe.Model, case: Item) -> kvprobe.Prompt:
-        return case.prompt(use_chat(model.tokenizer, self.chat), self.template_kwargs())
+        return case.prompt(use_chat(model.tokenizer, self.chat), self.template_date)
 
     def questions(self, model: kvprobe.Model, case: Item, history: kvprobe.History) -> list[Question]:
         """The current question; candidates: the canonical current and old answers (one when they coincide)."""

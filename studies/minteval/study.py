@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.studies.common.answers import contains_answer, normalized_exact_match
+from kvprobe.studies.common.chat_template import study_prompt
 from kvprobe.studies.common.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices, require_fits, use_chat)
 
@@ -178,8 +179,8 @@ class MINTEvalStudy(HistoryStudy):
         """The header line (unless ``header`` is off) and one segment per event, one per line."""
         segments = [("header", strings.HISTORY_HEADER)] if self.header else []
         segments += [(event_segment(i), e.text) for i, e in enumerate(case.session.events)]
-        return kvprobe.Prompt(segments, chat=use_chat(model.tokenizer, self.chat), sep=strings.EVENT_JOINER,
-                              question_sep=strings.QUESTION_SEPARATOR)
+        return study_prompt(segments, chat=use_chat(model.tokenizer, self.chat), sep=strings.EVENT_JOINER,
+                            question_sep=strings.QUESTION_SEPARATOR)
 
     def questions(self, model: kvprobe.Model, case: MINTEvalCase, history: kvprobe.History) -> list[Question]:
         """Every selected question, with the boxed-answer instruction; refused when it does not fit the model."""

@@ -40,6 +40,7 @@ from kvprobe import decoding
 from kvprobe.data import MissingExtraError
 from .data import MQUAKE_SAMPLE_SEED
 from kvprobe.studies.datasets.mquake.generate import MQUAKE_SEED
+from kvprobe.studies.common.chat_template import study_prompt
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, use_chat
 from kvprobe.studies.common.no_context import NO_CONTEXT, NoContext
 from . import strings
@@ -129,7 +130,7 @@ class MQuAKEStudy(HistoryStudy):
     def prompt(self, model: kvprobe.Model, case: MQuAKEStudyCase) -> kvprobe.Prompt:
         """The history: earlier relations, remaining links, later updates (``history.py``)."""
         chat = use_chat(model.tokenizer, self.chat)
-        return kvprobe.Prompt(build_history(case.case), chat=chat, sep="\n")
+        return study_prompt(build_history(case.case), chat=chat, sep="\n")
 
     def questions(self, model: kvprobe.Model, case: MQuAKEStudyCase, history: kvprobe.History) -> list[Question]:
         """Three current paraphrases, the historical question, the single-hop question; ``info``: (index, gold).

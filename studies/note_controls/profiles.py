@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import kvprobe
 from kvprobe.prompts import TokenSpan, char_span_to_tokens
+from kvprobe.studies.common.chat_template import study_prompt
 from kvprobe.studies.datasets.quantity_task import strings as task_strings
 from kvprobe.studies.datasets.quantity_task import tasks
 
@@ -54,8 +55,8 @@ def profile_prompt(case: tasks.Case, profile: str, varied_note: str | None = Non
         texts["note"] = varied_note
     elif profile != "original":
         raise ValueError(f"unknown profile {profile!r}; profiles are {', '.join(PROFILES)}")
-    return kvprobe.Prompt([(name, texts[name]) for name in tasks.SEGMENT_ORDER if name in texts], chat=True,
-                          system=system, template_kwargs=tasks.TEMPLATE_KWARGS)
+    return study_prompt([(name, texts[name]) for name in tasks.SEGMENT_ORDER if name in texts], chat=True,
+                        system=system, date=task_strings.TEMPLATE_DATE)
 
 
 @dataclass(frozen=True)

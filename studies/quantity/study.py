@@ -20,8 +20,9 @@ from typing import Any, ClassVar, Iterator
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.studies.datasets.quantity_task import grading, tasks
+from kvprobe.studies.datasets.quantity_task import grading, strings as task_strings, tasks
 from kvprobe.studies.datasets.quantity_task.histories import QuantityTaskHistories
+from kvprobe.studies.common.chat_template import template_kwargs
 from kvprobe.studies.common.no_context import NO_CONTEXT, NoContext
 from kvprobe.studies.common.protocol import CaseRun, Question, require_at_least
 
@@ -118,7 +119,8 @@ class QuantityStudy(QuantityTaskHistories):
         return tasks.dataset_hash(self.cases())
 
     def config_extra(self) -> dict[str, Any]:
-        return {"segment_order": list(tasks.SEGMENT_ORDER), "template_kwargs": tasks.TEMPLATE_KWARGS}
+        return {"segment_order": list(tasks.SEGMENT_ORDER),
+                "template_kwargs": template_kwargs(task_strings.TEMPLATE_DATE)}
 
     def questions(self, model: kvprobe.Model, case: tasks.Case, history: kvprobe.History) -> list[Question]:
         return [Question(q.role, q.question, q.candidates, q) for q in tasks.queries(case)]

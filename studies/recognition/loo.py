@@ -25,6 +25,7 @@ import numpy as np
 from kvprobe.access import Full, Mask
 from kvprobe.decoding import Request, answer
 from kvprobe.prompts import Prompt
+from kvprobe.studies.common.chat_template import study_prompt
 
 if TYPE_CHECKING:
     from kvprobe.model import Model
@@ -44,6 +45,12 @@ class LooItem:
     alternative: str
 
 
+def loo_prompt(item: LooItem, chat: bool) -> Prompt:
+    """The history of one item: A and B joined by a newline, through the chat template when ``chat`` (its settings
+    from :mod:`kvprobe.studies.common.chat_template`)."""
+    return study_prompt([("A", item.a_text), ("B", item.b_text)], chat=chat, sep="\n")
+
+
 def signed_loo(model: "Model", items: Sequence[LooItem], batch_cases: int = BATCH_CASES) -> np.ndarray:
     """s_LOO per item (nats), full access and A masked scored in one batch per group of cases."""
     chat = getattr(model.tokenizer, "chat_template", None) is not None
@@ -52,7 +59,7 @@ def signed_loo(model: "Model", items: Sequence[LooItem], batch_cases: int = BATC
         group = items[lo : lo + batch_cases]
         rows, candidates = [], []
         for item in group:
-            h = model.prefill(Prompt([("A", item.a_text), ("B", item.b_text)], chat=chat, sep="\n"))
+            h = model.prefill(loo_prompt(item, chat))
             for access in (Full(), Mask(h.span("A"), name="mask-A")):
                 rows.append((h, Request(item.question, access)))
                 candidates.append((item.reference, item.alternative))

@@ -39,6 +39,7 @@ from typing import Sequence
 
 import kvprobe
 from kvprobe.studies.recognition.records import RECORDS_SEED as SEED
+from kvprobe.studies.common.chat_template import study_prompt
 from kvprobe.studies.common.detectors import strings
 from kvprobe.studies.common.detectors.text import RecordPair
 from kvprobe.studies.datasets.filler import filler_sentences
@@ -172,8 +173,8 @@ class WorkloadCase:
             raise ValueError(f"unknown stage {stage!r}")
         if not chat:
             segments.insert(0, ("instructions", strings.RECORDS_SYSTEM))
-        return kvprobe.Prompt(segments, chat=chat, system=strings.RECORDS_SYSTEM if chat else None, sep="\n",
-                              question_sep="" if stage == "resident" else "\n\n")
+        return study_prompt(segments, chat=chat, system=strings.RECORDS_SYSTEM if chat else None, sep="\n",
+                            question_sep="" if stage == "resident" else "\n\n")
 
     def a_span(self, history: kvprobe.History) -> kvprobe.TokenSpan:
         """Tokens of record A inside the Time-1 section (every token overlapping A)."""

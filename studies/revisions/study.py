@@ -33,6 +33,7 @@ import kvprobe
 from kvprobe import decoding
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, positions_needed, \
     require_at_least, require_choices, use_chat
+from kvprobe.studies.common.chat_template import study_prompt
 from kvprobe.studies.common.runner import CONFIG
 from . import strings
 from .diff import UNITS
@@ -148,8 +149,8 @@ class RevisionsStudy(HistoryStudy):
     # ------------------------------------------------------------------ the protocol's hooks
     def prompt(self, model: kvprobe.Model, case: RevisionCase) -> kvprobe.Prompt:
         """Intro, then a header and a body segment per revision (``history.py``); thinking off."""
-        return kvprobe.Prompt(segments(case.article), chat=use_chat(model.tokenizer, self.chat),
-                              sep=strings.SEGMENT_JOINER, template_kwargs={"enable_thinking": False})
+        return study_prompt(segments(case.article), chat=use_chat(model.tokenizer, self.chat),
+                            sep=strings.SEGMENT_JOINER)
 
     def _asked(self, case: RevisionCase) -> list[Any]:
         return [q for q in case.article.questions if q.type in self.question_types]

@@ -39,6 +39,7 @@ import torch
 import kvprobe
 from kvprobe.interventions import SessionOrderBias, session_gate
 from kvprobe.prompts import SpanError, TokenSpan
+from kvprobe.studies.common.chat_template import study_prompt
 
 from . import strings
 from .data import Question, parse_date
@@ -96,8 +97,8 @@ def build_prompt(question: Question, chat: bool = True, order: str = "timestamp"
     segs.append(("date", strings.CURRENT_DATE.format(date=question.question_date)))
     if not chat:
         segs = [("system", strings.SYSTEM), *segs]
-    prompt = kvprobe.Prompt(segs, chat=chat, system=strings.SYSTEM if chat else None, sep=strings.SEGMENT_SEP,
-                            question_sep=strings.QUESTION_SEP, template_kwargs=strings.TEMPLATE_KWARGS)
+    prompt = study_prompt(segs, chat=chat, system=strings.SYSTEM if chat else None, sep=strings.SEGMENT_SEP,
+                          question_sep=strings.QUESTION_SEP)
     layout = SessionLayout(tuple(content), tuple(headers), tuple(question.sessions[i].session_id for i in idx),
                            tuple(question.sessions[i].date for i in idx), reordered)
     return prompt, layout

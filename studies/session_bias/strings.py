@@ -44,10 +44,6 @@ QUESTION_SEP = "\n\n"
 #: so the gate g(q) of the prefixed question equals that of the bare question (checked at run time).
 QUESTION_PREFIX = "Question: "
 
-#: Chat-template variables: no thinking block (paper L5918: "Qwen thinking is disabled"); a fixed
-#: date for templates that insert today's date, so prompts are reproducible (as in the other studies).
-TEMPLATE_KWARGS = {"enable_thinking": False, "date_string": "16 Sep 2026"}
-
 #: Our paraphrase (not the official wording) of the LongMemEval question-type rubric the paper's
 #: judge uses unchanged (app:v17_judge, L6141-6147): it accepts complete intermediate steps, has a
 #: one-unit temporal tolerance, accepts previous information next to the updated answer for

@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.data import MissingExtraError
+from kvprobe.studies.common.chat_template import template_kwargs
 from kvprobe.studies.common.protocol import (Batch, CaseRun, HistoryStudy, InvalidParameter, Question,
                                              require_at_least, require_choices, use_chat)
 from . import fixtures, grading, history, data, strings
@@ -138,7 +139,7 @@ class SessionBiasStudy(HistoryStudy):
     def config_extra(self) -> dict[str, Any]:
         """The development quotas of the source, the grader and the chat template's arguments."""
         return {"dev_quotas": data.dev_quotas(self.source_questions()), "grader": grading.RuleGrader.name,
-                "template_kwargs": strings.TEMPLATE_KWARGS}
+                "template_kwargs": template_kwargs()}
 
     # ------------------------------------------------------------------ the protocol's parts
 

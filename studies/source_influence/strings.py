@@ -31,7 +31,7 @@ NEUTRAL_SOURCE = ("A square seal is printed beside a blank signature box. The co
                   "folder is closed.")
 
 # Native format (L2015-2025; spec partA section 7): the raw concatenation as one user message,
-# no system message, thinking off. UNCLEAR (paper): where the options go relative to the
+# no system message, thinking off (seed L1868: "Qwen thinking is disabled"; the template settings
+# are kvprobe.studies.common.chat_template's). UNCLEAR (paper): where the options go relative to the
 # assistant turn; ours: right after the assistant header, without a leading space. Templates
 # that insert their own default system message when none is given (SmolLM2, Qwen2.5) keep it.
-NATIVE_TEMPLATE_KWARGS = {"enable_thinking": False}

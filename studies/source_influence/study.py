@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
+from kvprobe.studies.common.chat_template import study_prompt
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices
 from . import strings
 from .data import LATER_VARIANTS, SPLITS, Event, generate_events
@@ -47,10 +48,9 @@ def prompt_for(event: Event, prompt_format: str = "segments") -> kvprobe.Prompt:
                 ("later", strings.LATER_SOURCE.format(later=event.later))]
     head = strings.QUESTION.split("{query}")[0]
     if prompt_format == "native":
-        return kvprobe.Prompt(segments, chat=True, sep="", question_sep=head,
-                              template_kwargs=strings.NATIVE_TEMPLATE_KWARGS)
-    return kvprobe.Prompt(segments, chat=False, sep="", question_sep=head, raw_suffix="", special_tokens=False,
-                          encode_segments=prompt_format == "segments")
+        return study_prompt(segments, chat=True, sep="", question_sep=head)
+    return study_prompt(segments, chat=False, sep="", question_sep=head, raw_suffix="", special_tokens=False,
+                        encode_segments=prompt_format == "segments")
 
 
 def question_text(event: Event) -> str:

@@ -118,6 +118,10 @@ YES_NO_SYSTEM = "Return only the requested answer. Do not include reasoning or m
 #: The score's clip of the log-odds (seed L3577: s = 1 / (1 + exp(clip(log p(NO) - log p(YES), -80, 80)))).
 YES_NO_CLIP = 80.0
 YES_NO_TOKENS = ("YES", "NO")
+# The YES/NO prompt's chat-template date (seed L3566-3567: "Native chat formatting supplies the
+# assistant-generation prefix; the date argument, where supported, is 16 Sep 2026"), its ``date_string``
+# (``kvprobe.studies.common.chat_template``). The JSON classifiers' section states no date.
+YES_NO_TEMPLATE_DATE = "16 Sep 2026"
 
 # Record-history generation task (paper L5481-5486, appendix "Synthetic Record Histories"): the shared
 # system message. The paper typesets the JSON example with \texttt; line breaks are LaTeX wrapping.
@@ -165,9 +169,12 @@ NOTE_REPEATS = 16
 # UNCLEAR (paper): how the repetitions are joined and whether the note has a label. Ours: one space, no label,
 # the note on its own line (its own prompt segment) between the other record and Time 2.
 NOTE_JOINER = " "
-# Seed L4767-4768: "Llama's template date is fixed to 11 September 2026", passed as the chat template's
-# ``date_string`` (Llama 3 templates format it as "%d %b %Y"; templates without the variable ignore it).
+# Seed L4763 (app:v17_scope, on the record histories of app:v7_bridge): "Llama's template date is fixed to
+# 11 September 2026", passed as the chat template's ``date_string`` by ``kvprobe.studies.common.chat_template``
+# (Llama 3 templates format it as "%d %b %Y"; templates without the variable ignore it). The matched-score
+# experiment and the factorial use it; the record-history policies' section states no date.
 TEMPLATE_DATE = "11 Sep 2026"
 
 #: The strings above that the paper prints, as it prints them (tests/test_paper_strings.py).
-PAPER_STRINGS: dict[str, str] = {"NOTEBOOK_NOTE": NOTEBOOK_NOTE, "SHELF_NOTE": SHELF_NOTE}
+PAPER_STRINGS: dict[str, str] = {"NOTEBOOK_NOTE": NOTEBOOK_NOTE, "SHELF_NOTE": SHELF_NOTE,
+                                  "YES_NO_TEMPLATE_DATE": YES_NO_TEMPLATE_DATE}

@@ -42,6 +42,7 @@ from typing import Any, Sequence
 import kvprobe
 from kvprobe import decoding
 from kvprobe.studies.common.answers import normalize, parse_object
+from kvprobe.studies.common.chat_template import study_prompt
 from kvprobe.studies.common.protocol import use_chat
 from . import strings
 
@@ -67,6 +68,9 @@ TEXT_DETECTORS = {
 }
 YES_NO = "yes-no"
 DETECTORS = (*TEXT_DETECTORS, YES_NO)
+#: The chat-template date the paper states for a detector prompt (the YES/NO score's, seed L3566-3567); the JSON
+#: classifiers' section states none (:mod:`kvprobe.studies.common.chat_template` decides).
+TEMPLATE_DATES = {strings.YES_NO: strings.YES_NO_TEMPLATE_DATE}
 
 
 def _nonempty_string(value: Any) -> bool:
@@ -150,7 +154,8 @@ def detector_prompt(template: str, old: str, later: str, system: str | None, cha
     trailing whitespace, e.g. the YES/NO template's two newlines) as the question).
 
     The user message (or raw text) is exactly ``strings.fill(template, old, later)``,
-    preceded by the question-conditioned sentences when ``question`` is given.
+    preceded by the question-conditioned sentences when ``question`` is given. Chat-template settings:
+    :mod:`kvprobe.studies.common.chat_template` (thinking off, seed L2449-2450; the date of :data:`TEMPLATE_DATES`).
     """
     text = strings.fill(template, old, strings.LATER_PLACEHOLDER)
     if question is not None:
@@ -158,8 +163,8 @@ def detector_prompt(template: str, old: str, later: str, system: str | None, cha
     head, tail = text.split(strings.LATER_PLACEHOLDER)
     if tail.strip():
         raise ValueError("only whitespace may follow the later record in a detector prompt")
-    prompt = kvprobe.Prompt([("prompt", head)], chat=chat, system=system if chat else None, question_sep="",
-                            raw_suffix="\n")
+    prompt = study_prompt([("prompt", head)], chat=chat, system=system if chat else None, question_sep="",
+                          raw_suffix="\n", date=TEMPLATE_DATES.get(template))
     return prompt, later + tail
 
 

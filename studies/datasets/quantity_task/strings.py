@@ -46,6 +46,12 @@ CURRENT_QUESTION = "At T2, what is the current {attribute} of {entity}? Return t
 # Unrelated question (paper L3800-3801).
 UNRELATED_QUESTION = "What is the inspection label on {envelope}? Return only the label in the answer field."
 
+# Chat-template date (seed L3566-3567, app:v23_units_signals: "the date argument, where supported, is
+# 16 Sep 2026"; L3402, app:v18_unified: "the template date is fixed to 16 September 2026"; L3983-3984,
+# app:v33_models: the eight generators share "the prompt text and fixed template date"). Passed as the
+# template's ``date_string`` by ``kvprobe.studies.common.chat_template``; templates without it ignore it.
+TEMPLATE_DATE = "16 Sep 2026"
+
 
 def neutral_note(sentence: str = NOTE_SENTENCE, repetitions: int = NOTE_REPETITIONS) -> str:
     """The neutral note: ``repetitions`` copies of ``sentence`` joined by single spaces.
@@ -70,4 +76,5 @@ PAPER_STRINGS = {
     "NOTE_SENTENCE": NOTE_SENTENCE,
     "CURRENT_QUESTION": CURRENT_QUESTION.format(attribute="inspection interval", entity="Assembly-TEST-011"),
     "UNRELATED_QUESTION": UNRELATED_QUESTION.format(envelope="Envelope-TEST-000"),
+    "TEMPLATE_DATE": TEMPLATE_DATE,
 }

@@ -26,6 +26,7 @@ from typing import Any
 
 import kvprobe
 
+from kvprobe.studies.common.chat_template import study_prompt
 from kvprobe.studies.common.report import Items
 
 from . import strings
@@ -70,8 +71,6 @@ HISTORICAL_QUESTION = ("At T1, what was the {attribute} of {entity}? "
 
 # UNCLEAR (paper): user-message layout; segments in this order, blank-line separated.
 SEGMENT_ORDER = ("A", "inspection", "note", "B")
-# Paper section 1.3: thinking disabled, template date 16 Sep 2026.
-TEMPLATE_KWARGS = {"enable_thinking": False, "date_string": "16 Sep 2026"}
 
 # UNCLEAR (paper): development groups use separate templates that are not published.
 # Ours paraphrase the test templates.
@@ -242,10 +241,10 @@ def segment_texts(case: Case, note_repetitions: int = strings.NOTE_REPETITIONS) 
 
 
 def build_prompt(case: Case, note_repetitions: int = strings.NOTE_REPETITIONS) -> kvprobe.Prompt:
-    """The case's history as a chat prompt (system message from the paper)."""
+    """The case's history as a chat prompt (system message and template date from the paper)."""
     texts = segment_texts(case, note_repetitions)
-    return kvprobe.Prompt([(name, texts[name]) for name in SEGMENT_ORDER], chat=True, system=strings.SYSTEM,
-                          template_kwargs=TEMPLATE_KWARGS)
+    return study_prompt([(name, texts[name]) for name in SEGMENT_ORDER], chat=True, system=strings.SYSTEM,
+                        date=strings.TEMPLATE_DATE)
 
 
 def queries(case: Case) -> list[Query]:
