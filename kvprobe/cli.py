@@ -8,7 +8,7 @@ Subcommands:
   map      where a record's effect lives: later segments rebuilt without it, per layer band
   bench    benchmarks written to artifacts/bench
   conditions  names of access conditions and cache operations
-  data     the data sets studies read: list, where each was found, pull from a mirror
+  data     the data sets studies read: list, where each was found, pull from the publishers or a mirror
   run      a study (resumable): results.jsonl, summary.json, report.md
   extract  per-layer K/V (as cached) and hidden states of a recognition dataset -> HDF5 store
   readout  fixed and learned readouts of a feature store: tables, JSON, figure
@@ -177,9 +177,6 @@ def cmd_data(args: argparse.Namespace) -> int:
         if name not in data.DATASETS:
             raise ValueError(f"unknown data set {name!r}; known: {', '.join(data.DATASETS)} (or all)")
     if args.action == "pull":
-        if args.mirror is None:
-            raise ValueError("kvprobe data pull needs --from MIRROR (a folder or file:// URL laid out like the data "
-                             "directory); downloads from the publishers are not built yet")
         for name in names:
             print(f"{name}: {data.pull(name, args.mirror)}")
         return 0
@@ -189,8 +186,9 @@ def cmd_data(args: argparse.Namespace) -> int:
             print(folder if folder is not None else data.data_dir(name))  # raises, naming the pull command
             continue
         d = data.DATASETS[name]
-        found = f"{where}: {folder}" if folder is not None else f"missing: kvprobe data pull {name} --from MIRROR"
-        print(f"{name:<10} {d.size / 2**20:6.2f} MiB  {d.license:<40} {found}")
+        found = f"{where}: {folder}" if folder is not None else f"missing: {data.pull_command(name)}"
+        pulled = "from publisher" if d.from_publisher else "mirror only"
+        print(f"{name:<10} {d.size / 2**20:6.2f} MiB  {d.license:<40} {pulled:<14} {found}")
     return 0
 
 
@@ -224,12 +222,16 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("data", help="list, locate or pull the data sets studies read",
                        description="`kvprobe data list` shows each data set with its size, license and where it "
                        "was found ($KVPROBE_DATA, the user data directory, or a shared/data folder beside a source "
-                       "checkout); `kvprobe data path NAME` prints its folder; `kvprobe data pull NAME... --from "
-                       "MIRROR` copies sets from a mirror into the user data directory, checking every sha256.")
+                       "checkout) and whether its publishers serve it; `kvprobe data path NAME` prints its folder; "
+                       "`kvprobe data pull NAME...` downloads sets from their publishers (at pinned commits; "
+                       "$KVPROBE_DATA_URL_BASE names a proxy or mirror serving OWNER/REPO/COMMIT/PATH), or with "
+                       "--from MIRROR copies them from a mirror, into the user data directory, checking every "
+                       "sha256.")
     p.add_argument("action", choices=["list", "path", "pull"], help="what to do")
     p.add_argument("names", nargs="*", help="data sets (default, or 'all': every one)")
     p.add_argument("--from", dest="mirror", default=None,
-                   help="pull: a folder or file:// URL laid out like the data directory (e.g. a lab's mirror)")
+                   help="pull: a folder or file:// URL laid out like the data directory (e.g. a lab's mirror) to "
+                   "copy from instead of downloading from the publishers")
     p.set_defaults(func=cmd_data)
 
     studies.add_report(sub, cli)
