@@ -9,6 +9,7 @@ dependencies (``--system-site-packages``), installs the wheel there (shadowing t
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -26,6 +27,27 @@ MIRROR = ROOT.parent / "shared" / "data"
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "kvprobe", "extract", "interventions", "readouts", "studies")
 #: The studies that read a registered data set in their small run (``smoke``): bAbI, PG-19 or MQuAKE's templates.
 DATA_STUDIES = ("babilong", "minteval", "mquake", "factconsolidation", "revisions", "detection", "oaks")
+
+
+#: Runs ``kvprobe.cli.main`` on each (name, arguments) of ``sys.argv[1]`` (JSON) in one process and prints, as one
+#: JSON line, name -> [exit status, the end of what it wrote to stderr (and any exception)].
+DRIVER = """
+import contextlib, io, json, sys
+from kvprobe.cli import main
+out = {}
+for name, args in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            status = main(args)
+    except SystemExit as stop:
+        status = stop.code if isinstance(stop.code, int) else 1
+    except Exception as error:
+        status = 1
+        err.write(repr(error))
+    out[name] = [status, err.getvalue()[-3000:]]
+print(json.dumps(out))
+"""
 
 
 def smoke_options(name: str) -> list[str]:
@@ -74,20 +96,23 @@ def test_the_wheel_pulls_the_data_and_runs_every_data_reading_study_outside_the_
     where = run(str(python), "-c", "import kvprobe, kvprobe.studies; print(kvprobe.__file__, kvprobe.studies.__file__)")
     assert where.returncode == 0 and all(Path(p).is_relative_to(venv) for p in where.stdout.split()), where
 
-    def study(name: str, out: str) -> subprocess.CompletedProcess:
-        return run(str(kvprobe), "run", name, "--model", "tiny-llama", "--quiet", "--out", str(tmp_path / out),
-                   *smoke_options(name))
+    def studies(prefix: str) -> dict[str, list]:
+        """Run every data-reading study's small run through the wheel's ``kvprobe`` command line, in one venv
+        process (one import instead of one per study): name -> [exit status, the end of its stderr]."""
+        calls = [(name, ["run", name, "--model", "tiny-llama", "--quiet", "--out", str(tmp_path / f"{prefix}{name}"),
+                         *smoke_options(name)]) for name in DATA_STUDIES]
+        done = run(str(python), "-c", DRIVER, json.dumps(calls))
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.splitlines()[-1])
 
-    for name in DATA_STUDIES:  # no data yet: each stops, naming the pull command
-        missing = study(name, f"before-{name}")
-        assert missing.returncode != 0 and "kvprobe data pull" in missing.stderr, (name, missing.stderr[-2000:])
+    for name, (status, stderr) in studies("before-").items():  # no data yet: each stops, naming the pull command
+        assert status != 0 and "kvprobe data pull" in stderr, (name, stderr)
 
     pulled = run(str(kvprobe), "data", "pull", "all", "--from", str(MIRROR))
     assert pulled.returncode == 0, pulled.stderr
     listed = run(str(kvprobe), "data", "list")
     assert listed.stdout.count("$KVPROBE_DATA") == 4 and "missing" not in listed.stdout, listed.stdout
 
-    for name in DATA_STUDIES:
-        done = study(name, name)
-        assert done.returncode == 0, (name, done.stderr[-3000:])
+    for name, (status, stderr) in studies("").items():
+        assert status == 0, (name, stderr)
         assert (tmp_path / name / "summary.json").is_file() and (tmp_path / name / "report.md").is_file(), name
