@@ -650,16 +650,29 @@ def derived_accuracy(note: str, query: str, condition: str, rule: str) -> Callab
 
 
 def factconsolidation_source(run: Path) -> Measurement:
-    """Source mask minus full access, complete answers with EOS (pp of the questions)."""
+    """Source mask minus full access, complete answers with EOS (pp of the source-answerable questions)."""
     s = _summary(run)
     cell, full = _find(s["cells"], policy="source"), _find(s["cells"], policy="full")
-    value, ci = _count_pp(cell["complete_change_vs_full"], cell["n"])
+    n = cell.get("answerable", cell["n"])
+    value, ci = _count_pp(cell["complete_change_vs_full"], n)
     histories = len(s["histories"])
-    return _pp(value, ci, f"{cell['n']} questions, {histories} histories",
-               f"full {full['complete_eos']}/{full['n']}; source {cell['complete_eos']}/{cell['n']}",
-               _reasons(floor_reason(full["complete_eos"], full["n"], "full access"),
+    return _pp(value, ci, f"{n} questions, {histories} histories",
+               f"full {full['complete_eos']}/{n}; source {cell['complete_eos']}/{n}",
+               _reasons(floor_reason(full["complete_eos"], n, "full access"),
                         None if ci is not None else f"no interval: {histories} histories, fewer than {MIN_HISTORIES} "
                         "to resample"), units=histories)
+
+
+def factconsolidation_fallback(run: Path) -> Measurement:
+    """The re-answer fallback (source mask; recompute after a capped answer) minus recompute alone, complete
+    answers with EOS (pp of the source-answerable questions)."""
+    f = _summary(run)["fallback"]
+    value, ci = _count_pp(f["change"], f["n"])
+    return _pp(value, ci, f"{f['n']} questions, {f['histories']} histories",
+               f"recompute {f['recompute']}/{f['n']}; fallback {f['fallback']}/{f['n']} ({f['fallbacks']} fallbacks)",
+               _reasons(floor_reason(f["recompute"], f["n"], "recompute"),
+                        None if ci is not None else f"no interval: {f['histories']} histories, fewer than "
+                        f"{MIN_HISTORIES} to resample"), units=f["histories"])
 
 
 def factorial_factor(factor: str, rule: str) -> Callable[[Path], Measurement]:
@@ -1185,6 +1198,15 @@ CLAIMS: tuple[Claim, ...] = (
           "either",
           (Test("factconsolidation/smollm2-135m-instruct", f"{PAPER_RULE}: complete answer with EOS (rule grader); "
                 "source mask vs full", factconsolidation_source),)),
+    Claim("factconsolidation.fallback", "factconsolidation", "Re-answering from the recomputed cache after a "
+          "capped source-masked answer does not beat recompute alone",
+          Paper("a fallback that re-answers from the recomputed cache after a capped source-masked answer does not "
+                "exceed recomputation alone", (4317, 4319), "Retained Text and Routing on Contextual MQuAKE",
+                "Qwen 349 vs 355 (5 gains, 11 losses, p = 0.21); Gemma 265 vs 266 (13 and 14, p = 1.0)",
+                (4319, 4322)),
+          "none",
+          (Test("factconsolidation/smollm2-135m-instruct", f"{PAPER_RULE}: complete answer with EOS (rule grader); "
+                "fallback vs recompute", factconsolidation_fallback),)),
     # ---------------------------------------------------------------- factorial
     Claim("factorial.scope", "factorial", "Hiding only the old number loses fewer answers than hiding the whole "
           "record",

@@ -8,14 +8,16 @@ from pathlib import Path
 import pytest
 
 from kvprobe.studies.factconsolidation.data import generate_history
-from kvprobe.studies.factconsolidation.grading import grade_columns, grade_run, read_grades, rule_label
+from kvprobe.studies.factconsolidation import strings
+from kvprobe.studies.factconsolidation.grading import grade_columns, grade_run, question_verdict, question_verdicts, \
+    read_grades, rule_label
 from kvprobe.studies.factconsolidation.histories import build_histories, mquake_index, without_overlap
 from kvprobe.studies.factconsolidation.mapping import map_facts, parse_question, parse_sentence
 from kvprobe.studies.factconsolidation.outcomes import losses_by_length, old_alias_group, outcome, transitions
 from kvprobe.studies.factconsolidation.schema import Fact, FactConsolidationFormatError, load_rows, save_rows
-from kvprobe.studies.factconsolidation.study import FactConsolidationStudy, fact_segment
-from kvprobe.studies.factconsolidation.summary import summarize, write_summary
-from kvprobe.studies.common.judge import JudgeReply
+from kvprobe.studies.factconsolidation.study import FactConsolidationStudy, fact_segment, study_from_config
+from kvprobe.studies.factconsolidation.summary import fallback, summarize, write_summary
+from kvprobe.studies.common.judge import BatchedJudge, JudgeReply, instructions_for, parse_reply
 from kvprobe.studies.datasets.mquake.schema import MQuAKEFormatError
 from kvprobe.studies.common.protocol import InvalidParameter, prepared
 from kvprobe.studies.common.runner import run_study
@@ -240,11 +242,13 @@ def test_net_accuracy_of_a_hand_built_outcome_list_equals_the_hand_computation(t
 
 
 class _AllComplete:
-    """A judge client that labels every answer "complete" (a stand-in for an API client)."""
+    """A judge client that labels every answer "complete" and every question answerable with a supported
+    reference (a stand-in for an API client)."""
 
     def complete(self, prompt: str) -> JudgeReply:
         tasks = json.loads(prompt[prompt.rindex("\n\n[") + 2:])
-        return JudgeReply(json.dumps({"results": [{"id": t["id"], "verdict": "complete", "explanation": "ok"}
+        return JudgeReply(json.dumps({"results": [{"id": t["id"], "verdict": "complete", "answerable": "answerable",
+                                                   "reference": "supported", "explanation": "ok"}
                                                   for t in tasks]}), "stub-1")
 
 
@@ -269,6 +273,8 @@ def test_study_runs_summarizes_resumes_and_regrades_on_a_tiny_model(llama, tmp_p
     eos = {c["policy"]: c["eos"] for c in regraded["cells"]}
     assert {c["policy"]: c["complete_eos"] for c in regraded["cells"]} == eos  # every EOS answer, none capped
     assert regraded["graders"] == ["llm-judge:stub-1"] and "llm-judge:stub-1" in (tmp_path / "report.md").read_text()
+    assert {json.loads(line)["answerable"] for line in grades.read_text().splitlines()} == {"answerable"}
+    assert regraded["source_review"]["answerability"] == {"answerable": 5, "unanswerable": 0, "ambiguous": 0}
 
 
 def test_generated_history_runs_labelled_generated(llama, tmp_path):
@@ -282,3 +288,189 @@ def test_generated_history_runs_labelled_generated(llama, tmp_path):
     with pytest.raises(InvalidParameter, match=r"^max_new_tokens: gen-1k: \d+ history tokens .* at most --max-new-tokens"):
         run_study(FactConsolidationStudy(tiers=("1k",), n_histories=1, questions_per_hop=1), llama, tmp_path / "long",
                   progress=False)
+
+
+# ----------------------------------------------------------------------------- the source review (judge verdicts)
+
+
+def test_judge_returns_each_extra_verdict_beside_the_label():
+    fields = {"answerable": strings.ANSWERABILITY}
+    # Without fields the request reads exactly as before.
+    assert '"verdict": "yes" or "no", "explanation"' in instructions_for(("yes", "no"))
+    assert ('"verdict": "a" or "b", "answerable": "answerable", "unanswerable" or "ambiguous", "explanation"'
+            in instructions_for(("a", "b"), fields))
+    ok = json.dumps({"results": [{"id": "t1", "verdict": "YES", "answerable": "Ambiguous", "explanation": "x"}]})
+    assert parse_reply(ok, ["t1"], ("yes", "no"), fields) == {"t1": ("yes", "x", {"answerable": "ambiguous"})}
+    assert parse_reply(ok, ["t1"], ("yes", "no")) == {"t1": ("yes", "x", {})}
+    for bad in ({"answerable": "maybe"}, {}):
+        reply = json.dumps({"results": [{"id": "t1", "verdict": "yes", "explanation": "x", **bad}]})
+        assert parse_reply(reply, ["t1"], ("yes", "no"), fields) is None
+
+    class Client:
+        def __init__(self):
+            self.replies = ["not json"]
+
+        def complete(self, prompt):
+            tasks = json.loads(prompt[prompt.rindex("\n\n[") + 2:])
+            if self.replies:
+                return JudgeReply(self.replies.pop(), "v1")
+            return JudgeReply(json.dumps({"results": [{"id": t["id"], "verdict": "no", "answerable": "unanswerable",
+                                                       "explanation": "-"} for t in tasks]}), "v1")
+
+    (j,) = BatchedJudge(Client(), fields=fields).judge(["rubric"])
+    assert (j.label, j.fields, j.grader) == ("no", {"answerable": "unanswerable"}, "llm-judge:v1")
+    with pytest.raises(ValueError, match="may not be named verdict"):
+        BatchedJudge(Client(), fields={"verdict": ("a", "b")})
+
+
+def test_question_verdict_is_the_majority_and_a_tie_is_ambiguous():
+    assert question_verdict(["answerable", "answerable", "unanswerable"]) == "answerable"
+    assert question_verdict(["answerable", "unanswerable"]) == "ambiguous"
+    assert question_verdict(["unanswerable"] * 3 + ["answerable"] * 3 + ["ambiguous"]) == "ambiguous"
+    grades = [{"case_id": "h", "qa_pair_id": q, "answerable": v, "reference": "supported"}
+              for q, v in (("q1", "answerable"), ("q1", "answerable"), ("q2", "answerable"), ("q2", "unanswerable"))]
+    assert question_verdicts(grades) == ({("h", "q1"): "answerable", ("h", "q2"): "ambiguous"}, 1)
+    assert question_verdicts([{"case_id": "h", "qa_pair_id": "q1"}]) is None  # a grades file without verdicts
+    ref = [{"case_id": "h", "qa_pair_id": "q", "reference": v} for v in ("supported", "mismatched")]
+    assert question_verdicts(ref, "reference") == ({("h", "q"): "unsupported"}, 1)
+
+
+def _hand_run(tmp_path, table, exposed=None):
+    """Rows of a hand-built run: ``table`` = (question, {condition: (stop, label)}, answerable, reference)."""
+    rows, grades = [], []
+    for q, answers, answerable, reference in table:
+        for cond, (stop, label) in answers.items():
+            rows.append({"case_id": "h", "qa_pair_id": q, "condition": cond, "hop": "sh", "stop_reason": stop,
+                         "label": "wrong", "grader": "rule-v1", "output_tokens": 5, "old_in_box": False,
+                         "official_match": False, "final_match": False, "valid_box": True, "only_box": False})
+            grades.append({"case_id": "h", "qa_pair_id": q, "condition": cond, "label": label, "grader": "judge:x",
+                           "answerable": answerable, "reference": reference})
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "grades.jsonl").write_text("".join(json.dumps(g) + "\n" for g in grades))
+    config = {"study": "factconsolidation", "model": {"name": "hand"},
+              "study_config": {"data": "generated", "run_tiers": ["1k"], "n_histories": 1, "max_new_tokens": 9,
+                               "boxed_instruction": "Box it.", "prefill_chunk": 128,
+                               **({} if exposed is None else {"exposed_questions": exposed})}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path / "grades.jsonl"
+
+
+E, C = "eos", "cap"
+#: (question, {condition: (stop, judge label)}, answerability, reference) of a hand-built run.
+REVIEWED = [
+    ("q1", {"full": (E, "complete"), "source": (E, "wrong"), "recompute": (E, "complete")}, "answerable", "supported"),
+    ("q2", {"full": (E, "wrong"), "source": (C, "complete"), "recompute": (E, "complete")}, "answerable", "supported"),
+    ("q3", {"full": (E, "complete"), "source": (E, "complete"), "recompute": (C, "wrong")}, "answerable",
+     "unsupported"),
+    ("q4", {"full": (E, "complete"), "source": (C, "wrong"), "recompute": (E, "wrong")}, "answerable", "supported"),
+    ("q5", {"full": (E, "complete"), "source": (E, "complete"), "recompute": (E, "complete")}, "unanswerable",
+     "unsupported"),
+]
+
+
+def test_source_review_counts_answerable_questions_and_reports_the_rest_apart(tmp_path):
+    grades = _hand_run(tmp_path, REVIEWED, exposed=["q1"])
+    s = write_summary(tmp_path, grades=grades)
+    # By hand: q5 is unanswerable, so complete + EOS counts q1-q4 only: full q1 q3 q4 = 3, source q3 = 1 (q2's
+    # "complete" is capped), recompute q1 q2 = 2. Termination keeps all 5 (source capped: q2, q4).
+    cells = {c["policy"]: c for c in s["cells"]}
+    assert {p: (c["n"], c["answerable"], c["complete_eos"], c["capped"]) for p, c in cells.items()} == {
+        "full": (5, 4, 3, 0), "source": (5, 4, 1, 2), "recompute": (5, 4, 2, 1)}
+    assert cells["source"]["complete_change_vs_full"]["change"] == -2
+    review = s["source_review"]
+    assert review["answerability"] == {"answerable": 4, "unanswerable": 1, "ambiguous": 0}
+    assert review["references"] == {"supported": 3, "unsupported": 2, "mismatched": 0}
+    assert review["apart"] == [{"case_id": "h", "qa_pair_id": "q5", "verdict": "unanswerable"}]
+    assert review["apart_outcomes"]["source"]["complete"] == 1 and s["questions"] == 4
+    # Exposure: without q1, full q3 q4 = 2, source q3 = 1 (change -1, main -2: same sign), recompute q2 = 1
+    # (change -1, main -1). Supported references (q1 q2 q4): full 2, source 0 (-2), recompute 2 (+0: not the
+    # main sign).
+    exposure, supported = s["sensitivities"]
+    assert (exposure["name"], exposure["n"], exposure["excluded"]) == ("exposure", 3, 1)
+    assert [(r["policy"], r["complete"], r.get("change"), r.get("same_sign")) for r in exposure["policies"]] == [
+        ("full", 2, None, None), ("source", 1, -1, True), ("recompute", 1, -1, True)]
+    assert [(r["policy"], r["complete"], r.get("change"), r.get("same_sign")) for r in supported["policies"]] == [
+        ("full", 2, None, None), ("source", 0, -2, True), ("recompute", 2, 0, False)]
+    report = (tmp_path / "report.md").read_text()
+    assert "4 answerable, 1 unanswerable, 0 ambiguous" in report and "reported apart (1: q5 unanswerable)" in report
+    assert "1 question(s) seen during development (q1)" in report and "128-token chunks" in report
+
+
+def test_fallback_of_a_hand_built_list_equals_the_hand_computation(tmp_path):
+    grades = _hand_run(tmp_path, REVIEWED)
+    f = summarize(tmp_path, grades=grades)["fallback"]
+    # By hand, on q1-q4: source capped on q2 and q4 -> recompute's complete (q2) and wrong (q4); else source:
+    # fallback complete = q2 q3 = 2 against recompute q1 q2 = 2: a gain (q3) and a loss (q1), p = 1.
+    # Oracle: q1 q2 q3 = 3; best single operation: full (3).
+    assert {k: f[k] for k in ("n", "fallbacks", "fallback_recovered", "source", "recompute", "fallback", "oracle",
+                              "gains", "losses", "best", "best_complete", "p")} == {
+        "n": 4, "fallbacks": 2, "fallback_recovered": 1, "source": 1, "recompute": 2, "fallback": 2, "oracle": 3,
+        "gains": 1, "losses": 1, "best": "full", "best_complete": 3, "p": 1.0}
+    assert f["change"] == {"change": 0, "corrections": 1, "reversals": 1, "ci": None}
+    # The paper's Qwen cell (L4320-4321): 5 gains and 11 losses; 2 P(Bin(16, 1/2) <= 5) = 2 * 6885 / 65536.
+    src = {("h", i): "complete" for i in range(5)} | {("h", i): "wrong" for i in range(5, 16)} | {("h", 16): "capped"}
+    rec = {("h", i): "wrong" for i in range(5)} | {("h", i): "complete" for i in range(5, 17)}
+    f = fallback({"source": src, "recompute": rec})
+    assert (f["gains"], f["losses"], f["fallback"], f["recompute"]) == (5, 11, 6, 12)
+    assert f["p"] == pytest.approx(2 * 6885 / 65536)
+    assert fallback({"full": src}) is None
+
+
+def test_a_rule_graded_run_says_what_it_lacks(tmp_path):
+    grades = _hand_run(tmp_path, REVIEWED)
+    (tmp_path / "config.json").write_text(json.dumps({"study": "factconsolidation", "study_config": {}}))
+    s = write_summary(tmp_path)
+    assert s["source_review"] is None and s["questions"] == 5 and s["exposed_questions"] is None
+    report = (tmp_path / "report.md").read_text()
+    assert "Source answerability: not judged in this run" in report
+    assert "Prefill chunks: not in this run's config" in report and "Exposure sensitivity: not in this run" in report
+    # A grades file without verdicts (written before them) reads as not judged too.
+    lines = [{k: v for k, v in json.loads(line).items() if k not in ("answerable", "reference")}
+             for line in grades.read_text().splitlines()]
+    grades.write_text("".join(json.dumps(g) + "\n" for g in lines))
+    assert write_summary(tmp_path, grades=grades)["source_review"] is None
+
+
+# ----------------------------------------------------------------------------- prefill chunks and parameters
+
+
+def test_prefill_chunk_reaches_the_prefill_and_the_recompute_and_keeps_the_cache(llama):
+    import torch
+
+    chunked = FactConsolidationStudy(source=str(FIXTURE), tiers=("32k",), prefill_chunk=16, max_new_tokens=3)
+    default = FactConsolidationStudy(source=str(FIXTURE), tiers=("32k",), prefill_chunk=None, max_new_tokens=3)
+    assert FactConsolidationStudy(source=str(FIXTURE)).prefill_chunk == 128  # the paper's (L1552-1553)
+    (case,) = chunked.cases()
+    (a,), (b,) = chunked.prefill(llama, [case]), default.prefill(llama, [case])
+    assert len(a) > 3 * 16  # several chunks of 16 against one of the engine's default
+    recompute = [s.conditions(llama, case, h)["recompute"] for s, h in ((chunked, a), (default, b))]
+    assert (recompute[0].chunk_size, recompute[1].chunk_size) == (16, None)
+    states = [prepared(llama, h, r).state for h, r in zip((a, b), recompute)]
+    # The engine is exact: another chunk size gives the same cache up to float32 rounding, and the same answer.
+    for x, y in ((a.kv, b.kv), (states[0].kv, states[1].kv)):
+        for (ka, va), (kb, vb) in zip(x, y):
+            assert torch.allclose(ka, kb, atol=1e-5, rtol=1e-5) and torch.allclose(va, vb, atol=1e-5, rtol=1e-5)
+    q = chunked.questions(llama, case, a)[0].text
+    assert llama.generate(a, q, max_new_tokens=4).token_ids == llama.generate(b, q, max_new_tokens=4).token_ids
+    with pytest.raises(InvalidParameter, match="^prefill_chunk: must be at least 1"):
+        FactConsolidationStudy(prefill_chunk=0)
+
+
+def test_exposed_questions_must_be_asked_and_old_configs_read_as_they_ran():
+    with pytest.raises(InvalidParameter, match="^exposed_questions: not asked in this run: nope"):
+        FactConsolidationStudy(tiers=("1k",), n_histories=1, questions_per_hop=1, exposed_questions=("nope",))
+    with pytest.raises(InvalidParameter, match="names a question twice"):
+        FactConsolidationStudy(tiers=("1k",), exposed_questions=("a", "a"))
+    one = FactConsolidationStudy(tiers=("1k",), n_histories=1, questions_per_hop=1)
+    asked = one.cases()[0].questions[0].qa_pair_id
+    assert FactConsolidationStudy(tiers=("1k",), n_histories=1, questions_per_hop=1,
+                                  exposed_questions=[asked]).exposed_questions == (asked,)
+    # The committed run predates prefill_chunk and exposed_questions: its config builds the study it ran (the
+    # engine's default chunks, nothing exposed), with the same cases and data.
+    committed = json.loads((Path(__file__).parents[1] / "artifacts" / "factconsolidation" / "smollm2-135m-instruct"
+                            / "config.json").read_text())
+    study = study_from_config(committed)
+    assert (study.prefill_chunk, study.exposed_questions) == (None, ())
+    again = study.config()
+    assert {k: again[k] for k in committed["study_config"] if k != "strings_sha256"} == {
+        k: v for k, v in committed["study_config"].items() if k != "strings_sha256"}

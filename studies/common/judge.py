@@ -9,8 +9,10 @@ hands the prompts to :meth:`BatchedJudge.judge`, which returns one
 * the distinct prompts go out in random order (seeded) in requests of at most
   :data:`MAX_BATCH` prompts, each under an anonymous id (``task-01``...);
 * a reply must be one JSON object (optionally in one Markdown fence) giving exactly
-  one label from ``labels`` per id, else the request is resubmitted, up to
-  ``max_retries`` times, then :class:`JudgeError`;
+  one label from ``labels`` per id (and, where the judge has ``fields``, one value of
+  each field from its allowed values: verdicts a rubric returns beside the label,
+  e.g. FactConsolidation's source answerability), else the request is resubmitted,
+  up to ``max_retries`` times, then :class:`JudgeError`;
 * the model variant the client reports with every reply is logged (``log_path``,
   JSON lines: request, reply, validity) and named in each judgment's ``grader``.
 
@@ -35,8 +37,8 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -51,9 +53,12 @@ MAX_BATCH = 48
 BATCH_INSTRUCTIONS = (
     "You grade answers of a chat assistant. Below is a JSON list of tasks; each has an id and a "
     "complete grading prompt. Judge each task on its own, following its prompt. Reply with only one "
-    'JSON object of the form {{"results": [{{"id": "<task id>", "verdict": {labels}, '
+    'JSON object of the form {{"results": [{{"id": "<task id>", "verdict": {labels}, {fields}'
     '"explanation": "<one short sentence>"}}]}} with exactly one entry per task id.'
 )
+
+#: The names a reply's entries use for themselves (a judge's extra ``fields`` take other names).
+RESERVED_KEYS = ("id", "verdict", "explanation")
 
 
 @dataclass(frozen=True)
@@ -72,22 +77,33 @@ class JudgeClient(Protocol):
 
 @dataclass(frozen=True)
 class Judgment:
-    """One verdict: a label from the judge's labels, a short reason, and the grader (and model variant)."""
+    """One verdict: a label from the judge's labels, a short reason, the grader (and model variant), and the
+    value of each of the judge's extra ``fields`` (empty for a judge without any)."""
 
     label: str
     explanation: str
     grader: str
+    fields: Mapping[str, str] = field(default_factory=dict)
 
 
 class JudgeError(RuntimeError):
     """The judge kept returning invalid or incomplete replies."""
 
 
-def instructions_for(labels: Sequence[str]) -> str:
-    """:data:`BATCH_INSTRUCTIONS` with the allowed verdicts filled in."""
-    quoted = [json.dumps(label) for label in labels]
-    return BATCH_INSTRUCTIONS.format(labels=" or ".join(quoted) if len(quoted) <= 2 else
-                                     ", ".join(quoted[:-1]) + " or " + quoted[-1])
+def _choices(values: Sequence[str]) -> str:
+    quoted = [json.dumps(v) for v in values]
+    return " or ".join(quoted) if len(quoted) <= 2 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+
+def instructions_for(labels: Sequence[str], fields: Mapping[str, Sequence[str]] | None = None) -> str:
+    """:data:`BATCH_INSTRUCTIONS` with the allowed verdicts filled in, and each extra field of ``fields``
+    (name -> allowed values) in the reply's form after the verdict.
+
+    Example: ``instructions_for(("yes", "no"), {"answerable": ("answerable", "unanswerable")})`` asks for
+    ``"verdict": "yes" or "no", "answerable": "answerable" or "unanswerable", "explanation": ...``.
+    """
+    extra = "".join(f"{json.dumps(name)}: {_choices(values)}, " for name, values in (fields or {}).items())
+    return BATCH_INSTRUCTIONS.format(labels=_choices(labels), fields=extra.replace("{", "{{").replace("}", "}}"))
 
 
 def batch_request(items: Sequence[tuple[str, str]], instructions: str) -> str:
@@ -96,10 +112,11 @@ def batch_request(items: Sequence[tuple[str, str]], instructions: str) -> str:
     return instructions + "\n\n" + json.dumps(tasks, ensure_ascii=False, indent=1)
 
 
-def parse_reply(text: str, ids: Sequence[str], labels: Sequence[str] = ("yes", "no")
-                ) -> dict[str, tuple[str, str]] | None:
-    """``{id: (label, explanation)}`` if the reply is one JSON object judging exactly ``ids`` with labels
-    from ``labels`` (case-insensitive); else None."""
+def parse_reply(text: str, ids: Sequence[str], labels: Sequence[str] = ("yes", "no"),
+                fields: Mapping[str, Sequence[str]] | None = None) -> dict[str, tuple[str, str, dict[str, str]]] | None:
+    """``{id: (label, explanation, {field: value})}`` if the reply is one JSON object judging exactly ``ids``
+    with labels from ``labels`` and, for every extra field of ``fields``, a value from its allowed values
+    (both case-insensitive); else None."""
     body = text.strip()
     fence = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", body, flags=re.DOTALL)
     if fence:
@@ -111,15 +128,16 @@ def parse_reply(text: str, ids: Sequence[str], labels: Sequence[str] = ("yes", "
     results = data.get("results") if isinstance(data, dict) else None
     if not isinstance(results, list):
         return None
-    allowed = {label.lower(): label for label in labels}
-    out: dict[str, tuple[str, str]] = {}
+    allowed = {name: {v.lower(): v for v in values} for name, values in {"verdict": labels, **(fields or {})}.items()}
+    out: dict[str, tuple[str, str, dict[str, str]]] = {}
     for r in results:
         if not isinstance(r, dict) or r.get("id") not in ids or r["id"] in out:
             return None
-        verdict = str(r.get("verdict", "")).strip().lower()
-        if verdict not in allowed:
+        given = {name: str(r.get(name, "")).strip().lower() for name in allowed}
+        if any(given[name] not in values for name, values in allowed.items()):
             return None
-        out[r["id"]] = (allowed[verdict], str(r.get("explanation", "")))
+        out[r["id"]] = (allowed["verdict"][given["verdict"]], str(r.get("explanation", "")),
+                        {name: allowed[name][given[name]] for name in fields or {}})
     return out if set(out) == set(ids) else None
 
 
@@ -130,23 +148,31 @@ class BatchedJudge:
         client: sends one request, returns the reply and the model variant.
         labels: the verdicts a reply may give (``("yes", "no")``; FactConsolidation uses
             outcome names such as complete / wrong / abstain).
-        instructions: the request's instructions (default :func:`instructions_for` ``labels``).
+        instructions: the request's instructions (default :func:`instructions_for` ``labels``, ``fields``).
         batch_size: prompts per request (1..48).
         seed: the order in which distinct prompts are sent.
         max_retries: resubmissions of an invalid reply before :class:`JudgeError`.
         log_path: JSON-lines log of every request and reply (None: no log).
         name: the grader name in each judgment (``name:model_variant``).
+        fields: extra verdicts every reply entry gives beside the label (name -> allowed values; none by
+            default), returned in each judgment's ``fields``.
     """
 
     def __init__(self, client: JudgeClient, labels: Sequence[str] = ("yes", "no"), instructions: str | None = None,
                  batch_size: int = MAX_BATCH, seed: int = 0, max_retries: int = 3,
-                 log_path: str | Path | None = None, name: str = "llm-judge") -> None:
+                 log_path: str | Path | None = None, name: str = "llm-judge",
+                 fields: Mapping[str, Sequence[str]] | None = None) -> None:
         if not 1 <= batch_size <= MAX_BATCH:
             raise ValueError(f"batch_size must be in 1..{MAX_BATCH}, got {batch_size}")
-        if len(set(map(str.lower, labels))) != len(labels) or len(labels) < 2:
-            raise ValueError(f"labels must be at least two distinct verdicts, got {list(labels)}")
+        for what, values in {"labels": labels, **{f"field {k!r}": v for k, v in (fields or {}).items()}}.items():
+            if len(set(map(str.lower, values))) != len(values) or len(values) < 2:
+                raise ValueError(f"{what} must be at least two distinct verdicts, got {list(values)}")
+        if clash := sorted(set(fields or {}) & set(RESERVED_KEYS)):
+            raise ValueError(f"fields may not be named {', '.join(clash)} (a reply entry's own keys)")
         self.client, self.labels, self.batch_size = client, tuple(labels), batch_size
-        self.instructions = instructions if instructions is not None else instructions_for(self.labels)
+        self.fields = {name: tuple(values) for name, values in (fields or {}).items()}
+        self.instructions = (instructions if instructions is not None else
+                             instructions_for(self.labels, self.fields))
         self.seed, self.max_retries, self.name = seed, max_retries, name
         self.log_path = None if log_path is None else Path(log_path)
         self.requests = 0
@@ -164,18 +190,18 @@ class BatchedJudge:
             ids = [f"task-{k + 1:02d}" for k in range(len(chunk))]
             judged, variant = self._ask(list(zip(ids, chunk)), start // self.batch_size)
             for anon, prompt in zip(ids, chunk):
-                label, why = judged[anon]
+                label, why, values = judged[anon]
                 for i in by_prompt[prompt]:
-                    out[i] = Judgment(label, why, f"{self.name}:{variant}")
+                    out[i] = Judgment(label, why, f"{self.name}:{variant}", values)
         return out  # type: ignore[return-value]
 
-    def _ask(self, items: list[tuple[str, str]], batch: int) -> tuple[dict[str, tuple[str, str]], str]:
+    def _ask(self, items: list[tuple[str, str]], batch: int) -> tuple[dict[str, tuple[str, str, dict[str, str]]], str]:
         request = batch_request(items, self.instructions)
         ids = [i for i, _ in items]
         for attempt in range(self.max_retries + 1):
             reply = self.client.complete(request)
             self.requests += 1
-            parsed = parse_reply(reply.text, ids, self.labels)
+            parsed = parse_reply(reply.text, ids, self.labels, self.fields)
             self._log({"batch": batch, "attempt": attempt, "tasks": len(items), "model_variant": reply.model_variant,
                        "valid": parsed is not None, "request": request, "reply": reply.text})
             if parsed is not None:

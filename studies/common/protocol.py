@@ -330,6 +330,12 @@ class HistoryStudy(Study):
         """Consecutive cases of a batch with the same non-None key share their prompt's common prefix K/V."""
         return None
 
+    def prefill_chunk_size(self) -> int | None:
+        """History tokens per forward when a case's history is prefilled (None: the engine's default for the
+        model's device, :func:`kvprobe.engine.default_chunk_size`); a study whose paper states its chunks
+        returns them (FactConsolidation: 128)."""
+        return None
+
     def start_batch(self, model: kvprobe.Model, batch: Batch) -> None:
         """Called once per batch with the cases that run (``batch.cases``, not the skipped ones), before any
         is prefilled: work shared by the batch's cases (e.g. a detector's verdicts on all of them in one
@@ -388,7 +394,7 @@ class HistoryStudy(Study):
                 history = previous[2]
             else:
                 reuse = previous[2] if previous is not None and key is not None and previous[0] == key else None
-                history = model.prefill(prompt, reuse=reuse)
+                history = model.prefill(prompt, chunk_size=self.prefill_chunk_size(), reuse=reuse)
             previous = (key, prompt, history)
             out.append(history)
         return out

@@ -8,6 +8,8 @@ QUERY_TEMPLATE are MemoryAgentBench's own (``utils/templates.py``, sub-dataset `
 long-context agent; HUST-AI-HYZ/MemoryAgentBench, MIT). That file is absent from the stored snapshot of
 the repository (@455306dcabc3, whose ``agent.py`` and ``conversation_creator.py`` import it); the text
 here is as several independent copies of it quote it, identically. Everything else is ours, marked UNCLEAR.
+``PAPER_STRINGS`` lists the paper's own sentences this study implements, verbatim with their seed lines
+(``tests/test_paper_strings.py`` checks each against the seed).
 """
 
 # MemoryAgentBench ``factconsolidation`` system message (``utils/templates.py``, ``SYSTEM_MESSAGE``), verbatim.
@@ -73,5 +75,55 @@ RUBRIC = (
     "nothing the history contradicts; \"partial\" if it gives part of a multi-part supported answer and "
     "nothing false; \"wrong\" if it asserts a value the history does not support (an outdated value "
     "included); \"abstain\" if it declines to answer without a false claim. The reference may be wrong: "
-    "judge against the history."
+    "judge against the history.\n"
+    "Also judge the question itself, whatever the answer: \"answerable\" if the history supports one answer "
+    "to it, \"unanswerable\" if it supports none, \"ambiguous\" if it supports several; and the original "
+    "reference: \"supported\" if the history supports it, \"unsupported\" if not, \"mismatched\" if it "
+    "answers another question."
 )
+
+# The source review's two verdicts beside the label (paper L1569-1572: "Source assessments and answer labels
+# are produced together", "The review identifies 373 answerable, 24 unanswerable and three ambiguous
+# questions; 355 original references are supported, 38 unsupported and seven mismatched to the question").
+# The verdict words are the paper's; the request wording (RUBRIC's last paragraph) is ours, UNCLEAR. Each
+# judgment of an answer returns both (``judge.BatchedJudge`` ``fields``); a question's verdict is the one most
+# of its judgments give, a tie JUDGE_TIES's (UNCLEAR: the paper's judge saw all answers to a question in one
+# batch and gave one assessment; ours may split a question's answers across requests).
+ANSWERABILITY = ("answerable", "unanswerable", "ambiguous")
+REFERENCE_SUPPORT = ("supported", "unsupported", "mismatched")
+#: Extra judge fields (name -> allowed values), in the reply's order.
+JUDGE_FIELDS = {"answerable": ANSWERABILITY, "reference": REFERENCE_SUPPORT}
+#: A question's verdict when its judgments tie (UNCLEAR, ours: neither verdict is confirmed).
+JUDGE_TIES = {"answerable": "ambiguous", "reference": "unsupported"}
+
+# ----------------------------------------------------------------------------- the paper's sentences
+
+#: Every sentence of the paper this study implements beyond the prompts, verbatim, with its seed lines.
+PAPER_STRINGS: dict[str, str] = {
+    # L1532-1533: the exposure sensitivity (``exposed_questions``; summary ``exposure``).
+    "EXPOSURE": ("Four questions exposed during runtime qualification are retained in the 400-question analysis "
+                 "and excluded in a separate 396-question sensitivity."),
+    # L1648-1649: what the sensitivity checks.
+    "EXPOSURE_CHECK": ("The exclusion sensitivity retains 369 source-answerable questions and the same direction "
+                       "of source masking for each model."),
+    # L1552-1553: the prefill chunks (``prefill_chunk``, default PREFILL_CHUNK).
+    "PREFILL": "Prefill uses 128-token chunks",
+    # L1569-1572: the source review (JUDGE_FIELDS).
+    "SOURCE_REVIEW": ("Source assessments and answer labels are produced together, rather than by an independent "
+                      "source-only assessment."),
+    "SOURCE_COUNTS": ("The review identifies 373 answerable, 24 unanswerable and three ambiguous questions; 355 "
+                      "original references are supported, 38 unsupported and seven mismatched to the question."),
+    # L1586-1587: which questions each metric uses (summary: complete + EOS and the transitions on the
+    # source-answerable questions; the match and termination metrics on all).
+    "ANSWERABLE_SCOPE": ("Source completeness with normal EOS uses the 373 source-answerable questions, while "
+                         "original-reference metrics retain all 400."),
+    # L4301-4304 (Table tab:v52_mquake_retained, note): the fallback and its oracle (summary ``fallback``).
+    "FALLBACK": ("Its routing re-answers from the recomputed cache when the source-masked answer reaches the token "
+                 "limit, and its oracle picks the better of the source mask and recomputation."),
+    # L4317-4322: the paper's fallback result.
+    "FALLBACK_RESULT": ("a fallback that re-answers from the recomputed cache after a capped source-masked answer "
+                        "does not exceed recomputation alone"),
+}
+
+#: Prefill chunk in tokens (L1552-1553 "Prefill uses 128-token chunks"), for the history and the recompute.
+PREFILL_CHUNK = 128

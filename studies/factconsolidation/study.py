@@ -9,6 +9,10 @@ prefills the edited text once) and every question is answered greedily under eac
 * ``value``: hide only the superseded facts' old object strings;
 * ``recompute``: delete the superseded sentences and prefill the retained text again.
 
+The history and the recompute are prefilled in ``prefill_chunk``-token chunks (the paper's 128; the engine is
+exact, so another size gives the same cache up to float rounding). ``exposed_questions`` names questions seen
+while qualifying the run: they stay in every analysis and :mod:`summary` adds a sensitivity without them.
+
 No equal-token control (the paper has none for this task). Histories are generated fictional ones
 (:mod:`generate`, the offline default, labelled "generated") or the released split
 (``--source hf:ai-hyz/MemoryAgentBench``, the repository's folder or an exported file, :mod:`schema`). The
@@ -90,6 +94,12 @@ class FactConsolidationStudy(HistoryStudy):
     query_template: str = "ours"
     #: Greedy answer budget in tokens (the paper: 1,024).
     max_new_tokens: int = MAX_NEW_TOKENS
+    #: History tokens per prefill forward, for the history and the recompute (the paper: 128); none: the
+    #: engine's default for the device (512 on a CPU).
+    prefill_chunk: int | None = strings.PREFILL_CHUNK
+    #: qa_pair_ids of questions seen while developing or qualifying this run: kept in every analysis, left out
+    #: of a separate exposure sensitivity (the paper: four such questions); none by default.
+    exposed_questions: tuple[str, ...] = ()
     #: Ask through the chat template (auto: when the tokenizer has one).
     chat: bool | None = None
     #: (question, operation) rows decoded together; bounds memory (all rows of a history share its cache).
@@ -100,13 +110,17 @@ class FactConsolidationStudy(HistoryStudy):
     def __post_init__(self) -> None:
         if self.tiers is not None:
             self.tiers = tuple(self.tiers)
+        self.exposed_questions = tuple(self.exposed_questions)
         require_at_least(self, n_histories=1, questions_per_hop=1, homonyms=0, max_new_tokens=1,
-                         rows_per_batch=1, cases_per_batch=1)
+                         rows_per_batch=1, cases_per_batch=1, prefill_chunk=1)
         require_choices(self, query_template=tuple(QUERY_TEMPLATES))
+        if len(set(self.exposed_questions)) != len(self.exposed_questions):
+            raise InvalidParameter("exposed_questions", "names a question twice")
         if self.source == GENERATED:
             require_choices(self, tiers=(None, *TIERS))
             if self.mquake_file is not None:
                 raise InvalidParameter("mquake_file", "applies to a released source only")
+            self._check_exposed()
             return
         require_choices(self, tiers=(None, *RELEASED_TIERS))
         # Read the files now, so a bad file fails before any model loads.
@@ -121,6 +135,15 @@ class FactConsolidationStudy(HistoryStudy):
                 raise InvalidParameter("mquake_file", str(e)) from e
         if not self.cases():
             raise InvalidParameter("tiers", f"{self.source} has no rows of tiers {', '.join(self.run_tiers)}")
+        self._check_exposed()
+
+    def _check_exposed(self) -> None:
+        """Refuse an exposed question the run does not ask (a typo would leave the sensitivity unchanged)."""
+        if not self.exposed_questions:
+            return
+        asked = {q.qa_pair_id for case in self.cases() for q in case.questions}
+        if unknown := [q for q in self.exposed_questions if q not in asked]:
+            raise InvalidParameter("exposed_questions", f"not asked in this run: {', '.join(unknown)}")
 
     @property
     def run_tiers(self) -> tuple[str, ...]:
@@ -190,7 +213,11 @@ class FactConsolidationStudy(HistoryStudy):
                 "source": kvprobe.Mask([history.span(n) for n in names], name="source"),
                 "value": kvprobe.Mask([history.span(fact_segment(s.number), chars=s.value_chars, strict=False)
                                        for s in superseded], name="value"),
-                "recompute": TextRecompute(names)}
+                "recompute": TextRecompute(names, chunk_size=self.prefill_chunk)}
+
+    def prefill_chunk_size(self) -> int | None:
+        """``prefill_chunk`` (the protocol prefills each history in these chunks)."""
+        return self.prefill_chunk
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
         m = run.case.mapping()
@@ -219,9 +246,15 @@ class FactConsolidationStudy(HistoryStudy):
                 **grade_columns(g.text, g.stop_reason, q.answers, q.previous)}
 
 
+#: Parameters a run's config may lack (runs made before they existed), and the value such a run used:
+#: ``prefill_chunk`` None (the engine's default chunks); no exposed questions.
+ADDED_PARAMETERS = {"prefill_chunk": None, "exposed_questions": ()}
+
+
 def study_from_config(config: dict[str, Any]) -> FactConsolidationStudy:
-    """The study of a run's ``config.json`` (its parameters; derived entries ignored)."""
-    sc = config["study_config"]
+    """The study of a run's ``config.json`` (its parameters; derived entries ignored; a parameter added after
+    the run, :data:`ADDED_PARAMETERS`, as the run had it)."""
+    sc = {**ADDED_PARAMETERS, **config["study_config"]}
     params = {f.name: tuple(v) if isinstance(v := sc[f.name], list) else v
               for f in dataclasses.fields(FactConsolidationStudy) if not f.name.startswith("_") and f.name in sc}
     return FactConsolidationStudy(**params)
