@@ -721,12 +721,14 @@ def extend_state(
     """
     n = int(ids.shape[0])
     P = prefix.length
+    chosen = chunk_size is not None  # a chunk size the caller asked for is honoured everywhere
     if chunk_size is None:
         chunk_size = default_chunk_size(ids.device)
     # room for every new row (no regrowth); the history's own tokens run without the row's component edits
     rows = fork_rows([replace(prefix, hidden={}, bias={}, head_edits={}, patches={})], spare=n)
-    # A prefill from nothing on an accelerator: one block through the causal kernel (CAUSAL_KERNEL_DEVICES).
-    causal = (P == 0 and hidden is None and layers is None and n > 0 and not prefix.recurrent
+    # A prefill from nothing on an accelerator, chunk size left to the device: one block through the causal
+    # kernel (CAUSAL_KERNEL_DEVICES).
+    causal = (not chosen and P == 0 and hidden is None and layers is None and n > 0 and not prefix.recurrent
               and causal_block_allowed(model) and int(positions[0]) == 0 and int(positions[-1]) == n - 1)
     if causal:
         chunk_size = n

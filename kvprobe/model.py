@@ -113,6 +113,9 @@ class Model:
     def prefill(self, prompt: Prompt, chunk_size: int | None = None, reuse: History | None = None) -> History:
         """Tokenize and prefill a prompt's history once (in chunks of ``chunk_size`` tokens).
 
+        ``chunk_size`` None leaves it to the device (:func:`kvprobe.engine.default_chunk_size`; on CUDA a
+        prefill from nothing runs as one causal block); a size given is used on every device.
+
         ``reuse``: an earlier history of this model whose leading tokens this one
         shares (e.g. the same records up to a different last record); the shared
         prefix's K/V are copied from it and only the rest is computed. The result

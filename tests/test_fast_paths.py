@@ -224,8 +224,11 @@ def test_causal_kernel_prefill_equals_the_chunked_masked_prefill(name, attn, mon
     real = engine.traced_forward
     monkeypatch.setattr(engine, "traced_forward", lambda *a, **k: calls.append(k.get("causal_block")) or real(*a, **k))
     monkeypatch.setattr(engine, "CAUSAL_KERNEL_DEVICES", ("cuda", "cpu"))
-    one_block = model.prefill(prompt, chunk_size=16)
-    assert calls == [True], "one causal block, whatever the chunk size"
+    one_block = model.prefill(prompt)
+    assert calls == [True], "one causal block when the chunk size is left to the device"
+    calls.clear()
+    model.prefill(prompt, chunk_size=16)
+    assert calls and not any(calls), "a chunk size the caller asks for is honoured"
     for (k1, v1), (k2, v2) in zip(chunked.kv, one_block.kv):
         if k1 is not None:
             assert torch.allclose(k1, k2, atol=TOL) and torch.allclose(v1, v2, atol=TOL)

@@ -224,7 +224,7 @@ def run_gpu_bench(model, out: Path, lengths=DEFAULT_LENGTHS, rows: int = DEFAULT
         holder: dict[str, Any] = {}
 
         def kv_prefill():
-            holder["h"] = model.prefill_tokens(prompt, rendered, ids, offsets, chunk_size=chunk)
+            holder["h"] = model.prefill_tokens(prompt, rendered, ids, offsets, chunk_size=chunk_size)
 
         def plain_prefill():
             with torch.inference_mode(), attention_implementation(model, "sdpa"):
