@@ -142,6 +142,16 @@ def questions(case: MQuAKECase) -> list[tuple[str, str, list[str]]]:
     return out
 
 
+def grade(output: str, answers: list[str], stopped_at_eos: bool) -> dict[str, bool]:
+    """Every scoring rule of an answer against ``answers`` (a reference and its aliases): ``em`` (normalized exact
+    match with EOS, the paper's), ``em_strict_boxed`` (the boxed content only) and ``contains`` (the answer occurs
+    word-bounded, ours). The study grades its rows with it and the summary regrades stored outputs against other
+    references (the current value of a historical question)."""
+    return {"em": normalized_exact_match(output, answers, stopped_at_eos),
+            "em_strict_boxed": normalized_exact_match(output, answers, stopped_at_eos, strict_boxed=True),
+            "contains": contains_answer(output, answers)}
+
+
 def _names(kept: Iterable, segs: list[Segment]) -> set[str]:
     names = {k[0] if isinstance(k, tuple) else k for k in kept}
     unknown = names - {n for n, _ in segs}

@@ -45,8 +45,7 @@ from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParame
 from kvprobe.studies.common.no_context import NO_CONTEXT, NoContext
 from . import strings
 from kvprobe.studies.datasets.mquake.generate import dataset_hash, generate_cases
-from .history import build_history, contains_answer, normalized_exact_match, online_pairs, questions, \
-    retained_text, source_segments, value_spans
+from .history import build_history, grade, online_pairs, questions, retained_text, source_segments, value_spans
 from .data import sample_released
 from kvprobe.studies.datasets.mquake.schema import MQuAKECase, MQuAKEFormatError
 
@@ -177,7 +176,6 @@ class MQuAKEStudy(HistoryStudy):
         eos = g.stop_reason == "eos"
         return {
             "hops": run.case.case.hops, "edits": len(run.case.case.requested_rewrite), "question_index": index,
-            "question": question.text, "answers": gold, "em": normalized_exact_match(g.text, gold, eos),
-            "em_strict_boxed": normalized_exact_match(g.text, gold, eos, strict_boxed=True),
-            "contains": contains_answer(g.text, gold), "retained_text": run.extra["retained_text"],
+            "question": question.text, "answers": gold, **grade(g.text, gold, eos),
+            "retained_text": run.extra["retained_text"],
         }

@@ -4,14 +4,21 @@ Per (question kind, policy): normalized exact matches with EOS, lenient
 contains-answer matches (a small model answers in sentences), and the change of
 both against full access with a 95 % interval from 10,000 bootstrap draws of whole cases (a case's
 paraphrases stay together). The historical question is also split by the
-retained-text stratum, and the offline routing (historical prefix -> full
-access, every other question -> text recompute) is scored.
+retained-text stratum.
 
-Recompute against the source mask (paper L4228-4270): per retained-text stratum,
-the historical question's discordant cases with the exact McNemar test; and
-whether a case's historical loss under recompute goes with a gain on a current
-paraphrase (2 x 2 table of cases, conditional odds ratio, Fisher exact test).
-Both on the exact-match and the contains-answer rules.
+Direct contrasts (paper app:v52_factorial, L4466-4527): rebuild, compact and recompute minus the source
+mask on the first current paraphrase and the historical question, paired intervals, verdicts against the
+paper's numbers.
+
+Retained text and routing (paper app:v52_mquake_retained, L4216-4330), both on the exact-match and the
+contains-answer rules: recompute against the source mask per retained-text stratum (and the single-edit
+masked-only cases), every policy's correct answers, the change with a paired interval resampled within each
+stratum, the exact McNemar test, and the difference between the strata; historical questions answered with
+the current value (each stored historical answer regraded against the current answer), per policy with the
+change against the source mask; whether a case's historical loss under recompute goes with a gain on a
+current paraphrase (2 x 2 table of cases, conditional odds ratio, Fisher exact test); and the offline router
+(historical prefix -> full access, every other question -> text recompute) against the best single policy
+(paired interval, exact McNemar) and the two-cache oracle.
 
 No-context baseline (runs with ``--no-context``; paper app:v52_weights, L4552-4562): per rule, the
 historical and the current questions' rates on the questions the no-context model answers wrongly,
@@ -26,11 +33,15 @@ from pathlib import Path
 from typing import Any
 
 
-from kvprobe.readouts.stats import DRAWS, fisher_exact, group_bootstrap_weights, mcnemar_exact, paired_change
+import numpy as np
+
+from kvprobe.readouts.stats import DRAWS, bootstrap_mean, fisher_exact, group_bootstrap_weights, mcnemar_exact, \
+    paired_change, percentile_interval
 from kvprobe.studies.common.no_context import NO_CONTEXT, Outcome, conditional_on_baseline, conditional_table
 from kvprobe.studies.common.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, data_items, estimate, \
     heading, run_time, table_head, table_row, testable, verdict_cell
 from kvprobe.studies.common.runner import read_rows, write_run_summary
+from .history import grade
 from .strings import NO_CONTEXT_ANCHORS
 from .study import CONDITIONS as STUDY_CONDITIONS
 
@@ -88,12 +99,11 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
                     cell[f"{rule}_change_vs_source"] = paired_change([int(mine[k][rule]) for k in keys],
                                                                      [int(source[k][rule]) for k in keys], boot)
             cells.append(cell)
-    routed = [r for r in rows if (r["query"] == "historical") == (r["condition"] == "full")
-              and r["condition"] in ("full", "recompute")]
-    routing = {"n": len(routed), "em": sum(r["em"] for r in routed), "contains": sum(r["contains"] for r in routed),
-               "rule": "historical prefix -> full access; other questions -> text recompute"}
-    summary = {"cells": cells, "any_paraphrase": any_paraphrase(by_key), "strata": strata(rows), "routing": routing,
-               "recompute_vs_source": recompute_vs_source(by_key), "draws": draws, "seed": seed, "rows": len(rows)}
+    summary = {"cells": cells, "any_paraphrase": any_paraphrase(by_key), "strata": strata(rows),
+               "direct_contrasts": direct_contrasts(by_key, seed, draws),
+               "recompute_vs_source": recompute_vs_source(by_key, seed, draws),
+               "current_value": current_value_answers(by_key, seed, draws), "routing": routing(by_key, seed, draws),
+               "draws": draws, "seed": seed, "rows": len(rows)}
     if any(r["condition"] == NO_CONTEXT for r in rows):
         summary["no_context"] = no_context_tables(rows, seed, draws)
     return summary
@@ -157,32 +167,234 @@ def strata(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 #: The two operations the paper's stratified comparison contrasts (the operation, its reference).
 CONTRAST = ("recompute", "source-mask")
+#: The policies the retained-text table counts per stratum (the paper's columns, tab:v52_mquake_retained, L4282-4285).
+STRATUM_POLICIES = ("full", "source-mask", "online-mask", "recompute")
+#: The retained-text strata (L4219-4227), each a rule on a row: the historical answer occurs in the text kept after
+#: deleting the superseded records, or only inside them; and the paper's sub-stratum of the masked-only cases with a
+#: single edit (L4241-4244). Intervals resample cases within ``retained`` and ``masked_only`` (L4228-4229).
+RETAINED_STRATA = (("retained", lambda r: bool(r["retained_text"])),
+                   ("masked_only", lambda r: not r["retained_text"]),
+                   ("masked_only_single_edit", lambda r: not r["retained_text"] and r.get("edits") == 1))
 
 
-def recompute_vs_source(by_key: dict[tuple[str, str], dict[tuple[str, int], dict]]) -> dict[str, Any] | None:
-    """Exact tests of recompute against the source mask (None when a run lacks either operation)."""
+def recompute_vs_source(by_key: dict[tuple[str, str], dict[tuple[str, int], dict]], seed: int = 0,
+                        draws: int = DRAWS) -> dict[str, Any] | None:
+    """Recompute against the source mask by retained-text stratum (None when a run lacks either operation).
+
+    Per rule and question kind (historical; current, every paraphrase), per stratum of :data:`RETAINED_STRATA`: the
+    correct answers of every policy of :data:`STRATUM_POLICIES`, the discordant cases with the exact McNemar test, and
+    the recompute-minus-source change in percentage points of the stratum with its 95% interval from ``draws`` paired
+    case-bootstrap draws resampled within each stratum (a case's paraphrases together); the difference between the
+    retained and the masked-only stratum's changes with its interval from the same draws (L4236-4238). And whether a
+    case's historical loss goes with a current gain (2 x 2 table of cases, Fisher exact test, L4263-4270).
+    """
     operation, ref = CONTRAST
     hist_operation, hist_ref = by_key.get(("historical", operation)), by_key.get(("historical", ref))
     if not hist_operation or not hist_ref:
         return None
     cases = sorted(k for k in hist_ref if k in hist_operation)
-    out: dict[str, Any] = {"arm": operation, "reference": ref}
+    out: dict[str, Any] = {"arm": operation, "reference": ref, "draws": draws}
+    kinds = {}
+    for kind in ("historical", "current"):
+        arm_rows, ref_rows = by_key.get((kind, operation), {}), by_key.get((kind, ref), {})
+        keys = sorted(k for k in ref_rows if k in arm_rows)
+        if keys:
+            flags = [bool(ref_rows[k]["retained_text"]) for k in keys]
+            kinds[kind] = (keys, group_bootstrap_weights([k[0] for k in keys], n_draws=draws, seed=seed, strata=flags))
     for rule in ("em", "contains"):
-        strata = {}
-        for name, retained in (("retained", True), ("masked_only", False)):
-            keys = [k for k in cases if bool(hist_ref[k]["retained_text"]) == retained]
-            b = sum(bool(hist_operation[k][rule]) and not hist_ref[k][rule] for k in keys)
-            c = sum(bool(hist_ref[k][rule]) and not hist_operation[k][rule] for k in keys)
-            strata[name] = {"n": len(keys), "arm_correct": sum(bool(hist_operation[k][rule]) for k in keys),
-                            "reference_correct": sum(bool(hist_ref[k][rule]) for k in keys),
-                            "arm_only": b, "reference_only": c, "mcnemar_p": mcnemar_exact(b, c)}
+        out[rule] = {kind: _strata_contrast(by_key, kind, keys, weights, rule)
+                     for kind, (keys, weights) in kinds.items()}
         current_operation, current_ref = by_key.get(("current", operation), {}), by_key.get(("current", ref), {})
         gains = {k[0] for k, r in current_operation.items()
                  if r[rule] and k in current_ref and not current_ref[k][rule]}
         losses = {k[0] for k in cases if hist_ref[k][rule] and not hist_operation[k][rule]}
         ids = {k[0] for k in cases}
         table = [[len(losses & gains), len(losses - gains)], [len((ids - losses) & gains), len(ids - losses - gains)]]
-        out[rule] = {"strata": strata, "loss_and_current_gain": fisher_exact(table)}
+        out[rule]["loss_and_current_gain"] = fisher_exact(table)
+    return out
+
+
+def _strata_contrast(by_key: dict[tuple[str, str], dict[tuple[str, int], dict]], kind: str,
+                     keys: list[tuple[str, int]], weights: np.ndarray, rule: str) -> dict[str, Any]:
+    """One question kind of :func:`recompute_vs_source` under one rule: its strata and their difference."""
+    operation, ref = CONTRAST
+    ref_rows = by_key[(kind, ref)]
+    diff = np.array([int(by_key[(kind, operation)][k][rule]) - int(ref_rows[k][rule]) for k in keys], dtype=float)
+    strata, per_draw = {}, {}
+    for name, member in RETAINED_STRATA:
+        inside = np.array([member(ref_rows[k]) for k in keys], dtype=bool)
+        chosen = [k for k, i in zip(keys, inside) if i]
+        correct = {p: sum(bool(by_key[(kind, p)][k][rule]) for k in chosen)
+                   for p in STRATUM_POLICIES if all(k in by_key.get((kind, p), {}) for k in chosen)}
+        b, c = int((diff[inside] > 0).sum()), int((diff[inside] < 0).sum())
+        entry = {"n": len(chosen), "cases": len({k[0] for k in chosen}), "correct": correct, "arm_only": b,
+                 "reference_only": c, "mcnemar_p": mcnemar_exact(b, c), "change": int(diff[inside].sum()),
+                 "change_pp": None, "ci_pp": None}
+        if chosen:
+            draws_pp = 100 * bootstrap_mean(np.where(inside, diff, np.nan), weights)
+            entry["change_pp"] = 100 * float(diff[inside].mean())
+            entry["ci_pp"] = percentile_interval(draws_pp)
+            per_draw[name] = draws_pp
+        strata[name] = entry
+    out: dict[str, Any] = {"strata": strata, "difference": None}
+    first, second = RETAINED_STRATA[0][0], RETAINED_STRATA[1][0]
+    if first in per_draw and second in per_draw:  # both resampled within their stratum: every draw has both
+        out["difference"] = {"of": [first, second], "pp": strata[first]["change_pp"] - strata[second]["change_pp"],
+                             "ci_pp": percentile_interval(per_draw[first] - per_draw[second])}
+    return out
+
+
+# --------------------------------------------------------------------------- direct contrasts (L4466-4527)
+
+#: The operations the paper contrasts directly with the source mask (tab:mquake_direct_contrasts, L4489-4527: state
+#: rebuild and row compaction; text recompute's changes are in tab:main_mquake_answers, L436-438).
+DIRECT = ("rebuild", "compact", "recompute")
+#: The current question of the direct contrasts: the first paraphrase only (L4521: "Current uses the first
+#: paraphrase only").
+FIRST_PARAPHRASE = 0
+#: The paper's direct contrasts with the source mask per (question, operation): the direction it found and its
+#: numbers, pp [95% CI] for Qwen3-4B, Llama-3.2-3B and Qwen3-32B (L4505-4516; recompute: L436-438, all paraphrases
+#: for the current question, no interval).
+DIRECT_CLAIMS = {
+    ("current", "rebuild"): ("up", "+7.3 [+4.7, +10.2], +3.3 [-0.2, +6.8], +11.5 [+8.5, +14.5]"),
+    ("current", "compact"): ("none", "-1.5 [-3.3, +0.3], +0.5 [-1.0, +2.0], -1.7 [-3.8, +0.5]"),
+    ("current", "recompute"): ("up", "+4.1, +6.7, +9.6 (all three paraphrases)"),
+    ("historical", "rebuild"): ("down", "-41.3 [-45.7, -37.0], -19.8 [-23.3, -16.3], -37.5 [-41.5, -33.3]"),
+    ("historical", "compact"): ("none", "0.0 [-2.0, +1.8], +1.2 [-0.2, +2.5], -0.2 [-1.8, +1.7]"),
+    ("historical", "recompute"): ("down", "-40.5, -20.2, -41.0"),
+}
+#: Rules of the new contrasts: the paper's exact match with EOS, and contains (ours).
+COMPARED_RULES = ("em", "contains")
+
+
+def direct_contrasts(by_key: dict[tuple[str, str], dict[tuple[str, int], dict]], seed: int = 0,
+                     draws: int = DRAWS) -> list[dict[str, Any]]:
+    """Each operation of :data:`DIRECT` minus the source mask, on the first current paraphrase and on the historical
+    question, paired over the same cases (the paper's tab:mquake_direct_contrasts): per rule both arms' correct
+    answers and the change with its 95% interval (answers; ``readouts.stats.paired_change`` over ``draws`` case
+    bootstrap draws, the draws of the report's other tables)."""
+    out = []
+    for kind in ("current", "historical"):
+        source = by_key.get((kind, SOURCE), {})
+        keys = sorted(k for k in source if kind != "current" or k[1] == FIRST_PARAPHRASE)
+        if not keys:
+            continue
+        boot = group_bootstrap_weights([k[0] for k in keys], n_draws=draws, seed=seed)
+        for operation in DIRECT:
+            mine = by_key.get((kind, operation), {})
+            if not mine or not all(k in mine for k in keys):
+                continue
+            entry: dict[str, Any] = {"question": kind, "operation": operation, "n": len(keys)}
+            for rule in COMPARED_RULES:
+                arm, reference = [int(mine[k][rule]) for k in keys], [int(source[k][rule]) for k in keys]
+                entry[rule] = {"operation": sum(arm), "source": sum(reference), **paired_change(arm, reference, boot)}
+            out.append(entry)
+    return out
+
+
+# --------------------------------------------------------------------------- historical questions, current value
+
+#: The paper's historical answers that give the current value, of 600 (Qwen3-4B, Qwen3-32B, Llama-3.2-3B; L4248-4251).
+CURRENT_VALUE_ANCHORS = {"recompute": "244 (40.7% [36.8, 44.7]), 180 (30.0% [26.3, 33.7]), 56 (9.3% [7.2, 11.8])",
+                         "source-mask": "61, 29, 21", "full": "12, 0, 0"}
+#: The paper's recompute-minus-source differences in those answers (pp [95% CI], same models; L4251-4252).
+CURRENT_VALUE_CHANGE = "+30.5 [26.7, 34.5], +25.2 [21.3, 29.0], +5.8 [3.5, 8.3]"
+
+
+def current_value_answers(by_key: dict[tuple[str, str], dict[tuple[str, int], dict]], seed: int = 0,
+                          draws: int = DRAWS) -> dict[str, Any] | None:
+    """Historical questions answered with the current value (L4247-4252), per policy and rule.
+
+    A stored historical answer is regraded (``history.grade``, the rules of every row) against its case's current
+    answer and aliases (the references of the case's current questions). UNCLEAR (docs/fidelity.md): the paper names
+    neither the matching rule nor the interval; ours are the run's rules and the case bootstrap. Per policy: the
+    count, its rate with a 95% interval from ``draws`` case-bootstrap draws, and the change against the source mask
+    (answers, paired, the same draws). ``current_full``: full access's correct answers to the first current
+    paraphrase (whether the model can state the current value at all; the verdict's floor).
+    """
+    current = {}
+    for (kind, _), rows in by_key.items():
+        if kind == "current":
+            for (case, _), r in rows.items():
+                current.setdefault(case, r["answers"])
+    reference = by_key.get(("historical", SOURCE), {})
+    keys = sorted(k for k in reference if k[0] in current)
+    if not keys:
+        return None
+    policies = [p for p in STUDY_CONDITIONS if all(k in by_key.get(("historical", p), {}) for k in keys)]
+    boot = group_bootstrap_weights([k[0] for k in keys], n_draws=draws, seed=seed)
+    first = by_key.get(("current", "full"), {})
+    out: dict[str, Any] = {"n": len(keys), "policies": policies}
+    for rule in COMPARED_RULES:
+        hits = {p: [int(grade(r["output"], current[k[0]], r["stop_reason"] == "eos")[rule])
+                    for k in keys for r in [by_key[("historical", p)][k]]] for p in policies}
+        cells = []
+        for p in policies:
+            cell = {"policy": p, "count": sum(hits[p]), "rate": sum(hits[p]) / len(keys),
+                    "ci": percentile_interval(bootstrap_mean(hits[p], boot))}
+            if p != SOURCE:
+                cell["change_vs_source"] = paired_change(hits[p], hits[SOURCE], boot)
+            cells.append(cell)
+        firsts = [r[rule] for k, r in first.items() if k[1] == FIRST_PARAPHRASE]
+        out[rule] = {"cells": cells, "current_full": sum(map(bool, firsts)), "current_n": len(firsts)}
+    return out
+
+
+# --------------------------------------------------------------------------- offline routing (L4287-4317)
+
+#: The policies the best single policy is chosen from: the paper's five access policies (tab:v41_mquake; its rebuild
+#: and compaction runs answered two of the five questions only, so could not be chosen). UNCLEAR (docs/fidelity.md).
+ROUTING_POLICIES = ("full", "value-mask", "source-mask", "recompute", "online-mask")
+#: The offline router (L4309-4312): questions with the historical prefix read the full cache, all others the
+#: recomputed cache. Its oracle picks the better of those two caches per question (L4297-4300).
+ROUTES = {"historical": "full"}
+ROUTE_DEFAULT = "recompute"
+#: The paper's routing rows (exact match with EOS, of 3,000 questions; L4290, McNemar and gap L4314-4317).
+ROUTING_ANCHORS = (("Qwen3-4B", "Full 2,402", "2,540", "+4.6 [3.1, 6.1]", "276 / 138", "2,682", "49%"),
+                   ("Qwen3-32B", "Full 2,655", "2,853", "+6.6 [5.3, 7.9]", "239 / 41", "2,897", "82%"),
+                   ("Llama-3.2-3B", "Online 2,225", "2,359", "+4.5 [2.9, 6.0]", "307 / 173", "2,447", "60%"))
+
+
+def routing(by_key: dict[tuple[str, str], dict[tuple[str, int], dict]], seed: int = 0, draws: int = DRAWS,
+            policies: tuple[str, ...] = ROUTING_POLICIES) -> dict[str, Any] | None:
+    """The offline router over existing answers against the best single policy and the two-cache oracle.
+
+    Over every question answered by both routed caches: per rule, each of ``policies``' correct answers (those
+    answering every question), the best of them (most correct; ties to the earlier in ``policies``), the routed
+    answers, the routed-minus-best change (answers) with its 95% interval from ``draws`` case-bootstrap draws (a case's
+    five questions together) and the exact McNemar test of its discordant questions, the oracle (the better of the two
+    routed caches per question, using the references) and the share of the best-to-oracle gap the router closes; and
+    per question class (historical or not) the policy that class alone would pick.
+    """
+    questions: dict[tuple[str, int], tuple[str, dict[str, dict]]] = {}
+    for (kind, condition), rows in by_key.items():
+        for k, r in rows.items():
+            questions.setdefault(k, (kind, {}))[1][condition] = r
+    arms = {*ROUTES.values(), ROUTE_DEFAULT}
+    keys = sorted(k for k, (_, got) in questions.items() if arms <= got.keys())
+    if not keys:
+        return None
+    candidates = [p for p in policies if all(p in questions[k][1] for k in keys)]
+    boot = group_bootstrap_weights([k[0] for k in keys], n_draws=draws, seed=seed)
+    historical = [questions[k][0] == "historical" for k in keys]
+    out: dict[str, Any] = {"rule": "historical prefix -> full access; other questions -> text recompute",
+                           "n": len(keys), "historical": sum(historical), "candidates": candidates}
+    for rule in COMPARED_RULES:
+        def answered(condition: str) -> list[int]:
+            return [int(questions[k][1][condition][rule]) for k in keys]
+
+        correct = {p: answered(p) for p in candidates}
+        routed = [int(questions[k][1][ROUTES.get(questions[k][0], ROUTE_DEFAULT)][rule]) for k in keys]
+        oracle = [max(c) for c in zip(*(answered(a) for a in sorted(arms)))]
+        best = max(candidates, key=lambda p: sum(correct[p]))
+        change = paired_change(routed, correct[best], boot)
+        gap = sum(oracle) - sum(correct[best])
+        by_class = {cls: max(candidates, key=lambda p: sum(c for c, h in zip(correct[p], historical) if h == want))
+                    for cls, want in (("historical", True), ("other", False))}
+        out[rule] = {"policies": {p: sum(v) for p, v in correct.items()}, "best": best, "routed": sum(routed),
+                     "oracle": sum(oracle), "change_vs_best": change,
+                     "mcnemar_p": mcnemar_exact(change["corrections"], change["reversals"]),
+                     "gap_closed": change["change"] / gap if gap > 0 else None, "class_best": by_class}
     return out
 
 
@@ -232,11 +444,10 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     lines += _source_lines(summary)
     lines += _claim_lines(summary)
     lines += _no_context_lines(summary.get("no_context"), source)
-    lines += _contrast_lines(summary.get("recompute_vs_source"))
-    r = summary["routing"]
-    lines += ["", f"Offline routing ({r['rule']}): {r['em']}/{r['n']} exact matches, {r['contains']}/{r['n']} "
-              "containing the answer.", ""]
-    return "\n".join(lines)
+    lines += _direct_lines(summary.get("direct_contrasts"))
+    lines += _retained_lines(summary.get("recompute_vs_source"), summary.get("current_value"))
+    lines += _routing_lines(summary.get("routing"))
+    return "\n".join(lines + [""])
 
 
 def _source_lines(summary: dict[str, Any]) -> list[str]:
@@ -330,28 +541,226 @@ def _no_context_lines(tables: list[dict[str, Any]] | None, source: str) -> list[
     return lines
 
 
-def _contrast_lines(contrast: dict[str, Any] | None) -> list[str]:
-    if not contrast:
+def _pp(count: float, ci: list[float], n: int) -> str:
+    """A paired change in answers as percentage points of ``n``: ``+6.7 [+1.7, +13.3]``."""
+    return estimate(100 * count / n, [100 * x / n for x in ci], "+.1f")
+
+
+def _claim_verdict(direction: str, value: float, ci: list[float] | None, is_testable: bool) -> str:
+    """``report.verdict_cell`` of a claim in :data:`DIRECT_CLAIMS` form (direction ``up``/``down``/``none``) on a
+    change in pp (no change: within :data:`TOLERANCE_PP`)."""
+    return verdict_cell(value, ci, {"up": 1, "down": -1, "none": 0}[direction], is_testable, TOLERANCE_PP)
+
+
+def direct_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each direct contrast per rule with the paper's numbers and its verdict against the source mask (the paper's
+    reference arm; not testable when it answers fewer than 10% correctly)."""
+    out = []
+    for c in summary.get("direct_contrasts") or []:
+        direction, paper = DIRECT_CLAIMS[(c["question"], c["operation"])]
+        for rule in COMPARED_RULES:
+            ch, n = c[rule], c["n"]
+            out.append({"question": c["question"], "operation": c["operation"], "rule": rule, "n": n,
+                        "operation_correct": ch["operation"], "source_correct": ch["source"],
+                        "estimate": _pp(ch["change"], ch["ci"], n), "cr": corrections_reversals(ch), "paper": paper,
+                        "verdict": _claim_verdict(direction, 100 * ch["change"] / n, [100 * x / n for x in ch["ci"]],
+                                                  testable(ch["source"], n))})
+    return out
+
+
+def _direct_lines(contrasts: list[dict[str, Any]] | None) -> list[str]:
+    if not contrasts:
         return []
-    lines = ["", f"{contrast['arm']} vs {contrast['reference']} on the historical question, by retained-text "
-             "stratum (exact McNemar test of the discordant cases):", "",
-             *table_head(["rule", "stratum", "n", contrast["arm"], contrast["reference"],
-                          f"only {contrast['arm']} / only {contrast['reference']}", "McNemar p"])]
-    for rule in ("em", "contains"):
-        for name, st in contrast[rule]["strata"].items():
-            lines.append(f"| {rule} | {name} | {st['n']} | {st['arm_correct']} | {st['reference_correct']} | "
-                         f"{st['arm_only']} / {st['reference_only']} | {st['mcnemar_p']:.3g} |")
-    lines += ["", f"Cases whose historical answer {contrast['arm']} loses against {contrast['reference']}, and whether "
-              "it gains a current paraphrase (rows: historical loss yes/no; columns: current gain yes/no; "
-              "conditional odds ratio with its exact 95% interval, Fisher exact test):", "",
-              *table_head(["rule", "loss & gain", "loss, no gain", "no loss, gain", "neither", "odds ratio [95% CI]",
-                           "Fisher p"])]
-    for rule in ("em", "contains"):
-        f = contrast[rule]["loss_and_current_gain"]
-        (a, b), (c, d) = f["table"]
-        odds = "n/a" if f["odds_ratio"] is None else f"{f['odds_ratio']:.3g}"
-        lo, hi = ("n/a" if x is None else f"{x:.3g}" for x in f["ci"])
-        lines.append(f"| {rule} | {a} | {b} | {c} | {d} | {odds} [{lo}, {hi}] | {f['p']:.3g} |")
+    rows = direct_verdicts({"direct_contrasts": contrasts})
+    return ["", "## Direct contrasts with the source mask", "",
+            "Each operation minus the source mask on the same cases (the paper's table of direct contrasts, "
+            "L4489-4527): the current question is the first paraphrase only, as in the paper; changes in percentage "
+            "points of the cases with paired 95% intervals (the case bootstrap of the tables above). Paper: "
+            "Qwen3-4B, Llama-3.2-3B, Qwen3-32B, exact match with EOS (recompute: its changes in the paper's main "
+            "table, current over all three paraphrases, no intervals). Verdicts as above (no-change claims within "
+            f"+-{TOLERANCE_PP:g} pp).", "",
+            *table_head(["question", "operation", "rule", "operation / source correct", "change (pp) [95% CI]",
+                         "corrections / reversals", "paper (pp)", "verdict"]),
+            *(table_row([r["question"], r["operation"], r["rule"],
+                         f"{r['operation_correct']} / {r['source_correct']} of {r['n']}", r["estimate"], r["cr"],
+                         r["paper"], r["verdict"]]) for r in rows)]
+
+
+#: The paper's retained-text contrasts, exact match, historical question (Qwen3-4B, Qwen3-32B, Llama-3.2-3B): the
+#: recompute-minus-source change per stratum and their difference, pp [95% CI] (L4236-4244, L4283-4285).
+RETAINED_ANCHORS = {"retained": "-47.5 [-52.1, -42.9], -47.5 [-51.9, -43.1], -23.5 [-27.3, -19.6] (of 520)",
+                    "masked_only": "+5.0 [-1.2, 11.2], +1.2 [-5.0, 7.5], +1.2 [-6.3, 8.8] (of 80)",
+                    "masked_only_single_edit": "+7.8 [1.6, 15.6] (Qwen3-4B, 64 cases; 5 / 0, McNemar p = 0.06)",
+                    "difference": "-52.5 [-60.3, -45.2], -48.8 [-56.8, -41.0], -24.7 [-33.8, -15.7]"}
+#: The paper's current questions by stratum, source mask / recompute correct (L4258-4262).
+RETAINED_CURRENT_ANCHORS = {"retained": "1,363/1,416, 1,306/1,449, 982/1,107 (of 1,560)",
+                            "masked_only": "152/174, 192/222, 169/163 (of 240)"}
+
+
+def retained_verdicts(contrast: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The paper's two retained-text findings per rule with their verdicts: recompute loses historical answers
+    against the source mask in the retained stratum, and that loss exceeds the masked-only stratum's (difference
+    below 0). Reference arm: the source mask in the retained stratum (not testable below 10% correct)."""
+    out = []
+    for rule in COMPARED_RULES:
+        hist = (contrast or {}).get(rule, {}).get("historical")
+        if not hist:
+            continue
+        retained = hist["strata"]["retained"]
+        source = retained["correct"].get(SOURCE, 0)
+        can = testable(source, retained["n"])
+        if retained["ci_pp"] is not None:
+            out.append({"finding": "recompute - source-mask, historical, retained stratum", "rule": rule,
+                        "estimate": estimate(retained["change_pp"], retained["ci_pp"], "+.1f"),
+                        "paper": RETAINED_ANCHORS["retained"], "reference": f"{source} of {retained['n']}",
+                        "verdict": _claim_verdict("down", retained["change_pp"], retained["ci_pp"], can)})
+        d = hist["difference"]
+        if d is not None:
+            out.append({"finding": "retained minus masked-only stratum", "rule": rule,
+                        "estimate": estimate(d["pp"], d["ci_pp"], "+.1f"), "paper": RETAINED_ANCHORS["difference"],
+                        "reference": f"{source} of {retained['n']}",
+                        "verdict": _claim_verdict("down", d["pp"], d["ci_pp"], can)})
+    return out
+
+
+def current_value_verdicts(current: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Recompute answers historical questions with the current value more often than the source mask: per rule the
+    change with its verdict; not testable when full access states the current value (first paraphrase) in fewer than
+    10% of the cases, since then no policy can be expected to give it."""
+    out = []
+    for rule in COMPARED_RULES:
+        t = (current or {}).get(rule)
+        cell = next((c for c in t["cells"] if c["policy"] == CONTRAST[0]), None) if t else None
+        if cell is None:
+            continue
+        ch, n = cell["change_vs_source"], current["n"]
+        out.append({"finding": "historical answered with the current value, recompute - source-mask", "rule": rule,
+                    "estimate": _pp(ch["change"], ch["ci"], n), "paper": CURRENT_VALUE_CHANGE,
+                    "reference": f"full access, current (first paraphrase): {t['current_full']} of {t['current_n']}",
+                    "verdict": _claim_verdict("up", 100 * ch["change"] / n, [100 * x / n for x in ch["ci"]],
+                                              testable(t["current_full"], t["current_n"]))})
+    return out
+
+
+def _retained_lines(contrast: dict[str, Any] | None, current: dict[str, Any] | None) -> list[str]:
+    """The retained-text section (paper app:v52_mquake_retained): strata, their difference, the current value on
+    historical questions, the loss x gain table, and the verdicts."""
+    if not contrast and not current:
+        return []
+    lines = ["", "## Retained text", ""]
+    if contrast:
+        arm, ref = contrast["arm"], contrast["reference"]
+        lines += [f"{arm.capitalize()} against {ref} by retained-text stratum (retained: the historical answer or an "
+                  "alias, normalized, at least three characters, word-bounded, still occurs in the history without the "
+                  "superseded records; masked only: it occurs only inside them; single edit: the masked-only cases "
+                  "with one edit). Correct answers per policy; the change in percentage points of the stratum with a "
+                  f"95% interval from {contrast['draws']:,} paired case-bootstrap draws resampled within each stratum "
+                  "(a case's paraphrases together); exact McNemar test of the discordant questions.", "",
+                  *table_head(["rule", "question", "stratum", "n", *STRATUM_POLICIES, f"{arm} - {ref} (pp) [95% CI]",
+                               f"only {arm} / only {ref}", "McNemar p"])]
+        differences = []
+        for rule in COMPARED_RULES:
+            for kind in ("historical", "current"):
+                part = contrast[rule].get(kind)
+                if not part:
+                    continue
+                for name, st in part["strata"].items():
+                    change = "" if st["ci_pp"] is None else estimate(st["change_pp"], st["ci_pp"], "+.1f")
+                    lines.append(table_row([rule, kind, name, st["n"],
+                                            *(st["correct"].get(p, "") for p in STRATUM_POLICIES), change,
+                                            f"{st['arm_only']} / {st['reference_only']}", f"{st['mcnemar_p']:.3g}"]))
+                if part["difference"]:
+                    d = part["difference"]
+                    differences.append(f"{rule}, {kind} {estimate(d['pp'], d['ci_pp'], '+.1f')}")
+        if differences:
+            lines += ["", "Difference between the strata's changes (retained minus masked only, pp, paired draws): "
+                      + "; ".join(differences) + "."]
+        lines += ["", "Paper (exact match; Qwen3-4B, Qwen3-32B, Llama-3.2-3B): historical recompute - source, retained "
+                  f"{RETAINED_ANCHORS['retained']}; masked only {RETAINED_ANCHORS['masked_only']}; single edit "
+                  f"{RETAINED_ANCHORS['masked_only_single_edit']}; difference {RETAINED_ANCHORS['difference']}. "
+                  f"Current questions, source mask / recompute: retained {RETAINED_CURRENT_ANCHORS['retained']}; "
+                  f"masked only {RETAINED_CURRENT_ANCHORS['masked_only']}."]
+    if current:
+        lines += ["", "Historical questions answered with the current value (each historical answer regraded "
+                  "against its case's current answer and aliases under the same rule), per policy, with a 95% "
+                  "interval from the case bootstrap and the change against the source mask (pp of the "
+                  f"{current['n']} cases, paired):", "",
+                  *table_head(["rule", "policy", "current value", "rate % [95% CI]", "change vs source-mask (pp) "
+                               "[95% CI]", "paper, of 600 (Qwen3-4B, Qwen3-32B, Llama-3.2-3B)"])]
+        for rule in COMPARED_RULES:
+            for c in current[rule]["cells"]:
+                ch = c.get("change_vs_source")
+                lines.append(table_row([rule, c["policy"], f"{c['count']} of {current['n']}",
+                                        estimate(100 * c["rate"], [100 * x for x in c["ci"]], ".1f"),
+                                        _pp(ch["change"], ch["ci"], current["n"]) if ch else "",
+                                        CURRENT_VALUE_ANCHORS.get(c["policy"], "") if rule == "em" else ""]))
+    if contrast:
+        lines += ["", f"Cases whose historical answer {contrast['arm']} loses against {contrast['reference']}, and "
+                  "whether it gains a current paraphrase (rows: historical loss yes/no; columns: current gain yes/no; "
+                  "conditional odds ratio with its exact 95% interval, Fisher exact test):", "",
+                  *table_head(["rule", "loss & gain", "loss, no gain", "no loss, gain", "neither",
+                               "odds ratio [95% CI]", "Fisher p"])]
+        for rule in COMPARED_RULES:
+            f = contrast[rule]["loss_and_current_gain"]
+            (a, b), (c, d) = f["table"]
+            odds = "n/a" if f["odds_ratio"] is None else f"{f['odds_ratio']:.3g}"
+            lo, hi = ("n/a" if x is None else f"{x:.3g}" for x in f["ci"])
+            lines.append(f"| {rule} | {a} | {b} | {c} | {d} | {odds} [{lo}, {hi}] | {f['p']:.3g} |")
+        lines += ["", "Paper: among cases with a historical loss, 31 of 258, 61 of 255 and 28 of 134 also gain a "
+                  "current paraphrase, against 80 of 342, 80 of 345 and 143 of 466 of the other cases; odds ratios "
+                  "0.45 [0.28, 0.71] (p = 0.0004), 1.04 [0.70, 1.55] (p = 0.85), 0.60 [0.36, 0.96] (p = 0.03)."]
+    verdicts = retained_verdicts(contrast) + current_value_verdicts(current)
+    if verdicts:
+        lines += ["", f"The paper's retained-text findings at this size ({VERDICT_RULE}; for the current value on "
+                  "historical questions the floor is full access stating the current value):", "",
+                  *table_head(["finding", "rule", "ours (pp) [95% CI]", "paper (pp)", "reference", "verdict"]),
+                  *(table_row([v["finding"], v["rule"], v["estimate"], v["paper"], v["reference"], v["verdict"]])
+                    for v in verdicts)]
+    return lines
+
+
+def routing_verdicts(routed: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Routed minus the best single policy per rule, with its verdict (the paper: a gain; reference arm: the best
+    single policy, not testable below 10% correct)."""
+    out = []
+    for rule in COMPARED_RULES:
+        r = (routed or {}).get(rule)
+        if not r:
+            continue
+        ch, n, best = r["change_vs_best"], routed["n"], r["best"]
+        out.append({"rule": rule, "best": best, "estimate": _pp(ch["change"], ch["ci"], n),
+                    "verdict": _claim_verdict("up", 100 * ch["change"] / n, [100 * x / n for x in ch["ci"]],
+                                              testable(r["policies"][best], n))})
+    return out
+
+
+def _routing_lines(routed: dict[str, Any] | None) -> list[str]:
+    if not routed:
+        return []
+    verdicts = {v["rule"]: v for v in routing_verdicts(routed)}
+    lines = ["", "## Offline routing", "",
+             f"Offline routing over the existing answers ({routed['rule']}; {routed['n']} questions, "
+             f"{routed['historical']} historical): the router against the best single policy (the most correct of "
+             f"{', '.join(routed['candidates'])}, chosen after seeing the results, as in the paper) with the paired "
+             "change in percentage points of every question (95% interval from the case bootstrap, a case's "
+             "questions together) and the exact McNemar test of the discordant questions; the oracle picks the "
+             "better of the two routed caches per question using the references (an upper bound).", "",
+             *table_head(["rule", "best single policy", "routed", "routed - best (pp) [95% CI]",
+                          "only routed / only best", "McNemar p", "oracle", "gap closed", "best per class "
+                          "(historical / other)", "verdict"])]
+    for rule in COMPARED_RULES:
+        r = routed[rule]
+        ch = r["change_vs_best"]
+        closed = "n/a (oracle not above best)" if r["gap_closed"] is None else f"{100 * r['gap_closed']:.0f}%"
+        lines.append(table_row([rule, f"{r['best']} {r['policies'][r['best']]}", r["routed"],
+                                verdicts[rule]["estimate"], f"{ch['corrections']} / {ch['reversals']}",
+                                f"{r['mcnemar_p']:.3g}", r["oracle"], closed,
+                                f"{r['class_best']['historical']} / {r['class_best']['other']}",
+                                verdicts[rule]["verdict"]]))
+    lines += ["", "Paper (exact match with EOS, 3,000 questions per model):", "",
+              *table_head(["model", "best single policy", "routed", "routed - best (pp) [95% CI]",
+                           "only routed / only best", "oracle", "gap closed"]),
+              *(table_row(a) for a in ROUTING_ANCHORS)]
     return lines
 
 
