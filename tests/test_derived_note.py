@@ -77,7 +77,7 @@ def test_texts_and_answers_follow_the_rule():
 @pytest.mark.parametrize("text, stop, category, lenient", [
     ('{"answer": "R-45"}', "eos", "correct", True),
     ('  {"answer":  "r-45 "}\n', "eos", "correct", True),
-    ('```json\n{"answer": "R-45"}\n```', "eos", "correct", True),
+    ('```json\n{"answer": "R-45"}\n```', "eos", "format_failure", True),  # the answer-field parser: no fence
     ('{"answer": "R-45"}', "cap", "capped", False),
     ('{"answer": "R-81"}', "eos", "other_value", False),
     ('{"answer": "R-99"}', "eos", "wrong_value", False),
@@ -85,7 +85,7 @@ def test_texts_and_answers_follow_the_rule():
     ('The route is R-45, not R-81.', "eos", "format_failure", True),
     ('It used R-81, now R-45.', "eos", "format_failure", False),
     ('{"answer": R-45}', "eos", "format_failure", True),
-    ('{"answer": "R-45", "zone": "X"}', "eos", "format_failure", True),
+    ('{"answer": "R-45", "zone": "X"}', "eos", "correct", True),  # extra fields permitted (rules 1-2)
     ('Route R-450.', "eos", "format_failure", False),
 ])
 def test_grade(text, stop, category, lenient):
@@ -96,7 +96,8 @@ def test_grade(text, stop, category, lenient):
 
 def test_grade_records_parse_failure_kind():
     assert grading.grade('{"answer": "R-45"} and more', "eos", "R-45", "R-81").parse_reason == "text_outside"
-    assert grading.grade('{"answer": 45}', "eos", "R-45", "R-81").parse_reason == "non_string"
+    assert grading.grade('{"answer": null}', "eos", "R-45", "R-81").parse_reason == "non_string"
+    assert grading.grade('```{"answer": "R-45"}```', "eos", "R-45", "R-81").parse_reason == "fenced"
     with pytest.raises(ValueError):
         grading.grade("x", "length", "R-45", "R-81")
 
@@ -239,7 +240,8 @@ def _row(group: str, note: str, query: str, condition: str, correct: int, margin
     return {"case_id": f"{group}/{note}", "group_id": group, "note": note, "query": query, "condition": condition,
             "correct": bool(correct), "lenient_correct": bool(correct), "margin": margin,
             "parse_reason": "ok" if correct else "not_json", "stop_reason": "eos",
-            "category": "correct" if correct else "format_failure"}
+            "category": "correct" if correct else "format_failure", "reference": "R-45", "other": "R-81",
+            "output": '{"answer": "R-45"}' if correct else "no"}
 
 
 def test_summary_math_on_hand_made_rows(tmp_path):

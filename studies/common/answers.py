@@ -54,8 +54,9 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any, Callable
 
-__all__ = ["FAILURES", "FENCE", "PLAIN_DECODER", "UNKNOWN", "ParseResult", "ParsedObject", "find_answers",
-           "find_objects", "first_answer", "first_value", "grade", "has_object", "normalize", "parse_answer_field",
+__all__ = ["FAILURES", "FENCE", "GRADE_RULES", "PLAIN_DECODER", "UNKNOWN", "ParseResult", "ParsedObject", "exact_equal",
+           "find_answers", "find_objects", "first_answer", "first_value", "grade", "has_object", "normalize",
+           "parse_answer_field",
            "parse_object", "parse_strict", "normalize_answer", "boxed_content", "normalized_exact_match",
            "contains_answer", "displayed_answer", "capped_first", "DECLINE_PHRASES", "NUMBER_WORDS", "declines"]
 
@@ -302,18 +303,38 @@ def first_value(text: str, values: list[str]) -> str | None:
     return values[min(found)[1]] if found else None
 
 
-def grade(text: str, reference: str, values: list[str]) -> dict[str, Any]:
-    """Record-history grade: the exact ``answer`` field (the paper's rule) plus diagnostics.
+def grade(text: str, reference: str, values: list[str], rule: str = "fenced") -> dict[str, Any]:
+    """Record-history grade: the exact ``answer`` field plus diagnostics.
 
-    ``correct``: the strict answer (one outer fence allowed) equals ``reference`` after
-    :func:`normalize`; ``parse``: the parse reason; ``contains``: the reference occurs in
-    the output. ``lenient`` (ours, for models that answer in sentences): of the history's
-    values, the first one the output mentions is the reference.
+    ``correct``: the ``answer`` field equals ``reference`` after :func:`normalize`, read by ``rule``:
+    ``"fenced"`` (:func:`parse_strict`, one string field, one outer fence allowed) or ``"answer-field"``
+    (:func:`parse_answer_field`, the paper's rules 1-2: extra fields permitted, no fence; L5453-5454);
+    ``parse``: that parse's reason. With ``"answer-field"`` the strict fenced rule is kept beside it as
+    ``correct_fenced``. ``contains``: the reference occurs in the output. ``lenient`` (ours, for models
+    that answer in sentences): of the history's values, the first one the output mentions is the reference.
+
+    >>> g = grade('{"answer": "Miami", "note": "moved"}', "miami", ["Tunis", "Miami"], rule="answer-field")
+    >>> g["correct"], g["correct_fenced"], g["parse"]
+    (True, False, 'ok')
     """
-    parsed = parse_strict(text, allow_fence=True)
-    return {"correct": bool(parsed.ok and normalize(parsed.answer or "") == normalize(reference)),
-            "parse": parsed.reason, "contains": normalize(reference) in normalize(text),
-            "lenient": first_value(text, values) == reference}
+    if rule not in GRADE_RULES:
+        raise ValueError(f"rule must be one of {', '.join(GRADE_RULES)}, got {rule!r}")
+    fenced = parse_strict(text, allow_fence=True)
+    parsed = fenced if rule == "fenced" else parse_answer_field(text)
+    out = {"correct": exact_equal(parsed, reference), "parse": parsed.reason,
+           "contains": normalize(reference) in normalize(text), "lenient": first_value(text, values) == reference}
+    if rule == "answer-field":
+        out["correct_fenced"] = exact_equal(fenced, reference)
+    return out
+
+
+#: The exact rules :func:`grade` reads the answer field by.
+GRADE_RULES = ("fenced", "answer-field")
+
+
+def exact_equal(parsed: ParseResult, reference: str) -> bool:
+    """Whether a parse succeeded and its answer equals ``reference`` after :func:`normalize`."""
+    return bool(parsed.ok and normalize(parsed.answer or "") == normalize(reference))
 
 
 # ----------------------------------------------------------------------------- free-text answers (EM with EOS)

@@ -29,8 +29,8 @@ from kvprobe.readouts.stats import MIN_HISTORIES, MIN_RESAMPLED_UNITS, small_sam
 
 __all__ = ["COVERAGE_COLUMNS", "FLOOR", "INCONCLUSIVE", "ITEM_KINDS", "Items", "NOT_TESTABLE", "NO_CHANGE_RULE",
            "OPPOSITE", "REPLICATES", "VERDICT_RULE", "corrections_reversals", "coverage_rows", "data_items",
-           "estimate", "format_change", "heading", "interval", "model_name", "nested_note", "ordered",
-           "run_time", "small_sample_note", "table_head", "table_row", "testable", "verdict",
+           "estimate", "exact_rules", "format_change", "format_exact_rules", "heading", "interval", "model_name",
+           "nested_note", "ordered", "run_time", "small_sample_note", "table_head", "table_row", "testable", "verdict",
            "verdict_cell"]
 
 
@@ -200,6 +200,28 @@ def verdict_cell(value: float, ci: Sequence[float] | None, paper_sign: int, is_t
     the paper's says so."""
     v = verdict(ci, paper_sign, is_testable, tolerance)
     return v + (" (point estimate opposite in sign)" if v == INCONCLUSIVE and value * paper_sign < 0 else "")
+
+
+# --------------------------------------------------------------------------- exact rules side by side
+
+
+def exact_rules(rows: Iterable[dict[str, Any]], primary: str = "correct", beside: str = "correct_fenced"
+                ) -> dict[str, int]:
+    """Counts of the exact answer-field rule (``primary``) and the strict fenced rule kept beside it
+    (``beside``) over ``rows``: each rule's correct answers and the rows only one of them accepts."""
+    pairs = [(bool(r[primary]), bool(r[beside])) for r in rows]
+    return {"rows": len(pairs), "answer_field": sum(a for a, _ in pairs), "fenced": sum(b for _, b in pairs),
+            "answer_field_only": sum(a and not b for a, b in pairs), "fenced_only": sum(b and not a for a, b in pairs)}
+
+
+def format_exact_rules(counts: dict[str, int]) -> str:
+    """One sentence on :func:`exact_rules` (paper L5453-5454, L5841: answer-field equality is the score)."""
+    n = counts["rows"]
+    return (f"Exact rules over all {n:,} rows: answer field (the score; the paper's parser rules 1-2: one JSON "
+            f"object, extra fields permitted, no fence) {counts['answer_field']:,}/{n:,} correct; strict fenced "
+            f"rule beside it (one string field, one outer code fence allowed) {counts['fenced']:,}/{n:,}; "
+            f"{counts['answer_field_only']:,} rows correct only by the answer field, {counts['fenced_only']:,} only "
+            "by the fenced rule.")
 
 
 # --------------------------------------------------------------------------- small samples

@@ -207,6 +207,28 @@ def read_rows(out_dir: Path | str) -> Iterable[dict[str, Any]]:
                 yield parse_row(path, lineno, line)
 
 
+def rewrite_rows(out_dir: Path | str, rows: Iterable[dict[str, Any]]) -> Path:
+    """Replace the rows of ``results.jsonl`` or ``results.jsonl.gz`` in place (a regrade of stored outputs), in
+    the format :func:`run_study` writes: one row per line, keys sorted; a gzip copy stays gzip (mtime 0)."""
+    path = results_file(out_dir)
+    data = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode()
+    if path.suffix == ".gz":
+        data = gzip.compress(data, compresslevel=9, mtime=0)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path
+
+
+def regrade_results(out_dir: Path | str, regrade: Any) -> int:
+    """Rewrite a run's results in place with ``regrade(row)`` of every row (:func:`rewrite_rows`); the number of
+    rows that changed. How a study's committed rows follow a changed grading rule without a new model run."""
+    rows = list(read_rows(out_dir))
+    new = [regrade(r) for r in rows]
+    rewrite_rows(out_dir, new)
+    return sum(a != b for a, b in zip(rows, new))
+
+
 def run_study(study: Study, model: kvprobe.Model | None, out_dir: Path | str, progress: bool = True,
               pool: "WorkerPool | None" = None) -> RunInfo:
     """Run every case not yet in ``out_dir/results.jsonl``, appending its rows case by case after each batch.

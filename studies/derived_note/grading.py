@@ -1,12 +1,13 @@
 """Scoring of derived-note answers (paper app:v5_propagation L5843-5848; spec partD section 0).
 
-Primary score, **exact field** (spec partD 0: "case-folded, whitespace-normalised
-equality of the JSON ``answer`` field; malformed JSON counts as wrong"): the
-response is parsed with the shared strict parser
-(:func:`studies.common.answers.parse_strict`: exactly one JSON object with one
-string field ``answer``, nothing else; one clean outer Markdown fence allowed, as
-in the paper's v35 rule) and the field must equal the reference after
-:func:`studies.common.answers.normalize`. Our choices (UNCLEAR in the paper):
+Primary score, **exact field** (paper L5841: "exact normalized answer-field equality"; spec partD 0:
+"case-folded, whitespace-normalised equality of the JSON ``answer`` field; malformed JSON counts as
+wrong"): the response is parsed with the shared answer-field parser, the paper's rules 1-2
+(:func:`studies.common.answers.parse_answer_field`: one whole JSON object, extra fields permitted, no
+fence) and the field must equal the reference after :func:`studies.common.answers.normalize`. The
+strict fenced rule (:func:`studies.common.answers.parse_strict` with one clean outer Markdown fence, one
+string field and nothing else, the paper's v35 rule) is kept beside it as ``correct_fenced``. Our choices
+(UNCLEAR in the paper):
 an output that hit the token cap is never correct (EOS precondition, as in the
 quantity study); the parse failure kind is recorded (``parse_reason``).
 
@@ -17,6 +18,10 @@ questions, B's zone for historical ones) > ``wrong_value``.
 Secondary, **lenient** (ours, for small models that answer in prose): EOS, and of
 the two values (reference, other), the first one that occurs word-bounded and
 case-folded anywhere in the output is the reference.
+
+Stored rows are regraded from their outputs by :func:`regrade_row` (``python -m
+kvprobe.studies.derived_note.grading RUN...`` rewrites a run's results in place; ``tests/test_committed_grading.py``
+checks every committed row against the current grading).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kvprobe.studies.common.answers import UNKNOWN, normalize, parse_strict
+from kvprobe.studies.common.answers import UNKNOWN, exact_equal, normalize, parse_answer_field, parse_strict
 
 CATEGORIES = ("capped", "format_failure", "unknown", "correct", "other_value", "wrong_value")
 
@@ -41,6 +46,7 @@ class Grade:
     strict_single_field: bool
     lenient_correct: bool
     first_value: str | None  # "reference", "other" or None (neither value occurs)
+    correct_fenced: bool  # the strict fenced rule (EOS required too)
 
 
 def first_value(text: str, reference: str, other: str) -> str | None:
@@ -59,7 +65,7 @@ def grade(text: str, stop_reason: str, reference: str, other: str) -> Grade:
     if stop_reason not in ("eos", "cap"):
         raise ValueError(f"stop_reason must be 'eos' or 'cap', got {stop_reason!r}")
     eos = stop_reason == "eos"
-    parsed = parse_strict(text, allow_fence=True)
+    parsed = parse_answer_field(text)
     if not eos:
         category = "capped"
     elif not parsed.ok:
@@ -71,4 +77,29 @@ def grade(text: str, stop_reason: str, reference: str, other: str) -> Grade:
     first = first_value(text, reference, other)
     return Grade(correct=category == "correct", category=category, parse_reason=parsed.reason,
                  answer=parsed.answer, fenced=parsed.fenced, strict_single_field=parsed.strict_single_field,
-                 lenient_correct=eos and first == "reference", first_value=first)
+                 lenient_correct=eos and first == "reference", first_value=first,
+                 correct_fenced=eos and exact_equal(parse_strict(text, allow_fence=True), reference))
+
+
+#: The row columns :func:`grade` decides (recomputed by :func:`regrade_row`).
+GRADE_COLUMNS = ("correct", "category", "parse_reason", "answer", "fenced", "strict_single_field", "lenient_correct",
+                 "first_value", "correct_fenced")
+
+
+def grade_columns(text: str, stop_reason: str, reference: str, other: str) -> dict[str, object]:
+    """The row columns of one answer's :class:`Grade` (what :mod:`.study` writes)."""
+    g = grade(text, stop_reason, reference, other)
+    return {column: getattr(g, column) for column in GRADE_COLUMNS}
+
+
+def regrade_row(row: dict[str, object]) -> dict[str, object]:
+    """``row`` with its grade columns recomputed from its stored output (every other column kept)."""
+    return {**row, **grade_columns(str(row["output"]), str(row["stop_reason"]), str(row["reference"]),
+                                   str(row["other"]))}
+
+
+if __name__ == "__main__":  # pragma: no cover - the one-off regrade of committed runs
+    import sys
+    from kvprobe.studies.common.runner import regrade_results
+    for d in sys.argv[1:]:
+        print(d, regrade_results(d, regrade_row), "rows changed")

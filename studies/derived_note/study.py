@@ -130,7 +130,6 @@ class DerivedNoteStudy(HistoryStudy):
         case, q, g = run.case, question.info, run.case.group
         out, scores = answers[condition].generation, answers[condition].scores
         margins = {name: a.scores.margin() for name, a in answers.items()}
-        gr = grading.grade(out.text, out.stop_reason, q.reference, q.other)
         info = _info(run.conditions[condition])
         return {
             "group_id": g.group_id, "note": case.note, "old_listed_first": g.old_listed_first,
@@ -144,9 +143,7 @@ class DerivedNoteStudy(HistoryStudy):
                                       if "full" in margins else None),
             "margin_change_vs_mask_A": (round(margins[condition] - margins["mask-A"], 6)
                                         if "mask-A" in margins else None),
-            "correct": gr.correct, "category": gr.category, "parse_reason": gr.parse_reason,
-            "answer": gr.answer, "fenced": gr.fenced, "strict_single_field": gr.strict_single_field,
-            "lenient_correct": gr.lenient_correct, "first_value": gr.first_value,
+            **grading.grade_columns(out.text, out.stop_reason, q.reference, q.other),
             "case_complete": True,
         }
 

@@ -34,10 +34,11 @@ from typing import Any, Callable
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, percentile_interval
-from kvprobe.studies.common.report import Items, corrections_reversals, estimate, heading, ordered, run_time, small_sample_note, \
-    table_head
+from kvprobe.studies.common.report import Items, corrections_reversals, estimate, exact_rules, format_exact_rules, \
+    heading, ordered, run_time, small_sample_note, table_head
 from kvprobe.studies.common.runner import read_rows, write_run_summary
 from .data import NOTES, QUERIES
+from .grading import regrade_row
 from .history import CONDITIONS
 from .study import COSTS
 
@@ -130,7 +131,9 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
     """Recompute the summary from the rows on disk (module docstring)."""
     cells: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
     n_rows = 0
-    for row in read_rows(out_dir):
+    every: list[dict[str, Any]] = []
+    for row in map(regrade_row, read_rows(out_dir)):
+        every.append(row)
         cells[(row["note"], row["query"], row["condition"])][row["group_id"]] = row
         n_rows += 1
     group_ids = sorted({g for cell in cells.values() for g in cell})
@@ -179,7 +182,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
         stat = _mean(fn(vec), weights, 100.0 if unit == "pp" else 1.0)
         contrasts.append({"key": key, "label": label, "unit": unit, "paper": paper, "stat": stat})
     return {"groups": len(group_ids), "rows": n_rows, "draws": draws, "seed": seed, "cells": out_cells,
-            "contrasts": contrasts, "operation_cost": read_costs(out_dir)}
+            "contrasts": contrasts, "operation_cost": read_costs(out_dir), "exact_rules": exact_rules(every)}
 
 
 # ----------------------------------------------------------------------------- report
@@ -219,9 +222,11 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         *heading("Derived note and selective refresh", config, ITEMS),
         f"{summary['groups']} groups (seed {study.get('seed')}), notes {study.get('notes')}, {summary['rows']} rows; "
         f"greedy answers of at most {study.get('max_new_tokens')} tokens, EOS stop. Correct = exact normalized "
-        "JSON answer field with EOS (one outer code fence allowed); lenient = the first of the two values "
+        "JSON answer field with EOS, read by the answer-field parser (extra fields permitted, no fence); "
+        "lenient = the first of the two values "
         "mentioned is the right one, with EOS. Margin = log p(right JSON) - log p(other JSON), nats. Intervals: "
         f"paired bootstrap of groups, {summary['draws']:,} draws, seed {summary['seed']}, percentile 95 %.", "",
+        format_exact_rules(summary["exact_rules"]), "",
         *small_sample_note(summary["groups"], "groups"),
         "## Key contrasts", "",
         *table_head(["contrast", "estimate [95% CI]", "n", "paper anchor"]),

@@ -37,7 +37,9 @@ history of a batch at once (:meth:`RecordsStudy.start_batch`, into ``batch.state
 offers every operation one of its conditions could apply whatever the verdict; the operations
 are prepared in :meth:`RecordsStudy.setup`, once the verdict is known, and only those applied.
 Correct = exact case-folded, whitespace-normalized equality of the JSON answer
-field; malformed JSON is wrong (L5447-5449). Every row also carries the paper's value
+field read by the answer-field parser (rules 1-2: extra fields permitted, no fence); malformed JSON is
+wrong (L5447-5449, L5453-5454); the strict fenced rule is kept beside it (``correct_fenced``). Every row
+also carries the paper's value
 category of its answer, the missing-unit flag and whether it wrote an unquoted UNKNOWN
 (:mod:`.errors`). The history K/V are checked bit-identical after every case.
 """
@@ -60,7 +62,7 @@ from kvprobe.studies.datasets.record_histories import MAX_NEW_TOKENS, RecordHist
 from kvprobe.studies.common.protocol import (Batch, CaseRun, HistoryStudy, InvalidParameter, Question, prepared,
                                              require_at_least, require_choices, use_chat)
 from .control import control_mask, with_note
-from .errors import value_columns
+from .errors import RULE, value_columns
 from kvprobe.studies.datasets.record_histories import NOTES
 
 #: The default condition set: the paper's seven policies and the always-mask reference (the committed runs').
@@ -264,6 +266,6 @@ class RecordsStudy(HistoryStudy):
         values = [c.old_value, c.new_value, run.case.other_value]
         return {"family": c.family, "variant": c.variant, "label": c.labels["replacement"], "operation": condition,
                 "detector_decision": run.batch.state["verdicts"][run.case.case_id]["decision"],
-                "reference": question.info, "old_value": c.old_value, **grade(g.text, question.info, values),
+                "reference": question.info, "old_value": c.old_value, **grade(g.text, question.info, values, rule=RULE),
                 "mentions_old": normalize(c.old_value) in normalize(g.text),
                 **value_columns(g.text, question.info, c.old_value)}

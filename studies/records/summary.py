@@ -30,8 +30,8 @@ from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, p
 from kvprobe.studies.common.detectors.coverage import coverage_curve
 from kvprobe.studies.common.detectors import strings as note_strings
 from kvprobe.studies.common.detectors.text import REPLACEMENT
-from kvprobe.studies.common.report import COVERAGE_COLUMNS, corrections_reversals, coverage_rows, format_change, heading, run_time, \
-    small_sample_note, table_head, table_row
+from kvprobe.studies.common.report import COVERAGE_COLUMNS, corrections_reversals, coverage_rows, exact_rules, \
+    format_change, format_exact_rules, heading, run_time, small_sample_note, table_head, table_row
 from kvprobe.studies.datasets.record_histories import ITEMS
 from kvprobe.studies.common.runner import read_rows, write_run_summary
 from . import strings, value_tables
@@ -110,6 +110,7 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS,
     summary: dict[str, Any] = {"cells": cells, "detector": _detector([base[k] for k in keys]), "draws": draws,
                                "seed": seed, "rows": len(rows), "histories": len(keys),
                                "groups": len(set(groups.values()))}
+    summary["exact_rules"] = exact_rules(rows)
     conditions = summary["policies"] = _conditions(by_key)
     replacements = [k for k in keys if base[k]["label"] == 1]
     summary["values"] = value_tables.value_cells(by_key, keys, QUERIES, conditions)
@@ -179,10 +180,12 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
              f"{_condition_set(summary['policies'])}, greedy answers of at most "
              f"{sc['max_new_tokens']} tokens. {_setting(sc)}Detector: `{sc['detector']}`"
              f"{' with the lexical filter' if sc['lexical_filter'] else ''}, {source}. Exact = case-folded, "
-             "whitespace-normalized equality of the JSON answer field (malformed JSON is wrong); lenient (ours) = the "
+             "whitespace-normalized equality of the JSON answer field read by the answer-field parser (malformed "
+             "JSON is wrong); lenient (ours) = the "
              "first value of the history the answer mentions is the reference. Changes are paired against keep-all, "
              f"95 % intervals from {summary['draws']:,} draws of whole items (seed {summary['seed']}). "
              "C / R = corrections / reversals of the exact rule.", ""]
+    lines += [format_exact_rules(summary["exact_rules"]), ""]
     lines += small_sample_note(summary["groups"], "items (groups of six histories)")
     if timing:
         lines += [run_time(timing, "histories", machine=True), ""]
