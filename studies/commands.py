@@ -133,6 +133,8 @@ def bootstrap_seed(entry, args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace, cli) -> int:
     if args.study == "scorecard":
         return _scorecard(args)
+    if args.study == "cross-benchmark":
+        return _cross_benchmark(args)
     from kvprobe.studies.registry import entry as study_entry
     from kvprobe.studies.common.runner import results_file
 
@@ -168,6 +170,24 @@ def _scorecard(args: argparse.Namespace) -> int:
     if not args.quiet:
         counts = ", ".join(f"{sum(r.verdict == v for r in rows)} {v}" for v in VERDICTS)
         print(f"wrote {out} and {out.rsplit('.', 1)[0]}.json: {len(rows)} rows ({counts})")
+    return 0
+
+
+#: ``kvprobe report cross-benchmark`` with no runs: the committed runs of the three benchmarks.
+CROSS_BENCHMARK_RUNS = ("artifacts/minteval/smollm2-135m-instruct", "artifacts/mquake/smollm2-135m-instruct",
+                        "artifacts/babilong/smollm2-135m-instruct", "artifacts/babilong/smollm2-135m-instruct-8k")
+
+
+def _cross_benchmark(args: argparse.Namespace) -> int:
+    """``kvprobe report cross-benchmark [RUN ...] [--out DIR]``: current and historical answers under
+    whole-source masking across MINTEval, MQuAKE and BABILong runs, from their committed summaries
+    (``studies/cross_benchmark.py``), written to DIR (default artifacts/cross-benchmark)."""
+    from kvprobe.studies.cross_benchmark import write_cross_benchmark
+
+    out = args.out or "artifacts/cross-benchmark"
+    found = write_cross_benchmark(list(args.runs or CROSS_BENCHMARK_RUNS), out)
+    if not args.quiet:
+        print(f"wrote {out}/report.md, figure.png and cross-benchmark.json: {len(found)} rows")
     return 0
 
 
@@ -248,19 +268,28 @@ def add_report(sub, cli) -> None:
                        "thresholds.json and thresholds.md under --out. `kvprobe report scorecard [ARTIFACTS]`: "
                        "read the committed runs under ARTIFACTS (default artifacts) and write the scorecard of the "
                        "paper's claims, one row per claim, run and rule with a verdict computed by one stated rule, "
-                       "to --out (default docs/scorecard.md) and the JSON beside it.")
-    p.add_argument("study", choices=[*STUDIES, "scorecard"], help="which study, or scorecard")
+                       "to --out (default docs/scorecard.md) and the JSON beside it. `kvprobe report cross-benchmark [RUN ...]`: "
+                       "read the committed summary.json of MINTEval, MQuAKE and BABILong runs (default: the "
+                       "committed smollm2 runs) and write the current- and historical-answer rates under full "
+                       "access and whole-source masking, with intervals, n and the paper's numbers, as report.md, "
+                       "figure.png and cross-benchmark.json under --out (default artifacts/cross-benchmark).")
+    p.add_argument("study", choices=[*STUDIES, "scorecard", "cross-benchmark"],
+                   help="which study, or scorecard, or cross-benchmark")
     p.add_argument("runs", nargs="*", help="output directories of `kvprobe run` (several: quantity thresholds, "
-                   "or each rewritten for the other studies); scorecard: the artifacts folder (default artifacts)")
+                   "or each rewritten for the other studies); scorecard: the artifacts folder (default artifacts); "
+                   "cross-benchmark: MINTEval, MQuAKE and BABILong run directories holding config.json and "
+                   "summary.json (default: the committed smollm2 runs)")
     for option in {o.name: o for e in STUDIES.values() for o in e.options if o.to == "summary"}.values():
         p.add_argument(flag(option.name), dest=option.name, default=None,
                        help=f"{', '.join(e.name for e in STUDIES.values() if option in e.options)}: {option.help}")
     p.add_argument("--out", default=None, help="where to write the comparison of several runs (quantity: "
                    "thresholds.{json,md}); scorecard: the markdown file (default docs/scorecard.md), the JSON "
-                   "beside it")
+                   "beside it; cross-benchmark: the folder for report.md, figure.png and cross-benchmark.json "
+                   "(default artifacts/cross-benchmark)")
     p.add_argument("--bootstrap-seed", type=int, default=None,
                    help=f"seed of the bootstrap intervals (default: the study's, {REPORT_SEED}; "
-                   f"{', '.join(f'{e.name} {e.seed}' for e in STUDIES.values() if e.seed != REPORT_SEED)})")
+                   f"{', '.join(f'{e.name} {e.seed}' for e in STUDIES.values() if e.seed != REPORT_SEED)}); "
+                   "scorecard and cross-benchmark read the intervals the committed summaries hold")
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
     p.set_defaults(func=partial(cmd_report, cli=cli))
 

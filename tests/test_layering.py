@@ -328,8 +328,9 @@ def test_the_runner_drives_the_protocol_not_the_other_way():
 
 
 #: What the studies hall holds besides the study packages: the modules that span every study (the registry,
-#: the study commands, the scorecard, each study's figure) and the two shared folders.
-HALL = {"__init__.py", "registry.py", "commands.py", "scorecard.py", "study_figures.py", "common", "datasets"}
+#: the study commands, the scorecard, the cross-benchmark report, each study's figure) and the two shared folders.
+HALL = {"__init__.py", "registry.py", "commands.py", "scorecard.py", "cross_benchmark.py", "study_figures.py", "common",
+        "datasets"}
 #: Study packages outside the run registry: ``recognition`` (``kvprobe extract``/``readout``; its record items
 #: are the record histories' source, so ``datasets.record_histories`` reads them).
 OTHER_STUDIES = {"recognition"}

@@ -28,6 +28,8 @@ def drawer(png: Path) -> Callable[[Path, Path], Any]:
             return study_figures.STUDY_FIGURES[study]
     if name.startswith("coverage-") and (folder / "action.json").is_file():
         return study_figures._calibration(name)
+    if name == "figure.png" and (folder / "cross-benchmark.json").is_file():
+        return study_figures._cross_benchmark
     if name == "figure.png" and (folder / "readouts.json").is_file():
         return study_figures._recognition
     if name == "map.png" and (folder / "map.json").is_file():
