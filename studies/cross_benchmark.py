@@ -36,7 +36,7 @@ from .common.report import estimate, interval, table_head, table_row
 from .scorecard import _count_pp
 from .study_figures import BABI_LOCATIONS
 
-__all__ = ["PAPER", "QUESTIONS", "rows", "table", "write_cross_benchmark"]
+__all__ = ["PAPER", "PAPER_CHANGE", "PAPER_METRIC", "PAPER_MODELS", "QUESTIONS", "rows", "table", "write_cross_benchmark"]
 
 QUESTIONS = ("current", "historical")
 
@@ -55,6 +55,21 @@ PAPER: dict[tuple[str, str], str] = {
     ("BABILong", "historical"): "qa3 at 32k, full -> source: 33 -> 16, 25 -> 6, 40 -> 15 of 100 (Qwen3-4B, "
                                 "Llama-3.2-3B, Qwen3-32B; L1495-1497; 17-25 lost, L585)",
 }
+
+#: The paper's whole-source-minus-full changes per model, in the order of :data:`PAPER_MODELS`, for the table's
+#: column beside ours (points; BABILong: answers of 100): read from the lines :data:`PAPER` quotes (MQuAKE: the
+#: differences of its table's rounded percentages; MINTEval current: only Llama-3.2-3B is given in the text).
+PAPER_MODELS = ("Qwen3-4B", "Llama-3.2-3B", "Qwen3-32B")
+PAPER_CHANGE: dict[tuple[str, str], str] = {
+    ("MINTEval", "current"): "Llama-3.2-3B +9.72 [5.75, 13.90] pp (L1365)",
+    ("MINTEval", "historical"): "-12.86, -15.39, -13.02 pp (L1366-1367)",
+    ("MQuAKE", "current"): "+3.0, +19.7, +1.4 pp (L436)",
+    ("MQuAKE", "historical"): "-14.2, -5.6, -14.7 pp (L436)",
+    ("BABILong", "current"): "+7, +4, +1 of 100, 32k (L1497-1499)",
+    ("BABILong", "historical"): "-17, -19, -25 of 100, 32k (L1495-1497)",
+}
+#: The metric of each benchmark the paper reports (other metrics are sensitivities: no paper column).
+PAPER_METRIC = {"MINTEval": "em", "MQuAKE": "em", "BABILong": "official"}
 
 
 def _rate(k: int, n: int) -> dict[str, Any]:
@@ -138,7 +153,8 @@ def _pct(rate: dict[str, Any]) -> str:
 
 
 COLUMNS = ("question", "benchmark", "model", "rows", "metric", "n", "full access % [95% CI] (count)",
-           "whole-source mask % [95% CI] (count)", "change pp [95% CI] (resampled)", "chance %")
+           "whole-source mask % [95% CI] (count)", "change pp [95% CI] (resampled)", "chance %",
+           f"paper: mask - full ({', '.join(PAPER_MODELS)})")
 
 
 def table(found: list[dict[str, Any]]) -> list[str]:
@@ -148,9 +164,11 @@ def table(found: list[dict[str, Any]]) -> list[str]:
         lines.append(table_row([r["question"], r["benchmark"], r["model"], r["label"] or "all", r["metric"],
                                 r["n"], _pct(r["full"]), _pct(r["masked"]),
                                 f"{r['change_pp']:+.1f} {interval(r['change_ci'], '+.1f')} ({r['interval_unit']})",
-                                "" if r["chance_pct"] is None else f"{r['chance_pct']:.1f}"]))
-    lines += ["", "The paper's numbers beside ours (its models, lengths and sample sizes differ from these runs):",
-              ""]
+                                "" if r["chance_pct"] is None else f"{r['chance_pct']:.1f}",
+                                PAPER_CHANGE[(r["benchmark"], r["question"])]
+                                if PAPER_METRIC[r["benchmark"]] == r["metric"] else ""]))
+    lines += ["", "The paper's numbers behind its column (its models, lengths and sample sizes differ from these "
+              "runs):", ""]
     for (benchmark, question), text in PAPER.items():
         if any((r["benchmark"], r["question"]) == (benchmark, question) for r in found):
             lines.append(f"- {benchmark}, {question}: {text}")

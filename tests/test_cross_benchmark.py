@@ -117,3 +117,21 @@ def test_figure_shows_counts_n_and_the_chance_line(tmp_path, monkeypatch):
     assert len(dashed) == babilong
     assert all(line.get_xdata()[0] == pytest.approx(100 / 6) for line in dashed)
     plt.close(fig)
+
+
+@pytest.mark.parametrize("key", [k for k in cross_benchmark.PAPER if k[0] in ("MQuAKE", "BABILong")])
+def test_paper_column_is_the_difference_of_the_quoted_numbers(key):
+    """MQuAKE and BABILong: the column's changes are mask minus full of the quoted pairs, model by model."""
+    import re
+
+    pairs = re.findall(r"(\d+(?:\.\d+)?) -> (\d+(?:\.\d+)?)", cross_benchmark.PAPER[key])
+    assert len(pairs) == len(cross_benchmark.PAPER_MODELS)
+    column = re.findall(r"[+-]\d+(?:\.\d+)?", cross_benchmark.PAPER_CHANGE[key].split("(")[0])
+    assert [float(c) for c in column] == pytest.approx([float(b) - float(a) for a, b in pairs])
+
+
+def test_paper_column_only_on_the_paper_metric(found):
+    lines = cross_benchmark.table(found)
+    contains = [line for line in lines if "| contains |" in line]
+    assert contains and all(line.endswith("|  |") for line in contains)
+    assert sum("(L436)" in line for line in lines if line.startswith("| ")) == 2
