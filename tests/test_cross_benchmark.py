@@ -116,6 +116,9 @@ def test_figure_shows_counts_n_and_the_chance_line(tmp_path, monkeypatch):
     dashed = [line for ax in fig.axes for line in ax.get_lines() if line.get_linestyle() == "--"]
     assert len(dashed) == babilong
     assert all(line.get_xdata()[0] == pytest.approx(100 / 6) for line in dashed)
+    from test_figures import _overlaps
+
+    assert not _overlaps(fig)
     plt.close(fig)
 
 
