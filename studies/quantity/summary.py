@@ -17,7 +17,10 @@ model answers wrongly (``studies/common/no_context.py``); groups are the bootstr
 
 Warning signal (paper partC 5): how well D_c, and the paper's Delta m variant, rank
 lost above kept answers, labeled with the paper's complete answers and, beside them,
-with the lenient rule.
+with the lenient rule. Its decomposition (paper L4085-4212, :func:`candidate_decomposition`):
+D_c, D_o and Delta m = D_o - D_c with intervals, Spearman(Delta m, D_o) with an interval, and the
+lost answers split into content losses and failures to stop after a complete first answer, each
+flagged at the paper's tau.
 """
 
 from __future__ import annotations
@@ -30,11 +33,12 @@ from typing import Any
 import numpy as np
 
 from kvprobe.files import atomic_write_text
-from kvprobe.readouts.stats import DRAWS, PAPER_SEED, GroupBootstrap, auc, bootstrap_auc_draws, \
-    group_bootstrap_indices, one_sided_lower, percentile_interval, zero_failure_bound
+from kvprobe.readouts.stats import DRAWS, PAPER_SEED, GroupBootstrap, auc, bootstrap_auc_draws, bootstrap_mean, \
+    bootstrap_spearman, clopper_pearson, group_bootstrap_indices, one_sided_lower, percentile_interval, spearman, \
+    zero_failure_bound
 from kvprobe.studies.common.no_context import NO_CONTEXT, Outcome, conditional_on_baseline, conditional_table
 from kvprobe.studies.datasets.quantity_task.grading import CATEGORIES
-from kvprobe.studies.common.report import VERDICT_RULE, estimate, heading, interval, small_sample_note, table_head, table_row, \
+from kvprobe.studies.common.report import VERDICT_RULE, claim_verdict, estimate, heading, interval, small_sample_note, table_head, table_row, \
     testable, verdict_cell
 from kvprobe.studies.datasets.quantity_task.tasks import ITEMS
 from kvprobe.studies.common.runner import read_rows
@@ -110,6 +114,103 @@ def warning_signal(cells, order: list[str], boot: GroupBootstrap, rule: str = SI
     return out
 
 
+#: Flag threshold of the loss split (nats): the paper's held-out tau for five of its eight models (L4199-4201).
+#: One model cannot hold itself out, so the paper's value is applied, not refit (docs/fidelity.md).
+PAPER_TAU = 0.75
+#: Kinds of lost answers (paper L4150-4157): the first answer of the masked output is wrong (wrong, generic or
+#: missing unit, other value, or none: ``content``), or right and the output runs to the token cap (``stop``), or
+#: right and the output ends with EOS but is not complete (``other``, e.g. a second, different answer).
+LOSS_KINDS = ("content", "stop", "other")
+
+
+def loss_kind(source: dict[str, Any]) -> str:
+    """The kind of a lost answer from its source-mask row (:data:`LOSS_KINDS`)."""
+    if not source["first_answer_correct"]:
+        return "content"
+    return "stop" if source["stop_reason"] == "cap" else "other"
+
+
+def _decomposition_entry(cases: list[dict[str, Any]], boot: GroupBootstrap) -> dict[str, Any]:
+    """D_c, D_o, Delta m and Spearman(Delta m, D_o) of one set of cases (dicts with group, d_c, d_o); see
+    :func:`candidate_decomposition`."""
+    bootstrap = GroupBootstrap(boot.groups, np.array([c["group"] for c in cases], dtype=np.intp), boot.draws)
+    weights = bootstrap.weights()
+    values = {k: np.array([c[k] for c in cases], dtype=float) for k in ("d_c", "d_o")}
+    values["delta_m"] = values["d_o"] - values["d_c"]
+    entry: dict[str, Any] = {"n": len(cases)}
+    for name, v in values.items():
+        entry[f"mean_{name}"] = float(v.mean()) if len(v) else None
+        entry[f"mean_{name}_ci"] = percentile_interval(bootstrap_mean(v, weights), points="alpha") if len(v) else None
+    entry["delta_m_positive"] = int((values["delta_m"] > 0).sum())
+    entry["d_c_smaller"] = int((values["d_c"] < values["d_o"]).sum())
+    rho = spearman(values["delta_m"], values["d_o"])
+    draws = bootstrap_spearman(values["delta_m"], values["d_o"], bootstrap) if len(cases) >= 2 else np.empty(0)
+    kept = ~np.isnan(draws)
+    entry["spearman_delta_m_d_o"] = None if np.isnan(rho) else rho
+    entry["spearman_ci"] = percentile_interval(draws[kept], points="alpha") if kept.any() else None
+    entry["spearman_draws_kept"] = int(kept.sum())
+    return entry
+
+
+def _split_entry(cases: list[dict[str, Any]], tau: float) -> dict[str, Any]:
+    """Lost / kept counts, flagged (D_c > tau) with exact intervals, and the lost answers by kind (cases: dicts
+    with d_c, d_o, margin_source, label, kind); see :func:`candidate_decomposition`."""
+    entry: dict[str, Any] = {}
+    for label in ("lost", "kept"):
+        members = [c for c in cases if c["label"] == label]
+        flagged = sum(c["d_c"] > tau for c in members)
+        entry[label] = len(members)
+        entry[f"flagged_{label}"] = flagged
+        entry[f"flagged_{label}_ci"] = clopper_pearson(flagged, len(members))
+    lost = [c for c in cases if c["label"] == "lost"]
+    entry["lost_current_above_old"] = sum(c["margin_source"] > 0 for c in lost)
+    entry["lost_delta_m_positive"] = sum(c["d_o"] > c["d_c"] for c in lost)
+    for kind in LOSS_KINDS:
+        members = [c for c in lost if c["kind"] == kind]
+        flagged = sum(c["d_c"] > tau for c in members)
+        entry[f"lost_{kind}"] = len(members)
+        entry[f"flagged_lost_{kind}"] = flagged
+        entry[f"flagged_lost_{kind}_ci"] = clopper_pearson(flagged, len(members))
+    return entry
+
+
+def candidate_decomposition(cells, order: list[str], boot: GroupBootstrap, rules: tuple[str, ...] = SIGNAL_RULES,
+                            tau: float = PAPER_TAU) -> dict[str, Any]:
+    """The candidate-probability decomposition and the loss split of the warning signal (paper L4085-4212).
+
+    ``per_information``: over every replacement case of the current query with a source-mask and a control row
+    (per information condition and pooled, ``"both"``): D_c = -(log p_c(source) - log p_c(control)), D_o the
+    same for the old candidate, Delta m = D_o - D_c (the margin change against the control), their means with
+    group-bootstrap intervals, how many cases have Delta m > 0 and D_c < D_o, and Spearman(Delta m, D_o) with a
+    bootstrap interval (draws with a constant variable dropped and counted). ``loss_split[rule]``: lost / kept
+    as in :func:`warning_signal`; lost answers split by :func:`loss_kind`; each class flagged when D_c > ``tau``
+    with exact 95 % intervals; lost answers whose current candidate still outscores the old under the mask
+    (margin > 0) and whose Delta m > 0.
+    """
+    index = {g: i for i, g in enumerate(order)}
+    per_info: dict[str, list[dict[str, Any]]] = {}
+    for info in sorted({k[0] for k in cells}):
+        full, src, ctrl = (cells.get((info, "current", c), {}) for c in SIGNAL_CONDITIONS)
+        per_info[info] = []
+        for g, row in src.items():
+            if row["relation"] != "replacement" or g not in ctrl:
+                continue
+            case = {"group": index[g], "d_c": -(row["logp_right"] - ctrl[g]["logp_right"]),
+                    "d_o": -(row["logp_other"] - ctrl[g]["logp_other"]), "margin_source": row["margin"]}
+            for rule in rules:
+                label = None
+                if g in full and full[g][rule]:
+                    label = "kept" if row[rule] else "lost"
+                case[rule] = {"label": label, "kind": loss_kind(row) if label == "lost" else None}
+            per_info[info].append(case)
+    if len(per_info) > 1:
+        per_info["both"] = [case for cases in list(per_info.values()) for case in cases]
+    return {"tau": tau,
+            "per_information": {info: _decomposition_entry(cases, boot) for info, cases in per_info.items()},
+            "loss_split": {rule: {info: _split_entry([{**c, **c[rule]} for c in cases], tau)
+                                  for info, cases in per_info.items()} for rule in rules}}
+
+
 def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -> dict[str, Any]:
     """Recompute the summary from the rows on disk (streamed).
 
@@ -176,6 +277,7 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
                 entry["zero_reversal_upper_bound"] = zero_failure_bound(entry["n"])
             summary["cells"].append(entry)
     summary["warning_signal"] = {rule: warning_signal(cells, order, boot, rule) for rule in SIGNAL_RULES}
+    summary["candidate_decomposition"] = candidate_decomposition(cells, order, boot)
     if any(k[2] == NO_CONTEXT for k in cells):
         summary["no_context"] = no_context_tables(cells, seed, draws)
     return summary
@@ -330,6 +432,62 @@ def _warning_lines(warn: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+#: The paper's decomposition and loss-split numbers beside ours (eight models pooled unless said).
+PAPER_DECOMPOSITION = {
+    "delta_m_positive": "479 of 480 unit-dependent cases, D_c the smaller change in each (L4127-4129)",
+    "spearman": "0.91-0.99 in seven models, 0.67 in Qwen3-4B (L4129-4131)",
+    "lost_current_above_old": "all 198 lost cases; Delta m > 0 on every lost answer but one (L4131-4133)",
+    "content": "86/95 = 90.5 % [0.83, 0.96] (L377-378, L4150-4153)",
+    "stop": "1/103 = 1.0 % [0.00, 0.05] (L378, L4153-4155)",
+    "kept": "115/280 = 41.1 % (L379); 120 kept answers flagged across models (L4155-4157)",
+}
+
+
+def _rate(k: int, n: int, ci: list[float] | None) -> str:
+    return f"{k}/{n}" + ("" if ci is None else f" = {100 * k / n:.1f} % [{ci[0]:.2f}, {ci[1]:.2f}]")
+
+
+def _decomposition_lines(dec: dict[str, Any]) -> list[str]:
+    """The candidate-probability decomposition and the loss split (paper L4085-4212), the paper's numbers
+    beside ours; the Spearman verdict by ``claim_verdict`` (the paper found it positive)."""
+    lines = ["## Candidate-probability decomposition: D_c, D_o and Delta m = D_o - D_c", "",
+             "Replacements, current query, whole-source mask minus its matched control (nats): D_c = drop of log "
+             "p(current answer), D_o = drop of log p(old answer). Means and Spearman with paired 95 % group-bootstrap "
+             f"intervals; verdicts: {VERDICT_RULE}.", "",
+             *table_head(["information", "n", "mean D_c", "mean D_o", "mean Delta m", "Delta m > 0", "D_c < D_o",
+                          "Spearman(Delta m, D_o)", "verdict (paper: positive)"])]
+    for info, e in dec["per_information"].items():
+        rho = "-" if e["spearman_delta_m_d_o"] is None else estimate(e["spearman_delta_m_d_o"], e["spearman_ci"], ".2f")
+        verdict = claim_verdict("up", e["spearman_ci"], not_testable=None if e["spearman_ci"] else "no interval")
+        lines.append(table_row([info, e["n"], estimate(e["mean_d_c"], e["mean_d_c_ci"]),
+                                estimate(e["mean_d_o"], e["mean_d_o_ci"]),
+                                estimate(e["mean_delta_m"], e["mean_delta_m_ci"]),
+                                f"{e['delta_m_positive']}/{e['n']}", f"{e['d_c_smaller']}/{e['n']}", rho, verdict]))
+    lines += ["", f"Paper: Delta m > 0 in {PAPER_DECOMPOSITION['delta_m_positive']}; Spearman "
+                  f"{PAPER_DECOMPOSITION['spearman']}.", "",
+              f"### Loss split: flagged when D_c > tau = {dec['tau']:.2f} nats (the paper's held-out tau, not refit)", "",
+              "Lost answers by the first answer of the masked output (the row's first JSON answer object): content = "
+              "the first answer is wrong or absent (wrong, generic or missing unit, other value, no answer object); "
+              "stop = a complete first answer, then the output runs to the token cap; other = a complete first answer, "
+              "EOS, yet incomplete. Exact 95 % intervals.", "",
+              *table_head(["rule", "information", "lost (content / stop / other)", "content flagged", "stop flagged",
+                           "kept flagged", "lost: current above old", "lost: Delta m > 0"])]
+    for rule, per_info in dec["loss_split"].items():
+        for info, e in per_info.items():
+            lines.append(table_row([
+                RULE_NAMES.get(rule, rule), info,
+                f"{e['lost']} ({e['lost_content']} / {e['lost_stop']} / {e['lost_other']})",
+                _rate(e["flagged_lost_content"], e["lost_content"], e["flagged_lost_content_ci"]),
+                _rate(e["flagged_lost_stop"], e["lost_stop"], e["flagged_lost_stop_ci"]),
+                _rate(e["flagged_kept"], e["kept"], e["flagged_kept_ci"]),
+                f"{e['lost_current_above_old']}/{e['lost']}", f"{e['lost_delta_m_positive']}/{e['lost']}"]))
+    lines += ["", f"Paper (held-out tau, eight models): content losses flagged {PAPER_DECOMPOSITION['content']}; "
+                  f"stopping failures {PAPER_DECOMPOSITION['stop']}; kept answers {PAPER_DECOMPOSITION['kept']}; "
+                  f"current candidate above the old under the mask in {PAPER_DECOMPOSITION['lost_current_above_old']}.",
+              ""]
+    return lines
+
+
 def _control_lines(summary: dict[str, Any]) -> list[str]:
     """Control minus full accuracy with its L.95 for every matched control, all groups."""
     rules = ("complete", "lenient_complete")
@@ -378,6 +536,8 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     lines += _claim_lines(summary)
     if summary.get("warning_signal"):
         lines += _warning_lines(summary["warning_signal"])
+    if summary.get("candidate_decomposition"):
+        lines += _decomposition_lines(summary["candidate_decomposition"])
     if any(c["condition"].endswith("-control") for c in summary["cells"]):
         lines += _control_lines(summary)
     others = [r for r in RELATION_ORDER[1:] if r in per_relation]
