@@ -91,3 +91,11 @@ def test_decomposition_in_report():
                "candidate_decomposition": candidate_decomposition(_cells(), order, boot, rules=("complete",))}
     text = format_report(summary, {"model": {"name": "m"}})
     assert "Spearman(Delta m, D_o)" in text and "| complete | unit_from_a | 2 (1 / 1 / 0) | 1/1 = 100.0 %" in text
+
+
+def test_decomposition_not_in_a_run_without_old_scores():
+    cells = _cells()
+    for row in cells[("unit_from_a", "current", "source-control")].values():
+        del row["logp_other"]
+    order = ["g0", "g1", "g2", "g3"]
+    assert candidate_decomposition(cells, order, group_bootstrap_indices(order, n_draws=10, seed=1)) is None

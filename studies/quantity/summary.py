@@ -121,6 +121,8 @@ PAPER_TAU = 0.75
 #: missing unit, other value, or none: ``content``), or right and the output runs to the token cap (``stop``), or
 #: right and the output ends with EOS but is not complete (``other``, e.g. a second, different answer).
 LOSS_KINDS = ("content", "stop", "other")
+#: The row fields the decomposition and the loss split read (besides the grading columns).
+DECOMPOSITION_FIELDS = ("logp_right", "logp_other", "margin", "first_answer_correct", "stop_reason")
 
 
 def loss_kind(source: dict[str, Any]) -> str:
@@ -175,7 +177,7 @@ def _split_entry(cases: list[dict[str, Any]], tau: float) -> dict[str, Any]:
 
 
 def candidate_decomposition(cells, order: list[str], boot: GroupBootstrap, rules: tuple[str, ...] = SIGNAL_RULES,
-                            tau: float = PAPER_TAU) -> dict[str, Any]:
+                            tau: float = PAPER_TAU) -> dict[str, Any] | None:
     """The candidate-probability decomposition and the loss split of the warning signal (paper L4085-4212).
 
     ``per_information``: over every replacement case of the current query with a source-mask and a control row
@@ -185,7 +187,8 @@ def candidate_decomposition(cells, order: list[str], boot: GroupBootstrap, rules
     bootstrap interval (draws with a constant variable dropped and counted). ``loss_split[rule]``: lost / kept
     as in :func:`warning_signal`; lost answers split by :func:`loss_kind`; each class flagged when D_c > ``tau``
     with exact 95 % intervals; lost answers whose current candidate still outscores the old under the mask
-    (margin > 0) and whose Delta m > 0.
+    (margin > 0) and whose Delta m > 0. None when a source or control row lacks one of
+    :data:`DECOMPOSITION_FIELDS` (the statistic is not in that run).
     """
     index = {g: i for i, g in enumerate(order)}
     per_info: dict[str, list[dict[str, Any]]] = {}
@@ -195,6 +198,8 @@ def candidate_decomposition(cells, order: list[str], boot: GroupBootstrap, rules
         for g, row in src.items():
             if row["relation"] != "replacement" or g not in ctrl:
                 continue
+            if any(k not in r for r in (row, ctrl[g]) for k in DECOMPOSITION_FIELDS):
+                return None  # not in this run
             case = {"group": index[g], "d_c": -(row["logp_right"] - ctrl[g]["logp_right"]),
                     "d_o": -(row["logp_other"] - ctrl[g]["logp_other"]), "margin_source": row["margin"]}
             for rule in rules:
@@ -277,7 +282,9 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
                 entry["zero_reversal_upper_bound"] = zero_failure_bound(entry["n"])
             summary["cells"].append(entry)
     summary["warning_signal"] = {rule: warning_signal(cells, order, boot, rule) for rule in SIGNAL_RULES}
-    summary["candidate_decomposition"] = candidate_decomposition(cells, order, boot)
+    decomposition = candidate_decomposition(cells, order, boot)
+    if decomposition is not None:
+        summary["candidate_decomposition"] = decomposition
     if any(k[2] == NO_CONTEXT for k in cells):
         summary["no_context"] = no_context_tables(cells, seed, draws)
     return summary
