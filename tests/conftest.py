@@ -34,7 +34,12 @@ SLOW_TESTS = {"test_run_summary_and_resume", "test_records_evaluation_and_report
               "test_gpu_bench_runs_on_the_cpu", "test_extraction_with_edits_runs_under_the_device_guard",
               "test_store_readouts_reproduce_hand_computed_scores",
               # whole small study runs already covered by the study contract's small run of each study
-              "test_fake_detectors_drive_every_question", "test_tiny_run_writes_rows_and_a_summary"}
+              "test_fake_detectors_drive_every_question", "test_tiny_run_writes_rows_and_a_summary",
+              # the quantity summary recomputed whole (its bootstrap Spearman intervals loop over draws); the
+              # committed quantity runs' reproductions run in the full suite (the dev run's stays fast)
+              "test_summary_recomputes_from_rows",
+              "test_committed_summary_is_reproduced_byte_for_byte[quantity/smollm2-135m-instruct]",
+              "test_committed_summary_is_reproduced_byte_for_byte[quantity/smollm2-135m-instruct-five-conditions]"}
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -62,7 +67,8 @@ def pytest_collection_modifyitems(config, items):
     is skipped by default; the fast subset is ``python -m pytest -q -m "not slow"``."""
     for item in items:
         name = item.originalname if hasattr(item, "originalname") else item.name
-        if (item.path.name in SLOW_MODULES or name in SLOW_TESTS or item.get_closest_marker("embedded")
+        if (item.path.name in SLOW_MODULES or name in SLOW_TESTS or item.name in SLOW_TESTS
+                or item.get_closest_marker("embedded")
                 or re.search(r"(^|_)cli(_|$)", name)):
             item.add_marker(pytest.mark.slow)
 
