@@ -112,9 +112,11 @@ def probabilities_for(layers: tuple[int, ...] | frozenset[int]) -> ForwardContex
     return ForwardContext(probabilities=frozenset(layers))
 
 
-def _shared_layer(module: torch.nn.Module, key: torch.Tensor):
-    """The shared-history cache layer this call reads, if any (checked to be the one that returned ``key``)."""
-    from .slots import SharedSlotLayer
+def _cache_layer(module: torch.nn.Module, key: torch.Tensor):
+    """The kvprobe cache layer this call reads when it is one kvprobe's attention must read itself (a
+    :class:`kvprobe.slots.SharedSlotLayer` or :class:`kvprobe.slots.PackedSlotLayer`), checked to be the
+    one that returned ``key``; otherwise ``None``."""
+    from .slots import PackedSlotLayer, SharedSlotLayer
 
     ctx = _CONTEXT.get()
     layer_idx = getattr(module, "layer_idx", None)
@@ -122,25 +124,13 @@ def _shared_layer(module: torch.nn.Module, key: torch.Tensor):
         return None
     source = ctx.kv_source[layer_idx]
     layer = None if source is None else ctx.cache.layers[source]
-    if not isinstance(layer, SharedSlotLayer):
+    if not isinstance(layer, (SharedSlotLayer, PackedSlotLayer)):
         return None
     if key is not layer.keys:
         raise RuntimeError(f"layer {layer_idx}: the attention received keys other than its shared-history cache "
                            "returned (the model transforms cached keys before attention; this family cannot "
                            "share histories, see ArchSummary.shared_history_refusal)")
     return layer
-
-
-def _packed_layer(module: torch.nn.Module, key: torch.Tensor):
-    """The packed decode layer (:class:`kvprobe.slots.PackedSlotLayer`) this call reads, if any."""
-    from .slots import PackedSlotLayer
-
-    ctx = _CONTEXT.get()
-    layer_idx = getattr(module, "layer_idx", None)
-    if ctx.cache is None or layer_idx is None or layer_idx >= len(ctx.kv_source) or ctx.kv_source[layer_idx] is None:
-        return None
-    layer = ctx.cache.layers[ctx.kv_source[layer_idx]]
-    return layer if isinstance(layer, PackedSlotLayer) and key is layer.keys else None
 
 
 def packed_attention(query: torch.Tensor, layer, mask: torch.Tensor, scaling: float
@@ -219,17 +209,18 @@ def _attend(impl: str, module, query, key, value, attention_mask, scaling, dropo
         attention_mask = None
     # the eager implementation always returns probabilities, as transformers' eager does
     wanted = impl == GROUPED_EAGER or getattr(module, "layer_idx", None) in _CONTEXT.get().probabilities
-    packed = _packed_layer(module, key)
-    if packed is not None:
+    from .slots import PackedSlotLayer
+
+    cached = _cache_layer(module, key)
+    if isinstance(cached, PackedSlotLayer):  # a decode step in fixed shapes (kvprobe.static_decode)
         if wanted or softcap is not None or selection.current() is not None:
             raise RuntimeError("a packed decode step (kvprobe.static_decode) computes no probabilities, "
                                "logit caps or key selections")
-        return packed_attention(query, packed, attention_mask, scaling)
-    shared = _shared_layer(module, key)
-    if shared is not None:
+        return packed_attention(query, cached, attention_mask, scaling)
+    if cached is not None:  # a shared-history layer
         if selection.current() is not None:
             raise RuntimeError("query-aware selection runs on per-row caches (fork_rows(share=False))")
-        return shared_attention(module, query, shared, attention_mask, scaling, softcap, want_probabilities=wanted)
+        return shared_attention(module, query, cached, attention_mask, scaling, softcap, want_probabilities=wanted)
     # torch's CPU SDPA kernel loses precision in float16 (0.4 nats on tiny-deepseek-v2's logits where the eager
     # formula agrees with transformers' to the bit), so float16 on the CPU takes the eager path.
     cpu_half = query.dtype == torch.float16 and query.device.type == "cpu"

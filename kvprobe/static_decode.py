@@ -31,6 +31,7 @@ from transformers import DynamicCache
 
 from .arch import FULL_ATTENTION
 from .attention import KVPROBE_SDPA, ForwardContext, forward_context
+from .engine import uniform_hidden
 from .masks import visibility
 from .slots import PackedSlotLayer, SharedSlotLayer
 from .transformers_api import cache_argument
@@ -52,8 +53,6 @@ def static_refusal(model: "Model", rows: "Rows") -> str | None:
         >>> static_refusal(model, rows) is None  # doctest: +SKIP
         True
     """
-    from .engine import uniform_hidden
-
     arch = model.arch
     if getattr(model.hf.config, "_attn_implementation", None) != KVPROBE_SDPA:
         return "the model does not run kvprobe's SDPA attention"
@@ -93,8 +92,6 @@ class StaticDecoder:
     """
 
     def __init__(self, model: "Model", rows: "Rows", steps: int, graph: bool = False):
-        from .engine import uniform_hidden
-
         reason = static_refusal(model, rows)
         if reason is not None:
             raise ValueError(f"this batch cannot decode in fixed shapes: {reason}")
