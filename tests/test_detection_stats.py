@@ -284,3 +284,27 @@ def test_action_utility_applies_the_decision_to_all_three_queries():
     lenient_source = next(c for c in summary["cells"] if (c["rule"], c["mask"]) == ("lenient_complete", "source"))
     by_query = lenient_source["calibration"]["rules"]["always"]["test_net_by_query"]
     assert by_query["unrelated"] != 0  # the other queries do move: the sum is not the current query again
+
+
+def test_selection_decomposition_hand_computed():
+    """Paper L3474-3488: actions at s >= 0.5 split by relation; contributions share one denominator."""
+    from kvprobe.studies.detection.action import selection_decomposition
+
+    dec = selection_decomposition(scores=[0.9, 0.2, 0.7, 0.5, 0.1, 0.6],
+                                  relations=["replacement", "replacement", "confirmation", "other_entity",
+                                             "other_entity", "replacement"],
+                                  groups=[0, 1, 2, 3, 4, 5], full_correct=[0, 1, 1, 1, 0, 1],
+                                  utility=[1, -1, -1, -1, 1, 0], draws=200, seed=3)
+    rows = {r["relation"]: r for r in dec["relations"]}
+    assert [r["relation"] for r in dec["relations"]] == ["replacement", "confirmation", "other_entity"]
+    assert rows["replacement"] == {"relation": "replacement", "n": 3, "full_correct": 2, "selected": 2,
+                                   "corrections": 1, "reversals": 0, "net": 1, "false": 0}
+    assert rows["confirmation"]["false"] == 1 and rows["confirmation"]["net"] == -1
+    # case 4 (utility +1) is not selected: it contributes nothing; case 3 (score exactly 0.5) is selected
+    assert rows["other_entity"] == {"relation": "other_entity", "n": 2, "full_correct": 1, "selected": 1,
+                                    "corrections": 0, "reversals": 1, "net": -1, "false": 1}
+    c = dec["contributions"]
+    assert (c["replacement"]["net"], c["other"]["net"], c["total"]["net"]) == (1, -2, -1)
+    assert c["replacement"]["pp"] + c["other"]["pp"] == pytest.approx(c["total"]["pp"]) == pytest.approx(-100 / 6)
+    lo, hi = c["total"]["ci"]
+    assert lo <= c["total"]["pp"] <= hi and lo < hi

@@ -16,6 +16,11 @@ U_q = 1{correct under the mask} - 1{correct under full access}.
   earlier endpoint) is kept as the named sensitivity ``current_only``. Intervals:
   conditional (threshold fixed, relation-stratified group resamples) and joint
   (dev and test resampled, threshold refit per draw).
+* Selection decomposition (paper L3474-3488, tab:v28_selection_decomposition, fig:v33_selection): at the
+  predeclared threshold 0.5 (L3465-3466), on the current query, per relation: full-access correct, cases
+  selected, corrections / reversals, net and actions on non-replacements; the net over all test cases split
+  into the strict replacements' contribution and the other relations', each with a relation-stratified
+  group-bootstrap interval (contributions share one denominator, so they add up to the total).
 * Coverage curves on the test cases: expected net corrections when acting on the
   top share ranked by the YES/NO score (ties averaged), against random at matched
   coverage; the true replacement label is the informed reference ranking (for the
@@ -35,18 +40,23 @@ from typing import Any
 import numpy as np
 
 from kvprobe.files import atomic_write_text
-from kvprobe.readouts.stats import DRAWS, PAPER_SEED
+from kvprobe.readouts.stats import DRAWS, PAPER_SEED, percentile_interval
 from kvprobe.studies.common.detectors.coverage import coverage_curve
 from kvprobe.studies.common.detectors.text import YES_NO
 from kvprobe.studies.common.report import COVERAGE_COLUMNS, coverage_rows, interval, table_head, table_row
-from kvprobe.studies.datasets.quantity_task.tasks import ITEMS as QUANTITY_ITEMS
+from kvprobe.studies.datasets.quantity_task.tasks import ITEMS as QUANTITY_ITEMS, RELATION_COUNTS
 from kvprobe.studies.common.runner import read_rows
-from .calibration import calibrate, summarize
+from .calibration import apply_threshold, calibrate, conditional_bootstrap, summarize
 
 RULES = ("complete", "lenient_complete")
 MASKS = ("source", "number")
 #: The queries a record-pair decision applies to (paper L2847-2849); thresholds are fitted on the first.
 QUERIES = ("current", "historical", "unrelated")
+#: The predeclared action threshold of the YES/NO pair score (paper L3465-3466: "predeclared as 0.5").
+FIXED_THRESHOLD = 0.5
+#: The relation whose actions are the intended ones (the strict replacements); every other relation's
+#: actions are false ones (paper tab:v28_selection_decomposition, "False: actions on annotated non-replacements").
+REPLACEMENT = "replacement"
 
 
 def quantity_outcomes(run_dir: str | Path, queries: tuple[str, ...] = QUERIES
@@ -73,7 +83,47 @@ def _join(scores: dict[str, dict[str, Any]], outcomes: dict[str, dict[tuple[str,
                for q, rows in outcomes.items()}
     return {"score": [scores[c]["score"] for c in cases], "label": [scores[c]["label"] for c in cases],
             "group": [r["group_id"] for r in full], "relation": [r["relation"] for r in full],
+            "full_correct": [int(r[rule]) for r in full],
             "utility": utility, "all_queries": [sum(u) for u in zip(*utility.values())]}
+
+
+def selection_decomposition(scores: list[float], relations: list[str], groups: list[Any], full_correct: list[int],
+                            utility: list[int], threshold: float = FIXED_THRESHOLD, draws: int = DRAWS,
+                            seed: int = PAPER_SEED) -> dict[str, Any]:
+    """Acting at a fixed threshold, split by relation (paper L3474-3488; fig:v33_selection).
+
+    Per relation: ``n``, ``full_correct``, ``selected`` (score >= threshold), ``corrections`` /
+    ``reversals`` among the selected (utility +1 / -1), ``net`` and ``false`` (selected non-replacements).
+    ``contributions``: the net over all cases from the replacements, from every other relation and in
+    total, each in percentage points of *all* cases (one denominator, so the parts add up to the total)
+    with a 95% interval over relation-stratified group draws (the same draws for the three).
+
+    Example: scores ``[0.9, 0.2, 0.7]``, relations ``["replacement", "replacement", "confirmation"]``,
+    utility ``[1, -1, -1]`` selects cases 0 and 2: the replacements contribute +1 (+33.3 pp), the
+    confirmation -1 (one false action), the total 0.
+    """
+    act = apply_threshold(scores, threshold)
+    util, full = np.asarray(utility, dtype=float), np.asarray(full_correct, dtype=int)
+    rel = np.asarray(relations)
+    rows = []
+    known = list(RELATION_COUNTS)
+    for relation in sorted(set(relations), key=lambda r: (known.index(r) if r in known else len(known), r)):
+        here = rel == relation
+        sel = act & here
+        rows.append({"relation": relation, "n": int(here.sum()), "full_correct": int(full[here].sum()),
+                     "selected": int(sel.sum()), "corrections": int((sel & (util > 0)).sum()),
+                     "reversals": int((sel & (util < 0)).sum()), "net": int(util[sel].sum()),
+                     "false": 0 if relation == REPLACEMENT else int(sel.sum())})
+    n = len(scores)
+    parts = {"replacement": rel == REPLACEMENT, "other": rel != REPLACEMENT, "total": np.ones(n, dtype=bool)}
+    contributions = {}
+    for name, part in parts.items():
+        per_draw = conditional_bootstrap(scores, [threshold], groups, utility=util * part, strata=relations,
+                                         n_draws=draws, seed=seed)["net"][:, 0]
+        net = int(util[act & part].sum())
+        contributions[name] = {"net": net, "pp": 100 * net / n if n else None,
+                               "ci": percentile_interval(100 * per_draw / n) if n and draws else None}
+    return {"threshold": threshold, "n": n, "relations": rows, "contributions": contributions}
 
 
 def _curves(test: dict[str, list], utility: list[int], draws: int, seed: int) -> dict[str, Any]:
@@ -108,9 +158,13 @@ def action_utility(detection_dir: str | Path, dev_dir: str | Path, test_dir: str
                 t = -np.inf if r["threshold"] is None else r["threshold"]
                 r["test_net_by_query"] = {q: int(summarize(test["score"], t, test["utility"][q])["net"])
                                           for q in QUERIES}
+            decomposition = selection_decomposition(test["score"], test["relation"], test["group"],
+                                                    test["full_correct"], test["utility"][QUERIES[0]],
+                                                    draws=draws, seed=seed)
             cells.append({"rule": rule, "mask": mask, "dev_cases": len(dev["score"]),
                           "test_cases": len(test["score"]), "queries": list(QUERIES), "calibration": cal,
                           "coverage": _curves(test, test["all_queries"], draws, seed),
+                          "selection_decomposition": decomposition,
                           "current_only": {"calibration": evaluate(test["utility"][QUERIES[0]]),
                                            "coverage": _curves(test, test["utility"][QUERIES[0]], draws, seed)}})
     return {"cells": cells, "seed": seed, "draws": draws,
@@ -142,6 +196,31 @@ def _coverage_table(coverage: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: The paper's pooled selection at s >= 0.5 (tab:v28_selection_decomposition, L3620-3650; eight models x two
+#: support conditions, complete-response rule): net change in pp (count) of each relation's population.
+PAPER_SELECTION = {"source": {"replacement": "-20 (-192 of 960)", "confirmation": "-0.9 (-3 of 320)",
+                              "other_attribute": "-11.9 (-38 of 320)", "other_entity": "-36.6 (-117 of 320)"},
+                   "number": {"replacement": "+0.2 (+2 of 960)", "confirmation": "0 (+0 of 320)",
+                              "other_attribute": "-11.9 (-38 of 320)", "other_entity": "-35.3 (-113 of 320)"}}
+
+
+def _decomposition_lines(dec: dict[str, Any], mask: str) -> list[str]:
+    """The fixed-threshold selection by relation and the replacement / other contributions."""
+    paper = PAPER_SELECTION.get(mask, {})
+    lines = [f"Selection at the fixed threshold {dec['threshold']:g}, current query, by relation (paper "
+             "L3474-3488; the paper's column pools eight models and both support conditions):", "",
+             *table_head(["relation", "full / n", "selected", "C / R", "net", "false actions",
+                          "paper net pp (count)"])]
+    for r in dec["relations"]:
+        lines.append(table_row([r["relation"], f"{r['full_correct']}/{r['n']}", r["selected"],
+                                f"{r['corrections']} / {r['reversals']}", f"{r['net']:+d}", r["false"],
+                                paper.get(r["relation"], "")]))
+    c = dec["contributions"]
+    parts = "; ".join(f"{name} {v['net']:+d} ({v['pp']:+.1f} pp {interval(v['ci'], '+.1f')})"
+                      for name, v in c.items() if v["pp"] is not None)
+    return [*lines, "", f"Net change over all {dec['n']} test cases, by where the actions fall: {parts}.", ""]
+
+
 def format_action_report(summary: dict[str, Any], model: str) -> str:
     lines = [f"# Detection vs action on the quantity set: {model}", "", QUANTITY_ITEMS.line(), "",
              "YES/NO scores of the record pairs decide whether to hide the old record (or only its number). "
@@ -155,7 +234,9 @@ def format_action_report(summary: dict[str, Any], model: str) -> str:
     for cell in summary["cells"]:
         lines += [f"## {cell['rule']} rule, {cell['mask']} mask ({cell['dev_cases']} dev / {cell['test_cases']} "
                   "test cases)", "", "Test utility over the current, historical and unrelated queries:", "",
-                  *_rules_table(cell["calibration"], by_query=True), "", *_coverage_table(cell["coverage"]), "",
+                  *_rules_table(cell["calibration"], by_query=True), "",
+                  *_decomposition_lines(cell["selection_decomposition"], cell["mask"]),
+                  *_coverage_table(cell["coverage"]), "",
                   f"![coverage](coverage-{cell['rule']}-{cell['mask']}.png)", "",
                   "Sensitivity, current query only:", "",
                   *_rules_table(cell["current_only"]["calibration"], by_query=False), "",
