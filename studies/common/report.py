@@ -30,8 +30,8 @@ from kvprobe.readouts.stats import MIN_HISTORIES, MIN_RESAMPLED_UNITS, small_sam
 __all__ = ["COVERAGE_COLUMNS", "FLOOR", "INCONCLUSIVE", "ITEM_KINDS", "Items", "NOT_TESTABLE", "NO_CHANGE_RULE",
            "OPPOSITE", "REPLICATES", "VERDICT_RULE", "corrections_reversals", "coverage_rows", "data_items",
            "estimate", "exact_rules", "format_change", "format_exact_rules", "heading", "interval", "model_name",
-           "nested_note", "ordered", "run_time", "small_sample_note", "table_head", "table_row", "testable", "verdict",
-           "verdict_cell"]
+           "nested_note", "ordered", "percent_count", "run_time", "small_sample_note", "table_head", "table_row",
+           "testable", "verdict", "verdict_cell"]
 
 
 def interval(ci: Sequence[float] | None, fmt: str = "+.2f") -> str:
@@ -54,6 +54,13 @@ def format_change(change: dict[str, Any] | None) -> str:
 def corrections_reversals(change: dict[str, Any] | None, sep: str = " / ") -> str:
     """``corrections / reversals`` of a paired change (empty for None)."""
     return f"{change['corrections']}{sep}{change['reversals']}" if change else ""
+
+
+def percent_count(k: int, n: int, count: bool = True) -> str:
+    """``k`` of ``n`` as the paper prints it: ``11.1 % (1)`` (``count=False``: ``11.1 %``); ``-`` when n is 0."""
+    if not n:
+        return "-"
+    return f"{100 * k / n:.1f} %" + (f" ({k})" if count else "")
 
 
 def table_row(cells: Iterable[Any]) -> str:
