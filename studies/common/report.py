@@ -30,8 +30,8 @@ from kvprobe.readouts.stats import MIN_HISTORIES, MIN_RESAMPLED_UNITS, small_sam
 __all__ = ["COVERAGE_COLUMNS", "FLOOR", "INCONCLUSIVE", "ITEM_KINDS", "Items", "NOT_TESTABLE", "NO_CHANGE_RULE",
            "OPPOSITE", "REPLICATES", "VERDICT_RULE", "corrections_reversals", "coverage_rows", "data_items",
            "estimate", "exact_rules", "format_change", "format_exact_rules", "heading", "interval", "model_name",
-           "nested_note", "ordered", "percent_count", "run_time", "small_sample_note", "table_head", "table_row",
-           "testable", "verdict", "verdict_cell"]
+           "nested_note", "ordered", "percent_count", "rate_interval", "run_time", "small_sample_note", "table_head",
+           "table_row", "testable", "verdict", "verdict_cell"]
 
 
 def interval(ci: Sequence[float] | None, fmt: str = "+.2f") -> str:
@@ -61,6 +61,12 @@ def percent_count(k: int, n: int, count: bool = True) -> str:
     if not n:
         return "-"
     return f"{100 * k / n:.1f} %" + (f" ({k})" if count else "")
+
+
+def rate_interval(k: int, n: int, ci: Sequence[float] | None) -> str:
+    """``k/n = 25.0 % [0.15, 0.38]`` (an interval of the proportion, e.g. ``readouts.stats.clopper_pearson``);
+    ``k/n`` alone when ``ci`` is None (n = 0)."""
+    return f"{k}/{n}" + ("" if ci is None else f" = {100 * k / n:.1f} % [{ci[0]:.2f}, {ci[1]:.2f}]")
 
 
 def table_row(cells: Iterable[Any]) -> str:
