@@ -123,7 +123,41 @@ PAPER_STRINGS: dict[str, str] = {
     # L4317-4322: the paper's fallback result.
     "FALLBACK_RESULT": ("a fallback that re-answers from the recomputed cache after a capped source-masked answer "
                         "does not exceed recomputation alone"),
+    # L4339-4341: the component bootstrap of the generated-token ratios (``unfinished.token_ratios``).
+    "TOKEN_BOOTSTRAP": ("generated-token ratios use a bootstrap over 319 components of questions that share an "
+                        "original MQuAKE case (10,000 draws)"),
+    # L4344-4346: the search-loop rule (``unfinished.search_loop``; RECHECK_PHRASES, FACT_CITATION, SEARCH_LOOP_MIN).
+    "SEARCH_LOOP": ("A search loop reaches the 1,024-token limit without a boxed answer, contains at least three "
+                    're-check phrases such as "let me check" or "wait", and cites one fact number at least three '
+                    "times."),
+    # L4346-4347: the verbatim-loop rule (``unfinished.verbatim_loop``; NGRAM, NGRAM_UNIT, REPEATED_SHARE).
+    "VERBATIM_LOOP": "A verbatim loop has more than half of its 8-grams repeated.",
+    # L4347-4349: the quotation rule (``unfinished.quotes_masked_record``).
+    "QUOTES_MASKED": ("A response quotes a masked record when one line cites a superseded record's fact number "
+                      "together with that record's subject and old value."),
+    # L4355-4356 (table caption): box-only and same style (``unfinished.style``).
+    "BOX_ONLY": "A box-only answer consists of a single boxed answer.",
+    "SAME_STYLE": "Same style compares each output with the full-access output for the same question.",
 }
+
+# ----------------------------------------------------------------------------- unfinished generation (L4331-4465)
+# The lexical rules' parameters. The paper names its re-check phrases by example only ("such as 'let me check' or
+# 'wait'", L4345-4346): UNCLEAR, ours: exactly those two, matched case-insensitively as whole words, every
+# occurrence counted.
+RECHECK_PHRASES = ("let me check", "wait")
+#: "at least three re-check phrases" and "cites one fact number at least three times" (L4345-4346).
+SEARCH_LOOP_MIN = 3
+# How a response cites a fact number: UNCLEAR (the paper does not say); ours: "fact 12", "facts 12", "fact #12",
+# "fact number 12", "fact no. 12", "record 12", "serial number 12", "#12", "[12]", or a line that starts with the
+# number as the history writes it ("12. ...", "- 12. ...", "(12) ...").
+FACT_CITATION = (r"(?:\b(?:facts?|records?|serial\s+number|number|no\.)\s*#?\s*(?P<a>\d+)\b)"
+                 r"|(?:#(?P<b>\d+)\b)|(?:\[(?P<c>\d+)\])"
+                 r"|(?:^[ \t]*(?:[-*>][ \t]*)?\(?(?P<d>\d+)[.):](?:\s|$))")
+#: "8-grams" (L4347): n; their unit (UNCLEAR: tokens or words; ours: whitespace-separated words, as the stored
+#: rows keep the text, not the token ids) and the share "more than half" (strictly above).
+NGRAM = 8
+NGRAM_UNIT = "words"
+REPEATED_SHARE = 0.5
 
 #: Prefill chunk in tokens (L1552-1553 "Prefill uses 128-token chunks"), for the history and the recompute.
 PREFILL_CHUNK = 128

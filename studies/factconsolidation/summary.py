@@ -24,6 +24,10 @@ Sensitivities (paper L1532-1533, L1648-1649, L1734-1740): the same complete + EO
 the run's config names ``exposed_questions`` (the exposure sensitivity), and on the questions whose original
 reference the judge found supported; each change against full access is checked for the main analysis' sign.
 
+Unfinished generation (paper L4331-4417, :mod:`unfinished`): the three lexical rules (search loop, verbatim loop,
+quoting a masked record), the answer-style table, the losses under source masking, the style tests and the
+generated-token ratios with a component bootstrap; the superseded records are rebuilt from the run's config.
+
 The paper's counts are descriptive (no intervals). Ours add one column: the change in complete
 answers with EOS against full access, with a 95% percentile interval from paired bootstrap draws of
 whole histories (:func:`kvprobe.readouts.stats.paired_change`; a history's questions are not
@@ -45,7 +49,7 @@ from kvprobe.studies.common.report import Items, data_items, estimate, heading, 
     table_head, table_row
 from kvprobe.studies.common.runner import CONFIG, read_rows, write_run_summary
 
-from . import strings
+from . import strings, unfinished
 from .grading import RULE_GRADER, question_verdicts, read_grades
 from .histories import HOPS
 from .outcomes import CAPPED, OUTCOMES, capped_labels, losses_by_length, old_alias_group, outcome, transitions
@@ -120,6 +124,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
             "fallback": fallback(outcomes, draws, seed),
             "exposed_questions": exposed,
             "sensitivities": _sensitivities(outcomes, keys, exposed, review),
+            "unfinished": unfinished.analyse(out_dir, by, keys, draws, seed),
             "graders": sorted(graders), "grades_file": None if grades is None else str(grades),
             "histories": sorted({c for c, _ in keys}), "questions": len(keys), "all_questions": len(full),
             "draws": draws, "seed": seed}
@@ -334,6 +339,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     lines += ["", "Labels of the capped answers, kept apart (a capped answer may also hold a wrong claim): "
               + (capped or "no capped answers") + ".", ""]
     lines += _apart_lines(summary) + _fallback_lines(summary) + _sensitivity_lines(summary)
+    lines += unfinished.report_lines(summary.get("unfinished"), study.get("max_new_tokens"))
     return "\n".join(lines)
 
 
