@@ -49,7 +49,7 @@ their numbers must not move:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Iterator
@@ -399,6 +399,35 @@ def group_bootstrap_indices(groups: Sequence[Any] | np.ndarray, n_draws: int = D
             columns.append(members[rng.integers(0, len(members), size=(n_draws, len(members)))])
         draws = np.concatenate(columns, axis=1)
     return GroupBootstrap(groups=labels, case_group=case_group.astype(np.intp), draws=draws.astype(np.intp))
+
+
+def connected_components(sources: Mapping[Hashable, Iterable[Hashable]]) -> dict[Hashable, Hashable]:
+    """Bootstrap units from shared sources: item -> its component's label, the component's first item in the
+    mapping's order; two items are in one component when a chain of shared sources links them (MINTEval's
+    sessions sharing a bAbI story, FactConsolidation's questions sharing an MQuAKE case).
+
+    Example: ``connected_components({"s1": {"a"}, "s2": {"a", "b"}, "s3": {"c"}})`` is
+    ``{"s1": "s1", "s2": "s1", "s3": "s3"}``.
+    """
+    order = {s: i for i, s in enumerate(sources)}
+    parent = {s: s for s in sources}
+
+    def root(s: Hashable) -> Hashable:
+        while parent[s] != s:
+            parent[s] = parent[parent[s]]
+            s = parent[s]
+        return s
+
+    owner: dict[Hashable, Hashable] = {}
+    for item, shared in sources.items():
+        for source in shared:
+            if source in owner:
+                a, b = root(owner[source]), root(item)
+                if a != b:
+                    parent[max(a, b, key=order.__getitem__)] = min(a, b, key=order.__getitem__)
+            else:
+                owner[source] = item
+    return {s: root(s) for s in sources}
 
 
 def bootstrap_stream(seed: int) -> np.random.Generator:

@@ -35,11 +35,10 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from kvprobe.readouts.stats import DRAWS, clopper_pearson, fisher_exact, group_bootstrap_weights, mcnemar_exact, \
-    percentile_interval, small_sample, weighted_sums
+from kvprobe.readouts.stats import DRAWS, clopper_pearson, connected_components, fisher_exact, \
+    group_bootstrap_weights, mcnemar_exact, percentile_interval, small_sample, weighted_sums
 from kvprobe.studies.common.answers import boxed_content, contains_answer, normalize_answer
 from kvprobe.studies.common.report import NOT_TESTABLE, claim_verdict, table_head, table_row, testable
-from kvprobe.studies.minteval.components import components
 
 from . import strings
 from .mapping import Superseded
@@ -209,7 +208,7 @@ def question_components(questions: Mapping[Key, str], cases: Mapping[str, Sequen
     for k, text in questions.items():
         t = text.strip().casefold()
         links[names[k]] = [f"text:{t}", *(f"case:{c}" for c in (cases or {}).get(t, ()))]
-    labels = components(links)
+    labels = connected_components(links)
     return {k: labels[names[k]] for k in questions}
 
 

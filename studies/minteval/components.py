@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
+from kvprobe.readouts.stats import connected_components
+
 from .schema import Session
 from .stories import BABI_FILES, read_stories
 
@@ -62,22 +64,6 @@ def session_sources(session: Session) -> set[str]:
 
 
 def components(sources: Mapping[str, Iterable[str]]) -> dict[str, str]:
-    """Session -> its component's label (the component's first session, in the mapping's order)."""
-    parent = {s: s for s in sources}
-
-    def root(s: str) -> str:
-        while parent[s] != s:
-            parent[s] = parent[parent[s]]
-            s = parent[s]
-        return s
-
-    owner: dict[str, str] = {}
-    for session, stories in sources.items():
-        for story in stories:
-            if story in owner:
-                a, b = root(owner[story]), root(session)
-                if a != b:
-                    parent[max(a, b, key=list(sources).index)] = min(a, b, key=list(sources).index)
-            else:
-                owner[story] = session
-    return {s: root(s) for s in sources}
+    """Session -> its component's label (the component's first session, in the mapping's order;
+    :func:`kvprobe.readouts.stats.connected_components`)."""
+    return connected_components(sources)
