@@ -1,7 +1,9 @@
 """Text recomputation: delete the source text, retokenize, and prefill again (paper L4540, L1101-1104).
 
 ``TextRecompute(["A"])`` removes whole prompt segments (with their separator)
-from the history text and prefills the edited text:
+from the history text and prefills the edited text; ``TextRecompute(spans=[span])``
+removes the characters of token spans inside one segment instead (the operation-matched
+control of a recompute: as many tokens of a neutral note, paper L4535-4537):
 
 * ``stored_prefix=False`` (full recompute) re-encodes all retained text;
 * ``stored_prefix=True`` reuses the cached rows of every token before the first
@@ -34,6 +36,7 @@ from ._base import require_unedited
 
 if TYPE_CHECKING:
     from kvprobe.arch import ArchSummary
+    from kvprobe.prompts import TokenSpan
     from kvprobe.history import History
     from kvprobe.model import Model
 
@@ -58,6 +61,23 @@ def deleted_ranges(history: "History", segments: tuple[str, ...]) -> list[tuple[
     return sorted(ranges)
 
 
+def span_ranges(history: "History", spans: tuple["TokenSpan", ...]) -> list[tuple[int, int]]:
+    """Character ranges of the history text covered by token ``spans`` (first token's start to last token's end),
+    each inside one segment; ``SpanError`` names a span that is empty, leaves the history or crosses a segment."""
+    rendered, ranges = history.rendered, []
+    for span in spans:
+        if len(span) == 0 or span.start < 0 or span.end > len(history):
+            raise SpanError(f"text recompute span {span!r} is empty or outside the history ({len(history)} tokens)")
+        lo, hi = history.offsets[span.start][0], history.offsets[span.end - 1][1]
+        if not any(start <= lo and hi <= end for start, end in rendered.segments.values()):
+            raise SpanError(f"text recompute span {span!r} (characters {lo}-{hi}) is not inside one segment")
+        ranges.append((lo, hi))
+    ranges.sort()
+    if any(a[1] > b[0] for a, b in zip(ranges, ranges[1:])):
+        raise SpanError("text recompute spans overlap")
+    return ranges
+
+
 def _char_map(length: int, ranges: list[tuple[int, int]]) -> torch.Tensor:
     """Long[length]: new index of every original character, -1 if deleted."""
     keep = torch.ones(length, dtype=torch.bool, device="cpu")  # host-side bookkeeping
@@ -69,20 +89,36 @@ def _char_map(length: int, ranges: list[tuple[int, int]]) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class TextRecompute(Condition):
-    """Delete whole segments from the text and prefill the retained history again (named ``recompute``, or
-    ``recompute-prefix`` with ``stored_prefix``, unless ``name`` says otherwise)."""
+    """Delete text and prefill the retained history again (named ``recompute``, or ``recompute-prefix`` with
+    ``stored_prefix``, unless ``name`` says otherwise).
 
-    segments: str | tuple[str, ...]
+    Either whole ``segments`` (with their separators) or the characters of token ``spans`` (each inside one
+    segment; the rest of that segment stays) are deleted, not both.
+
+    Example::
+
+        TextRecompute("A")                                   # the record, as the paper's recompute
+        control = kvprobe.matched_control(h, kvprobe.Mask(h.span("A")), "note")   # as many note tokens
+        TextRecompute(spans=control.spans, name="recompute-control")
+    """
+
+    segments: str | tuple[str, ...] = ()
     stored_prefix: bool = False
     chunk_size: int | None = field(default=None, kw_only=True)
     name: str = field(default="", kw_only=True)
+    spans: tuple["TokenSpan", ...] = field(default=(), kw_only=True)
 
     def __post_init__(self) -> None:
         segments = (self.segments,) if isinstance(self.segments, str) else tuple(self.segments)
-        if not segments:
-            raise SpanError("TextRecompute needs at least one segment name")
-        set_fields(self, segments=segments,
+        spans = tuple(self.spans)
+        if bool(segments) == bool(spans):
+            raise SpanError("TextRecompute needs segment names or token spans to delete (one of the two)")
+        set_fields(self, segments=segments, spans=spans,
                    name=self.name or ("recompute-prefix" if self.stored_prefix else "recompute"))
+
+    def deleted(self, history: "History") -> list[tuple[int, int]]:
+        """Character ranges of the history text this recompute deletes."""
+        return span_ranges(history, self.spans) if self.spans else deleted_ranges(history, self.segments)
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
         if arch.recurrent_layers and self.stored_prefix:
@@ -93,13 +129,24 @@ class TextRecompute(Condition):
                             "(use recompute, which prefills the edited text from the start)")
 
     def edited_prompt(self, history: "History"):
-        """The history's prompt without the deleted segments."""
-        kept = [(n, t) for n, t in history.prompt.segments if n not in self.segments]
-        return dataclasses.replace(history.prompt, segments=kept)
+        """The history's prompt without the deleted segments (or the spans' characters)."""
+        if not self.spans:
+            kept = [(n, t) for n, t in history.prompt.segments if n not in self.segments]
+            return dataclasses.replace(history.prompt, segments=kept)
+        rendered, ranges, edited = history.rendered, self.deleted(history), []
+        for name, text in history.prompt.segments:
+            start, end = rendered.segments[name]
+            if history.text[start:end] != text:
+                raise SpanError(f"segment {name!r} renders as other text; cannot delete characters of its tokens")
+            cut = [(lo - start, hi - start) for lo, hi in ranges if start <= lo and hi <= end]
+            for lo, hi in reversed(cut):
+                text = text[:lo] + text[hi:]
+            edited.append((name, text))
+        return dataclasses.replace(history.prompt, segments=edited)
 
     def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
         require_unedited(self.name, history, state)
-        ranges = deleted_ranges(history, self.segments)
+        ranges = self.deleted(history)
         prompt = self.edited_prompt(history)
         rendered = prompt.render(model.tokenizer)
         char_map = _char_map(len(history.text), ranges)

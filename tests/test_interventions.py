@@ -342,6 +342,41 @@ def test_text_recompute_equals_fresh_prefill(tiny_model):
     assert full.slot_of[h.span("A").start] == -1
 
 
+def test_text_recompute_of_token_spans_equals_fresh_prefill(tiny_model):
+    """The operation-matched control of a recompute (paper L4535-4537): deleting the characters of as many
+    note tokens as record A has equals a fresh prefill of the edited text; positions map through."""
+    h = make_history(tiny_model)
+    control = kvprobe.matched_control(h, Mask(h.span("A")), "note")
+    op = TextRecompute(spans=control.spans, name="recompute-control")
+    edited = op.edited_prompt(h)
+    (lo, hi), = op.deleted(h)
+    assert dict(edited.segments)["note"] == h.text[h.rendered.segments["note"][0]:lo] + h.text[hi:h.rendered.segments["note"][1]]
+    assert dict(edited.segments)["A"] == dict(h.prompt.segments)["A"]
+    fresh = tiny_model.prefill(edited)
+    state = op.prepare(tiny_model, h)
+    assert torch.equal(state.input_ids, fresh.input_ids)
+    for layer in tiny_model.arch.attention_layers:
+        assert torch.equal(state.kv[layer][0], fresh.kv[layer][0])
+    assert state.slot_of[h.span("A").start] == fresh.span("A").start
+    assert all(state.slot_of[i] == -1 for i in range(control.spans[0].start, control.spans[0].end))
+    got = tiny_model.generate(h, QUESTIONS, access={"control": op}, max_new_tokens=STEPS)["control"]
+    want = tiny_model.generate(fresh, QUESTIONS, max_new_tokens=STEPS)["full"]
+    assert [g.token_ids for g in got] == [g.token_ids for g in want]
+
+
+def test_text_recompute_span_errors(llama):
+    h = make_history(llama)
+    with pytest.raises(SpanError, match="one of the two"):
+        TextRecompute()
+    with pytest.raises(SpanError, match="one of the two"):
+        TextRecompute("A", spans=(h.span("note"),))
+    across = kvprobe.TokenSpan(h.span("A").end - 1, h.span("note").start + 1)
+    with pytest.raises(SpanError, match="not inside one segment"):
+        TextRecompute(spans=(across,)).prepare(llama, h)
+    with pytest.raises(SpanError, match="outside the history"):
+        TextRecompute(spans=(kvprobe.TokenSpan(len(h) - 1, len(h) + 3),)).prepare(llama, h)
+
+
 def test_stored_prefix_reports_a_retokenized_boundary(llama):
     h = llama.prefill(kvprobe.Prompt([("X", "re"), ("A", "cordrecord"), ("B", " end")], chat=False, sep=""))
     op = TextRecompute("A", stored_prefix=True)
