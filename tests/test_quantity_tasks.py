@@ -85,3 +85,23 @@ def test_number_span_excludes_unit_and_entity_digits(llama, information):
         conds = study_conditions(h, case)
         assert conds["number-control"].n_tokens == len(span)
         assert not any(c.overlaps(span) for c in conds["number-control"].spans)
+
+
+def test_operation_controls_apply_each_operation_to_the_note_control(llama):
+    """Paper L4535-4537: each control applies the same operation to as many unrelated-note tokens."""
+    from kvprobe.interventions import Compact, Rebuild, TextRecompute
+
+    case = next(c for c in generate_cases(TaskConfig(n_groups=2)) if c.information == "unit_from_a")
+    h = llama.prefill(build_prompt(case))
+    plain = study_conditions(h, case)
+    assert not any(name.endswith("-control") and name != "source-control" and name != "number-control"
+                   for name in plain)
+    conds = study_conditions(h, case, operation_controls=True)
+    control = conds["source-control"].spans
+    assert sum(len(s) for s in control) == len(h.span("A"))
+    assert isinstance(conds["recompute-control"], TextRecompute) and conds["recompute-control"].spans == control
+    assert isinstance(conds["rebuild-control"], Rebuild) and conds["rebuild-control"].spans == control
+    assert isinstance(conds["compact-control"], Compact) and conds["compact-control"].spans == control
+    state = conds["recompute-control"].prepare(llama, h)
+    assert state.info["history_tokens"] < len(h)  # the note's tokens are gone, record A stays
+    assert state.slot_of[h.span("A").start] >= 0

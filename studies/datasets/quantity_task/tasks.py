@@ -290,10 +290,15 @@ CONTROL_SKIP = 0
 
 
 def study_conditions(history: kvprobe.History, case: Case, operations: bool = True,
-                     control_skip: int = CONTROL_SKIP) -> dict[str, kvprobe.Condition]:
+                     control_skip: int = CONTROL_SKIP, operation_controls: bool = False
+                     ) -> dict[str, kvprobe.Condition]:
     """The study's conditions: full, source mask + control, number mask + control, and operations.
 
-    ``control_skip``: note tokens skipped before each matched control starts.
+    ``control_skip``: note tokens skipped before each matched control starts. ``operation_controls``
+    (with ``operations``): each operation also applied to the source mask's equal-token note control
+    (``recompute-control`` deletes those note tokens' text, ``rebuild-control`` and ``compact-control``
+    their rows), the paper's operation-matched controls of the compaction panel (L4535-4537: "Each
+    control applies the same operation to an equal number of unrelated-note tokens").
     """
     source = kvprobe.Mask(history.span("A"), name="source")
     number = kvprobe.Mask(number_span(history, case), name="number")
@@ -312,5 +317,10 @@ def study_conditions(history: kvprobe.History, case: Case, operations: bool = Tr
         # Operations the model's architecture cannot support (compaction with recurrent
         # layers...) are left out, with a warning saying why.
         ops = {"recompute": TextRecompute("A"), "rebuild": Rebuild(source.spans), "compact": Compact(source.spans)}
+        if operation_controls:
+            spans = conds["source-control"].spans
+            ops.update({"recompute-control": TextRecompute(spans=spans, name="recompute-control"),
+                        "rebuild-control": Rebuild(spans, name="rebuild-control"),
+                        "compact-control": Compact(spans, name="compact-control")})
         conds.update(supported("quantity", history, ops))
     return conds
