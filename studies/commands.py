@@ -264,8 +264,11 @@ def add_report(sub, cli) -> None:
                        "scorecard",
                        description="With one run directory: recompute summary.json, report.md (and figures) "
                        "from its results.jsonl. Quantity with several (one model each): fit the warning threshold "
-                       "tau on all models but one and test it on that one, for each model in turn; writes "
-                       "thresholds.json and thresholds.md under --out. `kvprobe report scorecard [ARTIFACTS]`: "
+                       "tau on all models but one and test it on that one, for each model in turn (thresholds.json, "
+                       "thresholds.md), and put the models side by side (panel.md, panel.json: complete-answer rates "
+                       "with exact intervals, the source mask against its control, margin changes, failure "
+                       "diagnostics, units, capped outputs; preservation.png, preservation-lenient.png, margins.png), "
+                       "all under --out. `kvprobe report scorecard [ARTIFACTS]`: "
                        "read the committed runs under ARTIFACTS (default artifacts) and write the scorecard of the "
                        "paper's claims, one row per claim, run and rule with a verdict computed by one stated rule, "
                        "to --out (default docs/scorecard.md) and the JSON beside it. `kvprobe report cross-benchmark [RUN ...]`: "
@@ -275,7 +278,7 @@ def add_report(sub, cli) -> None:
                        "figure.png and cross-benchmark.json under --out (default artifacts/cross-benchmark).")
     p.add_argument("study", choices=[*STUDIES, "scorecard", "cross-benchmark"],
                    help="which study, or scorecard, or cross-benchmark")
-    p.add_argument("runs", nargs="*", help="output directories of `kvprobe run` (several: quantity thresholds, "
+    p.add_argument("runs", nargs="*", help="output directories of `kvprobe run` (several: quantity thresholds and panel, "
                    "or each rewritten for the other studies); scorecard: the artifacts folder (default artifacts); "
                    "cross-benchmark: MINTEval, MQuAKE and BABILong run directories holding config.json and "
                    "summary.json (default: the committed smollm2 runs)")
@@ -283,7 +286,8 @@ def add_report(sub, cli) -> None:
         p.add_argument(flag(option.name), dest=option.name, default=None,
                        help=f"{', '.join(e.name for e in STUDIES.values() if option in e.options)}: {option.help}")
     p.add_argument("--out", default=None, help="where to write the comparison of several runs (quantity: "
-                   "thresholds.{json,md}); scorecard: the markdown file (default docs/scorecard.md), the JSON "
+                   "thresholds.{json,md}, panel.{md,json} and the panel's figures); scorecard: the markdown file "
+                   "(default docs/scorecard.md), the JSON "
                    "beside it; cross-benchmark: the folder for report.md, figure.png and cross-benchmark.json "
                    "(default artifacts/cross-benchmark)")
     p.add_argument("--bootstrap-seed", type=int, default=None,

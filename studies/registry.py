@@ -94,7 +94,7 @@ _P = "kvprobe.studies."
 STUDIES: dict[str, Entry] = {e.name: e for e in (
     Entry("quantity", _P + "quantity.study:QuantityStudy", _P + "quantity.summary",
           "quantity records: does hiding, rebuilding or recomputing the old record change answers? (partC)",
-          compare=_P + "quantity.threshold:write_comparison",
+          compare=_P + "quantity.panel:write_comparison",
           seed=PAPER_SEED,  # the paper's seed of its answer-quality intervals (seed L4929)
           smoke=dict(n_groups=1, max_new_tokens=4, operations=False)),
     Entry("babilong", _P + "babilong.study:BabilongStudy", _P + "babilong.summary",

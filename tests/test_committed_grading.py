@@ -1,11 +1,13 @@
-"""Every committed records and derived-note row carries the current grading (paper L5453-5454, L5841).
+"""Every committed records, derived-note and quantity row carries the current grading (paper L5453-5454, L5841;
+quantity: the three rules, the lenient rule and the capped-output diagnostics, L4029-4040, L4425-4457).
 
 The exact score of both studies is answer-field equality (the shared answer-field parser, the paper's rules
 1-2), with the strict fenced rule beside it as ``correct_fenced``. Grading does not depend on generation, so
 the committed rows were regraded in place (``python -m kvprobe.studies.records.errors RUN...`` and
 ``python -m kvprobe.studies.derived_note.grading RUN...``, through
 :func:`kvprobe.studies.common.runner.regrade_results`); these tests fail when a grading rule changes and the
-committed rows are not regraded with it.
+committed rows are not regraded with it. The quantity rows were regraded the same way
+(``python -m kvprobe.studies.quantity.study RUN...``, which regenerates each run's groups from its config).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 from kvprobe.studies.common.answers import grade
 from kvprobe.studies.common.runner import read_rows, regrade_results, rewrite_rows
 from kvprobe.studies.derived_note import grading as derived
+from kvprobe.studies.quantity import study as quantity
 from kvprobe.studies.records import errors as records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +40,22 @@ def test_every_committed_row_matches_the_current_grading(study, run):
     for i, row in enumerate(read_rows(run)):
         now = regrade(row)
         assert {c: row.get(c, "<missing>") for c in columns} == {c: now[c] for c in columns}, (run, i)
+
+
+QUANTITY = sorted(p.parent for p in (ROOT / "artifacts" / "quantity").glob("*/results.jsonl*"))
+
+
+@pytest.mark.parametrize("run", QUANTITY, ids=lambda p: f"quantity/{p.name}")
+def test_every_committed_quantity_row_matches_the_current_grading(run):
+    """Generation does not depend on grading: every stored grade and diagnostic column equals a regrade of the
+    stored output and stop reason."""
+    assert len(QUANTITY) >= 3
+    columns = (*quantity.GRADE_COLUMNS, *quantity.DIAGNOSTIC_COLUMNS)
+    rows = list(read_rows(run))
+    again = quantity.regrade_rows(iter(rows), json.loads((run / "config.json").read_text()))
+    stale = [(row["case_id"], row["query"], row["condition"], c)
+             for row, now in zip(rows, again) for c in columns if row.get(c, "<missing>") != now[c]]
+    assert not stale, f"{len(stale)} stale grade cells, e.g. {stale[:3]}"
 
 
 def test_answer_field_rule_with_the_fenced_rule_beside_it():

@@ -72,18 +72,18 @@ def test_each_model_is_scored_with_a_tau_fitted_on_the_others():
 
 
 def _run_dir(path, model, cases):
-    """A run directory with the rows signal_cases reads (statistics input, not a model stand-in)."""
+    """A run directory with the rows signal_cases (and the summary of the cross-model panel) reads (statistics
+    input, not a model stand-in)."""
     path.mkdir()
     (path / "config.json").write_text(json.dumps({"model": {"name": model}}))
     rows = []
     for case, (full_ok, source_ok, logp_source, logp_control) in enumerate(cases):
         for cond, ok, logp in (("full", full_ok, -1.0), ("source", source_ok, logp_source),
                                ("source-control", True, logp_control)):
-            rows.append({"case_id": f"c{case}", "group_id": f"g{case}", "query": "current",
-                         "relation": "replacement", "condition": cond, "lenient_complete": ok,
-                         "complete": ok and case == 0, "logp_right": logp, "margin_change_vs_control": 0.0})
-        rows.append({"case_id": f"c{case}", "group_id": f"g{case}", "query": "historical", "relation": "replacement",
-                     "condition": "full", "lenient_complete": False, "complete": False, "logp_right": 0.0})
+            rows.append({**_rows(f"g{case}", "replacement", "unit_stated", "current", cond, ok and case == 0, ok,
+                                 logp, 0.0), "case_id": f"c{case}"})
+        rows.append({**_rows(f"g{case}", "replacement", "unit_stated", "historical", "full", False, False, 0.0),
+                     "case_id": f"c{case}"})
     (path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -142,7 +142,7 @@ def _rows(group, relation, info, query, cond, complete, lenient, logp_right=-1.0
             "query": query, "condition": cond, "complete_exact": complete, "complete_equivalent": complete,
             "complete": complete, "lenient_complete": lenient, "logp_right": logp_right, "margin": 0.0,
             "margin_change_vs_full": 0.0, "margin_change_vs_control": delta_m,
-            "stop_reason": "eos", "category": "complete" if complete else "old_value"}
+            "stop_reason": "eos", "category": "complete" if complete else "old_value", "unit": "minutes"}
 
 
 def test_warning_signal_aucs_by_hand_and_the_default_rule():
@@ -232,6 +232,8 @@ def test_signal_cases_and_cli_compare(tmp_path, capsys):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "| m1 |" in done.stdout and (tmp_path / "cli" / "thresholds.md").is_file()
+    written = {p.name for p in (tmp_path / "cli").iterdir()}
+    assert {"panel.md", "panel.json", "preservation.png", "margins.png"} <= written
     from kvprobe.cli import main  # the refusal in process: a second interpreter start costs seconds
 
     assert main(cmd[3:-2] + [str(tmp_path / "nowhere")]) == 2

@@ -15,7 +15,9 @@ stored row can be regraded with the current rules (:func:`regrade_row`).
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
 import kvprobe
@@ -25,6 +27,7 @@ from kvprobe.studies.datasets.quantity_task.histories import QuantityTaskHistori
 from kvprobe.studies.common.chat_template import template_kwargs
 from kvprobe.studies.common.no_context import NO_CONTEXT, NoContext
 from kvprobe.studies.common.protocol import CaseRun, Question, require_at_least
+from kvprobe.studies.common.runner import regrade_results
 
 #: Answer budget (paper section 1.3: 40 tokens for the small models).
 MAX_NEW_TOKENS = 40
@@ -36,13 +39,19 @@ CONTROLLED = ("source", "number")
 
 #: The row columns the grading writes: ``complete_exact``, ``complete_equivalent`` and ``complete`` are
 #: the paper's rules 1, 2 and 3 (``grading.RULES``); ``category``, ``strict_single_field``, ``fenced``
-#: and ``first_answer_correct`` come from rule 3's grade; ``lenient_complete`` is the lenient rule.
+#: and ``first_answer_correct`` come from rule 3's grade; ``lenient_complete`` is the lenient rule; the
+#: capped-output diagnostics of the paper (L4425-4457) are :data:`DIAGNOSTIC_COLUMNS`.
 GRADE_COLUMNS = ("category", "complete_exact", "complete_equivalent", "complete", "lenient_complete",
                  "strict_single_field", "fenced", "first_answer_correct")
+#: Whether the output holds a re-check phrase ("Wait", "re-read", "misread") or a missing-referent phrase
+#: ("not specified", "does not mention", "missing"; ``quantity_task/strings.py``), and whether a later answer
+#: object differs from the first (the paper: "No capped replacement output contains a second, different answer
+#: object", L4431-4432). Computed for every row, read for capped ones.
+DIAGNOSTIC_COLUMNS = ("recheck_phrase", "missing_referent_phrase", "second_different_answer")
 
 
 def grade_columns(group: tasks.Group, query: tasks.Query, text: str, stop_reason: str) -> dict[str, Any]:
-    """The :data:`GRADE_COLUMNS` of one answer to ``query`` in ``group``."""
+    """The :data:`GRADE_COLUMNS` and :data:`DIAGNOSTIC_COLUMNS` of one answer to ``query`` in ``group``."""
     if query.kind == "quantity":
         auxiliary = group.b_value if group.relation in ("other_attribute", "other_entity") else None
         grades = {rule: grading.grade_quantity(text, stop_reason, query.reference, old=group.old_value,
@@ -53,7 +62,8 @@ def grade_columns(group: tasks.Group, query: tasks.Query, text: str, stop_reason
     return {"category": complete.category, "complete_exact": grades["exact"].complete,
             "complete_equivalent": grades["equivalent"].complete, "complete": complete.complete,
             "lenient_complete": complete.lenient_complete, "strict_single_field": complete.strict_single_field,
-            "fenced": complete.fenced, "first_answer_correct": complete.first_answer_correct}
+            "fenced": complete.fenced, "first_answer_correct": complete.first_answer_correct,
+            **{column: getattr(complete, column) for column in DIAGNOSTIC_COLUMNS}}
 
 
 def run_groups(config: dict[str, Any]) -> dict[str, tasks.Group]:
@@ -66,7 +76,8 @@ def run_groups(config: dict[str, Any]) -> dict[str, tasks.Group]:
 
 
 def regrade_row(row: dict[str, Any], groups: dict[str, tasks.Group]) -> dict[str, Any]:
-    """``row`` with its :data:`GRADE_COLUMNS` recomputed from its stored output and stop reason."""
+    """``row`` with its :data:`GRADE_COLUMNS` and :data:`DIAGNOSTIC_COLUMNS` recomputed from its stored output and
+    stop reason."""
     group = groups[row["group_id"]]
     query = next(q for q in tasks.queries(tasks.Case(group, row["information"])) if q.role == row["query"])
     if query.reference != row["reference"]:
@@ -79,6 +90,15 @@ def regrade_rows(rows: Iterator[dict[str, Any]], config: dict[str, Any]) -> Iter
     """:func:`regrade_row` of every row of a run (its groups regenerated once)."""
     groups = run_groups(config)
     return (regrade_row(row, groups) for row in rows)
+
+
+def regrade_run(out_dir: Path | str) -> int:
+    """Regrade a run's stored rows in place (``runner.regrade_results``); the number of rows that changed.
+
+    How the committed runs got :data:`DIAGNOSTIC_COLUMNS`: ``python -m kvprobe.studies.quantity.study RUN ...``.
+    """
+    groups = run_groups(json.loads((Path(out_dir) / "config.json").read_text()))
+    return regrade_results(out_dir, lambda row: regrade_row(row, groups))
 
 
 @dataclass
@@ -158,3 +178,10 @@ class QuantityStudy(QuantityTaskHistories):
             **grade_columns(g, q, out.text, out.stop_reason),
             "case_complete": True,
         }
+
+
+if __name__ == "__main__":  # pragma: no cover - the regrade of committed runs after a grading change
+    import sys
+
+    for run_dir in sys.argv[1:]:
+        print(run_dir, regrade_run(run_dir), "rows changed")

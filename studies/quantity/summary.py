@@ -21,6 +21,9 @@ with the lenient rule. Its decomposition (paper L4085-4212, :func:`candidate_dec
 D_c, D_o and Delta m = D_o - D_c with intervals, Spearman(Delta m, D_o) with an interval, and the
 lost answers split into content losses and failures to stop after a complete first answer, each
 flagged at the paper's tau.
+
+Answer outcomes (``diagnostics.py``): every cell's answer categories (the failure diagnostics), the per-unit
+breakdown and the capped outputs of the replacements' current query under the whole-source mask.
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ from kvprobe.readouts.stats import DRAWS, PAPER_SEED, GroupBootstrap, auc, boots
     zero_failure_bound
 from kvprobe.studies.common.no_context import NO_CONTEXT, Outcome, conditional_on_baseline, conditional_table
 from kvprobe.studies.datasets.quantity_task.grading import CATEGORIES
-from kvprobe.studies.common.report import VERDICT_RULE, claim_verdict, estimate, heading, interval, small_sample_note, table_head, table_row, \
-    testable, verdict_cell
+from kvprobe.studies.common.report import VERDICT_RULE, claim_verdict, estimate, heading, interval, rate_interval, \
+    small_sample_note, table_head, table_row, testable, verdict_cell
 from kvprobe.studies.datasets.quantity_task.tasks import ITEMS
 from kvprobe.studies.common.runner import read_rows
+from .diagnostics import capped_lines, capped_outputs, failure_lines, unit_breakdown, unit_lines
 from .threshold import LABELS, RULES as SIGNAL_RULES, SIGNAL_CONDITIONS, signal
 
 #: Report order of conditions (unknown names sort after these, alphabetically).
@@ -281,6 +285,8 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
             if entry["lenient_complete_vs_full"]["reversals"] == 0 and cond != "full":
                 entry["zero_reversal_upper_bound"] = zero_failure_bound(entry["n"])
             summary["cells"].append(entry)
+    summary["unit_breakdown"] = unit_breakdown(cells)
+    summary["capped_outputs"] = capped_outputs(cells)
     summary["warning_signal"] = {rule: warning_signal(cells, order, boot, rule) for rule in SIGNAL_RULES}
     decomposition = candidate_decomposition(cells, order, boot)
     if decomposition is not None:
@@ -344,18 +350,6 @@ def _table(entries: list[dict[str, Any]]) -> list[str]:
         lines.append(f"| {c['condition']} | {counts} | {net(c['lenient_complete_vs_full'])} | "
                      f"{net(c.get('lenient_complete_vs_control'))} | {fmt(c.get('margin_change_vs_full'))} | "
                      f"{fmt(c.get('margin_change_vs_control'))} |")
-    return lines + [""]
-
-
-def _stop_lines(entries: list[dict[str, Any]]) -> list[str]:
-    """Why each condition's answers stopped (EOS or the token cap) and their answer categories
-    (``quantity_task.grading.CATEGORIES``; the paper separates token-limit stops from content errors)."""
-    categories = [cat for cat in CATEGORIES if cat != "capped"]  # capped = the token-cap column
-    lines = ["Stop reasons (EOS, or the token cap before EOS) and the categories of the EOS answers:", "",
-             *table_head(["condition", "EOS", "token cap", *categories])]
-    for c in entries:
-        lines.append(table_row([c["condition"], c["stop_reasons"]["eos"], c["stop_reasons"]["cap"],
-                                *(c["categories"][cat] for cat in categories)]))
     return lines + [""]
 
 
@@ -450,10 +444,6 @@ PAPER_DECOMPOSITION = {
 }
 
 
-def _rate(k: int, n: int, ci: list[float] | None) -> str:
-    return f"{k}/{n}" + ("" if ci is None else f" = {100 * k / n:.1f} % [{ci[0]:.2f}, {ci[1]:.2f}]")
-
-
 def _decomposition_lines(dec: dict[str, Any]) -> list[str]:
     """The candidate-probability decomposition and the loss split (paper L4085-4212), the paper's numbers
     beside ours; the Spearman verdict by ``claim_verdict`` (the paper found it positive)."""
@@ -484,9 +474,9 @@ def _decomposition_lines(dec: dict[str, Any]) -> list[str]:
             lines.append(table_row([
                 RULE_NAMES.get(rule, rule), info,
                 f"{e['lost']} ({e['lost_content']} / {e['lost_stop']} / {e['lost_other']})",
-                _rate(e["flagged_lost_content"], e["lost_content"], e["flagged_lost_content_ci"]),
-                _rate(e["flagged_lost_stop"], e["lost_stop"], e["flagged_lost_stop_ci"]),
-                _rate(e["flagged_kept"], e["kept"], e["flagged_kept_ci"]),
+                rate_interval(e["flagged_lost_content"], e["lost_content"], e["flagged_lost_content_ci"]),
+                rate_interval(e["flagged_lost_stop"], e["lost_stop"], e["flagged_lost_stop_ci"]),
+                rate_interval(e["flagged_kept"], e["kept"], e["flagged_kept_ci"]),
                 f"{e['lost_current_above_old']}/{e['lost']}", f"{e['lost_delta_m_positive']}/{e['lost']}"]))
     lines += ["", f"Paper (held-out tau, eight models): content losses flagged {PAPER_DECOMPOSITION['content']}; "
                   f"stopping failures {PAPER_DECOMPOSITION['stop']}; kept answers {PAPER_DECOMPOSITION['kept']}; "
@@ -539,8 +529,12 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
             lines += [f"## Replacements ({per_relation.get('replacement', '?')} groups), {info}, current query", ""]
             lines += small_sample_note(per_relation.get("replacement", 0), "groups")
             lines += _table(head)
-            lines += _stop_lines(head)
+            lines += failure_lines(head)
     lines += _claim_lines(summary)
+    if summary.get("unit_breakdown"):
+        lines += unit_lines(summary["unit_breakdown"])
+    if "capped_outputs" in summary:
+        lines += capped_lines(summary["capped_outputs"])
     if summary.get("warning_signal"):
         lines += _warning_lines(summary["warning_signal"])
     if summary.get("candidate_decomposition"):

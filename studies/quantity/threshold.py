@@ -270,8 +270,3 @@ def write_thresholds(run_dirs: list[Path | str], out_dir: Path | str, seed: int 
                                   "seed": seed, "rules": results}, indent=2) + "\n")
     atomic_write_text(out / "thresholds.md", format_thresholds(results))
     return results
-
-
-def write_comparison(run_dirs: list[Path | str], out_dir: Path | str, seed: int = PAPER_SEED) -> str:
-    """``kvprobe report quantity RUN RUN ... --out DIR``: :func:`write_thresholds`, as markdown tables."""
-    return format_thresholds(write_thresholds(run_dirs, out_dir, seed=seed))

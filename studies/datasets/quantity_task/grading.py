@@ -80,6 +80,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterable
 
+from kvprobe.studies.datasets.quantity_task import strings
 from kvprobe.studies.common.answers import (FENCE, UNKNOWN, ParseResult, find_answers, first_answer, normalize,
                                     parse_answer_field, parse_strict)
 
@@ -148,8 +149,20 @@ STOP_CAP = "cap"
 
 _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
 _LEADING_NUMBER_RE = re.compile(rf"\A\s*(?P<num>{_NUMBER})(?P<rest>.*)\Z", re.DOTALL)
-_RECHECK_RE = re.compile(r"\bwait\b|\bre-?read\b|\bmisread\b", re.IGNORECASE)
-_MISSING_REFERENT_RE = re.compile(r"\bnot specified\b|\bdoes not mention\b|\bmissing\b", re.IGNORECASE)
+
+
+def phrase_pattern(phrases: Iterable[str], case_sensitive: bool = strings.PHRASES_CASE_SENSITIVE) -> re.Pattern:
+    """A pattern finding any of ``phrases`` as whole words (no letter, digit or underscore on either side).
+
+    Example: ``phrase_pattern(("re-read",)).search("Let me re-read.")`` matches; ``"reread"`` does not.
+    """
+    alternatives = "|".join(re.escape(p) for p in phrases)
+    return re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", 0 if case_sensitive else re.IGNORECASE)
+
+
+#: The capped-output phrases of the paper (``strings.RECHECK_PHRASES``, ``strings.MISSING_REFERENT_PHRASES``).
+_RECHECK_RE = phrase_pattern(strings.RECHECK_PHRASES)
+_MISSING_REFERENT_RE = phrase_pattern(strings.MISSING_REFERENT_PHRASES)
 
 
 def _number(s: str) -> Decimal | None:
@@ -254,10 +267,10 @@ class Grade:
         first_answer_end: character offset where the first answer object ends.
         first_answer_correct: the first answer is right (number + accepted
             unit under the equivalent rule; labels: normalized match).
-        recheck_phrase: ``Wait``, ``re-read``/``reread`` or ``misread`` occurs
-            (word-bounded, case-insensitive).
-        missing_referent_phrase: ``not specified``, ``does not mention`` or
-            ``missing`` occurs (word-bounded, case-insensitive).
+        recheck_phrase: one of ``strings.RECHECK_PHRASES`` (``Wait``, ``re-read``,
+            ``misread``) occurs (:func:`phrase_pattern`: whole words, case-insensitive).
+        missing_referent_phrase: one of ``strings.MISSING_REFERENT_PHRASES``
+            (``not specified``, ``does not mention``, ``missing``) occurs.
         second_different_answer: a later answer object differs (normalized)
             from the first.
     """
@@ -352,7 +365,7 @@ def classify_answer(
 
 
 def _diagnostics(text: str, correct: Callable[[str], bool]) -> dict[str, Any]:
-    """Capped-output diagnostics (paper L4420-4442), computed for every output."""
+    """Capped-output diagnostics (paper L4425-4457), computed for every output."""
     answers = find_answers(text)
     first = answers[0] if answers else None
     return {

@@ -52,6 +52,19 @@ UNRELATED_QUESTION = "What is the inspection label on {envelope}? Return only th
 # template's ``date_string`` by ``kvprobe.studies.common.chat_template``; templates without it ignore it.
 TEMPLATE_DATE = "16 Sep 2026"
 
+# Phrases of the capped-output diagnostics (seed L4434-4436, the Gemma capped outputs: "Every capped output
+# contains ``Wait'', ``re-read'' or ``misread'', and most also state that a referent is missing"; the table
+# note, L4455-4457: "The re-check phrase is ``Wait'', ``re-read'' or ``misread''; the missing-referent phrase
+# includes wording such as ``not specified'', ``does not mention'' or ``missing''"). Read by
+# ``grading.phrase_pattern``: a row's ``recheck_phrase`` / ``missing_referent_phrase`` is true when its output
+# holds one of them as whole words.
+RECHECK_PHRASES = ("Wait", "re-read", "misread")  # L4455-4456, also L4434
+# UNCLEAR: "such as" leaves the list open; we match exactly these three (docs/fidelity.md).
+MISSING_REFERENT_PHRASES = ("not specified", "does not mention", "missing")  # L4456-4457
+# UNCLEAR: the paper does not say whether case matters ("Wait" is quoted capitalized, the others in lower
+# case); ours: case-insensitive, whole words, the hyphen of "re-read" required (docs/fidelity.md).
+PHRASES_CASE_SENSITIVE = False
+
 
 def neutral_note(sentence: str = NOTE_SENTENCE, repetitions: int = NOTE_REPETITIONS) -> str:
     """The neutral note: ``repetitions`` copies of ``sentence`` joined by single spaces.
@@ -77,4 +90,6 @@ PAPER_STRINGS = {
     "CURRENT_QUESTION": CURRENT_QUESTION.format(attribute="inspection interval", entity="Assembly-TEST-011"),
     "UNRELATED_QUESTION": UNRELATED_QUESTION.format(envelope="Envelope-TEST-000"),
     "TEMPLATE_DATE": TEMPLATE_DATE,
+    **{f"RECHECK_PHRASES[{i}]": p for i, p in enumerate(RECHECK_PHRASES)},
+    **{f"MISSING_REFERENT_PHRASES[{i}]": p for i, p in enumerate(MISSING_REFERENT_PHRASES)},
 }
