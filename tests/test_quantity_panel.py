@@ -147,3 +147,42 @@ def test_preservation_figure_stacks_and_does_not_overlap(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_deletion_panel_changes_from_masking_by_hand(tmp_path):
+    """Paper L4526-4546: each operation against the whole-source mask, paired within groups, and the margin
+    against the operation's own control when the run has one. Four replacements, unit from A:
+        group      g1 g2 g3 g4
+        source      1  0  1  0      compact vs masking: g2 gained, g3 lost -> 1/1, net 0
+        compact     1  1  0  0      recompute vs masking: g1, g3 lost -> 0/2, net -2/4 = -50 pp
+        recompute   0  0  0  0
+    """
+    import json
+
+    from kvprobe.studies.quantity.summary import format_report, summarize
+
+    table = {"full": [1, 1, 1, 1], "source": [1, 0, 1, 0], "source-control": [1, 1, 1, 1], "compact": [1, 1, 0, 0],
+             "compact-control": [1, 1, 1, 1], "recompute": [0, 0, 0, 0]}
+    rows = []
+    for cond, values in table.items():
+        for i, ok in enumerate(values):
+            rows.append({**_row(f"g{i + 1}", "minutes", "complete" if ok else "missing_unit"),
+                         "information": "unit_from_a", "query": "current", "condition": cond,
+                         "case_id": f"g{i + 1}/unit_from_a", "complete_exact": bool(ok), "complete_equivalent": bool(ok),
+                         "complete": bool(ok), "lenient_complete": bool(ok), "logp_right": -1.0, "margin": 0.0,
+                         "margin_change_vs_full": 0.5,
+                         "margin_change_vs_control": 2.0 if cond in ("source", "compact") else None})
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = summarize(tmp_path, draws=200)
+    cells = {c["condition"]: c for c in summary["cells"] if c["relation"] == "replacement"}
+    compact, recompute = cells["compact"]["complete_vs_source"], cells["recompute"]["complete_vs_source"]
+    assert (compact["corrections"], compact["reversals"], compact["net"]) == (1, 1, 0.0)
+    assert (recompute["corrections"], recompute["reversals"], recompute["net"]) == (0, 2, -0.5)
+    assert recompute["net_ci"][0] <= -0.5 <= recompute["net_ci"][1]
+    assert "complete_vs_source" not in cells["source"] and "complete_vs_source" not in cells["compact-control"]
+    assert cells["recompute"]["categories"]["missing_unit"] == 4
+    report = format_report(summary, {"model": {"name": "hand"}, "study": "quantity"})
+    section = report[report.index("## Deleting instead of masking"):]
+    assert "| compact | 2/4 | 2 | 2/4 | +2.00 [+2.00, +2.00] | +0.0 " in section   # own control
+    assert "| recompute | 0/4 | 4 | 0/4 | +0.50 [+0.50, +0.50] (vs full) | -50.0 " in section
+    assert "(0/2)" in section

@@ -33,8 +33,6 @@ from kvprobe.studies.common.runner import regrade_results
 MAX_NEW_TOKENS = 40
 #: Cases run together as one batch (measured on 2 CPU cores: see docs/benchmarks.md).
 CASES_PER_BATCH = 4
-#: Conditions whose matched control is named "<name>-control".
-CONTROLLED = ("source", "number")
 
 
 #: The row columns the grading writes: ``complete_exact``, ``complete_equivalent`` and ``complete`` are
@@ -114,8 +112,11 @@ class QuantityStudy(QuantityTaskHistories):
     dev: bool = False
     #: Greedy answer budget in tokens (paper section 1.3: 40 for the small models).
     max_new_tokens: int = MAX_NEW_TOKENS
-    #: Also run the cache operations (recompute, rebuild, compact), not only the five access conditions.
+    #: Run the cache operations (recompute, rebuild, compact) as well as the five access conditions.
     operations: bool = True
+    #: Also apply each operation to the source mask's equal-token note control (recompute-, rebuild- and
+    #: compact-control; the paper's operation-matched controls of the compaction panel, L4535-4537).
+    operation_controls: bool = False
     #: Note tokens skipped before each matched control starts (0: the note's first word, as in the
     #: paper's quoted control window, seed ~3803-3806).
     control_skip: int = tasks.CONTROL_SKIP
@@ -127,6 +128,9 @@ class QuantityStudy(QuantityTaskHistories):
 
     def __post_init__(self) -> None:
         require_at_least(self, n_groups=1, max_new_tokens=1, control_skip=0, cases_per_batch=1)
+        if self.operation_controls and not self.operations:
+            raise ValueError("quantity: operation_controls applies the cache operations to the note control; "
+                             "it needs the operations (drop --no-operations)")
 
     def task_config(self) -> tasks.TaskConfig:
         return tasks.TaskConfig(seed=self.seed, n_groups=self.n_groups, dev=self.dev)
@@ -147,7 +151,8 @@ class QuantityStudy(QuantityTaskHistories):
 
     def conditions(self, model: kvprobe.Model, case: tasks.Case, history: kvprobe.History
                    ) -> dict[str, kvprobe.Condition]:
-        conditions = tasks.study_conditions(history, case, operations=self.operations, control_skip=self.control_skip)
+        conditions = tasks.study_conditions(history, case, operations=self.operations, control_skip=self.control_skip,
+                                            operation_controls=self.operation_controls)
         if self.no_context:
             conditions[NO_CONTEXT] = NoContext()
         return conditions
@@ -174,7 +179,7 @@ class QuantityStudy(QuantityTaskHistories):
             "margin": round(margins[condition], 6),
             "margin_change_vs_full": round(margins[condition] - margins["full"], 6),
             "margin_change_vs_control": (round(margins[condition] - margins[control], 6)
-                                         if condition in CONTROLLED else None),
+                                         if control in margins else None),
             **grade_columns(g, q, out.text, out.stop_reason),
             "case_complete": True,
         }

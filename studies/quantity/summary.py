@@ -50,8 +50,16 @@ from .threshold import LABELS, RULES as SIGNAL_RULES, SIGNAL_CONDITIONS, signal
 
 #: Report order of conditions (unknown names sort after these, alphabetically).
 RELATION_ORDER = ("replacement", "confirmation", "other_attribute", "other_entity")
-CONDITION_ORDER = ("full", "source", "source-control", "number", "number-control", "recompute", "rebuild", "compact",
-                   NO_CONTEXT)
+CONDITION_ORDER = ("full", "source", "source-control", "number", "number-control", "recompute", "recompute-control",
+                   "rebuild", "rebuild-control", "compact", "compact-control", NO_CONTEXT)
+#: Operations compared with masking in the deletion panel (paper tab:v52_compact_headline, L4526-4546), the
+#: rules it counts, and the paper's Qwen3-32B row for B referring to A's unit (complete n/60, unit omitted,
+#: margin change vs the operation's own control [CI] nats, change from masking pp [CI] (gains/losses)).
+DELETIONS = ("compact", "recompute", "rebuild")
+DELETION_RULES = ("complete", "lenient_complete")
+PAPER_DELETION = {"source": "36/60, 24 omitted, +7.35 [+6.62, +8.15]",
+                  "compact": "40/60, 20 omitted, +7.86 [+7.09, +8.70]; +6.7 [+1.7, +13.3] (4/0)",
+                  "recompute": "3/60, 57 omitted, +2.31 [+1.45, +3.14]; -55.0 [-66.7, -41.7]"}
 QUERY_ORDER = ("current", "historical", "unrelated")
 
 
@@ -264,6 +272,7 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
     for (info, query, cond), cell in sorted(cells.items(), key=lambda kv: _cell_order(kv[0])):
         full = cells[(info, query, "full")]
         control = cells.get((info, query, f"{cond}-control"))
+        masking = cells.get((info, query, "source")) if cond in DELETIONS else None
         for relation in relations:
             members = np.array([g in cell and relation in ("all", relation_of[g]) for g in order])
             entry: dict[str, Any] = {"relation": relation, "information": info, "query": query,
@@ -274,6 +283,8 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
                 entry[f"{rule}_vs_full"] = versus(mine, base, members, lower=cond.endswith("-control"))
                 if control is not None:
                     entry[f"{rule}_vs_control"] = versus(mine, vector(control, rule, members), members)
+                if masking is not None and rule in DELETION_RULES:
+                    entry[f"{rule}_vs_source"] = versus(mine, vector(masking, rule, members), members)
             for key in ("margin_change_vs_full", "margin_change_vs_control"):
                 v = vector(cell, key, members)
                 if not np.isnan(v[members]).any():
@@ -485,6 +496,45 @@ def _decomposition_lines(dec: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _deletion_lines(summary: dict[str, Any]) -> list[str]:
+    """Deleting instead of masking the old record (paper L4526-4546): masking and each operation on the
+    replacements' current query, their change from masking, margins against each one's own control."""
+    head = ["## Deleting instead of masking: replacements, current query", "",
+             "Masking keeps the gap left by record A; compaction deletes its rows and rotates later keys back "
+             "(later states kept); recomputation prefills the history without A (later states rebuilt); rebuild "
+             "recomputes the later states at the original positions. Margin change: current-minus-old candidate "
+             "log-probability against the condition's own equal-token control where the run has one "
+             "(`--operation-controls`), else against full access (marked). Change from masking: paired, in pp of "
+             "the groups, gains/losses in brackets. The paper's column: Qwen3-32B, B refers to A's unit "
+             "(L4541-4546).", ""]
+    lines: list[str] = []
+    for info in sorted({c["information"] for c in summary["cells"]}):
+        entries = {c["condition"]: c for c in _cells(summary, "replacement", info, "current")}
+        if not any(op in entries for op in DELETIONS) or "source" not in entries:
+            continue
+        lines += [f"{info}:", "", *table_head(["condition", "complete", "unit omitted", "lenient",
+                                               "margin change [95% CI]", "complete vs masking",
+                                               "lenient vs masking", "paper (Qwen3-32B, unit from A)"])]
+        for cond in ("source", *DELETIONS):
+            c = entries.get(cond)
+            if c is None:
+                continue
+            own = c.get("margin_change_vs_control")
+            margin = (estimate(own["mean"], own["ci"]) if own else
+                      f"{estimate(c['margin_change_vs_full']['mean'], c['margin_change_vs_full']['ci'])} (vs full)"
+                      if c.get("margin_change_vs_full") else "")
+            changes = []
+            for rule in DELETION_RULES:
+                v = c.get(f"{rule}_vs_source")
+                changes.append("" if v is None else f"{100 * v['net']:+.1f} {interval([100 * x for x in v['net_ci']], '+.1f')} "
+                               f"({v['corrections']}/{v['reversals']})")
+            lines.append(table_row([cond, f"{c['complete']}/{c['n']}", c["categories"].get("missing_unit", 0),
+                                    f"{c['lenient_complete']}/{c['n']}", margin, *changes,
+                                    PAPER_DELETION.get(cond, "") if info == "unit_from_a" else ""]))
+        lines.append("")
+    return head + lines if lines else []
+
+
 def _control_lines(summary: dict[str, Any]) -> list[str]:
     """Control minus full accuracy with its L.95 for every matched control, all groups."""
     rules = ("complete", "lenient_complete")
@@ -539,6 +589,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         lines += _warning_lines(summary["warning_signal"])
     if summary.get("candidate_decomposition"):
         lines += _decomposition_lines(summary["candidate_decomposition"])
+    lines += _deletion_lines(summary)
     if any(c["condition"].endswith("-control") for c in summary["cells"]):
         lines += _control_lines(summary)
     others = [r for r in RELATION_ORDER[1:] if r in per_relation]
