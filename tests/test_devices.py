@@ -136,3 +136,28 @@ def test_extraction_with_edits_runs_under_the_device_guard(llama, tmp_path):
             extract(llama, "records", cases, path, batch_size=4, progress=False, edit=edit)
     with FeatureStore(path) as store:
         assert len(store.groups()) == 3
+
+
+def test_output_layer_reads_a_contiguous_input_on_the_last_positions():
+    """transformers slices the last positions for ``logits_to_keep`` (a strided view), which torch's CPU
+    bfloat16 matmul took ~200x slower than a contiguous copy: the output layer of a kvprobe model reads a
+    contiguous input (registered once however many Models wrap it), with the same logits."""
+    model = kvprobe.load_model("tiny-llama", dtype="bfloat16")
+    again = kvprobe.Model(model.hf, model.tokenizer, name="again")
+    seen = []
+    head = model.hf.get_output_embeddings()
+    handle = head.register_forward_hook(lambda mod, args, out: seen.append(args[0].is_contiguous()))
+    try:
+        h = model.prefill(kvprobe.Prompt([("A", "The box is red and the lid is blue.")], chat=False))
+        got = again.score(h, "What color is the box?", [" red", " blue"],  # two rows: a strided slice
+                          access={"full": kvprobe.Full(), "mask": kvprobe.Mask(kvprobe.TokenSpan(0, 3))})
+    finally:
+        handle.remove()
+    assert seen and all(seen)
+    assert len(head._forward_pre_hooks) == 1
+    ids = torch.tensor([[3, 4, 5, 6, 7]])
+    with torch.no_grad():
+        sliced = model.hf(ids, logits_to_keep=1).logits[:, -1]
+        whole = model.hf(ids).logits[:, -1]
+    assert torch.equal(sliced, whole)
+    assert [g.candidates for g in got.values()] == [(" red", " blue")] * 2
