@@ -6,6 +6,16 @@ over target queries, clusters resampled (:func:`kvprobe.readouts.stats.bootstrap
 question relevance, the fraction of cluster states whose target query scores above its unrelated
 query (ties count one half; ``loo`` by magnitude), with a cluster-bootstrap percentile interval.
 The paper's ranges over four models and three budgets (seed L2283-2287) are printed beside.
+
+Within update families (L2296-2311): each signal's replacement AUC computed in every family and averaged with
+equal weight (:func:`kvprobe.readouts.stats.macro_auc`; clusters resampled within family), checked against the
+recognition criterion's 0.60 (:data:`CRITERION`) by the project's verdict rule
+(:func:`kvprobe.studies.common.report.claim_verdict`, 95% interval): *poor recognition* when the interval lies
+below 0.60, *recognizes* (the paper's "opposite conclusion") when above, else *inconclusive*; the question
+relevance of each signal *meets* the criterion when its interval lies above :data:`RELEVANCE_CRITERION`.
+Where the rows carry the pair scores (``relevance.pair_scores``), the jointly encoded V distance is compared
+with the token-Jaccard and character-distance surfaces on the same draws (each surface in its stronger
+direction), unconditional and within families.
 """
 
 from __future__ import annotations
@@ -17,9 +27,11 @@ from typing import Any
 import numpy as np
 
 from kvprobe.files import atomic_write_text
-from kvprobe.readouts.stats import DRAWS, bootstrap_auc, bootstrap_mean, group_bootstrap_weights, \
-    percentile_interval
-from kvprobe.studies.common.report import Items, estimate, heading, run_time, table_head
+from kvprobe.readouts.evaluate import AUC_CRITERION
+from kvprobe.readouts.stats import DRAWS, auc as plain_auc, bootstrap_auc, bootstrap_mean, \
+    group_bootstrap_weights, macro_auc, percentile_interval
+from kvprobe.studies.common.report import INCONCLUSIVE, OPPOSITE, REPLICATES, Items, claim_verdict, estimate, \
+    heading, run_time, table_head
 from kvprobe.studies.common.runner import read_rows, write_run_summary
 
 SIGNALS = ("lexical", "attention_old", "loo")
@@ -27,7 +39,43 @@ SIGNALS = ("lexical", "attention_old", "loo")
 PAPER_RANGES = {"lexical": ("0.500", "1.000"), "attention_old": ("0.356-0.525", "0.316-0.953"),
                 "loo": ("0.466-0.724", "0.350-0.636")}
 NAMES = {"lexical": "lexical overlap", "attention_old": "attention to the old source",
-         "loo": "signed leave-one-out"}
+         "loo": "signed leave-one-out", "v_distance": "V distance (jointly encoded)",
+         "token_jaccard": "token Jaccard (surface)", "char_distance": "character distance (surface)"}
+#: The recognition criterion: a replacement AUC above 0.60 (L2223-2224; ``readouts.evaluate.AUC_CRITERION``).
+#: The within-family verdicts of L2296-2301 take it as the line between poor recognition and its opposite.
+CRITERION = AUC_CRITERION
+#: [UNCLEAR] the question-relevance criterion of L2302-2304 is not stated; ours: the same 0.60, on the
+#: fraction of cluster states whose target query scores higher.
+RELEVANCE_CRITERION = 0.60
+#: The pair scores (one per cluster state, no question): the V distance and the two surface baselines.
+PAIR_SCORES = ("v_distance", "token_jaccard", "char_distance")
+SURFACES = ("token_jaccard", "char_distance")
+#: Verdict words: claim_verdict's outcome -> what it says about the signal.
+REPLACEMENT_WORDS = {REPLICATES: "poor recognition", OPPOSITE: "recognizes", INCONCLUSIVE: "inconclusive"}
+RELEVANCE_WORDS = {REPLICATES: "met", OPPOSITE: "not met", INCONCLUSIVE: "inconclusive"}
+#: The paper's within-family counts (L2296-2304) and the Qwen3-8B V-distance comparator (L2305-2310).
+PAPER_COUNTS = {"combinations": 39, "poor recognition": 26, "recognizes": 8, "inconclusive": 5}
+PAPER_RELEVANCE_MET = {"lexical": "12/12", "attention_old": "4/12", "loo": "1/12"}
+PAPER_V = ("Qwen3-8B: V distance unconditional AUC 0.8542, within families 0.99909 (1.000 for location, "
+           "endpoint, deadline and incident cause, 0.99547 for preference); token Jaccard and character "
+           "distance 1.000 in every family (seed L2305-2310)")
+
+
+def replacement_verdict(ci: list[float]) -> str:
+    """Within-family replacement AUC interval against :data:`CRITERION`: poor recognition, recognizes or
+    inconclusive (:func:`claim_verdict`, the paper's direction: below the criterion)."""
+    return REPLACEMENT_WORDS[claim_verdict("down", ci, null=CRITERION)]
+
+
+def relevance_verdict(ci: list[float]) -> str:
+    """Question-relevance interval against :data:`RELEVANCE_CRITERION`: met, not met or inconclusive."""
+    return RELEVANCE_WORDS[claim_verdict("up", ci, null=RELEVANCE_CRITERION)]
+
+
+def stronger_direction(scores: np.ndarray, labels: list[bool], families: list[str]) -> int:
+    """+1 or -1, whichever gives the surface the higher within-family AUC (either direction allowed, L2226;
+    ties +1, as ``readouts.evaluate``)."""
+    return 1 if macro_auc(scores, labels, families) >= macro_auc(-scores, labels, families) else -1
 
 
 def signal_table(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, float]]:
@@ -39,7 +87,37 @@ def signal_table(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[
         if condition != "none" or masked is None:
             continue
         out[(cluster, state, query)] = {"lexical": r["lexical"], "attention_old": r["attention_old"],
-                                        "loo": masked["margin"] - r["margin"], "family": r["family"]}
+                                        "loo": masked["margin"] - r["margin"], "family": r["family"],
+                                        **{k: r[k] for k in PAIR_SCORES if r.get(k) is not None}}
+    return out
+
+
+def within_families(table: dict[tuple[str, str, str], dict[str, Any]], targets: list[tuple[str, str]],
+                    draws: int, seed: int) -> dict[str, Any]:
+    """Replacement AUC per family, their equal-weight mean with a within-family cluster bootstrap, the pooled
+    (unconditional) AUC, and the verdict against :data:`CRITERION`, for every signal and stored pair score
+    (surfaces in their stronger direction), all on the same draws; V minus each surface on those draws."""
+    labels = [s == "superseded" for _, s in targets]
+    families = [table[(c, s, "target")]["family"] for c, s in targets]
+    names = [*SIGNALS, *(k for k in PAIR_SCORES if all(k in table[(c, s, "target")] for c, s in targets))]
+    scores = {k: np.array([table[(c, s, "target")][k] for c, s in targets], dtype=float) for k in names}
+    signs = {k: stronger_direction(scores[k], labels, families) for k in SURFACES if k in scores}
+    scores.update({k: sign * scores[k] for k, sign in signs.items()})
+    boot = bootstrap_auc(scores, labels, [c for c, _ in targets], n_draws=draws, seed=seed, strata=families)
+    out: dict[str, Any] = {"criterion": CRITERION, "families": sorted(set(families)), "signals": {}}
+    fam = np.array(families)
+    y = np.array(labels)
+    for k in names:
+        a = boot["auc"][k]
+        out["signals"][k] = {
+            "auc": a["auc"], "ci": [a["lo"], a["hi"]], "lower_one_sided": a["lower_one_sided"],
+            "unconditional": plain_auc(scores[k], labels),
+            "by_family": {f: plain_auc(scores[k][fam == f], y[fam == f]) for f in out["families"]},
+            "verdict": replacement_verdict([a["lo"], a["hi"]]), **({"direction": signs[k]} if k in signs else {})}
+    if "v_distance" in names:
+        out["v_minus_surface"] = {k: {"diff": boot["diff"]["v_distance"][k]["diff"],
+                                      "ci": [boot["diff"]["v_distance"][k]["lo"], boot["diff"]["v_distance"][k]["hi"]]}
+                                  for k in SURFACES if k in names}
     return out
 
 
@@ -63,8 +141,11 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
         if k == "loo":
             t, u = np.abs(t), np.abs(u)
         hit = (t > u) + 0.5 * (t == u)
-        relevance[k] = {"value": float(hit.mean()), "ci": percentile_interval(bootstrap_mean(hit, weights))}
+        ci = percentile_interval(bootstrap_mean(hit, weights))
+        relevance[k] = {"value": float(hit.mean()), "ci": ci, "criterion": relevance_verdict(ci)}
     result.update({"clusters": len(clusters), "replacement_auc": auc, "question_relevance": relevance})
+    if len(set(labels)) == 2:
+        result["within_families"] = within_families(table, targets, draws, seed)
     return result
 
 
@@ -94,12 +175,88 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     for k in SIGNALS:
         lines.append(f"| {NAMES[k]} | " + " | ".join(_cells(summary, k)) + f" | {PAPER_RANGES[k][0]} | "
                      f"{PAPER_RANGES[k][1]} |")
-    return "\n".join(lines + ["", "Paper ranges: four models at budgets 8, 32 and 128 (seed L2283-2287).", ""])
+    lines += ["", "Paper ranges: four models at budgets 8, 32 and 128 (seed L2283-2287).", ""]
+    if "within_families" in summary:
+        lines += within_family_section(summary)
+    return "\n".join(lines)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def within_family_section(summary: dict[str, Any]) -> list[str]:
+    """The report's within-family AUCs and criterion verdicts, and the V-distance comparator."""
+    w = summary["within_families"]
+    fams = w["families"]
+    lines = ["## Replacement recognition within update families", "",
+             f"Replacement AUC in each family, averaged with equal weight; 95% intervals from "
+             f"{summary['draws']:,} draws of clusters resampled within family (the same draws for every score). "
+             f"Verdict against the recognition criterion {CRITERION:.2f} (seed L2223, L2296-2301): poor "
+             "recognition when the interval lies below it, recognizes when above, else inconclusive. Surface "
+             "baselines in their stronger direction (L2226).", "",
+             *table_head(["score", "within families [95% CI]", "verdict", "unconditional", *fams])]
+    for k, v in w["signals"].items():
+        name = NAMES[k] + (", lower = replacement" if v.get("direction") == -1 else "")
+        lines.append(f"| {name} | {estimate(v['auc'], v['ci'], '.3f')} | {v['verdict']} | "
+                     f"{_fmt(v['unconditional'])} | " + " | ".join(_fmt(v['by_family'][f]) for f in fams) + " |")
+    lines += ["", "## Question-relevance criterion", "",
+              f"Met when the 95% interval of the question relevance lies above {RELEVANCE_CRITERION:.2f} "
+              "(the paper states no threshold; ours, as the recognition criterion), not met when below.", "",
+              *table_head(["signal", "question relevance [95% CI]", "criterion", "paper: met"])]
+    for k in SIGNALS:
+        r = summary["question_relevance"][k]
+        lines.append(f"| {NAMES[k]} | {estimate(r['value'], r['ci'], '.3f')} | {r['criterion']} | "
+                     f"{PAPER_RELEVANCE_MET[k]} |")
+    lines += ["", "## V distance against surface baselines", ""]
+    if "v_minus_surface" in w:
+        lines += ["V distance of the old and later records read from the one history cache (no question) minus "
+                  "each surface baseline, within families, on the same draws:", "",
+                  *table_head(["comparison", "difference [95% CI]"])]
+        for k, d in w["v_minus_surface"].items():
+            lines.append(f"| V distance - {NAMES[k]} | {estimate(d['diff'], d['ci'], '+.3f')} |")
+        lines.append("")
+    else:
+        lines += ["The rows hold no V distance (`v_distance`): the run predates the column. A new "
+                  "`kvprobe run question-relevance` run writes it (the history cache, no extra forward).", ""]
+    return lines + [f"Paper: {PAPER_V}.", ""]
 
 
 def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
     """summary.json and report.md of a run directory."""
     return write_run_summary(out_dir, summarize, format_report, seed)
+
+
+def combination_section(rows: list[dict[str, Any]]) -> list[str]:
+    """Every (model, budget, score) combination's within-family verdict and question-relevance criterion, and
+    the counts beside the paper's (L2296-2304)."""
+    lines = ["## Per-combination criteria", "",
+             f"Replacement AUC within update families against {CRITERION:.2f}; question relevance against "
+             f"{RELEVANCE_CRITERION:.2f} (95% intervals; each run's report gives the rule).", "",
+             *table_head(["model", "budget", "score", "replacement AUC within families [95% CI]", "verdict",
+                          "question relevance [95% CI]", "criterion"])]
+    verdicts: list[str] = []
+    met: dict[str, list[bool]] = {k: [] for k in SIGNALS}
+    for row in rows:
+        w = row.get("within_families", {}).get("signals", {})
+        for k, v in w.items():
+            if k in SURFACES:
+                continue
+            verdicts.append(v["verdict"])
+            r = row["question_relevance"].get(k)
+            if r:
+                met[k].append(r["criterion"] == "met")
+            lines.append(f"| {row['model']} | {row['budget']} | {NAMES[k]} | {estimate(v['auc'], v['ci'], '.3f')} | "
+                         f"{v['verdict']} | " + (f"{estimate(r['value'], r['ci'], '.3f')} | {r['criterion']} |"
+                                                 if r else "n/a | n/a |"))
+    counts = ", ".join(f"{verdicts.count(w)} {w}" for w in ("poor recognition", "recognizes", "inconclusive"))
+    paper = ", ".join(f"{PAPER_COUNTS[w]} {w}" for w in ("poor recognition", "recognizes", "inconclusive"))
+    lines += ["", f"Replacement within families, {len(verdicts)} combinations: {counts} (paper, "
+              f"{PAPER_COUNTS['combinations']} over four models, three budgets and three Qwen3-8B V-distance "
+              f"scores: {paper}). Question relevance criterion met: " +
+              ", ".join(f"{NAMES[k]} {sum(m)}/{len(m)}" for k, m in met.items()) + " (paper: " +
+              ", ".join(f"{NAMES[k]} {PAPER_RELEVANCE_MET[k]}" for k in SIGNALS) + ").", ""]
+    return lines
 
 
 def write_comparison(run_dirs: list[Path | str], out_dir: Path | str, seed: int = 0) -> str:
@@ -118,6 +275,7 @@ def write_comparison(run_dirs: list[Path | str], out_dir: Path | str, seed: int 
             lines.append(f"| {model} | {budget} | {NAMES[k]} | " + " | ".join(_cells(summary, k)) + " |")
     lines += ["", "The paper's ranges over four models and budgets 8/32/128 (seed L2283-2287): " +
               "; ".join(f"{NAMES[k]} AUC {a}, relevance {r}" for k, (a, r) in PAPER_RANGES.items()) + ".", ""]
+    lines += combination_section(rows)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "relevance.json", json.dumps({"seed": seed, "runs": rows}, indent=2) + "\n")
