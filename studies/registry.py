@@ -109,12 +109,16 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
     Entry("factconsolidation", _P + "factconsolidation.study:FactConsolidationStudy", _P + "factconsolidation.summary",
           "FactConsolidation: full, source, value, recompute over accumulated fact updates; capped-first net "
           "accuracy (partA 3)",
-          options=(Option("grades", "a grades.jsonl from factconsolidation.grading.grade_run (an LLM judge) to use "
-                          "instead of the rule grader's labels"),),
+          options=(Option("grades", "a grades.jsonl from the study's grading.grade_run (an LLM judge) to use instead "
+                          "of the rule grader's labels"),),
           smoke=dict(tiers=("1k",), n_histories=1, questions_per_hop=1, max_new_tokens=2)),
     Entry("revisions", _P + "revisions.study:RevisionsStudy", _P + "revisions.summary",
           "questions about article revision histories under whole-source, changed-text masks and recompute "
           "(partE E9)",
+          options=(Option("grades", "a grades.jsonl from the study's grading.grade_run (an LLM judge) to use instead "
+                          "of the rule grader's labels"),
+                   Option("review", "a source_review.jsonl from revisions.review.review_run (the source-answerability "
+                          "review before grading) to set the source-answerable questions and target times")),
           smoke=dict(n_articles=1, max_new_tokens=3)),
     Entry("factorial", _P + "factorial.study:FactorialStudy", _P + "factorial.summary",
           "quantity and endpoint factorial: B information x question wording x note x five access conditions "

@@ -282,7 +282,7 @@ class _ScriptedJudge:
         self.requests.append(prompt)
         tasks = json.loads(prompt.split("\n\n", 1)[1])
         results = [{"id": t["id"], "verdict": "complete" if "Hammersmith" in t["prompt"] else "wrong",
-                    "explanation": "scripted"} for t in tasks]
+                    "reference": "agrees", "explanation": "scripted"} for t in tasks]
         return JudgeReply(json.dumps({"results": results}), "scripted-1")
 
 

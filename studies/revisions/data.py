@@ -201,6 +201,16 @@ def _count_answers(k: int) -> tuple[str, ...]:
     return (str(k), *TIMES.get(k, (f"{NUMBER_WORDS[k]} times",)))
 
 
+#: Each generated question family's target time (the paper's strata, L6830, L6895-6897; ours, by construction:
+#: Simple asks about the final revision; the History word and deleted-sentence questions about a past revision's
+#: text; the inserted-sentence, Counting, Ordering and Multi-hop questions about changes (when one was made, how
+#: many, which first, what one introduced)). The generated questions carry no ``target_time`` field (the
+#: committed run's data digest predates it); ``review.target_time`` applies this map to generated runs.
+GENERATED_TARGET_TIME = {"simple": "current", "history-word": "historical", "history-deleted": "historical",
+                         "history-inserted": "change-aggregation", "counting": "change-aggregation",
+                         "ordering": "change-aggregation", "multihop": "change-aggregation"}
+
+
 def _questions(draft: _Draft, rng: random.Random) -> list[RevisionQuestion]:
     """The seven questions of a revised article (module docstring)."""
     by_op = {op: [e for e in draft.edits if e["op"] == op] for op in ("replace", "delete", "insert")}

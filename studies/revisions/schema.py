@@ -20,17 +20,19 @@ generated demonstration set (``data.py``) is written in::
           "answers": ["reference", "alias"],      # at least one non-empty string
           "source_answerable": "answerable",      # optional: answerable | partial | unanswerable |
                                                   # ambiguous | null (not assessed)
-          "options": ["reference", "other"]}]}]}  # optional: the choices the question offers (ours)
+          "options": ["reference", "other"],      # optional: the choices the question offers (ours)
+          "target_time": "historical"}]}]}        # optional: historical | change-aggregation | current (ours)
 
 Inferred (not stated by the paper): the field names; that a revision's text is the whole
 article body (the paper masks "non-final article bodies", L6798); that revisions are in
 chronological order (the loader keeps file order); that the source-answerability label
 (L6806-6815) travels with the question. ``options`` is ours, for questions that name their
 choices (Ordering): the rule grader does not count an answer that also names a choice
-that is not a reference (``grading.rule_grade``). Unknown extra keys are kept in ``extra`` so
-:func:`to_json` round-trips. Every malformed file is refused with
-:class:`RevisionsFormatError` naming the file, the article (index and id), the
-revision or question index and the missing or bad field.
+that is not a reference (``grading.rule_grade``). ``target_time`` is ours too: the question's
+target-time stratum (the paper's strata, L6830, L6895-6897; ``review.target_time`` says which
+source sets it). Unknown extra keys are kept in ``extra`` so :func:`to_json` round-trips.
+Every malformed file is refused with :class:`RevisionsFormatError` naming the file, the
+article (index and id), the revision or question index and the missing or bad field.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ from . import strings
 QUESTION_TYPES = strings.PAPER_QUESTION_TYPES
 #: Source-answerability labels (seed L6812-6815); None = not assessed.
 SOURCE_LABELS = strings.PAPER_SOURCE_LABELS
+#: Target-time strata (seed L6830, L6895-6897).
+TARGET_TIMES = strings.TARGET_TIMES
 
 
 class RevisionsFormatError(ValueError):
@@ -74,6 +78,7 @@ class RevisionQuestion:
     answers: tuple[str, ...]
     source_answerable: str | None = None
     options: tuple[str, ...] = ()
+    target_time: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -134,8 +139,13 @@ def question_from_json(d: Any, where: str) -> RevisionQuestion:
     options = d.get("options", [])
     if not isinstance(options, list) or not all(isinstance(o, str) and o.strip() for o in options):
         raise RevisionsFormatError(f"{where}: field options must be a list of non-empty strings")
+    target = d.get("target_time")
+    if target is not None and target not in TARGET_TIMES:
+        raise RevisionsFormatError(f"{where}: field target_time must be one of {', '.join(TARGET_TIMES)} or null, "
+                                   f"got {target!r}")
     return RevisionQuestion(_string(d, "question_id", where), qtype, _string(d, "question", where), tuple(answers),
-                            source, tuple(options), _rest(d, _QUESTION_KEYS + ("source_answerable", "options")))
+                            source, tuple(options), target,
+                            _rest(d, _QUESTION_KEYS + ("source_answerable", "options", "target_time")))
 
 
 def article_from_json(d: Any, where: str = "article") -> Article:
@@ -184,7 +194,8 @@ def to_json(article: Article) -> dict[str, Any]:
                       for r in article.revisions],
         "questions": [{"question_id": q.question_id, "type": q.type, "question": q.question,
                        "answers": list(q.answers), "source_answerable": q.source_answerable,
-                       **({"options": list(q.options)} if q.options else {}), **q.extra}
+                       **({"options": list(q.options)} if q.options else {}),
+                       **({"target_time": q.target_time} if q.target_time is not None else {}), **q.extra}
                       for q in article.questions],
         **article.extra,
     }

@@ -94,3 +94,50 @@ RUBRIC = (
     "asserts something unsupported), \"abstain\" (declines to answer), \"unverifiable\" (the history cannot "
     "decide it)."
 )
+
+# ------------------------------------------------------------------ reference agreement (L6848-6850, L6856-6857)
+# L6848-6850: "The grader separately checks agreement with the original reference, coverage of the requested
+# details, unsupported or contradictory claims, and justified abstention." L6856-6857: "Reference agreement uses all
+# 1,161 questions." The verdict words are ours (UNCLEAR: the paper gives no wording): the LLM grader returns
+# JUDGE_FIELDS beside each label (``judge.BatchedJudge`` ``fields``); the rule grader's agreement is its
+# ``complete`` (a reference, and no other offered option, in the displayed answer, with EOS).
+REFERENCE_AGREEMENT = ("agrees", "disagrees")
+JUDGE_FIELDS = {"reference": REFERENCE_AGREEMENT}
+RUBRIC_REFERENCE = (
+    "\nAlso give \"reference\": \"agrees\" if the answer agrees with the reference answer(s) as given, whatever "
+    "the history says, else \"disagrees\"."
+)
+
+# --------------------------------------------------------------------------- target time (L6830, L6895-6897)
+# L6830 (table note): "Original question types differ from target time: 745 questions ask about changes
+# or aggregation, 419 about historical states, and only four about the current state." L6895-6896: "741
+# questions about changes or aggregation, 416 about historical states and four about the current state"
+# (after the article exclusion). The paper does not say how a question's target time was decided (UNCLEAR);
+# the table note places the labels with the source review ("These source-only labels remain separate from
+# subsequent answer judgments"), so ours come from the source review when a run has one, else from the
+# question's ``target_time`` field, else (generated set) from the question family (review.GENERATED_TARGET_TIME),
+# else TARGET_TIME_DEFAULT.
+TARGET_TIMES = ("historical", "change-aggregation", "current")
+#: A question with no review verdict, no ``target_time`` field and no family rule (UNCLEAR, ours: not guessed
+#: from its type, since the paper's types "differ from target time").
+TARGET_TIME_DEFAULT = "unclassified"
+
+# --------------------------------------------------------------------------- the source review (L6807-6816)
+# L6807-6810: "Before answer grading, a separate review checks whether each complete history supports the
+# requested answer and specifies the relevant time or relation. The reviewer sees the history, questions and
+# original references, without generated answers or cache-operation labels." The verdicts are the paper's four
+# labels (PAPER_SOURCE_LABELS); the prompt wording is ours (UNCLEAR). One prompt per question, judged through
+# ``kvprobe.studies.common.judge.BatchedJudge`` with the target time as an extra field.
+REVIEW_PROMPT = (
+    "You review a question about the revision history of an article before any answer is graded. Judge it "
+    "against the complete history below.\n\n"
+    "History:\n{history}\n\n"
+    "Question ({question_type}): {question}\n"
+    "Original reference answer(s): {references}\n\n"
+    "Verdict: \"answerable\" if the history supports the requested answer and specifies the relevant time or "
+    "relation; \"partial\" if it supports only part of it; \"unanswerable\" if it does not support it; "
+    "\"ambiguous\" if the question's time or relation is unclear or the history supports several answers.\n"
+    "Also give \"target_time\": \"historical\" if the question asks about the article's state at some past "
+    "revision, \"change-aggregation\" if it asks about changes between revisions or aggregates over them "
+    "(counts, order, when something changed), \"current\" if it asks about the final revision's state."
+)

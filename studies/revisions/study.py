@@ -205,7 +205,7 @@ class RevisionsStudy(HistoryStudy):
         a = case.article
         return {"article_id": a.article_id, "revisions": len(a.revisions), "question_id": q.question_id,
                 "question_type": q.type, "question": q.question, "answers": list(q.answers),
-                "options": list(q.options), "source_answerable": q.source_answerable}
+                "options": list(q.options), "source_answerable": q.source_answerable, "target_time": q.target_time}
 
     def row(self, run: CaseRun, question: Question, condition: str,
             answers: dict[str, decoding.Answer]) -> dict[str, Any]:
