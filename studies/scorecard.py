@@ -338,11 +338,14 @@ def quantity_recompute(information: str, rule: str) -> Callable[[Path], Measurem
         s = _summary(run)
         recompute, source = _quantity_cell(s, information, "recompute"), _quantity_cell(s, information, "source")
         reason = floor_reason(source[rule], source["n"], "source mask")
-        if not reason:
-            raise ValueError(f"{run}: the summary has no interval of recompute against the source mask")
-        return Measurement(None, None, "pp", "+.1f", f"{recompute['n']} groups",
-                           f"source mask {source[rule]}/{source['n']}; recompute {recompute[rule]}/{recompute['n']}",
-                           not_testable=reason)
+        reference = f"source mask {source[rule]}/{source['n']}; recompute {recompute[rule]}/{recompute['n']}"
+        change = recompute.get(f"{rule}_vs_source")
+        if change is None:
+            if not reason:
+                raise ValueError(f"{run}: the summary has no interval of recompute against the source mask")
+            return Measurement(None, None, "pp", "+.1f", f"{recompute['n']} groups", reference, not_testable=reason)
+        value, ci = _frac_pp(change["net"], change["net_ci"])
+        return _pp(value, ci, f"{recompute['n']} groups", reference, reason, units=recompute["n"])
     return measure
 
 
@@ -876,6 +879,9 @@ def cross_reading(rule: str, reader: str = "main") -> Callable[[Path], Measureme
 # --------------------------------------------------------------------------- the claims
 
 QUANTITY = "quantity/smollm2-135m-instruct"
+QUANTITY_QWEN = "quantity/qwen2.5-coder-1.5b-instruct"
+#: The committed quantity runs, one per model (the first writes no JSON answer, the second does).
+QUANTITY_RUNS = (QUANTITY, QUANTITY_QWEN)
 MATCHED_SMOL, MATCHED_QWEN = "matched-scores/smollm2-135m-instruct", "matched-scores/qwen2.5-coder-0.5b-instruct"
 MATCHED_SMOL_OAKS = "matched-scores/smollm2-135m-instruct-oaks"
 MQUAKE, MQUAKE_NC = "mquake/smollm2-135m-instruct", "mquake/smollm2-135m-instruct-no-context"
@@ -954,16 +960,16 @@ CLAIMS: tuple[Claim, ...] = (
                 "7.06--22.81 nats relative to the control", (357, 358),
                 "Preferring the New Value Does Not Ensure a Complete Answer", "+7.06 to +22.81 nats, eight models"),
           "up",
-          (Test(QUANTITY, "candidate margin; source mask vs source-control; 60 replacements, B refers to A's unit",
-                quantity_margin("unit_from_a")),)),
+          tuple(Test(run, "candidate margin; source mask vs source-control; 60 replacements, B refers to A's unit",
+                     quantity_margin("unit_from_a")) for run in QUANTITY_RUNS)),
     Claim("quantity.margin-follows-old", "quantity",
           "The margin gain follows the old answer's drop D_o",
           Paper("The margin gain accordingly follows the old answer", (4129, 4129),
                 "Candidate Margin and Answer Likelihood",
                 "Spearman 0.91-0.99 in seven models, 0.67 in Qwen3-4B", (4129, 4131)),
           "up",
-          (Test(QUANTITY, "Spearman(Delta m, D_o); source mask vs source-control; 60 replacements, B refers to A's unit",
-                quantity_margin_follows_old("unit_from_a")),)),
+          tuple(Test(run, "Spearman(Delta m, D_o); source mask vs source-control; 60 replacements, B refers to A's "
+                     "unit", quantity_margin_follows_old("unit_from_a")) for run in QUANTITY_RUNS)),
     Claim("quantity.unit-loss", "quantity",
           "When only A states the unit, hiding A loses complete current answers",
           Paper("Full access and source-mask controls both give 98.3--100% (59--60) complete answers per model; "
@@ -971,40 +977,43 @@ CLAIMS: tuple[Claim, ...] = (
                 "Preferring the New Value Does Not Ensure a Complete Answer",
                 "full access and controls 98.3-100% (59-60 of 60); six of eight models lose answers"),
           "down",
-          (Test(QUANTITY, f"{PAPER_RULE}: complete answer (one JSON answer field, unit, EOS); source mask vs "
-                "source-control; 60 replacements, B refers to A's unit",
-                quantity_change("unit_from_a", "source", "complete")),
-           Test(QUANTITY, f"{LENIENT}: right number and unit anywhere, no EOS needed; source mask vs source-control",
-                quantity_change("unit_from_a", "source", "lenient_complete")))),
+          tuple(t for run in QUANTITY_RUNS for t in (
+              Test(run, f"{PAPER_RULE}: complete answer (one JSON answer field, unit, EOS); source mask vs "
+                   "source-control; 60 replacements, B refers to A's unit",
+                   quantity_change("unit_from_a", "source", "complete")),
+              Test(run, f"{LENIENT}: right number and unit anywhere, no EOS needed; source mask vs source-control",
+                   quantity_change("unit_from_a", "source", "lenient_complete"))))),
     Claim("quantity.number-only", "quantity",
           "Hiding only the old number keeps every current answer",
           Paper("Number-only masking leaves the unit visible and preserves 60/60 current answers in every model",
                 (384, 385), "Preferring the New Value Does Not Ensure a Complete Answer", "60/60 in all eight models"),
           "none",
-          (Test(QUANTITY, f"{PAPER_RULE}: complete answer; number-only mask vs number-control; B refers to A's unit",
-                quantity_change("unit_from_a", "number", "complete")),
-           Test(QUANTITY, f"{LENIENT}; number-only mask vs number-control",
-                quantity_change("unit_from_a", "number", "lenient_complete")))),
+          tuple(t for run in QUANTITY_RUNS for t in (
+              Test(run, f"{PAPER_RULE}: complete answer; number-only mask vs number-control; B refers to A's unit",
+                   quantity_change("unit_from_a", "number", "complete")),
+              Test(run, f"{LENIENT}; number-only mask vs number-control",
+                   quantity_change("unit_from_a", "number", "lenient_complete"))))),
     Claim("quantity.warning", "quantity",
           "The current answer's probability drop ranks lost above kept answers",
           Paper("It ranks lost above kept answers with AUC 0.89--0.98 in the four Qwen and Llama models that lose "
                 "answers.", (375, 376), "Preferring the New Value Does Not Ensure a Complete Answer",
                 "AUC 0.89-0.98, four models"),
           "up",
-          (Test(QUANTITY, f"{PAPER_RULE}: lost/kept complete answers, B refers to A's unit",
-                quantity_warning("complete", "unit_from_a")),
-           Test(QUANTITY, f"{LENIENT}: lost/kept lenient answers, B refers to A's unit",
-                quantity_warning("lenient_complete", "unit_from_a")))),
+          tuple(t for run in QUANTITY_RUNS for t in (
+              Test(run, f"{PAPER_RULE}: lost/kept complete answers, B refers to A's unit",
+                   quantity_warning("complete", "unit_from_a")),
+              Test(run, f"{LENIENT}: lost/kept lenient answers, B refers to A's unit",
+                   quantity_warning("lenient_complete", "unit_from_a"))))),
     Claim("quantity.recompute-unit", "quantity",
           "Deleting A's text and recomputing loses the unit-dependent answers the source mask keeps",
           Paper("Deleting old text can also remove a needed unit: on the 60 unit-dependent Qwen3-32B cases, it gives "
                 "5.0% (3) complete answers, compared with 60.0% (36) under source masking", (551, 553),
                 "Later Cache States Can Preserve Earlier Relations", "3/60 vs 36/60 (Qwen3-32B)"),
           "down",
-          (Test(QUANTITY, f"{PAPER_RULE}: complete answer; recompute vs source mask", quantity_recompute(
-                "unit_from_a", "complete")),
-           Test(QUANTITY, f"{LENIENT}; recompute vs source mask", quantity_recompute("unit_from_a",
-                                                                                     "lenient_complete")))),
+          tuple(t for run in QUANTITY_RUNS for t in (
+              Test(run, f"{PAPER_RULE}: complete answer; recompute vs source mask",
+                   quantity_recompute("unit_from_a", "complete")),
+              Test(run, f"{LENIENT}; recompute vs source mask", quantity_recompute("unit_from_a", "lenient_complete"))))),
 
     # ---------------------------------------------------------------- matched scores
     Claim("matched-scores.margin", "matched-scores",

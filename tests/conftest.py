@@ -39,7 +39,8 @@ SLOW_TESTS = {"test_run_summary_and_resume", "test_records_evaluation_and_report
               # committed quantity runs' reproductions run in the full suite (the dev run's stays fast)
               "test_summary_recomputes_from_rows",
               "test_committed_summary_is_reproduced_byte_for_byte[quantity/smollm2-135m-instruct]",
-              "test_committed_summary_is_reproduced_byte_for_byte[quantity/smollm2-135m-instruct-five-conditions]"}
+              "test_committed_summary_is_reproduced_byte_for_byte[quantity/smollm2-135m-instruct-five-conditions]",
+              "test_committed_summary_is_reproduced_byte_for_byte[quantity/qwen2.5-coder-1.5b-instruct]"}
 
 
 @pytest.hookimpl(hookwrapper=True)

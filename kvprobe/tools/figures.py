@@ -19,6 +19,23 @@ from kvprobe.studies import study_figures
 from kvprobe.tools.bench import long, operations
 
 
+def _panel_models(folder: Path) -> list[dict[str, Any]]:
+    return json.loads((folder / "panel.json").read_text())["models"]
+
+
+def _quantity_panel() -> dict[str, Callable[[Path, Path], Any]]:
+    """The quantity cross-model panel's figures (``kvprobe report quantity RUN RUN --out DIR``), from panel.json."""
+    from kvprobe.studies.quantity.figure import plot_margins, plot_preservation
+
+    return {"preservation.png": lambda f, out: plot_preservation(_panel_models(f), out, rule="complete"),
+            "preservation-lenient.png": lambda f, out: plot_preservation(_panel_models(f), out,
+                                                                         rule="lenient_complete"),
+            "margins.png": lambda f, out: plot_margins(_panel_models(f), out)}
+
+
+_QUANTITY_PANEL = _quantity_panel()
+
+
 def drawer(png: Path) -> Callable[[Path, Path], Any]:
     """How the committed ``png`` is drawn: a function of (its folder, output path)."""
     folder, name = png.parent, png.name
@@ -32,6 +49,8 @@ def drawer(png: Path) -> Callable[[Path, Path], Any]:
         return study_figures._cross_benchmark
     if name == "figure.png" and (folder / "readouts.json").is_file():
         return study_figures._recognition
+    if name in _QUANTITY_PANEL and (folder / "panel.json").is_file():
+        return _QUANTITY_PANEL[name]
     if name == "map.png" and (folder / "map.json").is_file():
         return lambda f, out: study_figures.fact_map_example(json.loads((f / "map.json").read_text()), out)
     if name == "long.png":
