@@ -28,7 +28,8 @@ def test_committed_run_is_complete_and_reported(run):
     committed = json.loads((run / "summary.json").read_text())
     rows = sum(1 for _ in read_rows(run))
     study = config["study_config"]
-    conditions = 5 if not study["operations"] else 8
+    conditions = (5 if not study["operations"] else 8) + int(study.get("no_context", False)) \
+        + 3 * int(study.get("operation_controls", False))
     assert rows == config["cases"] * 3 * conditions
     report = (run / "report.md").read_text()
     head = next(c for c in committed["cells"] if (c["relation"], c["information"], c["query"], c["condition"]) ==
