@@ -63,11 +63,12 @@ def deleted_ranges(history: "History", segments: tuple[str, ...]) -> list[tuple[
 
 def span_ranges(history: "History", spans: tuple["TokenSpan", ...]) -> list[tuple[int, int]]:
     """Character ranges of the history text covered by token ``spans`` (first token's start to last token's end),
-    each inside one segment; ``SpanError`` names a span that is empty, leaves the history or crosses a segment."""
+    each inside one segment; ``SpanError`` names a span that leaves the history or crosses a segment (a
+    ``TokenSpan`` is never empty)."""
     rendered, ranges = history.rendered, []
     for span in spans:
-        if len(span) == 0 or span.start < 0 or span.end > len(history):
-            raise SpanError(f"text recompute span {span!r} is empty or outside the history ({len(history)} tokens)")
+        if span.end > len(history):
+            raise SpanError(f"text recompute span {span!r} is outside the history ({len(history)} tokens)")
         lo, hi = history.offsets[span.start][0], history.offsets[span.end - 1][1]
         if not any(start <= lo and hi <= end for start, end in rendered.segments.values()):
             raise SpanError(f"text recompute span {span!r} (characters {lo}-{hi}) is not inside one segment")

@@ -55,7 +55,8 @@ import torch
 
 from .attention import KVPROBE_SDPA
 
-__all__ = ["SHAPED_MODELS", "TINY_MODELS", "TINY_SEED", "build_shaped", "build_tiny", "tiny_tokenizer", "tiny_config"]
+__all__ = ["SHAPED_MODELS", "TINY_MODELS", "TINY_SEED", "build_shaped", "build_tiny", "shaped_config", "tiny_tokenizer",
+           "tiny_config"]
 
 TINY_MODELS: tuple[str, ...] = ("tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-moe",
                                  "tiny-qwen3.5", "tiny-qwen3-next", "tiny-gemma3", "tiny-gemma4",
@@ -328,19 +329,28 @@ SHAPED_MODELS: dict[str, tuple[str, dict]] = {
 }
 
 
+def shaped_config(name: str, tokenizer=None):
+    """The transformers config of ``name`` from :data:`SHAPED_MODELS`: the real model's shapes with the tiny
+    tokenizer's vocabulary (``ValueError`` naming the choices for an unknown name)."""
+    from transformers import AutoConfig
+
+    if name not in SHAPED_MODELS:
+        raise ValueError(f"unknown shaped model {name!r}; choose one of {', '.join(SHAPED_MODELS)}")
+    tok = tokenizer or tiny_tokenizer()
+    model_type, fields = SHAPED_MODELS[name]
+    return AutoConfig.for_model(model_type, vocab_size=len(tok), eos_token_id=tok.eos_token_id,
+                                pad_token_id=tok.pad_token_id, bos_token_id=tok.pad_token_id,
+                                initializer_range=0.02, tie_word_embeddings=False, **fields)
+
+
 def build_shaped(name: str, *, dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cpu",
                  attn_implementation: str = KVPROBE_SDPA):
     """Build ``name`` from :data:`SHAPED_MODELS` with random weights (std 0.02, seed :data:`TINY_SEED`),
     created directly on ``device`` in ``dtype`` -> ``(model, tokenizer)``."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    if name not in SHAPED_MODELS:
-        raise ValueError(f"unknown shaped model {name!r}; choose one of {', '.join(SHAPED_MODELS)}")
     tok = tiny_tokenizer()
-    model_type, fields = SHAPED_MODELS[name]
-    config = AutoConfig.for_model(model_type, vocab_size=len(tok), eos_token_id=tok.eos_token_id,
-                                  pad_token_id=tok.pad_token_id, bos_token_id=tok.pad_token_id,
-                                  initializer_range=0.02, tie_word_embeddings=False, **fields)
+    config = shaped_config(name, tok)
     config._attn_implementation = attn_implementation
     devices = [torch.device(device)] if torch.device(device).type == "cuda" else []
     with torch.random.fork_rng(devices=devices), torch.device(device):

@@ -339,11 +339,7 @@ def quantity_recompute(information: str, rule: str) -> Callable[[Path], Measurem
         recompute, source = _quantity_cell(s, information, "recompute"), _quantity_cell(s, information, "source")
         reason = floor_reason(source[rule], source["n"], "source mask")
         reference = f"source mask {source[rule]}/{source['n']}; recompute {recompute[rule]}/{recompute['n']}"
-        change = recompute.get(f"{rule}_vs_source")
-        if change is None:
-            if not reason:
-                raise ValueError(f"{run}: the summary has no interval of recompute against the source mask")
-            return Measurement(None, None, "pp", "+.1f", f"{recompute['n']} groups", reference, not_testable=reason)
+        change = recompute[f"{rule}_vs_source"]
         value, ci = _frac_pp(change["net"], change["net_ci"])
         return _pp(value, ci, f"{recompute['n']} groups", reference, reason, units=recompute["n"])
     return measure

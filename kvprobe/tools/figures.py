@@ -33,7 +33,8 @@ def _quantity_panel() -> dict[str, Callable[[Path, Path], Any]]:
             "margins.png": lambda f, out: plot_margins(_panel_models(f), out)}
 
 
-_QUANTITY_PANEL = _quantity_panel()
+#: The figure names of the quantity panel (their drawers are built, and the study imported, on first use).
+_QUANTITY_PANEL_FIGURES = ("preservation.png", "preservation-lenient.png", "margins.png")
 
 
 def drawer(png: Path) -> Callable[[Path, Path], Any]:
@@ -49,8 +50,8 @@ def drawer(png: Path) -> Callable[[Path, Path], Any]:
         return study_figures._cross_benchmark
     if name == "figure.png" and (folder / "readouts.json").is_file():
         return study_figures._recognition
-    if name in _QUANTITY_PANEL and (folder / "panel.json").is_file():
-        return _QUANTITY_PANEL[name]
+    if name in _QUANTITY_PANEL_FIGURES and (folder / "panel.json").is_file():
+        return _quantity_panel()[name]
     if name == "map.png" and (folder / "map.json").is_file():
         return lambda f, out: study_figures.fact_map_example(json.loads((f / "map.json").read_text()), out)
     if name == "long.png":

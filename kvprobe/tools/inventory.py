@@ -93,14 +93,12 @@ def model_config(name: str) -> Any:
     from transformers import AutoConfig
 
     from kvprobe.loading import REGISTRY, is_gguf_file
-    from kvprobe.tiny import SHAPED_MODELS, TINY_MODELS, tiny_config, tiny_tokenizer
+    from kvprobe.tiny import SHAPED_MODELS, TINY_MODELS, shaped_config, tiny_config
 
     if name in TINY_MODELS:
         return tiny_config(name)
     if name in SHAPED_MODELS:
-        tok = tiny_tokenizer()
-        model_type, fields = SHAPED_MODELS[name]
-        return AutoConfig.for_model(model_type, vocab_size=len(tok), tie_word_embeddings=False, **fields)
+        return shaped_config(name)
     if name in REGISTRY:
         path = REGISTRY[name].assemble(quiet=True)
         return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)

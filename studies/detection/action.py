@@ -46,7 +46,7 @@ from kvprobe.studies.common.detectors.text import YES_NO
 from kvprobe.studies.common.report import COVERAGE_COLUMNS, coverage_rows, interval, table_head, table_row
 from kvprobe.studies.datasets.quantity_task.tasks import ITEMS as QUANTITY_ITEMS, RELATION_COUNTS
 from kvprobe.studies.common.runner import read_rows
-from .calibration import apply_threshold, calibrate, conditional_bootstrap, summarize
+from .calibration import apply_threshold, calibrate, conditional_bootstrap_weights, summarize
 
 RULES = ("complete", "lenient_complete")
 MASKS = ("source", "number")
@@ -116,13 +116,14 @@ def selection_decomposition(scores: list[float], relations: list[str], groups: l
                      "false": 0 if relation == REPLACEMENT else int(sel.sum())})
     n = len(scores)
     parts = {"replacement": rel == REPLACEMENT, "other": rel != REPLACEMENT, "total": np.ones(n, dtype=bool)}
+    # One set of relation-stratified draws for all three parts (conditional_bootstrap's, threshold fixed).
+    weights = conditional_bootstrap_weights(groups, n, draws, seed, relations) if n and draws else None
     contributions = {}
     for name, part in parts.items():
-        per_draw = conditional_bootstrap(scores, [threshold], groups, utility=util * part, strata=relations,
-                                         n_draws=draws, seed=seed)["net"][:, 0]
+        per_draw = None if weights is None else weights @ ((act & part) * util)
         net = int(util[act & part].sum())
         contributions[name] = {"net": net, "pp": 100 * net / n if n else None,
-                               "ci": percentile_interval(100 * per_draw / n) if n and draws else None}
+                               "ci": None if per_draw is None else percentile_interval(100 * per_draw / n)}
     return {"threshold": threshold, "n": n, "relations": rows, "contributions": contributions}
 
 

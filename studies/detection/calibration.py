@@ -174,8 +174,14 @@ def conditional_bootstrap(test_scores: Array, thresholds: Array, test_groups: Se
                           seed: int = PAPER_SEED) -> dict[str, np.ndarray]:
     """Per-draw test metrics [n_draws, len(thresholds)] with the thresholds fixed (same draws for all)."""
     s = _vec(test_scores)
-    weights = _boot(test_groups, len(s), n_draws, seed, strata).weights().astype(float)
+    weights = conditional_bootstrap_weights(test_groups, len(s), n_draws, seed, strata)
     return _metrics(weights, _acts(s, _vec(thresholds)), _optional(utility), _optional(labels))
+
+
+def conditional_bootstrap_weights(groups: Sequence[Any] | None, n: int, n_draws: int = DRAWS, seed: int = PAPER_SEED,
+                                  strata: Sequence[Any] | None = None) -> np.ndarray:
+    """Float multiplicities [n_draws, n] of the test cases in :func:`conditional_bootstrap`'s draws."""
+    return _boot(groups, n, n_draws, seed, strata).weights().astype(float)
 
 
 def _dev_seed(seed: int) -> int:
