@@ -31,36 +31,12 @@ ANSWER_CUE = "\nAnswer:\n"
 BUDGETS = (8, 32, 128)
 
 # --- UNCLEAR (ours) ---------------------------------------------------------------------------
-# UNCLEAR: joiner between the records of a history (the paper says only "the history").
-# It must equal the last character of HISTORY_OPEN: the history header is a segment of its
-# own ("History:") followed by the segment separator (see clusters.prompt).
-RECORD_JOINER = "\n"
+# The record joiner, record wording, query wording and neutral notes (each marked UNCLEAR where it
+# is defined) are the controlled histories' own, shared with the native record-pair study; quoted
+# here so this module's digest (``config.json``'s ``strings_sha256``) covers every string of the prompt.
+from kvprobe.studies.datasets.controlled_histories import (  # noqa: E402,F401
+    LATER_RECORD, NOTE_JOINER, NOTE_SENTENCES, OLD_RECORD, OTHER_RECORD, QUERY, RECORD_JOINER)
+
+# The history header is a segment of its own ("History:") followed by the segment separator, so the
+# record joiner must equal the last character of HISTORY_OPEN (see data.prompt).
 assert HISTORY_OPEN == "History:" + RECORD_JOINER
-
-# UNCLEAR: record wording. "Statements share entity and attribute phrases within each family"
-# (L1776): the old record, the other entity's record and the later continuation use one frame
-# and differ only in the label, the entity and the value. The continuation ("later
-# statement") repeats the old value (CURRENT) or replaces it (SUPERSEDED).
-OLD_RECORD = "Record: the {attribute} of {entity} is {value}."
-OTHER_RECORD = "Record: the {attribute} of {entity} is {value}."
-LATER_RECORD = "Later record: the {attribute} of {entity} is {value}."
-
-# UNCLEAR: query wording. The two options are named in the query, in a counterbalanced order
-# ("Answer order ... counterbalanced", L1777); the target and unrelated queries share the frame.
-QUERY = "What is the {attribute} of {entity} now: {first} or {second}?"
-
-# UNCLEAR: the neutral note whose first tokens form the matched span (spec partD section 0:
-# "a neutral span that is disjoint from A and B and comes before the question"). Each note is
-# two of these sentences (joined by one space), drawn per cluster; every note is longer in
-# tokens than any old record, so an equal-token matched span always fits.
-NOTE_SENTENCES = (
-    "A square seal is printed beside a blank signature box.",
-    "The cover is gray and the folder is closed.",
-    "A paper clip holds the margin of the second page in place.",
-    "The binder has a blue spine and a plain white label.",
-    "A folded sheet lies under the stapler on the shelf.",
-    "The envelope is sealed and its flap is slightly creased.",
-    "A pencil mark is visible near the lower edge of the form.",
-    "The archive box is stacked beside two empty trays.",
-)
-NOTE_JOINER = " "
