@@ -10,7 +10,9 @@ as a byte difference.
 
 Seed: the one the committed summary records (``kvprobe report``'s default, ``REPORT_SEED``, when it
 records none). Summary options: a records run whose committed coverage curves rank histories by
-learned readouts gets the ``scores.json`` of the same model's committed ``kvprobe readout`` run.
+learned readouts gets the ``scores.json`` of the same model's committed ``kvprobe readout`` run; a
+detection run joined with matched-scores OAKS runs gets the folders and rule its ``natural_action``
+records (relative to the checkout).
 
 The committed ``kvprobe calibrate`` outputs (``artifacts/calibration/*/action.json`` and ``action.md``:
 threshold calibration and coverage curves over a detection run and two quantity runs) are recomputed
@@ -49,6 +51,9 @@ def _study(run: Path) -> str:
 def summary_options(run: Path, committed: dict[str, Any]) -> dict[str, Any]:
     """Keyword options of ``write_summary`` the committed summary was written with (besides the seed)."""
     options: dict[str, Any] = {}
+    if _study(run) == "detection" and "natural_action" in committed:  # joined with matched-scores oaks runs
+        options["matched_scores"] = ",".join(committed["natural_action"]["sources"])
+        options["join_rule"] = committed["natural_action"]["rule"]
     if _study(run) == "records":
         names = {n for curves in committed.get("coverage", {}).values() for n in curves}
         if names - RECORDS_BUILTIN_RANKINGS:
@@ -84,7 +89,8 @@ def test_every_study_has_a_committed_run():
 
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_committed_summary_is_reproduced_byte_for_byte(run, tmp_path):
+def test_committed_summary_is_reproduced_byte_for_byte(run, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # a detection run records its joined runs relative to the checkout
     committed = json.loads((run / "summary.json").read_text())
     assert committed.get("draws", DRAWS) == DRAWS  # write_summary always draws DRAWS
     again = recompute(run, tmp_path / run.name)

@@ -21,7 +21,9 @@ A question may carry an optional ``annotation`` of its earliest kept change (the
 annotator's judgments, seed L2980-3000; not released, so any file's annotations are inferred):
 ``{"attribute_change": "change" | "compatible" | "insufficient", "attribute_change_alternative":
 null | another of those, "description": "<class>", "description_alternative": null | "<class>"}``
-(:class:`Annotation`). A judgment is ambiguous when it has an alternative label.
+(:class:`Annotation`). A judgment is ambiguous when it has an alternative label. Optionally also the
+four-class rubric of the source relation (seed L3277-3300, mutually exclusive): ``"rubric": "strict" |
+"progression" | "additive" | "insufficient"`` with ``"rubric_alternative": null | another of those``.
 
 A change is a chunk ``k`` whose answer differs from chunk ``k - 1``; it is kept when the old
 answer has a nonempty source sentence at an earlier chunk (the latest one) and the new answer a
@@ -51,6 +53,9 @@ OAKS_DEMO_SEED = 20260921
 SPLIT_SIZES = {"development": 9, "calibration": 5, "evaluation": 5}
 #: The attribute-change judgment of an annotation (seed L2984-2988: changes / compatible / insufficient context).
 ATTRIBUTE_CHANGE = ("change", "compatible", "insufficient")
+#: The four mutually exclusive relation classes of the rubric (seed L3277-3293: strict replacement, state
+#: progression, additive or descriptive change, insufficient context).
+RUBRIC = ("strict", "progression", "additive", "insufficient")
 #: ``oaks_source`` value for the demonstration set generated from the PG-19 novel.
 DEMONSTRATION = "demonstration"
 #: Book splits of a selection (the paper's 5 held-out books are ``evaluation``).
@@ -100,6 +105,9 @@ class Annotation:
     attribute_change_alternative: str | None
     description: str
     description_alternative: str | None
+    #: The four-class rubric (:data:`RUBRIC`; None: not annotated) and its alternative label.
+    rubric: str | None = None
+    rubric_alternative: str | None = None
 
     @property
     def change_ambiguous(self) -> bool:
@@ -126,7 +134,12 @@ def parse_annotation(obj: Any, where: str) -> Annotation:
     if not isinstance(desc, str) or not desc or (dalt is not None and (not isinstance(dalt, str) or dalt == desc)):
         raise OaksFormatError(f"{where}: description {desc!r} / alternative {dalt!r} must be nonempty strings "
                               "(the alternative null or a different label)")
-    return Annotation(change, alt, desc, dalt)
+    rubric, ralt = obj.get("rubric"), obj.get("rubric_alternative")
+    if (rubric is None and ralt is not None) or (rubric is not None and rubric not in RUBRIC) \
+            or (ralt is not None and (ralt not in RUBRIC or ralt == rubric)):
+        raise OaksFormatError(f"{where}: rubric {rubric!r} / alternative {ralt!r} must be one of {', '.join(RUBRIC)} "
+                              "or null (the alternative null or a different label)")
+    return Annotation(change, alt, desc, dalt, rubric, ralt)
 
 
 def annotation(question: dict[str, Any]) -> Annotation | None:

@@ -37,7 +37,8 @@ RELATIONS = {"positive": 1, "repeated": 0, "other_book": 0}
 #: The paper's detector budget on natural text (seed L2911: "a 160-token limit").
 NATURAL_MAX_NEW_TOKENS = 160
 #: Row columns of a question's annotation (None when the OAKS file has none).
-ANNOTATION_COLUMNS = ("attribute_change", "attribute_change_alternative", "description", "description_alternative")
+ANNOTATION_COLUMNS = ("attribute_change", "attribute_change_alternative", "description", "description_alternative",
+                      "rubric", "rubric_alternative")
 
 
 def natural_pairs(selected: Sequence[tuple[oaks.Book, oaks.Change]]) -> list[dict[str, Any]]:

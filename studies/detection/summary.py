@@ -29,6 +29,7 @@ from kvprobe.studies.common.report import Items, estimate, small_sample_note, he
 from kvprobe.studies.common.runner import read_rows, write_run_summary
 from .calibration import calibrate
 from .natural_summary import action_report, detection_action, natural_report, summarize_natural
+from .natural_action import natural_action, natural_action_report
 
 
 def _by(rows: list[dict[str, Any]], *keys: str) -> dict[tuple, list[dict[str, Any]]]:
@@ -201,6 +202,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     if "natural" in summary:
         lines += natural_report(summary["natural"], model_name(config))
     lines += action_report(summary.get("detection_action", []))
+    lines += natural_action_report(summary.get("natural_action", {}))
     return "\n".join(lines)
 
 
@@ -208,12 +210,16 @@ def write_summary(out_dir: Path | str, seed: int = PAPER_SEED, matched_scores: s
                   join_rule: str = "complete") -> dict[str, Any]:
     """summary.json and report.md; ``matched_scores``: comma-separated matched-scores ``oaks`` run folders
     (one per generator) whose full / mask outcomes are joined with the oaks detections
-    (:func:`.natural_summary.detection_action`, graded by ``join_rule``)."""
+    (:func:`.natural_summary.detection_action`, graded by ``join_rule``) and analysed in full
+    (:func:`.natural_action.natural_action`: equal-coverage excess, coverage curves, source relations,
+    leave-one-book-out; its ``sources`` record the folders as given)."""
     def summarize_with_join(out: Path, seed: int) -> dict[str, Any]:
         summary = summarize(out, seed=seed)
         if matched_scores:
-            summary["detection_action"] = detection_action(out, [d for d in matched_scores.split(",") if d],
-                                                           join_rule)
+            dirs = [d for d in matched_scores.split(",") if d]
+            summary["detection_action"] = detection_action(out, dirs, join_rule)
+            if any(r["dataset"] == "oaks" for r in read_rows(out)):
+                summary["natural_action"] = natural_action(out, dirs, join_rule, seed=seed)
         return summary
 
     return write_run_summary(out_dir, summarize_with_join, format_report, seed=seed)
