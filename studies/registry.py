@@ -156,6 +156,10 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
           "lexical, attention and leave-one-out signals: replacement AUC and question relevance (partB 2)",
           compare=_P + "components.relevance_summary:write_comparison",
           smoke=dict(n_per_family=2, budget=2, families=("location",))),
+    Entry("native-pairs", _P + "native_pairs.study:NativePairsStudy", _P + "native_pairs.summary",
+          "record pairs without a question on native forward paths: s_K matching and d_V replacement on the "
+          "intrinsic and controlled-history panels, component bootstrap (partB 1-2, D2)",
+          smoke=dict(intrinsic_groups=2, history_per_family=1, draws=20, cases_per_batch=4)),
     Entry("derived-note", _P + "derived_note.study:DerivedNoteStudy", _P + "derived_note.summary",
           "a derived note carries the old record's content: masks, selective refresh, recompute (appendix)",
           runner=_P + "derived_note.study:run",

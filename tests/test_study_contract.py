@@ -25,7 +25,7 @@ from kvprobe.studies.common.runner import COMMITTED, RESULTS, run_study
 #: A few-second tiny-model run of every study: its registry entry's ``smoke`` parameters.
 SMALL: dict[str, dict] = {name: dict(e.smoke) for name, e in STUDIES.items()}
 #: Studies whose rows are not (case, question, condition) rows of a history (no common answer columns).
-NOT_HISTORY = {"detection", "requests"}
+NOT_HISTORY = {"detection", "native-pairs", "requests"}
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
