@@ -17,6 +17,7 @@ all under each row's condition.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
@@ -361,6 +362,74 @@ def generate_greedy(
                                          cross_checkpoint=cross_checkpoint, capture=capture, layers=layers)]
 
 
+@dataclass(frozen=True)
+class PhaseTimes:
+    """Seconds of the phases of one answer (:func:`answer_timed`), each measured after an accelerator sync.
+
+    ``condition_s``: the condition's row state built from the prefilled history (``Condition.prepare``: a
+    hidden vector, a bias, a recompute ...); ``query_s``: the question suffix tokenized, the row forked off
+    the history, the suffix run and the first answer token chosen; ``decode_s``: the remaining greedy tokens.
+    ``decode_path``: ``"static"`` (fixed shapes, a CUDA graph on CUDA) or ``"ordinary"``, with the reason.
+    """
+
+    condition_s: float
+    query_s: float
+    decode_s: float
+    decode_path: str
+
+    @property
+    def first_token_s(self) -> float:
+        """Time to the first answer token once the history is prefilled (condition + query)."""
+        return self.condition_s + self.query_s
+
+    @property
+    def complete_s(self) -> float:
+        """The whole answer after the prefilled history."""
+        return self.condition_s + self.query_s + self.decode_s
+
+
+def device_clock(device: torch.device) -> float:
+    """``time.perf_counter()`` after the device's queued work has finished (CUDA is synchronised)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def answer_timed(model: "Model", history: "History", request: Request, max_new_tokens: int,
+                 static: bool = True) -> tuple[Generation, PhaseTimes]:
+    """One request answered alone (greedy, EOS stop), with the time of each phase (:class:`PhaseTimes`).
+
+    The same computation as :func:`answer` on a one-row batch, split at the phase boundaries the paper
+    times (its app:v41_public_hard: policy construction, query processing, decoding). ``static=False``
+    keeps decoding off the fixed-shape path, so conditions that cannot use it (a logit bias) are compared
+    on the same path as those that can.
+
+    Example:
+        >>> gen, t = answer_timed(model, history, Request("Where?", kvprobe.Mask(spans=["A"])), 16)  # doctest: +SKIP
+        >>> t.first_token_s < t.complete_s
+        True
+    """
+    if max_new_tokens < 1:
+        raise ValueError("max_new_tokens must be at least 1")
+    items = [(history, request)]
+    start = device_clock(model.device)
+    state = prepare_states(model, items)[0]
+    prepared = device_clock(model.device)
+    rows, last = _run_questions(model, [state], [remaining_suffix(model, history, request.question, state)],
+                                _selector(model, items, [0]), [request.label])
+    int(last[0].argmax())  # the first token reaches the host
+    first = device_clock(model.device)
+    refusal = static_refusal(model, rows) if model.device.type in STATIC_DECODE_DEVICES else "not an accelerator"
+    if not static:
+        refusal = "static=False"
+    path = "static" if refusal is None else f"ordinary ({refusal})"
+    decode_start = device_clock(model.device)
+    toks = _greedy_from(model, rows, last, max_new_tokens, static=static)[0]
+    done = device_clock(model.device)
+    return (_generation(model, toks, request.label),
+            PhaseTimes(prepared - start, first - prepared, done - decode_start, path))
+
+
 def reason_then_score(
     model: "Model",
     items: Sequence[tuple["History", Request]],
@@ -495,7 +564,7 @@ def _generation(model: "Model", toks: list[int], access: str) -> Generation:
 
 def _greedy_from(model: "Model", rows: Rows, last: torch.Tensor, max_new_tokens: int,
                  stop_at_eos: bool = True, recorder: Recorder | None = None,
-                 items: Sequence[int] = (), keep_rows: bool = False) -> list[list[int]]:
+                 items: Sequence[int] = (), keep_rows: bool = False, static: bool = True) -> list[list[int]]:
     """Greedy tokens of a batch whose question already ran (``last``: its logits Float[B, V]).
 
     Stopping EOS included; finished rows stop recording tokens and leave the batch in
@@ -507,6 +576,7 @@ def _greedy_from(model: "Model", rows: Rows, last: torch.Tensor, max_new_tokens:
     On a GPU (:data:`kvprobe.static_decode.STATIC_DECODE_DEVICES`) a batch reading one shared history,
     with no recorder and no ``keep_rows`` (the caller reads ``rows`` afterwards), decodes in fixed
     shapes replayed as a CUDA graph (:mod:`kvprobe.static_decode`); finished rows then stay in the batch.
+    ``static=False`` keeps every step on the ordinary path (e.g. to time two conditions on the same path).
     """
     B = last.shape[0]
     generated: list[list[int]] = [[] for _ in range(B)]
@@ -517,7 +587,7 @@ def _greedy_from(model: "Model", rows: Rows, last: torch.Tensor, max_new_tokens:
     nxt = last.argmax(dim=-1)
     step_valid = torch.ones(B, 1, dtype=torch.bool, device=nxt.device)
     static = None
-    if (recorder is None and not keep_rows and max_new_tokens > 1 and nxt.device.type in STATIC_DECODE_DEVICES
+    if (static and recorder is None and not keep_rows and max_new_tokens > 1 and nxt.device.type in STATIC_DECODE_DEVICES
             and static_refusal(model, rows) is None):
         static = StaticDecoder(model, rows, max_new_tokens - 1, graph=nxt.device.type == "cuda")
     for step in range(max_new_tokens):

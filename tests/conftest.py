@@ -31,7 +31,8 @@ SLOW_TESTS = {"test_run_summary_and_resume", "test_records_evaluation_and_report
               "test_tiny_tokenizer_is_deterministic_across_processes", "test_corrupt_results_line_is_named",
               "test_calibrate_command_joins_scores_and_quantity_answers",
               # whole benchmark and extraction runs under the device guard (seconds each)
-              "test_gpu_bench_runs_on_the_cpu", "test_extraction_with_edits_runs_under_the_device_guard",
+              "test_gpu_bench_runs_on_the_cpu", "test_operations_bench_five_positions",
+              "test_latency_bench_rows_and_summary", "test_extraction_with_edits_runs_under_the_device_guard",
               "test_store_readouts_reproduce_hand_computed_scores",
               # whole small study runs already covered by the study contract's small run of each study
               "test_fake_detectors_drive_every_question", "test_tiny_run_writes_rows_and_a_summary",

@@ -162,9 +162,11 @@ def median_ms(runs: dict[str, list[float]]) -> float:
     return 1e3 * median_s(runs)
 
 
-def median_time(fn: Callable[[], Any], warmups: int, repeats: int) -> tuple[float, Any]:
-    """(median seconds, last result) of ``fn`` alone: ``warmups`` untimed runs, then ``repeats`` timed ones."""
-    runs, last = interleave({"fn": fn}, warmups, repeats)
+def median_time(fn: Callable[[], Any], warmups: int, repeats: int,
+                device: torch.device | None = None) -> tuple[float, Any]:
+    """(median seconds, last result) of ``fn`` alone: ``warmups`` untimed runs, then ``repeats`` timed ones
+    (on an accelerator ``device``, synchronised around each)."""
+    runs, last = interleave({"fn": fn}, warmups, repeats, measure=lambda f: timed(f, device))
     return median_s(runs["fn"]), last["fn"]
 
 

@@ -2,7 +2,7 @@
 
 Histories of ``lengths`` tokens are PG-19 filler text (one public-domain book,
 read from the ``pg19`` data set (``kvprobe data``)) with the quantity task's record A placed at
-10 %, 50 % and 90 % of the history and record B at the end. For each
+the paper's five positions (10, 30, 50, 70 and 90 % of the history; seed L6414-6416) and record B at the end. For each
 (length, position) cell and each operation we time, separately,
 
 * the operation: building the condition's row state from the prefilled history
@@ -17,6 +17,12 @@ record A. Warm-ups are discarded and the median of the repeats is reported, with
 operation's ratio to masking and the KV bytes it holds and frees. The paper's
 protocol is 3 warm-ups and a median of 9 (partE E5); on a 2-core CPU the
 longest histories use fewer repeats (``--repeats-long``), recorded per cell.
+
+Across the cells, the summary gives the paper's two statements: how many cells have the mask's median
+above keeping the cache (``full``), with the exact two-sided sign test (ties dropped; the paper: 18 of
+20, p = 0.0004), and the range of the stored-prefix recompute's ratio to the mask (the paper: 2.17-52.89x).
+On CUDA every timing is synchronised and each operation's peak device allocation (one extra run of the
+operation and its first token, above what was in use before) is recorded; elsewhere the run's peak RSS.
 """
 
 from __future__ import annotations
@@ -32,7 +38,9 @@ from kvprobe.decoding import question_logits
 from kvprobe.files import atomic_write_text
 from kvprobe.interventions.registry import CONDITIONS, covered_by, parse_condition
 
-from .measure import median_time, peak_rss_bytes, weight_bytes
+from kvprobe.readouts.stats import sign_test
+
+from .measure import device_peak_bytes, median_time, peak_rss_bytes, weight_bytes
 
 RECORD_A = ("Reference time T1. Certified specification for Assembly-TEST-000: cycle duration = 159 minutes. "
             "This is its single approved value at T1.")
@@ -87,7 +95,7 @@ def run_operations_bench(
     out_dir: Path,
     data_dir: Path | str | None,
     lengths: tuple[int, ...] = (512, 1024, 2048, 4096, 8192),
-    fractions: tuple[float, ...] = (0.1, 0.5, 0.9),
+    fractions: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9),
     warmups: int = 3,
     repeats: int = 9,
     long_from: int = 4096,
@@ -95,9 +103,10 @@ def run_operations_bench(
     repeats_long: int = 3,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Run the grid and write ``operations.json``, ``operations.md`` and ``operations.png``."""
+    """Run the grid and write ``operations.json``, ``operations.md`` and ``operations.png`` (the JSON and markdown
+    after every cell too, so a run stopped early keeps the cells it finished)."""
     book = book_tokens(model, data_dir)
-    cells = []
+    cells: list[dict[str, Any]] = []
     for length in lengths:
         w, r = (warmups_long, repeats_long) if length >= long_from else (warmups, repeats)
         for fraction in fractions:
@@ -108,12 +117,16 @@ def run_operations_bench(
                     "operations": {}}
             for name in OPERATIONS:
                 op = parse_condition(CONDITIONS[name].spec(name), history)
-                op_s, state = median_time(lambda: op.prepare(model, history, QUESTION), w, r)
-                tok_s, token = median_time(lambda: first_token(model, history, state), w, r)
+                op_s, state = median_time(lambda: op.prepare(model, history, QUESTION), w, r, model.device)
+                tok_s, token = median_time(lambda: first_token(model, history, state), w, r, model.device)
                 held = state.kv_bytes()
                 cell["operations"][name] = {"op_ms": 1e3 * op_s, "first_token_ms": 1e3 * tok_s,
                                             "total_ms": 1e3 * (op_s + tok_s), "kv_bytes_held": held,
                                             "kv_bytes_freed": full_bytes - held, "first_token": token}
+                if model.device.type == "cuda":
+                    del state
+                    cell["operations"][name]["device_peak_bytes"] = device_peak_bytes(
+                        lambda: first_token(model, history, op.prepare(model, history, QUESTION)), model.device)
                 if progress:
                     print(f"  T={len(history):5d} A@{fraction:.0%} {name:<17} op {1e3 * op_s:9.2f} ms  "
                           f"first token {1e3 * tok_s:8.1f} ms", flush=True)
@@ -123,19 +136,51 @@ def run_operations_bench(
             cells.append(cell)
             if not history.check_digest():
                 raise RuntimeError("an operation changed the shared history cache")
+            _write(model, out_dir, cells, figure=False)
+    return _write(model, out_dir, cells, figure=True)
+
+
+def _write(model: kvprobe.Model, out_dir: Path, cells: list[dict[str, Any]], figure: bool) -> dict[str, Any]:
+    """The result of the cells so far, written to ``operations.json`` and ``operations.md`` (and the figure)."""
     result = {
         "model": model.name,
         "dtype": str(model.dtype),
+        "device": str(model.device),
+        "device_name": torch.cuda.get_device_name(model.device) if model.device.type == "cuda" else "CPU",
         "threads": torch.get_num_threads(),
         "peak_rss_bytes": peak_rss_bytes(),
         "weight_bytes": weight_bytes(model),
+        "summary": summarize(cells),
         "cells": cells,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out_dir / "operations.json", json.dumps(result, indent=2) + "\n")
     atomic_write_text(out_dir / "operations.md", format_markdown(result))
-    plot(result, out_dir / "operations.png")
+    if figure:
+        plot(result, out_dir / "operations.png")
     return result
+
+
+def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """The paper's two statements over the cells: the mask's median total above keeping the cache (count,
+    ties, exact two-sided sign test) and each operation's min/max ratio to the mask.
+
+    Example:
+        >>> cell = lambda full, mask: {"operations": {"full": {"total_ms": full, "total_over_mask": full / mask},
+        ...                                          "mask": {"total_ms": mask, "total_over_mask": 1.0}}}
+        >>> s = summarize([cell(1.0, 2.0)] * 18 + [cell(2.0, 1.0)] * 2)
+        >>> s["mask_above_full"], s["mask_below_full"], round(s["sign_test_p"], 4)
+        (18, 2, 0.0004)
+    """
+    pairs = [(c["operations"]["mask"]["total_ms"], c["operations"]["full"]["total_ms"]) for c in cells
+             if "full" in c["operations"] and "mask" in c["operations"]]
+    above = sum(m > f for m, f in pairs)
+    below = sum(m < f for m, f in pairs)
+    ratios = {name: [c["operations"][name]["total_over_mask"] for c in cells]
+              for name in cells[0]["operations"]} if cells else {}
+    return {"cells": len(pairs), "mask_above_full": above, "mask_below_full": below,
+            "ties": len(pairs) - above - below, "sign_test_p": sign_test(above, below),
+            "ratio_to_mask": {name: {"min": min(v), "max": max(v)} for name, v in ratios.items()}}
 
 
 def format_markdown(result: dict[str, Any]) -> str:
@@ -143,7 +188,8 @@ def format_markdown(result: dict[str, Any]) -> str:
     the result holds, in its order)."""
     names = list(result["cells"][0]["operations"])
     lines = [
-        f"# Cache-operation cost: {result['model']} ({result['dtype']}, {result['threads']} threads)",
+        f"# Cache-operation cost: {result['model']} ({result['dtype']}, "
+        f"{result.get('device_name', 'CPU')}, {result['threads']} threads)",
         "",
         "Total = operation + first answer token, median ms (ratio to mask). "
         "Operation time alone and KV bytes are in operations.json.",
@@ -163,6 +209,17 @@ def format_markdown(result: dict[str, Any]) -> str:
     lines.append("|" + "---|" * len(names))
     lines.append("| " + " | ".join(f"{mid['operations'][n]['kv_bytes_freed'] / 2**20:.2f}" for n in names) + " |")
     mb = 2**20
+    if "device_peak_bytes" in mid["operations"][names[0]]:
+        lines += ["", "Peak device allocation (MiB, above the weights and the prefilled history) of one operation "
+                  "and its first token, same cell:", "", "| " + " | ".join(names) + " |", "|" + "---|" * len(names),
+                  "| " + " | ".join(f"{mid['operations'][n]['device_peak_bytes'] / mb:.1f}" for n in names) + " |"]
+    if "summary" in result:
+        s = result["summary"]
+        lines += ["", f"Mask above keeping the cache (full) in {s['mask_above_full']} of {s['cells']} cells "
+                  f"({s['mask_below_full']} below, {s['ties']} tied; exact two-sided sign test p = "
+                  f"{s['sign_test_p']:.4f}). Ratio to the mask over the cells, min-max: "
+                  + ", ".join(f"{n} {r['min']:.2f}-{r['max']:.2f}x" for n, r in s["ratio_to_mask"].items()
+                              if n != "mask") + "."]
     lines += ["", f"Peak RSS {result['peak_rss_bytes'] / mb:.0f} MiB; weights {result['weight_bytes'] / mb:.0f} MiB.", ""]
     return "\n".join(lines)
 
@@ -186,7 +243,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("history tokens (record A at 50 %)")
     ax.set_ylabel("operation + first answer token (ms, median)")
-    ax.set_title(f"Cache-operation cost, {result['model']}, CPU")
+    ax.set_title(f"Cache-operation cost, {result['model']}, {result.get('device_name', 'CPU')}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -197,9 +254,12 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def command(args, load) -> dict[str, Any]:
-    """``kvprobe bench operations``: options not given keep :func:`run_operations_bench`'s defaults."""
+    """``kvprobe bench operations``: options not given keep :func:`run_operations_bench`'s defaults; a given
+    ``--warmups``/``--repeats`` applies to every length."""
     given = {"lengths": None if args.lengths is None else tuple(int(x) for x in args.lengths.split(",")),
-             "warmups": args.warmups, "repeats": args.repeats}
+             "warmups": args.warmups, "repeats": args.repeats,
+             # given counts hold for every length (the reduced long-history defaults are for a CPU)
+             "warmups_long": args.warmups, "repeats_long": args.repeats}
     fractions = tuple(float(x) for x in args.fractions.split(","))
     return run_operations_bench(load(), Path(args.out), args.data, fractions=fractions,
                                 **{k: v for k, v in given.items() if v is not None})

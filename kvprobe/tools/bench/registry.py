@@ -29,13 +29,16 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "--lengths": dict(default=None, help="operations, long: history lengths in tokens, comma-separated (operations "
                       "default 512,1024,2048,4096,8192; long default 1024,2048,4096,8192,16384, keeping those within "
                       "the model's context; a given length beyond max_position_embeddings is refused)"),
-    "--fractions": dict(default="0.1,0.5,0.9", help="operations: where record A sits, as fractions of the history"),
+    "--fractions": dict(default="0.1,0.3,0.5,0.7,0.9",
+                        help="operations: where record A sits, as fractions of the history (default the paper's five "
+                        "positions, 10-90 %%)"),
     "--warmups": dict(type=at_least(0), default=None,
-                      help="operations, long, internals: untimed warm-up runs per cell and side (default 3 for "
-                      "operations, 1 for long, 2 for internals; for long's decode cells, warm-up steps)"),
+                      help="operations, long, internals, latency: untimed warm-up runs per cell and side (default 3 "
+                      "for operations, 1 for long, 2 for internals; for long's decode cells, warm-up steps; for "
+                      "latency, warm-up questions, default 1)"),
     "--repeats": dict(type=at_least(1), default=None,
                       help="operations, long, internals: timed runs per cell, median reported (operations default 9, "
-                      "1+3 from 4096 tokens; long default 3 per side, interleaved with plain transformers; long's "
+                      "1+3 from 4096 tokens unless --warmups/--repeats are given, which then hold for every length; long default 3 per side, interleaved with plain transformers; long's "
                       "decode cells time --decode-steps steps instead; internals default 9 per side)"),
     "--rows": dict(default=None, help="long: batch sizes of the masked decode step, comma-separated (default 1,15: "
                    "one row and 15 access-only rows of one history); gpu: the rows of the decode cell (default 15)"),
@@ -60,6 +63,20 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "--target": dict(choices=["study", "extract"], default="study",
                      help="scale: time a study (scale.json; default) or an extraction of --cases records cases with "
                      "the signed LOO in batches of --batch-size (scale-extract.json)"),
+    "--source": dict(default="fixtures",
+                     help="latency: the session-bias questions: fixtures (seeded, LongMemEval schema; default), "
+                     "hf:xiaowu0162/longmemeval, or the path of longmemeval_oracle.json or its folder"),
+    "--split": dict(choices=["development", "validation", "all"], default="all",
+                    help="latency: which questions of --source (default all)"),
+    "--questions": dict(type=at_least(1), default=40, help="latency: time the first N questions (default 40)"),
+    "--max-new-tokens": dict(type=at_least(1), default=128,
+                             help="latency: greedy answer budget per arm, EOS stop (default 128, the paper's soft-bias "
+                             "runs; its hard-mask comparison used 256)"),
+    "--max-history-tokens": dict(type=at_least(1), default=None,
+                                 help="latency: skip questions whose history is longer (default: no limit)"),
+    "--decode": dict(choices=["auto", "ordinary"], default="auto",
+                     help="latency: auto (default): each arm decodes as kvprobe would (on CUDA, full access and "
+                     "masks in fixed shapes, a bias on the ordinary path); ordinary: every arm on the ordinary path"),
 }
 #: Options every benchmark reads (besides ``--device``/``--dtype``, which the CLI adds).
 COMMON = ("--model", "--out")
@@ -113,6 +130,11 @@ BENCHES: dict[str, Bench] = {b.name: b for b in [
     Bench("internals", "`kvprobe bench internals`: run_with_cache of every layer's hidden states and an empty "
           "trace beside score of the same five-condition batch (internals.json, internals.md).", "internals",
           "format_internals_markdown", ("--warmups", "--repeats")),
+    Bench("latency", "`kvprobe bench latency`: per question of the session-bias study, full access, the soft "
+          "session-order bias and the hard mask answered one at a time, with tokenization, prefill, policy, query, "
+          "decode, resident/cold time to first token and paired overheads (latency.json, latency.md).", "latency",
+          "format_markdown", ("--source", "--split", "--questions", "--max-new-tokens", "--max-history-tokens",
+                              "--decode", "--warmups")),
     Bench("gpu", "`kvprobe bench gpu`: kvprobe beside plain transformers on an accelerator (prefill, a decode of "
           "--rows rows, operations; gpu.json, gpu.md).", "gpu", "format_gpu_markdown",
           ("--lengths", "--repeats", "--rows", "--decode-steps")),
