@@ -425,7 +425,7 @@ class _Client:
         if len(self.requests) <= self.invalid_first:
             return grading.JudgeReply("I think they are all fine.", "judge-2026-01")
         tasks = json.loads(prompt.split("\n\n", 1)[1])
-        results = [{"id": t["id"], "verdict": "yes" if "Corolla" in t["prompt"].split("Model response:")[1] else "no",
+        results = [{"id": t["id"], "verdict": "yes" if "Corolla" in t["prompt"].split("Model Response:")[1] else "no",
                     "explanation": "ok"} for t in tasks]
         return grading.JudgeReply("```json\n" + json.dumps({"results": results}) + "\n```", "judge-2026-01")
 
@@ -444,7 +444,9 @@ def test_batched_judge_protocol(tmp_path):
     sent = [json.loads(r.split("\n\n", 1)[1]) for r in client.requests]
     assert [len(b) for b in sent] == [48, 48, 48, 4] and sent[0] == sent[1]
     prompts = [t["prompt"] for b in sent[1:] for t in b]
-    assert len(set(prompts)) == 100 and prompts != [grading.paraphrased_rubric(t) for t in tasks[:100]]
+    # The official prompts, shuffled (seeded).
+    assert sorted(prompts) == sorted(grading.anscheck_prompt(t) for t in tasks[:100])
+    assert prompts != [grading.anscheck_prompt(t) for t in tasks[:100]]
     assert all(t["id"].startswith("task-") for b in sent for t in b)
     assert not any(word in r for r in client.requests for word in ("soft", "hard", "full", "tiny-llama"))
     log = [json.loads(line) for line in (tmp_path / "judge.jsonl").read_text().splitlines()]
@@ -512,3 +514,84 @@ def test_summary_math_on_hand_made_rows(tmp_path):
     report = format_report(s, {"model": {"name": "hand"}, "study_config": {"source": "fixtures"}})
     assert "| answerable updates | 2 | 50.0 (1/2) | 100.0 (2/2) | 50.0 (1/2) | +50.00" in report
     assert every["full"]["mean_tokens"] == 5.0
+
+
+# --------------------------------------------------------------------------- the official LongMemEval prompts
+
+#: The answer-check prompts as released (xiaowu0162/LongMemEval, src/evaluation/evaluate_qa.py,
+#: get_anscheck_prompt), typed here from the release, and the SHA-256 of each template there.
+_OPEN = ("I will give you a question, a correct answer, and a response from a model. Please answer yes if the "
+         "response contains the correct answer. Otherwise, answer no. ")
+_STEPS = ("If the response is equivalent to the correct answer or contains all the intermediate steps to get the "
+          "correct answer, you should also answer yes. If the response only contains a subset of the information "
+          "required by the answer, answer no. ")
+_TAIL = "\n\nQuestion: Q?\n\nCorrect Answer: R\n\nModel Response: A.\n\nIs the model response correct? Answer yes or no only."
+_EXPECTED = {
+    "single-session-user": _OPEN + _STEPS + _TAIL,
+    "single-session-assistant": _OPEN + _STEPS + _TAIL,
+    "multi-session": _OPEN + _STEPS + _TAIL,
+    "temporal-reasoning": _OPEN + _STEPS + "In addition, do not penalize off-by-one errors for the number of days. "
+    "If the question asks for the number of days/weeks/months, etc., and the model makes off-by-one errors (e.g., "
+    "predicting 19 days when the answer is 18), the model's response is still correct. " + _TAIL,
+    "knowledge-update": _OPEN + "If the response contains some previous information along with an updated answer, "
+    "the response should be considered as correct as long as the updated answer is the required answer." + _TAIL,
+    "single-session-preference": "I will give you a question, a rubric for desired personalized response, and a "
+    "response from a model. Please answer yes if the response satisfies the desired response. Otherwise, answer no. "
+    "The model does not need to reflect all the points in the rubric. The response is correct as long as it recalls "
+    "and utilizes the user's personal information correctly.\n\nQuestion: Q?\n\nRubric: R\n\nModel Response: A.\n\n"
+    "Is the model response correct? Answer yes or no only.",
+}
+_EXPECTED_ABSTENTION = (
+    "I will give you an unanswerable question, an explanation, and a response from a model. Please answer yes if "
+    "the model correctly identifies the question as unanswerable. The model could say that the information is "
+    "incomplete, or some other information is given but the asked information is not.\n\nQuestion: Q?\n\n"
+    "Explanation: R\n\nModel Response: A.\n\nDoes the model correctly identify the question as unanswerable? "
+    "Answer yes or no only.")
+_UPSTREAM_SHA256 = {
+    "ANSCHECK_DEFAULT": "fba020ba3d57982efdc9a937c1c01f897b789a608c7f88e60244121f6505e5bc",
+    "ANSCHECK_TEMPORAL": "8d33a5fdd83afeeb4592454a965eab43d1fcb2dedc042d1d3892f4254be6c273",
+    "ANSCHECK_KNOWLEDGE_UPDATE": "183a9b3a6197ec620940f610cdc1207201ec98c1113dd633ea685cfc322fafac",
+    "ANSCHECK_PREFERENCE": "741ee3bcbea7ff5e8ed359acef61d2f8ded3de021bbcff6ee13de455f2e2aa9b",
+    "ANSCHECK_ABSTENTION": "5c0b365a1e1d06db36377c735432b56e122ca3c428f89faf61d43a0d5a7e050b",
+}
+
+
+@pytest.mark.parametrize("qtype", data.QUESTION_TYPES)
+def test_official_prompt_dispatch_byte_for_byte(qtype):
+    import hashlib
+
+    from kvprobe.studies.session_bias import strings
+
+    for name, digest in _UPSTREAM_SHA256.items():
+        assert hashlib.sha256(getattr(strings, name).encode()).hexdigest() == digest, name
+    task = grading.GradeTask("0a1b2c3d", qtype, "Q?", "R", "A.", False)
+    assert grading.anscheck_prompt(task) == _EXPECTED[qtype]
+    # The abstention prompt for every id containing "_abs" (the official test), whatever the type or flag says.
+    for qid in ("0a1b2c3d_abs", "x_abs_2"):
+        assert grading.anscheck_prompt(grading.GradeTask(qid, qtype, "Q?", "R", "A.", False)) == _EXPECTED_ABSTENTION
+    # Three templates keep the space before the blank line, as released.
+    assert strings.ANSCHECK_DEFAULT.count("no. \n\nQuestion") == 1
+    assert strings.ANSCHECK_TEMPORAL.count("correct. \n\nQuestion") == 1
+
+
+def test_official_judge_rule_and_empty_answers(tmp_path):
+    """One request per distinct prompt, label 'yes' in reply.lower(); empty answers are "no" unasked."""
+
+    class Client:
+        def __init__(self):
+            self.sent = []
+
+        def complete(self, prompt):
+            self.sent.append(prompt)
+            response = prompt.split("Model Response: ")[1].split("\n\n")[0]
+            return grading.JudgeReply("Yes." if "Corolla" in response else "No.", "local-1")
+
+    with pytest.raises(ValueError, match="no official answer-check prompt"):
+        grading.anscheck_prompt(grading.GradeTask("q", "open-domain", "Q?", "R", "A.", False))
+    client = Client()
+    tasks = [_task("A Toyota Corolla."), _task("A bike."), _task("A Toyota Corolla."), _task(""), _task(" \n")]
+    verdicts = grading.OfficialJudge(client, log_path=tmp_path / "judge.jsonl").grade(tasks)
+    assert [v.correct for v in verdicts] == [True, False, True, False, False]
+    assert client.sent == [grading.anscheck_prompt(tasks[0]), grading.anscheck_prompt(tasks[1])]
+    assert verdicts[0].grader == "longmemeval-anscheck:local-1" and verdicts[3].grader == "longmemeval-anscheck"
+    assert verdicts[3].explanation == "empty answer"

@@ -17,8 +17,14 @@ hands the prompts to :meth:`BatchedJudge.judge`, which returns one
   JSON lines: request, reply, validity) and named in each judgment's ``grader``.
 
 The judge model itself is a :class:`JudgeClient` that users implement (an API
-client, a local model...): nothing here opens a network connection, so offline runs
-use each study's rule grader and say so in their reports.
+client...): nothing here opens a network connection, so offline runs use each study's
+rule grader, or a local model (:class:`kvprobe.studies.common.local_judge.LocalJudgeClient`),
+and say so in their reports.
+
+:class:`PromptJudge` is the other protocol, a benchmark's own evaluation (LongMemEval's
+``evaluate_qa.py``): one request per distinct prompt, the prompt alone, the label read from the
+free reply by a rule (:func:`yes_label`, ``'yes' in reply.lower()``). Small local judges cannot
+answer a 48-task JSON request, so a local model grades through this one.
 
 Example::
 
@@ -40,7 +46,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 #: The largest request (the paper's batches hold at most 48 answers).
 MAX_BATCH = 48
@@ -220,3 +226,58 @@ def judge_answered(judge: BatchedJudge, prompts: Sequence[str | None], empty_lab
     asking, L6345-6347) gets ``empty_label`` from ``judge.name`` and is never sent."""
     judged = iter(judge.judge([p for p in prompts if p is not None]))
     return [Judgment(empty_label, explanation, judge.name) if p is None else next(judged) for p in prompts]
+
+
+# ----------------------------------------------------------------------------- one prompt per request
+
+def yes_label(reply: str) -> str:
+    """LongMemEval's reading of a judge reply (``evaluate_qa.py``: ``'yes' in reply.strip().lower()``): "yes" when
+    the reply contains "yes" anywhere (also inside a word: "Yesterday", "eyes"), else "no".
+
+    Example: ``yes_label(" Yes.")`` is ``"yes"``; ``yes_label("No, it does not.")`` is ``"no"``.
+    """
+    return "yes" if "yes" in reply.strip().lower() else "no"
+
+
+class PromptJudge:
+    """A judge asked once per distinct prompt, the prompt alone, its label read from the free reply.
+
+    The protocol of a benchmark's own evaluation script (LongMemEval's ``evaluate_qa.py``: each answer-check
+    prompt is the only user message of one request, the label ``'yes' in reply.lower()``), beside the paper's
+    batched JSON protocol (:class:`BatchedJudge`). Identical prompts are judged once. A client with
+    ``complete_many(prompts)`` (a local model decoding several prompts at once) gets the distinct prompts in
+    one call, in order; otherwise ``complete(prompt)`` is called for each. Every request and reply is logged
+    (``log_path``, JSON lines: prompt, reply, label, model variant); each judgment's ``grader`` is
+    ``name:model_variant`` and its explanation the raw reply.
+
+    Args:
+        client: a :class:`JudgeClient` (optionally with ``complete_many``).
+        label_of: reply text -> label (default :func:`yes_label`).
+        log_path: JSON-lines log (None: no log).
+        name: the grader name in each judgment.
+    """
+
+    def __init__(self, client: JudgeClient, label_of: Callable[[str], str] = yes_label,
+                 log_path: str | Path | None = None, name: str = "judge") -> None:
+        self.client, self.label_of, self.name = client, label_of, name
+        self.log_path = None if log_path is None else Path(log_path)
+        self.requests = 0
+
+    def judge(self, prompts: Sequence[str]) -> list[Judgment]:
+        """One judgment per prompt, in order (identical prompts judged once)."""
+        distinct = list(dict.fromkeys(prompts))
+        complete_many = getattr(self.client, "complete_many", None)
+        replies = (list(complete_many(distinct)) if complete_many is not None
+                   else [self.client.complete(p) for p in distinct])
+        if len(replies) != len(distinct):
+            raise JudgeError(f"the client returned {len(replies)} replies for {len(distinct)} prompts")
+        self.requests += len(distinct)
+        judged = {}
+        for prompt, reply in zip(distinct, replies):
+            label = self.label_of(reply.text)
+            judged[prompt] = Judgment(label, reply.text, f"{self.name}:{reply.model_variant}")
+            if self.log_path is not None:
+                with open(self.log_path, "a") as f:
+                    f.write(json.dumps({"model_variant": reply.model_variant, "label": label, "prompt": prompt,
+                                        "reply": reply.text}, ensure_ascii=False) + "\n")
+        return [judged[p] for p in prompts]

@@ -22,18 +22,23 @@ LongMemEval rubric, which needs a network):
 * abstention questions: correct when the response declines, i.e. contains one of
   :data:`DECLINE_PHRASES` (e.g. "don't know", "not mentioned", "no information").
 
-:class:`BatchedJudge` implements the paper's LLM-judge protocol (shared by every graded study:
-:mod:`kvprobe.studies.common.judge`) around a
-:class:`JudgeClient` that users implement (the stub: nothing here opens a
-network connection): empty answers are marked incorrect without asking; every
-other task becomes its full rubric prompt (``rubric(task)``; default
-:func:`paraphrased_rubric`, pass the official LongMemEval templates for paper
-fidelity); identical full prompts are judged once; the distinct prompts go out in
-random order (seeded) in requests of at most 48 tasks with anonymous ids; a reply
-must give exactly one yes/no verdict per id, else the request is resubmitted (up
-to ``max_retries`` times, then :class:`JudgeError`); the model variant returned
-with every request is logged (``log_path``, JSON lines) and named in each
-verdict's ``grader``.
+:func:`anscheck_prompt` is the official LongMemEval answer-check prompt of a task (``strings.ANSCHECK_*``,
+verbatim; chosen as ``get_anscheck_prompt`` chooses: ``'_abs' in question_id`` takes the abstention
+prompt, otherwise the question type's), the rubric of both judge graders:
+
+* :class:`OfficialJudge`: LongMemEval's own protocol (``evaluate_qa.py``), one request per distinct prompt,
+  the prompt alone, the label ``'yes' in reply.lower()``; for a local model
+  (:class:`kvprobe.studies.common.local_judge.LocalJudgeClient`, greedy, at most 10 new tokens) or any
+  :class:`JudgeClient`;
+* :class:`BatchedJudge`: the paper's batched protocol (shared by every graded study:
+  :mod:`kvprobe.studies.common.judge`) around a :class:`JudgeClient` that users implement (nothing here
+  opens a network connection): identical full prompts are judged once; the distinct prompts go out in
+  random order (seeded) in requests of at most 48 tasks with anonymous ids; a reply must give exactly one
+  yes/no verdict per id, else the request is resubmitted (up to ``max_retries`` times, then
+  :class:`JudgeError`); the model variant returned with every request is logged (``log_path``, JSON lines)
+  and named in each verdict's ``grader``.
+
+Both mark an empty or whitespace-only answer incorrect without asking (paper L6170-6171, L6345-6347).
 """
 
 from __future__ import annotations
@@ -115,23 +120,48 @@ class RuleGrader:
 
 # ----------------------------------------------------------------------------- LLM judge protocol
 
-def paraphrased_rubric(task: GradeTask) -> str:
-    """Our paraphrase of the LongMemEval question-type rubric (see ``strings.RUBRIC_*``)."""
-    fields = {"question": task.question, "reference": task.reference, "response": task.response}
-    if task.is_abstention:
-        return strings.RUBRIC_ABSTENTION.format(**fields)
-    if task.question_type == "single-session-preference":
-        return strings.RUBRIC_PREFERENCE.format(**fields)
-    return strings.RUBRIC_ANSWERABLE.format(**fields, extra=strings.RUBRIC_EXTRA.get(task.question_type, ""))
+def anscheck_prompt(task: GradeTask) -> str:
+    """The official LongMemEval answer-check prompt of ``task`` (``evaluate_qa.py``, ``get_anscheck_prompt``):
+    question, answer and response in its template, the abstention template when the id contains ``_abs``,
+    else the question type's (ValueError for a type the official script does not know)."""
+    if "_abs" in task.question_id:
+        template = strings.ANSCHECK_ABSTENTION
+    elif task.question_type in strings.ANSCHECK_BY_TYPE:
+        template = strings.ANSCHECK_BY_TYPE[task.question_type]
+    else:
+        raise ValueError(f"{task.question_id}: no official answer-check prompt for question type "
+                         f"{task.question_type!r}")
+    return template.format(task.question, task.reference, task.response)
+
+
+class OfficialJudge:
+    """A :class:`Grader` with LongMemEval's own protocol (module docstring): :func:`anscheck_prompt` sent alone,
+    once per distinct prompt, label ``'yes' in reply.lower()`` (:func:`kvprobe.studies.common.judge.yes_label`);
+    empty answers are incorrect without asking. ``log_path``: JSON lines of every prompt and reply."""
+
+    def __init__(self, client: JudgeClient, log_path: str | Path | None = None,
+                 name: str = "longmemeval-anscheck") -> None:
+        self.protocol = judge.PromptJudge(client, label_of=judge.yes_label, log_path=log_path, name=name)
+        self.name = name
+
+    @property
+    def requests(self) -> int:
+        return self.protocol.requests
+
+    def grade(self, tasks: Sequence[GradeTask]) -> list[Verdict]:
+        judged = judge.judge_answered(self.protocol, [anscheck_prompt(t) if t.response.strip() else None
+                                                      for t in tasks], "no")
+        return [Verdict(j.label == "yes", j.explanation, j.grader) for j in judged]
 
 
 class BatchedJudge:
     """A :class:`Grader` asking a judge model yes/no through the shared protocol (:mod:`kvprobe.studies.common.judge`):
-    empty answers are incorrect without asking; every other task becomes its full ``rubric(task)`` prompt.
+    empty answers are incorrect without asking; every other task becomes its full ``rubric(task)`` prompt
+    (default: the official LongMemEval prompt, :func:`anscheck_prompt`).
     Keyword arguments (``batch_size``, ``seed``, ``max_retries``, ``log_path``, ``name``) go to
     :class:`kvprobe.studies.common.judge.BatchedJudge`."""
 
-    def __init__(self, client: JudgeClient, rubric: Callable[[GradeTask], str] = paraphrased_rubric,
+    def __init__(self, client: JudgeClient, rubric: Callable[[GradeTask], str] = anscheck_prompt,
                  **protocol: Any) -> None:
         self.protocol = judge.BatchedJudge(client, labels=("yes", "no"), **protocol)
         self.rubric, self.name = rubric, self.protocol.name

@@ -11,8 +11,9 @@ The paper publishes **no prompt strings** for this study: it says only that the
 controller "receives dated turns and question text" (L5958-5959), that the
 history is prefilled separately from the question (L5954-5955) and that
 "Headers, question tokens, and generated tokens have r_j = 0" (L5943-5944).
-Every template below is therefore ours (UNCLEAR in the paper). The gate words
-live in ``interventions/bias.py`` (``session_gate``), which quotes L5961-5967.
+Every history template below is therefore ours (UNCLEAR in the paper). The gate words
+live in ``interventions/bias.py`` (``session_gate``), which quotes L5961-5967. The judge's
+answer-check prompts are not ours: they are LongMemEval's official ones, verbatim (``ANSCHECK_*``).
 """
 
 #: UNCLEAR (paper): the system message. Ours asks for an answer from the sessions and
@@ -44,28 +45,63 @@ QUESTION_SEP = "\n\n"
 #: so the gate g(q) of the prefixed question equals that of the bare question (checked at run time).
 QUESTION_PREFIX = "Question: "
 
-#: Our paraphrase (not the official wording) of the LongMemEval question-type rubric the paper's
-#: judge uses unchanged (app:v17_judge, L6141-6147): it accepts complete intermediate steps, has a
-#: one-unit temporal tolerance, accepts previous information next to the updated answer for
-#: knowledge updates, a preference rubric, and an abstention rule. For paper fidelity pass the
-#: official templates of the LongMemEval repository (src/evaluation/evaluate_qa.py) as the rubric.
-RUBRIC_ANSWERABLE = (
-    "Question: {question}\nCorrect answer: {reference}\nModel response: {response}\n"
-    "Answer yes if the response contains the correct answer, or is equivalent to it, or contains all "
-    "intermediate steps that lead to it; answer no if it gives only part of the required information.{extra}"
+#: The official LongMemEval answer-check prompts, verbatim (the paper's judge uses "the original LongMemEval
+#: question-type rubric", L6141; "the unchanged official question-type rubric", L6196). Source:
+#: github.com/xiaowu0162/LongMemEval, src/evaluation/evaluate_qa.py, ``get_anscheck_prompt`` (unchanged since
+#: commit b11ff72 of 12 Oct 2024; checked at 9e0b455f4ef0e2ab8f2e582289761153549043fc). Byte for byte as
+#: released, including the space before "\n\n" in three of them; ``{}`` are, in order, the question, the
+#: answer (the correct answer, the preference rubric or the abstention explanation: the file's ``answer``
+#: field) and the model response (``str.format``, positional). Which template: by ``question_type``; every
+#: question whose id contains ``_abs`` takes :data:`ANSCHECK_ABSTENTION` (``'_abs' in question_id``).
+ANSCHECK_DEFAULT = (
+    "I will give you a question, a correct answer, and a response from a model. Please answer yes if the "
+    "response contains the correct answer. Otherwise, answer no. If the response is equivalent to the "
+    "correct answer or contains all the intermediate steps to get the correct answer, you should also "
+    "answer yes. If the response only contains a subset of the information required by the answer, answer "
+    "no. \n\nQuestion: {}\n\nCorrect Answer: {}\n\nModel Response: {}\n\nIs the model response correct? "
+    "Answer yes or no only."
 )
-RUBRIC_EXTRA = {
-    "temporal-reasoning": " Do not penalize off-by-one errors in counts of days, weeks, months or years.",
-    "knowledge-update": " If the response mentions earlier information together with the updated answer, "
-                        "it is correct as long as the updated answer is the one given as the answer.",
+ANSCHECK_TEMPORAL = (
+    "I will give you a question, a correct answer, and a response from a model. Please answer yes if the "
+    "response contains the correct answer. Otherwise, answer no. If the response is equivalent to the "
+    "correct answer or contains all the intermediate steps to get the correct answer, you should also "
+    "answer yes. If the response only contains a subset of the information required by the answer, answer "
+    "no. In addition, do not penalize off-by-one errors for the number of days. If the question asks for "
+    "the number of days/weeks/months, etc., and the model makes off-by-one errors (e.g., predicting 19 "
+    "days when the answer is 18), the model's response is still correct. \n\nQuestion: {}\n\nCorrect "
+    "Answer: {}\n\nModel Response: {}\n\nIs the model response correct? Answer yes or no only."
+)
+ANSCHECK_KNOWLEDGE_UPDATE = (
+    "I will give you a question, a correct answer, and a response from a model. Please answer yes if the "
+    "response contains the correct answer. Otherwise, answer no. If the response contains some previous "
+    "information along with an updated answer, the response should be considered as correct as long as the "
+    "updated answer is the required answer.\n\nQuestion: {}\n\nCorrect Answer: {}\n\nModel Response: {}\n\n"
+    "Is the model response correct? Answer yes or no only."
+)
+ANSCHECK_PREFERENCE = (
+    "I will give you a question, a rubric for desired personalized response, and a response from a model. "
+    "Please answer yes if the response satisfies the desired response. Otherwise, answer no. The model "
+    "does not need to reflect all the points in the rubric. The response is correct as long as it recalls "
+    "and utilizes the user's personal information correctly.\n\nQuestion: {}\n\nRubric: {}\n\nModel "
+    "Response: {}\n\nIs the model response correct? Answer yes or no only."
+)
+ANSCHECK_ABSTENTION = (
+    "I will give you an unanswerable question, an explanation, and a response from a model. Please answer "
+    "yes if the model correctly identifies the question as unanswerable. The model could say that the "
+    "information is incomplete, or some other information is given but the asked information is not.\n\n"
+    "Question: {}\n\nExplanation: {}\n\nModel Response: {}\n\nDoes the model correctly identify the "
+    "question as unanswerable? Answer yes or no only."
+)
+#: Question type -> answer-check template (``get_anscheck_prompt``'s branches; another type is an error there).
+ANSCHECK_BY_TYPE = {
+    "single-session-user": ANSCHECK_DEFAULT,
+    "single-session-assistant": ANSCHECK_DEFAULT,
+    "multi-session": ANSCHECK_DEFAULT,
+    "temporal-reasoning": ANSCHECK_TEMPORAL,
+    "knowledge-update": ANSCHECK_KNOWLEDGE_UPDATE,
+    "single-session-preference": ANSCHECK_PREFERENCE,
 }
-RUBRIC_PREFERENCE = (
-    "Question: {question}\nRubric for a desired personalized response: {reference}\nModel response: "
-    "{response}\nAnswer yes if the response recalls and uses the user's personal information correctly; "
-    "it need not cover every point of the rubric."
-)
-RUBRIC_ABSTENTION = (
-    "Question (unanswerable from the history): {question}\nExplanation: {reference}\nModel response: "
-    "{response}\nAnswer yes if the response identifies the question as unanswerable, e.g. says the "
-    "information is incomplete or that other information was given but not the one asked for."
-)
+#: How the official evaluation asks and reads the judge (evaluate_qa.py): the prompt as the only user message,
+#: temperature 0, at most 10 new tokens, and the label ``'yes' in reply.lower()`` (the reply stripped first).
+ANSCHECK_MAX_NEW_TOKENS = 10
+ANSCHECK_YES = "yes"
