@@ -29,9 +29,9 @@ from typing import Any
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.studies.common.chat_template import study_prompt
-from kvprobe.studies.common.judge import JudgeReply
-from kvprobe.studies.common.protocol import use_chat
+from .chat_template import study_prompt
+from .judge import JudgeReply
+from .protocol import use_chat
 
 #: The official LongMemEval evaluation's reply budget (``evaluate_qa.py``: ``max_tokens=10``).
 MAX_NEW_TOKENS = 10
