@@ -188,7 +188,15 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
           compare=_P + "source_influence.summary:write_panel",
           smoke=dict(n=3)),
     Entry("session-bias", _P + "session_bias.study:SessionBiasStudy", _P + "session_bias.summary",
-          "soft session-order bias and hard mask on LongMemEval-schema conversations (partD 10, partE E1-E3)",
+          "soft session-order bias, hard mask, development policies and query-aware methods at a fixed capacity "
+          "on LongMemEval-schema conversations (partD 10, partE E1-E4)",
+          options=(Option("grades", "a grades.jsonl from the study's grading.grade_run (an LLM judge) to use instead "
+                          "of the rule grader's labels"),
+                   Option("judge_model", "grade the run with this local model (any kvprobe can load) and the "
+                          "official LongMemEval answer-check prompts, one prompt per request, greedy, 10 new tokens, "
+                          "label 'yes' in the reply; writes grades.jsonl and judge.jsonl in the run and uses them"),
+                   Option("judge_dtype", "the --judge-model's dtype (float32, bfloat16, float16; default the "
+                          "loader's)")),
           smoke=dict(split="all", n=2, max_new_tokens=2)),
     Entry("requests", _P + "requests.study:RequestsStudy", _P + "requests.summary",
           "repeated-request workload: cost of detector masks and recomputes over keep-all (partE)",

@@ -595,3 +595,179 @@ def test_official_judge_rule_and_empty_answers(tmp_path):
     assert client.sent == [grading.anscheck_prompt(tasks[0]), grading.anscheck_prompt(tasks[1])]
     assert verdicts[0].grader == "longmemeval-anscheck:local-1" and verdicts[3].grader == "longmemeval-anscheck"
     assert verdicts[3].explanation == "empty answer"
+
+
+# --------------------------------------------------------------------------- padded fixtures, publisher sessions
+
+def test_padded_fixtures_keep_every_fact_and_the_default_fixtures():
+    plain, padded = fixtures.generate(8), fixtures.generate(8, fillers=3)
+    assert data.dataset_hash(fixtures.generate(100)) == "2f54f718fe7e1e64072ee877887b8130fa08b5bc68a0de5a785e0d41c57e4a3b"
+    assert padded == fixtures.generate(8, fillers=3) and padded != plain
+    for p, q in zip(plain, padded):
+        assert (p.question_id, p.question, p.answer, p.question_date, p.answer_session_ids) == \
+               (q.question_id, q.question, q.answer, q.question_date, q.answer_session_ids)
+        assert [(s.session_id, s.date) for s in p.sessions] == [(s.session_id, s.date) for s in q.sessions]
+        for a, b in zip(p.sessions, q.sessions):
+            assert len(b.turns) == len(a.turns) + 2 * 3 and Counter(a.turns) <= Counter(b.turns)
+            assert [t.role for t in b.turns] == ["user", "assistant"] * (len(b.turns) // 2)
+            fillers = [t.content for t in b.turns if t not in a.turns and t.role == "user"]
+            assert len(fillers) == len(set(fillers)) == 3
+    with pytest.raises(ValueError, match="fillers"):
+        fixtures.generate(2, fillers=len(fixtures.LONG_FILLERS) + 1)
+
+
+def _q(qid: str, qtype: str, sessions: list[str], answer_sessions: tuple[str, ...] = ()) -> data.Question:
+    turns = (data.Turn("user", "hi"),)
+    return data.Question(qid, qtype, "What?", "x", "2023/05/30 (Tue) 10:00",
+                         tuple(data.Session(s, "2023/05/01 (Mon) 10:00", turns) for s in sessions), answer_sessions)
+
+
+def test_publisher_components_and_split_crossing_by_hand():
+    qs = [_q("a", "knowledge-update", ["s1"]), _q("a_abs", "knowledge-update", ["s9"]),  # linked as variants
+          _q("b", "knowledge-update", ["s2", "s3"]), _q("c", "multi-session", ["s4"], ("s3",)),  # via answer id s3
+          _q("d", "multi-session", ["s5"]), _q("e", "temporal-reasoning", ["s5", "s6"]),
+          _q("f", "temporal-reasoning", ["s7"])]
+    comp = data.publisher_components({q.question_id: (q.group, data.publisher_sessions(q)) for q in qs})
+    assert comp == {"a": "a", "a_abs": "a", "b": "b", "c": "b", "d": "d", "e": "d", "f": "f"}
+    assert data.publisher_sessions(qs[3]) == ("s3", "s4")
+    quotas = {"knowledge-update": 1, "multi-session": 1, "temporal-reasoning": 0}
+    # SHA-256 ranks b before a_abs and a, d before c: development = {b, d}.
+    assert {q.question_id for q in data.split_questions(qs, quotas)["development"]} == {"b", "d"}
+    # A component crosses when it holds a development and a validation question: {b, c} and {d, e}.
+    assert data.publisher_crossing(qs, quotas) == {"b", "c", "d", "e"}
+
+
+def test_choose_policy_rule_by_hand():
+    from kvprobe.studies.session_bias.summary import choose_policy
+
+    def c(name, weight, gated, change_all, change_updates):
+        return {"name": name, "weight": weight, "gated": gated, "change_all": change_all,
+                "change_updates": change_updates}
+
+    assert choose_policy([]) is None
+    # Largest overall change wins, whatever the updates say.
+    assert choose_policy([c("h", .5, True, 1, 0), c("q", .25, True, 2, -3)])["name"] == "q"
+    # Tie overall: the larger change on updates.
+    assert choose_policy([c("h", .5, True, 1, 0), c("q", .25, True, 1, 2)])["name"] == "q"
+    # Tie on both: the weaker attenuation (1/2), then the gate on.
+    assert choose_policy([c("q", .25, True, 0, 0), c("hu", .5, False, 0, 0), c("h", .5, True, 0, 0)])["name"] == "h"
+    # All negative: still the least harmful attenuation (validation tests it; the report says retention was better).
+    assert choose_policy([c("h", .5, True, -3, 1), c("qu", .25, False, -1, 0)])["name"] == "qu"
+
+
+def _full_row(case, condition, correct, stop="eos", **kw):
+    row = _row(case, condition, correct, stop=stop, **{k: v for k, v in kw.items() if k in ("active", "update",
+                                                                                               "abstention")})
+    row.update({k: v for k, v in kw.items() if k not in ("active", "update", "abstention")})
+    return row
+
+
+def test_new_sections_on_hand_made_rows(tmp_path):
+    """Development table and choice, query-aware cells against full and the source mask, EOS-restricted counts, cap
+    hits, publisher components and the exclusion, judge-rule agreement: every count by hand."""
+    # case: (sessions, publisher_crosses_split, kwargs, {arm: (correct, stop, biased)})
+    table = {
+        "a": (["s1"], False, {"update": True},
+              {"full": (0, "eos", 0), "hard": (1, "eos", 0), "soft-half": (1, "eos", 9),
+               "soft-quarter": (1, "cap", 9), "quest": (1, "cap", 0), "finch": (0, "eos", 0)}),
+        "b": (["s2", "s3"], True, {"update": True},
+              {"full": (1, "eos", 0), "hard": (0, "eos", 0), "soft-half": (1, "eos", 5),
+               "soft-quarter": (0, "eos", 5), "quest": (1, "eos", 0), "finch": (1, "eos", 0)}),
+        "c": (["s3"], True, {},
+              {"full": (1, "cap", 0), "hard": (1, "eos", 0), "soft-half": (0, "eos", 4),
+               "soft-quarter": (1, "eos", 4), "quest": (0, "eos", 0), "finch": (1, "cap", 0)}),
+        "d": (["s4"], False, {"active": False},
+              {"full": (0, "eos", 0), "hard": (0, "eos", 0), "soft-half": (0, "eos", 0),
+               "soft-quarter": (0, "eos", 0), "quest": (1, "eos", 0), "finch": (0, "eos", 0)}),
+    }
+    with open(tmp_path / "results.jsonl", "w") as f:
+        for case, (sessions, crosses, kw, arms) in table.items():
+            for arm, (ok, stop, biased) in arms.items():
+                extra = {"session_ids": sessions, "publisher_crosses_split": crosses, "biased_tokens": biased,
+                         "hidden_tokens": 0}
+                if arm in ("quest", "finch"):
+                    extra.update(capacity=512, observation_tokens=10, history_tokens=600 if case != "d" else 400,
+                                 resident_tokens=512 if arm == "finch" else 610)
+                f.write(json.dumps(_full_row(case, arm, bool(ok), stop, **kw, **extra)) + "\n")
+    s = summarize(tmp_path, seed=1, draws=300)
+    every = {x["key"]: x for x in s["subsets"]}["all"]["arms"]
+    # EOS-restricted = correct and ended by EOS; cap hits per arm.
+    assert [(every[a]["correct"], every[a]["eos_correct"], every[a]["cap"]) for a in ("full", "quest", "finch")] == \
+           [(2, 1, 1), (3, 2, 1), (2, 1, 1)]
+    assert every["quest"]["vs_hard"]["change"] == 1 and every["quest"]["vs_full"]["change"] == 1
+    assert (every["quest"]["vs_full"]["corrections"], every["quest"]["vs_full"]["reversals"]) == (2, 1)
+    assert every["quest"]["eos_vs_full"]["change"] == 1 and "vs_hard" not in every["soft-half"]
+    # Development: retention 2/4; soft-half 2/4 (+0; updates +1); soft-quarter 2/4 (+0; updates 0) -> soft-half.
+    dev = s["development"]
+    assert [(p["policy"], p["all"]["correct"], p["change_all"], p["change_updates"], p["active"])
+            for p in dev["policies"]] == [("retention", 2, 0, 0, 0), ("soft-half", 2, 0, 1, 3),
+                                          ("soft-quarter", 2, 0, 0, 3)]
+    assert (dev["chosen"], dev["oldest_weight"], dev["gated"], dev["beats_retention"]) == ("soft-half", 0.5, True,
+                                                                                            False)
+    # Capacity: histories + window fit in K = 512 for d only.
+    cap = {c["arm"]: c for c in s["query_aware"]["capacity"]}
+    assert cap["quest"]["fits_in_capacity"] == 1 and cap["finch"]["resident_median"] == 512
+    # Publisher: b and c share s3 -> 3 components of 4 base groups; b, c cross the split.
+    pub = s["publisher"]
+    assert (pub["components"], pub["base_groups"], pub["crossing_questions"], pub["crossing_components"]) == (3, 4, 2, 1)
+    cells = {x["key"]: x for x in pub["subsets"]}
+    assert (cells["all"]["questions"], cells["all"]["groups"]) == (4, 3)
+    kept = cells["all_without_publisher_crossing"]
+    assert (kept["questions"], kept["groups"], kept["arms"]["hard"]["correct"], kept["arms"]["full"]["correct"]) == \
+           (2, 2, 1, 0)
+    assert kept["arms"]["hard"]["vs_full"]["change"] == 1
+    # The same change as the base grouping's point estimate; the interval comes from other units.
+    assert cells["all"]["arms"]["hard"]["vs_full"]["change"] == every["hard"]["vs_full"]["change"] == 0
+    report = format_report(s, {"model": {"name": "hand"}, "study_config": {"source": "fixtures", "capacity": 512}})
+    for heading in ("## Development: choosing the bias weight", "## Query-aware methods at fixed capacity",
+                    "## Publisher-session grouping", "Chosen: soft-half"):
+        assert heading in report
+    # A judge's grades: agreement with the rule labels stored in the rows.
+    grades = tmp_path / "grades.jsonl"
+    grades.write_text("".join(json.dumps({"case_id": c, "arm": a, "correct": True, "grader": "judge:x"}) + "\n"
+                              for c, (_, _, _, arms) in table.items() for a in arms))
+    g = summarize(tmp_path, seed=1, draws=300, grades=grades)
+    agree = {c["arm"]: c for c in g["grader_agreement"]}
+    assert (agree["full"]["both_correct"], agree["full"]["judge_only"], agree["full"]["rule_only"]) == (2, 2, 0)
+    assert agree["all arms"]["n"] == 24 and agree["all arms"]["agreement"] == pytest.approx(13 / 24)
+    assert g["grades_file"] == "grades.jsonl"
+
+
+def test_every_arm_on_a_tiny_model(llama):
+    """Development policies and query-aware methods on padded fixtures: which rows are copied (no-op session-order
+    arms only), the capacity columns, and the positions each session-order arm touches."""
+    qs = fixtures.generate(4, fillers=2)
+    temporal = next(q for q in qs if q.question_type == "temporal-reasoning")
+    update = next(q for q in qs if q.question_type == "knowledge-update" and not q.is_abstention)
+    study = SessionBiasStudy(split="all", fixture_bases=4, fixture_fillers=2, condition_set=history.CONDITIONS,
+                             capacity=64, max_new_tokens=3, skip_inactive=True)
+    rows = study.run_cases(llama, [SessionBiasCase(q, "all", False) for q in (temporal, update)])
+    for q, case_rows in zip((temporal, update), rows):
+        by = {r["condition"]: r for r in case_rows}
+        assert list(by) == list(history.CONDITIONS)
+        n = by["full"]["history_tokens"]
+        assert n > 64 and all(r["session_ids"] == list(data.publisher_sessions(q)) for r in case_rows)
+        for method in history.QUERY_AWARE:
+            r = by[method]
+            assert r["capacity"] == 64 and r["observation_tokens"] > 0 and not r["copied_from_full"]
+            assert r["resident_tokens"] == (64 if method == "finch" else n + r["observation_tokens"])
+        assert by["full"]["capacity"] is None and by["soft"]["capacity"] is None
+        # Ungated policies touch every session but the newest, whatever the question says.
+        for name in ("soft-half-ungated", "soft-quarter-ungated"):
+            assert by[name]["biased_tokens"] == by["soft-half-ungated"]["biased_tokens"] > 0
+            assert not by[name]["copied_from_full"]
+        gated = ("soft", "hard", "soft-half", "soft-quarter")
+        if q is temporal:  # the gate is off: the gated arms change nothing and copy the full answer
+            assert not by["full"]["active"] and by["full"]["gate"] == 0
+            assert all(by[a]["copied_from_full"] and by[a]["output"] == by["full"]["output"] for a in gated)
+            assert by["soft"]["biased_tokens"] == by["hard"]["hidden_tokens"] == 0
+        else:  # every gated arm touches the same positions the hard mask hides
+            assert by["full"]["active"] and not any(by[a]["copied_from_full"] for a in gated)
+            assert by["soft"]["biased_tokens"] == by["hard"]["hidden_tokens"] == by["soft-half"]["biased_tokens"] \
+                == by["soft-quarter"]["biased_tokens"] == by["soft-half-ungated"]["biased_tokens"] > 0
+    with pytest.raises(ValueError, match="oldest_weight"):
+        SessionBiasStudy(oldest_weight=1.0)
+    with pytest.raises(ValueError, match="fixture_fillers"):
+        SessionBiasStudy(fixture_fillers=len(fixtures.LONG_FILLERS) + 1)
+    with pytest.raises(ValueError, match="capacity"):
+        SessionBiasStudy(capacity=0)

@@ -318,6 +318,39 @@ def groups_crossing(questions: Sequence[Question], quotas: Mapping[str, int] | N
     return dev & {q.group for q in parts["validation"]}
 
 
+def publisher_sessions(question: Question) -> tuple[str, ...]:
+    """The publisher's session ids of a question, sorted: its ``haystack_session_ids`` and ``answer_session_ids``."""
+    return tuple(sorted({s.session_id for s in question.sessions} | set(question.answer_session_ids)))
+
+
+def publisher_components(links: Mapping[str, tuple[str, Iterable[str]]]) -> dict[str, str]:
+    """Question id -> its component: questions are linked when they share a base question (``group``) or a
+    publisher session id (paper L6013-6015: "bootstrap draws group base-question variants and questions
+    connected by publisher session identifiers"), transitively. ``links``: question id -> (group, session
+    ids), in order; a component is named by its first question id (``readouts.stats.connected_components``).
+
+    Example: ``publisher_components({"a": ("a", ["s1"]), "a_abs": ("a", ["s1"]), "b": ("b", ["s2", "s3"]),
+    "c": ("c", ["s3"]), "d": ("d", ["s4"])})`` is ``{"a": "a", "a_abs": "a", "b": "b", "c": "b", "d": "d"}``.
+    """
+    from kvprobe.readouts.stats import connected_components
+
+    return connected_components({qid: {("group", group), *(("session", s) for s in sessions)}
+                                 for qid, (group, sessions) in links.items()})
+
+
+def publisher_crossing(questions: Sequence[Question], quotas: Mapping[str, int] | None = None) -> set[str]:
+    """Ids of the questions whose publisher component (:func:`publisher_components` over every question of the
+    source) holds questions of both the development and the validation split (the paper's exclusion
+    sensitivity, L6017-6019: "Fourteen validation questions connect to development through these
+    identifiers")."""
+    component = publisher_components({q.question_id: (q.group, publisher_sessions(q)) for q in questions})
+    dev = {q.question_id for q in split_questions(questions, quotas)["development"]}
+    sides: dict[str, set[bool]] = {}
+    for qid, c in component.items():
+        sides.setdefault(c, set()).add(qid in dev)
+    return {qid for qid, c in component.items() if len(sides[c]) == 2}
+
+
 def dataset_hash(questions: Iterable[Question]) -> str:
     """SHA-256 of the questions' canonical JSON (changes whenever any field changes)."""
     blob = json.dumps([question_to_json(q) for q in questions], sort_keys=True, ensure_ascii=False)

@@ -21,6 +21,14 @@ mentioned; its ``answer`` is an explanation, as in LongMemEval. Ids are
 ``has_answer: true``; ``answer_session_ids`` name their sessions. Everything is
 drawn from ``random.Random(seed)``. With SmolLM2's tokenizer a rendered history
 is about 150-400 tokens.
+
+``fillers`` > 0 (ours, for the fixed-capacity comparison: LongMemEval-Oracle histories are thousands of
+tokens, so the paper's 512-token capacity binds there, and it would not on 400 tokens) pads every session
+with that many extra small-talk exchanges from :data:`LONG_FILLERS` (longer assistant replies, none about
+the facts asked), drawn without repeats within a session, and shuffles each session's exchanges, from a
+generator of its own (``random.Random(f"{seed}:{index}:fillers")``), so the default fixtures (``fillers=0``)
+are unchanged and the padded ones keep every base's facts, dates, ids and questions. An abstention
+variant gets its base's padded sessions.
 """
 
 from __future__ import annotations
@@ -129,6 +137,71 @@ FILLERS = (
 )
 
 
+#: Longer small-talk exchanges that pad the sessions of ``fillers`` > 0 (about 45-70 tokens each).
+LONG_FILLERS = (
+    ("Do you have any advice for keeping a small herb garden going through the winter?",
+     "Move the pots to your brightest window, water less often than in summer, and turn them every few days "
+     "so they grow evenly. A small grow light helps a lot when the days get short."),
+    ("What is a simple way to start journaling every day?",
+     "Keep it short: write three sentences each evening about what happened and how you felt. Leave the "
+     "notebook somewhere visible, and do not worry about writing well."),
+    ("How can I make my mornings less rushed?",
+     "Prepare what you can the night before, such as clothes and breakfast, and set one alarm instead of "
+     "several. Starting ten minutes earlier often removes most of the stress."),
+    ("Any tips for a long drive so I do not get too tired?",
+     "Take a short break every two hours, drink water, and keep the cabin a little cool. Light snacks are "
+     "better than a heavy meal, and a podcast can help you stay alert."),
+    ("How do I get better at remembering names when I meet people?",
+     "Repeat the name once in conversation, link it to something about the person, and write it down "
+     "afterwards if you can. Most people forget names because they never rehearse them."),
+    ("What should I pack for a weekend camping trip?",
+     "A tent, a warm sleeping bag, a headlamp, layers of clothing, a first aid kit, water, and simple food "
+     "that needs little cooking. Check the weather forecast before you leave."),
+    ("Can you explain how to brew good tea at home?",
+     "Use fresh water, warm the pot first, and follow the steeping time for the tea type: black tea likes "
+     "boiling water, while green and white teas prefer cooler water and shorter times."),
+    ("How do I keep my inbox under control?",
+     "Check email at set times rather than all day, archive anything you do not need to act on, and reply "
+     "right away to messages that take less than two minutes."),
+    ("What is a good stretching routine after a walk?",
+     "Stretch your calves against a wall, then your hamstrings and hip flexors, holding each stretch for "
+     "about thirty seconds. Breathe slowly and never bounce into a stretch."),
+    ("Any ideas for a relaxing evening at home?",
+     "Cook something simple, put your phone in another room, and read or listen to music for an hour. A "
+     "warm shower before bed also helps many people unwind."),
+    ("How can I save a bit more money each month?",
+     "Track your spending for a month to see where it goes, cancel subscriptions you rarely use, and move a "
+     "fixed amount to savings on payday before you can spend it."),
+    ("How can I keep a bunch of flowers fresh for longer?",
+     "Trim the stems at an angle, remove leaves below the waterline, and change the water every two days. "
+     "Keeping the vase away from sunlight and ripe fruit also helps."),
+    ("How often should I clean my kitchen sponge?",
+     "Rinse it well after each use and let it dry. Many people replace a sponge every week or two, because "
+     "bacteria build up quickly in a damp sponge."),
+    ("Do you have a tip for writing a clear email?",
+     "Put the main request in the first sentence, keep paragraphs short, and end with what you need and by "
+     "when. Reading it once aloud before sending catches most mistakes."),
+    ("What helps with a stiff neck after working at a laptop?",
+     "Raise the screen to eye level, take short breaks to roll your shoulders, and keep your elbows close to "
+     "your body. Gentle heat can relax the muscles in the evening."),
+    ("How do I choose a good watermelon?",
+     "Look for a creamy yellow spot where it rested on the ground, a heavy weight for its size, and a deep, "
+     "hollow sound when you tap it."),
+    ("Any advice for a first pottery class?",
+     "Wear clothes that can get muddy, keep your nails short, and expect your first pieces to be uneven. "
+     "Centering the clay on the wheel takes practice, so be patient."),
+    ("How do I stay focused when studying at home?",
+     "Work in blocks of about twenty-five minutes with short breaks, keep your phone out of reach, and "
+     "decide before you start exactly what you want to finish."),
+    ("What is a good way to organize a small closet?",
+     "Take everything out, keep only what you wear, group clothes by type, and use the same hangers for "
+     "everything. Boxes on the top shelf hold things you rarely need."),
+    ("Can you suggest a way to make plain rice more interesting?",
+     "Cook it in stock instead of water, add a bay leaf or some garlic, and finish it with butter, herbs or a "
+     "squeeze of lime. Toasting the rice first adds a nutty taste."),
+)
+
+
 def _question_id(seed: int, index: int) -> str:
     return f"fx{seed}-" + hashlib.sha256(f"{seed}:{index}".encode()).hexdigest()[:8]
 
@@ -164,7 +237,22 @@ def _dates(rng: random.Random, n_sessions: int) -> tuple[list[str], str]:
     return dates, t.strftime(DATE_FORMAT)
 
 
-def _base(rng: random.Random, seed: int, index: int) -> list[dict[str, Any]]:
+def _pad(sessions: list[list[dict[str, Any]]], fillers: int, seed: int, index: int) -> list[list[dict[str, Any]]]:
+    """Each session with ``fillers`` more exchanges of :data:`LONG_FILLERS`, its exchanges shuffled (module
+    docstring); a generator of its own, so the base's draws are unchanged."""
+    if fillers > len(LONG_FILLERS):
+        raise ValueError(f"fillers must be at most {len(LONG_FILLERS)}, got {fillers}")
+    rng = random.Random(f"{seed}:{index}:fillers")
+    out = []
+    for turns in sessions:
+        pairs = [turns[i:i + 2] for i in range(0, len(turns), 2)]
+        pairs += [[_turn("user", u), _turn("assistant", a)] for u, a in rng.sample(LONG_FILLERS, fillers)]
+        rng.shuffle(pairs)
+        out.append([t for pair in pairs for t in pair])
+    return out
+
+
+def _base(rng: random.Random, seed: int, index: int, fillers: int = 0) -> list[dict[str, Any]]:
     """One base question (and its abstention variant), as raw schema objects."""
     qtype = BASE_TYPES[index % len(BASE_TYPES)]
     qid = _question_id(seed, index)
@@ -210,6 +298,8 @@ def _base(rng: random.Random, seed: int, index: int) -> list[dict[str, Any]]:
         evidence_sessions = [a]
     sessions = _sessions(rng, n_sessions, evidence)
     dates, question_date = _dates(rng, n_sessions)
+    if fillers:
+        sessions = _pad(sessions, fillers, seed, index)
     ids = [f"{qid}-s{i}" for i in range(n_sessions)]
     base = {"question_id": qid, "question_type": qtype, "question": question, "answer": answer,
             "question_date": question_date, "haystack_dates": dates, "haystack_session_ids": ids,
@@ -223,22 +313,25 @@ def _base(rng: random.Random, seed: int, index: int) -> list[dict[str, Any]]:
     return out
 
 
-def generate_raw(n_bases: int = N_BASES, seed: int = SEED) -> list[dict[str, Any]]:
-    """Raw schema objects of ``n_bases`` base questions plus their abstention variants (deterministic)."""
+def generate_raw(n_bases: int = N_BASES, seed: int = SEED, fillers: int = 0) -> list[dict[str, Any]]:
+    """Raw schema objects of ``n_bases`` base questions plus their abstention variants (deterministic);
+    ``fillers``: extra exchanges per session (module docstring)."""
     if n_bases < 1:
         raise ValueError(f"n_bases must be at least 1, got {n_bases}")
+    if not 0 <= fillers <= len(LONG_FILLERS):
+        raise ValueError(f"fillers must be in 0..{len(LONG_FILLERS)}, got {fillers}")
     rng = random.Random(seed)
     out: list[dict[str, Any]] = []
     for i in range(n_bases):
-        out += _base(rng, seed, i)
+        out += _base(rng, seed, i, fillers)
     return out
 
 
-def generate(n_bases: int = N_BASES, seed: int = SEED) -> list[Question]:
+def generate(n_bases: int = N_BASES, seed: int = SEED, fillers: int = 0) -> list[Question]:
     """The fixture questions, parsed through the same validation as a LongMemEval file."""
-    return parse_questions(generate_raw(n_bases, seed), source=f"<fixtures seed={seed}>")
+    return parse_questions(generate_raw(n_bases, seed, fillers), source=f"<fixtures seed={seed}>")
 
 
-def write_fixtures(path: str | Path, n_bases: int = N_BASES, seed: int = SEED) -> Path:
+def write_fixtures(path: str | Path, n_bases: int = N_BASES, seed: int = SEED, fillers: int = 0) -> Path:
     """Write the fixture questions as a LongMemEval-schema JSON file; returns the path."""
-    return write_questions(path, generate(n_bases, seed))
+    return write_questions(path, generate(n_bases, seed, fillers))

@@ -27,11 +27,24 @@ shared and unchanged):
   for this question (paper L6192-6193: "Hard masking sets to negative infinity
   exactly the positions assigned a negative soft bias"); when no position has one
   (g(q) = 0 or a single session) it is full access, and the question is *inactive*.
+  It is also the public comparison's source mask (L6268-6269: "For public questions
+  the source mask follows the fixed temporal/session guard");
+* the development policies (:data:`DEVELOPMENT`; paper L5980-5982: "Development compares
+  complete-exchange retention, half or quarter weight for the oldest session, and
+  question-dependent rules for disabling the bias"): ``soft-half`` and ``soft-quarter``
+  (oldest-session weight 1/2 or 1/4, gated), ``soft-half-ungated`` and
+  ``soft-quarter-ungated`` (the same without the gate: active whenever S > 1);
+  retention is ``full`` (weight 1 adds no bias);
+* the query-aware methods at a fixed capacity (:data:`QUERY_AWARE`; paper L6325-6326: "The
+  fixed dynamic capacities are ... 512 on public inputs"): ``quest``, ``finch``,
+  ``refreshkv`` and the ``recent-pages`` control, with the settings of
+  ``studies.common.conditions.query_aware_condition``. They act on every question,
+  whatever the gate says.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -40,12 +53,24 @@ import kvprobe
 from kvprobe.interventions import SessionOrderBias, session_gate
 from kvprobe.prompts import SpanError, TokenSpan
 from kvprobe.studies.common.chat_template import study_prompt
+from kvprobe.studies.common.conditions import QUERY_AWARE_METHODS, query_aware_condition
 
 from . import strings
 from .data import Question, parse_date
 
-#: The condition set: full access, the soft session-order bias, the hard mask.
-CONDITIONS = ("full", "soft", "hard")
+#: The primary conditions (the default set): full access, the soft session-order bias, the hard mask.
+PRIMARY = ("full", "soft", "hard")
+#: The development policies: name -> (oldest-session weight, gated); retention is ``full``.
+DEVELOPMENT = {"soft-half": (0.5, True), "soft-quarter": (0.25, True), "soft-half-ungated": (0.5, False),
+               "soft-quarter-ungated": (0.25, False)}
+#: The query-aware methods at a fixed capacity (paper E4; the recent-page control first).
+QUERY_AWARE = QUERY_AWARE_METHODS
+#: Every condition a run may ask for, in report order.
+CONDITIONS = (*PRIMARY, *DEVELOPMENT, *QUERY_AWARE)
+#: The conditions whose policy is the session-order bias (their positions depend on the question).
+SESSION_ORDER = ("soft", "hard", *DEVELOPMENT)
+#: The paper's fixed capacity for the public histories (L6325-6326).
+PUBLIC_CAPACITY = 512
 ORDERS = ("timestamp", "file")
 
 
@@ -137,27 +162,44 @@ def negative_spans(bias: torch.Tensor) -> list[TokenSpan]:
 
 @dataclass(frozen=True)
 class SessionConditions:
-    """The conditions of one question on one prefilled history, and the facts rows record."""
+    """The conditions of one question on one prefilled history, and the facts rows record.
+
+    ``gate``, ``active`` and ``biased_tokens`` are the primary policy's (``soft`` at the run's weight, gated;
+    ``hard`` hides those ``biased_tokens``); ``negative`` gives every session-order condition's count of
+    positions with a negative bias (hidden, for ``hard``): 0 means the condition is full access for this
+    question."""
 
     conditions: dict[str, kvprobe.Condition]
     gate: int
     active: bool
     biased_tokens: int
     content_tokens: int
+    negative: dict[str, int] = field(default_factory=dict)
 
 
 def session_conditions(history: kvprobe.History, layout: SessionLayout, asked: str, oldest_weight: float = 0.5,
-                       names: tuple[str, ...] = CONDITIONS) -> SessionConditions:
-    """The ``full``/``soft``/``hard`` conditions for the question text ``asked`` (module docstring)."""
+                       names: tuple[str, ...] = PRIMARY, capacity: int = PUBLIC_CAPACITY, gated: bool = True
+                       ) -> SessionConditions:
+    """The conditions ``names`` for the question text ``asked`` (module docstring): ``soft`` (and so ``hard``)
+    with ``oldest_weight`` and the gate when ``gated``; the query-aware ones at ``capacity`` tokens."""
     unknown = set(names) - set(CONDITIONS)
     if unknown or not names:
         raise ValueError(f"conditions must be a non-empty subset of {CONDITIONS}, got {names}")
     spans = content_spans(history, layout)
-    soft = SessionOrderBias(spans, oldest_weight=oldest_weight, gated=True, name="soft")
+    soft = SessionOrderBias(spans, oldest_weight=oldest_weight, gated=gated, name="soft")
     bias = soft.bias_vector(len(history), asked)
     negative = negative_spans(bias)
     hard = kvprobe.Mask(negative, name="hard") if negative else kvprobe.Full(name="hard")
-    table = {"full": kvprobe.Full(), "soft": soft, "hard": hard}
+    table: dict[str, kvprobe.Condition] = {"full": kvprobe.Full(), "soft": soft, "hard": hard}
+    counts = {"soft": int((bias < 0).sum()), "hard": int((bias < 0).sum())}
+    for name, (weight, policy_gated) in DEVELOPMENT.items():
+        if name in names:
+            table[name] = SessionOrderBias(spans, oldest_weight=weight, gated=policy_gated, name=name)
+            counts[name] = int((table[name].bias_vector(len(history), asked) < 0).sum())
+    for method in QUERY_AWARE:
+        if method in names:
+            table[method] = query_aware_condition(method, capacity)
     return SessionConditions({n: table[n] for n in CONDITIONS if n in names}, gate=session_gate(asked),
-                             active=bool(negative), biased_tokens=int((bias < 0).sum()),
-                             content_tokens=sum(len(s) for s in spans))
+                             active=bool(negative), biased_tokens=counts["soft"],
+                             content_tokens=sum(len(s) for s in spans),
+                             negative={n: counts[n] for n in SESSION_ORDER if n in names})

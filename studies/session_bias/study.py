@@ -7,8 +7,9 @@ One case is one question (LongMemEval-Oracle: ``--source hf:xiaowu0162/longmemev
 the seeded fixtures of ``fixtures.py`` in the same schema). Per case the history of ``history.py`` is
 prefilled once, without any bias (cases with an identical prompt in one batch,
 e.g. a fixture question and its abstention variant, share one prefill); each condition
-(``full``, ``soft``, ``hard``; the row's ``condition``) then asks the question
-on its own fork of that cache and greedily generates at most ``max_new_tokens``
+(``full``, ``soft``, ``hard``, and on request the development policies and the
+query-aware methods at a fixed capacity, ``history.CONDITIONS``; the row's ``condition``) then asks the
+question on its own fork of that cache and greedily generates at most ``max_new_tokens``
 tokens (EOS stop, native chat template; paper E1: 128, E3: 256), every (case,
 condition) row of a batch in one ``decoding.answer`` call. The run loop (prefill, the
 batched call, the common row columns, ``check_unchanged`` proving the prefilled
@@ -21,7 +22,13 @@ a batch at a time (regrade a run with any :class:`grading.Grader` via
 i.e. g(q) = 1 and S > 1. The paper saw identical answers on inactive pairs
 (L6197); ``skip_inactive=True`` relies on it and copies the full answer to the
 other conditions of inactive questions (``copied_from_full``), saving their decoding;
-by default every condition generates.
+by default every condition generates. A session-order condition that changes no position of a question
+(an ungated development policy is active whenever S > 1) is copied; the query-aware methods always generate.
+
+Publisher sessions: every row records its question's publisher session ids (``session_ids``: the
+haystack and answer session ids, never shown to the model) and whether its publisher component, over
+every question of the source, crosses the development/validation split (``publisher_crosses_split``);
+the summary groups questions by those components (``summary.py``).
 
 ``max_history_tokens``: histories longer than this are not run; their rows carry
 ``skipped: "history_too_long"`` and no answer (the paper truncates nothing, so by
@@ -41,6 +48,7 @@ import kvprobe
 from kvprobe import decoding
 from kvprobe.data import MissingExtraError
 from kvprobe.studies.common.chat_template import template_kwargs
+from kvprobe.interventions.capacity import observation_length, resident_tokens
 from kvprobe.studies.common.protocol import (Batch, CaseRun, HistoryStudy, InvalidParameter, Question,
                                              require_at_least, require_choices, use_chat)
 from . import fixtures, grading, history, data, strings
@@ -59,6 +67,8 @@ class SessionBiasCase:
     question: data.Question
     split: str
     crosses_split: bool
+    #: The question's publisher component (over every question of the source) crosses the split.
+    publisher_crosses_split: bool = False
 
     @property
     def case_id(self) -> str:
@@ -83,10 +93,17 @@ class SessionBiasStudy(HistoryStudy):
     fixture_bases: int = fixtures.N_BASES
     #: Seed of the fixtures (ignored for a file).
     fixture_seed: int = fixtures.SEED
-    #: Conditions to run, a subset of full, soft and hard.
-    condition_set: tuple[str, ...] = history.CONDITIONS
+    #: Extra small-talk exchanges per fixture session (0: the short fixtures; ignored for a file).
+    fixture_fillers: int = 0
+    #: Conditions to run: full, soft, hard; the development policies soft-half, soft-quarter,
+    #: soft-half-ungated, soft-quarter-ungated; the query-aware recent-pages, quest, finch, refreshkv.
+    condition_set: tuple[str, ...] = history.PRIMARY
     #: Attention factor of the oldest session under the soft bias (the paper: 1/2).
     oldest_weight: float = 0.5
+    #: The soft bias (hence the hard mask) follows the question gate g(q) (the paper: yes).
+    gated: bool = True
+    #: Fixed capacity K of the query-aware conditions, in tokens (the paper's public inputs: 512).
+    capacity: int = history.PUBLIC_CAPACITY
     #: Greedy answer budget in tokens (the paper: 128 for the soft bias, 256 for the hard-mask comparison).
     max_new_tokens: int = MAX_NEW_TOKENS
     #: Ask through the native chat template (auto: when the tokenizer has one).
@@ -108,7 +125,14 @@ class SessionBiasStudy(HistoryStudy):
         require_choices(self, condition_set=history.CONDITIONS, split=data.SPLITS, order=history.ORDERS)
         if self.skip_inactive and "full" not in self.condition_set:
             raise InvalidParameter("skip_inactive", "copies the full answer, so condition_set must include 'full'")
-        require_at_least(self, n=1, fixture_bases=1, max_new_tokens=1, max_history_tokens=1, cases_per_batch=1)
+        require_at_least(self, n=1, fixture_bases=1, fixture_fillers=0, max_new_tokens=1, max_history_tokens=1,
+                         cases_per_batch=1, capacity=1)
+        if self.fixture_fillers > len(fixtures.LONG_FILLERS):
+            raise InvalidParameter("fixture_fillers", f"must be at most {len(fixtures.LONG_FILLERS)}, "
+                                   f"got {self.fixture_fillers}")
+        if not 0 < self.oldest_weight < 1:
+            raise InvalidParameter("oldest_weight", f"must be in (0, 1) (1 is retention: the full condition), "
+                                   f"got {self.oldest_weight}")
         if self.source != FIXTURES:
             try:  # read the file now, so a bad source fails before any model loads
                 self.cases()
@@ -120,7 +144,8 @@ class SessionBiasStudy(HistoryStudy):
     def source_questions(self) -> list[data.Question]:
         """Every question of the source (before the split), generated or read on each call (the cases are
         computed once; the config reads the development quotas)."""
-        return (fixtures.generate(self.fixture_bases, self.fixture_seed) if self.source == FIXTURES
+        return (fixtures.generate(self.fixture_bases, self.fixture_seed, self.fixture_fillers)
+                if self.source == FIXTURES
                 else data.load_longmemeval(self.source))
 
     def make_cases(self) -> list[SessionBiasCase]:
@@ -128,9 +153,10 @@ class SessionBiasStudy(HistoryStudy):
         everything = self.source_questions()
         chosen = data.select_split(everything, self.split)
         crossing = data.groups_crossing(everything)
+        publisher = data.publisher_crossing(everything)
         if self.n is not None:
             chosen = chosen[: self.n]
-        return [SessionBiasCase(q, self.split, q.group in crossing) for q in chosen]
+        return [SessionBiasCase(q, self.split, q.group in crossing, q.question_id in publisher) for q in chosen]
 
     def data_sha256(self) -> str:
         """The digest of the questions run (``data.dataset_hash``)."""
@@ -180,7 +206,7 @@ class SessionBiasStudy(HistoryStudy):
                  "condition": condition, "query": QUERY,
                  "skipped": "history_too_long", "history_tokens": n_tokens, "prompt_sha256": rendered.sha256,
                  "gate": None, "active": None, "output": None, "stop_reason": None, "output_tokens": None,
-                 "correct": None, "grader": None} for condition in self.condition_set]
+                 "correct": None, "grader": None, "capacity": None} for condition in self.condition_set]
 
     def questions(self, model: kvprobe.Model, case: SessionBiasCase, h: kvprobe.History) -> list[Question]:
         return [Question(QUERY, history.question_text(case.question))]
@@ -193,12 +219,15 @@ class SessionBiasStudy(HistoryStudy):
         """The conditions' facts (gate, activity, biased and content tokens) and the session layout."""
         run.extra["layout"] = self._prompt(model, run.case)[1]
         run.extra["conditions"] = self._session_conditions(model, run.case, run.history)
+        run.extra["window"] = observation_length(model, run.history, history.question_text(run.case.question))
 
     def question_conditions(self, run: CaseRun, question: Question) -> dict[str, kvprobe.Condition]:
-        """Every condition; only ``full`` for an inactive question when ``skip_inactive`` copies its answer."""
-        if self.skip_inactive and not run.extra["conditions"].active:
-            return {"full": run.conditions["full"]}
-        return run.conditions
+        """Every condition; with ``skip_inactive``, not the session-order conditions that change no position
+        of this question (their rows copy the full answer)."""
+        if not self.skip_inactive:
+            return run.conditions
+        negative = run.extra["conditions"].negative
+        return {n: c for n, c in run.conditions.items() if negative.get(n, 1) > 0}
 
     def rows(self, run: CaseRun, question: Question, answers: dict[str, decoding.Answer]) -> list[dict[str, Any]]:
         """One row per condition; a condition that was not answered copies the full condition's answer."""
@@ -227,7 +256,7 @@ class SessionBiasStudy(HistoryStudy):
                             ) -> history.SessionConditions:
         layout = self._prompt(model, case)[1]
         return history.session_conditions(h, layout, history.question_text(case.question), self.oldest_weight,
-                                          self.condition_set)
+                                          self.condition_set, self.capacity, self.gated)
 
     def _case_columns(self, case: SessionBiasCase, layout: history.SessionLayout) -> dict[str, Any]:
         q = case.question
@@ -236,18 +265,25 @@ class SessionBiasStudy(HistoryStudy):
             "split": case.split, "group_crosses_split": case.crosses_split, "question": q.question,
             "reference": q.answer, "n_sessions": layout.n_sessions, "sessions_reordered": layout.reordered,
             "question_sha256": hashlib.sha256(q.question.encode()).hexdigest()[:16],
-            "case_complete": True,
+            "case_complete": True, "session_ids": list(data.publisher_sessions(q)),
+            "publisher_crosses_split": case.publisher_crosses_split,
         }
 
     def _condition_columns(self, run: CaseRun, condition: str, copied: bool) -> dict[str, Any]:
         c, n = run.extra["conditions"], len(run.history)
-        return {
+        biased = c.negative.get(condition, 0) if condition != "hard" else 0
+        out = {
             **self._case_columns(run.case, run.extra["layout"]), "skipped": None,
-            "content_tokens": c.content_tokens, "biased_tokens": c.biased_tokens if condition == "soft" else 0,
+            "content_tokens": c.content_tokens, "biased_tokens": biased,
             "hidden_tokens": int(run.originals[condition].hidden_positions(n, "cpu").sum()),
             "gate": c.gate, "active": c.active, "copied_from_full": copied,
-            "correct": None, "grade_explanation": None, "grader": None,
+            "correct": None, "grade_explanation": None, "grader": None, "capacity": None,
         }
+        if condition in history.QUERY_AWARE:
+            window = run.extra["window"]
+            out.update(capacity=self.capacity, observation_tokens=window,
+                       resident_tokens=resident_tokens(condition, n, window, self.capacity))
+        return out
 
 
 def run(model: kvprobe.Model, out_dir: Path | str, study: SessionBiasStudy | None = None, progress: bool = True):

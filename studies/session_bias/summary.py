@@ -13,7 +13,27 @@ question and its ``_abs`` variant move together; the same draws for every cell;
 every condition (the paper: all), and accuracy per question type.
 
 ``grades``: a ``grades.jsonl`` from ``grading.grade_run`` (e.g. an LLM judge)
-replaces the rows' rule-based ``correct``.
+replaces the rows' rule-based ``correct``; the summary then also compares the two graders, arm by
+arm (``grader_agreement``). ``judge_model`` (``kvprobe report session-bias RUN --judge-model M``)
+first grades the run with that local model and the official LongMemEval prompts
+(``grading.OfficialJudge`` over ``local_judge.LocalJudgeClient``), into ``grades.jsonl``, and uses it.
+
+Sections a run gets only when its rows hold them (a run of the three primary arms without them
+keeps its summary as before):
+
+* ``development`` (the development policies ran; paper L5980-5986): each policy's correct answers
+  and change against retention (``full``) overall, on answerable updates, other answerable and
+  abstention questions, the questions it is active on, and the policy :func:`choose_policy` picks
+  by the rule it states (:data:`SELECTION_RULE`, ours: the paper says only that the rule and
+  strength are "chosen retrospectively from these development outputs");
+* ``query_aware`` (Quest, FINCH, RefreshKV or the recent-page control ran; paper L6258-6388): per
+  subset each method's correct, EOS-restricted correct and cap hits, its change against full and
+  against the source mask (``hard``), and the capacity accounting (K, how many histories fit in K,
+  key slots kept resident);
+* ``publisher`` (rows carry ``session_ids``; paper L6012-6024): the same paired changes with the
+  bootstrap over publisher components (questions linked by a shared session id or base question,
+  ``data.publisher_components``) beside the base-question grouping, and the exclusion sensitivity
+  without the questions whose component crosses the development/validation split.
 """
 
 from __future__ import annotations
@@ -30,8 +50,8 @@ import numpy as np
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change, percentile_interval
 from kvprobe.studies.common.report import Items, corrections_reversals, data_items, estimate, heading, ordered, run_time, table_head, table_row
 from kvprobe.studies.common.runner import read_rows, write_run_summary
-from .history import CONDITIONS
-from .data import QUESTION_TYPES
+from .history import CONDITIONS, DEVELOPMENT, PRIMARY, QUERY_AWARE
+from .data import QUESTION_TYPES, publisher_components
 
 Case = dict[str, Any]
 #: (key, label, membership of a case); a case is its full-access (or first) row.
@@ -49,6 +69,16 @@ SUBSETS: list[tuple[str, str, Callable[[Case], bool]]] = [
     ("inactive", "inactive (gate off or one session)", lambda c: not c["active"]),
     ("without_crossing_groups", "all, without groups crossing the split", lambda c: not c["group_crosses_split"]),
 ]
+#: The subsets of the query-aware, development and publisher tables.
+MAIN_SUBSETS = ("all", "answerable_updates", "other_answerable", "abstention")
+#: The publisher exclusion sensitivity: the questions whose component does not cross the split.
+PUBLISHER_EXCLUSION = [(f"{key}_without_publisher_crossing", f"{label}, without publisher-crossing questions",
+                        lambda c, member=member: member(c) and not c.get("publisher_crosses_split"))
+                       for key, label, member in SUBSETS if key in MAIN_SUBSETS]
+#: How the development policy is chosen (ours; UNCLEAR in the paper, docs/fidelity.md).
+SELECTION_RULE = ("among the attenuating policies, the largest net change in correct answers against retention "
+                  "over all development questions; ties: the larger net change on answerable updates, then the "
+                  "weaker attenuation (1/2 before 1/4), then the gate on")
 
 
 def read_grades(path: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
@@ -74,6 +104,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
     """Recompute the summary from the rows on disk (module docstring)."""
     override = read_grades(grades) if grades is not None else None
     by_case: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    rule: dict[tuple[str, str], dict[str, Any]] = {}
     skipped: set[str] = set()
     n_rows = 0
     graders: set[str] = set()
@@ -86,6 +117,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
             key = (row["case_id"], row["condition"])
             if key not in override:
                 raise ValueError(f"{grades}: no grade for case {key[0]!r}, arm {key[1]!r}")
+            rule[key] = row
             row = {**row, "correct": bool(override[key]["correct"]), "grader": override[key]["grader"]}
         graders.add(str(row.get("grader")))
         by_case[row["case_id"]][row["condition"]] = row
@@ -104,39 +136,158 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
     eos_correct = {a: vec(a, lambda r: float(r["correct"] and r["stop_reason"] == "eos")) for a in conditions}
     cap = {a: vec(a, lambda r: float(r["stop_reason"] == "cap")) for a in conditions}
     tokens = {a: vec(a, lambda r: float(r["output_tokens"])) for a in conditions}
+    tables = {"correct": correct, "eos_correct": eos_correct, "cap": cap, "tokens": tokens}
+    query_aware = [a for a in conditions if a in QUERY_AWARE]
     subsets = []
     for key, label, member in SUBSETS:
         m = np.array([bool(member(c)) for c in cases], dtype=bool)
         if key == "without_crossing_groups" and (m.all() or all(c["split"] == "all" for c in cases)):
             continue  # no group crosses the split (or no split was taken): nothing to exclude
-        entry: dict[str, Any] = {"key": key, "label": label, "questions": int(m.sum()),
-                                 "groups": len({g for g, keep in zip(groups, m) if keep}), "arms": {}}
-        for condition in conditions:
-            present = m & ~np.isnan(correct[condition])
-            n = int(present.sum())
-            cell: dict[str, Any] = {
-                "n": n, "correct": int(np.nansum(correct[condition][present])),
-                "eos_correct": int(np.nansum(eos_correct[condition][present])),
-                "cap": int(np.nansum(cap[condition][present])),
-            }
-            cell["pct"] = 100.0 * cell["correct"] / n if n else None
-            cell["mean_tokens"] = float(tokens[condition][present].mean()) if n else None
-            if condition != "full" and "full" in conditions:
-                both = present & ~np.isnan(correct["full"])
-                if both.any():
-                    w = weights[:, both]
-                    for name, table in (("vs_full", correct), ("eos_vs_full", eos_correct)):
-                        diff = table[condition][both] - table["full"][both]
-                        cell[name] = {**paired_change(table[condition][both], table["full"][both], w), **_pp(diff, w)}
-            entry["arms"][condition] = cell
-        subsets.append(entry)
-    return {
+        subsets.append(_subset(key, label, m, groups, conditions, tables, weights,
+                               versus_hard=query_aware if "hard" in conditions else []))
+    out: dict[str, Any] = {
         "questions": len(cases), "groups": len(set(groups)), "rows": n_rows, "skipped_questions": len(skipped),
         "arms": conditions, "draws": draws, "seed": seed, "graders": sorted(graders),
-        "grades_file": None if grades is None else str(grades),
+        "grades_file": None if grades is None else _grades_name(out_dir, grades),
         "subsets": subsets, "by_type": _by_type(cases, by_case, case_ids, conditions),
         "inactive_identical": _inactive_identical(cases, by_case, case_ids, conditions),
     }
+    if any(a in DEVELOPMENT for a in conditions):
+        out["development"] = _development(subsets, cases, by_case, case_ids, conditions)
+    if query_aware:
+        out["query_aware"] = _query_aware(query_aware, by_case, case_ids)
+    if cases and all("session_ids" in c for c in cases):
+        out["publisher"] = _publisher(cases, groups, conditions, tables, draws, seed)
+    if override is not None:
+        out["grader_agreement"] = _agreement(by_case, rule, conditions)
+    return out
+
+
+def _grades_name(out_dir: Path | str, grades: str | Path) -> str:
+    """The grades file as recorded: its name when it lies in the run directory (the summary then reproduces
+    from a copy of the directory), else the path as given."""
+    g = Path(grades)
+    return g.name if g.resolve().parent == Path(out_dir).resolve() else str(grades)
+
+
+def _subset(key: str, label: str, m: np.ndarray, groups: list[str], conditions: list[str],
+            tables: dict[str, dict[str, np.ndarray]], weights: np.ndarray, versus_hard: list[str] = ()
+            ) -> dict[str, Any]:
+    """One subset's cells: per arm, questions, correct, EOS-restricted correct, cap hits, mean tokens, and the
+    paired changes against full (and, for the arms in ``versus_hard``, against the source mask ``hard``) over
+    the bootstrap ``weights``."""
+    correct, eos_correct, cap, tokens = (tables[k] for k in ("correct", "eos_correct", "cap", "tokens"))
+    entry: dict[str, Any] = {"key": key, "label": label, "questions": int(m.sum()),
+                             "groups": len({g for g, keep in zip(groups, m) if keep}), "arms": {}}
+    for condition in conditions:
+        present = m & ~np.isnan(correct[condition])
+        n = int(present.sum())
+        cell: dict[str, Any] = {
+            "n": n, "correct": int(np.nansum(correct[condition][present])),
+            "eos_correct": int(np.nansum(eos_correct[condition][present])),
+            "cap": int(np.nansum(cap[condition][present])),
+        }
+        cell["pct"] = 100.0 * cell["correct"] / n if n else None
+        cell["mean_tokens"] = float(tokens[condition][present].mean()) if n else None
+        for reference in ["full"] + (["hard"] if condition in versus_hard else []):
+            if condition == reference or reference not in conditions:
+                continue
+            both = present & ~np.isnan(correct[reference])
+            if both.any():
+                w = weights[:, both]
+                for name, table in ((f"vs_{reference}", correct), (f"eos_vs_{reference}", eos_correct)):
+                    diff = table[condition][both] - table[reference][both]
+                    cell[name] = {**paired_change(table[condition][both], table[reference][both], w), **_pp(diff, w)}
+        entry["arms"][condition] = cell
+    return entry
+
+
+def choose_policy(candidates: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The development policy :data:`SELECTION_RULE` picks from ``candidates`` (each with ``name``, ``weight``,
+    ``gated``, ``change_all`` and ``change_updates``: net changes in correct answers against retention); None
+    when there is none.
+
+    Example: of ``soft-half`` (+1 overall, 0 on updates) and ``soft-quarter`` (+1, +2), ``soft-quarter`` (the
+    tie on overall goes to the larger change on updates).
+    """
+    if not candidates:
+        return None
+    return min(candidates, key=lambda c: (-c["change_all"], -c["change_updates"], -c["weight"], not c["gated"]))
+
+
+def _development(subsets: list[dict[str, Any]], cases: list[Case], by_case: dict, case_ids: list[str],
+                 conditions: list[str]) -> dict[str, Any]:
+    """The development table (retention = ``full``) and the chosen policy (module docstring)."""
+    cells = {s["key"]: s for s in subsets}
+    policies = ["full"] * ("full" in conditions) + [a for a in conditions if a in DEVELOPMENT]
+    rows = []
+    for name in policies:
+        weight, gated = DEVELOPMENT.get(name, (1.0, True))
+        row: dict[str, Any] = {"name": name, "policy": "retention" if name == "full" else name, "weight": weight,
+                               "gated": gated, "active": sum(bool(by_case[c].get(name, {}).get("biased_tokens"))
+                                                             for c in case_ids)}
+        for key in MAIN_SUBSETS:
+            cell = cells[key]["arms"].get(name)
+            row[key] = None if cell is None else {"correct": cell["correct"], "n": cell["n"],
+                                                  "vs_full": cell.get("vs_full")}
+        change = {k: (row[k] or {}).get("vs_full") for k in ("all", "answerable_updates")}
+        row["change_all"] = change["all"]["change"] if change["all"] else 0
+        row["change_updates"] = change["answerable_updates"]["change"] if change["answerable_updates"] else 0
+        rows.append(row)
+    chosen = choose_policy([r for r in rows if r["name"] != "full"])
+    return {"rule": SELECTION_RULE, "policies": rows, "chosen": None if chosen is None else chosen["name"],
+            "oldest_weight": None if chosen is None else chosen["weight"],
+            "gated": None if chosen is None else chosen["gated"],
+            "beats_retention": None if chosen is None else chosen["change_all"] > 0}
+
+
+def _query_aware(methods: list[str], by_case: dict, case_ids: list[str]) -> dict[str, Any]:
+    """Capacity accounting of the query-aware arms: K, histories (and question windows) that fit in K, key
+    slots kept resident."""
+    out = []
+    for method in methods:
+        rows = [by_case[c][method] for c in case_ids if method in by_case[c]]
+        K = sorted({r["capacity"] for r in rows})
+        history = np.array([r["history_tokens"] for r in rows], dtype=float)
+        window = np.array([r["observation_tokens"] for r in rows], dtype=float)
+        resident = np.array([r["resident_tokens"] for r in rows], dtype=float)
+        fits = int(sum(h + w <= r["capacity"] for h, w, r in zip(history, window, rows)))
+        out.append({"arm": method, "capacity": K, "n": len(rows), "fits_in_capacity": fits,
+                    "history_tokens": [int(history.min()), float(np.median(history)), int(history.max())],
+                    "resident_median": float(np.median(resident))})
+    return {"capacity": out}
+
+
+def _publisher(cases: list[Case], groups: list[str], conditions: list[str], tables: dict[str, dict[str, np.ndarray]],
+               draws: int, seed: int) -> dict[str, Any]:
+    """Paired changes with publisher-component draws beside the base-question ones, and the exclusion
+    sensitivity (module docstring)."""
+    component = publisher_components({c["case_id"]: (c["group"], c["session_ids"]) for c in cases})
+    units = [component[c["case_id"]] for c in cases]
+    weights = group_bootstrap_weights(units, n_draws=draws, seed=seed).astype(float)
+    subsets = []
+    for key, label, member in [s for s in SUBSETS if s[0] in MAIN_SUBSETS] + PUBLISHER_EXCLUSION:
+        m = np.array([bool(member(c)) for c in cases], dtype=bool)
+        subsets.append(_subset(key, label, m, units, conditions, tables, weights))
+    return {"components": len(set(units)), "base_groups": len(set(groups)),
+            "crossing_questions": sum(bool(c.get("publisher_crosses_split")) for c in cases),
+            "crossing_components": len({u for u, c in zip(units, cases) if c.get("publisher_crosses_split")}),
+            "subsets": subsets}
+
+
+def _agreement(by_case: dict, rule: dict[tuple[str, str], dict[str, Any]], conditions: list[str]
+               ) -> list[dict[str, Any]]:
+    """Per arm (and all arms): the judge's labels against the rule grader's, as a 2x2 count table."""
+    out = []
+    for arm in [*conditions, "all arms"]:
+        pairs = [(bool(rows[a]["correct"]), bool(rule[(cid, a)]["correct"]))
+                 for cid, rows in by_case.items() for a in rows if arm in (a, "all arms")]
+        cell = {"arm": arm, "n": len(pairs), "both_correct": sum(j and r for j, r in pairs),
+                "judge_only": sum(j and not r for j, r in pairs), "rule_only": sum(r and not j for j, r in pairs),
+                "both_wrong": sum(not j and not r for j, r in pairs)}
+        cell["agreement"] = (cell["both_correct"] + cell["both_wrong"]) / cell["n"] if cell["n"] else None
+        out.append(cell)
+    return out
 
 
 def _by_type(cases: list[Case], by_case: dict, case_ids: list[str], conditions: list[str]
@@ -153,10 +304,18 @@ def _by_type(cases: list[Case], by_case: dict, case_ids: list[str], conditions: 
     return out
 
 
+def _unchanged_arms(rows: dict[str, dict[str, Any]]) -> list[str]:
+    """The arms of a question that change no position: full, and every session-order arm without a biased or
+    hidden position (the query-aware methods act on every question)."""
+    return [a for a, r in rows.items()
+            if a not in QUERY_AWARE and not r.get("biased_tokens") and not r.get("hidden_tokens")]
+
+
 def _inactive_identical(cases: list[Case], by_case: dict, case_ids: list[str], conditions: list[str]
                         ) -> dict[str, int]:
-    ids = [cid for cid, c in zip(case_ids, cases) if not c["active"] and len(by_case[cid]) > 1]
-    same = sum(len({by_case[cid][a]["output"] for a in conditions if a in by_case[cid]}) == 1 for cid in ids)
+    """Inactive questions (the primary policy changes nothing) whose unchanged arms all gave one answer."""
+    ids = [cid for cid, c in zip(case_ids, cases) if not c["active"] and len(_unchanged_arms(by_case[cid])) > 1]
+    same = sum(len({by_case[cid][a]["output"] for a in _unchanged_arms(by_case[cid])}) == 1 for cid in ids)
     copied = sum(any(r.get("copied_from_full") for r in by_case[cid].values()) for cid in ids)
     return {"inactive_questions": len(ids), "identical_answers": same, "copied_from_full": copied}
 
@@ -184,7 +343,8 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     """Markdown report: accuracy and paired changes per subset, termination, question types, run time."""
     study = config.get("study_config", {})
     conditions = summary["arms"]
-    others = [a for a in conditions if a != "full"]
+    primary = [a for a in conditions if a in PRIMARY]
+    others = [a for a in primary if a != "full"]
     lines = [
         *heading("Session-order bias and hard mask", config, items(config)),
         f"Source `{study.get('source')}`, split {study.get('split')}, {summary['questions']} questions in "
@@ -194,12 +354,12 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         f"{' (from ' + summary['grades_file'] + ')' if summary['grades_file'] else ''}. "
         "Correct = % (count/questions); changes = arm minus full in percentage points [95 % interval] "
         f"(corrections/reversals); paired bootstrap of question groups, {summary['draws']:,} draws, seed "
-        f"{summary['seed']}.", "",
+        f"{summary['seed']}." + _settings(summary, study), "",
         "## Accuracy", "",
-        *table_head(["subset", "questions", *conditions, *(f"{a} - full, pp" for a in others)]),
+        *table_head(["subset", "questions", *primary, *(f"{a} - full, pp" for a in others)]),
     ]
     for s in summary["subsets"]:
-        cells = [_pct(s["arms"][a]) for a in conditions] + [_delta(s["arms"][a].get("vs_full")) for a in others]
+        cells = [_pct(s["arms"][a]) for a in primary] + [_delta(s["arms"][a].get("vs_full")) for a in others]
         lines.append(table_row([s["label"], s["questions"], *cells]))
     lines += ["", "## Termination", "",
               "EOS-restricted correct = correct and ended by EOS (the paper reports it beside the judge score).", "",
@@ -214,8 +374,10 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     ident = summary["inactive_identical"]
     lines += ["", f"Inactive questions with identical answers in every arm: {ident['identical_answers']} of "
               f"{ident['inactive_questions']}" + (f" ({ident['copied_from_full']} copied from full, not generated)"
-                                                   if ident["copied_from_full"] else "") + ".",
-              "", "## By question type", "",
+                                                   if ident["copied_from_full"] else "") + ".", ""]
+    lines += _development_lines(summary) + _query_aware_lines(summary) + _publisher_lines(summary)
+    lines += _agreement_lines(summary)
+    lines += ["## By question type", "",
               *table_head(["question type", "questions", "active", *conditions])]
     for t in summary["by_type"]:
         name = t["question_type"] + (" (abstention)" if t["abstention"] else "")
@@ -226,6 +388,134 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     return "\n".join(lines) + "\n"
 
 
-def write_summary(out_dir: Path | str, seed: int = 0, grades: str | Path | None = None) -> dict[str, Any]:
-    """Write ``summary.json`` and ``report.md`` of a run directory; ``grades``: a ``grades.jsonl`` to use."""
+def _settings(summary: dict[str, Any], study: dict[str, Any]) -> str:
+    """The sentence on the gate and the capacity, for runs that change them or run the query-aware arms."""
+    out = ""
+    if study.get("gated") is False:
+        out += " The soft bias and the hard mask are ungated (g(q) = 1 for every question)."
+    if "query_aware" in summary:
+        out += (f" Query-aware arms at a fixed capacity K = {study.get('capacity')} tokens; the source mask is the "
+                "hard mask (the same session spans).")
+    return out
+
+
+def _development_lines(summary: dict[str, Any]) -> list[str]:
+    dev = summary.get("development")
+    if not dev:
+        return []
+    lines = ["## Development: choosing the bias weight", "",
+             "Retention (full access, oldest-session weight 1) against half and quarter weight for the oldest "
+             "session, with the question gate on and off. Changes against retention, pp [95 % interval] "
+             f"(corrections/reversals). Selection rule (ours, fixed before the run): {dev['rule']}.", "",
+             *table_head(["policy", "weight", "gate", "active", "all", "answerable updates", "other answerable",
+                          "abstention", "all - retention, pp", "updates - retention, pp"])]
+    for p in dev["policies"]:
+        cells = [p["policy"], f"{p['weight']:g}", "on" if p["gated"] else "off", p["active"]]
+        cells += [f"{p[k]['correct']}/{p[k]['n']}" if p[k] else "-" for k in MAIN_SUBSETS]
+        cells += [_delta(_pp_change(p[k])) for k in ("all", "answerable_updates")]
+        lines.append(table_row(cells))
+    if dev["chosen"]:
+        lines += ["", f"Chosen: {dev['chosen']} (oldest-session weight {dev['oldest_weight']:g}, gate "
+                  f"{'on' if dev['gated'] else 'off'}); against retention it "
+                  + ("gains answers on development." if dev["beats_retention"] else
+                     "gains no answer on development (the development outputs favour retention; the chosen "
+                     "attenuation is what validation tests).")]
+    return lines + [""]
+
+
+def _pp_change(cell: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if not cell else cell.get("vs_full")
+
+
+def _query_aware_lines(summary: dict[str, Any]) -> list[str]:
+    qa = summary.get("query_aware")
+    if not qa:
+        return []
+    methods = [c["arm"] for c in qa["capacity"]]
+    arms = [a for a in ("full", "hard") if a in summary["arms"]] + methods
+    lines = ["## Query-aware methods at fixed capacity", "",
+             "Full access, the source mask (`hard`: the guard's session spans) and the query-aware methods at one "
+             "fixed capacity. EOS = correct and ended by EOS; cap = answers that hit the token limit. Changes in pp "
+             "[95 % interval] (corrections/reversals).", "",
+             *table_head(["subset", "arm", "correct", "EOS-restricted", "cap", "vs full, pp", "vs source mask, pp",
+                          "EOS-restricted vs full, pp"])]
+    for s in summary["subsets"]:
+        if s["key"] not in (*MAIN_SUBSETS, "without_crossing_groups") or not s["questions"]:
+            continue
+        for a in arms:
+            c = s["arms"][a]
+            lines.append(table_row([s["label"], a, _pct(c), f"{c['eos_correct']}/{c['n']}", c["cap"],
+                                    _delta(c.get("vs_full")), _delta(c.get("vs_hard")),
+                                    _delta(c.get("eos_vs_full"))]))
+    lines += ["", "Capacity: K, histories whose history and question window fit in K (the method then keeps "
+              "every key), history tokens (min / median / max) and key slots kept resident before the final "
+              "question token (median; FINCH keeps K per KV head, the others keep every slot and read fewer).", "",
+              *table_head(["arm", "K", "fit in K", "history tokens", "resident (median)"])]
+    for c in qa["capacity"]:
+        h = c["history_tokens"]
+        lines.append(table_row([c["arm"], "/".join(map(str, c["capacity"])), f"{c['fits_in_capacity']}/{c['n']}",
+                                f"{h[0]} / {h[1]:g} / {h[2]}", f"{c['resident_median']:g}"]))
+    return lines + [""]
+
+
+def _publisher_lines(summary: dict[str, Any]) -> list[str]:
+    pub = summary.get("publisher")
+    if not pub:
+        return []
+    base = {s["key"]: s for s in summary["subsets"]}
+    others = [a for a in summary["arms"] if a in ("soft", "hard")]
+    lines = ["## Publisher-session grouping", "",
+             f"Bootstrap units: {pub['components']} components of questions linked by a shared publisher session id "
+             f"or base question, against {pub['base_groups']} base-question groups. {pub['crossing_questions']} "
+             f"questions ({pub['crossing_components']} components) are linked to questions of the other "
+             "development/validation side; the exclusion rows leave them out. Changes against full in pp "
+             "[95 % interval], publisher grouping beside the base-question grouping (soft and hard arms; summary.json "
+             "holds every arm).", "",
+             *table_head(["subset", "questions", "units", "arm", "correct", "full", "change, publisher units",
+                          "change, base groups"])]
+    for s in pub["subsets"]:
+        if not s["questions"]:
+            continue
+        for a in others:
+            c, b = s["arms"][a], base.get(s["key"], {}).get("arms", {}).get(a, {})
+            lines.append(table_row([s["label"], s["questions"], s["groups"], a, _pct(c), _pct(s["arms"]["full"]),
+                                    _delta(c.get("vs_full")), _delta(b.get("vs_full"))]))
+    return lines + [""]
+
+
+def _agreement_lines(summary: dict[str, Any]) -> list[str]:
+    agree = summary.get("grader_agreement")
+    if not agree:
+        return []
+    lines = ["## Judge against the rule grader", "",
+             "The judge's labels (the counts above) against the rule grader's labels stored in the rows.", "",
+             *table_head(["arm", "answers", "both correct", "judge only", "rule only", "both wrong", "agreement"])]
+    for c in agree:
+        lines.append(table_row([c["arm"], c["n"], c["both_correct"], c["judge_only"], c["rule_only"], c["both_wrong"],
+                                "-" if c["agreement"] is None else f"{100 * c['agreement']:.1f} %"]))
+    return lines + [""]
+
+
+def write_summary(out_dir: Path | str, seed: int = 0, grades: str | Path | None = None,
+                  judge_model: str | None = None, judge_dtype: str | None = None) -> dict[str, Any]:
+    """Write ``summary.json`` and ``report.md`` of a run directory; ``grades``: a ``grades.jsonl`` to use;
+    ``judge_model``: grade the run first with that local model (``judge_dtype``: its dtype, e.g. bfloat16) and
+    the official LongMemEval prompts, into ``grades.jsonl`` (and ``judge.jsonl``, every prompt and reply), and
+    use it."""
+    if judge_model is not None:
+        if grades is not None:
+            raise ValueError("give grades or judge_model, not both")
+        grades = judge_run(out_dir, judge_model, judge_dtype)
     return write_run_summary(out_dir, functools.partial(summarize, grades=grades), format_report, seed)
+
+
+def judge_run(out_dir: Path | str, judge_model: str, judge_dtype: str | None = None) -> Path:
+    """Grade every answered row of a run with a local model and the official LongMemEval prompts
+    (``grading.OfficialJudge``, ``local_judge.LocalJudgeClient``); returns ``grades.jsonl``'s path."""
+    from kvprobe.studies.common.local_judge import LocalJudgeClient
+    from .grading import GRADES, OfficialJudge, grade_run
+
+    log = Path(out_dir) / "judge.jsonl"
+    log.unlink(missing_ok=True)
+    client = LocalJudgeClient(judge_model, **({"dtype": judge_dtype} if judge_dtype else {}))
+    return grade_run(out_dir, OfficialJudge(client, log_path=log), GRADES)
