@@ -187,6 +187,18 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
           "OAKS-Novel answer changes: old-source mask vs equal-token control on candidate choices (partA 6)",
           compare=_P + "source_influence.summary:write_panel",
           smoke=dict(n=3)),
+    Entry("oaks-open", _P + "matched_scores.open_answers.study:OaksOpenStudy",
+          _P + "matched_scores.open_answers.summary",
+          "open OAKS answers (no options) under full access, the old-source mask and its control; source-aware "
+          "grading, answerable subset, three grading protocols (app:v41_oaks_open)",
+          options=(Option("grades", "a grades.jsonl of the source-aware model grader (open_answers.grading.grade_run; "
+                          "default: the run's grades.jsonl when present, else the rule grader)"),
+                   Option("judge_model", "grade the run with this local model (any kvprobe can load) and the "
+                          "source-aware rubric, one prompt per verdict, greedy, 10 new tokens; writes grades.jsonl "
+                          "and judge.jsonl in the run and uses them"),
+                   Option("judge_dtype", "the --judge-model's dtype (float32, bfloat16, float16; default the "
+                          "loader's)")),
+          seed=PAPER_SEED, smoke=dict(oaks_split="all", n_questions=2, max_new_tokens=3)),
     Entry("session-bias", _P + "session_bias.study:SessionBiasStudy", _P + "session_bias.summary",
           "soft session-order bias, hard mask, development policies and query-aware methods at a fixed capacity "
           "on LongMemEval-schema conversations (partD 10, partE E1-E4)",

@@ -89,16 +89,16 @@ class OaksItem:
         a, b = self.shown
         return strings.QUESTION.format(query=self.change.question, a=a, b=b)
 
-    def prompt(self, chat: bool, date: str) -> kvprobe.Prompt:
+    def prompt(self, chat: bool, date: str, system: str = strings.OAKS_SYSTEM) -> kvprobe.Prompt:
         """The natural-source prefix as the user message (chat) or after the instruction (raw); ``date``: the chat
-        template's."""
+        template's; ``system``: the instruction (the open-answer study's has no candidates)."""
         c = self.change
         segments = [("earlier", strings.EARLIER_SOURCE.format(old=c.old_source)),
                     ("unrelated", strings.UNRELATED_SOURCE.format(neutral=self.neutral)),
                     ("later", strings.LATER_SOURCE.format(later=c.new_source))]
         if not chat:
-            segments.insert(0, ("instructions", strings.OAKS_SYSTEM + "\n"))
-        return study_prompt(segments, chat=chat, system=strings.OAKS_SYSTEM if chat else None, sep="",
+            segments.insert(0, ("instructions", system + "\n"))
+        return study_prompt(segments, chat=chat, system=system if chat else None, sep="",
                             question_sep="\n", date=date)
 
     def spans(self, history: kvprobe.History, trailing_newline: bool = True
