@@ -182,3 +182,13 @@ def test_rubric_annotation_is_validated():
     ann.update(rubric=None, rubric_alternative="strict")
     with pytest.raises(oaks.OaksFormatError, match="rubric"):
         oaks.parse_oaks(data)
+
+
+def test_schema_echoes_are_counted():
+    from kvprobe.studies.detection.natural_action import schema_echoes
+
+    echo = '{"same_slot": true, "old_current": "value affirmed by A", "later_current": "value affirmed by B, or null"}'
+    rows = [{"dataset": "oaks", "detector": PLAIN, "output": echo, "decision": "replacement"},
+            {"dataset": "oaks", "detector": PLAIN, "output": '{"old_current": "Kent"}', "decision": "replacement"},
+            {"dataset": "oaks", "detector": WITH_QUESTION, "output": echo[:60], "decision": "unresolved"}]
+    assert schema_echoes(rows) == {PLAIN: {"rows": 1, "fired": 1}, WITH_QUESTION: {"rows": 1, "fired": 0}}

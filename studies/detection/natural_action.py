@@ -54,6 +54,9 @@ MARGIN_RANKINGS = {"margin change (mask - full)": lambda c: c["margin_mask"] - c
 #: The correctness rule reported beside the primary one (ours: the first candidate the answer mentions, for
 #: models that never write the JSON answer).
 SENSITIVITY_RULE = "lenient"
+#: The asserted-value prompt's placeholder values (strings.ASSERTED_VALUE): an output that returns one of them copies
+#: the schema instead of reading the records, and "value affirmed by A" != "value affirmed by B, or null" fires.
+SCHEMA_PLACEHOLDERS = ('"value affirmed by A"', '"value affirmed by B, or null"')
 #: Seed of the placebo labels of an unannotated source (20260922).
 PLACEBO_SEED = 20260922
 #: The paper's class counts the placebo labels copy (seed L2988-2989 and L3273-3275).
@@ -241,6 +244,18 @@ def leave_one_out(cases: list[dict[str, Any]], rule: str, detectors: Sequence[st
             if omitted else {}}
 
 
+def schema_echoes(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per detector: oaks rows whose output returns a placeholder value of the prompt's schema
+    (:data:`SCHEMA_PLACEHOLDERS`), and how many of those fire, by pair relation."""
+    out: dict[str, dict[str, int]] = {}
+    for r in rows:
+        if r["dataset"] == "oaks" and any(p in (r.get("output") or "") for p in SCHEMA_PLACEHOLDERS):
+            cell = out.setdefault(r["detector"], {"rows": 0, "fired": 0})
+            cell["rows"] += 1
+            cell["fired"] += fired(r)
+    return {d: out[d] for d in NATURAL_DETECTORS if d in out}
+
+
 def detection_leave_one_out(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Detection accuracy (all three pairs of every question) per detector on all pairs, after omitting each
     question book (its questions' three pairs) and after omitting each negative donor book (the different-book
@@ -297,7 +312,8 @@ def natural_action(detection_run_dir: str | Path, matched_scores_oaks_run_dirs: 
                            "sources": [str(d) for d in matched_scores_oaks_run_dirs], "questions": len(questions),
                            "books": len({c["book"] for c in questions}), "labels": "placebo" if placebo else
                            "annotation" if annotated else None, "seed": seed, "draws": draws,
-                           "detection_leave_one_out": detection_leave_one_out(rows), "generators": []}
+                           "detection_leave_one_out": detection_leave_one_out(rows),
+                           "schema_echoes": schema_echoes(rows), "generators": []}
     for run_dir in matched_scores_oaks_run_dirs:
         gen = generator_cases(run_dir, rules)
         graded = [r for r in rules if all(r in e["correct"] for e in gen.values())]
@@ -374,6 +390,11 @@ def natural_action_report(na: dict[str, Any]) -> list[str]:
              f"({na['draws']:,} draws of questions within their books, seed {na['seed']}; each draw keeps the "
              "detector's own decisions; beside it the interval with the coverage fixed at k/N, ties averaged). "
              "Matched: generator = detector (the paper's 14 comparisons are 7 checkpoints x 2 prompts).", "",
+             *([f"Schema echoes: outputs that return the prompt's placeholder values ({SCHEMA_PLACEHOLDERS[0]} / "
+                f"{SCHEMA_PLACEHOLDERS[1]}) instead of values read from the records, which the extraction rule counts "
+                "as a replacement: " + "; ".join(f"{_inputs(d)} {v['rows']} of the pairs ({v['fired']} fire)"
+                                                 for d, v in na["schema_echoes"].items()) + ".", ""]
+               if na.get("schema_echoes") else []),
              *table_head(["generator", "matched", "rule", "inputs", "N", "selected", "C / R among selected",
                           "net", "random", "excess pp [95% CI]", "[CI, coverage fixed]", "interval"])]
     for g in na["generators"]:
@@ -381,9 +402,10 @@ def natural_action_report(na: dict[str, Any]) -> list[str]:
             for d, e in block["excess"].items():
                 lines.append(table_row([g["generator"], "yes" if g["matched"] else "no", r, _inputs(d), e["n"],
                                         _pc(e["selected"], e["n"]), f"{e['corrections']} / {e['reversals']}",
-                                        _signed(e["net"], e["n"]), f"{e['random']:+.2f}",
+                                        _signed(e["net"], e["n"]), f"{e['random'] + 0.0:+.2f}",
                                         estimate(e["excess_pp"], e["ci"], "+.2f") if e["ci"] else f"{e['excess_pp']:+.2f}",
-                                        interval(e["ci_fixed_coverage"]), side(e["ci"])]))
+                                        interval(e["ci_fixed_coverage"]),
+                                        side(e["ci"]) if e["selected"] else "nothing selected"]))
     lines += ["", "The paper (tab:v39_natural_action, generator = detector, 116 OAKS questions, native budgets): "
               + "; ".join(f"{m} {'Records' if d == 'asserted-value' else 'Records + question'} {s}/116 selected, "
                           f"net {n:+d}, excess {x:+.2f} [{lo:+.2f}, {hi:+.2f}]"
@@ -467,11 +489,12 @@ def _leave_one_out_lines(na: dict[str, Any]) -> list[str]:
             loo = block["leave_one_book_out"]
             for q, value in loo.get("all", {}).items():
                 moved = max(loo["omitted"], key=lambda b: (abs(loo["omitted"][b][q] - value), b))
+                still = loo["range"][q][0] == loo["range"][q][1] == value
                 label = q.replace("excess asserted-value+question", "excess Records + question").replace(
                     "excess asserted-value", "excess Records")
                 lines.append(table_row([g["generator"], r, label, f"{value:+.2f}",
                                         f"[{loo['range'][q][0]:+.2f}, {loo['range'][q][1]:+.2f}]",
-                                        f"{moved} ({loo['omitted'][moved][q]:+.2f})"]))
+                                        "-" if still else f"{moved} ({loo['omitted'][moved][q]:+.2f})"]))
     lines.append("")
     dl = na["detection_leave_one_out"]
     if dl:

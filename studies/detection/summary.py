@@ -136,7 +136,8 @@ ITEMS = Items("reconstruction", "record pairs of the synthetic record histories 
 def items(config: dict[str, Any]) -> list[Items]:
     """Where a run's pairs come from: the record and quantity pairs, and OAKS questions when the run has them."""
     sc = config["study_config"]
-    return [ITEMS, *([oaks_items(sc["oaks_source"])] if "oaks" in sc["datasets"] else [])]
+    return [*([ITEMS] if {"records", "quantity"} & set(sc["datasets"]) else []),
+            *([oaks_items(sc["oaks_source"])] if "oaks" in sc["datasets"] else [])]
 
 
 def _against_chance(a: dict[str, Any] | None) -> str:
@@ -157,7 +158,8 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
              f"(greedy, at most {sc['max_new_tokens']} tokens, verbatim prompts) and a YES/NO score "
              f"(P(YES) / (P(YES) + P(NO)) of the answer's first token(s); the paper's pair-score prompt and system "
              "message, byte for byte). Datasets: "
-             f"{', '.join(sc['datasets'])}; splits {', '.join(sc['splits'])}"
+             f"{', '.join(sc['datasets'])}"
+             + (f"; splits {', '.join(sc['splits'])}" if {"records", "quantity"} & set(sc["datasets"]) else "")
              + (f" (oaks: the {sc['oaks_split']} books of {sc['oaks_source']}, the asserted-value prompt plain and "
                 f"question-conditioned, at most {sc['oaks_max_new_tokens']} tokens)" if "oaks" in sc['datasets'] else "")
              + f". Unresolved verdicts (parse or field "
