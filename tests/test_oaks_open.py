@@ -171,6 +171,7 @@ def test_summary_answerable_subset_and_protocols_by_the_rule_grader(tmp_path):
                                      "capped": 0, "unparsed": 0}
     assert s["panels"]["all"]["protocols"]["complete"]["counts"] == {"full": 3, "mask": 2, "control": 2}
     assert s["abstentions"]["control"] == {"justified": 0, "unjustified": 1}
+    assert summary.claim_verdicts(s)[1]["verdict"] == "not testable here"  # the rule grader's protocols coincide
 
 
 def test_summary_reads_the_model_grades_and_compares_protocols(tmp_path):
