@@ -220,3 +220,14 @@ def test_open_prompt_has_no_options_and_the_mask_hides_the_earlier_source(llama)
     mask, control = conditions["mask"], conditions["control"]
     assert sum(s.end - s.start for s in mask.spans) == sum(s.end - s.start for s in control.spans)
     assert case.change.old_source.split()[0] in history.token_text(mask.spans[0])
+
+
+def test_prefix_sharing_client_replies_as_the_plain_local_client(llama):
+    from kvprobe.studies.common.local_judge import LocalJudgeClient
+
+    rows = [{**ROW, "output": "Roman"}, {**ROW, "output": "Dick rowed"}]
+    prompts = [grading.prompt(k, r) for r in rows for k in ("completeness", "agreement")]
+    plain = LocalJudgeClient(llama, max_new_tokens=3, batch_size=2).complete_many(prompts)
+    shared = grading.PrefixSharingClient(llama, max_new_tokens=3, batch_size=2)
+    assert [r.text for r in shared.complete_many(prompts)] == [r.text for r in plain]
+    assert shared._previous is not None and len(shared._previous) > 0

@@ -45,7 +45,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import kvprobe
+from kvprobe import decoding
 from kvprobe.studies.common.answers import contains_answer, declines
+from kvprobe.studies.common.judge import JudgeReply
+from kvprobe.studies.common.local_judge import LocalJudgeClient
 
 from . import strings
 
@@ -148,19 +152,48 @@ def make_judge(client: Any, kind: str, log_path: str | Path | None = None, seed:
     return BatchedJudge(client, labels=labels, seed=seed, log_path=log_path, name=f"source-aware-{kind}")
 
 
+class PrefixSharingClient(LocalJudgeClient):
+    """A :class:`~kvprobe.studies.common.local_judge.LocalJudgeClient` whose prefill reuses the K/V of the previous
+    prompt's common token prefix (``Model.prefill(reuse=...)``: equal to a fresh prefill up to float rounding). The
+    prompts of one question share their excerpts (most of each prompt), so :func:`grade_rows` asks them in a row."""
+
+    _previous: Any = None
+
+    def complete_many(self, prompts: Sequence[str]) -> list[JudgeReply]:
+        out: list[JudgeReply] = []
+        variant = self.model_variant
+        for start in range(0, len(prompts), self.batch_size):
+            items = []
+            for text in prompts[start:start + self.batch_size]:
+                prompt, question = self.prompt(text)
+                self._previous = self.model.prefill(prompt, reuse=self._previous)
+                items.append((self._previous, decoding.Request(question, kvprobe.Full(), "judge")))
+            answers = decoding.answer(self.model, items, max_new_tokens=self.max_new_tokens)
+            out += [JudgeReply(a.generation.text, variant) for a in answers]
+        return out
+
+
 def grade_rows(rows: Sequence[dict[str, Any]], client: Any, log_path: str | Path | None = None,
                kinds: Sequence[str] = tuple(strings.PROMPTS)) -> list[dict[str, Any]]:
     """One grade line per row (``case_id``, ``condition``, each kind's label, the grader): question kinds asked
     once per question, answer kinds once per distinct answer text of a question (identical prompts are judged
-    once by the judge protocols)."""
+    once by the judge protocols). A local client (``complete_many``) is asked question by question, every kind of
+    one question in a row (their prompts share the excerpts); a batched client kind by kind over all rows."""
     out = [{"case_id": r["case_id"], "condition": r["condition"]} for r in rows]
+    judges = {kind: make_judge(client, kind, log_path) for kind in kinds}
+    if hasattr(client, "complete_many"):
+        by_case: dict[str, list[int]] = {}
+        for i, r in enumerate(rows):
+            by_case.setdefault(r["case_id"], []).append(i)
+        parts = list(by_case.values())
+    else:
+        parts = [list(range(len(rows)))]
     graders = set()
-    for kind in kinds:
-        judge = make_judge(client, kind, log_path)
-        judged = judge.judge([prompt(kind, r) for r in rows])
-        for line, j in zip(out, judged):
-            line[kind] = j.label
-            graders.add(j.grader.split(":", 1)[1] if ":" in j.grader else j.grader)
+    for idx in parts:
+        for kind, judge in judges.items():
+            for i, j in zip(idx, judge.judge([prompt(kind, rows[i]) for i in idx])):
+                out[i][kind] = j.label
+                graders.add(j.grader.split(":", 1)[1] if ":" in j.grader else j.grader)
     for line in out:
         line["grader"] = "source-aware:" + ",".join(sorted(graders))
     return out

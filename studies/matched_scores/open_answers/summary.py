@@ -272,8 +272,6 @@ def write_summary(out_dir: Path | str, seed: int = PAPER_SEED, grades: str | Pat
     if judge_model is not None:
         if grades is not None:
             raise ValueError("give grades or judge_model, not both")
-        from kvprobe.studies.common.local_judge import LocalJudgeClient
-
-        client = LocalJudgeClient(judge_model, **({"dtype": judge_dtype} if judge_dtype else {}))
+        client = grading.PrefixSharingClient(judge_model, **({"dtype": judge_dtype} if judge_dtype else {}))
         grades = grading.grade_run(out_dir, client)
     return write_run_summary(out_dir, functools.partial(summarize, grades=grades), format_report, seed)
