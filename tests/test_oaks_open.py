@@ -230,4 +230,4 @@ def test_prefix_sharing_client_replies_as_the_plain_local_client(llama):
     plain = LocalJudgeClient(llama, max_new_tokens=3, batch_size=2).complete_many(prompts)
     shared = grading.PrefixSharingClient(llama, max_new_tokens=3, batch_size=2)
     assert [r.text for r in shared.complete_many(prompts)] == [r.text for r in plain]
-    assert shared._previous is not None and len(shared._previous) > 0
+    assert len(shared._recent) == 4

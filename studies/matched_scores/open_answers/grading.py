@@ -153,39 +153,59 @@ def make_judge(client: Any, kind: str, log_path: str | Path | None = None, seed:
 
 
 class PrefixSharingClient(LocalJudgeClient):
-    """A :class:`~kvprobe.studies.common.local_judge.LocalJudgeClient` whose prefill reuses the K/V of the previous
-    prompt's common token prefix (``Model.prefill(reuse=...)``: equal to a fresh prefill up to float rounding). The
-    prompts of one question share their excerpts (most of each prompt), so :func:`grade_rows` asks them in a row."""
+    """A :class:`~kvprobe.studies.common.local_judge.LocalJudgeClient` whose prefill reuses K/V: each prompt starts
+    from the one of its ``keep`` most recent histories sharing the longest token prefix with it
+    (``Model.prefill(reuse=...)``: equal to a fresh prefill up to float rounding). The prompts of one question share
+    their excerpts (most of each prompt), so :func:`grade_rows` asks a few questions' prompts at a time."""
 
-    _previous: Any = None
+    keep = 24
+    _recent: list | None = None
+
+    def _start(self, ids: Any) -> Any:
+        best, shared = None, 0
+        for h in self._recent or ():
+            m = min(len(ids), len(h.input_ids))
+            same = (ids[:m] == h.input_ids[:m].to(ids.device)).long().cumprod(0).sum().item()
+            if same > shared:
+                best, shared = h, same
+        return best
 
     def complete_many(self, prompts: Sequence[str]) -> list[JudgeReply]:
         out: list[JudgeReply] = []
         variant = self.model_variant
+        self._recent = self._recent or []
         for start in range(0, len(prompts), self.batch_size):
             items = []
             for text in prompts[start:start + self.batch_size]:
                 prompt, question = self.prompt(text)
-                self._previous = self.model.prefill(prompt, reuse=self._previous)
-                items.append((self._previous, decoding.Request(question, kvprobe.Full(), "judge")))
+                rendered, ids, offsets = self.model.tokenize(prompt)
+                history = self.model.prefill_tokens(prompt, rendered, ids, offsets, reuse=self._start(ids))
+                self._recent = [*self._recent, history][-self.keep:]
+                items.append((history, decoding.Request(question, kvprobe.Full(), "judge")))
             answers = decoding.answer(self.model, items, max_new_tokens=self.max_new_tokens)
             out += [JudgeReply(a.generation.text, variant) for a in answers]
         return out
+
+
+#: Questions whose prompts a local judge is asked together (every verdict kind of them in turn).
+QUESTIONS_PER_CALL = 6
 
 
 def grade_rows(rows: Sequence[dict[str, Any]], client: Any, log_path: str | Path | None = None,
                kinds: Sequence[str] = tuple(strings.PROMPTS)) -> list[dict[str, Any]]:
     """One grade line per row (``case_id``, ``condition``, each kind's label, the grader): question kinds asked
     once per question, answer kinds once per distinct answer text of a question (identical prompts are judged
-    once by the judge protocols). A local client (``complete_many``) is asked question by question, every kind of
-    one question in a row (their prompts share the excerpts); a batched client kind by kind over all rows."""
+    once by the judge protocols). A local client (``complete_many``) is asked :data:`QUESTIONS_PER_CALL` questions
+    at a time (their prompts share the excerpts, which :class:`PrefixSharingClient` reuses); a batched client kind
+    by kind over all rows."""
     out = [{"case_id": r["case_id"], "condition": r["condition"]} for r in rows]
     judges = {kind: make_judge(client, kind, log_path) for kind in kinds}
     if hasattr(client, "complete_many"):
         by_case: dict[str, list[int]] = {}
         for i, r in enumerate(rows):
             by_case.setdefault(r["case_id"], []).append(i)
-        parts = list(by_case.values())
+        cases = list(by_case.values())
+        parts = [sum(cases[k:k + QUESTIONS_PER_CALL], []) for k in range(0, len(cases), QUESTIONS_PER_CALL)]
     else:
         parts = [list(range(len(rows)))]
     graders = set()
