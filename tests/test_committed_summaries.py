@@ -12,7 +12,8 @@ Seed: the one the committed summary records (``kvprobe report``'s default, ``REP
 records none). Summary options: a records run whose committed coverage curves rank histories by
 learned readouts gets the ``scores.json`` of the same model's committed ``kvprobe readout`` run; a
 detection run joined with matched-scores OAKS runs gets the folders and rule its ``natural_action``
-records (relative to the checkout).
+records (relative to the checkout); a session-bias run graded by a judge gets the ``grades.jsonl`` its summary
+names (in the run directory).
 
 The committed ``kvprobe calibrate`` outputs (``artifacts/calibration/*/action.json`` and ``action.md``:
 threshold calibration and coverage curves over a detection run and two quantity runs) are recomputed
@@ -54,6 +55,8 @@ def summary_options(run: Path, committed: dict[str, Any]) -> dict[str, Any]:
     if _study(run) == "detection" and "natural_action" in committed:  # joined with matched-scores oaks runs
         options["matched_scores"] = ",".join(committed["natural_action"]["sources"])
         options["join_rule"] = committed["natural_action"]["rule"]
+    if _study(run) == "session-bias" and committed.get("grades_file"):  # a judge's labels, in the run directory
+        options["grades"] = committed["grades_file"]
     if _study(run) == "records":
         names = {n for curves in committed.get("coverage", {}).values() for n in curves}
         if names - RECORDS_BUILTIN_RANKINGS:
@@ -69,8 +72,10 @@ def recompute(run: Path, into: Path) -> Path:
         if path.is_file() and path.name not in OUTPUTS and path.suffix not in OUTPUT_SUFFIXES:
             shutil.copy2(path, into / path.name)
     committed = json.loads((run / "summary.json").read_text())
-    entry(_study(run)).write_summary()(into, seed=committed.get("seed", REPORT_SEED),
-                                       **summary_options(run, committed))
+    options = summary_options(run, committed)
+    if "grades" in options:  # recorded by its name in the run directory: the copy's
+        options["grades"] = into / options["grades"]
+    entry(_study(run)).write_summary()(into, seed=committed.get("seed", REPORT_SEED), **options)
     return into
 
 

@@ -463,14 +463,15 @@ def _publisher_lines(summary: dict[str, Any]) -> list[str]:
     if not pub:
         return []
     base = {s["key"]: s for s in summary["subsets"]}
-    others = [a for a in summary["arms"] if a in ("soft", "hard")]
+    others = ([a for a in summary["arms"] if a in ("soft", "hard")]
+              or [a for a in summary["arms"] if a in DEVELOPMENT])
     lines = ["## Publisher-session grouping", "",
              f"Bootstrap units: {pub['components']} components of questions linked by a shared publisher session id "
              f"or base question, against {pub['base_groups']} base-question groups. {pub['crossing_questions']} "
              f"questions ({pub['crossing_components']} components) are linked to questions of the other "
              "development/validation side; the exclusion rows leave them out. Changes against full in pp "
-             "[95 % interval], publisher grouping beside the base-question grouping (soft and hard arms; summary.json "
-             "holds every arm).", "",
+             f"[95 % interval], publisher grouping beside the base-question grouping ({', '.join(others)}; "
+             "summary.json holds every arm).", "",
              *table_head(["subset", "questions", "units", "arm", "correct", "full", "change, publisher units",
                           "change, base groups"])]
     for s in pub["subsets"]:
