@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from kvprobe.extract.capture import RecordSpec
 from kvprobe.prompts import Prompt
 from kvprobe.studies.common import chat_template
 from kvprobe.studies.common.chat_template import DEFAULT_DATE, study_prompt, template_kwargs
@@ -45,8 +46,8 @@ THINKING_TEMPLATE = (
 )
 THINK = "<think>"
 #: Studies whose prompts are all raw text (no chat template): the components study's templateless records,
-#: source influence and OAKS in the paper's segment-by-segment encoding.
-RAW_ONLY = {"components", "question-relevance", "source-influence", "oaks"}
+#: source influence and OAKS in the paper's segment-by-segment encoding, the native record pairs' records alone.
+RAW_ONLY = {"components", "question-relevance", "source-influence", "oaks", "native-pairs"}
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +98,9 @@ def study_prompts(name: str, model: Any) -> Iterator[tuple[str, Prompt, str]]:
         elif name == "records":
             yield from ((f"{label}/{d}", p, date) for d, p, date in
                         detector_prompts((study.detector,), case.case.a_text, case.case.b_text))
+        elif name == "native-pairs":  # every record alone, as the study encodes it (RecordSpec.prompt)
+            yield from ((f"{label}/{i}", RecordSpec("single", text).prompt()[0], DEFAULT_DATE)
+                        for i, text in enumerate(case.texts()))
         elif name == "requests":
             for stage in ("resident", "updated", "edited"):
                 yield f"{label}/{stage}", case.prompt(True, stage), DEFAULT_DATE
