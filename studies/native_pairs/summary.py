@@ -114,19 +114,27 @@ def estimate(table: dict[str, np.ndarray], draws: int = DRAWS, seed: int = 0, al
             for s in SURFACES:
                 signs[s] = stronger(table[s][m], y, strata)
                 scores[s] = signs[s] * table[s][m]
-            draws_of = bootstrap_auc_draws(scores, y, sub, strata=strata)
+            # Per-stratum draws once; the macro draw is their mean, summed in stratum order as
+            # bootstrap_auc_draws(strata=...) sums them (the same bits, half the work).
+            by_stratum, stratum_draws = {}, []
+            for st in sorted(set(strata)):
+                k = strata == st
+                d = bootstrap_auc_draws({n: v[k] for n, v in scores.items()}, y[k],
+                                        GroupBootstrap(boot.groups, sub.case_group[k], boot.draws))
+                stratum_draws.append(d)
+                by_stratum[st] = {n: {"auc": auc(v[k], y[k]), "ci": percentile_interval(d[n][~np.isnan(d[n])], alpha,
+                                                                                        points="alpha")}
+                                  for n, v in scores.items()}
+            draws_of = {}
+            for n in scores:
+                total = np.zeros(len(boot))
+                for d in stratum_draws:
+                    total += d[n]
+                draws_of[n] = total / len(stratum_draws)
             point = {k: macro_auc(v, y, strata) for k, v in scores.items()}
             surface = max(SURFACES, key=lambda s: (point[s], -SURFACES.index(s)))
             per_draw[f"{panel}/{task}"] = draws_of["score"]
             per_draw[f"{panel}/{task}/surface"] = draws_of[surface]
-            by_stratum = {}
-            for st in sorted(set(strata)):
-                k = strata == st
-                sub_st = GroupBootstrap(boot.groups, sub.case_group[k], boot.draws)
-                d = bootstrap_auc_draws({n: v[k] for n, v in scores.items()}, y[k], sub_st)
-                by_stratum[st] = {n: {"auc": auc(v[k], y[k]), "ci": percentile_interval(d[n][~np.isnan(d[n])], alpha,
-                                                                                        points="alpha")}
-                                  for n, v in scores.items()}
             panels[panel][task] = {
                 "score": SCORES[task], "auc": point["score"], "n": int(m.sum()), "positives": int(y.sum()),
                 "components": int(len(set(table["component"][m]))),
