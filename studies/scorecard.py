@@ -773,6 +773,29 @@ def minteval_source(run: Path) -> Measurement:
                units=s["components"])
 
 
+def oaks_open(quantity: str) -> Callable[[Path], Measurement]:
+    """Open OAKS answers on the answerable questions: ``mask_vs_full`` (source complete, mask minus full) or
+    ``agreement_minus_complete`` (reference agreement minus source completeness, same grader), pp over
+    reused-source components. The rule grader has one protocol, so the difference is not testable there."""
+    def measure(run: Path) -> Measurement:
+        s = _summary(run)
+        panel = s["panels"]["answerable"]
+        counts = panel["protocols"]["complete"]["counts"]
+        graded = ", ".join(s["graders"])
+        if quantity == "mask_vs_full":
+            d = panel["protocols"]["complete"]["mask_vs_full"]
+            return _pp(d["pp"], d["ci"], f"{panel['n']} answerable questions, {panel['components']} components",
+                       f"full {counts['full']}/{panel['n']}; mask {counts['mask']}/{panel['n']} ({graded})",
+                       floor_reason(counts["full"], panel["n"], "full access"), units=panel["components"])
+        d = panel["agreement_minus_complete"]
+        rule_only = all(g.startswith("rule") for g in s["graders"])
+        return _pp(d["pp"], d["ci"], f"{panel['n']} answerable questions, {panel['components']} components",
+                   f"source complete, full access {counts['full']}/{panel['n']} ({graded})",
+                   "the rule grader has one protocol: agreement and completeness coincide" if rule_only else None,
+                   units=panel["components"])
+    return measure
+
+
 def query_aware(condition: str, rule: str, reference: str) -> Callable[[Path], Measurement]:
     """A condition's change (pp) against ``reference`` (``full`` or ``source-mask``) on the current question,
     all histories; ``rule``: ``correct`` (the paper's exact field) or ``lenient``. The floor is checked on
@@ -1455,6 +1478,24 @@ CLAIMS: tuple[Claim, ...] = (
           "up",
           tuple(Test(f"source-influence/{model}", "Delta_m = m(source) - m(control); 320 held-out events, "
                      "segment-wise prompt", source_estimate("delta_m", "nats", "+.2f")) for model in SOURCE_MODELS)),
+    Claim("oaks-open.source-complete", "oaks-open", "Hiding the earlier source loses complete open answers on "
+          "natural text",
+          Paper("On the 92 answerable questions, Qwen3-32B's source-complete count falls from 51 to 42 under masking",
+                (4615, 4616), "Open Answers on Natural Source Excerpts", "Qwen3-32B -9.8 [-18.5, -1.1] pp",
+                (4609, 4609)),
+          "down",
+          tuple(Test(f"oaks-open/smollm2-135m-instruct-{grader}", f"source complete, mask minus full; {label}; "
+                     "generated demonstration set", oaks_open("mask_vs_full"))
+                for grader, label in (("rule", "rule grader"), ("judged", "Qwen2.5-Coder-0.5B judge, 12 questions")))),
+    Claim("oaks-open.protocols", "oaks-open", "Reference agreement credits more masked answers than source "
+          "completeness (same grader)",
+          Paper("The paired difference between the two protocols using the same grader is itself resolved",
+                (4679, 4680), "Open Answers on Natural Source Excerpts", "Qwen3-32B +12.0 [+2.1, +22.1] pp",
+                (4675, 4680)),
+          "up",
+          tuple(Test(f"oaks-open/smollm2-135m-instruct-{grader}", f"agreement minus completeness, mask minus full; "
+                     f"{label}; generated demonstration set", oaks_open("agreement_minus_complete"))
+                for grader, label in (("rule", "rule grader"), ("judged", "Qwen2.5-Coder-0.5B judge, 12 questions")))),
     Claim("oaks.obsolete-choices", "oaks", "Hiding the earlier source reduces obsolete answer choices on natural "
           "text",
           Paper("Twenty-one of 22 checkpoints meet the specified requirements of fewer obsolete choices, preserved "
