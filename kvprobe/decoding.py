@@ -424,7 +424,7 @@ def answer_timed(model: "Model", history: "History", request: Request, max_new_t
         refusal = "static=False"
     path = "static" if refusal is None else f"ordinary ({refusal})"
     decode_start = device_clock(model.device)
-    toks = _greedy_from(model, rows, last, max_new_tokens, static=static)[0]
+    toks = _greedy_from(model, rows, last, max_new_tokens, allow_static=static)[0]
     done = device_clock(model.device)
     return (_generation(model, toks, request.label),
             PhaseTimes(prepared - start, first - prepared, done - decode_start, path))
@@ -564,7 +564,7 @@ def _generation(model: "Model", toks: list[int], access: str) -> Generation:
 
 def _greedy_from(model: "Model", rows: Rows, last: torch.Tensor, max_new_tokens: int,
                  stop_at_eos: bool = True, recorder: Recorder | None = None,
-                 items: Sequence[int] = (), keep_rows: bool = False, static: bool = True) -> list[list[int]]:
+                 items: Sequence[int] = (), keep_rows: bool = False, allow_static: bool = True) -> list[list[int]]:
     """Greedy tokens of a batch whose question already ran (``last``: its logits Float[B, V]).
 
     Stopping EOS included; finished rows stop recording tokens and leave the batch in
@@ -576,7 +576,7 @@ def _greedy_from(model: "Model", rows: Rows, last: torch.Tensor, max_new_tokens:
     On a GPU (:data:`kvprobe.static_decode.STATIC_DECODE_DEVICES`) a batch reading one shared history,
     with no recorder and no ``keep_rows`` (the caller reads ``rows`` afterwards), decodes in fixed
     shapes replayed as a CUDA graph (:mod:`kvprobe.static_decode`); finished rows then stay in the batch.
-    ``static=False`` keeps every step on the ordinary path (e.g. to time two conditions on the same path).
+    ``allow_static=False`` keeps every step on the ordinary path (e.g. to time two conditions on the same path).
     """
     B = last.shape[0]
     generated: list[list[int]] = [[] for _ in range(B)]
@@ -587,7 +587,7 @@ def _greedy_from(model: "Model", rows: Rows, last: torch.Tensor, max_new_tokens:
     nxt = last.argmax(dim=-1)
     step_valid = torch.ones(B, 1, dtype=torch.bool, device=nxt.device)
     static = None
-    if (static and recorder is None and not keep_rows and max_new_tokens > 1 and nxt.device.type in STATIC_DECODE_DEVICES
+    if (allow_static and recorder is None and not keep_rows and max_new_tokens > 1 and nxt.device.type in STATIC_DECODE_DEVICES
             and static_refusal(model, rows) is None):
         static = StaticDecoder(model, rows, max_new_tokens - 1, graph=nxt.device.type == "cuda")
     for step in range(max_new_tokens):

@@ -91,3 +91,19 @@ def test_operations_bench_five_positions(llama, tmp_path):
     assert s["cells"] == 5 and s["mask_above_full"] + s["mask_below_full"] + s["ties"] == 5
     assert s["ratio_to_mask"]["mask"] == {"min": 1.0, "max": 1.0}
     assert "exact two-sided sign test" in (tmp_path / "operations.md").read_text()
+
+
+def test_answer_timed_static_flag_reaches_the_decoder(llama, monkeypatch):
+    """``static=True`` must let the fixed-shape decoder run (a shadowed flag once silently disabled it)."""
+    from kvprobe import decoding
+
+    h = llama.prefill(kvprobe.Prompt([("A", "Record A: the office is in Room 12.")], system="Answer."))
+    built = []
+    real = decoding.StaticDecoder
+    monkeypatch.setattr(decoding, "StaticDecoder", lambda *a, **k: built.append(k) or real(*a, **k))
+    monkeypatch.setattr(decoding, "STATIC_DECODE_DEVICES", ("cuda", "cpu"))
+    gen_static, t = answer_timed(llama, h, Request("Where?", kvprobe.Full()), 4, static=True)
+    assert built == [{"graph": False}] and t.decode_path == "static"
+    gen_plain, t = answer_timed(llama, h, Request("Where?", kvprobe.Full()), 4, static=False)
+    assert len(built) == 1 and t.decode_path.startswith("ordinary")
+    assert gen_static.token_ids == gen_plain.token_ids
