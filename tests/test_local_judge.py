@@ -46,6 +46,49 @@ def test_prompt_judge_asks_each_distinct_prompt_once(tmp_path, many):
     assert [(e["prompt"], e["label"]) for e in log] == [("a Toyota Corolla", "yes"), ("a bike", "no"), ("a car", "no")]
 
 
+class _Dying(_Echo):
+    """An echo client with a model variant that dies after answering ``lives`` prompts."""
+
+    model_variant = "echo-1"
+
+    def __init__(self, lives: int):
+        super().__init__(many=True)
+        self.lives = lives
+
+    def complete(self, prompt: str) -> JudgeReply:
+        if len(self.sent) == self.lives:
+            raise KeyboardInterrupt("killed")
+        return super().complete(prompt)
+
+
+def test_prompt_judge_resumes_a_killed_run_from_its_log(tmp_path):
+    log = tmp_path / "judge.jsonl"
+    prompts = [f"answer {i}" + (" Corolla" if i % 3 == 0 else "") for i in range(7)]
+    with pytest.raises(KeyboardInterrupt):
+        PromptJudge(_Dying(lives=5), log_path=log, resume=True, chunk_size=2).judge(prompts)
+    assert [json.loads(line)["prompt"] for line in log.read_text().splitlines()] == prompts[:4]  # two whole chunks
+    # A reply of another judge model and a line cut short by the kill are not reused.
+    with open(log, "a") as f:
+        f.write(json.dumps({"model_variant": "other-2", "label": "yes", "prompt": prompts[4], "reply": "yes"}) + "\n")
+        f.write(json.dumps({"model_variant": "echo-1", "label": "yes", "prompt": prompts[5], "reply": "yes"})[:30])
+    client = _Dying(lives=100)
+    judge = PromptJudge(client, log_path=log, resume=True, chunk_size=2)
+    got = judge.judge(prompts)
+    assert client.sent == prompts[4:] and judge.requests == 3
+    assert [j.label for j in got] == ["yes" if i % 3 == 0 else "no" for i in range(7)]
+    entries = [json.loads(line) for line in log.read_text().splitlines()]  # the cut line is gone, the rest parses
+    assert [e["prompt"] for e in entries] == prompts[:5] + prompts[4:]
+    log.write_text(log.read_text() + "not json\n")
+    with pytest.raises(JudgeError, match="line 9: not a JSON object"):
+        PromptJudge(client, log_path=log, resume=True).judge(prompts)
+    # Without resume (or without a variant to match) every prompt is asked again.
+    client = _Echo(many=True)
+    PromptJudge(client, log_path=log, resume=True).judge(prompts[:2])
+    assert client.sent == prompts[:2]
+    with pytest.raises(ValueError, match="needs a log_path"):
+        PromptJudge(client, resume=True)
+
+
 def test_prompt_judge_refuses_a_short_reply_list():
     class Short:
         def complete_many(self, prompts):

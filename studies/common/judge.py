@@ -245,39 +245,96 @@ class PromptJudge:
     The protocol of a benchmark's own evaluation script (LongMemEval's ``evaluate_qa.py``: each answer-check
     prompt is the only user message of one request, the label ``'yes' in reply.lower()``), beside the paper's
     batched JSON protocol (:class:`BatchedJudge`). Identical prompts are judged once. A client with
-    ``complete_many(prompts)`` (a local model decoding several prompts at once) gets the distinct prompts in
-    one call, in order; otherwise ``complete(prompt)`` is called for each. Every request and reply is logged
-    (``log_path``, JSON lines: prompt, reply, label, model variant); each judgment's ``grader`` is
-    ``name:model_variant`` and its explanation the raw reply.
+    ``complete_many(prompts)`` (a local model decoding several prompts at once) gets the distinct prompts,
+    ``chunk_size`` per call, in order; otherwise ``complete(prompt)`` is called for each. Every request
+    and reply is logged as soon as its chunk is answered (``log_path``, JSON lines: prompt, reply, label, model
+    variant); each judgment's ``grader`` is ``name:model_variant`` and its explanation the raw reply.
+
+    Resuming: with ``resume=True`` a prompt already in the log under the client's own ``model_variant``
+    attribute (a local model's name, dtype and weight digest) takes its logged reply instead of a new request,
+    so a killed grading run loses at most one chunk. A client without that attribute cannot show the log is
+    its own, and every prompt is asked again.
 
     Args:
-        client: a :class:`JudgeClient` (optionally with ``complete_many``).
+        client: a :class:`JudgeClient` (optionally with ``complete_many`` and ``model_variant``).
         label_of: reply text -> label (default :func:`yes_label`).
         log_path: JSON-lines log (None: no log).
         name: the grader name in each judgment.
+        resume: reuse the log's replies (above).
+        progress: show a progress bar over the distinct prompts.
+        chunk_size: prompts per ``complete_many`` call (and per log write).
     """
 
     def __init__(self, client: JudgeClient, label_of: Callable[[str], str] = yes_label,
-                 log_path: str | Path | None = None, name: str = "judge") -> None:
+                 log_path: str | Path | None = None, name: str = "judge", resume: bool = False,
+                 progress: bool = False, chunk_size: int = 32) -> None:
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
+        if resume and log_path is None:
+            raise ValueError("resume=True needs a log_path to resume from")
         self.client, self.label_of, self.name = client, label_of, name
         self.log_path = None if log_path is None else Path(log_path)
+        self.resume, self.progress, self.chunk_size = resume, progress, chunk_size
         self.requests = 0
+
+    def logged_replies(self) -> dict[str, JudgeReply]:
+        """The log's replies from this client's model variant, by prompt (empty unless resuming)."""
+        variant = getattr(self.client, "model_variant", None)
+        if not self.resume or variant is None or not self.log_path.exists():
+            return {}
+        found = {}
+        with open(self.log_path) as f:
+            for n, line in enumerate(f, 1):
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    raise JudgeError(f"{self.log_path} line {n}: not a JSON object") from None
+                if entry.get("model_variant") == variant:
+                    found[entry["prompt"]] = JudgeReply(entry["reply"], variant)
+        return found
 
     def judge(self, prompts: Sequence[str]) -> list[Judgment]:
         """One judgment per prompt, in order (identical prompts judged once)."""
         distinct = list(dict.fromkeys(prompts))
+        self._drop_cut_line()
+        wanted = set(distinct)
+        replies = {p: r for p, r in self.logged_replies().items() if p in wanted}
+        todo = [p for p in distinct if p not in replies]
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(distinct), initial=len(distinct) - len(todo), desc=f"{self.name} judge",
+                       unit="prompt")
         complete_many = getattr(self.client, "complete_many", None)
-        replies = (list(complete_many(distinct)) if complete_many is not None
-                   else [self.client.complete(p) for p in distinct])
-        if len(replies) != len(distinct):
-            raise JudgeError(f"the client returned {len(replies)} replies for {len(distinct)} prompts")
-        self.requests += len(distinct)
-        judged = {}
-        for prompt, reply in zip(distinct, replies):
-            label = self.label_of(reply.text)
-            judged[prompt] = Judgment(label, reply.text, f"{self.name}:{reply.model_variant}")
-            if self.log_path is not None:
-                with open(self.log_path, "a") as f:
-                    f.write(json.dumps({"model_variant": reply.model_variant, "label": label, "prompt": prompt,
-                                        "reply": reply.text}, ensure_ascii=False) + "\n")
+        for start in range(0, len(todo), self.chunk_size):
+            chunk = todo[start:start + self.chunk_size]
+            got = list(complete_many(chunk)) if complete_many is not None else [self.client.complete(p) for p in chunk]
+            if len(got) != len(chunk):
+                raise JudgeError(f"the client returned {len(got)} replies for {len(chunk)} prompts")
+            self.requests += len(chunk)
+            self._log(chunk, got)
+            replies.update(zip(chunk, got))
+            if bar is not None:
+                bar.update(len(chunk))
+        if bar is not None:
+            bar.close()
+        judged = {p: Judgment(self.label_of(r.text), r.text, f"{self.name}:{r.model_variant}")
+                  for p, r in replies.items()}
         return [judged[p] for p in prompts]
+
+    def _drop_cut_line(self) -> None:
+        """Remove a last log line without its newline (a write cut short by a kill; its prompt is asked again)."""
+        if self.log_path is None or not self.log_path.exists():
+            return
+        data = self.log_path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            self.log_path.write_bytes(data[:data.rfind(b"\n") + 1])
+
+    def _log(self, prompts: Sequence[str], replies: Sequence[JudgeReply]) -> None:
+        if self.log_path is None:
+            return
+        with open(self.log_path, "a") as f:
+            f.write("".join(json.dumps({"model_variant": r.model_variant, "label": self.label_of(r.text),
+                                        "prompt": p, "reply": r.text}, ensure_ascii=False) + "\n"
+                            for p, r in zip(prompts, replies)))

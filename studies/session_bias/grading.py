@@ -137,11 +137,13 @@ def anscheck_prompt(task: GradeTask) -> str:
 class OfficialJudge:
     """A :class:`Grader` with LongMemEval's own protocol (module docstring): :func:`anscheck_prompt` sent alone,
     once per distinct prompt, label ``'yes' in reply.lower()`` (:func:`kvprobe.studies.common.judge.yes_label`);
-    empty answers are incorrect without asking. ``log_path``: JSON lines of every prompt and reply."""
+    empty answers are incorrect without asking. ``log_path``: JSON lines of every prompt and reply; ``resume``
+    and ``progress``: as :class:`kvprobe.studies.common.judge.PromptJudge` (reuse the log's replies, show a bar)."""
 
     def __init__(self, client: JudgeClient, log_path: str | Path | None = None,
-                 name: str = "longmemeval-anscheck") -> None:
-        self.protocol = judge.PromptJudge(client, label_of=judge.yes_label, log_path=log_path, name=name)
+                 name: str = "longmemeval-anscheck", resume: bool = False, progress: bool = False) -> None:
+        self.protocol = judge.PromptJudge(client, label_of=judge.yes_label, log_path=log_path, name=name,
+                                          resume=resume, progress=progress)
         self.name = name
 
     @property

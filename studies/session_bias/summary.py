@@ -512,11 +512,12 @@ def write_summary(out_dir: Path | str, seed: int = 0, grades: str | Path | None 
 
 def judge_run(out_dir: Path | str, judge_model: str, judge_dtype: str | None = None) -> Path:
     """Grade every answered row of a run with a local model and the official LongMemEval prompts
-    (``grading.OfficialJudge``, ``local_judge.LocalJudgeClient``); returns ``grades.jsonl``'s path."""
+    (``grading.OfficialJudge``, ``local_judge.LocalJudgeClient``); returns ``grades.jsonl``'s path. Every prompt
+    and reply goes to ``judge.jsonl`` as it is answered; a second call with the same judge model reuses them (a
+    killed grading run resumes)."""
     from kvprobe.studies.common.local_judge import LocalJudgeClient
     from .grading import GRADES, OfficialJudge, grade_run
 
-    log = Path(out_dir) / "judge.jsonl"
-    log.unlink(missing_ok=True)
     client = LocalJudgeClient(judge_model, **({"dtype": judge_dtype} if judge_dtype else {}))
-    return grade_run(out_dir, OfficialJudge(client, log_path=log), GRADES)
+    judge = OfficialJudge(client, log_path=Path(out_dir) / "judge.jsonl", resume=True, progress=True)
+    return grade_run(out_dir, judge, GRADES)

@@ -143,12 +143,14 @@ def first_label(labels: Sequence[str]):
 
 def make_judge(client: Any, kind: str, log_path: str | Path | None = None, seed: int = 0):
     """The judge of one verdict ``kind``: one prompt per request, the first label word (a client with
-    ``complete_many``: a local model); else the paper's batched JSON protocol."""
+    ``complete_many``: a local model; it reuses the replies ``log_path`` holds from the same model); else the
+    paper's batched JSON protocol."""
     from kvprobe.studies.common.judge import BatchedJudge, PromptJudge
 
     labels = strings.PROMPTS[kind][1]
     if hasattr(client, "complete_many"):
-        return PromptJudge(client, label_of=first_label(labels), log_path=log_path, name=f"source-aware-{kind}")
+        return PromptJudge(client, label_of=first_label(labels), log_path=log_path, name=f"source-aware-{kind}",
+                           resume=log_path is not None)
     return BatchedJudge(client, labels=labels, seed=seed, log_path=log_path, name=f"source-aware-{kind}")
 
 
@@ -222,7 +224,8 @@ def grade_rows(rows: Sequence[dict[str, Any]], client: Any, log_path: str | Path
 def grade_run(run_dir: str | Path, client: Any, out_name: str = GRADES,
               log_name: str | None = "judge.jsonl") -> Path:
     """Grade every row of a run with a model judge; write ``out_name`` (one JSON line per (case_id, condition)) and
-    return its path (``log_name``: every prompt and reply, in the run). Then ``summary.write_summary(run_dir)``
+    return its path (``log_name``: every prompt and reply, in the run, written as they are answered; a local
+    judge reuses the replies it already holds from the same model, so a killed grading run resumes). Then ``summary.write_summary(run_dir)``
     reads it (``kvprobe report oaks-open RUN --judge-model M`` does both with a local model).
 
     Args:
@@ -234,8 +237,6 @@ def grade_run(run_dir: str | Path, client: Any, out_name: str = GRADES,
     run_dir = Path(run_dir)
     rows = list(read_rows(run_dir))
     log = None if log_name is None else run_dir / log_name
-    if log is not None and log.exists():
-        log.unlink()
     lines = grade_rows(rows, client, log)
     out = run_dir / out_name
     out.write_text("".join(json.dumps(g, sort_keys=True) + "\n" for g in lines))
