@@ -854,14 +854,20 @@ def revisions_change(operation: str) -> Callable[[Path], Measurement]:
     return measure
 
 
-def session_bias(subset: str, condition: str) -> Callable[[Path], Measurement]:
-    """A condition's change against full access (pp) on a question subset."""
+#: The public-arm session-bias run's protocol, as its tests name it.
+PUBLIC_ARMS = ("official LongMemEval prompts, Qwen2.5-Coder-1.5B judge; capacity 512; questions without groups "
+               "crossing the split")
+
+
+def session_bias(subset: str, condition: str, eos: bool = False) -> Callable[[Path], Measurement]:
+    """A condition's change against full access (pp) on a question subset; ``eos``: the EOS-restricted counts
+    (correct and ended by EOS), the paper's termination sensitivity."""
     def measure(run: Path) -> Measurement:
         sub = _find(_summary(run)["subsets"], key=subset)
         a, full = sub["arms"][condition], sub["arms"]["full"]
-        ch = a["vs_full"]
+        ch, correct = (a["eos_vs_full"], full["eos_correct"]) if eos else (a["vs_full"], full["correct"])
         return _pp(ch["pp"], ch["ci"], f"{sub['questions']} questions, {sub['groups']} groups",
-                   f"full {full['correct']}/{full['n']}", floor_reason(full["correct"], full["n"], "full access"),
+                   f"full {correct}/{full['n']}", floor_reason(correct, full["n"], "full access"),
                    units=sub["groups"])
     return measure
 
@@ -1469,6 +1475,36 @@ CLAIMS: tuple[Claim, ...] = (
           "up",
           (Test("session-bias/smollm2-150", "rule grader; soft bias vs full; answerable updates",
                 session_bias("answerable_updates", "soft")),)),
+    Claim("session-bias.public-source-mask", "session-bias", "The session guard's source mask loses public answers",
+          Paper("Source masking still lowers the point counts in all three models.", (6384, 6384),
+                "Query-Aware Cache Comparisons and Capacity Accounting",
+                "full/source 193/182, 181/166, 268/226 of 368", (6380, 6383)),
+          "down",
+          (Test("session-bias/smollm2-val", f"{PUBLIC_ARMS}; source mask vs full",
+                session_bias("without_crossing_groups", "hard")),
+           Test("session-bias/smollm2-val", f"{PUBLIC_ARMS}; EOS-restricted; source mask vs full",
+                session_bias("without_crossing_groups", "hard", eos=True)))),
+    Claim("session-bias.finch-small", "session-bias", "FINCH at a 512-token capacity falls below full access in "
+          "smaller models",
+          Paper("At 512-token capacity on LongMemEval-Oracle, FINCH raises Qwen3-32B's official-rubric accuracy from "
+                "73.2% (278/380) to 76.1% (289/380), but falls below full access in the two smaller models",
+                (793, 795), "Other Access Choices Can Avoid Some Losses",
+                "full/FINCH 193/169 (Qwen3-4B), 181/174 (Llama-3.2-3B) of 368", (6380, 6382)),
+          "down",
+          (Test("session-bias/smollm2-val", f"{PUBLIC_ARMS}; FINCH vs full",
+                session_bias("without_crossing_groups", "finch")),
+           Test("session-bias/smollm2-val", f"{PUBLIC_ARMS}; EOS-restricted; FINCH vs full",
+                session_bias("without_crossing_groups", "finch", eos=True)))),
+    Claim("session-bias.quest-public", "session-bias", "Quest at a 512-token capacity loses public answers",
+          Paper("Full/source/Quest/FINCH/RefreshKV counts are 193/182/136/169/179 for Qwen3-4B, 181/166/148/174/165 "
+                "for Llama-3.2-3B, and 268/226/191/279/266 for Qwen3-32B", (6381, 6383),
+                "Query-Aware Cache Comparisons and Capacity Accounting",
+                "full/Quest 193/136, 181/148, 268/191 of 368", (6380, 6383)),
+          "down",
+          (Test("session-bias/smollm2-val", f"{PUBLIC_ARMS}; Quest vs full",
+                session_bias("without_crossing_groups", "quest")),
+           Test("session-bias/smollm2-val", f"{PUBLIC_ARMS}; EOS-restricted; Quest vs full",
+                session_bias("without_crossing_groups", "quest", eos=True)))),
     # ---------------------------------------------------------------- source influence, OAKS, prompt format
     Claim("source-influence.margin", "source-influence", "Hiding the earlier source raises the margin beyond the "
           "equal-token control",
