@@ -859,6 +859,12 @@ PUBLIC_ARMS = ("official LongMemEval prompts, Qwen2.5-Coder-1.5B judge; capacity
                "crossing the split")
 
 
+def public_arm_tests(arm: str, label: str) -> tuple[Test, ...]:
+    """The public-arm run's tests of one arm against full access: judged, then EOS-restricted."""
+    return tuple(Test("session-bias/smollm2-val", f"{PUBLIC_ARMS}; {'EOS-restricted; ' * eos}{label} vs full",
+                      session_bias("without_crossing_groups", arm, eos=eos)) for eos in (False, True))
+
+
 def session_bias(subset: str, condition: str, eos: bool = False) -> Callable[[Path], Measurement]:
     """A condition's change against full access (pp) on a question subset; ``eos``: the EOS-restricted counts
     (correct and ended by EOS), the paper's termination sensitivity."""
@@ -1480,10 +1486,7 @@ CLAIMS: tuple[Claim, ...] = (
                 "Query-Aware Cache Comparisons and Capacity Accounting",
                 "full/source 193/182, 181/166, 268/226 of 368", (6380, 6383)),
           "down",
-          (Test("session-bias/smollm2-val", f"{PUBLIC_ARMS}; source mask vs full",
-                session_bias("without_crossing_groups", "hard")),
-           Test("session-bias/smollm2-val", f"{PUBLIC_ARMS}; EOS-restricted; source mask vs full",
-                session_bias("without_crossing_groups", "hard", eos=True)))),
+          public_arm_tests("hard", "source mask")),
     Claim("session-bias.finch-small", "session-bias", "FINCH at a 512-token capacity falls below full access in "
           "smaller models",
           Paper("At 512-token capacity on LongMemEval-Oracle, FINCH raises Qwen3-32B's official-rubric accuracy from "
@@ -1491,20 +1494,14 @@ CLAIMS: tuple[Claim, ...] = (
                 (793, 795), "Other Access Choices Can Avoid Some Losses",
                 "full/FINCH 193/169 (Qwen3-4B), 181/174 (Llama-3.2-3B) of 368", (6380, 6382)),
           "down",
-          (Test("session-bias/smollm2-val", f"{PUBLIC_ARMS}; FINCH vs full",
-                session_bias("without_crossing_groups", "finch")),
-           Test("session-bias/smollm2-val", f"{PUBLIC_ARMS}; EOS-restricted; FINCH vs full",
-                session_bias("without_crossing_groups", "finch", eos=True)))),
+          public_arm_tests("finch", "FINCH")),
     Claim("session-bias.quest-public", "session-bias", "Quest at a 512-token capacity loses public answers",
           Paper("Full/source/Quest/FINCH/RefreshKV counts are 193/182/136/169/179 for Qwen3-4B, 181/166/148/174/165 "
                 "for Llama-3.2-3B, and 268/226/191/279/266 for Qwen3-32B", (6381, 6383),
                 "Query-Aware Cache Comparisons and Capacity Accounting",
                 "full/Quest 193/136, 181/148, 268/191 of 368", (6380, 6383)),
           "down",
-          (Test("session-bias/smollm2-val", f"{PUBLIC_ARMS}; Quest vs full",
-                session_bias("without_crossing_groups", "quest")),
-           Test("session-bias/smollm2-val", f"{PUBLIC_ARMS}; EOS-restricted; Quest vs full",
-                session_bias("without_crossing_groups", "quest", eos=True)))),
+          public_arm_tests("quest", "Quest")),
     # ---------------------------------------------------------------- source influence, OAKS, prompt format
     Claim("source-influence.margin", "source-influence", "Hiding the earlier source raises the margin beyond the "
           "equal-token control",
