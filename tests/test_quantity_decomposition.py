@@ -3,10 +3,12 @@ tested on hand-computed small cases."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
-from kvprobe.readouts.stats import GroupBootstrap, bootstrap_spearman, group_bootstrap_indices, spearman
+from kvprobe.readouts.stats import GroupBootstrap, bootstrap_spearman, group_bootstrap_indices, midranks, spearman
 from kvprobe.studies.quantity.summary import LOSS_KINDS, PAPER_TAU, candidate_decomposition, format_report, loss_kind
 
 
@@ -18,6 +20,33 @@ def test_spearman_hand_computed():
     assert spearman([5, 5, 7], [1, 2, 3]) == pytest.approx(1.5 / np.sqrt(1.5 * 2))
     assert np.isnan(spearman([1, 1, 1], [1, 2, 3]))
     assert np.isnan(spearman([1], [2]))
+
+
+def test_midranks_hand_computed_and_equal_to_scipy():
+    assert midranks(np.array([3.0, 1.0, 3.0, 2.0, 3.0])).tolist() == [4.0, 1.0, 4.0, 2.0, 4.0]
+    assert midranks(np.array([2.0, 2.0])).tolist() == [1.5, 1.5] and midranks(np.array([])).tolist() == []
+    from scipy.stats import rankdata
+
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 7, 60):
+        for _ in range(20):
+            a = rng.integers(0, max(1, n // 3), n) + rng.choice([0.0, 0.5], n)
+            assert np.array_equal(midranks(a), rankdata(a))
+
+
+def test_draw_means_are_nanmean_to_the_bit():
+    from kvprobe.studies.quantity.summary import _draw_means
+
+    rng = np.random.default_rng(1)
+    values = rng.normal(size=40)
+    values[rng.random(40) < 0.4] = np.nan
+    draws = rng.integers(0, 40, (500, 40))
+    with warnings.catch_warnings():  # a draw with no value in the cell: NaN, with numpy's warning
+        warnings.simplefilter("ignore", RuntimeWarning)
+        reference = np.nanmean(values[draws], axis=1)
+    assert np.array_equal(_draw_means(values, draws), reference, equal_nan=True)
+    assert _draw_means(np.array([1.0, np.nan, 3.0]), np.array([[0, 2], [1, 1]])).tolist()[0] == 2.0
+    assert np.isnan(_draw_means(np.array([1.0, np.nan, 3.0]), np.array([[1, 1]]))[0])
 
 
 def test_bootstrap_spearman_per_draw():
