@@ -45,10 +45,10 @@ def test_quantity_demo_masks_and_matches_reference(smol):
     skipped = tasks.study_conditions(h, case, operations=False, control_skip=1)["source-control"].spans[0]
     assert skipped.start == control.start + 1 and not h.token_text(skipped).startswith("A square")
     question = tasks.queries(case)[0].question
-    out = smol.generate(h, question, access=conds, max_new_tokens=16)
+    out = smol.generate(h, question, access=conds, max_new_tokens=8)
     for name in ("full", "source"):
         ref = reference_generate(smol, h.input_ids.tolist(), suffix_ids(smol, h, question),
-                                 conds[name].hidden_positions(len(h)), max_new_tokens=16)
+                                 conds[name].hidden_positions(len(h)), max_new_tokens=8)
         assert list(out[name].token_ids) == ref
     assert h.check_digest()
 
