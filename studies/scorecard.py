@@ -776,7 +776,8 @@ def minteval_source(run: Path) -> Measurement:
 def oaks_open(quantity: str) -> Callable[[Path], Measurement]:
     """Open OAKS answers on the answerable questions: ``mask_vs_full`` (source complete, mask minus full) or
     ``agreement_minus_complete`` (reference agreement minus source completeness, same grader), pp over
-    reused-source components. The rule grader has one protocol, so the difference is not testable there."""
+    reused-source components. The rule grader has one protocol, so the difference is not testable there; under a
+    model grader both need source-complete answers under full access (the floor, as the study's own report)."""
     def measure(run: Path) -> Measurement:
         s = _summary(run)
         panel = s["panels"]["answerable"]
@@ -791,8 +792,8 @@ def oaks_open(quantity: str) -> Callable[[Path], Measurement]:
         rule_only = all(g.startswith("rule") for g in s["graders"])
         return _pp(d["pp"], d["ci"], f"{panel['n']} answerable questions, {panel['components']} components",
                    f"source complete, full access {counts['full']}/{panel['n']} ({graded})",
-                   "the rule grader has one protocol: agreement and completeness coincide" if rule_only else None,
-                   units=panel["components"])
+                   "the rule grader has one protocol: agreement and completeness coincide" if rule_only
+                   else floor_reason(counts["full"], panel["n"], "full access"), units=panel["components"])
     return measure
 
 
