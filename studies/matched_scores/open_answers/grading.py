@@ -194,7 +194,7 @@ QUESTIONS_PER_CALL = 6
 
 
 def grade_rows(rows: Sequence[dict[str, Any]], client: Any, log_path: str | Path | None = None,
-               kinds: Sequence[str] = tuple(strings.PROMPTS)) -> list[dict[str, Any]]:
+               kinds: Sequence[str] = tuple(strings.PROMPTS), progress: bool = False) -> list[dict[str, Any]]:
     """One grade line per row (``case_id``, ``condition``, each kind's label, the grader): question kinds asked
     once per question, answer kinds once per distinct answer text of a question (identical prompts are judged
     once by the judge protocols). A local client (``complete_many``) is asked :data:`QUESTIONS_PER_CALL` questions
@@ -211,18 +211,27 @@ def grade_rows(rows: Sequence[dict[str, Any]], client: Any, log_path: str | Path
     else:
         parts = [list(range(len(rows)))]
     graders = set()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(rows), desc="source-aware judge", unit="answer")
     for idx in parts:
         for kind, judge in judges.items():
             for i, j in zip(idx, judge.judge([prompt(kind, rows[i]) for i in idx])):
                 out[i][kind] = j.label
                 graders.add(j.grader.split(":", 1)[1] if ":" in j.grader else j.grader)
+        if bar is not None:
+            bar.update(len(idx))
+    if bar is not None:
+        bar.close()
     for line in out:
         line["grader"] = "source-aware:" + ",".join(sorted(graders))
     return out
 
 
 def grade_run(run_dir: str | Path, client: Any, out_name: str = GRADES,
-              log_name: str | None = "judge.jsonl") -> Path:
+              log_name: str | None = "judge.jsonl", progress: bool = False) -> Path:
     """Grade every row of a run with a model judge; write ``out_name`` (one JSON line per (case_id, condition)) and
     return its path (``log_name``: every prompt and reply, in the run, written as they are answered; a local
     judge reuses the replies it already holds from the same model, so a killed grading run resumes). Then ``summary.write_summary(run_dir)``
@@ -237,7 +246,7 @@ def grade_run(run_dir: str | Path, client: Any, out_name: str = GRADES,
     run_dir = Path(run_dir)
     rows = list(read_rows(run_dir))
     log = None if log_name is None else run_dir / log_name
-    lines = grade_rows(rows, client, log)
+    lines = grade_rows(rows, client, log, progress=progress)
     out = run_dir / out_name
     out.write_text("".join(json.dumps(g, sort_keys=True) + "\n" for g in lines))
     return out

@@ -273,5 +273,5 @@ def write_summary(out_dir: Path | str, seed: int = PAPER_SEED, grades: str | Pat
         if grades is not None:
             raise ValueError("give grades or judge_model, not both")
         client = grading.PrefixSharingClient(judge_model, **({"dtype": judge_dtype} if judge_dtype else {}))
-        grades = grading.grade_run(out_dir, client)
+        grades = grading.grade_run(out_dir, client, progress=True)
     return write_run_summary(out_dir, functools.partial(summarize, grades=grades), format_report, seed)
