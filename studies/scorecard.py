@@ -773,6 +773,11 @@ def minteval_source(run: Path) -> Measurement:
                units=s["components"])
 
 
+#: The committed open-OAKS runs (one set of answers) by their grader: artifact suffix, how a test names it.
+OAKS_OPEN_GRADERS = (("rule", "rule grader"), ("judged", "Qwen2.5-Coder-0.5B judge, 38 questions"),
+                     ("judged-1.5b", "Qwen2.5-Coder-1.5B judge, 38 questions"))
+
+
 def oaks_open(quantity: str) -> Callable[[Path], Measurement]:
     """Open OAKS answers on the answerable questions: ``mask_vs_full`` (source complete, mask minus full) or
     ``agreement_minus_complete`` (reference agreement minus source completeness, same grader), pp over
@@ -1520,7 +1525,7 @@ CLAIMS: tuple[Claim, ...] = (
           "down",
           tuple(Test(f"oaks-open/smollm2-135m-instruct-{grader}", f"source complete, mask minus full; {label}; "
                      "generated demonstration set", oaks_open("mask_vs_full"))
-                for grader, label in (("rule", "rule grader"), ("judged", "Qwen2.5-Coder-0.5B judge, 38 questions")))),
+                for grader, label in OAKS_OPEN_GRADERS)),
     Claim("oaks-open.protocols", "oaks-open", "Reference agreement credits more masked answers than source "
           "completeness (same grader)",
           Paper("The paired difference between the two protocols using the same grader is itself resolved",
@@ -1529,7 +1534,7 @@ CLAIMS: tuple[Claim, ...] = (
           "up",
           tuple(Test(f"oaks-open/smollm2-135m-instruct-{grader}", f"agreement minus completeness, mask minus full; "
                      f"{label}; generated demonstration set", oaks_open("agreement_minus_complete"))
-                for grader, label in (("rule", "rule grader"), ("judged", "Qwen2.5-Coder-0.5B judge, 38 questions")))),
+                for grader, label in OAKS_OPEN_GRADERS)),
     Claim("oaks.obsolete-choices", "oaks", "Hiding the earlier source reduces obsolete answer choices on natural "
           "text",
           Paper("Twenty-one of 22 checkpoints meet the specified requirements of fewer obsolete choices, preserved "
