@@ -36,6 +36,8 @@ SLOW_TESTS = {"test_run_summary_and_resume", "test_records_evaluation_and_report
               "test_store_readouts_reproduce_hand_computed_scores",
               # whole small study runs already covered by the study contract's small run of each study
               "test_fake_detectors_drive_every_question", "test_tiny_run_writes_rows_and_a_summary",
+              # the request workload's small run (7 s: several detectors and recomputes per request)
+              "test_small_run_config_rows_and_resume[requests]",
               # the quantity summary recomputed whole (its bootstrap Spearman intervals loop over draws); the
               # committed quantity runs' reproductions run in the full suite (the dev run's stays fast)
               "test_summary_recomputes_from_rows",

@@ -24,6 +24,7 @@ a lazy import cannot hide a wrong-way dependency.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,12 @@ DEPRECATED_ALIASES = {("kvprobe.interventions", "kvprobe.tools.verify"), ("kvpro
 #: The tools' wings: their layer is their name.
 WINGS = ("verify", "bench", "figures")
 GENERIC = ("studies", "extract", "readouts", "interventions")
+
+
+@functools.lru_cache(maxsize=None)
+def _tree(path: Path) -> ast.Module:
+    """The parsed module at ``path`` (parsed once per test session; the tests only read the trees)."""
+    return ast.parse(path.read_text(), str(path))
 
 
 def _modules() -> dict[str, Path]:
@@ -94,7 +101,7 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
 def _imports(name: str, path: Path, runtime_only: bool = False) -> list[tuple[str, int]]:
     """Absolute ``kvprobe...`` modules imported by the module (relative imports resolved;
     ``runtime_only``: without those under ``if TYPE_CHECKING:``)."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = _tree(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     skip = _type_checking_nodes(tree) if runtime_only else set()
     found = []
@@ -129,9 +136,10 @@ def test_no_generic_top_level_imports():
     """Code imports ``kvprobe.studies`` etc., never a top-level ``studies`` (it is not installed)."""
     bad = []
     for path in [*sorted(ROOT.glob("*/**/*.py")), *sorted(ROOT.glob("*.py"))]:
-        if ".git" in path.parts or "artifacts" in path.parts:
+        if "artifacts" in path.parts or path.parts[len(ROOT.parts)] in ("build", "runs") or any(
+                part.startswith(".") for part in path.parts[len(ROOT.parts):]):  # git, build output, local copies
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(_tree(path)):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             bad += [f"{path.relative_to(ROOT)}:{node.lineno}: import {n}" for n in names
@@ -308,7 +316,7 @@ def test_studies_import_style_is_consistent():
     for path in sorted((ROOT / "studies").rglob("*.py")):
         rel = path.relative_to(ROOT / "studies")
         own = ".".join(["kvprobe", "studies", *rel.parts[:-1]])
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(_tree(path)):
             if not isinstance(node, ast.ImportFrom):
                 continue
             where = f"studies/{rel}:{node.lineno}"
