@@ -75,6 +75,8 @@ def test_prompt_judge_resumes_a_killed_run_from_its_log(tmp_path):
     judge = PromptJudge(client, log_path=log, resume=True, chunk_size=2)
     got = judge.judge(prompts)
     assert client.sent == prompts[4:] and judge.requests == 3
+    assert [j.label for j in judge.judge(prompts[::-1])] == [j.label for j in got][::-1]  # a second call asks nothing
+    assert client.sent == prompts[4:] and judge.requests == 3
     assert [j.label for j in got] == ["yes" if i % 3 == 0 else "no" for i in range(7)]
     entries = [json.loads(line) for line in log.read_text().splitlines()]  # the cut line is gone, the rest parses
     assert [e["prompt"] for e in entries] == prompts[:5] + prompts[4:]

@@ -276,6 +276,7 @@ class PromptJudge:
         self.log_path = None if log_path is None else Path(log_path)
         self.resume, self.progress, self.chunk_size = resume, progress, chunk_size
         self.requests = 0
+        self._known: dict[str, JudgeReply] | None = None  # resuming: the log's replies, read at the first call
 
     def logged_replies(self) -> dict[str, JudgeReply]:
         """The log's replies from this client's model variant, by prompt (empty unless resuming)."""
@@ -296,9 +297,10 @@ class PromptJudge:
     def judge(self, prompts: Sequence[str]) -> list[Judgment]:
         """One judgment per prompt, in order (identical prompts judged once)."""
         distinct = list(dict.fromkeys(prompts))
-        self._drop_cut_line()
-        wanted = set(distinct)
-        replies = {p: r for p, r in self.logged_replies().items() if p in wanted}
+        if self._known is None:  # once per judge: several judges may append to one log, each its own prompts
+            self._drop_cut_line()
+            self._known = self.logged_replies()
+        replies = {p: self._known[p] for p in distinct if p in self._known}
         todo = [p for p in distinct if p not in replies]
         bar = None
         if self.progress:
@@ -315,6 +317,10 @@ class PromptJudge:
             self.requests += len(chunk)
             self._log(chunk, got)
             replies.update(zip(chunk, got))
+            if self.resume:  # a later call finds them as it would in the log (this client's variant only)
+                variant = getattr(self.client, "model_variant", None)
+                self._known.update((p, r) for p, r in zip(chunk, got)
+                                   if variant is not None and r.model_variant == variant)
             if bar is not None:
                 bar.update(len(chunk))
         if bar is not None:

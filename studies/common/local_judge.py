@@ -87,6 +87,10 @@ class LocalJudgeClient:
     def complete(self, prompt: str) -> JudgeReply:
         return self.complete_many([prompt])[0]
 
+    def prefill(self, prompt: kvprobe.Prompt) -> kvprobe.History:
+        """The history one prompt is answered from (a fresh prefill; subclasses may reuse cached K/V)."""
+        return self.model.prefill(prompt)
+
     def complete_many(self, prompts: Sequence[str]) -> list[JudgeReply]:
         """One reply per prompt, in order, decoded ``batch_size`` at a time."""
         out: list[JudgeReply] = []
@@ -95,7 +99,7 @@ class LocalJudgeClient:
             items = []
             for text in prompts[start:start + self.batch_size]:
                 prompt, question = self.prompt(text)
-                items.append((self.model.prefill(prompt), decoding.Request(question, kvprobe.Full(), "judge")))
+                items.append((self.prefill(prompt), decoding.Request(question, kvprobe.Full(), "judge")))
             answers = decoding.answer(self.model, items, max_new_tokens=self.max_new_tokens)
             out += [JudgeReply(a.generation.text, variant) for a in answers]
         return out

@@ -46,9 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import kvprobe
-from kvprobe import decoding
 from kvprobe.studies.common.answers import contains_answer, declines
-from kvprobe.studies.common.judge import JudgeReply
 from kvprobe.studies.common.local_judge import LocalJudgeClient
 
 from . import strings
@@ -172,21 +170,11 @@ class PrefixSharingClient(LocalJudgeClient):
                 best, shared = h, same
         return best
 
-    def complete_many(self, prompts: Sequence[str]) -> list[JudgeReply]:
-        out: list[JudgeReply] = []
-        variant = self.model_variant
-        self._recent = self._recent or []
-        for start in range(0, len(prompts), self.batch_size):
-            items = []
-            for text in prompts[start:start + self.batch_size]:
-                prompt, question = self.prompt(text)
-                rendered, ids, offsets = self.model.tokenize(prompt)
-                history = self.model.prefill_tokens(prompt, rendered, ids, offsets, reuse=self._start(ids))
-                self._recent = [*self._recent, history][-self.keep:]
-                items.append((history, decoding.Request(question, kvprobe.Full(), "judge")))
-            answers = decoding.answer(self.model, items, max_new_tokens=self.max_new_tokens)
-            out += [JudgeReply(a.generation.text, variant) for a in answers]
-        return out
+    def prefill(self, prompt: kvprobe.Prompt) -> kvprobe.History:
+        rendered, ids, offsets = self.model.tokenize(prompt)
+        history = self.model.prefill_tokens(prompt, rendered, ids, offsets, reuse=self._start(ids))
+        self._recent = [*(self._recent or []), history][-self.keep:]
+        return history
 
 
 #: Questions whose prompts a local judge is asked together (every verdict kind of them in turn).
@@ -234,8 +222,9 @@ def grade_run(run_dir: str | Path, client: Any, out_name: str = GRADES,
               log_name: str | None = "judge.jsonl", progress: bool = False) -> Path:
     """Grade every row of a run with a model judge; write ``out_name`` (one JSON line per (case_id, condition)) and
     return its path (``log_name``: every prompt and reply, in the run, written as they are answered; a local
-    judge reuses the replies it already holds from the same model, so a killed grading run resumes). Then ``summary.write_summary(run_dir)``
-    reads it (``kvprobe report oaks-open RUN --judge-model M`` does both with a local model).
+    judge reuses the replies it already holds from the same model, so a killed grading run resumes). Then
+    ``summary.write_summary(run_dir)`` reads it (``kvprobe report oaks-open RUN --judge-model M`` does both with a
+    local model).
 
     Args:
         client: a :class:`kvprobe.studies.common.judge.JudgeClient` (a local model: ``LocalJudgeClient``; a hosted
