@@ -26,7 +26,6 @@ condition's own copy of the cache; the shared history is never modified.
 
 ``parse_condition`` builds any of them (and masks) from a short string, for the CLI; ``CONDITIONS``
 is the one registry of named conditions (builder, help, reference check, matrix and benchmark coverage).
-``fact_map`` (``kvprobe.interventions.fact_map.fact_map``) measures where a record's effect lives.
 
 What checks these operations (``kvprobe verify``) and times them (``kvprobe bench``) lives in
 ``kvprobe.tools`` (``tools.verify``, ``tools.bench``), which this package never loads.
@@ -37,7 +36,6 @@ from .bias import SessionOrderBias, SoftBias, session_gate
 from .capacity import matched_capacity
 from .compaction import Compact, Drop
 from .components import HeadAblation, Patch
-from .fact_map import FactMap, fact_map
 from .finch import Finch
 from .quest import Quest, RecentPages
 from .refreshkv import RefreshKV
@@ -52,7 +50,6 @@ __all__ = [
     "NoContext",
     "Compact",
     "Drop",
-    "FactMap",
     "HeadAblation",
     "Finch",
     "OnlineMask",
@@ -69,7 +66,6 @@ __all__ = [
     "SoftBias",
     "TextRecompute",
     "Zero",
-    "fact_map",
     "matched_capacity",
     "parse_condition",
     "refusal",

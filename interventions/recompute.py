@@ -17,7 +17,7 @@ decoding keep the record hidden afterwards.
 :func:`rebuild_segments` / ``SegmentRebuild(source, segments)`` recompute only the
 rows of chosen later segments with the source hidden (optionally in some layers
 only) and keep every other row as cached: the building block of the fact map
-(``kvprobe.interventions.fact_map``), which asks how much of the source's effect
+(``kvprobe.studies.fact_map.analysis``), which asks how much of the source's effect
 each later segment carries. Rebuilding every later segment in order is
 ``SelectiveRefresh``.
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import kvprobe
 from kvprobe.files import atomic_write_text
-from kvprobe.interventions.fact_map import FactMap, fact_map
+from .analysis import FactMap, fact_map
 from kvprobe.studies.common.answers import canonical_answer
 from kvprobe.studies.common.chat_template import study_prompt
 from kvprobe.studies.datasets.quantity_task.example import EXAMPLE, build_prompt, example_case

@@ -2,7 +2,7 @@
 
 The paper's title claim is that positions are not facts: once record A is read,
 what it said is also written into later positions. Per history, the study runs
-the conditions of one fact map (``kvprobe.interventions.fact_map``: full, the A
+the conditions of one fact map (``kvprobe.studies.fact_map.analysis``: full, the A
 mask, A hidden from the question in the upper layers only, each later piece
 rebuilt with A hidden alone / cumulatively / in one layer band, and the text
 recompute without A) and scores the current and old canonical JSON answers
@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.interventions.fact_map import N_BANDS, later_pieces, layer_bands, map_conditions
+from .analysis import N_BANDS, later_pieces, layer_bands, map_conditions
 from kvprobe.studies.recognition.records import RECORDS_SEED
 from kvprobe.studies.common.answers import canonical_answer, normalize
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices, use_chat

@@ -28,7 +28,7 @@ cost (seconds to prepare the cache, tokens recomputed).
 Example::
 
     import kvprobe
-    from kvprobe.interventions import fact_map
+    from kvprobe.studies.fact_map.analysis import fact_map
     m = kvprobe.load_model("smollm2-135m-instruct")
     h = m.prefill(prompt)                      # segments A, inspection, note, B
     fm = fact_map(m, h, "A", "At T2, what is ...?", ['{"answer": "628 minutes"}', '{"answer": "159 minutes"}'])
@@ -47,8 +47,7 @@ import numpy as np
 from kvprobe.access import Condition, Full, Mask, Prepared
 from kvprobe.prompts import SpanError, TokenSpan
 
-from .recompute import SegmentRebuild
-from .text import TextRecompute
+from kvprobe.interventions import SegmentRebuild, TextRecompute
 
 if TYPE_CHECKING:
     from kvprobe.arch import ArchSummary
