@@ -604,12 +604,3 @@ def _progress(total: int, done: int, desc: str, show: bool):
     from tqdm import tqdm
 
     return tqdm(total=total, initial=done, desc=desc, unit="batch")
-
-
-def __getattr__(name: str) -> Any:
-    """``FeatureStore`` and ``StoreGroup`` live in :mod:`kvprobe.extract.featurestore` (still importable from here)."""
-    if name in ("FeatureStore", "StoreGroup"):
-        from . import featurestore
-
-        return getattr(featurestore, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -74,23 +74,3 @@ __all__ = [
     "rotate_keys",
     "session_gate",
 ]
-
-
-def __getattr__(name: str):
-    """Deprecated aliases (removed in the next release): ``verify_model`` of
-    :func:`kvprobe.tools.verify.verify_model` (loaded only when asked for, so ``import kvprobe.interventions``
-    loads no verifier) and ``OPERATIONS``, the old name -> (builder, help) table of :data:`CONDITIONS`."""
-    if name == "OPERATIONS":
-        import warnings
-        warnings.warn("kvprobe.interventions.OPERATIONS is now CONDITIONS (name -> RegisteredCondition); the alias "
-                      "goes in the next release", DeprecationWarning, stacklevel=2)
-        return {n: (c.build, c.help) for n, c in CONDITIONS.items()}
-    if name == "verify_model":
-        import warnings
-
-        warnings.warn("kvprobe.interventions.verify_model moved to kvprobe.tools.verify.verify_model; the alias "
-                      "goes in the next release", DeprecationWarning, stacklevel=2)
-        from kvprobe.tools.verify import verify_model
-
-        return verify_model
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -39,12 +39,3 @@ __all__ = [
     "margin_change",
     "matched_control",
 ]
-
-
-def __getattr__(name: str):
-    """``kvprobe.Access``: the former name of :class:`Condition` (deprecated; removed in the next release)."""
-    if name == "Access":
-        from . import access
-
-        return access.__getattr__(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -98,9 +98,6 @@ def slots_in_state(state: "RowState", positions: torch.Tensor) -> torch.Tensor:
 class Condition:
     """Base class of every condition: masks, biases and cache operations (default: full access).
 
-    Formerly ``Access`` (the name predates cache edits); ``kvprobe.Access`` still answers, with a
-    ``DeprecationWarning``, for one release.
-
     A condition turns a history into the :class:`RowState` one batch row starts
     from: :meth:`prepare` validates it, then :meth:`apply` edits the unedited
     state. Cache operations (``interventions``) subclass this too, so any of
@@ -257,14 +254,3 @@ def matched_control(
         if control.overlaps(s):
             raise SpanError(f"control {control!r} overlaps the masked span {s!r}")
     return Mask(control, layers=mask.layers, name=name or f"{mask.name}-control")
-
-
-def __getattr__(name: str):
-    """``Access``: the former name of :class:`Condition` (deprecated; removed in the next release)."""
-    if name == "Access":
-        import warnings
-
-        warnings.warn("kvprobe.Access is now kvprobe.Condition (Access is removed in the next release)",
-                      DeprecationWarning, stacklevel=2)
-        return Condition
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -253,12 +253,9 @@ def test_sdpa_attention_computes_the_same_masked_scores(llama):
     assert abs(s["source"][0] - s["full"][0]) > 1e-3
 
 
-def test_access_is_the_deprecated_name_of_condition():
-    import warnings
+def test_condition_is_the_one_name_of_the_base_class():
+    """``Access``, the name before cache edits, is gone (0.1.0 was never released; CHANGELOG.md)."""
+    import kvprobe.access
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        from kvprobe.access import Access
-        assert kvprobe.Access is Access is kvprobe.Condition
-    assert any(issubclass(w.category, DeprecationWarning) and "kvprobe.Condition" in str(w.message) for w in caught)
+    assert not hasattr(kvprobe, "Access") and not hasattr(kvprobe.access, "Access")
     assert isinstance(Mask(kvprobe.TokenSpan(0, 1, "x")), kvprobe.Condition)

@@ -5,7 +5,7 @@
   fails here as it would on CUDA. (The verify matrix and every study's small run also run under it:
   tests/test_architectures.py, tests/test_study_contract.py.)
 * bf16 and fp16: prefill, digest, verify (tolerances from the dtype's own error against a float32
-  twin of the same weights, ``kvprobe.verify.precision_floor``).
+  twin of the same weights, ``kvprobe.tools.verify.precision_floor``).
 * The history digest on every dtype; the device-side checksum used off the CPU.
 * ``--device`` / ``--dtype`` on the command line; ``kvprobe bench gpu`` end to end on a CPU.
 """

@@ -15,7 +15,7 @@ Layers, lowest first (a module may import its own layer and those below it)::
 
 The tools wing (``kvprobe/tools/``) is a folder of the ``kvprobe`` import name, not a design-card
 top-level folder; ``verify`` sits just above the operations it checks, ``bench`` at the top beside the CLI.
-Two deprecated aliases point down into it until the next release (:data:`DEPRECATED_ALIASES`).
+Nothing below the tools imports them, and no module keeps a deprecated alias (:func:`test_no_deprecated_aliases`).
 
 Every import is read from the source with :mod:`ast` (function-level imports included), so
 a lazy import cannot hide a wrong-way dependency.
@@ -46,10 +46,6 @@ ALLOWED = {
     "tools": {"core", "verify", "bench", "tools"},  # kvprobe.tools.commands: the parsers of verify, matrix, bench
     "cli": {"core", "extract", "interventions", "readouts", "studies", "verify", "bench", "tools", "cli"},
 }
-#: Lazy aliases of moved names (module -> what it forwards to), the only imports of the tools wing from below:
-#: ``kvprobe.interventions.verify_model`` and ``kvprobe.verify.*``; both warn and go in the next release.
-DEPRECATED_ALIASES = {("kvprobe.interventions", "kvprobe.tools.verify"), ("kvprobe.verify", "kvprobe.tools.verify"),
-                      ("kvprobe.verify", "kvprobe.tools.verify.access")}
 #: The tools' wings: their layer is their name.
 WINGS = ("verify", "bench", "figures")
 GENERIC = ("studies", "extract", "readouts", "interventions")
@@ -153,7 +149,7 @@ def test_dependencies_point_one_way():
         mine = layer(name)
         for target, line in _imports(name, path):
             module = _resolve(target)
-            if module is None or (name, module) in DEPRECATED_ALIASES:
+            if module is None:
                 continue
             if layer(module) not in ALLOWED[mine]:
                 bad.append(f"{path.relative_to(ROOT)}:{line}: {mine} module {name} imports {module} "
@@ -177,7 +173,7 @@ def test_no_import_cycles_between_packages():
     for name, path in MODULES.items():
         for target, _ in _imports(name, path, runtime_only=True):
             module = _resolve(target)
-            if module is None or (name, module) in DEPRECATED_ALIASES:
+            if module is None:
                 continue
             a, b = package(name), package(module)
             # A package importing its own subpackages of the same layer (re-exports) is not a cycle.
@@ -213,28 +209,21 @@ def test_layer_names(module, expected):
 
 def test_the_cli_loads_the_tools_on_demand():
     """``import kvprobe.cli`` (every command's start) loads no tool: its imports of ``kvprobe.tools`` are inside
-    functions; and nothing but the CLI and the deprecated aliases imports the tools at all."""
+    functions; and nothing but the CLI imports the tools at all."""
     tree = ast.parse((ROOT / "kvprobe" / "cli.py").read_text())
     top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert not [ast.unparse(n) for n in top if "tools" in ast.unparse(n)]
     users = {name for name, path in MODULES.items() for target, _ in _imports(name, path)
-             if (_resolve(target) or "").startswith("kvprobe.tools") and layer(name) not in ("verify", "bench", "figures", "tools")
-             and (name, _resolve(target)) not in DEPRECATED_ALIASES}
+             if (_resolve(target) or "").startswith("kvprobe.tools") and layer(name) not in ("verify", "bench", "figures", "tools")}
     assert users == {"kvprobe.cli"}
 
 
-def test_deprecated_aliases_still_answer():
-    import warnings
-
-    import kvprobe.interventions
-    import kvprobe.verify
-    from kvprobe.tools.verify import LOGIT_TOLERANCE, verify_model
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert kvprobe.interventions.verify_model is verify_model
-        assert kvprobe.verify.LOGIT_TOLERANCE == LOGIT_TOLERANCE
-    assert [w.category for w in caught] == [DeprecationWarning, DeprecationWarning]
+def test_no_deprecated_aliases():
+    """0.1.0 was never released: a moved or renamed name is updated at every caller, never kept as an alias
+    that warns and forwards (no ``DeprecationWarning`` raised; CHANGELOG.md lists what was removed)."""
+    bad = [f"{path.relative_to(ROOT)}: DeprecationWarning" for path in MODULES.values()
+           if any(isinstance(n, ast.Name) and n.id == "DeprecationWarning" for n in ast.walk(_tree(path)))]
+    assert not bad, "\n".join(bad)
 
 
 def test_an_install_adds_only_the_kvprobe_import_name(tmp_path):

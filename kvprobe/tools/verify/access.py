@@ -26,7 +26,7 @@ j. ``fixed_shape_decode_equals_decode``: decode steps of that batch in fixed sha
 
 Checks (a), (b) and (e) run each condition as a batch of one row, like the references.
 
-Then (``kvprobe.interventions.verify_model``, which ``kvprobe verify`` runs) one or two
+Then (``kvprobe.tools.verify.verify_model``, which ``kvprobe verify`` runs) one or two
 checks per cache operation (``kvprobe.tools.verify.operations``): soft
 bias, zeroing K / V / both, rebuild, selective refresh, online mask, compaction,
 drop, text recompute. An operation a model's cache cannot support (the
@@ -234,7 +234,7 @@ def verify_access(model: "Model", history: "History | None" = None,
     """Run checks (a)-(g) on ``model``; return their results, then those of ``extra``.
 
     ``extra(model, history, question)`` runs more checks on the same history before the
-    digest check (c), so (c) also covers them: ``kvprobe.interventions.verify_model``
+    digest check (c), so (c) also covers them: ``kvprobe.tools.verify.verify_model``
     passes the cache-operation checks here (the core does not import the operations).
     """
     if history is None:

@@ -1,7 +1,7 @@
 """The family x operation matrix: ``kvprobe verify`` on many models, as one table.
 
 Every cell is the outcome of the checks of one operation on one model
-(``kvprobe.verify`` and ``kvprobe.tools.verify.operations``): ``pass`` when every check
+(``kvprobe.tools.verify.access`` and ``kvprobe.tools.verify.operations``): ``pass`` when every check
 against its independent reference passed, ``refuses`` when the architecture
 cannot support the operation and the operation raised the expected error
 (a footnote gives the message), ``FAIL`` otherwise. ``tests/test_architectures.py``

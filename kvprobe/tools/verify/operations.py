@@ -104,8 +104,8 @@ class _Checks:
         self.hidden = torch.zeros(len(history), dtype=torch.bool, device=history.device)
         self.hidden[self.span.start : self.span.end] = True
         self.results: list[CheckResult] = []
-        # float32 tolerances scaled to what is compared (kvprobe.verify.scaled_tolerance); a bf16/fp16
-        # model adds the dtype's own error against a float32 twin (kvprobe.verify.precision_floor)
+        # float32 tolerances scaled to what is compared (kvprobe.tools.verify.scaled_tolerance); a bf16/fp16
+        # model adds the dtype's own error against a float32 twin (kvprobe.tools.verify.precision_floor)
         floor = precision_floor(model, history, question, self.hidden)
         self.logit_tol = scaled_tolerance(reference_logits(model, history.input_ids.tolist(), self.q_ids),
                                           floor=floor.logit_tolerance)
@@ -274,7 +274,7 @@ def verify_operations(model: "Model", history: "History", question: str,
 
 
 def verify_model(model: "Model", history: "History | None" = None, operations: bool = True) -> list[CheckResult]:
-    """Everything ``kvprobe verify`` checks: the access checks (a)-(g) of :mod:`kvprobe.verify`, then
+    """Everything ``kvprobe verify`` checks: the access checks (a)-(g) of :mod:`kvprobe.tools.verify.access`, then
     (with ``operations``) every cache-operation check of this module on the same history.
 
     Example::
