@@ -33,7 +33,7 @@ from typing import Any
 from kvprobe.readouts.stats import clopper_pearson
 
 from .common.report import estimate, interval, table_head, table_row
-from .scorecard import _count_pp
+from .common.claims import count_pp
 from .study_figures import BABI_LOCATIONS
 
 __all__ = ["PAPER", "PAPER_CHANGE", "PAPER_METRIC", "PAPER_MODELS", "QUESTIONS", "rows", "table", "write_cross_benchmark"]
@@ -88,7 +88,7 @@ def _row(benchmark: str, model: str, run: str, question: str, metric: str, full:
 def _counts_pp(change: dict[str, Any], n: int) -> tuple[float, list[float]]:
     """A paired change in counts (``readouts.stats.paired_change``) in percentage points of n (the scorecard's
     reading of a committed change)."""
-    pp, ci = _count_pp(change, n)
+    pp, ci = count_pp(change, n)
     return pp, list(ci)
 
 

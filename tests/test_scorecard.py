@@ -1,4 +1,5 @@
-"""The scorecard (``kvprobe report scorecard``, ``studies/scorecard.py``): the committed docs/scorecard.md and
+"""The scorecard (``kvprobe report scorecard``, ``studies/scorecard.py`` over every study's ``claims.py``): the
+committed docs/scorecard.md and
 docs/scorecard.json are exactly what the committed runs give; the verdict rule reaches every verdict from
 planted intervals and refuses malformed input; the measurements apply their floor, chance, reference-arm and
 undefined-estimate rules on planted summaries; every quote is the paper's, at the lines and under the section
@@ -15,18 +16,29 @@ import pytest
 
 from kvprobe.cli import main
 from kvprobe.studies import scorecard as sc
-from kvprobe.studies.scorecard import (INCONCLUSIVE, NOT_TESTABLE, OPPOSITE, REPLICATES, chance_reason, evaluate,
-                                       floor_reason, format_markdown, scorecard_json, verdict)
+from kvprobe.studies.babilong.claims import BABI_8K, babilong_change
+from kvprobe.studies.common.claims import (INCONCLUSIVE, LENIENT, NOT_TESTABLE, OPPOSITE, PAPER_RULE, REPLICATES, Row,
+                                           chance_reason, evaluate, floor_reason)
+from kvprobe.studies.detection.claims import detection_json
+from kvprobe.studies.fact_map.claims import fact_map_recovery
+from kvprobe.studies.matched_scores.claims import MATCHED_QWEN, MATCHED_SMOL, matched_accuracy
+from kvprobe.studies.mquake.claims import MQUAKE_NC
+from kvprobe.studies.note_controls.claims import NOTES_SMOL
+from kvprobe.studies.quantity.claims import QUANTITY, quantity_change, quantity_warning
+from kvprobe.studies.recognition.claims import recognition_wins
+from kvprobe.studies.scorecard import format_markdown, scorecard_json, verdict
 from paper_text import PAPER, _plain
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
 DOC = ROOT / "docs" / "scorecard.md"
+#: Every study's claims, in the scorecard's order.
+CLAIMS = sc.claims()
 
 
 @pytest.fixture(scope="module")
-def rows() -> list[sc.Row]:
-    return evaluate(ARTIFACTS)
+def rows() -> list[Row]:
+    return evaluate(ARTIFACTS, CLAIMS)
 
 
 # --------------------------------------------------------------------------- the committed files
@@ -54,8 +66,8 @@ def test_every_study_with_a_committed_summary_has_a_claim(rows):
     studies = {p.parent.parent.name for p in ARTIFACTS.glob("*/*/summary.json")}
     covered = {r.test.run.split("/")[0] for r in rows}
     assert studies - covered == set(), f"studies with committed runs but no scorecard row: {studies - covered}"
-    assert {r.claim.key for r in rows} == {c.key for c in sc.CLAIMS}
-    assert len({c.key for c in sc.CLAIMS}) == len(sc.CLAIMS), "claim keys must be unique"
+    assert {r.claim.key for r in rows} == {c.key for c in CLAIMS}
+    assert len({c.key for c in CLAIMS}) == len(CLAIMS), "claim keys must be unique"
 
 
 def test_rows_carry_what_the_rule_needs(rows):
@@ -75,18 +87,18 @@ def test_the_issue_cases_read_as_the_data_say(rows):
     def row(key, run, rule):
         return by[(key, run, rule)]
 
-    smol = row("matched-scores.replacement-answers", sc.MATCHED_SMOL, sc.LENIENT)
+    smol = row("matched-scores.replacement-answers", MATCHED_SMOL, LENIENT)
     assert smol.estimate_text == "+8.0 [-4.0, +20.7] pp" and smol.verdict == INCONCLUSIVE
     assert "control - full +36.0 [+25.3, +47.3]" in smol.measurement.note
-    qwen = row("matched-scores.replacement-answers", sc.MATCHED_QWEN, sc.PAPER_RULE)
+    qwen = row("matched-scores.replacement-answers", MATCHED_QWEN, PAPER_RULE)
     assert qwen.estimate_text == "+6.7 [-2.7, +16.0] pp" and qwen.verdict == INCONCLUSIVE
-    assert row("matched-scores.all-answers", sc.MATCHED_QWEN, sc.PAPER_RULE).verdict == REPLICATES
-    assert row("quantity.unit-loss", sc.QUANTITY, sc.PAPER_RULE).verdict == NOT_TESTABLE
-    recompute = row("mquake.recompute-current", sc.MQUAKE_NC, sc.LENIENT)
+    assert row("matched-scores.all-answers", MATCHED_QWEN, PAPER_RULE).verdict == REPLICATES
+    assert row("quantity.unit-loss", QUANTITY, PAPER_RULE).verdict == NOT_TESTABLE
+    recompute = row("mquake.recompute-current", MQUAKE_NC, LENIENT)
     assert recompute.verdict == OPPOSITE and "94/180" in recompute.measurement.reference
-    babi = row("babilong.qa3-naive", sc.BABI_8K, "official location parser with EOS")
+    babi = row("babilong.qa3-naive", BABI_8K, "official location parser with EOS")
     assert babi.verdict == NOT_TESTABLE and "scores 14/64" in babi.measurement.not_testable
-    assert row("note-controls.early", sc.NOTES_SMOL, sc.PAPER_RULE).verdict == NOT_TESTABLE
+    assert row("note-controls.early", NOTES_SMOL, PAPER_RULE).verdict == NOT_TESTABLE
     yes_no = [r for r in rows if r.claim.key == "detection.yes-no" and "record test pairs" in r.test.rule
               and "YES/NO" in r.test.rule][0]
     assert yes_no.estimate_text == "0.435 [0.408, 0.459] AUC" and yes_no.verdict == OPPOSITE
@@ -166,14 +178,14 @@ def _matched(control_vs_full_ci, correct=None):
 
 
 def test_matched_accuracy_uses_full_access_when_the_control_moves_answers(tmp_path):
-    measure = sc.matched_accuracy("all", "lenient")
+    measure = matched_accuracy("all", "lenient")
     inert = measure(_write(tmp_path / "a", _matched([-1.0, 4.0])))
     assert inert.value == -10.0 and inert.reference.startswith("control 60/150") and not inert.note
     moved = measure(_write(tmp_path / "b", _matched([5.0, 20.0])))
     assert moved.value == 3.3 and moved.reference.startswith("full 40/150") and "not neutral" in moved.note
     floor = measure(_write(tmp_path / "c", _matched([-1.0, 4.0], {"full": 1, "control": 2, "mask": 0})))
     assert floor.not_testable == "control at floor: 2/150 correct, below 10%"
-    chance = sc.matched_accuracy("all", "lenient", chance=0.5)(_write(tmp_path / "d", _matched([-1.0, 4.0])))
+    chance = matched_accuracy("all", "lenient", chance=0.5)(_write(tmp_path / "d", _matched([-1.0, 4.0])))
     assert chance.not_testable.startswith("control at or below chance: 60/150")
 
 
@@ -187,10 +199,10 @@ def test_quantity_change_reads_the_control_or_full_access(tmp_path):
         return c
     cells = [cell("full", 20), cell("source", 5, (-0.25, [-0.4, -0.1]), (-0.2, [-0.3, -0.1])),
              cell("source-control", 20)]
-    m = sc.quantity_change("unit_from_a", "source", "lenient_complete")(_write(tmp_path / "q", {"cells": cells}))
+    m = quantity_change("unit_from_a", "source", "lenient_complete")(_write(tmp_path / "q", {"cells": cells}))
     assert (m.value, m.ci) == (-25.0, (-40.0, -10.0)) and m.reference == "source-control 20/60"
     cells[2] = cell("source-control", 30, vs_full=(0.15, [0.05, 0.25]))
-    m = sc.quantity_change("unit_from_a", "source", "lenient_complete")(_write(tmp_path / "q", {"cells": cells}))
+    m = quantity_change("unit_from_a", "source", "lenient_complete")(_write(tmp_path / "q", {"cells": cells}))
     assert m.value == pytest.approx(-20.0) and m.reference == "full 20/60" and "source-control is not neutral" in m.note
 
 
@@ -204,7 +216,7 @@ def test_babilong_chance_is_the_majority_answer(tmp_path):
         for i, a in enumerate(answers):
             row = {"task": "qa3", "length": 0, "condition": "full", "answer": a, "case_id": f"c{i}"}
             f.write(json.dumps(row) + "\n")
-    m = sc.babilong_change("qa3", 0, "naive", gain=False)(run)
+    m = babilong_change("qa3", 0, "naive", gain=False)(run)
     assert (m.value, m.ci) == (-20.0, (-40.0, -10.0))
     assert m.not_testable == ("full access at or below chance: 3/10 correct, always answering the most common "
                               "location (garden) scores 4/10")
@@ -213,17 +225,17 @@ def test_babilong_chance_is_the_majority_answer(tmp_path):
 def test_undefined_estimates_are_not_testable(tmp_path):
     fact = {"all": {"n_cases": 20, "n_groups": 10, "target_effect": {"change": 0.1, "change_ci": [-0.2, 0.4]},
                     "conditions": {"rebuild:..B": {"recovered": 25.9, "recovered_ci": [-23.0, 22.4]}}}}
-    m = sc.fact_map_recovery("rebuild:..B")(_write(tmp_path / "f", fact))
+    m = fact_map_recovery("rebuild:..B")(_write(tmp_path / "f", fact))
     assert m.value is None and "interval including 0" in m.not_testable
     fact["all"]["target_effect"]["change_ci"] = [0.05, 0.4]
-    m = sc.fact_map_recovery("rebuild:..B")(_write(tmp_path / "f", fact))
+    m = fact_map_recovery("rebuild:..B")(_write(tmp_path / "f", fact))
     assert m.value == 25.9 and m.not_testable is None and m.units == 10
     detectors = {"text_detectors": [{"dataset": "records", "split": "test", "detector": "direct", "n": 4,
                                      "decisions": {"unresolved": 4}, "capped": 2}]}
-    m = sc.detection_json("direct")(_write(tmp_path / "d", detectors))
+    m = detection_json("direct")(_write(tmp_path / "d", detectors))
     assert m.not_testable == "no decision: 4 of 4 outputs unresolved (2 at the token cap)"
     warning = {"warning_signal": {"complete": {"unit_from_a": {"lost": 3, "kept": 0, "auc": None}}}}
-    undefined_auc = sc.quantity_warning("complete", "unit_from_a")(_write(tmp_path / "w", warning))
+    undefined_auc = quantity_warning("complete", "unit_from_a")(_write(tmp_path / "w", warning))
     assert "a class is empty" in undefined_auc.not_testable
 
 
@@ -236,7 +248,7 @@ def test_matched_pair_wins_count_within_items(tmp_path):
             split.append("test")
     ids.append("rec-x-999-role_swap"), scores.append(5), split.append("dev")  # a dev case is never counted
     run = _write(tmp_path / "r", None, scores__json={"case_id": ids, "scores": {"d": scores}, "split": split})
-    m = sc.recognition_wins("d")(run)
+    m = recognition_wins("d")(run)
     assert m.value == pytest.approx(2.5 / 4) and m.n == "4 matched pairs: 2.5 wins" and m.null == 0.5
     assert 0 <= m.ci[0] < m.value < m.ci[1] <= 1
 
@@ -250,7 +262,7 @@ def _paper_lines() -> list[str]:
     return [_plain(line, latex=True).replace(" %", "%") for line in PAPER.read_text().split("\n")]
 
 
-@pytest.mark.parametrize("claim", sc.CLAIMS, ids=lambda c: c.key)
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.key)
 def test_quotes_are_verbatim_at_the_cited_lines_and_section(claim):
     lines = _paper_lines()
     quote = _plain(claim.paper.quote, latex=False).replace(" %", "%")
@@ -264,7 +276,7 @@ def test_quotes_are_verbatim_at_the_cited_lines_and_section(claim):
     assert (heads[-1] if first > 256 else "Abstract") == claim.paper.section, claim.key
 
 
-@pytest.mark.parametrize("claim", sc.CLAIMS, ids=lambda c: c.key)
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.key)
 def test_paper_numbers_occur_at_their_lines(claim):
     lines = _paper_lines()
     first, last = claim.paper.numbers_lines or claim.paper.lines

@@ -1,0 +1,85 @@
+"""The paper's claims the babilong study tests, with measures of its runs' ``summary.json`` (chance: the most
+common gold answer among the full-access answer rows).
+
+Each claim quotes the paper (its words, lines and numbers) once, here. ``kvprobe report scorecard`` gathers
+:data:`CLAIMS` through the study registry (``studies/scorecard.py``) and judges every measurement by the one
+rule of :mod:`kvprobe.studies.common.claims`.
+
+Example::
+
+    from kvprobe.studies.common.claims import evaluate
+
+    rows = evaluate("artifacts", CLAIMS)   # one Row per test, with its verdict
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from kvprobe.studies.common.claims import (Claim, Measurement, Paper, Test, chance_reason, count_pp, find_entry,
+                                           floor_reason, join_reasons, pp_measurement, read_summary)
+
+__all__ = ["BABI_8K", "BABI_SHORT", "CLAIMS", "babilong_change"]
+
+
+BABI_8K, BABI_SHORT = "babilong/smollm2-135m-instruct-8k", "babilong/smollm2-135m-instruct"
+
+
+def _majority(run: Path, task: str, length: int) -> tuple[int, int, str]:
+    """(count, n, answer) of the most common gold answer among the full-access rows of (task, length)."""
+    from kvprobe.studies.common.runner import read_rows
+
+    answers = Counter(r["answer"] for r in read_rows(run)
+                      if r["task"] == task and r["length"] == length and r["condition"] == "full")
+    answer, count = sorted(answers.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+    return count, sum(answers.values()), answer
+
+
+def babilong_change(task: str, length: int, condition: str, gain: bool) -> Callable[[Path], Measurement]:
+    """A condition's change in official-parser answers against full access; chance = the majority answer."""
+    def measure(run: Path) -> Measurement:
+        cells = read_summary(run)["cells"]
+        cell, full = (find_entry(cells, task=task, length=length, policy=condition),
+                      find_entry(cells, task=task, length=length, policy="full"))
+        count, n, answer = _majority(run, task, length)
+        value, ci = count_pp(cell["official_change_vs_full"], cell["n"])
+        reason = join_reasons(floor_reason(full["official"], full["n"], "full access"),
+                            chance_reason(full["official"], full["n"], count, "full access",
+                                          f"always answering the most common location ({answer})"))
+        return pp_measurement(value, ci, f"{cell['n']} inputs", f"full {full['official']}/{full['n']}; "
+                              f"{condition} {cell['official']}/{cell['n']}; majority answer {count}/{n}", reason)
+    return measure
+
+
+def _babilong_tests(task: str, condition: str, gain: bool = False) -> tuple[Test, ...]:
+    """``policy`` against full access on ``task`` in the 8k run and at both short lengths."""
+    name = {"naive": "naive mask", "dependency": "dependency rule"}[condition]
+    rule = f"official location parser with EOS; {name} vs full; {task}"
+    return (Test(BABI_8K, f"{rule}, 7.5k tokens", babilong_change(task, 7500, condition, gain)),
+            *(Test(BABI_SHORT, f"{rule}, {length} filler tokens", babilong_change(task, length, condition, gain))
+              for length in (0, 1000)))
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("babilong.qa3-naive", "babilong", "Hiding all but each person's last movement loses qa3 "
+          "(earlier location) answers",
+          Paper("For qa3 at 32k, full/source/conservative-rule counts are 33/16/31 for Qwen3-4B, 25/6/22 for "
+                "Llama-3.2-3B, and 40/15/39 for Qwen3-32B.", (1495, 1497), "Long-Context Object Dependencies",
+                "full -> naive 33 -> 16, 25 -> 6, 40 -> 15 (counts at 32k)"),
+          "down",
+          _babilong_tests("qa3", "naive")),
+    Claim("babilong.qa3-dependency", "babilong", "Keeping the object-dependency facts keeps qa3 near full access",
+          Paper("For qa3 at 32k, full/source/conservative-rule counts are 33/16/31 for Qwen3-4B, 25/6/22 for "
+                "Llama-3.2-3B, and 40/15/39 for Qwen3-32B.", (1495, 1497), "Long-Context Object Dependencies",
+                "full -> conservative 33 -> 31, 25 -> 22, 40 -> 39 (counts at 32k)"),
+          "none",
+          _babilong_tests("qa3", "dependency")),
+    Claim("babilong.qa2-naive", "babilong", "The naive mask does not hurt qa2 (current location); it gains a "
+          "little",
+          Paper("On qa2 at the same length, naive masking improves the point counts from 36 to 43, 16 to 20, and "
+                "46 to 47.", (1497, 1499), "Long-Context Object Dependencies", "36 -> 43, 16 -> 20, 46 -> 47 (counts)"),
+          "up",
+          _babilong_tests("qa2", "naive", gain=True)),
+)

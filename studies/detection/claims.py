@@ -1,0 +1,59 @@
+"""The paper's claims the detection study tests, with measures of the detection runs' ``summary.json``.
+
+Each claim quotes the paper (its words, lines and numbers) once, here. ``kvprobe report scorecard`` gathers
+:data:`CLAIMS` through the study registry (``studies/scorecard.py``) and judges every measurement by the one
+rule of :mod:`kvprobe.studies.common.claims`.
+
+Example::
+
+    from kvprobe.studies.common.claims import evaluate
+
+    rows = evaluate("artifacts", CLAIMS)   # one Row per test, with its verdict
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from kvprobe.studies.common.claims import Claim, Measurement, Paper, Test, find_entry, read_summary
+
+__all__ = ["CLAIMS", "detection_json", "detection_yes_no"]
+
+
+def detection_yes_no(dataset: str) -> Callable[[Path], Measurement]:
+    """AUC of the paper's YES/NO score on the test pairs (replacements above non-replacements)."""
+    def measure(run: Path) -> Measurement:
+        e = find_entry(read_summary(run)["yes_no"], dataset=dataset, split="test")
+        a = e["auc"]
+        return Measurement(a["auc"], (a["lo"], a["hi"]), "AUC", ".3f", f"{e['n']} pairs", "chance 0.5", null=0.5)
+    return measure
+
+
+def detection_json(detector: str) -> Callable[[Path], Measurement]:
+    """Accuracy of a JSON detector on the record test pairs; not testable when it never decides."""
+    def measure(run: Path) -> Measurement:
+        e = find_entry(read_summary(run)["text_detectors"], dataset="records", split="test", detector=detector)
+        unresolved = e["decisions"].get("unresolved", 0)
+        if unresolved == e["n"]:
+            return Measurement(None, None, "share", ".3f", f"{e['n']} pairs", null=0.5,
+                               not_testable=f"no decision: {unresolved} of {e['n']} outputs unresolved "
+                               f"({e['capped']} at the token cap)")
+        return Measurement(e["accuracy"], tuple(e["accuracy_ci"]), "share", ".3f", f"{e['n']} pairs",
+                           "chance 0.5", null=0.5)
+    return measure
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("detection.yes-no", "detection", "A detector reading A and B recognizes replacements",
+          Paper("the detector in each Qwen model selects all 120 strict-replacement current-query conditions",
+                (3476, 3477), "Answering Quantity Questions and Selecting Masks",
+                "all 120 strict replacements selected (Qwen)"),
+          "up",
+          (Test("detection/smollm2-135m-instruct", "AUC of the paper's YES/NO score; quantity test pairs",
+                detection_yes_no("quantity")),
+           Test("detection/smollm2-135m-instruct", "AUC of the paper's YES/NO score; record test pairs",
+                detection_yes_no("records")),
+           Test("detection/smollm2-135m-instruct", "accuracy of the asserted-value JSON detector; record test pairs",
+                detection_json("asserted-value")))),
+)

@@ -1,0 +1,71 @@
+"""The paper's claims the factconsolidation study tests, with measures of the factconsolidation runs' ``summary.json``.
+
+Each claim quotes the paper (its words, lines and numbers) once, here. ``kvprobe report scorecard`` gathers
+:data:`CLAIMS` through the study registry (``studies/scorecard.py``) and judges every measurement by the one
+rule of :mod:`kvprobe.studies.common.claims`.
+
+Example::
+
+    from kvprobe.studies.common.claims import evaluate
+
+    rows = evaluate("artifacts", CLAIMS)   # one Row per test, with its verdict
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvprobe.readouts.stats import MIN_HISTORIES
+from kvprobe.studies.common.claims import (PAPER_RULE, Claim, Measurement, Paper, Test, count_pp, find_entry,
+                                           floor_reason, join_reasons, pp_measurement, read_summary)
+
+__all__ = ["CLAIMS", "factconsolidation_fallback", "factconsolidation_source"]
+
+
+def factconsolidation_source(run: Path) -> Measurement:
+    """Source mask minus full access, complete answers with EOS (pp of the source-answerable questions)."""
+    s = read_summary(run)
+    cell, full = find_entry(s["cells"], policy="source"), find_entry(s["cells"], policy="full")
+    n = cell.get("answerable", cell["n"])
+    value, ci = count_pp(cell["complete_change_vs_full"], n)
+    histories = len(s["histories"])
+    no_interval = None if ci is not None else f"no interval: {histories} histories, fewer than {MIN_HISTORIES} to resample"
+    return pp_measurement(value, ci, f"{n} questions, {histories} histories",
+                          f"full {full['complete_eos']}/{n}; source {cell['complete_eos']}/{n}",
+                          join_reasons(floor_reason(full["complete_eos"], n, "full access"), no_interval),
+                          units=histories)
+
+
+def factconsolidation_fallback(run: Path) -> Measurement:
+    """The re-answer fallback (source mask; recompute after a capped answer) minus recompute alone, complete
+    answers with EOS (pp of the source-answerable questions)."""
+    f = read_summary(run)["fallback"]
+    value, ci = count_pp(f["change"], f["n"])
+    no_interval = (None if ci is not None else
+                   f"no interval: {f['histories']} histories, fewer than {MIN_HISTORIES} to resample")
+    return pp_measurement(value, ci, f"{f['n']} questions, {f['histories']} histories",
+                          f"recompute {f['recompute']}/{f['n']}; fallback {f['fallback']}/{f['n']} "
+                          f"({f['fallbacks']} fallbacks)",
+                          join_reasons(floor_reason(f["recompute"], f["n"], "recompute"), no_interval),
+                          units=f["histories"])
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("factconsolidation.source", "factconsolidation", "Hiding superseded facts changes complete answers "
+          "(down for Qwen, up for Gemma)",
+          Paper("Qwen's complete-answer rate falls from 90.1% (336) to 80.4% (300) under source masking.",
+                (1670, 1671), "Why Net Accuracy Changes Differ between the Two Models",
+                "Qwen net -9.7 pp; Gemma +20.1 pp", (1672, 1675)),
+          "either",
+          (Test("factconsolidation/smollm2-135m-instruct", f"{PAPER_RULE}: complete answer with EOS (rule grader); "
+                "source mask vs full", factconsolidation_source),)),
+    Claim("factconsolidation.fallback", "factconsolidation", "Re-answering from the recomputed cache after a "
+          "capped source-masked answer does not beat recompute alone",
+          Paper("a fallback that re-answers from the recomputed cache after a capped source-masked answer does not "
+                "exceed recomputation alone", (4317, 4319), "Retained Text and Routing on Contextual MQuAKE",
+                "Qwen 349 vs 355 (5 gains, 11 losses, p = 0.21); Gemma 265 vs 266 (13 and 14, p = 1.0)",
+                (4319, 4322)),
+          "none",
+          (Test("factconsolidation/smollm2-135m-instruct", f"{PAPER_RULE}: complete answer with EOS (rule grader); "
+                "fallback vs recompute", factconsolidation_fallback),)),
+)

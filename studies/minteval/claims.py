@@ -1,0 +1,43 @@
+"""The paper's claims the minteval study tests, with measures of the minteval runs' ``summary.json``.
+
+Each claim quotes the paper (its words, lines and numbers) once, here. ``kvprobe report scorecard`` gathers
+:data:`CLAIMS` through the study registry (``studies/scorecard.py``) and judges every measurement by the one
+rule of :mod:`kvprobe.studies.common.claims`.
+
+Example::
+
+    from kvprobe.studies.common.claims import evaluate
+
+    rows = evaluate("artifacts", CLAIMS)   # one Row per test, with its verdict
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvprobe.studies.common.claims import (PAPER_RULE, Claim, Measurement, Paper, Test, find_entry, floor_reason,
+                                           pp_measurement, read_summary)
+
+__all__ = ["CLAIMS", "minteval_source"]
+
+
+def minteval_source(run: Path) -> Measurement:
+    """Source mask minus full access, exact match with EOS, all questions (component bootstrap)."""
+    s = read_summary(run)
+    cell = find_entry(s["cells"], scope="all", policy="source")
+    full = find_entry(s["cells"], scope="all", policy="full")
+    ch = cell["change_component"]
+    return pp_measurement(ch["pp"], ch["ci"], f"{cell['n']} questions, {s['components']} components",
+                          f"full {full['em']}/{full['n']}", floor_reason(full["em"], full["n"], "full access"),
+                          units=s["components"])
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("minteval.source", "minteval", "Hiding every superseded movement lowers all-question accuracy",
+          Paper("Under this resampling, whole-source masking lowers all-question accuracy in all three models",
+                (1361, 1362), "Repeated Updates and Contextual Multi-Hop Questions",
+                "-6.79 [-8.35, -5.31], -5.80 [-7.04, -4.62], -10.68 [-12.89, -8.61] pp", (1362, 1364)),
+          "down",
+          (Test("minteval/smollm2-135m-instruct", f"{PAPER_RULE}: normalized exact match with EOS; source mask vs "
+                "full; all questions", minteval_source),)),
+)

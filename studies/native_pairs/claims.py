@@ -1,0 +1,75 @@
+"""The paper's claims the native-pairs study tests, with measures of the native-pairs runs' ``summary.json``.
+
+Each claim quotes the paper (its words, lines and numbers) once, here. ``kvprobe report scorecard`` gathers
+:data:`CLAIMS` through the study registry (``studies/scorecard.py``) and judges every measurement by the one
+rule of :mod:`kvprobe.studies.common.claims`.
+
+Example::
+
+    from kvprobe.studies.common.claims import evaluate
+
+    rows = evaluate("artifacts", CLAIMS)   # one Row per test, with its verdict
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from kvprobe.studies.common.claims import Claim, Measurement, Paper, Test, read_summary
+
+__all__ = ["CLAIMS", "NATIVE_PAIR_MODELS", "native_pairs"]
+
+
+#: The committed native record-pair runs.
+NATIVE_PAIR_MODELS = ("smollm2-135m-instruct", "gemma3-270m")
+
+
+def native_pairs(claim: str) -> Callable[[Path], Measurement]:
+    """A native record-pair claim: ``matching`` or ``relation`` (weaker-panel AUC against the paper's 0.60) or
+    ``surface`` (the smaller panel's relation-minus-surface difference against 0). The interval is the pair of
+    one-sided 95 % bounds (5th and 95th percentiles of the component-bootstrap draws), as the paper's criterion."""
+    def measure(run: Path) -> Measurement:
+        s = read_summary(run)
+        c = s["counts"]
+        n = (f"{c['all']['distinct_pairs']} distinct pairs, {c['all']['comparisons']} comparisons, "
+             f"{c['intrinsic']['components']} + {c['history']['components']} components")
+        units = min(c["intrinsic"]["components"], c["history"]["components"])
+        if claim == "surface":
+            m = s["min_delta"]
+            return Measurement(m["diff"], (m["lower"], m["upper"]), "AUC difference", "+.3f", n,
+                               "surface baseline", units=units,
+                               note=f"smaller difference: the {m['panel']} panel's; interval = one-sided 95% bounds")
+        w = s["weaker"][claim]
+        return Measurement(w["auc"], (w["lower"], w["upper"]), "AUC", ".3f", n, "criterion 0.60",
+                           null=s["criterion"], units=units,
+                           note=f"weaker panel: {w['panel']}; interval = one-sided 95% bounds")
+    return measure
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("native-pairs.matching", "native-pairs", "Key similarity matches entity and attribute on both "
+          "record-pair panels",
+          Paper("The matching lower bound exceeds 0.60 in all nine models", (2349, 2349),
+                "Text Similarity Perfectly Separates the Controlled-History Pairs",
+                "weaker panel Qwen3-4B 0.974 [0.968]", (2331, 2331)),
+          "up",
+          tuple(Test(f"native-pairs/{model}", "weaker-panel macro-AUC of s_K, native forward paths; lower bound vs "
+                     "0.60", native_pairs("matching")) for model in NATIVE_PAIR_MODELS)),
+    Claim("native-pairs.relation", "native-pairs", "Fixed V distance recognizes replacement on both record-pair "
+          "panels",
+          Paper("the relation lower bound exceeds 0.60 in all nine models", (2349, 2350),
+                "Text Similarity Perfectly Separates the Controlled-History Pairs",
+                "weaker panel Qwen3-4B 0.696 [0.682]", (2331, 2331)),
+          "up",
+          tuple(Test(f"native-pairs/{model}", "weaker-panel macro-AUC of d_V among matching pairs; lower bound vs "
+                     "0.60", native_pairs("relation")) for model in NATIVE_PAIR_MODELS)),
+    Claim("native-pairs.surface", "native-pairs", "No native relation advantage over the surface baseline on "
+          "both panels",
+          Paper("No model satisfies this requirement, including Qwen3-8B with its zero controlled-history "
+                "difference.", (2183, 2184), "Recognizing Replacement from Record Representations",
+                "lower bound of min Delta, Qwen3-8B 0.000", (2332, 2332)),
+          "down",
+          tuple(Test(f"native-pairs/{model}", "min(Delta intrinsic, Delta history), relation AUC minus the stronger "
+                     "surface (same draws); vs 0", native_pairs("surface")) for model in NATIVE_PAIR_MODELS)),
+)

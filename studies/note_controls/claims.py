@@ -1,0 +1,122 @@
+"""The paper's claims the note-controls study tests, with measures of the note-controls runs' ``summary.json``.
+
+Each claim quotes the paper (its words, lines and numbers) once, here. ``kvprobe report scorecard`` gathers
+:data:`CLAIMS` through the study registry (``studies/scorecard.py``) and judges every measurement by the one
+rule of :mod:`kvprobe.studies.common.claims`.
+
+Example::
+
+    from kvprobe.studies.common.claims import evaluate
+
+    rows = evaluate("artifacts", CLAIMS)   # one Row per test, with its verdict
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from kvprobe.studies.common.claims import (LENIENT, PAPER_RULE, Claim, Measurement, Paper, Test, find_entry,
+                                           floor_reason, join_reasons, pp_measurement, read_summary)
+
+__all__ = ["CLAIMS", "NOTES_QWEN", "NOTES_SMOL", "note_by_rule", "note_early", "note_margin"]
+
+
+NOTES_SMOL, NOTES_QWEN = "note-controls/smollm2-135m-instruct", "note-controls/qwen2.5-coder-0.5b-instruct"
+
+
+def _note_config(s: dict[str, Any], name: str) -> dict[str, Any]:
+    return find_entry(s["configurations"], configuration=name)
+
+
+def _configuration_label(name: str) -> str:
+    return {"full": "full access", "varied-full": "full access under the varied note"}.get(name, name)
+
+
+def note_early(rule: str) -> Callable[[Path], Measurement]:
+    """Early-note control minus full access (pp) on the label question."""
+    def measure(run: Path) -> Measurement:
+        s = read_summary(run)
+        early, full = _note_config(s, "early"), _note_config(s, "full")
+        ch = early["vs_full"][rule]
+        return pp_measurement(ch["pp"], ch["pp_ci"], f"{s['units']} histories, {s['groups']} groups",
+                              f"full {full['correct'][rule]}/{full['n']}; early {early['correct'][rule]}/{early['n']}",
+                              floor_reason(full["correct"][rule], full["n"], "full access"), units=s["groups"])
+    return measure
+
+
+def note_by_rule(contrast: Sequence[str], baselines: Sequence[str]) -> Callable[[str], Callable[[Path], Measurement]]:
+    """A ``by_rule`` contrast, by its key path (``("near_far",)``, ``("note_profiles", "loss_difference")``);
+    the floor is checked on the ``baselines`` configurations."""
+    def for_rule(rule: str) -> Callable[[Path], Measurement]:
+        def measure(run: Path) -> Measurement:
+            s = read_summary(run)
+            ch = s["by_rule"][rule]
+            for key in contrast:
+                ch = ch[key]
+            rows = [_note_config(s, b) for b in baselines]
+            counts = "; ".join(f"{_configuration_label(a['configuration'])} {a['correct'][rule]}/{a['n']}"
+                               for a in rows)
+            reason = join_reasons(*(floor_reason(a["correct"][rule], a["n"], _configuration_label(a["configuration"]))
+                                    for a in rows))
+            return pp_measurement(ch["pp"], ch["pp_ci"], f"{s['units']} histories, {s['groups']} groups", counts,
+                                  reason, units=s["groups"])
+        return measure
+    return for_rule
+
+
+def note_margin(run: Path) -> Measurement:
+    """Change of the label-vs-UNKNOWN first-token margin under the early-note control (nats)."""
+    s = read_summary(run)
+    m = _note_config(s, "early")["margin_vs_full"]
+    return Measurement(m["mean"], tuple(m["ci"]), "nats", "+.2f", f"{s['units']} histories, {s['groups']} groups",
+                       "full", units=s["groups"])
+
+
+def _note_tests(compared: str, make: Callable[[str], Callable[[Path], Measurement]]) -> tuple[Test, ...]:
+    """SmolLM2 under the paper's label rule and the lenient rule, Qwen2.5-Coder under the paper's rule."""
+    paper = f"{PAPER_RULE}: label in the JSON answer field, EOS; {compared}"
+    return (Test(NOTES_SMOL, paper, make("label_correct")),
+            Test(NOTES_SMOL, f"{LENIENT}: label mentioned first; {compared}", make("lenient_correct")),
+            Test(NOTES_QWEN, paper, make("label_correct")))
+
+
+_near_far = note_by_rule(("near_far",), ("full",))
+
+
+_varied = note_by_rule(("note_profiles", "loss_difference"), ("full", "varied-full"))
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("note-controls.early", "note-controls", "Hiding the note's first tokens (the early control) loses "
+          "correct labels",
+          Paper("Masking the first 31 note tokens gives 8/240 correct answers, versus 146/240 with full access.",
+                (3842, 3843), "Effects of control location and prompt wording on abstention",
+                "146/240 -> 8/240"),
+          "down",
+          _note_tests("early control vs full", note_early)),
+    Claim("note-controls.occurrence", "note-controls", "Which copy of a repeated note window is hidden matters "
+          "(far minus near)",
+          Paper("Blocking the earlier copy gives 8/240 correct answers; blocking the later copy gives 146/240, with "
+                "138 corrections and no reversals", (3850, 3851),
+                "Effects of control location and prompt wording on abstention", "+57.5 pp [49.58, 65.42]",
+                (3852, 3853)),
+          "up",
+          _note_tests("far copy vs near copy", _near_far)),
+    Claim("note-controls.varied", "note-controls", "A varied (non-repeated) note loses less under the early "
+          "control",
+          Paper("The early-mask loss is -57.50 points [-65.42,-50.00] under repeated text and -13.33 [-17.92,-9.17] "
+                "under varied text.", (5417, 5418), "Varied Background Text and Early Note Access",
+                "-57.50 (repeated) vs -13.33 (varied) pp"),
+          "up",
+          _note_tests("early-control loss, varied minus repeated note", _varied)),
+    Claim("note-controls.margin", "note-controls", "The early control lowers the label-vs-UNKNOWN first-token "
+          "margin",
+          Paper("The mean log-probability difference changes from +0.205 to -3.050 nats under the original control.",
+                (3896, 3897), "Effects of control location and prompt wording on abstention",
+                "+0.205 -> -3.050 nats"),
+          "down",
+          (Test(NOTES_SMOL, "first-value margin (label vs UNKNOWN); early control vs full", note_margin),
+           Test(NOTES_QWEN, "first-value margin (label vs UNKNOWN); early control vs full", note_margin))),
+)

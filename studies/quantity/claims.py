@@ -1,0 +1,171 @@
+"""The paper's claims the quantity study tests, with measures of the quantity runs' ``summary.json``.
+
+Each claim quotes the paper (its words, lines and numbers) once, here. ``kvprobe report scorecard`` gathers
+:data:`CLAIMS` through the study registry (``studies/scorecard.py``) and judges every measurement by the one
+rule of :mod:`kvprobe.studies.common.claims`.
+
+Example::
+
+    from kvprobe.studies.common.claims import evaluate
+
+    rows = evaluate("artifacts", CLAIMS)   # one Row per test, with its verdict
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kvprobe.studies.common.claims import (LENIENT, PAPER_RULE, Claim, Measurement, Paper, Test, excludes_zero,
+                                           find_entry, floor_reason, pp_measurement, read_summary, share_pp)
+from kvprobe.studies.common.report import estimate
+
+__all__ = ["CLAIMS", "QUANTITY", "QUANTITY_QWEN", "QUANTITY_RUNS", "quantity_change", "quantity_margin",
+           "quantity_margin_follows_old", "quantity_recompute", "quantity_warning"]
+
+
+QUANTITY = "quantity/smollm2-135m-instruct"
+QUANTITY_QWEN = "quantity/qwen2.5-coder-1.5b-instruct"
+#: The committed quantity runs, one per model (the first writes no JSON answer, the second does).
+QUANTITY_RUNS = (QUANTITY, QUANTITY_QWEN)
+
+
+def _quantity_cell(s: dict[str, Any], information: str, condition: str, relation: str = "replacement",
+                   query: str = "current") -> dict[str, Any]:
+    return find_entry(s["cells"], relation=relation, information=information, query=query, condition=condition)
+
+
+def quantity_margin(information: str) -> Callable[[Path], Measurement]:
+    """Margin change of the whole-source mask against its equal-token control (replacements, current question)."""
+    def measure(run: Path) -> Measurement:
+        cell = _quantity_cell(read_summary(run), information, "source")
+        m = cell["margin_change_vs_control"]
+        return Measurement(m["mean"], tuple(m["ci"]), "nats", "+.2f", f"{cell['n']} groups", "source-control",
+                           units=cell["n"])
+    return measure
+
+
+def quantity_margin_follows_old(information: str) -> Callable[[Path], Measurement]:
+    """Spearman(Delta m, D_o) over the replacements' current question (source mask vs its control; the summary's
+    ``candidate_decomposition``)."""
+    def measure(run: Path) -> Measurement:
+        e = read_summary(run)["candidate_decomposition"]["per_information"][information]
+        return Measurement(e["spearman_delta_m_d_o"], tuple(e["spearman_ci"]), "Spearman", ".2f", f"{e['n']} groups",
+                           "source-control", units=e["n"])
+    return measure
+
+
+def quantity_change(information: str, condition: str, rule: str) -> Callable[[Path], Measurement]:
+    """Answer change of a mask against its control (full access if the control is not inert), under ``rule``.
+
+    ``rule`` is a summary column: ``complete`` (the paper's complete answer) or ``lenient_complete`` (ours).
+    """
+    def measure(run: Path) -> Measurement:
+        s = read_summary(run)
+        cell = _quantity_cell(s, information, condition)
+        control_name = f"{condition}-control"
+        control = _quantity_cell(s, information, control_name)
+        full = _quantity_cell(s, information, "full")
+        note = ""
+        reference, change = control, cell[f"{rule}_vs_control"]
+        ref_name = control_name
+        own = control[f"{rule}_vs_full"]
+        if excludes_zero(own["net_ci"]):
+            reference, change, ref_name = full, cell[f"{rule}_vs_full"], "full"
+            note = (f"{control_name} is not neutral (its own change against full access: "
+                    f"{estimate(*share_pp(own['net'], own['net_ci']), '+.1f')} pp), so full access is the reference")
+        value, ci = share_pp(change["net"], change["net_ci"])
+        return pp_measurement(value, ci, f"{cell['n']} groups", f"{ref_name} {reference[rule]}/{reference['n']}",
+                              floor_reason(reference[rule], reference["n"], ref_name), units=cell["n"], note=note)
+    return measure
+
+
+def quantity_recompute(information: str, rule: str) -> Callable[[Path], Measurement]:
+    """Text recompute against the source mask (the paper's comparison) under ``rule``."""
+    def measure(run: Path) -> Measurement:
+        s = read_summary(run)
+        recompute, source = _quantity_cell(s, information, "recompute"), _quantity_cell(s, information, "source")
+        reason = floor_reason(source[rule], source["n"], "source mask")
+        reference = f"source mask {source[rule]}/{source['n']}; recompute {recompute[rule]}/{recompute['n']}"
+        change = recompute[f"{rule}_vs_source"]
+        value, ci = share_pp(change["net"], change["net_ci"])
+        return pp_measurement(value, ci, f"{recompute['n']} groups", reference, reason, units=recompute["n"])
+    return measure
+
+
+def quantity_warning(rule: str, information: str) -> Callable[[Path], Measurement]:
+    """AUC of the current answer's probability drop D_c ranking lost above kept answers."""
+    def measure(run: Path) -> Measurement:
+        w = read_summary(run)["warning_signal"][rule][information]
+        n = f"{w['lost']} lost, {w['kept']} kept"
+        if w["auc"] is None:
+            return Measurement(None, None, "AUC", ".3f", n, null=0.5,
+                               not_testable=f"AUC undefined: {w['lost']} lost and {w['kept']} kept answers "
+                               "(a class is empty)")
+        return Measurement(w["auc"], tuple(w["auc_ci"]), "AUC", ".3f", n, null=0.5)
+    return measure
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("quantity.margin", "quantity",
+          "Hiding record A raises the current-minus-old margin beyond the equal-token control",
+          Paper("Whole-source masking raises the current-versus-old margin in all eight generators, by "
+                "7.06--22.81 nats relative to the control", (357, 358),
+                "Preferring the New Value Does Not Ensure a Complete Answer", "+7.06 to +22.81 nats, eight models"),
+          "up",
+          tuple(Test(run, "candidate margin; source mask vs source-control; 60 replacements, B refers to A's unit",
+                     quantity_margin("unit_from_a")) for run in QUANTITY_RUNS)),
+    Claim("quantity.margin-follows-old", "quantity",
+          "The margin gain follows the old answer's drop D_o",
+          Paper("The margin gain accordingly follows the old answer", (4129, 4129),
+                "Candidate Margin and Answer Likelihood",
+                "Spearman 0.91-0.99 in seven models, 0.67 in Qwen3-4B", (4129, 4131)),
+          "up",
+          tuple(Test(run, "Spearman(Delta m, D_o); source mask vs source-control; 60 replacements, B refers to A's "
+                     "unit", quantity_margin_follows_old("unit_from_a")) for run in QUANTITY_RUNS)),
+    Claim("quantity.unit-loss", "quantity",
+          "When only A states the unit, hiding A loses complete current answers",
+          Paper("Full access and source-mask controls both give 98.3--100% (59--60) complete answers per model; "
+                "the same six lose answers against either.", (350, 352),
+                "Preferring the New Value Does Not Ensure a Complete Answer",
+                "full access and controls 98.3-100% (59-60 of 60); six of eight models lose answers"),
+          "down",
+          tuple(t for run in QUANTITY_RUNS for t in (
+              Test(run, f"{PAPER_RULE}: complete answer (one JSON answer field, unit, EOS); source mask vs "
+                   "source-control; 60 replacements, B refers to A's unit",
+                   quantity_change("unit_from_a", "source", "complete")),
+              Test(run, f"{LENIENT}: right number and unit anywhere, no EOS needed; source mask vs source-control",
+                   quantity_change("unit_from_a", "source", "lenient_complete"))))),
+    Claim("quantity.number-only", "quantity",
+          "Hiding only the old number keeps every current answer",
+          Paper("Number-only masking leaves the unit visible and preserves 60/60 current answers in every model",
+                (384, 385), "Preferring the New Value Does Not Ensure a Complete Answer", "60/60 in all eight models"),
+          "none",
+          tuple(t for run in QUANTITY_RUNS for t in (
+              Test(run, f"{PAPER_RULE}: complete answer; number-only mask vs number-control; B refers to A's unit",
+                   quantity_change("unit_from_a", "number", "complete")),
+              Test(run, f"{LENIENT}; number-only mask vs number-control",
+                   quantity_change("unit_from_a", "number", "lenient_complete"))))),
+    Claim("quantity.warning", "quantity",
+          "The current answer's probability drop ranks lost above kept answers",
+          Paper("It ranks lost above kept answers with AUC 0.89--0.98 in the four Qwen and Llama models that lose "
+                "answers.", (375, 376), "Preferring the New Value Does Not Ensure a Complete Answer",
+                "AUC 0.89-0.98, four models"),
+          "up",
+          tuple(t for run in QUANTITY_RUNS for t in (
+              Test(run, f"{PAPER_RULE}: lost/kept complete answers, B refers to A's unit",
+                   quantity_warning("complete", "unit_from_a")),
+              Test(run, f"{LENIENT}: lost/kept lenient answers, B refers to A's unit",
+                   quantity_warning("lenient_complete", "unit_from_a"))))),
+    Claim("quantity.recompute-unit", "quantity",
+          "Deleting A's text and recomputing loses the unit-dependent answers the source mask keeps",
+          Paper("Deleting old text can also remove a needed unit: on the 60 unit-dependent Qwen3-32B cases, it gives "
+                "5.0% (3) complete answers, compared with 60.0% (36) under source masking", (551, 553),
+                "Later Cache States Can Preserve Earlier Relations", "3/60 vs 36/60 (Qwen3-32B)"),
+          "down",
+          tuple(t for run in QUANTITY_RUNS for t in (
+              Test(run, f"{PAPER_RULE}: complete answer; recompute vs source mask",
+                   quantity_recompute("unit_from_a", "complete")),
+              Test(run, f"{LENIENT}; recompute vs source mask", quantity_recompute("unit_from_a", "lenient_complete"))))),
+)

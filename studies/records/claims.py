@@ -1,0 +1,61 @@
+"""The paper's claims the records study tests, with measures of the records runs' ``summary.json``.
+
+Each claim quotes the paper (its words, lines and numbers) once, here. ``kvprobe report scorecard`` gathers
+:data:`CLAIMS` through the study registry (``studies/scorecard.py``) and judges every measurement by the one
+rule of :mod:`kvprobe.studies.common.claims`.
+
+Example::
+
+    from kvprobe.studies.common.claims import evaluate
+
+    rows = evaluate("artifacts", CLAIMS)   # one Row per test, with its verdict
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from kvprobe.studies.common.claims import (LENIENT, PAPER_RULE, Claim, Measurement, Paper, Test, count_pp, find_entry,
+                                           floor_reason, pp_measurement, read_summary)
+
+__all__ = ["CLAIMS", "records_change"]
+
+
+def records_change(query: str, condition: str, rule: str) -> Callable[[Path], Measurement]:
+    """A condition's change (pp) against keep-all; ``rule``: ``correct`` (exact field) or ``lenient``."""
+    def measure(run: Path) -> Measurement:
+        s = read_summary(run)
+        cell = find_entry(s["cells"], query=query, policy=condition, subset="all")
+        keep = find_entry(s["cells"], query=query, policy="keep-all", subset="all")
+        value, ci = count_pp(cell[f"{rule}_change"], cell["n"])
+        return pp_measurement(value, ci, f"{cell['n']} histories", f"keep-all {keep[rule]}/{keep['n']}; {condition} "
+                              f"{cell[rule]}/{cell['n']}", floor_reason(keep[rule], keep["n"], "keep-all"))
+    return measure
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("records.oracle-current", "records", "Masking true replacements still loses current exact-field answers",
+          Paper("Their masking losses therefore concern answer-field mismatches, including unit omission, not "
+                "necessarily wrong semantic values.", (5509, 5511), "Query Preservation and Generation Errors",
+                "Qwen3-4B: 26 oracle-mask reversals against keep-all", (5511, 5512)),
+          "down",
+          (Test("records/smollm2-135m-instruct", f"{PAPER_RULE}: exact answer field; oracle mask vs keep-all; "
+                "current question; deadlines as dates (the paper's: hours)",
+                records_change("current", "oracle-mask", "correct")),
+           Test("records/smollm2-135m-instruct", f"{LENIENT}; oracle mask vs keep-all; current question; deadlines "
+                "as dates",
+                records_change("current", "oracle-mask", "lenient")),
+           Test("records/qwen2.5-coder-0.5b-instruct", f"{PAPER_RULE}: exact answer field; oracle mask vs keep-all; "
+                "current question; deadlines as dates", records_change("current", "oracle-mask", "correct")))),
+    Claim("records.oracle-historical", "records", "Hiding the old record loses historical answers",
+          Paper("Hiding the old record is cheap, but it may still contain needed details or answer questions about "
+                "the past.", (156, 158), "Abstract", "MQuAKE historical 88.2 -> 74 (Qwen3-4B, %)", (436, 436)),
+          "down",
+          (Test("records/smollm2-135m-instruct", f"{PAPER_RULE}: exact answer field; oracle mask vs keep-all; "
+                "historical question", records_change("historical", "oracle-mask", "correct")),
+           Test("records/smollm2-135m-instruct", f"{LENIENT}; oracle mask vs keep-all; historical question",
+                records_change("historical", "oracle-mask", "lenient")),
+           Test("records/qwen2.5-coder-0.5b-instruct", f"{PAPER_RULE}: exact answer field; oracle mask vs keep-all; "
+                "historical question", records_change("historical", "oracle-mask", "correct")))),
+)
