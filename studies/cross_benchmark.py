@@ -32,41 +32,78 @@ from typing import Any
 
 from kvprobe.readouts.stats import clopper_pearson
 
+from .babilong import claims as babilong
+from .common.claims import Claim, count_pp, lines_text
 from .common.report import estimate, interval, table_head, table_row
-from .common.claims import count_pp
+from .minteval import claims as minteval
+from .mquake import claims as mquake
 from .study_figures import BABI_LOCATIONS
 
 __all__ = ["PAPER", "PAPER_CHANGE", "PAPER_METRIC", "PAPER_MODELS", "QUESTIONS", "rows", "table", "write_cross_benchmark"]
 
 QUESTIONS = ("current", "historical")
 
-#: The paper's whole-source-vs-full numbers for each (benchmark, question), quoted with their lines.
+#: The paper's models behind every benchmark's numbers (the same three in each study's claims).
+PAPER_MODELS = mquake.PAPER_MODELS
+
+
+def _claim_lines(claims: tuple[Claim, ...], key: str) -> str:
+    """``L1495-1497``: where the paper states the claim ``key`` of a study's claims."""
+    return lines_text(next(c for c in claims if c.key == key).paper.lines)
+
+
+def _mquake_rates(question: str) -> str:
+    table = mquake.TABLE[question]
+    rates = ", ".join(f"{full:.1f} -> {masked:.1f}% ({model})"
+                      for model, full, masked in zip(PAPER_MODELS, table["full"], table["source-mask"]))
+    return f"full -> source {rates}; N = {table['n']:,} (table, {lines_text(mquake.TABLE_LINES)})"
+
+
+def _mquake_changes(question: str) -> str:
+    table = mquake.TABLE[question]
+    changes = ", ".join(f"{masked - full:+.1f}" for full, masked in zip(table["full"], table["source-mask"]))
+    return f"{changes} pp ({lines_text(mquake.TABLE_LINES)})"
+
+
+def _babilong_changes(task: str, lines: str) -> str:
+    counts = {"qa3": babilong.QA3_32K, "qa2": babilong.QA2_32K}[task]
+    return ", ".join(f"{masked - full:+d}" for full, masked in zip(counts["full"], counts["naive"])) + \
+        f" of 100, 32k ({lines})"
+
+
+_GAIN, _FALL = minteval.CURRENT_LOCATION_GAIN, minteval.HISTORY_FALL
+_QA2 = _claim_lines(babilong.CLAIMS, "babilong.qa2-naive")
+_QA3 = _claim_lines(babilong.CLAIMS, "babilong.qa3-naive")
+_QA3_LOSS = [full - masked for full, masked in zip(babilong.QA3_32K["full"], babilong.QA3_32K["naive"])]
+
+#: The paper's whole-source-vs-full numbers for each (benchmark, question) with their lines, read from the
+#: studies' claims (``studies/<study>/claims.py``, where each is quoted once).
 PAPER: dict[tuple[str, str], str] = {
-    ("MINTEval", "current"): "current-location source - full: Llama-3.2-3B +9.72 pp [5.75, 13.90], the only "
-                             "interval above 0 of three models (L1365-1366)",
-    ("MINTEval", "historical"): "history answers fall by 12.86, 15.39, 13.02 pp (Qwen3-4B, Llama-3.2-3B, "
-                                "Qwen3-32B; L1366-1367)",
-    ("MQuAKE", "current"): "full -> source 81.2 -> 84.2% (Qwen3-4B), 44.2 -> 63.9% (Llama-3.2-3B), "
-                           "81.8 -> 83.2% (Qwen3-32B); N = 1,800 (table, L436)",
-    ("MQuAKE", "historical"): "full -> source 88.2 -> 74.0% (Qwen3-4B), 85.8 -> 80.2% (Llama-3.2-3B), "
-                              "97.0 -> 82.3% (Qwen3-32B); N = 600 (table, L436)",
-    ("BABILong", "current"): "qa2 at 32k, full -> naive: 36 -> 43, 16 -> 20, 46 -> 47 of 100 (Qwen3-4B, "
-                             "Llama-3.2-3B, Qwen3-32B; L1497-1499)",
-    ("BABILong", "historical"): "qa3 at 32k, full -> source: 33 -> 16, 25 -> 6, 40 -> 15 of 100 (Qwen3-4B, "
-                                "Llama-3.2-3B, Qwen3-32B; L1495-1497; 17-25 lost, L585)",
+    ("MINTEval", "current"): f"current-location source - full: {_GAIN['model']} {_GAIN['pp']:+.2f} pp "
+                             f"[{_GAIN['ci'][0]:.2f}, {_GAIN['ci'][1]:.2f}], the only interval above 0 of three "
+                             f"models ({lines_text(_GAIN['lines'])})",
+    ("MINTEval", "historical"): f"history answers fall by {', '.join(f'{x:.2f}' for x in _FALL['pp'])} pp "
+                                f"({', '.join(minteval.PAPER_MODELS)}; {lines_text(_FALL['lines'])})",
+    ("MQuAKE", "current"): _mquake_rates("current"),
+    ("MQuAKE", "historical"): _mquake_rates("historical"),
+    ("BABILong", "current"): f"qa2 at 32k, full -> naive: {babilong.paper_counts('qa2', 'naive')} of 100 "
+                             f"({', '.join(babilong.PAPER_MODELS)}; {_QA2})",
+    ("BABILong", "historical"): f"qa3 at 32k, full -> source: {babilong.paper_counts('qa3', 'naive')} of 100 "
+                                f"({', '.join(babilong.PAPER_MODELS)}; {_QA3}; {min(_QA3_LOSS)}-{max(_QA3_LOSS)} "
+                                f"lost, L{babilong.QA3_LOSS_LINE})",
 }
 
 #: The paper's whole-source-minus-full changes per model, in the order of :data:`PAPER_MODELS`, for the table's
-#: column beside ours (points; BABILong: answers of 100): read from the lines :data:`PAPER` quotes (MQuAKE: the
+#: column beside ours (points; BABILong: answers of 100): from the numbers :data:`PAPER` quotes (MQuAKE: the
 #: differences of its table's rounded percentages; MINTEval current: only Llama-3.2-3B is given in the text).
-PAPER_MODELS = ("Qwen3-4B", "Llama-3.2-3B", "Qwen3-32B")
 PAPER_CHANGE: dict[tuple[str, str], str] = {
-    ("MINTEval", "current"): "Llama-3.2-3B +9.72 [5.75, 13.90] pp (L1365)",
-    ("MINTEval", "historical"): "-12.86, -15.39, -13.02 pp (L1366-1367)",
-    ("MQuAKE", "current"): "+3.0, +19.7, +1.4 pp (L436)",
-    ("MQuAKE", "historical"): "-14.2, -5.6, -14.7 pp (L436)",
-    ("BABILong", "current"): "+7, +4, +1 of 100, 32k (L1497-1499)",
-    ("BABILong", "historical"): "-17, -19, -25 of 100, 32k (L1495-1497)",
+    ("MINTEval", "current"): f"{_GAIN['model']} {_GAIN['pp']:+.2f} [{_GAIN['ci'][0]:.2f}, {_GAIN['ci'][1]:.2f}] pp "
+                             f"(L{_GAIN['lines'][0]})",
+    ("MINTEval", "historical"): f"{', '.join(f'{-x:+.2f}' for x in _FALL['pp'])} pp ({lines_text(_FALL['lines'])})",
+    ("MQuAKE", "current"): _mquake_changes("current"),
+    ("MQuAKE", "historical"): _mquake_changes("historical"),
+    ("BABILong", "current"): _babilong_changes("qa2", _QA2),
+    ("BABILong", "historical"): _babilong_changes("qa3", _QA3),
 }
 #: The metric of each benchmark the paper reports (other metrics are sensitivities: no paper column).
 PAPER_METRIC = {"MINTEval": "em", "MQuAKE": "em", "BABILong": "official"}

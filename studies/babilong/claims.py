@@ -21,10 +21,30 @@ from pathlib import Path
 from kvprobe.studies.common.claims import (Claim, Measurement, Paper, Test, chance_reason, count_pp, find_entry,
                                            floor_reason, join_reasons, pp_measurement, read_summary)
 
-__all__ = ["BABI_8K", "BABI_SHORT", "CLAIMS", "babilong_change"]
+__all__ = ["BABI_8K", "BABI_SHORT", "CLAIMS", "PAPER_MODELS", "QA2_32K", "QA3_32K", "QA3_LOSS_LINE", "babilong_change",
+           "paper_counts"]
 
 
 BABI_8K, BABI_SHORT = "babilong/smollm2-135m-instruct-8k", "babilong/smollm2-135m-instruct"
+
+#: The paper's models of its BABILong anchors, in the order of the counts below.
+PAPER_MODELS = ("Qwen3-4B", "Llama-3.2-3B", "Qwen3-32B")
+#: The paper's qa3 (earlier location) counts of 100 at 32k per model (L1495-1497): full access, the naive mask
+#: (its whole-source mask) and the conservative dependency rule.
+QA3_32K = {"full": (33, 25, 40), "naive": (16, 6, 15), "dependency": (31, 22, 39)}
+#: The paper's qa2 (current location) counts of 100 at 32k per model (L1497-1499): full access and the naive mask.
+QA2_32K = {"full": (36, 16, 46), "naive": (43, 20, 47)}
+#: The line where the paper gives the qa3 loss at 32k as a range ("loses 17--25 correct historical answers").
+QA3_LOSS_LINE = 585
+
+
+def paper_counts(task: str, condition: str) -> str:
+    """The paper's counts at 32k, full access -> ``condition``, one per model of :data:`PAPER_MODELS`.
+
+    Example: ``paper_counts("qa3", "naive")`` is ``"33 -> 16, 25 -> 6, 40 -> 15"``.
+    """
+    counts = {"qa3": QA3_32K, "qa2": QA2_32K}[task]
+    return ", ".join(f"{full} -> {other}" for full, other in zip(counts["full"], counts[condition]))
 
 
 def _majority(run: Path, task: str, length: int) -> tuple[int, int, str]:
@@ -67,19 +87,20 @@ CLAIMS: tuple[Claim, ...] = (
           "(earlier location) answers",
           Paper("For qa3 at 32k, full/source/conservative-rule counts are 33/16/31 for Qwen3-4B, 25/6/22 for "
                 "Llama-3.2-3B, and 40/15/39 for Qwen3-32B.", (1495, 1497), "Long-Context Object Dependencies",
-                "full -> naive 33 -> 16, 25 -> 6, 40 -> 15 (counts at 32k)"),
+                f"full -> naive {paper_counts('qa3', 'naive')} (counts at 32k)"),
           "down",
           _babilong_tests("qa3", "naive")),
     Claim("babilong.qa3-dependency", "babilong", "Keeping the object-dependency facts keeps qa3 near full access",
           Paper("For qa3 at 32k, full/source/conservative-rule counts are 33/16/31 for Qwen3-4B, 25/6/22 for "
                 "Llama-3.2-3B, and 40/15/39 for Qwen3-32B.", (1495, 1497), "Long-Context Object Dependencies",
-                "full -> conservative 33 -> 31, 25 -> 22, 40 -> 39 (counts at 32k)"),
+                f"full -> conservative {paper_counts('qa3', 'dependency')} (counts at 32k)"),
           "none",
           _babilong_tests("qa3", "dependency")),
     Claim("babilong.qa2-naive", "babilong", "The naive mask does not hurt qa2 (current location); it gains a "
           "little",
           Paper("On qa2 at the same length, naive masking improves the point counts from 36 to 43, 16 to 20, and "
-                "46 to 47.", (1497, 1499), "Long-Context Object Dependencies", "36 -> 43, 16 -> 20, 46 -> 47 (counts)"),
+                "46 to 47.", (1497, 1499), "Long-Context Object Dependencies",
+                f"{paper_counts('qa2', 'naive')} (counts)"),
           "up",
           _babilong_tests("qa2", "naive", gain=True)),
 )

@@ -18,7 +18,15 @@ from pathlib import Path
 from kvprobe.studies.common.claims import (PAPER_RULE, Claim, Measurement, Paper, Test, find_entry, floor_reason,
                                            pp_measurement, read_summary)
 
-__all__ = ["CLAIMS", "minteval_source"]
+__all__ = ["CLAIMS", "CURRENT_LOCATION_GAIN", "HISTORY_FALL", "PAPER_MODELS", "minteval_source"]
+
+#: The paper's models of its MINTEval numbers, in the order of :data:`HISTORY_FALL`.
+PAPER_MODELS = ("Qwen3-4B", "Llama-3.2-3B", "Qwen3-32B")
+#: Whole-source mask minus full access on current-location questions: the paper gives one model's, the only
+#: interval above 0 of the three (pp, L1365-1366).
+CURRENT_LOCATION_GAIN = {"model": "Llama-3.2-3B", "pp": 9.72, "ci": (5.75, 13.90), "lines": (1365, 1366)}
+#: How far history answers fall under the whole-source mask, per model (pp, L1366-1367).
+HISTORY_FALL = {"pp": (12.86, 15.39, 13.02), "lines": (1366, 1367)}
 
 
 def minteval_source(run: Path) -> Measurement:

@@ -19,11 +19,19 @@ from pathlib import Path
 from kvprobe.studies.common.claims import (LENIENT, PAPER_RULE, Claim, Measurement, Paper, Test, count_pp, find_entry,
                                            floor_reason, pp_measurement, read_summary, share_pp)
 
-__all__ = ["CLAIMS", "MQUAKE", "MQUAKE_NC", "mquake_current_value", "mquake_routing", "mquake_strata", "mquake_vs_full",
-           "mquake_vs_source"]
+__all__ = ["CLAIMS", "MQUAKE", "MQUAKE_NC", "PAPER_MODELS", "TABLE", "TABLE_LINES", "mquake_current_value",
+           "mquake_routing", "mquake_strata", "mquake_vs_full", "mquake_vs_source"]
 
 
 MQUAKE, MQUAKE_NC = "mquake/smollm2-135m-instruct", "mquake/smollm2-135m-instruct-no-context"
+
+#: The paper's models of its MQuAKE table, in the order of the rates below.
+PAPER_MODELS = ("Qwen3-4B", "Llama-3.2-3B", "Qwen3-32B")
+#: The paper's MQuAKE table (:data:`TABLE_LINES`): % correct under full access and the source mask per model, and
+#: the questions behind each rate (current paraphrases, historical questions).
+TABLE = {"current": {"full": (81.2, 44.2, 81.8), "source-mask": (84.2, 63.9, 83.2), "n": 1800},
+         "historical": {"full": (88.2, 85.8, 97.0), "source-mask": (74.0, 80.2, 82.3), "n": 600}}
+TABLE_LINES = (436, 436)
 
 
 def mquake_vs_full(kind: str, condition: str, rule: str) -> Callable[[Path], Measurement]:
@@ -140,7 +148,9 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("mquake.source-current", "mquake", "Hiding the superseded records raises current multi-hop answers",
           Paper("Source masking increases current reference matches in all three models", (501, 501),
                 "Later Cache States Can Preserve Earlier Relations",
-                "Qwen3-4B 81.2 -> 84.2, Llama-3.2-3B 44.2 -> 63.9, Qwen3-32B 81.8 -> 83.2 (%)", (436, 436)),
+                ", ".join(f"{model} {full:.1f} -> {masked:.1f}" for model, full, masked in
+                          zip(PAPER_MODELS, TABLE["current"]["full"], TABLE["current"]["source-mask"])) + " (%)",
+                TABLE_LINES),
           "up",
           _mquake_tests("source-mask", "current")),
     Claim("mquake.recompute-current", "mquake", "Recomputing without the old records raises current answers "
