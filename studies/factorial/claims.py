@@ -1,14 +1,7 @@
 """The paper's claims the factorial study tests, with measures of the factorial runs' ``summary.json``.
 
-Each claim quotes the paper (its words, lines and numbers) once, here. ``kvprobe report scorecard`` gathers
-:data:`CLAIMS` through the study registry (``studies/scorecard.py``) and judges every measurement by the one
-rule of :mod:`kvprobe.studies.common.claims`.
-
-Example::
-
-    from kvprobe.studies.common.claims import evaluate
-
-    rows = evaluate("artifacts", CLAIMS)   # one Row per test, with its verdict
+Each claim quotes the paper once, here; ``kvprobe report scorecard`` gathers :data:`CLAIMS` (the types, the
+readers and the verdict rule: :mod:`kvprobe.studies.common.claims`).
 """
 
 from __future__ import annotations
