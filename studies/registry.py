@@ -3,7 +3,7 @@
 An :class:`Entry` names the study class (its dataclass fields become the options of
 ``kvprobe run NAME``), the summary module (``write_summary(out_dir, seed=...)`` writes
 ``summary.json`` and ``report.md``; ``kvprobe report NAME DIR`` reruns it), and what
-else the command must know: a runner that also writes a side log, options of the
+else the command must know: a runner that does more than run the cases, options of the
 summary or of the run that are not study parameters, and why a study cannot run on
 Ray workers. Modules are named as strings and imported on use, so ``kvprobe --help``
 stays fast.
@@ -51,7 +51,8 @@ class Entry:
         summary: module with ``write_summary(out_dir, seed=...)``.
         description: one line for ``kvprobe run --help``.
         runner: ``"module:function"`` called as ``fn(model, out_dir, study=..., progress=..., **run options)``
-            instead of :func:`kvprobe.studies.common.runner.run_study` (studies that also write side logs).
+            instead of :func:`kvprobe.studies.common.runner.run_study` (a study that does more after its cases,
+            e.g. cross-checkpoint's readout transfer).
         options: options beyond the study's fields.
         local_only: why the study cannot run on Ray workers (None: it can).
         compare: ``"module:function"`` of ``kvprobe report NAME DIR DIR ... --out OUT`` (several runs):
@@ -162,7 +163,6 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
           smoke=dict(intrinsic_groups=2, history_per_family=1, draws=20, cases_per_batch=4)),
     Entry("derived-note", _P + "derived_note.study:DerivedNoteStudy", _P + "derived_note.summary",
           "a derived note carries the old record's content: masks, selective refresh, recompute (appendix)",
-          runner=_P + "derived_note.study:run",
           local_only="it appends a cost log from inside each case",
           smoke=dict(n_groups=1, max_new_tokens=3)),
     Entry("query-aware", _P + "query_aware.study:QueryAwareStudy", _P + "query_aware.summary",
@@ -212,7 +212,6 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
           smoke=dict(split="all", n=2, max_new_tokens=2)),
     Entry("requests", _P + "requests.study:RequestsStudy", _P + "requests.summary",
           "repeated-request workload: cost of detector masks and recomputes over keep-all (partE)",
-          runner=_P + "requests.study:run",
           local_only="its timings measure one process on an otherwise idle machine",
           smoke=dict(n_groups=1, lengths=(0,), max_new_tokens=2, detector_max_new_tokens=2)),
 )}

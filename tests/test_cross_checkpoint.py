@@ -20,6 +20,7 @@ from kvprobe.studies.cross_checkpoint.study import CrossCheckpointStudy
 from kvprobe.studies.cross_checkpoint.summary import write_summary
 from kvprobe.studies.cross_checkpoint.transfer import readout_transfer, select_items, write_transfer
 from kvprobe.studies.recognition.records import generate_records
+from kvprobe.studies.common.protocol import RunState
 from kvprobe.studies.common.runner import read_rows, run_study
 
 from conftest import QUESTIONS, SEGMENTS
@@ -261,10 +262,10 @@ def test_study_end_to_end_with_summary_and_transfer(llama, tmp_path):
     assert run_study(study, llama, tmp_path, progress=False).cases_run == 0  # resumable
 
     cases = select_items(generate_records(), {"train": 3, "dev": 2, "test": 2})
-    result = readout_transfer(llama, study.sibling_pair(llama).sibling, cases, draws=200)
+    result = readout_transfer(llama, study.sibling_pair(llama, RunState()).sibling, cases, draws=200)
     assert {"own", "transfer", "transfer_main_dev_C"} <= set(result) and 0 <= result["transfer"]["role_auc"] <= 1
     write_transfer(tmp_path, result)
-    summary = write_summary(tmp_path)
+    summary = write_summary("cross-checkpoint", tmp_path)
     assert (tmp_path / "report.md").exists() and json.loads((tmp_path / "summary.json").read_text())["cases"] == 2
     cur = summary["readers"]["main"]["current"]
     own = [r for r in answers if (r["reader"], r["query"], r["access"]) == ("main", "current", "full")]

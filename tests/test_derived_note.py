@@ -15,7 +15,7 @@ from kvprobe.decoding import question_logits, suffix_ids
 from kvprobe.reference import reference_logits
 from kvprobe.tiny import tiny_tokenizer
 from kvprobe.studies.derived_note import grading, data, history
-from kvprobe.studies.derived_note.study import COSTS, DerivedNoteStudy, run
+from kvprobe.studies.derived_note.study import COSTS, DerivedNoteStudy
 from kvprobe.studies.derived_note.summary import format_report, summarize, write_summary
 from kvprobe.studies.common.protocol import CaseRun
 from kvprobe.studies.common.runner import run_study
@@ -202,7 +202,7 @@ def test_refresh_conditions_equal_an_uncached_reference_with_a_hidden(llama):
 def test_run_resumes_byte_identically_and_summarizes(llama, tmp_path):
     study = DerivedNoteStudy(n_groups=2, max_new_tokens=4)
     out = tmp_path / "run"
-    info = run(llama, out, study, progress=False)
+    info = run_study(study, llama, out, progress=False)
     assert info.cases_run == 4 and info.rows_written == 4 * 2 * 6
     first = (out / "results.jsonl").read_bytes()
     rows = [json.loads(line) for line in first.decode().splitlines()]

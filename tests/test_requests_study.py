@@ -23,10 +23,10 @@ from kvprobe.studies.requests.detector import (
 )
 from kvprobe.studies.requests.sequence import Settings, condition_order, run_case, run_condition
 from kvprobe.studies.requests.serving import edge_rows, encode, same_rows, seal, serve
-from kvprobe.studies.requests.study import TIMINGS, RequestsStudy, read_timings, run
+from kvprobe.studies.requests.study import TIMINGS, RequestsStudy, read_timings
 from kvprobe.studies.requests.summary import write_summary
 from kvprobe.studies.requests.data import ORDER, workload_cases
-from kvprobe.studies.common.runner import read_rows
+from kvprobe.studies.common.runner import read_rows, run_study
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -278,7 +278,7 @@ def test_masked_conditions_leave_the_cache_edges_unchanged(model, cases):
 
 def test_run_summary_and_resume(model, tmp_path):
     study = RequestsStudy(n_groups=1, lengths=(0, 2), max_new_tokens=3, detector_max_new_tokens=4)
-    info = run(model, tmp_path, study, progress=False)
+    info = run_study(study, model, tmp_path, progress=False)
     assert info.cases_run == 2 and info.rows_written == 2 * 5 * 10
     rows = list(read_rows(tmp_path))
     assert not any(k.endswith("_ms") for r in rows for k in r)  # rows carry no timings
@@ -302,13 +302,13 @@ def test_run_summary_and_resume(model, tmp_path):
     assert entry["policies"]["keep-all"]["accuracy"]["current"]["n"] == 4
     # Resume: nothing to do; then a lost case is redone, giving the same bytes.
     original = (tmp_path / "results.jsonl").read_bytes()
-    again = run(model, tmp_path, RequestsStudy(n_groups=1, lengths=(0, 2), max_new_tokens=3,
-                                               detector_max_new_tokens=4), progress=False)
+    again = run_study(RequestsStudy(n_groups=1, lengths=(0, 2), max_new_tokens=3, detector_max_new_tokens=4),
+                      model, tmp_path, progress=False)
     assert again.cases_run == 0 and again.cases_skipped == 2
     lines = original.decode().splitlines(keepends=True)
     (tmp_path / "results.jsonl").write_text("".join(lines[:50]))
-    redo = run(model, tmp_path, RequestsStudy(n_groups=1, lengths=(0, 2), max_new_tokens=3,
-                                              detector_max_new_tokens=4), progress=False)
+    redo = run_study(RequestsStudy(n_groups=1, lengths=(0, 2), max_new_tokens=3, detector_max_new_tokens=4),
+                     model, tmp_path, progress=False)
     assert redo.cases_run == 1 and redo.cases_skipped == 1
     assert (tmp_path / "results.jsonl").read_bytes() == original
     raw = [json.loads(x) for x in (tmp_path / TIMINGS).read_text().splitlines()]

@@ -23,9 +23,11 @@ shows them), ``make_cases()``, ``prompt()``, ``questions()``, ``conditions()`` a
 protocol computes the cases once per parameter values (:meth:`Study.cases`) and writes
 the config (:meth:`Study.config`: the fields, the case ids' digest, the study's data digest
 and its strings' digest); a study only declares what to add (:meth:`Study.data_sha256`,
-:attr:`Study.strings`, :meth:`Study.config_extra`). State one batch's hooks share travels in
-the :class:`Batch` the protocol hands them (``run.batch`` in the per-case hooks), never in
-study fields.
+:attr:`Study.strings`, :meth:`Study.config_extra`). A study object holds its parameters only: state one
+batch's hooks share travels in the :class:`Batch` the protocol hands them (``run.batch`` in the per-case
+hooks), what one invocation of the runner builds once (a detector, a sibling checkpoint) in its
+:class:`RunState` (``batch.run_state``), and the side logs a study appends to are declared
+(:attr:`Study.side_logs`), their paths in the run state.
 Studies that differ in one respect override one hook (:meth:`answer` for
 reason-then-score, :meth:`rows` for several policies sharing one answer,
 :meth:`question_conditions` for conditions built per question, :meth:`skip` for cases not run,
@@ -59,7 +61,8 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, ClassVar, Hashable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Hashable, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 import kvprobe
 from kvprobe import decoding
@@ -88,6 +91,54 @@ def strings_sha256(module: Any) -> str:
     names = sorted(k for k in vars(module) if k.isupper())
     blob = json.dumps({k: getattr(module, k) for k in names}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@runtime_checkable
+class CaseLike(Protocol):
+    """What the runner and the protocol read of every case: its unique ``case_id`` (a frozen dataclass field,
+    a named-tuple field or a property). Its resampling group is :meth:`Study.group` of the case: ``case.group``
+    by default, so a case type without a ``group`` has its study override :meth:`Study.group`.
+
+    Example: ``collections.namedtuple("Case", "case_id group")("c0", "g0")`` is a ``CaseLike``.
+    """
+
+    @property
+    def case_id(self) -> str: ...
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class RunState:
+    """What one invocation of the runner keeps for its study beside the study's parameters.
+
+    The runner (:func:`kvprobe.studies.common.runner.run_study`) makes one per invocation (a Ray worker keeps
+    its own copy across its batches) and hands it to :meth:`Study.run_cases`; a history study's hooks reach it
+    as ``batch.run_state`` (``run.batch.run_state`` in the per-case hooks). The study object itself stays a
+    plain holder of parameters.
+
+    Attributes:
+        logs: the paths of the study's side logs (:attr:`Study.side_logs`) by name, under the run directory;
+            empty outside a run (a direct :meth:`Study.run_cases` call writes no side log).
+        built: objects built once per invocation (a detector, a sibling checkpoint, decisions read from another
+            run), by key: :meth:`memo`.
+
+    Example::
+
+        detector = batch.run_state.memo("detector", lambda: make_detector(self.detector))
+        if (path := batch.run_state.logs.get("costs")) is not None:
+            append_lines(path, lines)
+    """
+
+    logs: dict[str, Path] = field(default_factory=dict)
+    built: dict[Hashable, Any] = field(default_factory=dict)
+
+    def memo(self, key: Hashable, build: Callable[[], T]) -> T:
+        """``build()`` the first time ``key`` is asked for in this invocation, the same object after."""
+        if key not in self.built:
+            self.built[key] = build()
+        return self.built[key]
 
 
 #: Columns every history study's rows carry, filled by the protocol.
@@ -121,10 +172,13 @@ class Batch:
         state: what the study's hooks share within this batch (a detector's verdicts on every case,
             the maps of each case...): set in :meth:`HistoryStudy.start_batch` or :meth:`HistoryStudy.setup`,
             read in ``row``/``rows``/``finish``. It lives as long as the batch, never on the study.
+        run_state: what lives as long as the runner's invocation (:class:`RunState`: objects built once,
+            the side logs' paths).
     """
 
-    cases: list[Any]
+    cases: list[CaseLike]
     state: dict[str, Any] = field(default_factory=dict)
+    run_state: RunState = field(default_factory=RunState)
 
 
 @dataclass
@@ -141,7 +195,7 @@ class CaseRun:
         batch: the batch the case runs in (its shared ``state``).
     """
 
-    case: Any
+    case: CaseLike
     history: kvprobe.History
     conditions: dict[str, kvprobe.Condition]
     questions: list[Question]
@@ -226,9 +280,9 @@ def require_fits(model: kvprobe.Model, case_id: str, history_tokens: int, questi
 class Study:
     """Base of every study: what the runner (:func:`kvprobe.studies.common.runner.run_study`) needs.
 
-    A study is a ``@dataclass`` subclass: its parameters are fields, each with a ``#:``
-    comment above it (``kvprobe run NAME --help`` shows it), and fields starting with ``_``
-    are caches, not parameters. :class:`HistoryStudy` adds the shared run loop; a study
+    A study is a ``@dataclass`` subclass whose fields are its parameters, each with a ``#:``
+    comment above it (``kvprobe run NAME --help`` shows it); what a run builds or appends to lives in
+    the runner's :class:`RunState`, not in fields. :class:`HistoryStudy` adds the shared run loop; a study
     that is not about histories under conditions (detection, the request workload)
     subclasses this class and implements :meth:`run_cases` itself.
     """
@@ -239,10 +293,13 @@ class Study:
     #: one), or None: ``config.json`` records their digest (:func:`strings_sha256`), so a run directory never
     #: mixes two prompt versions.
     strings: ClassVar[ModuleType | tuple[ModuleType, ...] | None] = None
+    #: The side logs the study appends to beside ``results.jsonl`` (timings, costs), by name: their file
+    #: names in the run directory. The runner puts their paths in :attr:`RunState.logs`.
+    side_logs: ClassVar[Mapping[str, str]] = {}
     cases_per_batch: int
 
     # ------------------------------------------------------------------ what a study supplies
-    def make_cases(self) -> list[Any]:
+    def make_cases(self) -> Sequence[CaseLike]:
         """The cases, each with a unique ``case_id`` (called once per parameter values: use :meth:`cases`)."""
         raise NotImplementedError
 
@@ -257,7 +314,7 @@ class Study:
         return {}
 
     # ------------------------------------------------------------------ what the protocol computes
-    def cases(self) -> list[Any]:
+    def cases(self) -> list[CaseLike]:
         """The cases (:meth:`make_cases`), computed once for the study's current parameter values."""
         key = json.dumps([repr(getattr(self, f.name)) for f in public_fields(type(self))])
         memo = self.__dict__.get("_protocol_cases")
@@ -278,12 +335,14 @@ class Study:
         cfg.update(self.config_extra())
         return cfg
 
-    def group(self, case: Any) -> str:
+    def group(self, case: CaseLike) -> str:
         """The resampling group of a case (``case.group`` by default)."""
-        return str(case.group)
+        return str(case.group)  # type: ignore[attr-defined]
 
-    def run_cases(self, model: kvprobe.Model, cases: list[Any]) -> list[list[dict[str, Any]]]:
-        """The rows of each case of one batch."""
+    def run_cases(self, model: kvprobe.Model, cases: list[CaseLike], state: RunState | None = None
+                  ) -> list[list[dict[str, Any]]]:
+        """The rows of each case of one batch; ``state``: the runner's invocation state (a fresh one when
+        called directly)."""
         raise NotImplementedError
 
 
@@ -304,16 +363,17 @@ class HistoryStudy(Study):
     max_new_tokens: int
 
     # ------------------------------------------------------------------ what a study supplies
-    def prompt(self, model: kvprobe.Model, case: Any) -> kvprobe.Prompt:
+    def prompt(self, model: kvprobe.Model, case: CaseLike) -> kvprobe.Prompt:
         """The history prompt of ``case`` (prefilled once per case), built with
         :func:`~kvprobe.studies.common.chat_template.study_prompt` (which decides the chat-template settings)."""
         raise NotImplementedError
 
-    def questions(self, model: kvprobe.Model, case: Any, history: kvprobe.History) -> list[Question]:
+    def questions(self, model: kvprobe.Model, case: CaseLike, history: kvprobe.History) -> list[Question]:
         """The questions asked of the case's history."""
         raise NotImplementedError
 
-    def conditions(self, model: kvprobe.Model, case: Any, history: kvprobe.History) -> Mapping[str, kvprobe.Condition]:
+    def conditions(self, model: kvprobe.Model, case: CaseLike, history: kvprobe.History
+                   ) -> Mapping[str, kvprobe.Condition]:
         """The candidate conditions of the case, by name (unsupported ones are left out with a warning)."""
         raise NotImplementedError
 
@@ -326,7 +386,7 @@ class HistoryStudy(Study):
         raise NotImplementedError
 
     # ------------------------------------------------------------------ hooks with defaults
-    def reuse_key(self, case: Any) -> Hashable | None:
+    def reuse_key(self, case: CaseLike) -> Hashable | None:
         """Consecutive cases of a batch with the same non-None key share their prompt's common prefix K/V."""
         return None
 
@@ -361,7 +421,7 @@ class HistoryStudy(Study):
         return [{**self.row(run, question, name, answers), **self.common(run, question, name, a.generation)}
                 for name, a in answers.items()]
 
-    def skip(self, model: kvprobe.Model, case: Any) -> list[dict[str, Any]] | None:
+    def skip(self, model: kvprobe.Model, case: CaseLike) -> list[dict[str, Any]] | None:
         """The rows standing in for a case that is not run (e.g. its history is too long), or None to run
         it (the default). A skipped case is neither prefilled nor answered; its rows keep their place in
         the batch that :meth:`finish` sees."""
@@ -384,10 +444,10 @@ class HistoryStudy(Study):
                 "stop_reason": None if g is None else g.stop_reason,
                 "output_tokens": None if g is None else g.n_tokens}
 
-    def prefill(self, model: kvprobe.Model, cases: list[Any]) -> list[kvprobe.History]:
+    def prefill(self, model: kvprobe.Model, cases: Sequence[CaseLike]) -> list[kvprobe.History]:
         """Each case's history: identical prompts share one, equal :meth:`reuse_key` reuse the prefix."""
         out: list[kvprobe.History] = []
-        previous: tuple[Hashable | None, Any, kvprobe.History] | None = None
+        previous: tuple[Hashable | None, kvprobe.Prompt, kvprobe.History] | None = None
         for case in cases:
             prompt, key = self.prompt(model, case), self.reuse_key(case)
             if previous is not None and previous[1] == prompt:
@@ -399,10 +459,11 @@ class HistoryStudy(Study):
             out.append(history)
         return out
 
-    def run_cases(self, model: kvprobe.Model, cases: list[Any]) -> list[list[dict[str, Any]]]:
+    def run_cases(self, model: kvprobe.Model, cases: list[CaseLike], state: RunState | None = None
+                  ) -> list[list[dict[str, Any]]]:
         """The rows of each case of a batch (the runner's protocol); one batched answer call."""
         skipped = {i: rows for i, case in enumerate(cases) if (rows := self.skip(model, case)) is not None}
-        live = Batch([case for i, case in enumerate(cases) if i not in skipped])
+        live = Batch([case for i, case in enumerate(cases) if i not in skipped], run_state=state or RunState())
         self.start_batch(model, live)
         runs: list[CaseRun] = []
         for case, history in zip(live.cases, self.prefill(model, live.cases)):

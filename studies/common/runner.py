@@ -1,6 +1,6 @@
 """A resumable study runner: cases in, one JSON row per (case, condition, query) out.
 
-A *study* is an object with
+A *study* is a :class:`kvprobe.studies.common.protocol.Study`; the runner uses its
 
 * ``name``: a short identifier;
 * ``config() -> dict``: every parameter that decides the rows (seed, sizes, budgets...);
@@ -8,7 +8,10 @@ A *study* is an object with
 * ``cases_per_batch``: how many consecutive cases run together (larger batches
   use the CPU better); part of the config, since batch composition can move
   results by float rounding;
-* ``run_cases(model, cases) -> list[list[dict]]``: the rows of each case of one batch.
+* ``side_logs``: the side logs it appends to beside ``results.jsonl`` (name -> file name);
+* ``run_cases(model, cases, state) -> list[list[dict]]``: the rows of each case of one batch,
+  with the invocation's :class:`~kvprobe.studies.common.protocol.RunState` (objects built once,
+  the side logs' paths).
 
 ``run_study`` writes into ``out_dir``:
 
@@ -44,13 +47,15 @@ import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import torch
 
 import kvprobe
 from kvprobe.files import atomic_write_text, versions
 from kvprobe.sharding import model_description
+
+from .protocol import RunState, Study
 
 if TYPE_CHECKING:
     from kvprobe.workers import WorkerPool
@@ -60,18 +65,6 @@ CONFIG = "config.json"
 TIMING = "timing.json"
 #: The byte length of ``results.jsonl`` known to hold only whole cases, rewritten after every case.
 COMMITTED = "results.committed"
-
-
-class Study(Protocol):
-    name: str
-
-    def config(self) -> dict[str, Any]: ...
-
-    cases_per_batch: int
-
-    def cases(self) -> list[Any]: ...
-
-    def run_cases(self, model: kvprobe.Model, cases: list[Any]) -> list[list[dict[str, Any]]]: ...
 
 
 class ConfigMismatchError(ValueError):
@@ -230,8 +223,12 @@ def regrade_results(out_dir: Path | str, regrade: Any) -> int:
 
 
 def run_study(study: Study, model: kvprobe.Model | None, out_dir: Path | str, progress: bool = True,
-              pool: "WorkerPool | None" = None) -> RunInfo:
+              pool: "WorkerPool | None" = None, state: RunState | None = None) -> RunInfo:
     """Run every case not yet in ``out_dir/results.jsonl``, appending its rows case by case after each batch.
+
+    ``state``: the invocation's :class:`~kvprobe.studies.common.protocol.RunState` (default a fresh one), for a
+    caller that reuses what the run built (a runner that reads the study's sibling checkpoint afterwards); its
+    ``logs`` are set to the study's :attr:`~kvprobe.studies.common.protocol.Study.side_logs` under ``out_dir``.
 
     ``pool``: run the batches on Ray workers instead (``model`` is then unused and may
     be None; see :mod:`kvprobe.workers`). A batch goes to the worker chosen by the
@@ -244,6 +241,8 @@ def run_study(study: Study, model: kvprobe.Model | None, out_dir: Path | str, pr
     out.mkdir(parents=True, exist_ok=True)
     if (model is None) == (pool is None):
         raise ValueError("run_study needs exactly one of model (local run) and pool (Ray workers)")
+    state = state or RunState()
+    state.logs = {name: out / filename for name, filename in study.side_logs.items()}
     config = full_config(study, model if pool is None else pool.description())
     cases = study.cases()
     config["cases"] = len(cases)
@@ -276,10 +275,11 @@ def run_study(study: Study, model: kvprobe.Model | None, out_dir: Path | str, pr
         bar = tqdm(total=len(cases), initial=len(cases) - len(todo), desc=f"{study.name} on {where}", unit="case")
     if pool is None:
         finished: Iterable[tuple[int, list[list[dict[str, Any]]]]] = (
-            (b, study.run_cases(model, batch)) for b, batch in enumerate(batches))
+            (b, study.run_cases(model, batch, state)) for b, batch in enumerate(batches))
     else:
         pool.warn_if_idle(len(batches), "lower --cases-per-batch to split the cases into more batches")
-        finished = pool.map_sharded(_run_batch, [(batch[0].case_id, (batch,)) for batch in batches], shared=study)
+        finished = pool.map_sharded(_run_batch, [(batch[0].case_id, (batch,)) for batch in batches],
+                                    shared=(study, state))
     start, written = time.perf_counter(), 0
     with open(results, "a") as f:
         for b, batch_rows in finished:
@@ -304,9 +304,11 @@ def run_study(study: Study, model: kvprobe.Model | None, out_dir: Path | str, pr
     return info
 
 
-def _run_batch(model: kvprobe.Model, study: Study, batch: list[Any]) -> list[list[dict[str, Any]]]:
-    """One batch on a Ray worker (module level, so workers import it rather than unpickle its code)."""
-    return study.run_cases(model, batch)
+def _run_batch(model: kvprobe.Model, shared: tuple[Study, RunState], batch: list[Any]) -> list[list[dict[str, Any]]]:
+    """One batch on a Ray worker (module level, so workers import it rather than unpickle its code); the worker
+    keeps its copy of the study and of the run state across its batches."""
+    study, state = shared
+    return study.run_cases(model, batch, state)
 
 
 def _record_timing(out: Path, info: RunInfo, cases_per_batch: int, pool: "WorkerPool | None" = None) -> None:
@@ -337,13 +339,15 @@ def read_timing(out_dir: Path | str) -> dict[str, Any] | None:
             "cases_per_batch": runs[-1]["cases_per_batch"]}
 
 
-def run_with_log(study: Any, model: kvprobe.Model, out_dir: Path | str, attribute: str, filename: str,
-                 progress: bool = True) -> RunInfo:
-    """:func:`run_study` for a study that appends a side log (costs, timings) outside ``results.jsonl``:
-    ``study.<attribute>`` is set to ``out_dir/filename`` first."""
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    setattr(study, attribute, str(Path(out_dir) / filename))
-    return run_study(study, model, out_dir, progress=progress)
+def append_json_lines(path: Path | str, records: Iterable[dict[str, Any]]) -> None:
+    """Append ``records`` to a side log (:attr:`~kvprobe.studies.common.protocol.Study.side_logs`), one JSON object
+    per line with sorted keys, in one write. A line a kill cuts short is the last one; readers skip it.
+
+    Example: ``append_json_lines(state.logs["costs"], [{"case_id": "c0", "seconds": 0.12}])``.
+    """
+    lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+    with open(path, "a") as f:
+        f.write(lines)
 
 
 def write_run_summary(out_dir: Path | str, summarize: Any, format_report: Any, seed: int = 0) -> dict[str, Any]:

@@ -121,8 +121,7 @@ def hub_pair(main_name: str, sibling_name: str, **load_kwargs: Any) -> SiblingPa
         from .summary import write_summary
 
         pair = hub_pair("Qwen/Qwen3-8B", "Qwen/Qwen3-8B-Base", dtype=torch.bfloat16)  # 2 x 16 GB
-        study = CrossCheckpointStudy(sibling="Qwen/Qwen3-8B-Base", max_new_tokens=40)  # 256 for Gemma pairs
-        study.attach_sibling(pair)
+        study = CrossCheckpointStudy(sibling=pair, max_new_tokens=40)  # 256 for Gemma pairs
         run_study(study, pair.main, "runs/cross-checkpoint/qwen3-8b")
         write_summary("runs/cross-checkpoint/qwen3-8b")
 

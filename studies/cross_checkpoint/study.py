@@ -9,10 +9,11 @@ both EOS sets, at most ``max_new_tokens`` tokens. Both histories are checked
 unchanged after every case.
 
 The runner's model is the *main* checkpoint (it renders every prompt with its chat
-template and tokenizer, as in the paper); the study builds or holds the sibling itself
-(``sibling`` spec, see :func:`~kvprobe.studies.cross_checkpoint.siblings.make_sibling`, or
-:meth:`CrossCheckpointStudy.attach_sibling`). ``readers`` picks which checkpoints
-read: both by default (the paper reports each pair in both directions).
+template and tokenizer, as in the paper); the study builds the sibling once per invocation, in the
+runner's :class:`~kvprobe.studies.common.protocol.RunState` (``sibling`` recipe, see
+:func:`~kvprobe.studies.cross_checkpoint.siblings.make_sibling`), or takes an already built
+:class:`~kvprobe.studies.cross_checkpoint.siblings.SiblingPair` as ``sibling`` from Python. ``readers`` picks
+which checkpoints read: both by default (the paper reports each pair in both directions).
 
 On the study protocol (:class:`~kvprobe.studies.common.protocol.HistoryStudy`) the conditions
 are the reads ``reader/cache/access`` (``main/own/full``, ``main/cross/source``,
@@ -54,7 +55,7 @@ from kvprobe import decoding
 from kvprobe.studies.datasets.quantity_task import grading, tasks
 from kvprobe.studies.datasets.quantity_task.histories import QuantityTaskHistories
 from kvprobe.studies.common.conditions import check_unchanged
-from kvprobe.studies.common.protocol import (Batch, CaseRun, InvalidParameter, Question, require_at_least,
+from kvprobe.studies.common.protocol import (Batch, CaseRun, InvalidParameter, Question, RunState, require_at_least,
                                              require_choices)
 from .checks import same_ids
 from .reading import (LOGIT_TOLERANCE, answer_content, first_token_agrees, full_forward_first_token, is_invalid,
@@ -84,11 +85,14 @@ def _other(role: str) -> str:
 
 @dataclass(frozen=True, eq=False)
 class Read(kvprobe.Condition):
-    """One read as its row's condition: ``access`` on the ``writer``'s history (own: the reader's, cross: its
-    sibling's). :meth:`CrossCheckpointStudy.answer` decodes it on that history; it never edits the main one."""
+    """One read as its row's condition: the ``reader`` checkpoint decodes under ``access`` on the ``writer``'s
+    history (own: the reader's, cross: its sibling's), stopping on ``stop_ids`` (both checkpoints' EOS ids).
+    :meth:`CrossCheckpointStudy.answer` decodes it on that history; it never edits the main one."""
 
     writer: kvprobe.History | None = None
     access: kvprobe.Condition = field(default_factory=kvprobe.Full)
+    reader: kvprobe.Model | None = None
+    stop_ids: frozenset[int] = frozenset()
 
     def apply(self, model: kvprobe.Model, history: kvprobe.History, state: Any, question: str = "") -> Any:
         raise TypeError(f"{self.name}: a read is decoded on its writer's history (CrossCheckpointStudy.answer)")
@@ -99,7 +103,8 @@ class CrossCheckpointStudy(QuantityTaskHistories):
     """Own/cross x full/mask reads of the quantity histories by a checkpoint pair."""
 
     name: ClassVar[str] = "cross-checkpoint"
-    #: The sibling: bf16, fp16, int8, noise, noise:SCALE, or a model name (ignored once a pair is attached).
+    #: The sibling: bf16, fp16, int8, noise, noise:SCALE, or a model name; from Python also a built SiblingPair
+    #: (recorded by its recipe).
     sibling: str = "bf16"
     #: Seed of noise siblings.
     sibling_seed: int = 0
@@ -119,7 +124,6 @@ class CrossCheckpointStudy(QuantityTaskHistories):
     verify: bool = True
     #: Cases decoded in one batch.
     cases_per_batch: int = 2
-    _pair: SiblingPair | None = field(default=None, repr=False, compare=False)
 
     #: The reads keep their own history (a cross read's writer is the sibling): never prepared on the main one.
     skip_prepare: ClassVar[tuple[str, ...]] = READS
@@ -141,25 +145,26 @@ class CrossCheckpointStudy(QuantityTaskHistories):
         return tasks.dataset_hash(self.cases())
 
     def config_extra(self) -> dict[str, Any]:
-        return {"caches": list(CACHES), "access": list(ACCESS), "stop": "union of both checkpoints' EOS ids",
+        """The sibling by its recipe (a pair passed from Python too), the reads and the similarity measures."""
+        recipe = self.sibling.recipe if isinstance(self.sibling, SiblingPair) else self.sibling
+        return {"sibling": recipe, "caches": list(CACHES), "access": list(ACCESS), "stop": "union of both checkpoints' EOS ids",
                 "similarity": "per layer, mean over tokens of per-token cosine / relative L2 (heads flattened)"}
 
-    def attach_sibling(self, pair: SiblingPair) -> None:
-        """Use an already built pair (e.g. :func:`~kvprobe.studies.cross_checkpoint.siblings.hub_pair`);
-        ``sibling`` becomes its recipe, so ``config.json`` names it."""
-        self._pair = pair
-        self.sibling = pair.recipe
+    def sibling_pair(self, main: kvprobe.Model, state: RunState) -> SiblingPair:
+        """The pair for the runner's model, once per invocation (``state``): built from the ``sibling`` recipe, or
+        the pair given as ``sibling`` (on the runner's model object when it holds the same weights)."""
+        def build() -> SiblingPair:
+            if not isinstance(self.sibling, SiblingPair):
+                return make_sibling(main, self.sibling, seed=self.sibling_seed)
+            pair = self.sibling
+            if pair.main is main:
+                return pair
+            if pair.main.weight_hash != main.weight_hash:
+                raise ValueError(f"the given pair's main model {pair.main.name!r} is not the runner's model "
+                                 f"{main.name!r}")
+            return SiblingPair(main, pair.sibling, pair.recipe, pair.sibling_tokenizer)
 
-    def sibling_pair(self, main: kvprobe.Model) -> SiblingPair:
-        """The pair for the runner's model, built once from ``sibling`` unless one is attached."""
-        if self._pair is not None and self._pair.main is not main:
-            if self._pair.main.weight_hash != main.weight_hash:
-                raise ValueError(f"the attached pair's main model {self._pair.main.name!r} is not the runner's "
-                                 f"model {main.name!r}")
-            self._pair = SiblingPair(main, self._pair.sibling, self._pair.recipe, self._pair.sibling_tokenizer)
-        if self._pair is None:
-            self._pair = make_sibling(main, self.sibling, seed=self.sibling_seed)
-        return self._pair
+        return state.memo(("sibling", id(main)), build)
 
     def asked(self, case: tasks.Case) -> list[tasks.Query]:
         """The case's questions among ``queries``, in the task's order."""
@@ -172,7 +177,7 @@ class CrossCheckpointStudy(QuantityTaskHistories):
     def start_batch(self, model: kvprobe.Model, batch: Batch) -> None:
         """The pair's compatibility check, then the sibling prefills every case (``batch.state["sibling"]``, by
         case id; the protocol prefills the main histories)."""
-        pair = self.sibling_pair(model)
+        pair = self.sibling_pair(model, batch.run_state)
         cases = batch.cases
         pair.check([self.prompt(model, c) for c in cases], [[q.question for q in self.asked(c)] for c in cases],
                    mask_segments=["A"])
@@ -191,27 +196,26 @@ class CrossCheckpointStudy(QuantityTaskHistories):
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
         """The case's histories of both checkpoints (``run.extra["histories"]`` and the batch's
         ``state["histories"]``, by role), checked to hold the same ids; on the batch's first case the logits
-        checks (``verify``: ``state["verified"]``). Each read becomes a :class:`Read` of its writer's history."""
+        checks (``verify``: ``state["verified"]``). Each read becomes a :class:`Read` of its writer's history by
+        its reader."""
         case, state = run.case, run.batch.state
+        pair = self.sibling_pair(model, run.batch.run_state)
+        models = {"main": pair.main, "sibling": pair.sibling}
         both = {"main": run.history, "sibling": state["sibling"][case.case_id]}
         if not same_ids(both["main"], both["sibling"]):
             raise RuntimeError(f"{case.case_id}: the two checkpoints' histories hold different token ids")
         run.extra["histories"] = state["histories"][case.case_id] = both
         if self.verify and case is run.batch.cases[0]:
-            pair = self.sibling_pair(model)
-            state["verified"] = self._verify({"main": pair.main, "sibling": pair.sibling}, both, case,
-                                             self.asked(case))
+            state["verified"] = self._verify(models, both, case, self.asked(case))
         for name, access in run.conditions.items():
             role, cache, _ = name.split("/")
             run.conditions[name] = Read(writer=both[role if cache == "own" else _other(role)], access=access,
-                                        name=name)
+                                        reader=models[role], stop_ids=pair.stop_ids, name=name)
 
     def answer(self, model: kvprobe.Model, items: Sequence[tuple[kvprobe.History, kvprobe.Request]],
                candidates: Sequence[Sequence[str]] | None) -> list[decoding.Answer]:
         """Each reader decodes its reads (:class:`Read`) in one batch, in (case, cache, access, query) order, on
         the writer's history (own: its own; cross: its sibling's), stopping on both checkpoints' EOS ids."""
-        pair = self.sibling_pair(model)
-        models = {"main": pair.main, "sibling": pair.sibling}
         position = {key: i for i, key in enumerate(dict.fromkeys(id(h) for h, _ in items))}  # case order
         out: list[decoding.Answer | None] = [None] * len(items)
         for role in self.readers:
@@ -219,11 +223,11 @@ class CrossCheckpointStudy(QuantityTaskHistories):
             # Stable: within one (case, cache, access) the questions keep their order.
             mine.sort(key=lambda i: (position[id(items[i][0])], CACHES.index(items[i][1].access.name.split("/")[1]),
                                      ACCESS.index(items[i][1].access.name.split("/")[2])))
-            reads = []
-            for i in mine:
-                read: Read = items[i][1].access  # type: ignore[assignment]
-                reads.append((read.writer, kvprobe.Request(items[i][1].question, read.access)))
-            generations = read_caches(models[role], reads, self.max_new_tokens, stop_ids=pair.stop_ids)
+            if not mine:
+                continue
+            chosen: list[Read] = [items[i][1].access for i in mine]  # type: ignore[misc]
+            reads = [(read.writer, kvprobe.Request(items[i][1].question, read.access)) for i, read in zip(mine, chosen)]
+            generations = read_caches(chosen[0].reader, reads, self.max_new_tokens, stop_ids=chosen[0].stop_ids)
             for i, g in zip(mine, generations):
                 out[i] = decoding.Answer(None, g)
         assert all(a is not None for a in out)
@@ -234,7 +238,7 @@ class CrossCheckpointStudy(QuantityTaskHistories):
         """The graded read; a first-token check for own reads of ``first_token_queries``."""
         c, q, g = run.case, question.info, run.case.group
         role, cache, access = condition.split("/")
-        pair = self.sibling_pair(run.history.model)
+        pair = self.sibling_pair(run.history.model, run.batch.run_state)
         reader = pair.main if role == "main" else pair.sibling
         writer = role if cache == "own" else _other(role)
         h = run.extra["histories"][writer]
@@ -289,7 +293,7 @@ class CrossCheckpointStudy(QuantityTaskHistories):
                ) -> list[list[dict[str, Any]]]:
         """Each case's reads in (reader, cache, access, query) order, then its state row; the sibling's
         histories checked unchanged (the protocol checks the main ones)."""
-        pair = self.sibling_pair(model)
+        pair = self.sibling_pair(model, batch.run_state)
         out = []
         for c, case_rows in zip(batch.cases, rows):
             both = batch.state["histories"][c.case_id]

@@ -179,10 +179,12 @@ def write_transfer(out_dir: Path | str, result: dict[str, Any]) -> Path:
 def run(model: Any, out_dir: Path | str, study: Any = None, progress: bool = True, transfer: bool = False) -> Any:
     """``kvprobe run cross-checkpoint``: :func:`kvprobe.studies.common.runner.run_study`, then (``transfer``) the
     readout transfer between the checkpoint pair, written to ``out_dir/transfer.json``."""
+    from kvprobe.studies.common.protocol import RunState
     from kvprobe.studies.common.runner import run_study
 
-    info = run_study(study, model, out_dir, progress=progress)
+    state = RunState()  # the run's sibling, reused by the transfer
+    info = run_study(study, model, out_dir, progress=progress, state=state)
     if transfer:
-        pair = study.sibling_pair(model)
+        pair = study.sibling_pair(model, state)
         write_transfer(out_dir, readout_transfer(pair.main, pair.sibling))
     return info

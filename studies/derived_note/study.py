@@ -19,29 +19,25 @@ Rows carry no timings (the runner needs byte-reproducible rows). Operation cost
 (paper L5847-5848: "cache crop/copy and recomputation, excluding shared prefill
 and query generation") is measured per (case, condition) as the seconds to
 prepare the condition's row state plus one single-row fork (copy) of it, and is
-appended to ``_cost_log`` (a JSON-lines file, normally ``operation_costs.jsonl``
-next to the results; see :func:`run`). Conditions a model cannot support are
+appended to its ``costs`` side log (:attr:`DerivedNoteStudy.side_logs`: ``operation_costs.jsonl`` next to
+the results, JSON lines). Conditions a model cannot support are
 left out with a warning (``studies.common.conditions.supported``), as in the MQuAKE study.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
 from kvprobe.engine import fork_rows
 from kvprobe.studies.common.chat_template import template_kwargs
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
+from kvprobe.studies.common.runner import append_json_lines
 from . import grading, data, history
-
-if TYPE_CHECKING:
-    from kvprobe.studies.common.runner import RunInfo
 
 #: Answer budget (paper L5843: 40-token limit for these models).
 MAX_NEW_TOKENS = 40
@@ -55,6 +51,8 @@ class DerivedNoteStudy(HistoryStudy):
     """Derived-note groups under the six conditions (both notes of a group, two queries each)."""
 
     name: ClassVar[str] = "derived-note"
+    #: Each (case, condition)'s preparation cost, appended after the case is prepared (``summary.read_costs``).
+    side_logs: ClassVar[dict[str, str]] = {"costs": COSTS}
     #: Every condition is prepared (and timed) by :meth:`setup`, not by the protocol.
     skip_prepare: ClassVar[tuple[str, ...]] = history.CONDITIONS
     #: Number of generated groups, each run with every note (the paper: 50).
@@ -69,8 +67,6 @@ class DerivedNoteStudy(HistoryStudy):
     chat: bool | None = None
     #: Cases answered in one batch (4: two groups, both notes of each, 48 rows).
     cases_per_batch: int = CASES_PER_BATCH
-    #: Where to append operation costs (JSON lines; :func:`run` sets it): not a parameter, so not in the config.
-    _cost_log: str | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.notes = tuple(self.notes)
@@ -109,7 +105,7 @@ class DerivedNoteStudy(HistoryStudy):
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
         """Record the case's span facts (``run.extra["facts"]``); prepare each condition once, timing it
-        with one fork of its state (``run.extra["costs"]``, appended to ``_cost_log``)."""
+        with one fork of its state (``run.extra["costs"]``, appended to the ``costs`` side log)."""
         h = run.history
         c, neutral = self._c_interval(model, run.case, h)
         a = h.span("A")
@@ -154,25 +150,15 @@ class DerivedNoteStudy(HistoryStudy):
         return history.c_interval(h, neutral), neutral
 
     def _log_costs(self, model: kvprobe.Model, run: CaseRun) -> None:
-        if self._cost_log is None:
+        if (path := run.batch.run_state.logs.get("costs")) is None:
             return
         costs, h = run.extra["costs"], run.history
-        lines = [json.dumps({"case_id": run.case.case_id, "note": run.case.note, "condition": name,
-                             "seconds": round(costs[name], 6), "history_tokens": len(h),
-                             "recomputed_tokens": _info(cond).get("recomputed_tokens", 0),
-                             "model": model.name}, sort_keys=True) for name, cond in run.conditions.items()]
-        with open(self._cost_log, "a") as f:
-            f.write("".join(line + "\n" for line in lines))
+        append_json_lines(path, [{"case_id": run.case.case_id, "note": run.case.note, "condition": name,
+                                  "seconds": round(costs[name], 6), "history_tokens": len(h),
+                                  "recomputed_tokens": _info(cond).get("recomputed_tokens", 0),
+                                  "model": model.name} for name, cond in run.conditions.items()])
 
 
 def _info(condition: kvprobe.Condition) -> dict[str, Any]:
     state = getattr(condition, "state", None)
     return dict(getattr(state, "info", None) or {})
-
-
-def run(model: kvprobe.Model, out_dir: Path | str, study: DerivedNoteStudy | None = None,
-        progress: bool = True) -> "RunInfo":
-    """``studies.common.runner.run_study`` with operation costs appended to ``out_dir/operation_costs.jsonl``."""
-    from kvprobe.studies.common.runner import run_with_log
-
-    return run_with_log(study or DerivedNoteStudy(), model, out_dir, "_cost_log", COSTS, progress=progress)

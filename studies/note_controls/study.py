@@ -20,8 +20,9 @@ history and question.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -42,6 +43,12 @@ from .windows import WINDOWS, note_windows, token_pieces
 MAX_NEW_TOKENS = 40
 #: Cases answered in one batch (10: the ten histories of one group, measured fastest of 4, 10 on 2 CPUs).
 CASES_PER_BATCH = 10
+
+
+@functools.lru_cache(maxsize=4)
+def _varied_note(tokenizer: Any, case: tasks.Case) -> VariedNote:
+    """:func:`build_varied_note`, built once per (tokenizer, case): a pure function's memo, not run state."""
+    return build_varied_note(tokenizer, case)
 
 
 @dataclass(frozen=True)
@@ -92,7 +99,6 @@ class NoteControlsStudy(HistoryStudy):
     max_new_tokens: int = MAX_NEW_TOKENS
     #: Cases answered in one batch.
     cases_per_batch: int = CASES_PER_BATCH
-    _varied: dict[str, VariedNote] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.profiles, self.configurations = tuple(self.profiles), tuple(self.configurations)
@@ -153,14 +159,14 @@ class NoteControlsStudy(HistoryStudy):
     def reuse_key(self, case: ProfileCase) -> str:
         return case.task.group.group_id
 
-    def varied_note(self, model: kvprobe.Model, case: ProfileCase) -> VariedNote:
-        """The varied note of ``model``'s tokenizer (built once, from the first case that needs it)."""
-        if model.name not in self._varied:
-            self._varied[model.name] = build_varied_note(model.tokenizer, case.task)
-        return self._varied[model.name]
+    def varied_note(self, model: kvprobe.Model) -> VariedNote:
+        """The varied note of ``model``'s tokenizer, built from the study's first varied case: the same note in
+        every case of a run, whichever cases an invocation (a resumed run, a Ray worker) runs."""
+        first = next(c for c in self.cases() if c.profile == "varied")
+        return _varied_note(model.tokenizer, first.task)
 
     def prompt(self, model: kvprobe.Model, case: ProfileCase) -> kvprobe.Prompt:
-        note = self.varied_note(model, case).text if case.profile == "varied" else None
+        note = self.varied_note(model).text if case.profile == "varied" else None
         return profile_prompt(case.task, case.profile, varied_note=note)
 
     def questions(self, model: kvprobe.Model, case: ProfileCase, history: kvprobe.History) -> list[Question]:
@@ -214,7 +220,7 @@ class NoteControlsStudy(HistoryStudy):
         run.extra["note"] = history.span("note") if has_note else None
         run.extra["a_tokens"] = len(history.span("A"))
         if case.profile == "varied":
-            check_varied(model.tokenizer, case.task, self.varied_note(model, case).text)
+            check_varied(model.tokenizer, case.task, self.varied_note(model).text)
         if case.profile == "original":
             run.extra["shift"] = 0
         else:

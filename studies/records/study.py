@@ -47,7 +47,7 @@ category of its answer, the missing-unit flag and whether it wrote an unquoted U
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -142,7 +142,6 @@ class RecordsStudy(HistoryStudy):
     #: The conditions (keep-all is required; always-control needs a note): the paper's seven policies,
     #: always-mask, always-control.
     condition_set: tuple[str, ...] = CONDITIONS
-    _decisions: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.condition_set = tuple(self.condition_set)
@@ -171,19 +170,20 @@ class RecordsStudy(HistoryStudy):
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def decisions(self) -> dict[str, str]:
-        if self._decisions is None:
-            assert self.detections is not None
-            self._decisions = read_decisions(self.detections, self.detector, self.lexical_filter)
-        return self._decisions
+        """The ``detector``'s decisions in the ``detections`` run, by record case id (:func:`read_decisions`)."""
+        assert self.detections is not None
+        return read_decisions(self.detections, self.detector, self.lexical_filter)
 
-    def _detect(self, model: kvprobe.Model, cases: list[RecordHistory]) -> list[dict[str, Any]]:
+    def _detect(self, model: kvprobe.Model, batch: Batch) -> list[dict[str, Any]]:
+        cases = batch.cases
         if not set(DETECTOR_CONDITIONS) & set(self.condition_set):
             return [{"decision": NOT_RUN, "source": "none"} for _ in cases]
         if self.detections is not None:
-            missing = [c.case_id for c in cases if c.case_id not in self.decisions()]
+            decisions = batch.run_state.memo("decisions", self.decisions)  # read once per invocation
+            missing = [c.case_id for c in cases if c.case_id not in decisions]
             if missing:
                 raise ValueError(f"{self.detections}: no {self.detector!r} decision for {missing[0]}")
-            return [{"decision": self.decisions()[c.case_id], "source": "run"} for c in cases]
+            return [{"decision": decisions[c.case_id], "source": "run"} for c in cases]
         pairs = [RecordPair(c.case.a_text, c.case.b_text, c.case.old_value) for c in cases]
         verdicts = run_text_detectors(model, pairs, [self.detector])
         key = "filtered" if self.lexical_filter else "decision"
@@ -209,7 +209,7 @@ class RecordsStudy(HistoryStudy):
     def start_batch(self, model: kvprobe.Model, batch: Batch) -> None:
         """The detector's verdicts on every history of the batch (inline: one generation batch), by case id in
         ``batch.state["verdicts"]``."""
-        batch.state["verdicts"] = dict(zip((c.case_id for c in batch.cases), self._detect(model, batch.cases))) \
+        batch.state["verdicts"] = dict(zip((c.case_id for c in batch.cases), self._detect(model, batch))) \
             if batch.cases else {}
 
     def prompt(self, model: kvprobe.Model, case: RecordHistory) -> kvprobe.Prompt:

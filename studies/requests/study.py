@@ -4,14 +4,14 @@ Cases are (history, background length) pairs, history-major: 30 histories x
 (0, 100, 300) background lines = 90 cases, each running every condition (the paper's
 policies) in a seeded shuffled order on one resident history (``studies.requests.sequence``).
 
-Output (``run``):
+Output (``kvprobe run requests``, or :func:`~kvprobe.studies.common.runner.run_study` from Python):
 
 * ``results.jsonl`` (the runner's): one row per (case, condition, question), the condition
   in the protocol's ``condition`` column: the operation the question read (full / mask /
   recompute), the detector's decision, the greedy answer and its grades (exact JSON
   field and the lenient first-value rule of ``studies.records``). No timings, so the
   file is byte-reproducible and resumable.
-* ``timings.jsonl`` (ours): one line per (case, condition) with every timed component in
+* ``timings.jsonl`` (its side log, :attr:`RequestsStudy.side_logs`): one line per (case, condition) with every timed component in
   milliseconds (history tokenization and prefill, detection, update tokenization,
   append or re-encode, mask, per question tokenization / cache copy / suffix prefill /
   decode), token counts, KV bytes, peak RSS and threads. It is appended after each
@@ -37,23 +37,20 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe.studies.common.detectors.text import MAX_NEW_TOKENS as DETECTOR_MAX_NEW_TOKENS
-from kvprobe.studies.common.protocol import use_chat
-from kvprobe.studies.common.protocol import InvalidParameter, Study, require_at_least, require_choices
-from kvprobe.studies.common.runner import read_rows
+from kvprobe.studies.common.protocol import InvalidParameter, RunState, Study, require_at_least, require_choices, \
+    use_chat
+from kvprobe.studies.common.runner import append_json_lines, read_rows
 from . import conditions as cond
 from .detector import DETECTOR_NAMES, Detector, detector_name, make_detector
 from .sequence import Settings, run_case, warm_up
 from .data import BACKGROUND_PLACES, BACKGROUND_SOURCES, LENGTHS, N_GROUPS, ORDER, SEED, WorkloadCase, \
     workload_cases
-
-if TYPE_CHECKING:
-    from kvprobe.studies.common.runner import RunInfo
 
 #: Answer budget of the 40-token workload (E6; E7 used 256).
 MAX_NEW_TOKENS = 40
@@ -70,6 +67,8 @@ class RequestsStudy(Study):
     """The ten-request workload after one update, under the five conditions (the paper's policies)."""
 
     name: ClassVar[str] = "requests"
+    #: The timing lines of every (case, condition), appended after each case (:func:`read_timings`).
+    side_logs: ClassVar[dict[str, str]] = {"timings": TIMINGS}
     #: Record histories of the workload (the paper: 30); None: all 30.
     n_groups: int | None = N_GROUPS
     #: Background lines per history, one case each (the paper: 0, 100 and 300).
@@ -108,11 +107,6 @@ class RequestsStudy(Study):
     warmup: bool = True
     #: Cases run per batch (each case is timed on its own).
     cases_per_batch: int = 1
-    #: Where timing lines go (set by :func:`run`); not a parameter, so not part of the config.
-    _timing_log: str | None = field(default=None, repr=False, compare=False)
-    _detector: Detector | None = field(default=None, repr=False, compare=False)
-    _warm: set = field(default_factory=set, repr=False, compare=False)
-    _invocation: str = field(default="", repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.n_groups = N_GROUPS if self.n_groups is None else self.n_groups
@@ -147,47 +141,33 @@ class RequestsStudy(Study):
         return Settings(self.condition_set, self.max_new_tokens, self.oracle, self.stored_prefix,
                         self.prefill_per_condition, use_chat(model.tokenizer, self.chat), self.order_seed)
 
-    def get_detector(self) -> Detector:
-        """The detector callable (a named one is built once; a detector model is loaded once)."""
-        if self._detector is None:
-            if not isinstance(self.detector, str):
-                self._detector = self.detector  # a Detector passed from Python
-            else:
-                other = kvprobe.load_model(self.detector_model) if self.detector_model else None
-                self._detector = make_detector(self.detector, self.lexical_filter, self.detector_max_new_tokens,
-                                               self.chat, other)
-        return self._detector
+    def build_detector(self) -> Detector:
+        """The detector callable: the one passed from Python, or the named one (loading ``detector_model``)."""
+        if not isinstance(self.detector, str):
+            return self.detector
+        other = kvprobe.load_model(self.detector_model) if self.detector_model else None
+        return make_detector(self.detector, self.lexical_filter, self.detector_max_new_tokens, self.chat, other)
 
-    def run_cases(self, model: kvprobe.Model, cases: list[WorkloadCase]) -> list[list[dict[str, Any]]]:
-        """Each case's answer rows; its timing lines go to ``_timing_log`` as soon as the case is done."""
-        detector, settings = self.get_detector(), self.settings(model)
-        self._invocation = self._invocation or time.strftime("%Y-%m-%dT%H:%M:%S")
+    def run_cases(self, model: kvprobe.Model, cases: list[WorkloadCase], state: RunState | None = None
+                  ) -> list[list[dict[str, Any]]]:
+        """Each case's answer rows; its timing lines go to the ``timings`` side log as soon as the case is done.
+        The detector is built, the invocation stamped and each background length warmed up once per invocation
+        (``state``)."""
+        state = state or RunState()
+        detector, settings = state.memo("detector", self.build_detector), self.settings(model)
+        invocation = state.memo("invocation", lambda: time.strftime("%Y-%m-%dT%H:%M:%S"))
+        warm: set[tuple[int, int]] = state.memo("warm", set)
         out = []
         for case in cases:
             key = (id(model), case.n_lines)
-            if self.warmup and key not in self._warm:
+            if self.warmup and key not in warm:
                 warm_up(model, case, detector, settings)
-                self._warm.add(key)
+                warm.add(key)
             rows, timings = run_case(model, case, detector, settings)
-            self._log(model, timings)
+            if (log := state.logs.get("timings")) is not None:
+                append_json_lines(log, [{**t, "model": model.name, "invocation": invocation} for t in timings])
             out.append([result_row(r) for r in rows])
         return out
-
-    def _log(self, model: kvprobe.Model, timings: list[dict[str, Any]]) -> None:
-        if self._timing_log is None:
-            return
-        lines = [json.dumps({**t, "model": model.name, "invocation": self._invocation}, sort_keys=True)
-                 for t in timings]
-        with open(self._timing_log, "a") as f:
-            f.write("".join(line + "\n" for line in lines))
-
-
-def run(model: kvprobe.Model, out_dir: Path | str, study: RequestsStudy | None = None,
-        progress: bool = True) -> "RunInfo":
-    """``studies.common.runner.run_study`` with the timing lines appended to ``out_dir/timings.jsonl``."""
-    from kvprobe.studies.common.runner import run_with_log
-
-    return run_with_log(study or RequestsStudy(), model, out_dir, "_timing_log", TIMINGS, progress=progress)
 
 
 def read_timings(out_dir: Path | str) -> list[dict[str, Any]]:
