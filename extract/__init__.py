@@ -2,9 +2,10 @@
 
 * ``capture.encode(model, specs)``: one traced forward per batch of records;
   K/V read from the cache, hidden states captured with nnsight.
-* ``store.extract(model, dataset, cases, out)``: resumable, crash-safe writing of
-  one ``/{model}/{dataset}`` group (the recognition datasets, ``kvprobe extract``).
-* ``featurestore.FeatureStore``: open (``FeatureStore(path)``) or create
+* ``pipeline.extract(model, dataset, cases, out)``: the extraction run, resumable and crash-safe
+  writing of one ``/{model}/{dataset}`` group (the recognition datasets, ``kvprobe extract``).
+* ``schema``: the HDF5 layout and provenance attributes (``SCHEMA_VERSION``) the pipeline writes and the store reads.
+* ``store.FeatureStore``: open (``FeatureStore(path)``) or create
   (``FeatureStore.create(path)``) a store, add your own :class:`Pair` list
   (``store.add(model, pairs, name=...)``), read a group (``store[name]``: a
   :class:`StoreGroup` with ``keys(layer)``, ``values(layer)``, ``hidden(layer)``,
@@ -15,9 +16,10 @@
 """
 
 from .capture import JOINT_SEPARATOR, Edit, Encoding, RecordSpec, encode
-from .featurestore import FeatureStore, StoreGroup
 from .pairs import Pair, PairError
-from .store import CaseScore, StoreError, extract, model_key
+from .pipeline import CaseScore, extract
+from .schema import StoreError, model_key
+from .store import FeatureStore, StoreGroup
 
 __all__ = ["JOINT_SEPARATOR", "CaseScore", "Edit", "Encoding", "FeatureStore", "Pair", "PairError", "RecordSpec",
            "StoreError", "StoreGroup", "encode", "extract", "model_key"]

@@ -4,7 +4,7 @@ A pair is an earlier record A and a later record B (plain text, no chat format),
 binary label (1: B replaces what A said, 0: it does not), a resampling group and a
 split name. ``FeatureStore.add`` encodes each pair as the recognition datasets are
 encoded: A alone, B alone, and B read after A (joint, A then ``JOINT_SEPARATOR``
-then B), through the same :func:`~kvprobe.extract.store.records_of` and
+then B), through the same :func:`~kvprobe.extract.pipeline.records_of` and
 :func:`~kvprobe.extract.capture.encode` path, so a pair equal to a recognition
 case's records gets the same stored arrays.
 

@@ -35,7 +35,7 @@ from kvprobe.prompts import char_span_to_tokens
 from kvprobe.transformers_api import output_cache
 
 from .capture import JOINT_SEPARATOR, Encoding, RecordSpec
-from .store import arch_provenance
+from .schema import arch_provenance
 
 
 #: Layer kinds (transformers' ``config.layer_types``) whose cache holds per-token K/V.

@@ -1,606 +1,413 @@
-"""The HDF5 feature store: one file, a group per (model, dataset), readable with plain h5py.
+"""Open, create and read a feature store; add groups of your own record pairs to it.
 
-Schema (version 2; the file attribute ``kvprobe_store_schema`` holds the version)::
+``FeatureStore(path)`` opens a store (schema: :mod:`kvprobe.extract.schema`),
+``FeatureStore.create(path)`` makes an empty one, and ``store.add(model, pairs,
+name=...)`` encodes a list of :class:`~kvprobe.extract.pairs.Pair` into group
+``{model}/{name}`` through the same path as ``kvprobe extract`` (same schema,
+provenance included). ``store[name]`` is a :class:`StoreGroup`, a lazy view with
+named accessors::
 
-    /{model}/{dataset}/                      attrs: provenance (below), config (JSON)
-    /{model}/{dataset}@{edit}/               the same records read after a cache edit (below)
-        cases/case_id, group, split, family, variant, pattern     [n_cases] str
-        cases/labels/{name}                  [n_cases] int8 (e.g. replacement, matching; -1 = undefined)
-        cases/record_a, record_b, record_ab  [n_cases] int32: rows of records/ for A alone,
-                                             B alone, and B read after A (joint); -1 in edited
-                                             groups for A and B alone (they hold joint records only)
-        cases/scores/{name}                  [n_cases] float64: per-case scores computed with the
-                                             model (e.g. signed_loo), when requested
-        records/kind                         [n_records] str: "single" | "joint"
-        records/key                          [n_records] str: SHA-256 of (kind, A, text)
-        records/text                         [n_records] str: the record (joint: B)
-        records/span                         [n_records] str: the segment whose tokens are stored
-                                             ("R": a record alone, "B": B read after "A")
-        records/edits                        [n_records] str: JSON list of what was done to the
-                                             record's rows, oldest first ("[]": nothing); each entry
-                                             {name, condition, action, source_tokens, position_shift,
-                                             rerotated_by}, action one of rebuilt | re-rotated |
-                                             recomputed | zeroed | kept
-        records/n_tokens                     [n_records] int32: tokens of the record's span
-        records/sequence_length              [n_records] int32: tokens of the encoded sequence
-        records/token_ids                    [sum n_tokens] int32, record r at token_ids_offset[r]
-        records/token_ids_offset             [n_records] int64
-        records/token_record                 [sum n_tokens] int32: the record of each token
-        records/position                     [sum n_tokens] int32: the token's original position in
-                                             its unedited encoded sequence
-        records/rope_position                [sum n_tokens] int32: the RoPE position its stored key
-                                             carries now (= position unless an edit moved it)
-        records/token_rows, token_offset     [n_records]: rows of a record in the token tables
-                                             (single records only; 0 rows for joint ones); the token
-                                             table row token_offset[r] + i is token i of record r
-        records/pooled/{K,V,H}/L{layer:03d}  [n_records, heads, dim] (H: [n_records, d_model]):
-                                             token means over the record's span, float32 math
-        records/tokens/{K,...}/L{layer:03d}  [sum token_rows, heads, dim]: token-level features
-                                             of single records (K by default: the key similarity
-                                             needs them)
+    g.keys(layer), g.values(layer)   float32 [n_pairs, kv_heads, head_dim]
+    g.hidden(layer)                  float32 [n_pairs, d_model]
+    g.labels, g.groups, g.splits     one entry per pair
+    g.provenance                     the model, tokenizer, versions, data digest, config...
 
-Every dataset is chunked, gzip-compressed (level 4, with shuffle) and resizable
-along its first axis; features are float16 by default. Group attributes record
-the provenance: model name, source and weight hash, tokenizer name and hash,
-package versions, dataset name, seed and hash, layer types, which layers hold
-rows (``kv_layers``), the cache note of each layer kind, and, for a reader
-without kvprobe:
-
-* ``key_rope``: ``"post-RoPE"``: stored keys are rotated (and QK-normed where the
-  model has a QK norm), exactly as transformers caches them;
-* ``rope`` (JSON): the RoPE parameters per layer type as the config states them
-  (``rope_theta``, ``rope_type``, scaling factors, ``partial_rotary_factor``...);
-* ``layers`` (JSON): one entry per decoder layer, ``{"layer", "type": "full" |
-  "sliding" | "recurrent", "kind" (the config's name), "window", "cache": "own" |
-  "shared" | "recurrent", "reads_layer", "rope": {"params", "rotary_dims", "layout",
-  "tensor"}}`` (``reads_layer`` names the layer whose rows a shared-KV layer
-  reads; rotary_dims are the leading dims of the cached tensor that rotate);
-* ``edit`` (JSON): ``null`` for the original caches, else ``{name, condition,
-  action}``: the cache operation (``kvprobe conditions`` name) applied to every
-  joint record's history before B's rows were read. Records alone have nothing
-  to edit: edited groups hold the joint records only, K and V only (no hidden
-  states).
-
-Schema 1 stores (no provenance datasets or attributes) are still read: readouts
-work, and the provenance accessors raise :class:`StoreError` naming the file and
-its version. New groups are never added to a store of another schema version.
-
-Writing is resumable and crash-safe: records are encoded in a fixed partition
-of batches, each batch written to its own shard file (written to a temporary
-name, then renamed) under ``STORE.parts/``; a rerun skips finished shards. When
-every shard exists the group is assembled into a copy of the store that
-replaces the store by an atomic rename, so the store is always either the old
-or the new complete file. A group already in the store is never overwritten
-unless asked; asked (``overwrite``), the group's unfinished shards of an earlier
-run are discarded too, so a changed configuration starts afresh. Groups added from
-Python (``FeatureStore.add``) are not resumable: a failed or interrupted add removes
-its shards and leaves the store as it was.
-
-Reading, and adding groups of your own pairs: :mod:`kvprobe.extract.featurestore`
-(``FeatureStore``, ``StoreGroup``).
-
-With a Ray :class:`~kvprobe.workers.WorkerPool` the batches are encoded on
-workers (batches dealt by the stable hashes of their first records' keys);
-each returns its shard file's bytes, and the driver alone writes shards and
-assembles the store, so resumption works the same (a run interrupted on Ray may
-finish locally) and the group holds the same arrays.
+Example:
+    >>> import kvprobe, tempfile, os
+    >>> from kvprobe.extract import FeatureStore, Pair
+    >>> m = kvprobe.load_model("tiny-llama")
+    >>> pairs = [Pair("The office is in Lisbon.", "Update: the office is now in Porto.", 1),
+    ...          Pair("The office is in Lisbon.", "Reminder: the office is in Lisbon.", 0)]
+    >>> with FeatureStore.create(os.path.join(tempfile.mkdtemp(), "mine.h5")) as store:
+    ...     g = store.add(m, pairs, name="offices")
+    ...     g.name, g.keys(1).shape, g.hidden(-1).shape, g.labels.tolist()
+    ('tiny-llama/offices', (2, 2, 16), (2, 64), [1, 0])
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import os
 import re
-import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import h5py
 import numpy as np
 
-from kvprobe.files import versions
-
-from .capture import JOINT_SEPARATOR, Edit, RecordSpec, encode
+from .capture import Edit
+from .pairs import PAIR_LABEL, Pair, check_spans, pair_cases
+from .pipeline import extract
+from .schema import CASE_FIELDS, READABLE_SCHEMAS, SCHEMA_VERSION, StoreError, check_writable, model_key
 
 if TYPE_CHECKING:
-    from kvprobe.arch import ArchSummary
     from kvprobe.model import Model
-    from kvprobe.workers import WorkerPool
 
-    from .remote import NnsightEncoder
-
-SCHEMA_VERSION = 2
-#: Schema versions this module reads (older ones without the provenance of version 2).
-READABLE_SCHEMAS = (1, 2)
-#: How stored keys relate to RoPE (the ``key_rope`` group attribute).
-KEY_ROPE = "post-RoPE"
-COMPRESSION = dict(compression="gzip", compression_opts=4, shuffle=True)
-CASE_FIELDS = ("case_id", "group", "split", "family", "variant", "pattern")
-FEATURE_KINDS = ("K", "V", "H")
-STR = h5py.string_dtype("utf-8")
+#: ``FeatureStore.add`` group names (stored as ``{model}/{name}``).
+GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: Which record of a pair a named accessor reads: A alone, B alone, or B read after A (the joint record).
+RECORDS = {"a": "record_a", "b": "record_b", "ab": "record_ab"}
+#: Group attributes stored as JSON (decoded by ``StoreGroup.provenance``).
+JSON_ATTRS = ("cache_notes", "config", "dataset_info", "edit", "kv_layers", "layer_types", "layers", "rope", "versions")
 
 
-class StoreError(ValueError):
-    """A store, group or extraction that cannot be used as asked (the message names it)."""
-
-
-@dataclass(frozen=True)
-class ExtractConfig:
-    """Everything that determines a group's content (stored as the ``config`` attribute)."""
-
-    model: str
-    weight_hash: str
-    dataset: str
-    dataset_hash: str
-    n_cases: int
-    batch_size: int = 16
-    dtype: str = "float16"
-    separator: str = JOINT_SEPARATOR
-    token_level: tuple[str, ...] = ("K",)
-    pooling: str = "token mean over the record's span (BOS and separator excluded)"
-    hidden: str = "output of decoder layer l (residual stream after layer l)"
-    schema_version: int = SCHEMA_VERSION
-    edit: str = ""  # the cache operation applied to joint records (e.g. "rebuild:A"); "" = original caches
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-
-def model_key(name: str) -> str:
-    """A group name for a model (its registry or Hub name, path separators replaced)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "model"
-
-
-def records_of(cases: Sequence[Any]) -> tuple[list[RecordSpec], np.ndarray]:
-    """Unique encodings of the cases in first-seen order, and per case its [A, B, AB] record rows."""
-    index: dict[str, int] = {}
-    specs: list[RecordSpec] = []
-    rows = np.zeros((len(cases), 3), dtype=np.int32)
-    for c, case in enumerate(cases):
-        for j, spec in enumerate((RecordSpec("single", case.a_text), RecordSpec("single", case.b_text),
-                                  RecordSpec("joint", case.b_text, case.a_text))):
-            if spec.key not in index:
-                index[spec.key] = len(specs)
-                specs.append(spec)
-            rows[c, j] = index[spec.key]
-    return specs, rows
-
-
-def joint_records_only(specs: Sequence[RecordSpec], case_rows: np.ndarray) -> tuple[list[RecordSpec], np.ndarray]:
-    """The joint records of :func:`records_of`'s output and the case rows renumbered for them (A alone and
-    B alone: -1). An edited group holds only these: records alone have nothing to edit.
+class GroupProvenance(dict):
+    """A group's provenance attributes (JSON ones decoded), and, called with a record index, that
+    record's row provenance (:meth:`StoreGroup.record_provenance`).
 
     Example:
-        >>> specs = [RecordSpec("single", "a"), RecordSpec("single", "b"), RecordSpec("joint", "b", "a")]
-        >>> joint_records_only(specs, np.array([[0, 1, 2]]))[1].tolist()
-        [[-1, -1, 0]]
-    """
-    keep = [i for i, s in enumerate(specs) if s.kind == "joint"]
-    new = np.full(len(specs), -1, dtype=np.int32)
-    new[keep] = np.arange(len(keep), dtype=np.int32)
-    rows = np.full_like(case_rows, -1)
-    rows[:, 2] = new[case_rows[:, 2]]
-    return [specs[i] for i in keep], rows
-
-
-def dataset_hash_of(cases: Sequence[Any]) -> str:
-    blob = json.dumps([c.to_json() for c in cases], sort_keys=True).encode("utf-8")
-    return hashlib.sha256(blob).hexdigest()
-
-
-# ------------------------------------------------------------------------------- writing
-
-
-def extract(
-    model: "Model | None",
-    dataset: str,
-    cases: Sequence[Any],
-    out: Path | str,
-    batch_size: int = 16,
-    dtype: str = "float16",
-    token_level: Sequence[str] = ("K",),
-    overwrite: bool = False,
-    progress: bool = True,
-    dataset_info: dict[str, Any] | None = None,
-    case_scores: dict[str, Callable[["Model"], np.ndarray]] | None = None,
-    pool: "WorkerPool | None" = None,
-    encoder: "NnsightEncoder | None" = None,
-    edit: Edit | None = None,
-    resume: bool = True,
-) -> Path:
-    """Encode every record of ``cases`` with ``model`` into group ``/{model}/{dataset}`` of store ``out``.
-
-    ``edit``: read every joint record (B after A) after this cache operation instead, into
-    group ``/{model}/{dataset}@{edit.name}`` (local runs only; joint records only, K and V,
-    no hidden states, no case scores). Its joint records have the original group's
-    token ids, so a probe of B's rows trained on one group scores the other.
-
-    ``case_scores``: name -> a :class:`CaseScore` (computed over chunks of the cases; on
-    every worker under Ray) or a function of the model computing one float per case,
-    stored as ``cases/scores/{name}``.
-    Resumes from ``out.parts/`` after an interruption; the store is replaced atomically
-    once the group is complete. Returns the store path. ``overwrite``: replace the group if
-    the store holds it, and start afresh: an earlier run's unfinished shards of this group
-    are discarded (without it a rerun resumes from them, and shards of another
-    configuration raise :class:`StoreError`). ``resume=False`` (``FeatureStore.add``):
-    no resumption either way; earlier shards are discarded, and a failed or interrupted
-    run removes its own, so it leaves nothing behind.
-
-    ``pool``: encode on Ray workers instead (``model`` may then be None): batch ``b``
-    goes to the worker :func:`kvprobe.sharding.assign_shards` gives its first record's
-    key and returns its shard file's bytes, which the driver writes as a local run
-    would; a :class:`CaseScore`'s chunks run on every worker, a plain score function on
-    one. The assembled group holds the same arrays as a local extraction's.
-
-    ``encoder``: encode with plain nnsight traces instead (:class:`extract.remote.NnsightEncoder`,
-    e.g. on NDIF); no case scores on that path.
-    """
-    if sum(x is not None for x in (model, pool, encoder)) != 1:
-        raise ValueError("extract needs exactly one of model (local run), pool (Ray workers) and encoder (nnsight)")
-    out = Path(out)
-    check_writable(out)
-    if edit is not None:
-        if model is None:
-            raise StoreError(f"edited extraction ({edit.name}) runs on a local model, not on Ray workers or nnsight")
-        if case_scores:
-            raise StoreError(f"case scores {sorted(case_scores)} belong to the original group, not to the "
-                             f"{edit.name} group (extract them without --edit)")
-        if "H" in token_level:
-            raise StoreError(f"edited groups ({edit.name}) hold K and V only; drop H from token_level")
-    if encoder is not None and case_scores:
-        raise StoreError(f"case scores {sorted(case_scores)} need kvprobe's engine; the nnsight encoder cannot "
-                         "compute them (extract without them)")
-    if encoder is not None:
-        provenance = encoder.provenance()
-    else:
-        provenance = model_provenance(model) if pool is None else pool.call_one(model_provenance)
-    if not cases:
-        raise StoreError(f"dataset {dataset!r} has no cases to extract")
-    bad = set(token_level) - set(FEATURE_KINDS)
-    if bad:
-        raise StoreError(f"token_level {sorted(bad)}: choose among {FEATURE_KINDS}")
-    if np.dtype(dtype).kind != "f":
-        raise StoreError(f"dtype {dtype!r} is not a float type")
-    group = f"{model_key(provenance['model'])}/{dataset}" + (f"@{edit.name}" if edit else "")
-    if out.exists() and not overwrite:
-        with h5py.File(out, "r") as f:
-            if group in f:
-                raise StoreError(f"{out} already holds {group}; pass overwrite to replace it")
-    config = ExtractConfig(model=provenance["model"], weight_hash=provenance["weight_hash"], dataset=dataset,
-                           dataset_hash=dataset_hash_of(cases), n_cases=len(cases), batch_size=batch_size,
-                           dtype=dtype, token_level=tuple(token_level), edit=edit.condition if edit else "")
-    specs, case_rows = records_of(cases)
-    if edit is not None:
-        specs, case_rows = joint_records_only(specs, case_rows)
-    parts = parts_dir(out, group)
-    if overwrite or not resume:
-        discard_parts(parts)
-    try:
-        _check_parts_config(parts, config)
-        batches = [specs[i : i + batch_size] for i in range(0, len(specs), batch_size)]
-        todo = [b for b in range(len(batches)) if not _shard(parts, b).exists()]
-        bar = _progress(len(batches), len(batches) - len(todo), f"extract {group}", progress)
-        if encoder is not None:
-            shards: Iterator[tuple[int, bytes]] = ((b, _shard_bytes(batches[b], encoder(batches[b]), config))
-                                                   for b in todo)
-        elif pool is None:
-            shards = ((b, encode_shard(model, config, batches[b], edit)) for b in todo)
-        else:
-            units = [(batches[b][0].key, (batches[b],)) for b in todo]
-            pool.warn_if_idle(len(units), "lower --batch-size to split the records into more batches")
-            shards = ((todo[i], data) for i, data in pool.map_sharded(encode_shard, units, shared=config))
-        for b, data in shards:
-            _write_bytes(_shard(parts, b), data)
-            bar.update(1)
-        bar.close()
-        scores = {name: _case_score(parts, name, compute, cases, model, pool)
-                  for name, compute in (case_scores or {}).items()}
-        provenance = {**provenance, "edit": json.dumps(edit.describe() if edit else None)}
-        shard_paths = [_shard(parts, b) for b in range(len(batches))]
-        _assemble(out, group, provenance, cases, specs, case_rows, shard_paths, config, dataset_info or {},
-                  overwrite, scores)
-    except BaseException:
-        if not resume:
-            discard_parts(parts)
-        raise
-    discard_parts(parts)
-    return out
-
-
-def parts_dir(out: Path, group: str) -> Path:
-    """Where the unfinished shards of ``group`` live: ``STORE.parts/{model}__{dataset}``."""
-    return out.with_name(out.name + ".parts") / group.replace("/", "__")
-
-
-def discard_parts(parts: Path) -> None:
-    """Remove a group's shard folder, and ``STORE.parts/`` once it holds no other group's."""
-    if parts.exists():
-        shutil.rmtree(parts)
-    if parts.parent.exists() and not any(parts.parent.iterdir()):
-        parts.parent.rmdir()
-
-
-def _shard(parts: Path, b: int) -> Path:
-    return parts / f"batch-{b:05d}.h5"
-
-
-@dataclass(frozen=True)
-class CaseScore:
-    """A per-case score computed with the model over consecutive chunks of the cases.
-
-    ``fn(model, cases) -> one float per case``; ``chunk`` cases per unit of work. A
-    score that batches its own work in groups whose size divides ``chunk`` (the signed
-    LOO scores 8 cases per batch) computes the same values chunked as whole, so with a
-    Ray pool the chunks run on every worker.
+        >>> p = GroupProvenance({"model": "tiny-llama"}, rows=lambda r: {"span": "B"})
+        >>> p["model"], p(0)["span"]
+        ('tiny-llama', 'B')
     """
 
-    fn: Callable[["Model", Sequence[Any]], np.ndarray]
-    chunk: int = 64
+    def __init__(self, attrs: dict[str, Any], rows: Callable[[int], dict[str, Any]]):
+        super().__init__(attrs)
+        self._rows = rows
+
+    def __call__(self, record: int) -> dict[str, Any]:
+        return self._rows(record)
 
 
-def _score_chunk(model: "Model", fn: Callable[["Model", Sequence[Any]], np.ndarray], cases: Sequence[Any]) -> Any:
-    return np.asarray(fn(model, cases), dtype=np.float64)
+@dataclass
+class StoreGroup:
+    """Lazy view of one ``/{model}/{dataset}`` group (arrays are read on demand).
+
+    One entry per case (a pair, or a recognition case) in ``labels``, ``groups``,
+    ``splits`` and the pooled accessors :meth:`keys`, :meth:`values`, :meth:`hidden`.
+
+    Example:
+        >>> with FeatureStore("runs/recognition.h5") as s:  # doctest: +SKIP
+        ...     g = s["smollm2-135m-instruct/records@compact"]
+        ...     g.edit["action"], g.provenance(g.cases()["record_ab"][0])["rerotated_by"]
+        ('re-rotated', [-23])
+    """
+
+    group: h5py.Group
+    name: str = ""
+    _cases: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    schema: int = SCHEMA_VERSION
+    path: str = ""
+
+    def __repr__(self) -> str:
+        return f"StoreGroup({self.name!r}, {len(self)} cases, store {self.path!r})"
+
+    def __len__(self) -> int:
+        return int(self.group["cases/case_id"].shape[0])
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return dict(self.group.attrs)
+
+    def _require_provenance(self, what: str) -> None:
+        if self.schema < 2:
+            raise StoreError(f"{self.path}: group {self.name} has no {what}: the store is of schema version "
+                             f"{self.schema} (provenance arrived in version 2); extract again into a new store")
+
+    @property
+    def edit(self) -> dict[str, str] | None:
+        """The cache operation of an edited group (``{name, condition, action}``), ``None`` for original caches."""
+        return json.loads(self.group.attrs["edit"]) if "edit" in self.group.attrs else None
+
+    def layer_info(self) -> list[dict[str, Any]]:
+        """Per decoder layer: type, window, cache, the layer whose rows it reads, RoPE (the ``layers`` attribute)."""
+        self._require_provenance("layer provenance")
+        return json.loads(self.group.attrs["layers"])
+
+    @property
+    def provenance(self) -> GroupProvenance:
+        """Where the group comes from: model name, source and ``weight_hash``, tokenizer and its SHA-256,
+        package ``versions``, ``dataset`` and ``dataset_hash``, ``config``, ``edit``, layer and RoPE
+        attributes (JSON ones decoded). Called with a record index, as ``g.provenance(record)``, it gives
+        that record's row provenance (:meth:`record_provenance`).
+
+        Example:
+            >>> g.provenance["weight_hash"], g.provenance["config"]["dtype"]  # doctest: +SKIP
+            ('9c1f...', 'float16')
+        """
+        attrs = {k: (json.loads(v) if k in JSON_ATTRS and isinstance(v, str) else v)
+                 for k, v in self.group.attrs.items()}
+        attrs = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in attrs.items()}
+        return GroupProvenance(attrs, self.record_provenance)
+
+    def record_provenance(self, record: int) -> dict[str, Any]:
+        """Where the stored rows of ``record`` come from: its span label, per token the original and
+        current RoPE position and ``rerotated_by`` (current minus original when the keys were rotated in
+        place, else 0), and its edit entries."""
+        self._require_provenance("row provenance")
+        r = self.group["records"]
+        start, n = int(r["token_ids_offset"][record]), int(r["n_tokens"][record])
+        edits = json.loads(r["edits"].asstr()[record])
+        original = r["position"][start : start + n].astype(np.int64)
+        current = r["rope_position"][start : start + n].astype(np.int64)
+        rotated = any(e["action"] == "re-rotated" for e in edits)
+        return {"span": r["span"].asstr()[record], "position": original, "rope_position": current,
+                "rerotated_by": (current - original) if rotated else np.zeros(n, dtype=np.int64), "edits": edits}
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return json.loads(self.group.attrs["config"])
+
+    @property
+    def kv_layers(self) -> list[int]:
+        return json.loads(self.group.attrs["kv_layers"])
+
+    @property
+    def layer_types(self) -> list[str]:
+        return json.loads(self.group.attrs["layer_types"])
+
+    def layers(self, kind: str) -> list[int]:
+        """Layers with pooled features of ``kind`` (K, V or H)."""
+        if f"records/pooled/{kind}" not in self.group:
+            return []
+        return sorted(int(k[1:]) for k in self.group[f"records/pooled/{kind}"])
+
+    def cases(self) -> dict[str, np.ndarray]:
+        """Case fields (strings decoded), labels as ``label:NAME``, scores as ``score:NAME``, record rows."""
+        if self._cases is None:
+            c = self.group["cases"]
+            out: dict[str, np.ndarray] = {n: c[n].asstr()[()] for n in CASE_FIELDS}
+            out.update({f"label:{n}": c["labels"][n][()] for n in c["labels"]})
+            out.update({n: c[n][()] for n in ("record_a", "record_b", "record_ab")})
+            out.update({f"score:{n}": c["scores"][n][()] for n in c.get("scores", {})})
+            self._cases = out
+        return self._cases
+
+    # ------------------------------------------------------------------ named accessors, one row per case
+
+    @property
+    def labels(self) -> np.ndarray:
+        """Int [n_cases]: 1 if B replaces A, else 0 (``cases/labels/replacement``; a :class:`Pair`'s label).
+
+        Other labels (the role pairs' ``matching``) are in :meth:`cases` as ``label:NAME``.
+        """
+        cases = self.cases()
+        if f"label:{PAIR_LABEL}" not in cases:
+            found = sorted(k.partition(":")[2] for k in cases if k.startswith("label:"))
+            raise StoreError(f"{self.name}: no {PAIR_LABEL} labels (it has {found}); read them from cases()")
+        return cases[f"label:{PAIR_LABEL}"].astype(np.int64)
+
+    @property
+    def groups(self) -> np.ndarray:
+        """Str [n_cases]: each case's resampling group (a :class:`Pair`'s ``group``, its case id if none)."""
+        return self.cases()["group"]
+
+    @property
+    def splits(self) -> np.ndarray:
+        """Str [n_cases]: each case's split name (``""`` for a :class:`Pair` without one)."""
+        return self.cases()["split"]
+
+    def keys(self, layer: int, record: str = "ab") -> np.ndarray:
+        """Keys of ``layer`` as cached (post-RoPE), averaged over each case's record tokens:
+        float32 [n_cases, kv_heads, head_dim].
+
+        Pooling: the token mean over the record's own span (BOS and separator excluded), as
+        every readout uses them. ``record``: ``"ab"`` B read after A (the joint record the
+        probes read; default), ``"a"`` A alone, ``"b"`` B alone (what d_V compares). ``layer``:
+        a decoder layer index (negative counts from the last layer); layers without K/V rows
+        (recurrent, KV-sharing) raise :class:`StoreError` naming those that have them.
+
+        Example:
+            >>> g.keys(1).shape, g.keys(1, record="a").shape  # doctest: +SKIP
+            ((8, 2, 16), (8, 2, 16))
+        """
+        return self._pooled_rows("K", layer, record)
+
+    def values(self, layer: int, record: str = "ab") -> np.ndarray:
+        """Values of ``layer`` as cached, token-mean pooled like :meth:`keys`: float32 [n_cases, kv_heads, head_dim]."""
+        return self._pooled_rows("V", layer, record)
+
+    def hidden(self, layer: int, record: str = "ab") -> np.ndarray:
+        """Output of decoder layer ``layer`` (the residual stream after it), token-mean pooled like
+        :meth:`keys`: float32 [n_cases, d_model]. Edited groups hold no hidden states."""
+        return self._pooled_rows("H", layer, record)
+
+    def _pooled_rows(self, kind: str, layer: int, record: str) -> np.ndarray:
+        if record not in RECORDS:
+            raise StoreError(f"record {record!r}: one of {sorted(RECORDS)} (A alone, B alone, B read after A)")
+        n_layers = len(self.layer_types)
+        index = layer + n_layers if layer < 0 else layer
+        available = self.layers(kind)
+        if index not in available:
+            what = {"K": "keys", "V": "values", "H": "hidden states"}[kind]
+            raise StoreError(f"{self.name}: no {what} of layer {layer} (of {n_layers}); layers with {what}: "
+                             f"{available}")
+        rows = self.cases()[RECORDS[record]]
+        if (rows < 0).any():
+            raise StoreError(f"{self.name} is an edited group: it holds B read after A only (record='ab'), "
+                             f"not record {record!r}")
+        return self.pooled(kind, index, rows)
+
+    # ------------------------------------------------------------------ record-level reads
+
+    def pooled(self, kind: str, layer: int, records: np.ndarray | None = None) -> np.ndarray:
+        """Pooled features of records (rows of ``records/``) [records, heads, dim] (H: [records, d_model]), float32."""
+        d = self.group[f"records/pooled/{kind}/L{layer:03d}"]
+        if records is None:
+            return d[()].astype(np.float32)
+        order = np.argsort(records)
+        unique, inverse = np.unique(np.asarray(records)[order], return_inverse=True)
+        rows = d[unique].astype(np.float32)  # h5py fancy indexing needs increasing indices
+        out = np.empty((len(records), *rows.shape[1:]), dtype=np.float32)
+        out[order] = rows[inverse]
+        return out
+
+    def tokens(self, kind: str, layer: int, record: int) -> np.ndarray:
+        """Token-level features of one record, [heads, n, dim] for K/V, [n, d_model] for H."""
+        if f"records/tokens/{kind}" not in self.group:
+            raise StoreError(f"{self.name}: no token-level {kind} in this store (extract with token_level)")
+        start = int(self.group["records/token_offset"][record])
+        n = int(self.group["records/token_rows"][record])
+        if n == 0:
+            raise StoreError(f"{self.name}: record {record} has no token-level rows (only single records do)")
+        rows = self.group[f"records/tokens/{kind}/L{layer:03d}"][start : start + n].astype(np.float32)
+        return rows.transpose(1, 0, 2) if kind in ("K", "V") else rows
+
+    def token_ids(self, record: int) -> np.ndarray:
+        start = int(self.group["records/token_ids_offset"][record])
+        n = int(self.group["records/n_tokens"][record])
+        return self.group["records/token_ids"][start : start + n]
+
+    def texts(self) -> np.ndarray:
+        return self.group["records/text"].asstr()[()]
 
 
-def _case_score(parts: Path, name: str, compute: "CaseScore | Callable[[Model], np.ndarray]", cases: Sequence[Any],
-                model: "Model | None", pool: "WorkerPool | None") -> np.ndarray:
-    """A per-case score, computed once and kept in the parts folder until the group is assembled."""
-    path = parts / f"scores-{name}.npy"
-    if path.exists():
-        return np.load(path)
-    if isinstance(compute, CaseScore):
-        starts = range(0, len(cases), compute.chunk)
-        chunks = [cases[lo : lo + compute.chunk] for lo in starts]
-        if pool is None:
-            parts_of = [_score_chunk(model, compute.fn, chunk) for chunk in chunks]  # type: ignore[arg-type]
-        else:
-            parts_of = [None] * len(chunks)
-            units = [(f"{name}:{lo}", (chunk,)) for lo, chunk in zip(starts, chunks)]
-            for i, values in pool.map_sharded(_score_chunk, units, shared=compute.fn):
-                parts_of[i] = values
-        values = np.concatenate(parts_of) if parts_of else np.zeros(0)
-    else:
-        values = compute(model) if pool is None else pool.call_one(compute, key=name)
-    values = np.asarray(values, dtype=np.float64)
-    if values.shape != (len(cases),):
-        raise StoreError(f"case score {name!r} has shape {values.shape}, expected ({len(cases)},)")
-    tmp = parts / f"scores-{name}.tmp.npy"
-    np.save(tmp, values)
-    os.replace(tmp, path)
-    return values
+class FeatureStore:
+    """A feature store file: ``FeatureStore(path)`` opens one, :meth:`create` makes an empty one,
+    :meth:`add` encodes your own pairs into it, ``store[name]`` reads a group.
 
+    Example:
+        >>> with FeatureStore("runs/recognition.h5") as s:  # doctest: +SKIP
+        ...     g = s["smollm2-135m-instruct/records"]
+    """
 
-def _check_parts_config(parts: Path, config: ExtractConfig) -> None:
-    parts.mkdir(parents=True, exist_ok=True)
-    path = parts / "config.json"
-    if path.exists():
-        found = path.read_text()
-        if found != config.to_json():
-            raise StoreError(f"{path} holds an unfinished extraction with another configuration "
-                             f"({found}); pass overwrite (kvprobe extract --overwrite) or delete {parts} to "
-                             "start over")
-    else:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(config.to_json())
-        os.replace(tmp, path)
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        self._stale: list[h5py.File] = []  # earlier handles: views read before an add stay readable
+        self.file = self._open()
+        self.schema = int(self.file.attrs["kvprobe_store_schema"])
 
-
-def encode_shard(model: "Model", config: ExtractConfig, specs: Sequence[RecordSpec], edit: Edit | None = None) -> bytes:
-    """Encode one batch of records and return its shard file (what a worker sends back)."""
-    encodings = encode(model, specs, config.separator, hidden_layers=() if edit else None, edit=edit)
-    return _shard_bytes(specs, encodings, config)
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-def _shard_bytes(specs: Sequence[RecordSpec], encodings, config: ExtractConfig) -> bytes:
-    """One batch of records as an HDF5 file's bytes: pooled features, token-level features and token ids."""
-    dtype = np.dtype(config.dtype)
-    buffer = io.BytesIO()
-    with h5py.File(buffer, "w") as f:
-        f["n_tokens"] = np.array([len(e.token_ids) for e in encodings], dtype=np.int32)
-        f["token_rows"] = np.array([len(e.token_ids) if s.kind == "single" else 0 for s, e in zip(specs, encodings)],
-                                   dtype=np.int32)
-        f["sequence_length"] = np.array([e.sequence_length for e in encodings], dtype=np.int32)
-        f["token_ids"] = np.concatenate([e.token_ids for e in encodings]).astype(np.int32)
-        f["position"] = np.concatenate([e.positions for e in encodings]).astype(np.int32)
-        f["rope_position"] = np.concatenate([e.current_positions for e in encodings]).astype(np.int32)
-        f.create_dataset("span", data=[e.label for e in encodings], dtype=STR)
-        f.create_dataset("edits", data=[json.dumps(list(e.edits)) for e in encodings], dtype=STR)
-        for kind, get in (("K", lambda e: e.keys), ("V", lambda e: e.values), ("H", lambda e: e.hidden)):
-            for layer in get(encodings[0]):
-                per_record = [get(e)[layer] for e in encodings]
-                token_axis = 1 if kind in ("K", "V") else 0  # K/V: [heads, n, dim]; H: [n, d_model]
-                pooled = np.stack([t.mean(dim=token_axis).numpy() for t in per_record])
-                f[f"pooled/{kind}/L{layer:03d}"] = pooled.astype(dtype)
-                if kind in config.token_level:
-                    # Token-level rows of single records only (what the key similarity compares);
-                    # joint records get none, and their token_offset points at an empty range.
-                    rows = [(t.transpose(0, 1).numpy() if token_axis == 1 else t.numpy())
-                            for t, spec in zip(per_record, specs) if spec.kind == "single"]
-                    if rows:
-                        f[f"tokens/{kind}/L{layer:03d}"] = np.concatenate(rows).astype(dtype)
-    return buffer.getvalue()
-
-
-def _assemble(out: Path, group: str, provenance: dict[str, Any], cases: Sequence[Any], specs: Sequence[RecordSpec],
-              case_rows: np.ndarray, shards: list[Path], config: ExtractConfig, dataset_info: dict[str, Any],
-              overwrite: bool, scores: dict[str, np.ndarray]) -> None:
-    """Write the complete group into a copy of the store, then rename the copy over the store."""
-    tmp = out.with_name(out.name + ".tmp")
-    if out.exists():
-        shutil.copyfile(out, tmp)
-    elif tmp.exists():
-        tmp.unlink()
-    try:
-        _write_assembled(tmp, out, group, provenance, cases, specs, case_rows, shards, config, dataset_info,
-                         overwrite, scores)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # the store itself was never touched
-        raise
-    os.replace(tmp, out)
-
-
-def _write_assembled(tmp: Path, out: Path, group: str, provenance: dict[str, Any], cases: Sequence[Any],
-                     specs: Sequence[RecordSpec], case_rows: np.ndarray, shards: list[Path], config: ExtractConfig,
-                     dataset_info: dict[str, Any], overwrite: bool, scores: dict[str, np.ndarray]) -> None:
-    with h5py.File(tmp, "a") as f:
-        f.attrs["kvprobe_store_schema"] = SCHEMA_VERSION
-        if group in f:
-            if not overwrite:
-                raise StoreError(f"{out} already holds {group}; pass overwrite to replace it")
-            del f[group]
-        g = f.create_group(group)
-        _write_attrs(g, provenance, config, dataset_info)
-        c = g.create_group("cases")
-        for name in CASE_FIELDS:
-            _dataset(c, name, np.array([str(getattr(case, name)) for case in cases], dtype=object), STR)
-        for name in sorted({k for case in cases for k in case.labels}):
-            _dataset(c, f"labels/{name}", np.array([case.labels.get(name, -1) for case in cases], dtype=np.int8))
-        for j, name in enumerate(("record_a", "record_b", "record_ab")):
-            _dataset(c, name, case_rows[:, j])
-        for name, values in scores.items():
-            _dataset(c, f"scores/{name}", values)
-        r = g.create_group("records")
-        _dataset(r, "kind", np.array([s.kind for s in specs], dtype=object), STR)
-        _dataset(r, "key", np.array([s.key for s in specs], dtype=object), STR)
-        _dataset(r, "text", np.array([s.text for s in specs], dtype=object), STR)
-        _write_records(r, shards)
-
-
-def _write_records(r: h5py.Group, shards: list[Path]) -> None:
-    """Concatenate the shards' tables into the group, one dataset at a time (each written once, whole:
-    appending to compressed chunks from many shards would rewrite and orphan chunks)."""
-    files = [h5py.File(path, "r") for path in shards]
-    try:
-        names: dict[str, None] = {}  # every shard's datasets, in first-seen order (a shard may lack token tables)
-        for f in files:
-            f.visititems(lambda name, obj: names.setdefault(name) if isinstance(obj, h5py.Dataset) else None)
-        for name in names:
-            text = files[0][name].dtype.kind == "O"  # strings (span labels, edit entries)
-            parts = [(f[name].asstr()[()] if text else f[name][()]) for f in files if name in f]
-            if name == "n_tokens":
-                lengths = np.concatenate(parts)
-                _dataset(r, "token_ids_offset", np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64))
-                _dataset(r, "token_record", np.repeat(np.arange(len(lengths)), lengths).astype(np.int32))
-            if name == "token_rows":
-                rows = np.concatenate(parts)
-                _dataset(r, "token_offset", np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64))
-            _dataset(r, name, np.concatenate(parts).astype(object) if text else np.concatenate(parts),
-                     STR if text else None)
-    finally:
-        for f in files:
+    def _open(self) -> h5py.File:
+        if not self.path.exists():
+            raise StoreError(f"no feature store at {self.path} (FeatureStore.create(path) makes one)")
+        try:
+            f = h5py.File(self.path, "r")
+        except OSError as err:
+            raise StoreError(f"{self.path} is not a readable HDF5 file: {err}") from err
+        version = f.attrs.get("kvprobe_store_schema")
+        if version is None or int(version) not in READABLE_SCHEMAS:
             f.close()
+            found = "no kvprobe_store_schema attribute" if version is None else f"schema version {int(version)}"
+            raise StoreError(f"{self.path} has {found}; this kvprobe reads feature stores of schema versions "
+                             f"{list(READABLE_SCHEMAS)}")
+        return f
 
+    @classmethod
+    def create(cls, path: Path | str, exist_ok: bool = False) -> "FeatureStore":
+        """Make an empty store at ``path`` (its folder too) and open it; ``exist_ok``: open a store already there.
 
-def model_provenance(model: "Model") -> dict[str, Any]:
-    """The group attributes that describe the model (computed where the model is loaded: a Ray worker's
-    extraction writes the same attributes as a local one)."""
-    arch = model.arch
-    tok = model.tokenizer
-    tok_blob = tok.backend_tokenizer.to_str() if hasattr(tok, "backend_tokenizer") else repr(tok)
-    return {
-        "model": model.name,
-        "model_source": model.source,
-        "weight_hash": model.weight_hash,
-        "tokenizer": str(getattr(tok, "name_or_path", "")),
-        "tokenizer_sha256": hashlib.sha256(tok_blob.encode("utf-8")).hexdigest(),
-        "layer_types": json.dumps(list(arch.layer_types)),
-        "kv_layers": json.dumps(list(arch.kv_layers)),
-        "cache_notes": json.dumps(sorted({s.cache_note for s in arch.layers if s.key_shape})),
-        **arch_provenance(arch),
-    }
+        Example:
+            >>> with FeatureStore.create("runs/mine.h5") as store:  # doctest: +SKIP
+            ...     store.groups()
+            []
+        """
+        path = Path(path)
+        if path.exists():
+            if not exist_ok:
+                raise StoreError(f"{path} already exists; open it with FeatureStore(path), or pass exist_ok=True")
+            check_writable(path)
+            return cls(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with h5py.File(tmp, "w") as f:
+            f.attrs["kvprobe_store_schema"] = SCHEMA_VERSION
+        os.replace(tmp, path)
+        return cls(path)
 
+    def add(self, model: "Model", pairs: Iterable[Pair], name: str, edit: Edit | None = None, *,
+            batch_size: int = 16, dtype: str = "float16", token_level: Sequence[str] = ("K",),
+            overwrite: bool = False, progress: bool = False) -> StoreGroup:
+        """Encode ``pairs`` with ``model`` into group ``{model}/{name}`` and return it.
 
-#: ``layers`` attribute: the short layer type of each ``LayerSpec.cache``/``kind``.
-_LAYER_TYPE = {"full_attention": "full", "sliding_attention": "sliding"}
+        Every pair is encoded as ``kvprobe extract`` encodes a recognition case (same
+        batches, same arrays): A alone and B alone from position 0, and B read after A.
+        Per record and layer the group holds K exactly as cached (post-RoPE), V, and the
+        decoder-layer outputs (hidden states), token-mean pooled, plus the token-level K
+        of the records alone (``token_level``), with the full provenance of the schema.
 
+        ``edit``: B's rows read after this cache operation instead (group
+        ``{model}/{name}@{edit.name}``; B after A only, K and V, no hidden states), e.g.
+        ``kvprobe.studies.recognition.edits.record_edit("compact")``.
+        ``overwrite``: replace a group of that name (else :class:`StoreError`).
 
-def arch_provenance(arch: "ArchSummary") -> dict[str, str]:
-    """The group attributes that let a reader without kvprobe interpret stored keys: ``key_rope``,
-    ``rope`` (per layer type, as the config states it) and ``layers`` (one entry per decoder layer).
+        Nothing is left behind by a failed add: bad pairs, names and options raise before
+        any forward (:class:`~kvprobe.extract.pairs.PairError` for a record without a token
+        span of its own), and an exception or interruption while encoding or writing leaves
+        the store file as it was, without a partial group or a ``.parts`` folder.
 
-    Example:
-        >>> import kvprobe
-        >>> attrs = arch_provenance(kvprobe.load_model("tiny-gemma3").arch)
-        >>> [(l["type"], l["window"]) for l in json.loads(attrs["layers"])][:3]
-        [('sliding', 16), ('sliding', 16), ('full', None)]
-    """
-    layers = []
-    for i, spec in enumerate(arch.layers):
-        kind = _LAYER_TYPE.get(spec.kind, "recurrent" if spec.cache == "recurrent" else spec.kind)
-        rope = None
-        if spec.cache != "recurrent":
-            rope = {"params": arch.rope.get(spec.kind, {}), "rotary_dims": spec.rope_dims, "layout": spec.rope_layout,
-                    "tensor": ("K", "V")[spec.rope_tensor]}
-        layers.append({"layer": i, "type": kind, "kind": spec.kind, "window": spec.window, "cache": spec.cache,
-                       "reads_layer": spec.kv_layer, "rope": rope})
-    return {"key_rope": KEY_ROPE, "rope": json.dumps(arch.rope, sort_keys=True, default=str),
-            "layers": json.dumps(layers, default=str)}
+        Example:
+            >>> g = store.add(m, pairs, name="offices")  # doctest: +SKIP
+            >>> g.values(0).shape                         # doctest: +SKIP
+            (2, 2, 16)
+        """
+        if not isinstance(name, str) or not GROUP_NAME.fullmatch(name):
+            raise StoreError(f"group name {name!r}: letters, digits, '.', '_' and '-' (it is stored as MODEL/NAME)")
+        if edit is not None and not isinstance(edit, Edit):
+            raise StoreError(f"edit must be a kvprobe.extract.capture.Edit, got {type(edit).__name__}")
+        pairs = pairs if isinstance(pairs, (str, bytes, Pair)) else list(pairs)  # a generator is read once
+        cases = pair_cases(pairs)
+        check_writable(self.path)
+        group = f"{model_key(model.name)}/{name}" + (f"@{edit.name}" if edit is not None else "")
+        if group in self.file and not overwrite:
+            raise StoreError(f"{self.path} already holds {group}; pass overwrite=True to replace it")
+        check_spans(model, pairs)
+        info = {"source": "FeatureStore.add", "n_pairs": len(cases),
+                "label": f"{PAIR_LABEL}: 1 if B replaces A, else 0"}
+        extract(model, name, cases, self.path, batch_size=batch_size, dtype=dtype, token_level=token_level,
+                overwrite=overwrite, progress=progress, dataset_info=info, edit=edit, resume=False)
+        self._stale.append(self.file)
+        self.file = self._open()
+        return self[group]
 
+    def __enter__(self) -> "FeatureStore":
+        return self
 
-def store_schema(path: Path | str) -> int | None:
-    """The schema version of an existing store file (``None``: no store there, or not a kvprobe store)."""
-    path = Path(path)
-    if not path.exists():
-        return None
-    try:
-        with h5py.File(path, "r") as f:
-            version = f.attrs.get("kvprobe_store_schema")
-    except OSError as err:
-        raise StoreError(f"{path} is not a readable HDF5 file: {err}") from err
-    return None if version is None else int(version)
+    def __exit__(self, *exc) -> None:
+        self.close()
 
+    def __repr__(self) -> str:
+        return f"FeatureStore({str(self.path)!r}, groups={self.groups()})"
 
-def check_writable(path: Path | str) -> None:
-    """Raise :class:`StoreError` if a group cannot be added to the store at ``path`` (another schema
-    version; the message names the file and the version). Cheap: call it before loading a model."""
-    version = store_schema(path)
-    if Path(path).exists() and version != SCHEMA_VERSION:
-        raise StoreError(f"{path} is a feature store of schema version {version}; this kvprobe writes version "
-                         f"{SCHEMA_VERSION} (row provenance, RoPE and layer attributes) and does not mix "
-                         "versions in one file: write to a new store (its readouts still work)")
+    def close(self) -> None:
+        for f in [*self._stale, self.file]:
+            f.close()
+        self._stale = []
 
+    def groups(self) -> list[str]:
+        """``model/dataset`` names of every group in the store."""
+        return [f"{m}/{d}" for m in self.file for d in self.file[m] if isinstance(self.file[m][d], h5py.Group)]
 
-def _write_attrs(g: h5py.Group, provenance: dict[str, Any], config: ExtractConfig,
-                 dataset_info: dict[str, Any]) -> None:
-    attrs = {
-        **provenance,
-        "versions": json.dumps({**versions(), "h5py": h5py.__version__, "numpy": np.__version__}, sort_keys=True),
-        "dataset": config.dataset,
-        "dataset_hash": config.dataset_hash,
-        "dataset_info": json.dumps(dataset_info, sort_keys=True),
-        "n_cases": config.n_cases,
-        "config": config.to_json(),
-    }
-    for k, v in attrs.items():
-        g.attrs[k] = v
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.groups())
 
+    def __contains__(self, name: str) -> bool:
+        return name in self.file
 
-def _dataset(g: h5py.Group, name: str, data: np.ndarray, dtype=None) -> None:
-    """A chunked (about 1 MiB per chunk), compressed dataset resizable along its first axis."""
-    data = np.asarray(data)
-    row_bytes = max(1, int(np.prod(data.shape[1:])) * (data.itemsize if data.dtype != object else 64))
-    chunk_rows = max(1, min(len(data), 2**20 // row_bytes))
-    g.create_dataset(name, data=data, dtype=dtype or data.dtype, maxshape=(None, *data.shape[1:]),
-                     chunks=(chunk_rows, *data.shape[1:]), **COMPRESSION)
+    def __getitem__(self, name: str) -> StoreGroup:
+        """The group ``model/dataset``; a bare ``dataset`` name when one model holds it."""
+        if name not in self.file and "/" not in name:
+            matches = [g for g in self.groups() if g.partition("/")[2] == name]
+            if len(matches) > 1:
+                raise StoreError(f"{self.path}: {len(matches)} models hold {name!r} ({matches}); name one")
+            name = matches[0] if matches else name
+        if name not in self.file or not isinstance(self.file[name], h5py.Group) or "cases" not in self.file[name]:
+            raise StoreError(f"{self.path} has no group {name!r}; it has {self.groups()}")
+        return StoreGroup(self.file[name], name, schema=self.schema, path=str(self.path))
 
-
-class _NoBar:
-    def update(self, n: int) -> None: ...
-    def close(self) -> None: ...
-
-
-def _progress(total: int, done: int, desc: str, show: bool):
-    if not show:
-        return _NoBar()
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=done, desc=desc, unit="batch")
+    def edited(self, name: str) -> dict[str, StoreGroup]:
+        """The edited groups of original group ``name`` (``name@EDIT``), by edit name, in store order."""
+        base = self[name]
+        if base.edit is not None:
+            raise StoreError(f"{self.path}: {name} is itself an edited group ({base.edit['name']})")
+        return {g.rpartition("@")[2]: self[g] for g in self.groups() if g.startswith(f"{base.name}@")}

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import kvprobe
-import kvprobe.extract.store as store_module
+import kvprobe.extract.pipeline as pipeline
 from kvprobe.extract import FeatureStore, RecordSpec, StoreError, encode, extract
 from kvprobe.studies.recognition import RecognitionCase
 
@@ -123,7 +123,7 @@ def test_interrupted_extraction_resumes_to_the_same_content(llama, tmp_path, mon
     cases = toy_cases()
     whole = extract(llama, "toy", cases, tmp_path / "whole.h5", batch_size=4, progress=False)
     calls = {"n": 0}
-    real = store_module.encode
+    real = pipeline.encode
 
     def dies_on_third_batch(*args, **kwargs):
         calls["n"] += 1
@@ -131,13 +131,13 @@ def test_interrupted_extraction_resumes_to_the_same_content(llama, tmp_path, mon
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(store_module, "encode", dies_on_third_batch)
+    monkeypatch.setattr(pipeline, "encode", dies_on_third_batch)
     target = tmp_path / "resumed.h5"
     with pytest.raises(KeyboardInterrupt):
         extract(llama, "toy", cases, target, batch_size=4, progress=False)
     assert not target.exists()
     assert len(list((tmp_path / "resumed.h5.parts").rglob("batch-*.h5"))) == 2
-    monkeypatch.setattr(store_module, "encode", real)
+    monkeypatch.setattr(pipeline, "encode", real)
     extract(llama, "toy", cases, target, batch_size=4, progress=False)
     assert _content(target) == _content(whole)
 
@@ -149,7 +149,7 @@ def test_a_crash_while_assembling_leaves_the_old_store_intact(llama, tmp_path, m
     def disk_full(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(store_module, "_write_records", disk_full)
+    monkeypatch.setattr(pipeline, "_write_records", disk_full)
     with pytest.raises(OSError, match="disk full"):
         extract(llama, "second", toy_cases(4), path, batch_size=4, progress=False)
     assert path.read_bytes() == before

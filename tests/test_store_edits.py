@@ -19,7 +19,7 @@ import kvprobe
 from kvprobe.cli import main as kvprobe_main
 from kvprobe.extract import FeatureStore, RecordSpec, StoreError, extract
 from kvprobe.extract.capture import Edit, encode, encode_edited
-from kvprobe.extract.store import SCHEMA_VERSION, arch_provenance, check_writable
+from kvprobe.extract.schema import SCHEMA_VERSION, arch_provenance, check_writable
 from kvprobe.tools.verify.operations import prerope_keys, rope_with_model
 from kvprobe.readouts.evaluate import edit_transfer, evaluate_group
 from kvprobe.readouts.report import format_edit_transfer

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import recognition_cases
 import kvprobe.extract.pairs as pairs_module
-import kvprobe.extract.store as store_module
+import kvprobe.extract.pipeline as pipeline
 from kvprobe.extract import FeatureStore, Pair, PairError, StoreError, extract
 from kvprobe.prompts import SpanError
 from kvprobe.studies.recognition.edits import record_edit
@@ -140,7 +140,7 @@ def test_create_open_and_refusals_before_a_forward(llama, tmp_path, monkeypatch)
     def no_forward(*args, **kwargs):
         raise AssertionError("encoded before refusing")
 
-    monkeypatch.setattr(store_module, "encode", no_forward)
+    monkeypatch.setattr(pipeline, "encode", no_forward)
     with pytest.raises(StoreError, match="group name 'a/b'"):
         store.add(llama, few_pairs(), name="a/b")
     with pytest.raises(PairError, match="no pairs"):
@@ -164,7 +164,7 @@ def test_a_record_without_a_span_of_its_own_is_refused_before_a_forward(llama, t
         return real(offsets, text, start, end, **kwargs)
 
     monkeypatch.setattr(pairs_module, "char_span_to_tokens", straddles)
-    monkeypatch.setattr(store_module, "encode", lambda *a, **k: pytest.fail("encoded before refusing"))
+    monkeypatch.setattr(pipeline, "encode", lambda *a, **k: pytest.fail("encoded before refusing"))
     with FeatureStore.create(tmp_path / "s.h5") as store:
         with pytest.raises(PairError, match="pair 3: record B after A has no token span.*separator"):
             store.add(llama, [Pair(p.a, p.b.replace("now meets in ", ""), p.label) for p in few_pairs()],
@@ -180,7 +180,7 @@ def test_a_failed_add_leaves_the_store_as_it_was(llama, tmp_path, monkeypatch, f
         first = store.add(llama, few_pairs(), name="kept")
         before = path.read_bytes()
         calls = {"n": 0}
-        real_encode = store_module.encode
+        real_encode = pipeline.encode
 
         def dies_on_second_batch(*args, **kwargs):
             calls["n"] += 1
@@ -192,9 +192,9 @@ def test_a_failed_add_leaves_the_store_as_it_was(llama, tmp_path, monkeypatch, f
             raise failure
 
         if where == "encoding":
-            monkeypatch.setattr(store_module, "encode", dies_on_second_batch)
+            monkeypatch.setattr(pipeline, "encode", dies_on_second_batch)
         else:
-            monkeypatch.setattr(store_module, "_write_records", dies)
+            monkeypatch.setattr(pipeline, "_write_records", dies)
         with pytest.raises(type(failure)):
             store.add(llama, few_pairs(8), name="lost", batch_size=4)
         assert path.read_bytes() == before and leftovers(path) == []
@@ -221,7 +221,7 @@ def test_overwrite_clears_the_parts_a_failed_extraction_left(llama, tmp_path, mo
     """The reported bug: a failed extract() left STORE.parts/ that blocked a retry even with overwrite=True."""
     cases = recognition_cases(1)
     target = tmp_path / "s.h5"
-    real = store_module.encode
+    real = pipeline.encode
     calls = {"n": 0}
 
     def dies_on_second_batch(*args, **kwargs):
@@ -230,7 +230,7 @@ def test_overwrite_clears_the_parts_a_failed_extraction_left(llama, tmp_path, mo
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(store_module, "encode", dies_on_second_batch)
+    monkeypatch.setattr(pipeline, "encode", dies_on_second_batch)
     with pytest.raises(KeyboardInterrupt):
         extract(llama, "records", cases, target, batch_size=4, progress=False)
     monkeypatch.undo()

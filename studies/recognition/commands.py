@@ -51,7 +51,7 @@ def _extract_inputs(args: argparse.Namespace) -> tuple[list, tuple[str, ...], di
 
 def cmd_extract(args: argparse.Namespace, cli) -> int:
     from kvprobe.extract import StoreError, extract
-    from kvprobe.extract.store import check_writable
+    from kvprobe.extract.schema import check_writable
 
     try:  # bad input fails here, before a model loads
         check_writable(args.out)

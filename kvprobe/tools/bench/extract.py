@@ -27,7 +27,7 @@ from kvprobe.engine import pad_suffix_block
 from kvprobe.files import atomic_write_text
 
 from kvprobe.extract.capture import encode
-from kvprobe.extract.store import extract, records_of
+from kvprobe.extract.pipeline import extract, records_of
 
 from .measure import interleave, peak_rss_bytes, timed, weight_bytes
 
