@@ -17,8 +17,9 @@ import pytest
 from kvprobe.cli import main
 from kvprobe.studies import scorecard as sc
 from kvprobe.studies.babilong.claims import BABI_8K, babilong_change
-from kvprobe.studies.common.claims import (INCONCLUSIVE, LENIENT, NOT_TESTABLE, OPPOSITE, PAPER_RULE, REPLICATES, Row,
-                                           chance_reason, evaluate, floor_reason)
+from kvprobe.studies.common.claims import (INCONCLUSIVE, LENIENT, NOT_TESTABLE, OPPOSITE, PAPER_RULE, REPLICATES, Claim,
+                                           Measurement, Paper, Row, chance_reason, evaluate, floor_reason, judge,
+                                           verdict_text)
 from kvprobe.studies.detection.claims import detection_json
 from kvprobe.studies.fact_map.claims import fact_map_recovery
 from kvprobe.studies.matched_scores.claims import MATCHED_QWEN, MATCHED_SMOL, matched_accuracy
@@ -145,6 +146,21 @@ def test_not_testable_overrides_any_interval():
 def test_verdict_refuses_malformed_input(kwargs, message):
     with pytest.raises(ValueError, match=message):
         verdict(**kwargs)
+
+
+def test_a_report_judges_a_claims_measurement_by_the_same_rule():
+    """``judge`` (the scorecard's verdict of a row) and ``verdict_text`` (a report's cell, e.g. BABILong's) apply the
+    claim's direction and tolerance to a measurement; no interval and no reason is not testable."""
+    claim = Claim("x.loss", "x", "a loss", Paper("q", (1, 1), "s", "1"), "down", ())
+
+    def measured(value, ci, reason=None):
+        return Measurement(value, ci, "pp", "+.1f", "n", not_testable=reason)
+
+    assert judge(claim, measured(-12.0, (-20.0, -4.0))) == REPLICATES
+    assert verdict_text(claim, measured(3.0, (-2.0, 8.0))) == f"{INCONCLUSIVE} (point estimate opposite in sign)"
+    assert verdict_text(claim, measured(-3.0, (-8.0, 2.0))) == INCONCLUSIVE
+    assert judge(claim, measured(3.0, None)) == NOT_TESTABLE
+    assert judge(claim, measured(-12.0, (-20.0, -4.0), "full access at floor")) == NOT_TESTABLE
 
 
 def test_floor_and_chance():

@@ -8,14 +8,15 @@ readers and the verdict rule: :mod:`kvprobe.studies.common.claims`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from kvprobe.studies.common.claims import (Claim, Measurement, Paper, Test, chance_reason, count_pp, find_entry,
                                            floor_reason, join_reasons, pp_measurement, read_summary)
 
 __all__ = ["BABI_8K", "BABI_SHORT", "CLAIMS", "PAPER_MODELS", "QA2_32K", "QA3_32K", "QA3_LOSS_LINE", "babilong_change",
-           "paper_counts"]
+           "babilong_measurement", "paper_counts"]
 
 
 BABI_8K, BABI_SHORT = "babilong/smollm2-135m-instruct-8k", "babilong/smollm2-135m-instruct"
@@ -50,19 +51,28 @@ def _majority(run: Path, task: str, length: int) -> tuple[int, int, str]:
     return count, sum(answers.values()), answer
 
 
+def babilong_measurement(cells: Sequence[dict[str, Any]], task: str, length: int, condition: str,
+                         majority: tuple[int, int, str]) -> Measurement:
+    """A condition's change in official-parser answers against full access in the (task, length) cell of a
+    summary's ``cells``; chance: ``majority``, the (count, n, answer) of the most common gold answer.
+
+    The run's report (``summary.py``) and the scorecard (:func:`babilong_change`) both judge this measurement.
+    """
+    cell, full = (find_entry(cells, task=task, length=length, policy=condition),
+                  find_entry(cells, task=task, length=length, policy="full"))
+    count, n, answer = majority
+    value, ci = count_pp(cell["official_change_vs_full"], cell["n"])
+    reason = join_reasons(floor_reason(full["official"], full["n"], "full access"),
+                          chance_reason(full["official"], full["n"], count, "full access",
+                                        f"always answering the most common location ({answer})"))
+    return pp_measurement(value, ci, f"{cell['n']} inputs", f"full {full['official']}/{full['n']}; "
+                          f"{condition} {cell['official']}/{cell['n']}; majority answer {count}/{n}", reason)
+
+
 def babilong_change(task: str, length: int, condition: str, gain: bool) -> Callable[[Path], Measurement]:
-    """A condition's change in official-parser answers against full access; chance = the majority answer."""
+    """:func:`babilong_measurement` of a committed run (the majority answer counted from its answer rows)."""
     def measure(run: Path) -> Measurement:
-        cells = read_summary(run)["cells"]
-        cell, full = (find_entry(cells, task=task, length=length, policy=condition),
-                      find_entry(cells, task=task, length=length, policy="full"))
-        count, n, answer = _majority(run, task, length)
-        value, ci = count_pp(cell["official_change_vs_full"], cell["n"])
-        reason = join_reasons(floor_reason(full["official"], full["n"], "full access"),
-                            chance_reason(full["official"], full["n"], count, "full access",
-                                          f"always answering the most common location ({answer})"))
-        return pp_measurement(value, ci, f"{cell['n']} inputs", f"full {full['official']}/{full['n']}; "
-                              f"{condition} {cell['official']}/{cell['n']}; majority answer {count}/{n}", reason)
+        return babilong_measurement(read_summary(run)["cells"], task, length, condition, _majority(run, task, length))
     return measure
 
 

@@ -17,19 +17,21 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, bootstrap_stream, group_bootstrap_weights, paired_change
 from kvprobe.studies.common.figures import run_model
+from kvprobe.studies.common.claims import verdict_text
 from kvprobe.studies.common.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, data_items, estimate, \
-    heading, run_time, table_head, table_row, testable, verdict_cell
+    heading, run_time, table_head, table_row
 from kvprobe.studies.common.runner import read_rows, write_run_summary
-from .claims import PAPER_MODELS, paper_counts
+from .claims import CLAIMS as PAPER_CLAIMS
+from .claims import PAPER_MODELS, babilong_measurement, paper_counts
 from .study import CONDITIONS
 
 RULES = ("official", "official_no_eos", "strict")
 
-#: The paper's claims (paper partA 2; anchors at 32k, counts of 100, quoted in ``claims.py``): (task, condition,
-#: sign of the change against full access, what the paper reports). Sign 0: the paper finds (almost) no change.
-CLAIMS = (("qa3", "naive", -1, f"{paper_counts('qa3', 'naive')} ({', '.join(PAPER_MODELS)})"),
-          ("qa3", "dependency", 0, paper_counts("qa3", "dependency")),
-          ("qa2", "naive", 1, paper_counts("qa2", "naive")))
+#: The paper's claims the report judges in every (task, length) cell (paper partA 2; anchors at 32k, counts of 100):
+#: (the claim in ``claims.py``, whose direction and rule judge it; task; condition; what the paper reports).
+CLAIMS = (("babilong.qa3-naive", "qa3", "naive", f"{paper_counts('qa3', 'naive')} ({', '.join(PAPER_MODELS)})"),
+          ("babilong.qa3-dependency", "qa3", "dependency", paper_counts("qa3", "dependency")),
+          ("babilong.qa2-naive", "qa2", "naive", paper_counts("qa2", "naive")))
 #: A no-change claim's tolerance: 5 % of the questions (the scorecard's 5 pp).
 TOLERANCE = 0.05
 
@@ -111,22 +113,24 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
 
 
 def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each claim of :data:`CLAIMS` in each (task, length) cell with its verdict (``studies.common.report.verdict``)
-    against full access, the paper's reference condition: not testable when full access answers no better than always
+    """Each claim of :data:`CLAIMS` in each (task, length) cell with its verdict against full access, the paper's
+    reference condition: the scorecard's measurement of the claim (``claims.babilong_measurement``) judged by its
+    rule (``studies.common.claims.verdict_text``), not testable when full access answers no better than always
     giving the most common location, or below the 10 % floor."""
     out = []
     cells = {(c["task"], c["length"], c["policy"]): c for c in summary["cells"]}
-    for task, condition, sign, paper in CLAIMS:
+    claims = {c.key: c for c in PAPER_CLAIMS}
+    for key, task, condition, paper in CLAIMS:
         for length in sorted({c["length"] for c in summary["cells"] if c["task"] == task}):
             full, mine = cells.get((task, length, "full")), cells.get((task, length, condition))
             if full is None or mine is None or "official_change_vs_full" not in mine or "majority" not in full:
                 continue
             ch = mine["official_change_vs_full"]
-            ok = testable(full["official"], full["n"], chance=full["majority"])
+            m = babilong_measurement(summary["cells"], task, length, condition, (full["majority"], full["n"], "?"))
             out.append({"task": task, "length": length, "policy": condition, "paper": paper,
                         "estimate": estimate(ch["change"], ch["ci"], "+d", "+.0f"),
                         "reference": f"full {full['official']} of {full['n']}; majority answer {full['majority']}",
-                        "verdict": verdict_cell(ch["change"], ch["ci"], sign, ok, TOLERANCE * full["n"])})
+                        "verdict": verdict_text(claims[key], m)})
     return out
 
 

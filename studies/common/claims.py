@@ -63,7 +63,8 @@ from .report import (DIRECTIONS, FLOOR, INCONCLUSIVE, NOT_TESTABLE, OPPOSITE, RE
 __all__ = ["FEW_UNITS", "FLOOR", "INCONCLUSIVE", "LENIENT", "NOT_TESTABLE", "OPPOSITE", "PAPER_RULE", "REPLICATES",
            "TOLERANCE", "VERDICTS", "Claim", "Measurement", "Paper", "Row", "Test", "chance_reason", "claim_tolerance",
            "claim_verdict", "count_pp", "evaluate", "excludes_zero", "find_entry", "floor_reason", "join_reasons",
-           "lines_text", "pp_measurement", "read_json", "read_summary", "run_model", "share_pp"]
+           "judge", "lines_text", "pp_measurement", "read_json", "read_summary", "run_model", "share_pp",
+           "verdict_text"]
 
 #: The verdicts, in the order the summary table lists them.
 VERDICTS = (REPLICATES, OPPOSITE, INCONCLUSIVE, NOT_TESTABLE)
@@ -306,6 +307,25 @@ def claim_tolerance(claim: Claim, m: Measurement) -> float | None:
     return TOLERANCE[m.unit]
 
 
+def judge(claim: Claim, m: Measurement) -> str:
+    """The verdict of ``m`` under ``claim``'s direction and tolerance (the one rule, :func:`claim_verdict`); a
+    measurement without an interval and without a reason is not testable either.
+
+    Example: a ``down`` claim measured ``-12.0 [-20.0, -4.0] pp`` is ``"replicates"``.
+    """
+    reason = m.not_testable or (None if m.ci is not None else "no interval")
+    return claim_verdict(claim.direction, m.ci, m.null, claim_tolerance(claim, m), reason)
+
+
+def verdict_text(claim: Claim, m: Measurement) -> str:
+    """:func:`judge` for a report's table cell: an inconclusive estimate whose point lies on the other side of the
+    null from the paper's says so (the wording of ``studies.common.report.verdict_cell``)."""
+    v = judge(claim, m)
+    side = {"up": 1, "down": -1}.get(claim.direction, 0)
+    opposite = v == INCONCLUSIVE and m.value is not None and (m.value - m.null) * side < 0
+    return v + (" (point estimate opposite in sign)" if opposite else "")
+
+
 def evaluate(artifacts: Path | str, claims: Sequence[Claim]) -> list[Row]:
     """Measure every test of every claim on the runs under ``artifacts`` and apply the verdict rule
     (:func:`claim_verdict`); rows are numbered from 1 in order."""
@@ -316,6 +336,5 @@ def evaluate(artifacts: Path | str, claims: Sequence[Claim]) -> list[Row]:
             if not run.is_dir():
                 raise FileNotFoundError(f"{claim.key}: run {test.run} not found under {artifacts}")
             m = test.measure(run)
-            v = claim_verdict(claim.direction, m.ci, m.null, claim_tolerance(claim, m), m.not_testable)
-            rows.append(Row(claim, test, run_model(run), m, v, len(rows) + 1))
+            rows.append(Row(claim, test, run_model(run), m, judge(claim, m), len(rows) + 1))
     return rows
