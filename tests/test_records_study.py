@@ -11,7 +11,7 @@ from kvprobe.studies.common.answers import first_value, grade
 from kvprobe.studies.common.detectors import strings
 from kvprobe.studies.common.detectors.readout_scores import load_readout_scores
 from kvprobe.studies.datasets.record_histories import question_text, record_histories
-from kvprobe.studies.records.study import CONDITIONS, RecordsStudy, condition_operation
+from kvprobe.studies.records.study import ALL_CONDITIONS, APPLIED, CONDITIONS, RecordsStudy, condition_operation
 from kvprobe.studies.records.summary import write_summary
 from kvprobe.studies.common.runner import read_rows, run_study
 
@@ -60,6 +60,11 @@ def test_condition_table():
     assert condition_operation("query-aware-mask", "current", 0, True, True) == "mask"
     assert condition_operation("query-aware-mask", "historical", 1, True, True) == "full"
     assert condition_operation("always-mask", "unrelated", 0, False, False) == "mask"
+    # Every policy applies one of the study's applied conditions, the protocol's conditions.
+    applied = {condition_operation(c, q, label, detected, same) for c in ALL_CONDITIONS
+               for q in ("current", "historical", "unrelated") for label in (0, 1)
+               for detected in (False, True) for same in (False, True)}
+    assert applied == set(APPLIED)
 
 
 def test_bad_parameters_fail_before_a_model_loads():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import kvprobe
-from kvprobe.interventions import TextRecompute
+from kvprobe.interventions import CONDITIONS, TextRecompute
 from kvprobe import decoding
 from kvprobe.decoding import question_logits
 from kvprobe.studies.recognition.records import RECORD_VARIANTS
@@ -119,6 +119,9 @@ def test_condition_table_brute_force():
     for condition, kind, fired, label, oracle in itertools.product(
             cond.CONDITIONS, ("current", "historical", "unrelated"), (False, True), (0, 1), cond.ORACLE_RULES):
         assert cond.operation(condition, kind, fired, label, oracle) == _expected(condition, kind, fired, label, oracle)
+    read = {cond.operation(*args) for args in itertools.product(
+        cond.CONDITIONS, ("current", "historical", "unrelated"), (False, True), (0, 1), cond.ORACLE_RULES)}
+    assert read == {"full", "mask", "recompute"} <= set(CONDITIONS)  # named as the registry of conditions names them
     assert cond.uses_detector("detector-recompute") and not cond.uses_detector("oracle-recompute")
     with pytest.raises(ValueError):
         cond.check_condition_set(("detector-mask",))

@@ -18,7 +18,7 @@ import pytest
 import kvprobe
 from conftest import tensors_made_on_meta
 from kvprobe.parameters import field_comments, flag, public_fields
-from kvprobe.studies.common.protocol import COMMON_COLUMNS, HistoryStudy, Study
+from kvprobe.studies.common.protocol import COMMON_COLUMNS, CaseLike, HistoryStudy, Study
 from kvprobe.studies.registry import STUDIES
 from kvprobe.studies.common.runner import COMMITTED, RESULTS, run_study
 
@@ -45,6 +45,9 @@ def test_study_class_follows_the_protocol(name):
     comments = field_comments(cls)
     missing = [f.name for f in public_fields(cls) if not comments.get(f.name)]
     assert not missing, f"{name}: fields without a #: comment (their --help text): {missing}"
+    # A study holds its parameters only: what a run builds or logs lives in the runner's RunState.
+    hidden = [f.name for f in dataclasses.fields(cls) if f not in public_fields(cls)]
+    assert not hidden, f"{name}: fields that are not parameters (move them to RunState / side_logs): {hidden}"
 
 
 #: The digests the protocol writes into every ``config.json`` (:meth:`Study.config`); no study spells its own.
@@ -68,6 +71,7 @@ def test_the_protocol_owns_cases_config_and_batch_state(name):
             assert list(inspect.signature(getattr(cls, hook)).parameters) == params, f"{name}.{hook}"
     study = cls(**SMALL[name])
     assert study.cases() is study.cases(), "cases are computed once per parameter values"
+    assert all(isinstance(c, CaseLike) for c in study.cases()), f"{name}: a case without a case_id"
     config = study.config()
     field_names = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
     digests = {k for k in config if k not in field_names and ("sha256" in k or "hash" in k)}

@@ -72,10 +72,10 @@ from kvprobe.selection import SelectionAccess
 from .conditions import check_unchanged, supported
 
 def study_parameters(study: Any) -> dict[str, Any]:
-    """The fields part of a study's ``config()``: its parameters (:func:`kvprobe.parameters.public_fields`: not
-    ``_private`` caches, not ``compare=False`` run settings such as a log path; the study's ``name`` is a class
-    attribute, not a field), JSON-shaped (tuples as lists, as ``config.json`` stores them), and
-    ``case_ids_sha256`` of its cases in order."""
+    """The fields part of a study's ``config()``: its parameters (:func:`kvprobe.parameters.public_fields`, every
+    field of a study: what a run builds lives in its :class:`RunState`; the study's ``name`` is a class attribute,
+    not a field), JSON-shaped (tuples as lists, as ``config.json`` stores them), and ``case_ids_sha256`` of its
+    cases in order."""
     cfg = {f.name: list(v) if isinstance(v := getattr(study, f.name), tuple) else v
            for f in public_fields(type(study))}
     cfg["case_ids_sha256"] = hashlib.sha256("\n".join(c.case_id for c in study.cases()).encode()).hexdigest()

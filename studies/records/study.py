@@ -26,8 +26,8 @@ dataset does (its quantity family); ``note="notebook"`` adds the note in every c
 
 Conditions that reduce to the same operation share one generated answer (L5466-5467):
 on the study protocol (:class:`~kvprobe.studies.common.protocol.HistoryStudy`) the
-*operations* (``full``, ``mask``, ``control-mask``, ``recompute``) are the protocol's
-conditions, each query is answered under the operations its conditions need, and
+conditions the policies apply (:data:`APPLIED`: ``full``, ``mask``, ``control-mask``, ``recompute``) are the
+protocol's conditions, each query is answered under the operations its conditions need, and
 :meth:`RecordsStudy.rows` writes one row per condition (``condition`` = the paper's policy,
 ``operation`` = what it applied).
 Detector decisions come from a detection run (``detections``: its directory, the
@@ -49,10 +49,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import kvprobe
 from kvprobe import decoding
+from kvprobe.interventions import TextRecompute
 from kvprobe.studies.recognition.records import RECORDS_SEED
 from kvprobe.studies.common.answers import grade, normalize
 from kvprobe.studies.common.detectors.text import REPLACEMENT, TEXT_DETECTORS, RecordPair, run_text_detectors
@@ -72,14 +73,22 @@ CONDITIONS = ("keep-all", "detector-mask", "detector-recompute", "oracle-mask", 
 ALL_CONDITIONS = (*CONDITIONS, "always-control")
 #: Conditions that need the detector's decisions (without any, the detector is not run).
 DETECTOR_CONDITIONS = ("detector-mask", "detector-recompute", "query-aware-mask")
-#: The operations the conditions apply (the protocol's conditions), in the order they are prepared.
-OPERATIONS = ("full", "mask", "control-mask", "recompute")
+#: What a policy may apply to a query (the protocol's conditions), by the name its rows record in ``operation``, in
+#: the order they are prepared: each builds its condition on a case's history (record A hidden, A's equal-token
+#: control in the note, the Time-1 section deleted and the rest prefilled again).
+APPLIED: dict[str, Callable[[RecordHistory, kvprobe.History], kvprobe.Condition]] = {
+    "full": lambda case, history: kvprobe.Full(),
+    "mask": lambda case, history: kvprobe.Mask(case.a_span(history), name="mask"),
+    "control-mask": lambda case, history: control_mask(history, case.a_span(history)),
+    "recompute": lambda case, history: TextRecompute(["time1"]),
+}
 #: ``detector_decision`` of rows whose run chose no detector condition.
 NOT_RUN = "not-run"
 
 
 def condition_operation(condition: str, query: str, label: int, detected: bool, same_slot: bool) -> str:
-    """The operation a condition applies: ``"full"``, ``"mask"``, ``"control-mask"`` or ``"recompute"``.
+    """What a condition (a policy) applies: a name of :data:`APPLIED` (``"full"``, ``"mask"``, ``"control-mask"``,
+    ``"recompute"``).
 
     >>> condition_operation("oracle-mask", "current", 1, False, True)
     'mask'
@@ -115,8 +124,8 @@ class RecordsStudy(HistoryStudy):
     """The 300 test histories under the seven policies (and always-mask, always-control), three queries each."""
 
     name: ClassVar[str] = "records"
-    #: The operations are prepared in :meth:`setup`, once the batch's detector verdicts are known.
-    skip_prepare: ClassVar[tuple[str, ...]] = OPERATIONS
+    #: What the policies apply is prepared in :meth:`setup`, once the batch's detector verdicts are known.
+    skip_prepare: ClassVar[tuple[str, ...]] = tuple(APPLIED)
     #: Split of the record histories (the paper: the 300 test histories, 50 items x 6 variants).
     split: str = "test"
     #: Run only N items (6 histories each), taken from the families in turn; None: all.
@@ -225,14 +234,9 @@ class RecordsStudy(HistoryStudy):
                    ) -> dict[str, kvprobe.Condition]:
         """The operations some condition could apply to some query of the case, whatever the detector's verdict
         (:meth:`setup` prepares those the verdict calls for)."""
-        from kvprobe.interventions import TextRecompute
-
         needed = {op for kind, _, _ in case.queries() for detected in (False, True)
                   for op in self.operations(case, kind, detected)}
-        ops = {"full": kvprobe.Full, "mask": lambda: kvprobe.Mask(case.a_span(history), name="mask"),
-               "control-mask": lambda: control_mask(history, case.a_span(history)),
-               "recompute": lambda: TextRecompute(["time1"])}
-        return {op: ops[op]() for op in OPERATIONS if op in needed}
+        return {op: build(case, history) for op, build in APPLIED.items() if op in needed}
 
     def setup(self, model: kvprobe.Model, run: CaseRun) -> None:
         """Prepare the operations the conditions apply to the case's queries under its detector verdict (a

@@ -21,7 +21,6 @@ from __future__ import annotations
 CONDITIONS = ("keep-all", "detector-mask", "query-aware-mask", "detector-recompute", "oracle-recompute")
 DETECTOR_CONDITIONS = frozenset({"detector-mask", "query-aware-mask", "detector-recompute"})
 ORACLE_RULES = ("label", "always")
-OPERATIONS = ("full", "mask", "recompute")
 
 
 def check_condition_set(condition_set: tuple[str, ...] | list[str]) -> None:
@@ -61,7 +60,8 @@ def masks(condition: str, fired: bool, kind: str) -> bool:
 
 
 def operation(condition: str, kind: str, fired: bool, label: int, oracle: str = "label") -> str:
-    """What a question of ``kind`` reads: ``"full"``, ``"mask"`` (A hidden) or ``"recompute"`` (text without A)."""
+    """What a question of ``kind`` reads: ``"full"``, ``"mask"`` (A hidden) or ``"recompute"`` (text without A),
+    named as the registry of conditions names them (``kvprobe.interventions.CONDITIONS``)."""
     if reencodes(condition, fired, label, oracle):
         return "recompute"
     return "mask" if masks(condition, fired, kind) else "full"
