@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kvprobe.studies.common.claims import Claim, Measurement, Paper, Test, floor_reason, pp_measurement, read_summary
 
-__all__ = ["CLAIMS", "OAKS_OPEN_GRADERS", "oaks_open"]
+__all__ = ["CLAIMS", "OAKS_OPEN_GRADERS", "oaks_open", "oaks_open_measurement"]
 
 
 #: The committed open-OAKS runs (one set of answers) by their grader: artifact suffix, how a test names it.
@@ -19,27 +20,34 @@ OAKS_OPEN_GRADERS = (("rule", "rule grader"), ("judged", "Qwen2.5-Coder-0.5B jud
                      ("judged-1.5b", "Qwen2.5-Coder-1.5B judge, 38 questions"))
 
 
+def oaks_open_measurement(s: dict[str, Any], quantity: str) -> Measurement:
+    """Open OAKS answers on the answerable questions of a summary ``s``: ``mask_vs_full`` (source complete, mask
+    minus full) or ``agreement_minus_complete`` (reference agreement minus source completeness, same grader), pp
+    over reused-source components. The rule grader has one protocol, so the difference is not testable there;
+    under a model grader both need source-complete answers under full access (the floor).
+
+    The run's report (``summary.claim_verdicts``) and the scorecard (:func:`oaks_open`) both judge this measurement.
+    """
+    panel = s["panels"]["answerable"]
+    counts = panel["protocols"]["complete"]["counts"]
+    graded = ", ".join(s["graders"])
+    n = f"{panel['n']} answerable questions, {panel['components']} components"
+    if quantity == "mask_vs_full":
+        d = panel["protocols"]["complete"]["mask_vs_full"]
+        return pp_measurement(d["pp"], d["ci"], n,
+                              f"full {counts['full']}/{panel['n']}; mask {counts['mask']}/{panel['n']} ({graded})",
+                              floor_reason(counts["full"], panel["n"], "full access"), units=panel["components"])
+    d = panel["agreement_minus_complete"]
+    rule_only = all(g.startswith("rule") for g in s["graders"])
+    return pp_measurement(d["pp"], d["ci"], n, f"source complete, full access {counts['full']}/{panel['n']} ({graded})",
+                          "the rule grader has one protocol: agreement and completeness coincide" if rule_only
+                          else floor_reason(counts["full"], panel["n"], "full access"), units=panel["components"])
+
+
 def oaks_open(quantity: str) -> Callable[[Path], Measurement]:
-    """Open OAKS answers on the answerable questions: ``mask_vs_full`` (source complete, mask minus full) or
-    ``agreement_minus_complete`` (reference agreement minus source completeness, same grader), pp over
-    reused-source components. The rule grader has one protocol, so the difference is not testable there; under a
-    model grader both need source-complete answers under full access (the floor, as the study's own report)."""
+    """:func:`oaks_open_measurement` of a committed run."""
     def measure(run: Path) -> Measurement:
-        s = read_summary(run)
-        panel = s["panels"]["answerable"]
-        counts = panel["protocols"]["complete"]["counts"]
-        graded = ", ".join(s["graders"])
-        n = f"{panel['n']} answerable questions, {panel['components']} components"
-        if quantity == "mask_vs_full":
-            d = panel["protocols"]["complete"]["mask_vs_full"]
-            return pp_measurement(d["pp"], d["ci"], n,
-                                  f"full {counts['full']}/{panel['n']}; mask {counts['mask']}/{panel['n']} ({graded})",
-                                  floor_reason(counts["full"], panel["n"], "full access"), units=panel["components"])
-        d = panel["agreement_minus_complete"]
-        rule_only = all(g.startswith("rule") for g in s["graders"])
-        return pp_measurement(d["pp"], d["ci"], n, f"source complete, full access {counts['full']}/{panel['n']} ({graded})",
-                              "the rule grader has one protocol: agreement and completeness coincide" if rule_only
-                              else floor_reason(counts["full"], panel["n"], "full access"), units=panel["components"])
+        return oaks_open_measurement(read_summary(run), quantity)
     return measure
 
 

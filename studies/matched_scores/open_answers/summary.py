@@ -39,12 +39,14 @@ import numpy as np
 
 from kvprobe.readouts.stats import (DRAWS, PAPER_SEED, connected_components, group_bootstrap_weights,
                                     percentile_interval, weighted_sums)
+from kvprobe.studies.common.claims import verdict_text
 from kvprobe.studies.common.report import (VERDICT_RULE, heading, percent_count, run_time, small_sample_note,
-                                           table_head, table_row, testable, verdict_cell)
+                                           table_head, table_row)
 from kvprobe.studies.common.runner import read_rows, write_run_summary
 from kvprobe.studies.datasets.oaks import items as oaks_items
 
 from . import grading, paper
+from .claims import CLAIMS, oaks_open_measurement
 from .study import CONDITIONS
 
 #: Outcome columns: name -> (verdict kind, the label that counts).
@@ -181,22 +183,26 @@ def protocol_table(s: dict[str, Any]) -> list[str]:
 
 
 def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The paper's Qwen3-32B claims on the answerable panel with their verdicts: the source-complete loss (mask -
-    full) and the protocol difference (reference agreement minus source completeness)."""
+    """The paper's Qwen3-32B claims (``claims.py``) on the answerable panel with their verdicts: the source-complete
+    loss (mask - full) and the protocol difference (reference agreement minus source completeness), each the
+    scorecard's measurement (``claims.oaks_open_measurement``) judged by its claim's rule
+    (``studies.common.claims.verdict_text``)."""
     s = summary["panels"].get("answerable")
     if s is None:
         return []
     full = s["protocols"]["complete"]["counts"]["full"]
-    ok = testable(full, s["n"])
     loss, gap = s["protocols"]["complete"]["mask_vs_full"], s["agreement_minus_complete"]
     rule_only = summary["graders"] == [grading.RULE_GRADER]  # its protocols coincide: no difference can show
+    claims = {c.key: c for c in CLAIMS}
+    lost, protocols = claims["oaks-open.source-complete"], claims["oaks-open.protocols"]
     return [{"claim": "masking the old source loses source-complete answers (mask - full, pp)",
-             "paper": "Qwen3-32B -9.8 [-18.5, -1.1]", "estimate": change_cell(loss),
-             "reference": f"full {full} of {s['n']}", "verdict": verdict_cell(loss["pp"], loss["ci"], -1, ok)},
+             "paper": lost.paper.numbers.removesuffix(" pp"), "estimate": change_cell(loss),
+             "reference": f"full {full} of {s['n']}",
+             "verdict": verdict_text(lost, oaks_open_measurement(summary, "mask_vs_full"))},
             {"claim": "reference agreement misses that loss (agreement minus completeness, pp)",
-             "paper": "Qwen3-32B +12.0 [+2.1, +22.1]", "estimate": change_cell(gap),
+             "paper": protocols.paper.numbers.removesuffix(" pp"), "estimate": change_cell(gap),
              "reference": f"full {full} of {s['n']}" + (" (rule grader)" if rule_only else ""),
-             "verdict": verdict_cell(gap["pp"], gap["ci"], 1, ok and not rule_only)}]
+             "verdict": verdict_text(protocols, oaks_open_measurement(summary, "agreement_minus_complete"))}]
 
 
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
