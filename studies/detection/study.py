@@ -43,7 +43,7 @@ from kvprobe.studies.datasets import oaks
 from .natural import NATURAL_DETECTORS, NATURAL_MAX_NEW_TOKENS, annotation_columns, natural_pairs, \
     run_natural_detectors
 from kvprobe.studies.recognition.cases import SPLITS
-from kvprobe.studies.common.protocol import InvalidParameter, Study, require_at_least, require_choices
+from kvprobe.studies.common.protocol import InvalidParameter, RunState, Study, require_at_least, require_choices
 
 DATASETS = ("records", "quantity", "oaks")
 
@@ -174,7 +174,8 @@ class DetectionStudy(Study):
         names = self.record_detectors if case.dataset == "records" else self.quantity_detectors
         return tuple(n for n in names if n not in TEXT_DETECTORS or case.split in self.text_detector_splits)
 
-    def run_cases(self, model: kvprobe.Model, cases: list[DetectionCase]) -> list[list[dict[str, Any]]]:
+    def run_cases(self, model: kvprobe.Model, cases: list[DetectionCase], state: RunState | None = None
+                  ) -> list[list[dict[str, Any]]]:
         """Every (pair, detector) row of a batch; the JSON classifiers run as one generation batch."""
         natural = [c for c in cases if c.dataset == "oaks"]
         rows = dict(zip((c.case_id for c in natural), self.run_natural(model, natural))) if natural else {}

@@ -27,7 +27,7 @@ import kvprobe
 from kvprobe.extract.capture import RecordSpec, encode
 from kvprobe.readouts.fixed import char_distance, key_similarity, token_jaccard, value_distance
 from kvprobe.readouts.stats import DRAWS
-from kvprobe.studies.common.protocol import Study, require_at_least
+from kvprobe.studies.common.protocol import RunState, Study, require_at_least
 from kvprobe.studies.datasets import controlled_histories
 from .data import INTRINSIC_GROUPS, NATIVE_PAIRS_SEED, Case, counts, dataset_hash, generate_cases
 
@@ -65,7 +65,8 @@ class NativePairsStudy(Study):
         return {"counts": counts(self.cases()), "layers": "every layer with K/V rows",
                 "encoding": "each record alone, templateless, from position 0 (kvprobe.extract.capture.encode)"}
 
-    def run_cases(self, model: kvprobe.Model, cases: list[Case]) -> list[list[dict[str, Any]]]:
+    def run_cases(self, model: kvprobe.Model, cases: list[Case], state: RunState | None = None
+                  ) -> list[list[dict[str, Any]]]:
         """One row per distinct pair of each component; the batch's distinct texts encoded once."""
         texts = list(dict.fromkeys(t for c in cases for t in c.texts()))
         encoded = dict(zip(texts, encode(model, [RecordSpec("single", t) for t in texts], hidden_layers=())))
