@@ -161,7 +161,8 @@ def cmd_report(args: argparse.Namespace, cli) -> int:
 def _scorecard(args: argparse.Namespace) -> int:
     """``kvprobe report scorecard [ARTIFACTS] [--out FILE]``: every paper claim a committed run tests, with its
     verdict (``studies/scorecard.py``), written to FILE (default docs/scorecard.md) and FILE's ``.json``."""
-    from kvprobe.studies.scorecard import VERDICTS, write_scorecard
+    from kvprobe.studies.common.claims import VERDICTS
+    from kvprobe.studies.scorecard import write_scorecard
 
     if len(args.runs) > 1:
         raise ValueError("scorecard takes one artifacts folder (default artifacts)")
