@@ -11,7 +11,6 @@ from pathlib import Path
 
 from kvprobe.studies.common.claims import (LENIENT, PAPER_RULE, Claim, Measurement, Paper, Test, floor_reason,
                                            pp_measurement, read_summary)
-from kvprobe.studies.common.report import estimate
 
 __all__ = ["CLAIMS", "factorial_factor"]
 

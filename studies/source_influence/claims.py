@@ -11,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kvprobe.studies.common.claims import Claim, Measurement, Paper, Test, read_summary
-from kvprobe.studies.common.report import estimate
 
 __all__ = ["CLAIMS", "SOURCE_MODELS", "prompt_format", "source_estimate"]
 
