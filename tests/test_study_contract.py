@@ -48,6 +48,8 @@ def test_study_class_follows_the_protocol(name):
     # A study holds its parameters only: what a run builds or logs lives in the runner's RunState.
     hidden = [f.name for f in dataclasses.fields(cls) if f not in public_fields(cls)]
     assert not hidden, f"{name}: fields that are not parameters (move them to RunState / side_logs): {hidden}"
+    # A side log is appended from inside the cases, in the driver's run folder: no Ray workers.
+    assert not cls.side_logs or STUDIES[name].local_only, f"{name} declares side logs but may run on Ray"
 
 
 #: The digests the protocol writes into every ``config.json`` (:meth:`Study.config`); no study spells its own.
