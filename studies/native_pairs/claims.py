@@ -8,35 +8,47 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kvprobe.studies.common.claims import Claim, Measurement, Paper, Test, read_summary
 
-__all__ = ["CLAIMS", "NATIVE_PAIR_MODELS", "native_pairs"]
+__all__ = ["CLAIMS", "NATIVE_PAIR_MODELS", "native_pairs", "native_pairs_measurement"]
 
 
 #: The committed native record-pair runs.
 NATIVE_PAIR_MODELS = ("smollm2-135m-instruct", "gemma3-270m")
 
 
-def native_pairs(claim: str) -> Callable[[Path], Measurement]:
-    """A native record-pair claim: ``matching`` or ``relation`` (weaker-panel AUC against the paper's 0.60) or
-    ``surface`` (the smaller panel's relation-minus-surface difference against 0). The interval is the pair of
-    one-sided 95 % bounds (5th and 95th percentiles of the component-bootstrap draws), as the paper's criterion."""
-    def measure(run: Path) -> Measurement:
-        s = read_summary(run)
+def native_pairs_measurement(s: dict[str, Any], claim: str) -> Measurement:
+    """A native record-pair claim of a summary ``s``: ``matching`` or ``relation`` (weaker-panel AUC against the
+    paper's 0.60) or ``surface`` (the smaller panel's relation-minus-surface difference against 0). The interval is
+    the pair of one-sided 95 % bounds (5th and 95th percentiles of the component-bootstrap draws), as the paper's
+    criterion. The sample is read from ``s["counts"]`` when ``s`` has them (the summary's estimates judge their
+    verdicts before the counts join them).
+
+    The run's summary (``summary.estimate``) and the scorecard (:func:`native_pairs`) both judge this measurement.
+    """
+    n, units = "", None
+    if "counts" in s:
         c = s["counts"]
         n = (f"{c['all']['distinct_pairs']} distinct pairs, {c['all']['comparisons']} comparisons, "
              f"{c['intrinsic']['components']} + {c['history']['components']} components")
         units = min(c["intrinsic"]["components"], c["history"]["components"])
-        if claim == "surface":
-            m = s["min_delta"]
-            return Measurement(m["diff"], (m["lower"], m["upper"]), "AUC difference", "+.3f", n,
-                               "surface baseline", units=units,
-                               note=f"smaller difference: the {m['panel']} panel's; interval = one-sided 95% bounds")
-        w = s["weaker"][claim]
-        return Measurement(w["auc"], (w["lower"], w["upper"]), "AUC", ".3f", n, "criterion 0.60",
-                           null=s["criterion"], units=units,
-                           note=f"weaker panel: {w['panel']}; interval = one-sided 95% bounds")
+    if claim == "surface":
+        m = s["min_delta"]
+        return Measurement(m["diff"], (m["lower"], m["upper"]), "AUC difference", "+.3f", n,
+                           "surface baseline", units=units,
+                           note=f"smaller difference: the {m['panel']} panel's; interval = one-sided 95% bounds")
+    w = s["weaker"][claim]
+    return Measurement(w["auc"], (w["lower"], w["upper"]), "AUC", ".3f", n, "criterion 0.60",
+                       null=s["criterion"], units=units,
+                       note=f"weaker panel: {w['panel']}; interval = one-sided 95% bounds")
+
+
+def native_pairs(claim: str) -> Callable[[Path], Measurement]:
+    """:func:`native_pairs_measurement` of a committed run."""
+    def measure(run: Path) -> Measurement:
+        return native_pairs_measurement(read_summary(run), claim)
     return measure
 
 

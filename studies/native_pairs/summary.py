@@ -19,8 +19,9 @@ The estimator (:func:`estimate`):
   Jaccard and character distance, each in its stronger direction (either direction allowed, L2195, L2226), chosen
   on the panel's point macro AUC; Delta_panel = relation AUC - surface AUC per draw, and L.95(min Delta) is the
   5th percentile of the per-draw min(Delta_intrinsic, Delta_history) (L2181-2183).
-* **Verdicts** (:func:`kvprobe.studies.common.report.claim_verdict` on the interval between the two one-sided 95 %
-  bounds, the 5th and 95th percentiles): matching and relation against the paper's criterion "lower bound above
+* **Verdicts** (the claims of ``claims.py`` judged by :func:`kvprobe.studies.common.claims.judge` on the interval
+  between the two one-sided 95 % bounds, the 5th and 95th percentiles): matching and relation against the paper's
+  criterion "lower bound above
   0.60" (replicates when the lower bound exceeds 0.60, as for all nine of the paper's models; opposite when the
   upper bound is below it); the surface advantage against the paper's finding that no model has one
   (replicates when the upper bound of min Delta is below 0, opposite when its lower bound is above 0, the
@@ -38,8 +39,10 @@ import numpy as np
 from kvprobe.readouts.evaluate import AUC_CRITERION
 from kvprobe.readouts.stats import ALPHA, DRAWS, GroupBootstrap, auc, bootstrap_auc_draws, group_bootstrap_indices, \
     macro_auc, one_sided_lower, percentile_interval
-from kvprobe.studies.common.report import Items, claim_verdict, heading, run_time, table_head, table_row
+from kvprobe.studies.common.claims import judge
+from kvprobe.studies.common.report import Items, heading, run_time, table_head, table_row
 from kvprobe.studies.common.runner import read_rows, write_run_summary
+from .claims import CLAIMS, native_pairs_measurement
 from .data import PANELS, TASKS
 
 ITEMS = Items("reconstruction", "record pairs without a question: our intrinsic panel (recognition vocabulary, "
@@ -159,10 +162,11 @@ def estimate(table: dict[str, np.ndarray], draws: int = DRAWS, seed: int = 0, al
     smaller = min(PANELS, key=lambda p: (deltas[p], PANELS.index(p)))
     both = np.minimum(*(draws_kept[f"{p}/relation"] - draws_kept[f"{p}/relation/surface"] for p in PANELS))
     min_delta = {"panel": smaller, "diff": deltas[smaller], **_bounds(both, alpha)}
-    verdicts = {
-        "matching": claim_verdict("up", [weaker["matching"]["lower"], weaker["matching"]["upper"]], null=CRITERION),
-        "relation": claim_verdict("up", [weaker["relation"]["lower"], weaker["relation"]["upper"]], null=CRITERION),
-        "surface_advantage": claim_verdict("down", [min_delta["lower"], min_delta["upper"]], null=0.0)}
+    claims = {c.key: c for c in CLAIMS}
+    estimates = {"weaker": weaker, "min_delta": min_delta, "criterion": CRITERION}
+    verdicts = {key: judge(claims[f"native-pairs.{claim}"], native_pairs_measurement(estimates, claim))
+                for key, claim in (("matching", "matching"), ("relation", "relation"),
+                                   ("surface_advantage", "surface"))}
     return {"draws": int(draws), "dropped_draws": int((~kept).sum()), "alpha": alpha, "criterion": CRITERION,
             "panels": panels, "weaker": weaker, "min_delta": min_delta,
             "criterion_met": {"matching": weaker["matching"]["lower"] > CRITERION,
