@@ -51,7 +51,7 @@ def cmd_matrix(args: argparse.Namespace, cli) -> int:
 
 
 def cmd_bench(args: argparse.Namespace, cli) -> int:
-    """``kvprobe bench NAME``: the registry's benchmark (``kvprobe.tools.bench``, loaded now)."""
+    """``kvprobe bench SUITE``: the registry's benchmark (``kvprobe.tools.bench``, loaded now)."""
     from kvprobe.tools.bench.registry import BENCHES
 
     bench = BENCHES[args.suite]
@@ -90,13 +90,13 @@ def add_verify_commands(sub, cli) -> None:
 
 
 def add_bench_command(sub, cli) -> None:
-    """``kvprobe bench NAME``: one positional choice and the options of the registry's benchmarks."""
+    """``kvprobe bench SUITE``: one sub-command per registered benchmark, each with its own options and defaults."""
     from kvprobe.tools.bench import registry as benches
 
     p = sub.add_parser("bench", help="benchmarks (writes JSON and markdown under artifacts/bench)",
                        description=benches.description())
-    p.add_argument("suite", choices=list(benches.BENCHES), help="which benchmark to run")
-    for option, kwargs in benches.options().items():
-        p.add_argument(option, **kwargs)
-    cli.add_placement_arguments(p)
-    p.set_defaults(func=partial(cmd_bench, cli=cli))
+    suites = p.add_subparsers(dest="suite", required=True, metavar="SUITE")
+    for bench in benches.BENCHES.values():
+        q = bench.add_parser(suites)
+        cli.add_placement_arguments(q)
+        q.set_defaults(func=partial(cmd_bench, cli=cli))

@@ -57,6 +57,7 @@ from kvprobe.interventions.text import TextRecompute
 from kvprobe.transformers_api import cache_argument, output_cache
 
 from .measure import device_peak_bytes, interleave, median_s, timed
+from .registry import parse_counts
 
 DEFAULT_LENGTHS = (8192, 32768)
 DEFAULT_ROWS = 15
@@ -333,9 +334,5 @@ def format_gpu_markdown(result: dict[str, Any]) -> str:
 
 def command(args, load) -> dict[str, Any]:
     """``kvprobe bench gpu``: ``--rows`` is the decode cell's rows, ``--decode-steps`` its new tokens."""
-    from .long import counts
-
-    lengths = counts(args.lengths, "--lengths", DEFAULT_LENGTHS)
-    rows = counts(args.rows, "--rows", (DEFAULT_ROWS,))[0]
-    return run_gpu_bench(load(), Path(args.out), lengths=lengths, rows=rows,
-                         new_tokens=args.decode_steps or DEFAULT_NEW_TOKENS, repeats=args.repeats or DEFAULT_REPEATS)
+    return run_gpu_bench(load(), Path(args.out), lengths=parse_counts(args.lengths, "--lengths"), rows=args.rows,
+                         new_tokens=args.decode_steps, repeats=args.repeats)

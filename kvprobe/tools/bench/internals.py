@@ -95,6 +95,4 @@ def command(args, load) -> dict[str, Any]:
     """``kvprobe bench internals`` on the quantity demo's history."""
     from kvprobe.studies.quantity.demo import build_prompt
 
-    return run_internals_bench(load(), build_prompt(), Path(args.out),
-                               warmups=2 if args.warmups is None else args.warmups,
-                               repeats=9 if args.repeats is None else args.repeats)
+    return run_internals_bench(load(), build_prompt(), Path(args.out), warmups=args.warmups, repeats=args.repeats)

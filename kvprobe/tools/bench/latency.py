@@ -262,5 +262,4 @@ def command(args, load) -> dict[str, Any]:
     loads."""
     study = SessionBiasStudy(source=args.source, split=args.split, max_history_tokens=args.max_history_tokens)
     return run_latency_bench(load(), Path(args.out), study, questions=args.questions,
-                             max_new_tokens=args.max_new_tokens, warmups=1 if args.warmups is None else args.warmups,
-                             decode=args.decode)
+                             max_new_tokens=args.max_new_tokens, warmups=args.warmups, decode=args.decode)

@@ -41,6 +41,7 @@ from kvprobe.interventions.registry import CONDITIONS, covered_by, parse_conditi
 from kvprobe.readouts.stats import sign_test
 
 from .measure import device_peak_bytes, median_time, peak_rss_bytes, weight_bytes
+from .registry import parse_counts
 
 RECORD_A = ("Reference time T1. Certified specification for Assembly-TEST-000: cycle duration = 159 minutes. "
             "This is its single approved value at T1.")
@@ -254,12 +255,11 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def command(args, load) -> dict[str, Any]:
-    """``kvprobe bench operations``: options not given keep :func:`run_operations_bench`'s defaults; a given
-    ``--warmups``/``--repeats`` applies to every length."""
-    given = {"lengths": None if args.lengths is None else tuple(int(x) for x in args.lengths.split(",")),
-             "warmups": args.warmups, "repeats": args.repeats,
-             # given counts hold for every length (the reduced long-history defaults are for a CPU)
-             "warmups_long": args.warmups, "repeats_long": args.repeats}
-    fractions = tuple(float(x) for x in args.fractions.split(","))
-    return run_operations_bench(load(), Path(args.out), args.data, fractions=fractions,
+    """``kvprobe bench operations``: ``--warmups``/``--repeats`` not given keep :func:`run_operations_bench`'s
+    counts (fewer from 4096 tokens); given, they apply to every length."""
+    # given counts hold for every length (the reduced long-history defaults are for a CPU)
+    given = {"warmups": args.warmups, "repeats": args.repeats, "warmups_long": args.warmups,
+             "repeats_long": args.repeats}
+    return run_operations_bench(load(), Path(args.out), args.data, lengths=parse_counts(args.lengths, "--lengths"),
+                                fractions=tuple(float(x) for x in args.fractions.split(",")),
                                 **{k: v for k, v in given.items() if v is not None})
