@@ -31,6 +31,11 @@ Arms run in a seeded random order per question (the machine drifts); the first `
 untimed first. On CUDA, full access and the hard mask can decode in fixed shapes (a CUDA graph) while a
 logit bias cannot: ``--decode ordinary`` puts every arm on the ordinary path, so the overheads compare
 the policies rather than the two decode paths; each row records its path.
+
+An arm (the paper's word, kept in rows, ``latency.json`` and the report) is a condition of the study's
+``condition_set`` (default ``full``, ``soft``, ``hard``; every name in
+:data:`kvprobe.studies.session_bias.history.CONDITIONS`), built by the study's ``session_conditions``: the
+bench keeps no table of its own.
 """
 
 from __future__ import annotations
@@ -54,7 +59,6 @@ from kvprobe.studies.session_bias.study import SessionBiasStudy
 
 from .measure import peak_rss_bytes, reset_peak, weight_bytes
 
-ARMS = sessions.CONDITIONS
 #: The paired measures of the summary: row key -> its label in the report.
 MEASURES = {"ttft_resident_ms": "TTFT resident", "ttft_cold_ms": "TTFT cold", "query_ms": "query",
             "decode_ms": "decode", "complete_ms": "complete", "tokens": "tokens"}
@@ -76,7 +80,7 @@ def time_question(model: kvprobe.Model, case, max_new_tokens: int, order: Sequen
     for arm in order:
         start = device_clock(model.device)
         facts = sessions.session_conditions(h, layout, asked, oldest_weight, (arm,))
-        condition = kvprobe.Full() if arm == "full" else facts.conditions[arm]
+        condition = facts.conditions[arm]
         built = device_clock(model.device)
         gen, phases = answer_timed(model, h, Request(asked, condition, arm), max_new_tokens, static=static)
         policy_s = (built - start if arm != "full" else 0.0) + phases.condition_s
