@@ -15,7 +15,7 @@ from kvprobe.studies.common.claims import (LENIENT, PAPER_RULE, Claim, Measureme
 from kvprobe.studies.common.report import estimate
 
 __all__ = ["CLAIMS", "QUANTITY", "QUANTITY_QWEN", "QUANTITY_RUNS", "quantity_change", "quantity_margin",
-           "quantity_margin_follows_old", "quantity_recompute", "quantity_warning"]
+           "quantity_margin_follows_old", "quantity_recompute", "quantity_spearman", "quantity_warning"]
 
 
 QUANTITY = "quantity/smollm2-135m-instruct"
@@ -39,13 +39,23 @@ def quantity_margin(information: str) -> Callable[[Path], Measurement]:
     return measure
 
 
+def quantity_spearman(decomposition: dict[str, Any], information: str) -> Measurement:
+    """Spearman(Delta m, D_o) over the replacements' current question (source mask vs its control) in a summary's
+    ``candidate_decomposition``; no interval when it gives none.
+
+    The run's report (``summary._decomposition_lines``) and the scorecard (:func:`quantity_margin_follows_old`)
+    both judge this measurement.
+    """
+    e = decomposition["per_information"][information]
+    ci = e["spearman_ci"]
+    return Measurement(e["spearman_delta_m_d_o"], tuple(ci) if ci else None, "Spearman", ".2f", f"{e['n']} groups",
+                       "source-control", units=e["n"])
+
+
 def quantity_margin_follows_old(information: str) -> Callable[[Path], Measurement]:
-    """Spearman(Delta m, D_o) over the replacements' current question (source mask vs its control; the summary's
-    ``candidate_decomposition``)."""
+    """:func:`quantity_spearman` of a committed run."""
     def measure(run: Path) -> Measurement:
-        e = read_summary(run)["candidate_decomposition"]["per_information"][information]
-        return Measurement(e["spearman_delta_m_d_o"], tuple(e["spearman_ci"]), "Spearman", ".2f", f"{e['n']} groups",
-                           "source-control", units=e["n"])
+        return quantity_spearman(read_summary(run)["candidate_decomposition"], information)
     return measure
 
 

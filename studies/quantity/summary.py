@@ -41,10 +41,13 @@ from kvprobe.readouts.stats import DRAWS, PAPER_SEED, GroupBootstrap, auc, boots
     zero_failure_bound
 from kvprobe.studies.common.no_context import NO_CONTEXT, Outcome, conditional_on_baseline, conditional_table
 from kvprobe.studies.datasets.quantity_task.grading import CATEGORIES
-from kvprobe.studies.common.report import VERDICT_RULE, claim_verdict, estimate, heading, interval, rate_interval, \
+from kvprobe.studies.common.claims import judge
+from kvprobe.studies.common.report import VERDICT_RULE, estimate, heading, interval, rate_interval, \
     small_sample_note, table_head, table_row, testable, verdict_cell
 from kvprobe.studies.datasets.quantity_task.tasks import ITEMS
 from kvprobe.studies.common.runner import read_rows
+from .claims import CLAIMS as PAPER_CLAIMS
+from .claims import quantity_spearman
 from .diagnostics import capped_lines, capped_outputs, failure_lines, unit_breakdown, unit_lines
 from .threshold import LABELS, RULES as SIGNAL_RULES, SIGNAL_CONDITIONS, signal
 
@@ -460,7 +463,9 @@ PAPER_DECOMPOSITION = {
 
 def _decomposition_lines(dec: dict[str, Any]) -> list[str]:
     """The candidate-probability decomposition and the loss split (paper L4085-4212), the paper's numbers
-    beside ours; the Spearman verdict by ``claim_verdict`` (the paper found it positive)."""
+    beside ours; the Spearman verdict is the scorecard's claim ``quantity.margin-follows-old`` (``claims.py``: the
+    paper found it positive) judged on the same measurement (``claims.quantity_spearman``)."""
+    follows_old = next(c for c in PAPER_CLAIMS if c.key == "quantity.margin-follows-old")
     lines = ["## Candidate-probability decomposition: D_c, D_o and Delta m = D_o - D_c", "",
              "Replacements, current query, whole-source mask minus its matched control (nats): D_c = drop of log "
              "p(current answer), D_o = drop of log p(old answer). Means and Spearman with paired 95 % group-bootstrap "
@@ -469,7 +474,7 @@ def _decomposition_lines(dec: dict[str, Any]) -> list[str]:
                           "Spearman(Delta m, D_o)", "verdict (paper: positive)"])]
     for info, e in dec["per_information"].items():
         rho = "-" if e["spearman_delta_m_d_o"] is None else estimate(e["spearman_delta_m_d_o"], e["spearman_ci"], ".2f")
-        verdict = claim_verdict("up", e["spearman_ci"], not_testable=None if e["spearman_ci"] else "no interval")
+        verdict = judge(follows_old, quantity_spearman(dec, info))
         lines.append(table_row([info, e["n"], estimate(e["mean_d_c"], e["mean_d_c_ci"]),
                                 estimate(e["mean_d_o"], e["mean_d_o_ci"]),
                                 estimate(e["mean_delta_m"], e["mean_delta_m_ci"]),
