@@ -73,13 +73,14 @@ def study_from_args(entry, args: argparse.Namespace):
 
 def _given_options(entry, args: argparse.Namespace, to: str) -> dict:
     """The registry options of ``entry`` bound for ``to`` (``"run"`` or ``"summary"``) that were given."""
-    return {o.name: getattr(args, o.name) for o in entry.options
+    return {o.name: getattr(args, o.name) for o in entry.command_options
             if o.to == to and getattr(args, o.name, None) not in (None, False)}
 
 
 def cmd_run(args: argparse.Namespace, cli) -> int:
     from kvprobe.studies.registry import entry as study_entry
     from kvprobe.studies.common.runner import run_study
+    from kvprobe.studies.common.summary import write_summary
 
     from kvprobe.parameters import flag
 
@@ -106,7 +107,7 @@ def cmd_run(args: argparse.Namespace, cli) -> int:
             info = runner(model, out, study=study, progress=not args.quiet, **run_options)
     finally:
         cli.close(pool)
-    entry.write_summary()(out, seed=bootstrap_seed(entry, args), **summary_options)
+    write_summary(entry, out, seed=bootstrap_seed(entry, args), **summary_options)
     if not args.quiet:
         print(f"{info.cases_run} cases run, {info.cases_skipped} already done; results in {out}/ "
               "(config.json, results.jsonl, summary.json, report.md)")
@@ -137,6 +138,7 @@ def cmd_report(args: argparse.Namespace, cli) -> int:
         return _cross_benchmark(args)
     from kvprobe.studies.registry import entry as study_entry
     from kvprobe.studies.common.runner import results_file
+    from kvprobe.studies.common.summary import write_summary
 
     if not args.runs:
         raise ValueError(f"give the output directory of at least one `kvprobe run {args.study}`")
@@ -152,7 +154,7 @@ def cmd_report(args: argparse.Namespace, cli) -> int:
             print(table)
         return 0
     for run_dir in args.runs:
-        entry.write_summary()(run_dir, seed=bootstrap_seed(entry, args), **summary_options)
+        write_summary(entry, run_dir, seed=bootstrap_seed(entry, args), **summary_options)
         if not args.quiet:
             print(f"rewrote summary.json and report.md in {run_dir}/")
     return 0
@@ -225,7 +227,7 @@ def _add_run_parser(sub, argv: Sequence[str] | None, cli) -> None:
             continue
         params = p.add_argument_group(f"{name} parameters (the study's fields; defaults are the study's)")
         add_field_options(params, entry.study_class(), reserved=COMMON_RUN_OPTIONS)
-        for option in entry.options:
+        for option in entry.command_options:
             if option.flag:
                 params.add_argument(flag(option.name), dest=option.name, action="store_true", help=option.help)
             else:
@@ -283,9 +285,10 @@ def add_report(sub, cli) -> None:
                    "or each rewritten for the other studies); scorecard: the artifacts folder (default artifacts); "
                    "cross-benchmark: MINTEval, MQuAKE and BABILong run directories holding config.json and "
                    "summary.json (default: the committed smollm2 runs)")
-    for option in {o.name: o for e in STUDIES.values() for o in e.options if o.to == "summary"}.values():
+    for option in {o.name: o for e in STUDIES.values() for o in e.command_options if o.to == "summary"}.values():
         p.add_argument(flag(option.name), dest=option.name, default=None,
-                       help=f"{', '.join(e.name for e in STUDIES.values() if option in e.options)}: {option.help}")
+                       help=f"{', '.join(e.name for e in STUDIES.values() if option in e.command_options)}: "
+                       f"{option.help}")
     p.add_argument("--out", default=None, help="where to write the comparison of several runs (quantity: "
                    "thresholds.{json,md}, panel.{md,json} and the panel's figures); scorecard: the markdown file "
                    "(default docs/scorecard.md), the JSON "

@@ -32,14 +32,15 @@ from typing import Any
 
 from kvprobe.readouts.stats import clopper_pearson
 
+from .babilong.figure import BABI_LOCATIONS
 from .babilong import claims as babilong
 from .common.claims import Claim, count_pp, lines_text
 from .common.report import estimate, interval, table_head, table_row
 from .minteval import claims as minteval
 from .mquake import claims as mquake
-from .study_figures import BABI_LOCATIONS
 
-__all__ = ["PAPER", "PAPER_CHANGE", "PAPER_METRIC", "PAPER_MODELS", "QUESTIONS", "rows", "table", "write_cross_benchmark"]
+__all__ = ["PAPER", "PAPER_CHANGE", "PAPER_METRIC", "PAPER_MODELS", "QUESTIONS", "plot", "rows", "table",
+           "write_cross_benchmark"]
 
 QUESTIONS = ("current", "historical")
 
@@ -226,12 +227,53 @@ def report(found: list[dict[str, Any]]) -> str:
 
 def write_cross_benchmark(runs: list[str | Path], out: str | Path) -> list[dict[str, Any]]:
     """Write ``cross-benchmark.json``, ``report.md`` and ``figure.png`` under ``out``; returns the rows."""
-    from .study_figures import cross_benchmark
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     found = rows(runs)
     (out / "cross-benchmark.json").write_text(json.dumps({"rows": found}, indent=1) + "\n")
     (out / "report.md").write_text(report(found))
-    cross_benchmark({"rows": found}, out / "figure.png")
+    plot({"rows": found}, out / "figure.png")
     return found
+
+
+def plot(data: dict[str, Any], path: Path | str) -> Path:
+    """Current (left) and historical (right) answers under whole-source masking: per row (benchmark, model,
+    metric), full access (grey) and masked (blue) rates in percent with exact 95% intervals and counts; n on
+    each label; a dashed chance line where one is defined (BABILong). ``data``: ``cross-benchmark.json``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .common.figures import UP, save_figure
+
+    blocks = {q: [r for r in data["rows"] if r["question"] == q] for q in ("current", "historical")}
+    height = 1.6 + 0.55 * max(len(b) for b in blocks.values())
+    fig, axes = plt.subplots(1, 2, figsize=(12.5, height), sharex=True, layout="constrained")
+    chance_drawn = False
+    for ax, (question, block) in zip(axes, blocks.items()):
+        y = list(range(len(block)))[::-1]
+        for yi, r in zip(y, block):
+            for offset, arm, color in ((0.18, "full", "#999999"), (-0.18, "masked", UP)):
+                rate = r[arm]
+                ax.barh(yi + offset, rate["pct"], height=0.34, color=color)
+                ax.errorbar(rate["pct"], yi + offset, xerr=[[rate["pct"] - rate["ci"][0]], [rate["ci"][1] - rate["pct"]]],
+                            fmt="none", ecolor="black", capsize=2, lw=0.8)
+                ax.text(101, yi + offset, f"{rate['k']}/{rate['n']}", va="center", fontsize=7)
+            if r["chance_pct"] is not None:
+                ax.plot([r["chance_pct"]] * 2, [yi - 0.45, yi + 0.45], color="#c07000", lw=1.0, ls="--")
+                chance_drawn = True
+        labels = [f"{r['benchmark']} {r['metric']}{', ' + r['label'] if r['label'] else ''}\n{r['model']}, "
+                  f"n = {r['n']}; change {r['change_pp']:+.1f} pp" for r in block]
+        ax.set_yticks(y, labels, fontsize=7)
+        ax.set_ylim(-0.7, len(block) - 0.3)
+        ax.set_xlim(0, 112)
+        ax.set_title(f"{question} questions", fontsize=9)
+        ax.set_xlabel("answers correct, % (95% exact CI)", fontsize=8)
+        ax.tick_params(axis="x", labelsize=8)
+    fig.suptitle("Current and historical answers under whole-source masking", fontsize=10)
+    legend = "grey: full access; blue: whole-source mask; right: counts"
+    if chance_drawn:
+        legend += f"; dashed orange: a uniform guess among {BABI_LOCATIONS} locations (BABILong)"
+    fig.supxlabel(legend, fontsize=7.5, color="#444444")
+    return save_figure(fig, path)

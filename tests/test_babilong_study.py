@@ -13,7 +13,7 @@ from kvprobe.decoding import suffix_ids
 from kvprobe.reference import reference_generate
 from kvprobe.studies.babilong import samples
 from kvprobe.studies.babilong.study import CONDITIONS, BabilongStudy
-from kvprobe.studies.babilong.summary import write_summary
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.common.runner import run_study
 
 
@@ -87,7 +87,7 @@ def test_run_resumes_and_summarizes(llama, study, tmp_path):
     (out / "results.jsonl").write_text("".join(lines[: len(CONDITIONS) * 3]))  # as if killed after 3 cases
     run_study(study, llama, out, progress=False)
     assert (out / "results.jsonl").read_bytes() == first
-    summary = write_summary(out)
+    summary = write_summary("babilong", out)
     cells = {(c["task"], c["length"], c["policy"]): c for c in summary["cells"]}
     assert cells[("qa2", 300, "naive")]["n"] == 2 and "official_change_vs_full" in cells[("qa2", 300, "naive")]
     assert "| qa3 | 300 | dependency |" in (out / "report.md").read_text()
@@ -145,7 +145,7 @@ def test_released_run_with_query_aware_conditions(llama, tmp_path):
     assert len(rows) == 2 * len(CONDITIONS) and {r["length"] for r in rows} == {1000}
     assert {r["condition"]: r["capacity"] for r in rows} == {p: 64 if p in ("quest", "finch", "refreshkv") else None
                                                              for p in CONDITIONS}
-    write_summary(tmp_path)
+    write_summary("babilong", tmp_path)
     report = (tmp_path / "report.md").read_text()
     assert "published samples at 1k" in report and "| qa3 | 1000 | finch |" in report
 

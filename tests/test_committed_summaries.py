@@ -2,9 +2,9 @@
 
 For each run directory under ``artifacts/`` holding ``summary.json`` and ``results.jsonl.gz``, the
 inputs (config, timing, side logs such as ``operation_costs.jsonl``, ``timings.jsonl`` or
-``transfer.json``, and the results) are copied into a temporary directory, the study's current
-``write_summary`` (found through the registry, as ``kvprobe report`` finds it) rewrites the summary
-there, and both files must be byte-identical to the committed ones. This guards refactors of the
+``transfer.json``, and the results) are copied into a temporary directory,
+:func:`kvprobe.studies.common.summary.write_summary` with the study's registry entry (as ``kvprobe report``
+calls it) rewrites the summary there, and both files must be byte-identical to the committed ones. This guards refactors of the
 statistics, parsing and report code: a changed random draw, interval, rounding or table cell shows up
 as a byte difference.
 
@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from kvprobe.readouts.stats import DRAWS
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.registry import REPORT_SEED, entry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,17 +66,21 @@ def summary_options(run: Path, committed: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-def recompute(run: Path, into: Path) -> Path:
-    """Copy the run's inputs into ``into`` and rewrite its summary there with the current code."""
+def _copy_inputs(run: Path, into: Path) -> None:
     into.mkdir(parents=True, exist_ok=True)
     for path in run.iterdir():
         if path.is_file() and path.name not in OUTPUTS and path.suffix not in OUTPUT_SUFFIXES:
             shutil.copy2(path, into / path.name)
+
+
+def recompute(run: Path, into: Path) -> Path:
+    """Copy the run's inputs into ``into`` and rewrite its summary there with the current code."""
+    _copy_inputs(run, into)
     committed = json.loads((run / "summary.json").read_text())
     options = summary_options(run, committed)
     if "grades" in options:  # recorded by its name in the run directory: the copy's
         options["grades"] = into / options["grades"]
-    entry(_study(run)).write_summary()(into, seed=committed.get("seed", REPORT_SEED), **options)
+    write_summary(_study(run), into, seed=committed.get("seed", REPORT_SEED), **options)
     return into
 
 
@@ -101,6 +106,29 @@ def test_committed_summary_is_reproduced_byte_for_byte(run, tmp_path, monkeypatc
     again = recompute(run, tmp_path / run.name)
     for name in sorted(OUTPUTS):
         _assert_same_bytes(run / name, again / name)
+
+
+#: Cheap committed runs whose registry entries have three different seeds (REPORT_SEED, PAPER_SEED and the prompt
+#: format's own).
+DEFAULT_SEED_RUNS = ("babilong/smollm2-135m-instruct", "fact-map/smollm2-135m-instruct-quantity",
+                     "prompt-format/smollm2-135m-instruct")
+
+
+def test_default_seeds_differ_between_the_default_seed_runs():
+    assert len({entry(_study(ARTIFACTS / run)).seed for run in DEFAULT_SEED_RUNS}) == 3
+
+
+@pytest.mark.parametrize("name", DEFAULT_SEED_RUNS)
+def test_write_summary_from_python_with_its_default_seed_reproduces_the_committed_summary(name, tmp_path):
+    """``write_summary(NAME, DIR)`` with no seed uses the registry entry's, the one ``kvprobe report`` uses."""
+    run = ARTIFACTS / name
+    _copy_inputs(run, tmp_path)
+    summary = write_summary(_study(run), tmp_path)
+    assert summary["seed"] == entry(_study(run)).seed
+    for out in sorted(OUTPUTS):
+        _assert_same_bytes(run / out, tmp_path / out)
+    for png in run.glob("*.png"):
+        assert (tmp_path / png.name).read_bytes() == png.read_bytes(), png.name
 
 
 @pytest.mark.parametrize("report", ACTION_REPORTS, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -18,7 +18,8 @@ from kvprobe.reference import cached_explicit_logits, reference_logits
 from kvprobe.studies.components import strings
 from kvprobe.studies.components.data import FAMILIES, STATES, generate_clusters, prompt, rendered_text
 from kvprobe.studies.components.study import CONDITIONS, ComponentStudy, conditions_for
-from kvprobe.studies.components.summary import format_report, summarize, write_summary
+from kvprobe.studies.components.summary import format_report, summarize
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.common.runner import run_study
 
 TOL = 1e-4  # fp32 log-probabilities (nats): cached, traced, batched path vs one plain forward
@@ -248,7 +249,7 @@ def test_study_runs_resumes_and_summarizes(llama, tmp_path):
     (out / "results.jsonl").write_text("".join(lines[: 3 * 18]) + lines[3 * 18][:40])
     run_study(study, llama, out, progress=False)
     assert (out / "results.jsonl").read_bytes() == data
-    summary = write_summary(out, seed=0)
+    summary = write_summary("components", out, seed=0)
     assert set(summary["effects"]) == {"K", "V", "K+V", "QK"} and summary["clusters"] == 5
     assert set(summary["accuracy"]) == {"K", "V", "K+V", "QK"}
     report = (out / "report.md").read_text()

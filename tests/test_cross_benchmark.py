@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvprobe.studies import cross_benchmark, study_figures
+from kvprobe.studies import cross_benchmark
 from kvprobe.studies.commands import CROSS_BENCHMARK_RUNS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +106,7 @@ def test_figure_shows_counts_n_and_the_chance_line(tmp_path, monkeypatch):
     kept = []
     monkeypatch.setattr(figures, "save_figure", lambda fig, path, dpi=110: (fig.canvas.draw(), kept.append(fig)))
     data = json.loads((OUT / "cross-benchmark.json").read_text())
-    study_figures.cross_benchmark(data, tmp_path / "f.png")
+    cross_benchmark.plot(data, tmp_path / "f.png")
     (fig,) = kept
     texts = [t.get_text() for ax in fig.axes for t in ax.texts]
     labels = [t.get_text() for ax in fig.axes for t in ax.get_yticklabels()]

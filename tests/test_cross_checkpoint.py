@@ -17,7 +17,7 @@ from kvprobe.siblings import fake_int8, int8_sibling, perturbed_sibling, rounded
 from kvprobe.studies.cross_checkpoint.siblings import SiblingPair, make_sibling
 from kvprobe.studies.cross_checkpoint.similarity import cache_similarity, recurrent_similarity
 from kvprobe.studies.cross_checkpoint.study import CrossCheckpointStudy
-from kvprobe.studies.cross_checkpoint.summary import write_summary
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.cross_checkpoint.transfer import readout_transfer, select_items, write_transfer
 from kvprobe.studies.recognition.records import generate_records
 from kvprobe.studies.common.protocol import RunState

@@ -16,7 +16,8 @@ from kvprobe.reference import reference_logits
 from kvprobe.tiny import tiny_tokenizer
 from kvprobe.studies.derived_note import grading, data, history
 from kvprobe.studies.derived_note.study import COSTS, DerivedNoteStudy
-from kvprobe.studies.derived_note.summary import format_report, summarize, write_summary
+from kvprobe.studies.derived_note.summary import format_report, summarize
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.common.protocol import CaseRun
 from kvprobe.studies.common.runner import run_study
 
@@ -217,8 +218,8 @@ def test_run_resumes_byte_identically_and_summarizes(llama, tmp_path):
     (out / "results.jsonl").write_text("".join(first.decode().splitlines(keepends=True)[: 2 * 12]))
     assert run_study(DerivedNoteStudy(n_groups=2, max_new_tokens=4), llama, out, progress=False).cases_run == 2
     assert (out / "results.jsonl").read_bytes() == first
-    summary = write_summary(out)
-    assert summary["groups"] == 2 and summary["rows"] == 48 and summary["seed"] == 20260919
+    summary = write_summary("derived-note", out)
+    assert summary["groups"] == 2 and summary["rows"] == 48 and summary["seed"] == 20260916  # the registry entry's
     assert {c["key"] for c in summary["contrasts"]} >= {"maskC_vs_full_current", "refresh_vs_maskA_current"}
     report = (out / "report.md").read_text()
     assert "## Key contrasts" in report and "## Operation cost" in report and "| refresh |" in report

@@ -11,7 +11,7 @@ import pytest
 
 import kvprobe
 from kvprobe.studies.detection.study import DetectionStudy
-from kvprobe.studies.detection.summary import write_summary
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.common.detectors import strings
 from kvprobe.studies.common.detectors.text import NO_REPLACEMENT, REPLACEMENT, TEXT_DETECTORS, UNRESOLVED, RecordPair, \
     detector_prompt, lexical_filter, parse_verdict
@@ -149,7 +149,7 @@ def test_tiny_detection_run_keeps_every_output(tmp_path):
             assert 0.0 <= r["score"] <= 1.0
         else:
             assert r["decision"] in (REPLACEMENT, NO_REPLACEMENT, UNRESOLVED) and r["parse"]
-    summary = write_summary(tmp_path)
+    summary = write_summary("detection", tmp_path)
     counted = sum(sum(c["parse"].values()) for c in summary["text_detectors"])
     assert counted == 3 * len(test_records)  # every output is counted, failures included
     assert "## JSON classifiers" in (tmp_path / "report.md").read_text()

@@ -232,13 +232,13 @@ def test_map_command_prints_and_writes_the_map(tmp_path, capsys):
 
 def test_study_summary_recomputes_recovery_from_the_rows(llama, tmp_path):
     from kvprobe.studies.fact_map.study import FactMapStudy
-    from kvprobe.studies.fact_map.summary import write_summary
+    from kvprobe.studies.common.summary import write_summary
     from kvprobe.studies.common.runner import read_rows, run_study
 
     study = FactMapStudy(dataset="records", n_groups=1, n_bands=2)
     assert {c.variant for c in study.cases()} <= {"replacement", "role_swap", "explicit_rejection"}
     run_study(study, llama, tmp_path, progress=False)
-    summary = write_summary(tmp_path)
+    summary = write_summary("fact-map", tmp_path)
     rows = list(read_rows(tmp_path))
     assert {r["piece"] for r in rows if r["kind"] == "rebuild"} == {"other", "note", "time2", "end"}
     by = {}

@@ -16,7 +16,8 @@ from kvprobe.studies.factconsolidation.mapping import map_facts, parse_question,
 from kvprobe.studies.factconsolidation.outcomes import losses_by_length, old_alias_group, outcome, transitions
 from kvprobe.studies.factconsolidation.schema import Fact, FactConsolidationFormatError, load_rows, save_rows
 from kvprobe.studies.factconsolidation.study import FactConsolidationStudy, fact_segment, study_from_config
-from kvprobe.studies.factconsolidation.summary import fallback, summarize, write_summary
+from kvprobe.studies.factconsolidation.summary import fallback, summarize
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.common.judge import BatchedJudge, JudgeReply, instructions_for, parse_reply
 from kvprobe.studies.datasets.mquake.schema import MQuAKEFormatError
 from kvprobe.studies.common.protocol import InvalidParameter, prepared
@@ -264,12 +265,12 @@ def test_study_runs_summarizes_resumes_and_regrades_on_a_tiny_model(llama, tmp_p
     assert all(r["output_tokens"] <= 3 and r["label"] in ("complete", "wrong", "abstain") for r in rows)
     config = json.loads((tmp_path / "config.json").read_text())["study_config"]
     assert config["data"] == "released" and config["mapping"]["fc-32k"]["superseded"] == 4
-    summary = write_summary(tmp_path)
+    summary = write_summary("factconsolidation", tmp_path)
     assert [c["policy"] for c in summary["cells"]] == ["full", "source", "value", "recompute"]
     assert "offline rule grader" in (tmp_path / "report.md").read_text()
     assert run_study(study, llama, tmp_path, progress=False).cases_run == 0
     grades = grade_run(tmp_path, _AllComplete(), batch_size=6)
-    regraded = write_summary(tmp_path, grades=grades)
+    regraded = write_summary("factconsolidation", tmp_path, grades=grades)
     eos = {c["policy"]: c["eos"] for c in regraded["cells"]}
     assert {c["policy"]: c["complete_eos"] for c in regraded["cells"]} == eos  # every EOS answer, none capped
     assert regraded["graders"] == ["llm-judge:stub-1"] and "llm-judge:stub-1" in (tmp_path / "report.md").read_text()
@@ -280,7 +281,7 @@ def test_study_runs_summarizes_resumes_and_regrades_on_a_tiny_model(llama, tmp_p
 def test_generated_history_runs_labelled_generated(llama, tmp_path):
     study = FactConsolidationStudy(tiers=("1k",), n_histories=1, questions_per_hop=1, max_new_tokens=2)
     run_study(study, llama, tmp_path, progress=False)
-    write_summary(tmp_path)
+    write_summary("factconsolidation", tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["study_config"]["data"] == "generated"
     assert (tmp_path / "report.md").read_text().count("Generated fictional histories (\"generated\"") == 1
     assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 2 * 4
@@ -370,7 +371,7 @@ REVIEWED = [
 
 def test_source_review_counts_answerable_questions_and_reports_the_rest_apart(tmp_path):
     grades = _hand_run(tmp_path, REVIEWED, exposed=["q1"])
-    s = write_summary(tmp_path, grades=grades)
+    s = write_summary("factconsolidation", tmp_path, grades=grades)
     # By hand: q5 is unanswerable, so complete + EOS counts q1-q4 only: full q1 q3 q4 = 3, source q3 = 1 (q2's
     # "complete" is capped), recompute q1 q2 = 2. Termination keeps all 5 (source capped: q2, q4).
     cells = {c["policy"]: c for c in s["cells"]}
@@ -419,7 +420,7 @@ def test_fallback_of_a_hand_built_list_equals_the_hand_computation(tmp_path):
 def test_a_rule_graded_run_says_what_it_lacks(tmp_path):
     grades = _hand_run(tmp_path, REVIEWED)
     (tmp_path / "config.json").write_text(json.dumps({"study": "factconsolidation", "study_config": {}}))
-    s = write_summary(tmp_path)
+    s = write_summary("factconsolidation", tmp_path)
     assert s["source_review"] is None and s["questions"] == 5 and s["exposed_questions"] is None
     report = (tmp_path / "report.md").read_text()
     assert "Source answerability: not judged in this run" in report
@@ -428,7 +429,7 @@ def test_a_rule_graded_run_says_what_it_lacks(tmp_path):
     lines = [{k: v for k, v in json.loads(line).items() if k not in ("answerable", "reference")}
              for line in grades.read_text().splitlines()]
     grades.write_text("".join(json.dumps(g) + "\n" for g in lines))
-    assert write_summary(tmp_path, grades=grades)["source_review"] is None
+    assert write_summary("factconsolidation", tmp_path, grades=grades)["source_review"] is None
 
 
 # ----------------------------------------------------------------------------- prefill chunks and parameters

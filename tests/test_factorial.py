@@ -19,7 +19,7 @@ from kvprobe.studies.factorial.data import (FAMILY, MATRICES, QUESTIONS, VARIANT
 from kvprobe.studies.factorial.grading import grade_answer
 from kvprobe.studies.factorial.spans import number_ranges, span_text, study_conditions
 from kvprobe.studies.factorial.study import FactorialStudy, old_mentions
-from kvprobe.studies.factorial.summary import write_summary
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.common.protocol import InvalidParameter
 from kvprobe.studies.common.runner import read_rows, run_study
 
@@ -243,7 +243,7 @@ def test_tiny_run_writes_rows_and_a_summary(llama, tmp_path):
             assert "".join(r["masked_text"]).strip() == r["old_value"].split()[0]
     # Each prompt is its own prefill: the note and the information change the history.
     assert len({r["prompt_sha256"] for r in rows}) == 18
-    summary = write_summary(tmp_path)
+    summary = write_summary("factorial", tmp_path)
     q = summary["matrices"]["quantity"]
     assert (q["records"], q["groups"], q["rows"]) == (3, 1, 120)
     assert set(q["factors"]["exact"]) == {"scope", *(f"{f}/{m}" for f in ("wording", "information", "note")

@@ -1,9 +1,9 @@
 """Every committed figure is what its committed summary draws, and the figures carry what a reader needs.
 
 Each PNG under ``artifacts/`` is drawn again from its committed data (``summary.json``, ``action.json``,
-``readouts.json``, ``map.json``, the benchmark JSON) by :mod:`kvprobe.studies.study_figures` into a
-temporary folder (matplotlib Agg) and must be byte-identical to the committed file: a figure whose
-code or summary changed without a redraw fails (redraw with ``python -m kvprobe.tools.figures``).
+``readouts.json``, ``map.json``, the benchmark JSON) by its study's ``figure.py`` (found by
+:mod:`kvprobe.tools.figures`) into a temporary folder (matplotlib Agg) and must be byte-identical to the
+committed file: a figure whose code or summary changed without a redraw fails (redraw with ``python -m kvprobe.tools.figures``).
 The content rules of issue 31 are checked on the drawn matplotlib figures: baselines and n in the panel
 notes, a chance line where one exists, one scale per figure, no overlapping text.
 """
@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from kvprobe.studies import study_figures
+from kvprobe.studies.babilong import figure as babilong_figure
+from kvprobe.studies.fact_map import figure as fact_map_figure
+from kvprobe.studies.minteval import figure as minteval_figure
+from kvprobe.studies.note_controls import figure as note_controls_figure
 from kvprobe.tools import figures
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,7 +97,7 @@ def _summary(run: str) -> tuple[dict, str]:
 def test_minteval_shows_its_baseline_and_n(captured, tmp_path):
     """The +1.5 pp that looked significant rests on 1/400 exact answers under full access: the panel says so."""
     summary, model = _summary("minteval/smollm2-135m-instruct")
-    study_figures.minteval(summary, tmp_path / "f.png", model)
+    minteval_figure.draw(summary, tmp_path / "f.png", model)
     (fig,) = captured
     titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
     full = next(c for c in summary["cells"] if c["scope"] == "all" and c["policy"] == "full")
@@ -106,11 +109,11 @@ def test_minteval_shows_its_baseline_and_n(captured, tmp_path):
 
 def test_babilong_draws_the_chance_line_where_full_access_sits_below_it(captured, tmp_path):
     summary, model = _summary("babilong/smollm2-135m-instruct-8k")
-    study_figures.babilong(summary, tmp_path / "f.png", model)
+    babilong_figure.draw(summary, tmp_path / "f.png", model)
     (fig,) = captured
     qa3 = next(ax for ax in fig.axes if ax.get_title().startswith("qa3"))
     full = next(c for c in summary["cells"] if c["task"] == "qa3" and c["policy"] == "full")
-    chance = full["n"] / study_figures.BABI_LOCATIONS - full["official"]
+    chance = full["n"] / babilong_figure.BABI_LOCATIONS - full["official"]
     dashed = [line for line in qa3.get_lines() if line.get_linestyle() == "--"]
     assert [line.get_xdata()[0] for line in dashed] == [pytest.approx(chance)]
     assert chance > 0  # full access (5/64) answers fewer than a uniform guess would
@@ -120,7 +123,7 @@ def test_babilong_draws_the_chance_line_where_full_access_sits_below_it(captured
 
 def test_note_controls_title_clears_the_panels(captured, tmp_path):
     summary, model = _summary("note-controls/smollm2-135m-instruct")
-    study_figures.note_controls(summary, tmp_path / "f.png", model)
+    note_controls_figure.draw(summary, tmp_path / "f.png", model)
     (fig,) = captured
     renderer = fig.canvas.get_renderer()
     title = fig._suptitle.get_window_extent(renderer)
@@ -137,7 +140,7 @@ def test_fact_map_panels_share_one_colour_scale_and_readable_cells(captured, tmp
     from matplotlib.image import AxesImage
 
     summary, model = _summary(run)
-    study_figures.fact_map(summary, tmp_path / "f.png", model)
+    fact_map_figure.draw(summary, tmp_path / "f.png", model)
     (fig,) = captured
     images = fig.findobj(AxesImage)
     assert len(images) == 1 + len(summary["by_variant"])

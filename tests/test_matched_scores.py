@@ -19,8 +19,8 @@ from kvprobe.studies.datasets.record_histories import note_text
 from kvprobe.studies.common.answers import canonical_answer
 from kvprobe.studies.matched_scores.scoring import budget_grades, grade_answer, trace_prefix
 from kvprobe.studies.matched_scores.study import CONDITIONS, MatchedScoresStudy
-from kvprobe.studies.matched_scores.summary import (budget_summary, main_table, subset_summary, write_panel,
-                                                    write_summary)
+from kvprobe.studies.matched_scores.summary import budget_summary, main_table, subset_summary, write_panel
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.common.protocol import InvalidParameter
 from kvprobe.studies.common.runner import read_rows, run_study
 from kvprobe.readouts.stats import group_bootstrap_weights
@@ -275,7 +275,7 @@ def test_records_run_rows_summary_and_prefix_grades(llama, tmp_path):
     for r in rows:
         s = short[(r["case_id"], r["condition"])]
         assert s["output_token_ids"] == r["output_token_ids"][:3] and s["budgets"]["3"] == r["budgets"]["3"]
-    summary = write_summary(tmp_path / "long")
+    summary = write_summary("matched-scores", tmp_path / "long")
     assert set(summary["subsets"]) == {"replacement", "all"} and summary["subsets"]["replacement"]["n"] == 3
     assert summary["generation_limits"]["budgets"] == [3, 8] and summary["seed"] == 20260919
     report = (tmp_path / "long" / "report.md").read_text()
@@ -287,12 +287,12 @@ def test_oaks_run_and_panel(llama, tmp_path):
                                  prefix_budgets=(4,)), llama, tmp_path / "oaks", progress=False)
     rows = list(read_rows(tmp_path / "oaks"))
     assert len(rows) == 9 and {r["candidates"][0] for r in rows} == {'{"answer": "A"}', '{"answer": "B"}'}
-    summary = write_summary(tmp_path / "oaks")
+    summary = write_summary("matched-scores", tmp_path / "oaks")
     assert summary["dataset"] == "oaks" and set(summary["by_current_position"]) == {"A", "B"}
     assert "OAKS file" in (tmp_path / "oaks" / "report.md").read_text()
     run_study(MatchedScoresStudy(n_groups=1, max_new_tokens=2, prefix_budgets=(2,)), llama, tmp_path / "rec",
               progress=False)
-    write_summary(tmp_path / "rec")
+    write_summary("matched-scores", tmp_path / "rec")
     text = write_panel([tmp_path / "rec", tmp_path / "oaks"], tmp_path / "panel")
     assert "## Synthetic records" in text and "## OAKS" in text and "tab:v35_oaks" in text
     assert json.loads((tmp_path / "panel" / "panel.json").read_text())["runs"][0]["model"] == "tiny-llama"

@@ -19,7 +19,8 @@ from kvprobe.studies.minteval.schema import (MINTEvalFormatError, load_sessions,
 from kvprobe.studies.minteval.state import replay
 from kvprobe.studies.minteval.stories import read_stories
 from kvprobe.studies.minteval.study import CONDITIONS, MINTEvalStudy, event_segment
-from kvprobe.studies.minteval.summary import summarize, write_summary
+from kvprobe.studies.minteval.summary import summarize
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.common.protocol import InvalidParameter
 from kvprobe.studies.common.runner import run_study
 
@@ -245,7 +246,7 @@ def test_released_file_run_masks_resumes_and_summarizes(llama, tmp_path):
     (out / "results.jsonl").write_text("".join(first.decode().splitlines(keepends=True)[:6 * len(CONDITIONS)]))
     run_study(study, llama, out, progress=False)
     assert (out / "results.jsonl").read_bytes() == first
-    summary = write_summary(out)
+    summary = write_summary("minteval", out)
     assert summary["sessions"] == 2 and summary["components"] == 2 and summary["questions"] == 9
     assert {(c["scope"], c["policy"]) for c in summary["cells"]} >= {("all", "online"), ("multi_hop", "source")}
     report = (out / "report.md").read_text()
@@ -258,7 +259,7 @@ def test_generated_run_is_labelled_and_a_session_without_superseded_records_gets
     assert info.cases_run == 2
     config = json.loads((tmp_path / "config.json").read_text())["study_config"]
     assert config["data"] == "generated" and config["history_header"] is None
-    write_summary(tmp_path)
+    write_summary("minteval", tmp_path)
     assert "**Generated** sessions" in (tmp_path / "report.md").read_text()
     lone = dataclasses.replace(load_sessions(FIXTURE)[1], events=load_sessions(FIXTURE)[1].events[:3])
     case = type(study.cases()[0])(lone, "g")

@@ -10,7 +10,7 @@ import kvprobe
 from kvprobe.studies.common.conditions import supported
 from kvprobe.studies.mquake.history import source_segments
 from kvprobe.studies.mquake.study import CONDITIONS, MQuAKEStudy
-from kvprobe.studies.mquake.summary import write_summary
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.common.protocol import prepared
 from kvprobe.studies.common.runner import run_study
 
@@ -97,7 +97,7 @@ def test_run_resumes_and_summarizes(study, tmp_path):
     (out / "results.jsonl").write_text("".join(first.decode().splitlines(keepends=True)[: 5 * len(CONDITIONS)]))
     run_study(study, llama, out, progress=False)
     assert (out / "results.jsonl").read_bytes() == first
-    summary = write_summary(out)
+    summary = write_summary("mquake", out)
     kinds = {(c["kind"], c["policy"]) for c in summary["cells"]}
     assert ("historical", "rebuild") in kinds and ("current", "compact") in kinds
     assert "Offline routing" in (out / "report.md").read_text()
@@ -165,7 +165,7 @@ def test_released_file_runs_with_boxed_questions_and_strata(tmp_path):
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert {r["hops"] for r in rows} == {2, 3} and all(r["question"].endswith(cfg["boxed_instruction"]) for r in rows)
     assert {"em_strict_boxed", "edits"} <= set(rows[0])
-    summary = write_summary(out)
+    summary = write_summary("mquake", out)
     assert {s["hops"] for s in summary["strata"]["hops"]} == {2, 3}
     assert [a["policy"] for a in summary["any_paraphrase"]][0] == "full"
     report = (out / "report.md").read_text()

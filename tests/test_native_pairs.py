@@ -174,7 +174,7 @@ def test_run_on_a_tiny_model(llama, tmp_path):
     from kvprobe.extract.capture import RecordSpec, encode
     from kvprobe.studies.common.runner import read_rows, run_study
     from kvprobe.studies.native_pairs.study import NativePairsStudy
-    from kvprobe.studies.native_pairs.summary import write_summary
+    from kvprobe.studies.common.summary import write_summary
 
     study = NativePairsStudy(intrinsic_groups=2, history_per_family=1, draws=50, cases_per_batch=3)
     run_study(study, llama, tmp_path, progress=False)
@@ -188,7 +188,7 @@ def test_run_on_a_tiny_model(llama, tmp_path):
     assert row["d_v"] == pytest.approx(value_distance([a.values[l].double().mean(dim=1) for l in layers],
                                                       [b.values[l].double().mean(dim=1) for l in layers]), abs=1e-5)
     assert row["a_tokens"] == len(a.token_ids)
-    summary = write_summary(tmp_path, seed=1)
+    summary = write_summary("native-pairs", tmp_path, seed=1)
     first = (tmp_path / "report.md").read_bytes()
     assert summary["counts"]["all"]["comparisons"] == 54 and summary["draws"] == 50
-    assert write_summary(tmp_path, seed=1) == summary and (tmp_path / "report.md").read_bytes() == first
+    assert write_summary("native-pairs", tmp_path, seed=1) == summary and (tmp_path / "report.md").read_bytes() == first

@@ -13,7 +13,7 @@ from kvprobe.studies.datasets import oaks
 from kvprobe.studies.detection.natural import PLAIN, WITH_QUESTION
 from kvprobe.studies.detection.natural_action import (detection_leave_one_out, equal_coverage_excess, natural_action,
                                                       placebo_labels, side)
-from kvprobe.studies.detection.summary import write_summary
+from kvprobe.studies.common.summary import write_summary
 
 FIXTURE = Path(__file__).parent / "fixtures" / "oaks_sample.json"
 
@@ -132,14 +132,14 @@ def test_natural_action_by_hand(tmp_path):
 
 def test_report_sections_and_placebo_labels(tmp_path):
     det, gen = _runs(tmp_path, source=oaks.DEMONSTRATION, annotated=False)
-    summary = write_summary(det, matched_scores=str(gen))
+    summary = write_summary("detection", det, matched_scores=str(gen))
     na = summary["natural_action"]
     assert na["labels"] == "placebo" and na["sources"] == [str(gen)]
     report = (det / "report.md").read_text()
     for text in ("equal coverage", "Coverage curves", "PLACEBO", "Leave-one-book-out", "Qwen3-4B 18.2 vs 5.2"):
         assert text in report
     # A detection run without a join has no natural-action section.
-    assert "natural_action" not in write_summary(det)
+    assert "natural_action" not in write_summary("detection", det)
 
 
 def test_placebo_labels_copy_the_papers_proportions():

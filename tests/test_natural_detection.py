@@ -14,7 +14,7 @@ from kvprobe.studies.datasets import oaks
 from kvprobe.studies.detection.natural import NATURAL_DETECTORS, PLAIN, WITH_QUESTION, question_conditioned_prompt
 from kvprobe.studies.detection.natural_summary import annotation_cells, confusion_cell, detection_action
 from kvprobe.studies.detection.study import DetectionStudy, oaks_cases
-from kvprobe.studies.detection.summary import write_summary
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.common.detectors import strings
 from kvprobe.studies.common.runner import read_rows, run_study
 
@@ -162,7 +162,7 @@ def test_tiny_oaks_detection_run_and_join(tmp_path):
     events = sorted({r["event"] for r in rows})
     gen = _write_run(tmp_path / "gen", [{"dataset": "oaks", "case_id": e, "condition": c, "complete": c == "mask"}
                                         for e in events for c in ("full", "mask")], "gen")
-    summary = write_summary(tmp_path / "det", matched_scores=str(gen))
+    summary = write_summary("detection", tmp_path / "det", matched_scores=str(gen))
     cells = {c["detector"]: c for c in summary["natural"]["confusion"]}
     for c in cells.values():
         assert c["tp"] + c["fn"] == 3 and c["fp"] + c["tn"] == 6 and sum(c["parse"].values()) == 9

@@ -126,7 +126,7 @@ def test_units_of_one_group_are_drawn_together():
 def test_mquake_with_no_context_runs_and_reports(llama, tmp_path):
     from kvprobe.studies.mquake.strings import NO_CONTEXT_ANCHORS
     from kvprobe.studies.mquake.study import CONDITIONS, MQuAKEStudy
-    from kvprobe.studies.mquake.summary import write_summary
+    from kvprobe.studies.common.summary import write_summary
 
     study = MQuAKEStudy(hops=(2,), n_per_hop=2, max_new_tokens=3, no_context=True)
     assert study.config()["policies"] == [*CONDITIONS, NO_CONTEXT]
@@ -134,7 +134,7 @@ def test_mquake_with_no_context_runs_and_reports(llama, tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 2 * 5 * (len(CONDITIONS) + 1)
     assert sum(r["condition"] == NO_CONTEXT for r in rows) == 2 * 5
-    summary = write_summary(tmp_path, seed=1)
+    summary = write_summary("mquake", tmp_path, seed=1)
     tables = {(t["rule"], t["query"]): t for t in summary["no_context"]}
     assert set(tables) == {(r, q) for r in ("em", "contains") for q in ("historical", "current")}
     hist = tables[("em", "historical")]
@@ -151,25 +151,25 @@ def test_mquake_with_no_context_runs_and_reports(llama, tmp_path):
 
 def test_mquake_config_without_the_field_summarizes_as_before(llama, tmp_path):
     from kvprobe.studies.mquake.study import MQuAKEStudy
-    from kvprobe.studies.mquake.summary import write_summary
+    from kvprobe.studies.common.summary import write_summary
 
     run_study(MQuAKEStudy(hops=(2,), n_per_hop=1, max_new_tokens=2), llama, tmp_path, progress=False)
     config = json.loads((tmp_path / "config.json").read_text())
     del config["study_config"]["no_context"]  # as every run before the field was written
     (tmp_path / "config.json").write_text(json.dumps(config))
-    summary = write_summary(tmp_path)
+    summary = write_summary("mquake", tmp_path)
     assert "no_context" not in summary and "No-context" not in (tmp_path / "report.md").read_text()
 
 
 def test_quantity_with_no_context_runs_and_reports(llama, tmp_path):
     from kvprobe.studies.quantity.study import QuantityStudy
-    from kvprobe.studies.quantity.summary import write_summary
+    from kvprobe.studies.common.summary import write_summary
 
     run_study(QuantityStudy(n_groups=1, max_new_tokens=3, operations=False, no_context=True), llama, tmp_path,
               progress=False)
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 2 * 3 * 6 and {r["condition"] for r in rows} >= {NO_CONTEXT, "source"}
-    summary = write_summary(tmp_path)
+    summary = write_summary("quantity", tmp_path)
     complete, lenient = summary["no_context"]
     assert (complete["rule"], lenient["rule"], complete["query"]) == ("complete", "lenient_complete", "historical")
     wrong = sum(not r["complete"] for r in rows if r["query"] == "historical" and r["condition"] == NO_CONTEXT)

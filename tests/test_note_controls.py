@@ -18,7 +18,8 @@ from kvprobe.studies.note_controls.configurations import CATALOG, CONFIGURATIONS
 from kvprobe.studies.note_controls.first_token import FirstTokenError, first_token_candidates, label_candidates
 from kvprobe.studies.note_controls.profiles import build_varied_note, check_varied, note_layout, profile_prompt
 from kvprobe.studies.note_controls.study import NoteControlsStudy
-from kvprobe.studies.note_controls.summary import RULES, _disagreement, write_summary
+from kvprobe.studies.note_controls.summary import RULES, _disagreement
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.note_controls.windows import FOUR, NoMatchedOccurrence, matched_occurrence, note_windows, \
     token_pieces
 from kvprobe.studies.common.protocol import InvalidParameter
@@ -286,7 +287,7 @@ def test_first_token_margin_equals_an_uncached_forward(tiny_run):
 
 def test_summary_recomputes_from_the_rows(tiny_run):
     _, _, _, out, rows = tiny_run
-    summary = write_summary(out)
+    summary = write_summary("note-controls", out)
     assert (out / "report.md").is_file() and (out / "figure.png").is_file()
     assert [c["configuration"] for c in summary["configurations"]] == list(NAMES)
     by = {c["configuration"]: c for c in summary["configurations"]}

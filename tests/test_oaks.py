@@ -70,7 +70,7 @@ def test_old_span_is_the_body_and_its_trailing_newline(llama):
 def test_demonstration_set_is_deterministic_and_labelled(llama, tmp_path):
     from kvprobe.studies.datasets.filler import pg19_books
     from kvprobe.studies.common.runner import run_study
-    from kvprobe.studies.source_influence.summary import write_summary
+    from kvprobe.studies.common.summary import write_summary
 
     text = pg19_books()[0].read_text(encoding="utf-8")
     a, b = oaks.demonstration_set(text, n_books=3, per_book=2), oaks.demonstration_set(text, n_books=3, per_book=2)
@@ -78,5 +78,5 @@ def test_demonstration_set_is_deterministic_and_labelled(llama, tmp_path):
     books = oaks.parse_oaks(a)
     assert all(len(oaks.changes(book)) == len(book.questions) for book in books)
     run_study(OaksStudy(n=3), llama, tmp_path, progress=False)
-    write_summary(tmp_path)
+    write_summary("oaks", tmp_path)
     assert "GENERATED from the PG-19 novel" in (tmp_path / "report.md").read_text()

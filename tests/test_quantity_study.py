@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from kvprobe.studies.quantity.study import QuantityStudy
-from kvprobe.studies.quantity.summary import summarize, write_summary
+from kvprobe.studies.quantity.summary import summarize
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.common.runner import ConfigMismatchError, completed_cases, read_rows, run_study
 
 STUDY = dict(n_groups=2, max_new_tokens=6)
@@ -73,7 +74,7 @@ def test_a_different_config_is_refused(llama, tmp_path):
 
 def test_summary_recomputes_from_rows(llama, tmp_path):
     run_study(QuantityStudy(**STUDY), llama, tmp_path, progress=False)
-    summary = write_summary(tmp_path)
+    summary = write_summary("quantity", tmp_path)
     assert json.loads((tmp_path / "summary.json").read_text())["cells"] == summary["cells"]
     rows = list(read_rows(tmp_path))
     cell = next(c for c in summary["cells"] if (c["relation"], c["information"], c["query"], c["condition"]) ==

@@ -8,7 +8,7 @@ import pytest
 
 import kvprobe
 from kvprobe.studies.query_aware.study import QueryAwareStudy
-from kvprobe.studies.query_aware.summary import write_summary
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.common.runner import read_rows, run_study
 
 
@@ -28,7 +28,7 @@ def test_query_aware_study_runs_and_reports(tmp_path, llama, monkeypatch):
             assert r["budget"] == r["history_tokens"] + r["observation_tokens"] - r["masked_tokens"]
         if r["method"] == "finch":
             assert r["resident_tokens"] == r["budget"]
-    summary = write_summary(tmp_path)
+    summary = write_summary("query-aware", tmp_path)
     assert summary["histories"] == 3
     report = (tmp_path / "report.md").read_text()
     assert "quest@matched" in report and "K min / median / max" in report

@@ -12,7 +12,7 @@ from kvprobe.studies.common.detectors import strings
 from kvprobe.studies.common.detectors.readout_scores import load_readout_scores
 from kvprobe.studies.datasets.record_histories import question_text, record_histories
 from kvprobe.studies.records.study import ALL_CONDITIONS, APPLIED, CONDITIONS, RecordsStudy, condition_operation
-from kvprobe.studies.records.summary import write_summary
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.common.runner import read_rows, run_study
 
 
@@ -99,7 +99,7 @@ def test_tiny_run_shares_answers_and_keeps_the_history(tmp_path):
             assert r["output"] == same["output"]  # equivalent conditions share one generated answer
     masked = [r for r in rows if r["condition"] == "oracle-mask" and r["operation"] == "mask"]
     assert {r["variant"] for r in masked} == {"replacement", "role_swap", "explicit_rejection"}
-    summary = write_summary(tmp_path)
+    summary = write_summary("records", tmp_path)
     assert summary["histories"] == 6 and "coverage" in summary
     assert (tmp_path / "coverage.png").exists()
     json.loads((tmp_path / "summary.json").read_text())
@@ -108,7 +108,7 @@ def test_tiny_run_shares_answers_and_keeps_the_history(tmp_path):
     scores = {"case_id": ids + ["rec-other"], "split": ["test"] * len(ids) + ["dev"],
               "scores": {"joint K/V probe": [float(i) for i in range(len(ids))] + [0.0]}}
     (tmp_path / "scores.json").write_text(json.dumps(scores))
-    ranked = write_summary(tmp_path, readout_scores=tmp_path / "scores.json")
+    ranked = write_summary("records", tmp_path, readout_scores=tmp_path / "scores.json")
     assert set(ranked["coverage"]["lenient"]) == {"detector", "oracle label", "joint K/V probe"}
     with pytest.raises(ValueError, match="no readout 'nope'"):
         load_readout_scores(tmp_path, ["nope"])

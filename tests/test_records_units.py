@@ -19,7 +19,8 @@ from kvprobe.studies.records.control import NOTE_SEGMENT, control_mask, note_tex
 from kvprobe.studies.records.errors import (VALUE_COLUMNS, exact_answer, regrade_row, reversal_kind,
                                             unquoted_unknown, value_columns)
 from kvprobe.studies.records.study import ALL_CONDITIONS, CONDITIONS, RecordsStudy, condition_operation
-from kvprobe.studies.records.summary import summarize, write_summary
+from kvprobe.studies.records.summary import summarize
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.common.runner import read_rows, run_study
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,7 +213,7 @@ def test_tiny_run_with_hours_and_the_note(llama, tmp_path):
         assert r["operation"] == {"keep-all": "full", "always-mask": "mask", "always-control": "control-mask",
                                   "oracle-mask": "mask" if r["label"] else "full"}[condition]
         assert {c: r[c] for c in VALUE_COLUMNS} == value_columns(r["output"], r["reference"], r["old_value"])
-    summary = write_summary(tmp_path)
+    summary = write_summary("records", tmp_path)
     assert summary["policies"] == ["keep-all", "oracle-mask", "always-mask", "always-control"]
     control = {(c["query"], c["subset"]): c for c in summary["mask_vs_control"]}
     assert set(control) == {("current", "all"), ("historical", "all"), ("unrelated", "all"),

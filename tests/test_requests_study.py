@@ -24,7 +24,7 @@ from kvprobe.studies.requests.detector import (
 from kvprobe.studies.requests.sequence import Settings, condition_order, run_case, run_condition
 from kvprobe.studies.requests.serving import edge_rows, encode, same_rows, seal, serve
 from kvprobe.studies.requests.study import TIMINGS, RequestsStudy, read_timings
-from kvprobe.studies.requests.summary import write_summary
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.requests.data import ORDER, workload_cases
 from kvprobe.studies.common.runner import read_rows, run_study
 
@@ -295,7 +295,7 @@ def test_run_summary_and_resume(model, tmp_path):
         assert len(t["queries"]) == 10 and t["invariants"] == "ok"
         assert t["cold_ms"] - t["resident_ms"] == pytest.approx(t["history_tokenize_ms"] + t["history_prefill_ms"],
                                                                 abs=0.01)
-    summary = write_summary(tmp_path)
+    summary = write_summary("requests", tmp_path)
     assert (tmp_path / "summary.json").exists() and (tmp_path / "report.md").exists()
     report = (tmp_path / "report.md").read_text()
     assert "## Cost over ten requests" in report and "torch" in report and "CPUs" in report

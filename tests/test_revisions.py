@@ -18,7 +18,8 @@ from kvprobe.studies.revisions.grading import JUDGE_LABELS, grade_run, make_judg
 from kvprobe.studies.revisions.history import body_name, header_name
 from kvprobe.studies.revisions.schema import RevisionsFormatError, dataset_sha256, load_revisions, save_revisions
 from kvprobe.studies.revisions.study import CONDITIONS, RevisionsStudy
-from kvprobe.studies.revisions.summary import summarize, write_summary
+from kvprobe.studies.revisions.summary import summarize
+from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.common.runner import read_rows, run_study
 
 FIXTURE = Path(__file__).parent / "fixtures" / "revisions_sample.json"
@@ -219,7 +220,7 @@ def test_run_on_the_fixture_grid_summary_and_determinism(tiny, tmp_path):
     hidden = {(r["article_id"], r["condition"]): r["hidden_tokens"] for r in rows}
     assert hidden[("bridge", "full")] == 0 < hidden[("bridge", "changed-text")] < hidden[("bridge", "whole-source")]
     assert hidden[("bridge", "whole-source")] == hidden[("bridge", "recompute")]
-    summary = write_summary(tmp_path / "a")
+    summary = write_summary("revisions", tmp_path / "a")
     assert summary["questions"] == 6 and summary["answerable"] == 5  # "unanswerable" is left out, null kept
     assert [c["n"] for c in summary["cells"]] == [5] * 4
     run_study(RevisionsStudy(source=str(FIXTURE), max_new_tokens=3), tiny, tmp_path / "b", progress=False)
@@ -260,7 +261,7 @@ def test_generated_run_labels_and_too_long_articles(tiny, tmp_path):
                                                                           "Counting", "Ordering"}
     config = json.loads((tmp_path / "gen" / "config.json").read_text())["study_config"]
     assert config["data"] == "generated" and config["grader"] == "rule-v1"
-    write_summary(tmp_path / "gen")
+    write_summary("revisions", tmp_path / "gen")
     assert "Generated demonstration set" in (tmp_path / "gen" / "report.md").read_text()
     long = RevisionsStudy(source=str(FIXTURE), max_new_tokens=tiny.context_length)  # nothing fits
     run_study(long, tiny, tmp_path / "long", progress=False)
@@ -295,7 +296,7 @@ def test_llm_judge_path_writes_grades_the_summary_uses(tiny, tmp_path):
     assert len(grades) == len(rows) and {g["label"] for g in grades} <= set(JUDGE_LABELS)
     sent = "".join(client.requests)
     assert "Hammersmith" in sent and not any(op in sent for op in ("whole-source", "changed-text", "recompute"))
-    s = write_summary(tmp_path)
+    s = write_summary("revisions", tmp_path)
     assert s["grades_file"] == "grades.jsonl" and s["graders"] == ["llm-judge:scripted-1"]
     answerable = [r for r in rows if r["source_answerable"] in (None, "answerable")]
     capped = sum(r["stop_reason"] != "eos" for r in answerable)

@@ -20,7 +20,8 @@ from kvprobe.studies.common.protocol import use_chat
 from kvprobe.studies.common.runner import run_study
 from kvprobe.studies.session_bias import fixtures, grading, history, data
 from kvprobe.studies.session_bias.study import SessionBiasCase, SessionBiasStudy
-from kvprobe.studies.session_bias.summary import format_report, summarize, write_summary
+from kvprobe.studies.session_bias.summary import format_report, summarize
+from kvprobe.studies.common.summary import write_summary
 
 
 @pytest.fixture(scope="module")
@@ -358,7 +359,7 @@ def test_run_resumes_and_writes_the_summary(llama, tmp_path):
     again = run_study(SessionBiasStudy(split="all", n=5, max_new_tokens=3, cases_per_batch=3), llama, out,
                       progress=False)
     assert again.cases_run == 2 and (out / "results.jsonl").read_bytes() == first
-    summary = write_summary(out)
+    summary = write_summary("session-bias", out)
     assert (out / "summary.json").exists() and (out / "report.md").exists()
     assert summary["questions"] == 5 and summary["rows"] == 15 and summary["arms"] == ["full", "soft", "hard"]
     report = (out / "report.md").read_text()

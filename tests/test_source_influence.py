@@ -148,7 +148,7 @@ def test_bad_parameters_are_refused():
 
 def test_prompt_format_pairs_raw_and_native_on_the_same_events(llama, tmp_path):
     from kvprobe.studies.common.runner import read_rows, run_study
-    from kvprobe.studies.source_influence.summary import write_summary
+    from kvprobe.studies.common.summary import write_summary
 
     study = PromptFormatStudy(split="development", n=8)
     run_study(study, llama, tmp_path, progress=False)
@@ -158,7 +158,7 @@ def test_prompt_format_pairs_raw_and_native_on_the_same_events(llama, tmp_path):
     raw, native = (llama.prefill(prompt_for(event, f)) for f in ("raw", "native"))
     assert raw.input_ids.tolist() == llama.tokenizer(raw.text, add_special_tokens=False)["input_ids"]
     assert raw.text in native.text and native.text.index(raw.text) > 0  # wrapped in the user turn
-    summary = write_summary(tmp_path, seed=1)
+    summary = write_summary("source-influence", tmp_path, seed=1)
     assert set(summary["formats"]) == {"raw", "native"}
     dm = {f: summary["formats"][f]["estimates"]["delta_m"]["value"] for f in ("raw", "native")}
     assert summary["native_minus_raw"]["delta_m"]["value"] == pytest.approx(dm["native"] - dm["raw"])

@@ -15,8 +15,65 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kvprobe.studies import study_figures
+from kvprobe.studies.registry import STUDIES, Entry
 from kvprobe.tools.bench import long, operations
+
+#: The repository root: a calibration's ``action.json`` names its test run relative to it.
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _read(folder: Path, name: str) -> dict[str, Any]:
+    return json.loads((folder / name).read_text())
+
+
+def _run_model(folder: Path) -> str:
+    return _read(folder, "config.json").get("model", {}).get("name", "?")
+
+
+def _study_figure(entry: Entry) -> Callable[[Path, Path], Any]:
+    """A run's figure as its study draws it (the registry's ``figure``), from the run's summary and model."""
+    return lambda run, out: entry.figure_function()(_read(run, "summary.json"), out, _run_model(run))
+
+
+def _calibration(name: str) -> Callable[[Path, Path], Any]:
+    """``kvprobe calibrate``'s ``coverage-RULE-MASK.png`` from its folder's ``action.json``."""
+    from kvprobe.studies.detection.figure import draw_calibration
+
+    def draw(folder: Path, out: Path):
+        rule, mask = name.removeprefix("coverage-").removesuffix(".png").rsplit("-", 1)
+        action = _read(folder, "action.json")
+        (cell,) = [c for c in action["cells"] if (c["rule"], c["mask"]) == (rule, mask)]
+        return draw_calibration(cell, out, action.get("model") or _calibration_model(action))
+    return draw
+
+
+def _calibration_model(action: dict[str, Any]) -> str:
+    """The model of a calibration (its test run's config)."""
+    for key in ("test_dir", "test", "sources"):
+        value = action.get(key)
+        if isinstance(value, dict):
+            value = value.get("test") or value.get("test_dir")
+        if isinstance(value, str) and (ROOT / value / "config.json").is_file():
+            return _run_model(ROOT / value)
+    return "?"
+
+
+def _cross_benchmark(folder: Path, out: Path):
+    from kvprobe.studies.cross_benchmark import plot
+
+    return plot(_read(folder, "cross-benchmark.json"), out)
+
+
+def _recognition(folder: Path, out: Path):
+    from kvprobe.readouts.report import plot_readouts
+
+    return plot_readouts(_read(folder, "readouts.json"), out)
+
+
+def _fact_map_example(folder: Path, out: Path):
+    from kvprobe.studies.fact_map.figure import draw_map
+
+    return draw_map(_read(folder, "map.json"), out)
 
 
 def _panel_models(folder: Path) -> list[dict[str, Any]]:
@@ -40,20 +97,20 @@ _QUANTITY_PANEL_FIGURES = ("preservation.png", "preservation-lenient.png", "marg
 def drawer(png: Path) -> Callable[[Path, Path], Any]:
     """How the committed ``png`` is drawn: a function of (its folder, output path)."""
     folder, name = png.parent, png.name
-    if (folder / "config.json").is_file() and name in ("figure.png", "coverage.png"):
-        study = json.loads((folder / "config.json").read_text()).get("study")
-        if study in study_figures.STUDY_FIGURES:
-            return study_figures.STUDY_FIGURES[study]
+    if (folder / "config.json").is_file():
+        entry = STUDIES.get(_read(folder, "config.json").get("study"))
+        if entry is not None and entry.figure is not None and name == entry.figure_file:
+            return _study_figure(entry)
     if name.startswith("coverage-") and (folder / "action.json").is_file():
-        return study_figures._calibration(name)
+        return _calibration(name)
     if name == "figure.png" and (folder / "cross-benchmark.json").is_file():
-        return study_figures._cross_benchmark
+        return _cross_benchmark
     if name == "figure.png" and (folder / "readouts.json").is_file():
-        return study_figures._recognition
+        return _recognition
     if name in _QUANTITY_PANEL_FIGURES and (folder / "panel.json").is_file():
         return _quantity_panel()[name]
     if name == "map.png" and (folder / "map.json").is_file():
-        return lambda f, out: study_figures.fact_map_example(json.loads((f / "map.json").read_text()), out)
+        return _fact_map_example
     if name == "long.png":
         return lambda f, out: long.plot_long(json.loads((f / "long.json").read_text()), out)
     if name == "operations.png":
@@ -87,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--root", default=str(Path(__file__).resolve().parents[2]))
+    p.add_argument("--root", default=str(ROOT))
     p.add_argument("--check", action="store_true", help="draw into a temporary folder; list figures that differ")
     args = p.parse_args(argv)
     root = Path(args.root)

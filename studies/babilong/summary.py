@@ -16,11 +16,10 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, bootstrap_stream, group_bootstrap_weights, paired_change
-from kvprobe.studies.common.figures import run_model
 from kvprobe.studies.common.claims import verdict_text
 from kvprobe.studies.common.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, data_items, estimate, \
     heading, run_time, table_head, table_row
-from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.common.runner import read_rows
 from .claims import CLAIMS as PAPER_CLAIMS
 from .claims import PAPER_MODELS, babilong_measurement, paper_counts
 from .study import CONDITIONS
@@ -147,19 +146,3 @@ def claim_lines(summary: dict[str, Any]) -> list[str]:
                          "reference: full, chance", "verdict"]),
             *(table_row([c["task"], c["length"], c["policy"], c["paper"], c["estimate"], c["reference"], c["verdict"]])
               for c in claims), ""]
-
-
-def plot(summary: dict[str, Any], path: Path | str, model: str = "") -> Path:
-    """figure.png: each condition's change in correct answers against full access, one panel per (task, length),
-    with full access's count, n and the chance line (:func:`kvprobe.studies.study_figures.babilong`)."""
-    from kvprobe.studies.study_figures import babilong
-
-    return babilong(summary, path, model)
-
-
-def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
-    """summary.json, report.md and figure.png of a run directory."""
-    summary = write_run_summary(out_dir, summarize, format_report, seed)
-    if any("official_change_vs_full" in c for c in summary["cells"]):
-        plot(summary, Path(out_dir) / "figure.png", run_model(out_dir))
-    return summary

@@ -5,8 +5,8 @@ figure (each panel's note line), each row can carry its own count, a chance line
 exists, every panel of a figure shares one scale (one x axis for changes, one colour scale and one
 colour bar for heatmaps), and titles, notes and labels do not overlap (matplotlib's constrained
 layout places the suptitle and the notes). Drawn from ``summary.json`` values only, so a figure
-always matches its report; ``kvprobe.studies.study_figures`` redraws every committed figure from its
-committed summary.
+always matches its report; each study draws its own in its ``figure.py`` and ``kvprobe.tools.figures``
+redraws every committed figure from its committed summary.
 
 Example::
 

@@ -348,14 +348,3 @@ def append_json_lines(path: Path | str, records: Iterable[dict[str, Any]]) -> No
     lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
     with open(path, "a") as f:
         f.write(lines)
-
-
-def write_run_summary(out_dir: Path | str, summarize: Any, format_report: Any, seed: int = 0) -> dict[str, Any]:
-    """Write ``summary.json`` and ``report.md`` of a run from ``summarize(out, seed=...)`` and
-    ``format_report(summary, config, timing)``; return the summary."""
-    out = Path(out_dir)
-    summary = summarize(out, seed=seed)
-    config = json.loads((out / CONFIG).read_text())
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
-    atomic_write_text(out / "report.md", format_report(summary, config, read_timing(out)))
-    return summary

@@ -32,7 +32,7 @@ from kvprobe.readouts.stats import DRAWS, auc as plain_auc, bootstrap_auc, boots
     group_bootstrap_weights, macro_auc, percentile_interval
 from kvprobe.studies.common.report import INCONCLUSIVE, OPPOSITE, REPLICATES, Items, claim_verdict, estimate, \
     heading, run_time, table_head
-from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.common.runner import read_rows
 
 SIGNALS = ("lexical", "attention_old", "loo")
 #: The paper's ranges (replacement AUC, question relevance) over four models and budgets 8/32/128 (L2283-2287).
@@ -220,11 +220,6 @@ def within_family_section(summary: dict[str, Any]) -> list[str]:
         lines += ["The rows hold no V distance (`v_distance`): the run predates the column. A new "
                   "`kvprobe run question-relevance` run writes it (the history cache, no extra forward).", ""]
     return lines + [f"Paper: {PAPER_V}.", ""]
-
-
-def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
-    """summary.json and report.md of a run directory."""
-    return write_run_summary(out_dir, summarize, format_report, seed)
 
 
 def combination_section(rows: list[dict[str, Any]]) -> list[str]:

@@ -35,7 +35,7 @@ import numpy as np
 
 from kvprobe.readouts.stats import ALPHA, DRAWS, bootstrap_mean, group_bootstrap_weights, percentile_interval
 from kvprobe.studies.common.report import Items, estimate, heading, interval, run_time, table_head
-from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.common.runner import read_rows
 from .data import FAMILIES, QUERIES, STATES
 from .study import CONDITIONS
 
@@ -241,8 +241,3 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
               "3.18 nats, Q-K control 1.98-2.47; only Qwen3-8B V meets the accuracy criterion (-0.025 / 0.000).",
               ""]
     return "\n".join(lines)
-
-
-def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
-    """summary.json and report.md of a run directory."""
-    return write_run_summary(out_dir, summarize, format_report, seed)

@@ -17,6 +17,7 @@ Modules:
 * ``siblings``: sibling checkpoints: in-process (seeded weight noise, bf16 rounding,
   int8 fake quantization) and real Hub pairs (:func:`siblings.hub_pair`).
 * ``study``: :class:`study.CrossCheckpointStudy` for ``studies.common.runner.run_study``.
-* ``summary``: ``write_summary(run_dir)`` -> ``summary.json``, ``report.md``.
+* ``summary``: ``summarize`` and ``format_report`` (``common.summary.write_summary("cross-checkpoint", run_dir)``
+  -> ``summary.json``, ``report.md``).
 * ``transfer``: joint-K/V readout trained on the sibling, tested on the main model.
 """

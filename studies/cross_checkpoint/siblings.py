@@ -118,12 +118,12 @@ def hub_pair(main_name: str, sibling_name: str, **load_kwargs: Any) -> SiblingPa
         from .siblings import hub_pair
         from .study import CrossCheckpointStudy
         from kvprobe.studies.common.runner import run_study
-        from .summary import write_summary
+        from kvprobe.studies.common.summary import write_summary
 
         pair = hub_pair("Qwen/Qwen3-8B", "Qwen/Qwen3-8B-Base", dtype=torch.bfloat16)  # 2 x 16 GB
         study = CrossCheckpointStudy(sibling=pair, max_new_tokens=40)  # 256 for Gemma pairs
         run_study(study, pair.main, "runs/cross-checkpoint/qwen3-8b")
-        write_summary("runs/cross-checkpoint/qwen3-8b")
+        write_summary("cross-checkpoint", "runs/cross-checkpoint/qwen3-8b")
 
     Other pairs: ``("Qwen/Qwen3-4B", "Qwen/Qwen3-4B-Base")``. Both tokenizers must give identical
     token ids, boundaries and mask spans on every prompt (checked per batch by the study);

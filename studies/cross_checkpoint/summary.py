@@ -26,7 +26,7 @@ import numpy as np
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change
 from kvprobe.studies.datasets.quantity_task.tasks import ITEMS
 from kvprobe.studies.common.report import estimate, table_head
-from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.common.runner import read_rows
 from .study import ACCESS, CACHES, ROLES
 
 QUERY_ORDER = ("current", "historical", "unrelated")
@@ -245,8 +245,3 @@ def format_transfer(t: dict[str, Any]) -> list[str]:
             lines.append(f"| {name} | {r['C']:g} | {estimate(r['role_auc'], (r['role_lo'], r['role_hi']), '.3f')} | "
                          f"{r['all_test_auc']:.3f} |")
     return lines + [""]
-
-
-def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
-    """Write ``summary.json`` and ``report.md`` next to ``results.jsonl``; return the summary."""
-    return write_run_summary(out_dir, summarize, format_report, seed=seed)

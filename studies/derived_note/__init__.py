@@ -13,10 +13,10 @@ from .grading import Grade, grade
 from .data import NOTES, QUERIES, Case, Group, Query, dataset_hash, generate_cases, generate_groups, queries
 from .history import CONDITIONS, NeutralInterval, NeutralMatchError, build_prompt, conditions, neutral_interval
 from .study import DerivedNoteStudy
-from .summary import format_report, summarize, write_summary
+from .summary import format_report, summarize
 
 __all__ = [
     "CONDITIONS", "NOTES", "QUERIES", "Case", "DerivedNoteStudy", "Grade", "Group", "NeutralInterval",
     "NeutralMatchError", "Query", "build_prompt", "conditions", "dataset_hash", "format_report", "generate_cases",
-    "generate_groups", "grade", "neutral_interval", "queries", "summarize", "write_summary",
+    "generate_groups", "grade", "neutral_interval", "queries", "summarize",
 ]

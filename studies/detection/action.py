@@ -252,10 +252,10 @@ def write_action_report(out_dir: str | Path, detection_dir: str | Path, dev_dir:
     out.mkdir(parents=True, exist_ok=True)
     summary = action_utility(detection_dir, dev_dir, test_dir, seed=seed)
     model = json.loads((Path(test_dir) / "config.json").read_text())["model"]["name"]
-    from kvprobe.studies.study_figures import calibration_coverage
+    from .figure import draw_calibration
 
     for cell in summary["cells"]:
-        calibration_coverage(cell, out / f"coverage-{cell['rule']}-{cell['mask']}.png", model)
+        draw_calibration(cell, out / f"coverage-{cell['rule']}-{cell['mask']}.png", model)
     atomic_write_text(out / "action.json", json.dumps(summary, indent=1) + "\n")
     atomic_write_text(out / "action.md", format_action_report(summary, model))
     return summary

@@ -26,7 +26,7 @@ from kvprobe.readouts.stats import (DRAWS, MIN_RESAMPLED_UNITS, PAPER_SEED, boot
 from kvprobe.studies.common.detectors.text import REPLACEMENT, TEXT_DETECTORS, YES_NO
 from kvprobe.studies.datasets.oaks import items as oaks_items
 from kvprobe.studies.common.report import Items, estimate, small_sample_note, heading, interval, model_name, run_time, table_head
-from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.common.runner import read_rows
 from .calibration import calibrate
 from .natural_summary import action_report, detection_action, natural_report, summarize_natural
 from .natural_action import natural_action, natural_action_report
@@ -77,7 +77,24 @@ def yes_no_cell(rows: list[dict[str, Any]], seed: int, draws: int) -> dict[str, 
     return cell
 
 
-def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -> dict[str, Any]:
+def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS, matched_scores: str | None = None,
+              join_rule: str = "complete") -> dict[str, Any]:
+    """The run's summary; ``matched_scores``: comma-separated matched-scores ``oaks`` run folders (one per
+    generator) whose full / mask outcomes are joined with the oaks detections
+    (:func:`.natural_summary.detection_action`, graded by ``join_rule``) and analysed in full
+    (:func:`.natural_action.natural_action`: equal-coverage excess, coverage curves, source relations,
+    leave-one-book-out; its ``sources`` record the folders as given)."""
+    summary = _detections(out_dir, seed, draws)
+    if matched_scores:
+        dirs = [d for d in matched_scores.split(",") if d]
+        summary["detection_action"] = detection_action(out_dir, dirs, join_rule)
+        if any(r["dataset"] == "oaks" for r in read_rows(out_dir)):
+            summary["natural_action"] = natural_action(out_dir, dirs, join_rule, seed=seed)
+    return summary
+
+
+def _detections(out_dir: Path | str, seed: int, draws: int) -> dict[str, Any]:
+    """The summary of the detections alone (no join)."""
     rows = list(read_rows(out_dir))
     natural = [r for r in rows if r["dataset"] == "oaks"]
     rows = [r for r in rows if r["dataset"] != "oaks"]
@@ -206,22 +223,3 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     lines += action_report(summary.get("detection_action", []))
     lines += natural_action_report(summary.get("natural_action", {}))
     return "\n".join(lines)
-
-
-def write_summary(out_dir: Path | str, seed: int = PAPER_SEED, matched_scores: str | None = None,
-                  join_rule: str = "complete") -> dict[str, Any]:
-    """summary.json and report.md; ``matched_scores``: comma-separated matched-scores ``oaks`` run folders
-    (one per generator) whose full / mask outcomes are joined with the oaks detections
-    (:func:`.natural_summary.detection_action`, graded by ``join_rule``) and analysed in full
-    (:func:`.natural_action.natural_action`: equal-coverage excess, coverage curves, source relations,
-    leave-one-book-out; its ``sources`` record the folders as given)."""
-    def summarize_with_join(out: Path, seed: int) -> dict[str, Any]:
-        summary = summarize(out, seed=seed)
-        if matched_scores:
-            dirs = [d for d in matched_scores.split(",") if d]
-            summary["detection_action"] = detection_action(out, dirs, join_rule)
-            if any(r["dataset"] == "oaks" for r in read_rows(out)):
-                summary["natural_action"] = natural_action(out, dirs, join_rule, seed=seed)
-        return summary
-
-    return write_run_summary(out_dir, summarize_with_join, format_report, seed=seed)

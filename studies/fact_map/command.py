@@ -133,7 +133,7 @@ def write_outputs(fm: FactMap, item: MapInput, model: kvprobe.Model, out: str | 
     atomic_write_text(out / "map.json", json.dumps({"model": model.name, "input": item.label, **fm.to_json()},
                                                    indent=1) + "\n")
     atomic_write_text(out / "map.md", report(fm, item, model))
-    from kvprobe.studies.study_figures import fact_map_example
+    from .figure import draw_map
 
-    fact_map_example(json.loads((out / "map.json").read_text()), out / "map.png")
+    draw_map(json.loads((out / "map.json").read_text()), out / "map.png")
     return out

@@ -24,11 +24,10 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, percentile_interval, weighted_sums
-from kvprobe.studies.common.figures import run_model
 from kvprobe.studies.datasets.quantity_task.tasks import ITEMS as QUANTITY_ITEMS
 from kvprobe.studies.datasets.record_histories import ITEMS as RECORD_ITEMS
 from kvprobe.studies.common.report import Items, estimate, heading, run_time, small_sample_note, table_head, table_row
-from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.common.runner import read_rows
 
 #: Kinds of rows, in report order.
 KIND_ORDER = ("full", "mask", "mask-layers", "rebuild", "cumulative", "band", "recompute")
@@ -179,12 +178,3 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     for variant, stats in summary["by_variant"].items():
         lines += _block(stats, f"Variant {variant}", pieces, bands)
     return "\n".join(lines).rstrip() + "\n"
-
-
-def write_summary(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]:
-    """``summary.json``, ``report.md`` and ``figure.png`` of a run directory."""
-    summary = write_run_summary(out_dir, summarize, format_report, seed)
-    from kvprobe.studies.study_figures import fact_map
-
-    fact_map(summary, Path(out_dir) / "figure.png", run_model(out_dir))
-    return summary

@@ -30,7 +30,7 @@ paper's forty batches did); each answer's rubric (``strings.RUBRIC``) holds its 
 and displayed text, never the condition; labels ``strings.JUDGE_LABELS``. Beside each label the judge
 returns the source review's verdicts on the question (``strings.JUDGE_FIELDS``: ``answerable``, and
 ``reference`` agreement; paper L1569-1572: "Source assessments and answer labels are produced together").
-It writes ``grades.jsonl``, which ``summary.write_summary(..., grades=...)`` reads instead of the rule
+It writes ``grades.jsonl``, which ``common.summary.write_summary(..., grades=...)`` reads instead of the rule
 labels; :func:`question_verdicts` turns the per-answer verdicts into one per question (the summary reports
 questions not judged answerable apart). The rule grader gives no such verdict: every question counts as
 answerable there.
@@ -44,6 +44,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvprobe.studies.common.grades import GRADES, read_grade_lines
 from kvprobe.studies.common.answers import boxed_content, displayed_answer, contains_answer, declines, normalize_answer
 
 from . import strings
@@ -52,7 +53,6 @@ from . import strings
 RULE_GRADER = "rule-v1"
 #: Labels of an answer that ended with EOS (the rule grader never says "partial"; the LLM judge may).
 LABELS = strings.JUDGE_LABELS
-GRADES = "grades.jsonl"
 
 
 def only_box(output: str) -> bool:
@@ -122,7 +122,8 @@ def grade_run(run_dir: str | Path, client: Any, batch_size: int = 40, seed: int 
             network connection).
         batch_size: answers per request (the paper: ten questions with every answer to them).
 
-    Example: ``grade_run("runs/fc", MyClient())``, then ``summary.write_summary("runs/fc", grades=path)``.
+    Example: ``grade_run("runs/fc", MyClient())``, then
+    ``kvprobe.studies.common.summary.write_summary("factconsolidation", "runs/fc", grades=path)``.
     """
     from kvprobe.studies.common.judge import BatchedJudge, instructions_for
     from kvprobe.studies.common.runner import read_rows
@@ -153,21 +154,18 @@ def read_grades(path: str | Path) -> dict[tuple[str, str, str], dict[str, Any]]:
     """``(case_id, qa_pair_id, condition) -> {"label", "grader", ...}`` from a grades file (named errors); the
     source-review fields (``strings.JUDGE_FIELDS``) are optional (files written before them lack them), but a
     value given must be one of the field's verdicts."""
-    out = {}
-    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        g = json.loads(line)
-        missing = [k for k in ("case_id", "qa_pair_id", "condition", "label", "grader") if k not in g]
-        if missing or g["label"] not in LABELS:
-            raise ValueError(f"{path} line {lineno}: " + (f"missing field(s) {', '.join(missing)}" if missing else
-                                                          f"label {g['label']!r} is not one of {', '.join(LABELS)}"))
-        bad = [f"{name} {g[name]!r} is not one of {', '.join(values)}" for name, values in strings.JUDGE_FIELDS.items()
-               if name in g and g[name] not in values]
-        if bad:
-            raise ValueError(f"{path} line {lineno}: {'; '.join(bad)}")
-        out[(g["case_id"], g["qa_pair_id"], g["condition"])] = g
-    return out
+    return read_grade_lines(path, ("case_id", "qa_pair_id", "condition"), _check_grade)
+
+
+def _check_grade(g: dict[str, Any], where: str) -> None:
+    missing = [k for k in ("case_id", "qa_pair_id", "condition", "label", "grader") if k not in g]
+    if missing or g["label"] not in LABELS:
+        raise ValueError(f"{where}: " + (f"missing field(s) {', '.join(missing)}" if missing else
+                                         f"label {g['label']!r} is not one of {', '.join(LABELS)}"))
+    bad = [f"{name} {g[name]!r} is not one of {', '.join(values)}" for name, values in strings.JUDGE_FIELDS.items()
+           if name in g and g[name] not in values]
+    if bad:
+        raise ValueError(f"{where}: {'; '.join(bad)}")
 
 
 def question_verdict(verdicts: Iterable[str], tie: str = "ambiguous") -> str:

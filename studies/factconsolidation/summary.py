@@ -38,7 +38,6 @@ interval otherwise (questions are never resampled inside so few histories). Labe
 
 from __future__ import annotations
 
-import functools
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -47,7 +46,8 @@ from typing import Any
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, may_resample_within, mcnemar_exact, paired_change
 from kvprobe.studies.common.report import Items, data_items, estimate, heading, nested_note, run_time, small_sample_note, \
     table_head, table_row
-from kvprobe.studies.common.runner import CONFIG, read_rows, write_run_summary
+from kvprobe.studies.common.grades import grade_of
+from kvprobe.studies.common.runner import CONFIG, read_rows
 
 from . import strings, unfinished
 from .grading import RULE_GRADER, question_verdicts, read_grades
@@ -91,9 +91,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
     for r in read_rows(out_dir):
         key = (r["case_id"], r["qa_pair_id"])
         if override is not None:
-            g = override.get((r["case_id"], r["qa_pair_id"], r["condition"]))
-            if g is None:
-                raise ValueError(f"{grades}: no grade for {key} under {r['condition']!r}")
+            g = grade_of(override, (*key, r["condition"]), grades, ("case", "question", "condition"))
             r = {**r, "label": g["label"], "grader": g["grader"]}
         graders.add(r["grader"])
         by[r["condition"]][key] = {**r, "outcome": outcome(r["stop_reason"], r["label"])}
@@ -476,12 +474,3 @@ def _alias_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(table_row([f"full -> {t['after']}", _split(a["after"]),
                                 f"{a['corrections_from_group']} / {a['corrections']}"]))
     return lines
-
-
-def write_summary(out_dir: Path | str, seed: int = 0, grades: str | Path | None = None) -> dict[str, Any]:
-    """Write ``summary.json`` and ``report.md`` of a run directory; ``grades``: a grades file to use instead of
-    the rule labels (``grading.grade_run``).
-
-    Example: ``write_summary("runs/factconsolidation")["cells"][0]["complete_eos"]``.
-    """
-    return write_run_summary(out_dir, functools.partial(summarize, grades=grades), format_report, seed)

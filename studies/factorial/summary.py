@@ -24,12 +24,11 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
-from kvprobe.studies.common.figures import run_model
 from kvprobe.studies.common.answers import echoes_note
 from kvprobe.studies.common.detectors.strings import NOTE_SENTENCES
 from kvprobe.studies.common.report import VERDICT_RULE, Items, corrections_reversals, estimate, format_change, heading, \
     run_time, small_sample_note, table_head, table_row, testable, verdict_cell
-from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.common.runner import read_rows
 from kvprobe.studies.datasets.values import VALUE_CATEGORIES
 
 from . import anchors
@@ -302,16 +301,3 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
                 "### Value categories, missing units, caps and validity (summed over information and notes)", "",
                 *_categories_table(s), ""]
     return "\n".join(out).rstrip("\n") + "\n"
-
-
-def write_summary(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]:
-    """Write ``summary.json``, ``report.md`` and ``figure.png`` (the factor contrasts, exact and lenient rules) of
-    a run directory.
-
-    Example: ``write_summary("runs/factorial")["matrices"]["quantity"]["factors"]["exact"]["scope"]``.
-    """
-    summary = write_run_summary(out_dir, summarize, format_report, seed)
-    from kvprobe.studies.study_figures import factorial
-
-    factorial(summary, Path(out_dir) / "figure.png", run_model(out_dir))
-    return summary

@@ -38,7 +38,7 @@ from kvprobe.studies.common.detectors.strings import NOTEBOOK_NOTE
 from kvprobe.studies.registry import items_lines
 from kvprobe.studies.common.report import VERDICT_RULE, Items, estimate, heading, model_name, run_time, table_head, table_row, \
     testable, verdict_cell
-from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.common.runner import read_rows
 from kvprobe.studies.datasets.values import VALUE_CATEGORIES
 from kvprobe.studies.datasets.quantity_task.grading import CATEGORIES as COMPLETE_CATEGORIES
 
@@ -450,21 +450,6 @@ def paper_lines(dataset: str) -> list[str]:
     return lines + ["", f"Reversals on cases whose margin rose (seed L5595-5597): {rose}. Control - full (seed "
                     "L5633-5635): " + ", ".join(f"{m} {v:+.2f}" for m, v in paper.CONTROL_MINUS_FULL["records"].items())
                     + " pp.", ""]
-
-
-def write_figure(summary: dict[str, Any], out_dir: Path | str, config: dict[str, Any]) -> Path | None:
-    """figure.png: the paired accuracy changes (pp) of every subset and rule, with each arm's count and n
-    (:func:`kvprobe.studies.study_figures.matched_scores`)."""
-    from kvprobe.studies.study_figures import matched_scores
-
-    return matched_scores(summary, Path(out_dir) / "figure.png", model_name(config))
-
-
-def write_summary(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]:
-    """summary.json, report.md and figure.png of a run directory."""
-    summary = write_run_summary(out_dir, summarize, format_report, seed)
-    write_figure(summary, out_dir, json.loads((Path(out_dir) / "config.json").read_text()))
-    return summary
 
 
 # ----------------------------------------------------------------------------- cross-model panel

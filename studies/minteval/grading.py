@@ -9,7 +9,7 @@ judged studies display it; never the policy or the rule's verdict), asks a
 :class:`kvprobe.studies.common.judge.BatchedJudge` with labels yes/no (identical prompts judged
 once, shuffled anonymous batches, retries, the model variant logged), and writes
 ``grades.jsonl``: one line per (case_id, question_id, condition). Empty answers are "no"
-without asking. ``summary.write_summary(out_dir, grades=path)`` adds the ``judge`` column.
+without asking. ``common.summary.write_summary("minteval", out_dir, grades=path)`` adds the ``judge`` column.
 
 Example::
 
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvprobe.studies.common.answers import displayed_answer
+from kvprobe.studies.common.grades import GRADES, read_grade_lines
 from kvprobe.studies.common.judge import judge_answered
 
 from . import strings
@@ -31,7 +32,6 @@ from . import strings
 if TYPE_CHECKING:
     from kvprobe.studies.common.judge import BatchedJudge
 
-GRADES = "grades.jsonl"
 
 
 def rubric(row: dict[str, Any]) -> str:
@@ -58,9 +58,4 @@ def grade_run(run_dir: str | Path, judge: BatchedJudge, out_name: str = GRADES) 
 
 def read_grades(path: str | Path) -> dict[tuple[str, str, str], bool]:
     """``(case_id, question_id, condition) -> correct`` from a ``grades.jsonl``."""
-    out = {}
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            g = json.loads(line)
-            out[(g["case_id"], g["question_id"], g["condition"])] = bool(g["correct"])
-    return out
+    return {k: bool(g["correct"]) for k, g in read_grade_lines(path, ("case_id", "question_id", "condition")).items()}

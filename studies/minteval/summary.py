@@ -16,7 +16,6 @@ cell. The paper's anchors stand beside the source-minus-full row.
 
 from __future__ import annotations
 
-import functools
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,9 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, GroupBootstrap, bootstrap_stream, group_bootstrap_indices, \
     percentile_interval
-from kvprobe.studies.common.figures import run_model
 from kvprobe.studies.common.report import Items, corrections_reversals, data_items, estimate, heading, run_time, table_head, table_row
-from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.common.grades import grade_of
+from kvprobe.studies.common.runner import read_rows
 
 from . import strings
 from .grading import read_grades
@@ -72,10 +71,9 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
     by_condition: dict[str, dict[Key, dict[str, Any]]] = defaultdict(dict)
     for r in read_rows(out_dir):
         if verdicts is not None:
-            key = (r["case_id"], r["question_id"], r["condition"])
-            if key not in verdicts:
-                raise ValueError(f"{grades}: no grade for case {key[0]!r}, question {key[1]!r}, condition {key[2]!r}")
-            r = {**r, "judge": verdicts[key] and r["stop_reason"] == "eos"}
+            verdict = grade_of(verdicts, (r["case_id"], r["question_id"], r["condition"]), grades,
+                               ("case", "question", "condition"))
+            r = {**r, "judge": verdict and r["stop_reason"] == "eos"}
         by_condition[r["condition"]][(r["case_id"], r["question_id"])] = r
     full = by_condition.get("full", {})
     keys = sorted(full)
@@ -190,15 +188,3 @@ def _anchor_lines(summary: dict[str, Any]) -> list[str]:
     current = ["" if m != model else estimate(value, ci) for m, *_ in strings.ANCHORS_ALL]
     out.append(table_row(["current location", *current, _interval_cell(ours.get(scope))]))
     return out
-
-
-def write_summary(out_dir: Path | str, seed: int = 0, grades: str | Path | None = None) -> dict[str, Any]:
-    """Write ``summary.json`` and ``report.md`` of a run directory; ``grades``: a ``grades.jsonl`` to add.
-
-    Example: ``write_summary("runs/minteval")["cells"][0]["em"]``.
-    """
-    summary = write_run_summary(out_dir, functools.partial(summarize, grades=grades), format_report, seed)
-    from kvprobe.studies.study_figures import minteval
-
-    minteval(summary, Path(out_dir) / "figure.png", run_model(out_dir))
-    return summary

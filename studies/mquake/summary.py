@@ -40,7 +40,7 @@ from kvprobe.readouts.stats import DRAWS, bootstrap_mean, fisher_exact, group_bo
 from kvprobe.studies.common.no_context import NO_CONTEXT, Outcome, conditional_on_baseline, conditional_table
 from kvprobe.studies.common.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, data_items, estimate, \
     heading, run_time, table_head, table_row, testable, verdict_cell
-from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.common.runner import read_rows
 from .history import grade
 from .strings import NO_CONTEXT_ANCHORS
 from .study import CONDITIONS as STUDY_CONDITIONS
@@ -762,8 +762,3 @@ def _routing_lines(routed: dict[str, Any] | None) -> list[str]:
                            "only routed / only best", "oracle", "gap closed"]),
               *(table_row(a) for a in ROUTING_ANCHORS)]
     return lines
-
-
-def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
-    """summary.json and report.md of a run directory."""
-    return write_run_summary(out_dir, summarize, format_report, seed)

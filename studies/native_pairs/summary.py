@@ -41,7 +41,7 @@ from kvprobe.readouts.stats import ALPHA, DRAWS, GroupBootstrap, auc, bootstrap_
     macro_auc, one_sided_lower, percentile_interval
 from kvprobe.studies.common.claims import judge
 from kvprobe.studies.common.report import Items, heading, run_time, table_head, table_row
-from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.common.runner import read_rows
 from .claims import CLAIMS, native_pairs_measurement
 from .data import PANELS, TASKS
 
@@ -284,7 +284,3 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     if timing:
         lines += ["", run_time(timing, "components", machine=True)]
     return "\n".join(lines) + "\n"
-
-
-def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
-    return write_run_summary(out_dir, summarize, format_report, seed)

@@ -21,11 +21,10 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, paired_change, \
     percentile_interval
-from kvprobe.studies.common.figures import run_model
 from kvprobe.studies.common.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, estimate, heading, \
     interval, run_time, small_sample_note, table_head, table_row, testable, verdict_cell
 from kvprobe.studies.datasets.quantity_task.tasks import ITEMS as TASK
-from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.common.runner import read_rows
 
 from . import anchors
 from .configurations import CATALOG, CONFIGURATIONS, CURRENT
@@ -406,20 +405,3 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
               *_comparison_lines(summary), *_current_lines(summary), *_profile_lines(summary),
               "![changes in correct labels against full access](figure.png)", ""]
     return "\n".join(lines)
-
-
-def _figure(summary: dict[str, Any], out_dir: Path) -> None:
-    """Changes in correct labels (:func:`kvprobe.studies.study_figures.note_controls`)."""
-    from kvprobe.studies.study_figures import note_controls
-
-    note_controls(summary, out_dir / "figure.png", run_model(out_dir))
-
-
-def write_summary(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]:
-    """Write ``summary.json``, ``report.md`` and ``figure.png`` of a run directory; return the summary.
-
-    Example: ``write_summary("runs/note-controls")["near_far"]["pp"]``.
-    """
-    summary = write_run_summary(out_dir, summarize, format_report, seed)
-    _figure(summary, Path(out_dir))
-    return summary

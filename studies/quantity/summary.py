@@ -28,14 +28,12 @@ breakdown and the capped outputs of the replacements' current query under the wh
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kvprobe.files import atomic_write_text
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, GroupBootstrap, auc, bootstrap_auc_draws, bootstrap_mean, \
     bootstrap_spearman, clopper_pearson, group_bootstrap_indices, one_sided_lower, percentile_interval, spearman, \
     zero_failure_bound
@@ -45,12 +43,14 @@ from kvprobe.studies.common.claims import judge
 from kvprobe.studies.common.report import VERDICT_RULE, estimate, heading, interval, rate_interval, \
     small_sample_note, table_head, table_row, testable, verdict_cell
 from kvprobe.studies.datasets.quantity_task.tasks import ITEMS
-from kvprobe.studies.common.runner import read_rows
+from kvprobe.studies.common.runner import read_rows, read_timing
 from .claims import CLAIMS as PAPER_CLAIMS
 from .claims import quantity_spearman
 from .diagnostics import capped_lines, capped_outputs, failure_lines, unit_breakdown, unit_lines
 from .threshold import LABELS, RULES as SIGNAL_RULES, SIGNAL_CONDITIONS, signal
 
+#: ``summary.json``'s indent (``kvprobe.studies.common.summary``; the other studies write 1).
+SUMMARY_INDENT = 2
 #: Report order of conditions (unknown names sort after these, alphabetically).
 RELATION_ORDER = ("replacement", "confirmation", "other_attribute", "other_entity")
 CONDITION_ORDER = ("full", "source", "source-control", "number", "number-control", "recompute", "recompute-control",
@@ -239,7 +239,7 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
 
     Cells are (relation, information, query, condition); relation ``"all"`` pools
     the four relations, the others restrict to one (the paper's headline is the
-    replacements' current query).
+    replacements' current query). ``timing``: the runner's totals (``timing.json``), when present.
     """
     cells: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
     relation_of: dict[str, str] = {}
@@ -310,6 +310,8 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
         summary["candidate_decomposition"] = decomposition
     if any(k[2] == NO_CONTEXT for k in cells):
         summary["no_context"] = no_context_tables(cells, seed, draws)
+    if timing := read_timing(out_dir):
+        summary["timing"] = timing
     return summary
 
 
@@ -622,26 +624,4 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
                 lines += small_sample_note(summary["groups"], "groups")
                 lines += _table(entries)
     lines += _no_context_lines(summary.get("no_context"))
-    return "\n".join(lines)
-
-
-def write_summary(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]:
-    """Write ``summary.json``, ``report.md`` and ``figure.png`` next to ``results.jsonl``.
-
-    Run time comes from the runner's ``timing.json`` when present.
-    """
-    from kvprobe.studies.common.runner import read_timing
-
-    out = Path(out_dir)
-    summary = summarize(out, seed=seed)
-    config = json.loads((out / "config.json").read_text())
-    timing = read_timing(out)
-    if timing:
-        summary["timing"] = timing
-    report = format_report(summary, config, timing) + "\n![complete answers and margin change](figure.png)\n"
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    atomic_write_text(out / "report.md", report)
-    from .figure import plot_summary
-
-    plot_summary(summary, out / "figure.png", model=config.get("model", {}).get("name", ""))
-    return summary
+    return "\n".join(lines) + "\n![complete answers and margin change](figure.png)\n"

@@ -21,7 +21,7 @@ import numpy as np
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
 from kvprobe.studies.common.report import format_change, heading, run_time, small_sample_note, table_head
 from kvprobe.studies.datasets.record_histories import ITEMS
-from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.common.runner import read_rows
 
 RULES = ("correct", "lenient")
 REFERENCES = ("full", "source-mask")
@@ -117,8 +117,3 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
             lines.append(f"| {c['query']} | {c['arm']} | {k[0]} / {k[1]:g} / {k[2]} | {c['resident_median']:g} | "
                          f"{c['history_median']:g} | {c['masked_median']:g} |")
     return "\n".join(lines) + "\n"
-
-
-def write_summary(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]:
-    """summary.json and report.md of a query-aware run."""
-    return write_run_summary(out_dir, summarize, format_report, seed=seed)

@@ -19,7 +19,6 @@ are regraded from their stored outputs (:func:`.errors.regrade_row`).
 
 from __future__ import annotations
 
-import functools
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Mapping
@@ -33,7 +32,7 @@ from kvprobe.studies.common.detectors.text import REPLACEMENT
 from kvprobe.studies.common.report import COVERAGE_COLUMNS, corrections_reversals, coverage_rows, exact_rules, \
     format_change, format_exact_rules, heading, run_time, small_sample_note, table_head, table_row
 from kvprobe.studies.datasets.record_histories import ITEMS
-from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.common.runner import read_rows
 from . import strings, value_tables
 from .errors import regrade_row
 from .study import ALL_CONDITIONS, CONDITIONS, NOT_RUN
@@ -92,9 +91,18 @@ def _detector(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS,
+              readout_scores: str | Path | None = None,
               rankings: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
     """The run's summary; ``rankings`` adds coverage curves ranked by other scores (e.g. learned
-    readouts, ``studies.common.detectors.readout_scores``), ``{name: {case_id: score}}``."""
+    readouts, ``studies.common.detectors.readout_scores``), ``{name: {case_id: score}}``; ``readout_scores``:
+    a ``kvprobe readout`` scores.json (or its folder) whose readouts rank the histories so.
+
+    Example: ``summarize("runs/records", readout_scores="runs/readout/scores.json")["coverage"]["lenient"]``.
+    """
+    if readout_scores is not None:
+        from kvprobe.studies.common.detectors.readout_scores import load_readout_scores
+
+        rankings = {**load_readout_scores(readout_scores), **(rankings or {})}
     rows = [regrade_row(r) for r in read_rows(out_dir)]
     by_key: dict[tuple[str, str], dict[str, dict]] = defaultdict(dict)
     for r in rows:
@@ -211,19 +219,3 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
                 lines += [table_row([rule, name, *cells]) for cells in coverage_rows(cur)]
         lines += ["", "![coverage](coverage.png)"]
     return "\n".join(lines) + "\n"
-
-
-def write_summary(out_dir: Path | str, seed: int = PAPER_SEED, readout_scores: str | Path | None = None
-                  ) -> dict[str, Any]:
-    """summary.json, report.md and coverage.png; ``readout_scores``: a ``kvprobe readout`` scores.json
-    (or its folder) whose readouts also rank the histories."""
-    rankings = None
-    if readout_scores is not None:
-        from kvprobe.studies.common.detectors.readout_scores import load_readout_scores
-
-        rankings = load_readout_scores(readout_scores)
-    summary = write_run_summary(out_dir, functools.partial(summarize, rankings=rankings), format_report, seed=seed)
-    from kvprobe.studies.study_figures import records_coverage
-
-    records_coverage(summary, Path(out_dir) / "coverage.png")
-    return summary

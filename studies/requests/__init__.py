@@ -3,5 +3,5 @@
 Modules: ``data`` (histories, background lines, the ten questions), ``detector``
 (replaceable detectors), ``conditions`` (the policies' decision table), ``serving`` (timed encode and
 request primitives), ``sequence`` (one case: cold start, every condition, checks),
-``study`` (``RequestsStudy``, its timings side log), ``summary`` (``write_summary``).
+``study`` (``RequestsStudy``, its timings side log), ``summary`` (``summarize``, ``format_report``).
 """

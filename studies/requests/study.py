@@ -19,7 +19,7 @@ Output (``kvprobe run requests``, or :func:`~kvprobe.studies.common.runner.run_s
   appends new lines and readers keep the last line per (case, condition)
   (:func:`read_timings`), restricted to cases complete in ``results.jsonl``.
 * ``config.json``, ``timing.json`` (the runner's), and ``summary.json`` / ``report.md``
-  from :func:`studies.requests.summary.write_summary`.
+  from :func:`studies.common.summary.write_summary`.
 
 Timing on a shared machine: run nothing else meanwhile. Each process warms up once per
 background length (one untimed sequence on the first case of that length).

@@ -33,7 +33,7 @@ import numpy as np
 from kvprobe.readouts.stats import DRAWS, bootstrap_mean, group_bootstrap_weights, percentile_interval
 from kvprobe.studies.common.report import Items, estimate, heading, interval, run_time, small_sample_note, table_head
 from kvprobe.studies.datasets.record_histories import ITEMS as HISTORIES
-from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.common.runner import read_rows
 from .conditions import CONDITIONS, DETECTOR_CONDITIONS
 from .study import read_timings
 
@@ -281,8 +281,3 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
               "percentage points.", ""] + _accuracy_table(summary)
     lines += ["", "## Components (medians, ms; per request over all requests)", ""] + _components_table(summary)
     return "\n".join(lines) + "\n"
-
-
-def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
-    """Write ``summary.json`` and ``report.md`` into the run directory; return the summary."""
-    return write_run_summary(out_dir, summarize, format_report, seed=seed)

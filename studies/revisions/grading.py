@@ -22,7 +22,7 @@ model or the termination) judged through :class:`kvprobe.studies.common.judge.Ba
 with the labels :data:`JUDGE_LABELS` (identical prompts judged once, shuffled anonymous
 batches of at most 48, retries, model variant logged) and, beside each label, the separate
 reference-agreement verdict (``strings.JUDGE_FIELDS``: agrees / disagrees; paper L6848-6850,
-L6856-6857). The grades go to ``grades.jsonl``, which ``summary.write_summary`` uses instead
+L6856-6857). The grades go to ``grades.jsonl``, which ``common.summary.write_summary`` uses instead
 of the rule outcomes; capped still takes precedence there. When the run directory holds a
 source review (``review.REVIEW``, written before grading), each rubric carries the reviewed
 label as the source assessment (the paper's "fixed source assessments", L6843-6844), else
@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from kvprobe.studies.common.answers import contains_answer, displayed_answer, normalize_answer
 from kvprobe.studies.common.answers import declines
+from kvprobe.studies.common.grades import GRADES, read_grade_lines
 from kvprobe.studies.common.judge import judge_answered
 from . import strings
 from .history import history_text
@@ -57,7 +58,6 @@ JUDGE_LABELS = tuple(o for o in OUTCOMES if o != "capped")
 #: Name of the rule grader in rows and reports.
 RULE_GRADER = "rule-v1"
 #: The file :func:`grade_run` writes in a run directory.
-GRADES = "grades.jsonl"
 
 
 @dataclass(frozen=True)
@@ -148,15 +148,13 @@ def grade_run(run_dir: str | Path, judge: "BatchedJudge", out_name: str = GRADES
 def read_grades(path: str | Path) -> dict[tuple[str, str, str], dict[str, Any]]:
     """``(case_id, question_id, condition) -> grade line`` of a ``grades.jsonl``; a ``reference`` verdict is
     optional (files written before it lack it) but, when given, one of ``strings.REFERENCE_AGREEMENT``."""
-    out = {}
-    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if line.strip():
-            g = json.loads(line)
-            if "reference" in g and g["reference"] not in strings.REFERENCE_AGREEMENT:
-                raise ValueError(f"{path} line {lineno}: reference {g['reference']!r} is not one of "
-                                 f"{', '.join(strings.REFERENCE_AGREEMENT)}")
-            out[(g["case_id"], g["question_id"], g["condition"])] = g
-    return out
+    return read_grade_lines(path, ("case_id", "question_id", "condition"), _check_reference)
+
+
+def _check_reference(g: dict[str, Any], where: str) -> None:
+    if "reference" in g and g["reference"] not in strings.REFERENCE_AGREEMENT:
+        raise ValueError(f"{where}: reference {g['reference']!r} is not one of "
+                         f"{', '.join(strings.REFERENCE_AGREEMENT)}")
 
 
 def reference_agreement(row: dict[str, Any], grade: dict[str, Any] | None = None) -> bool:

@@ -34,7 +34,6 @@ still takes precedence); any grades file may be given. The report names the grad
 
 from __future__ import annotations
 
-import functools
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -43,9 +42,9 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, bootstrap_mean, group_bootstrap_weights, paired_change, percentile_interval
-from kvprobe.studies.common.figures import run_model
 from kvprobe.studies.common.report import Items, data_items, estimate, heading, ordered, run_time, table_head, table_row
-from kvprobe.studies.common.runner import CONFIG, read_rows, write_run_summary
+from kvprobe.studies.common.grades import grade_of
+from kvprobe.studies.common.runner import CONFIG, read_rows
 from . import strings
 from kvprobe.studies.common.answers import capped_first
 
@@ -114,9 +113,8 @@ def _outcomes(rows: list[dict[str, Any]], grades: dict[tuple[str, str, str], dic
         if grades is None:
             out[key], grader = r["outcome"], r["grader"]
         else:
-            if key not in grades:
-                raise ValueError(f"{GRADES} has no grade for {key}")
-            out[key], grader = capped_first(r["stop_reason"], grades[key]["label"]), grades[key]["grader"]
+            g = grade_of(grades, key, GRADES, ("case", "question", "condition"))
+            out[key], grader = capped_first(r["stop_reason"], g["label"]), g["grader"]
         graders.add(grader)
     return out, sorted(graders)
 
@@ -423,18 +421,3 @@ def _review_lines(summary: dict[str, Any]) -> list[str]:
         lines += ["", *table_head(["operation", *OUTCOMES])]
         lines += [table_row([op, *[counts[o] for o in OUTCOMES]]) for op, counts in r["apart_outcomes"].items()]
     return lines
-
-
-def write_summary(out_dir: Path | str, seed: int = 0, grades: str | Path | None = "auto",
-                  review: str | Path | None = "auto") -> dict[str, Any]:
-    """summary.json and report.md of a run directory; ``grades`` / ``review``: a grades file and a source-review
-    file (default: ``grades.jsonl`` and ``source_review.jsonl`` when present).
-
-    Example: ``write_summary("runs/revisions")["cells"][0]["complete"]``.
-    """
-    summary = write_run_summary(out_dir, functools.partial(summarize, grades=grades, review=review), format_report,
-                                seed)
-    from kvprobe.studies.study_figures import revisions
-
-    revisions(summary, Path(out_dir) / "figure.png", run_model(out_dir))
-    return summary

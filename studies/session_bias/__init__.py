@@ -31,10 +31,10 @@ from .data import (
     split_questions,
 )
 from .study import SessionBiasStudy, run
-from .summary import format_report, summarize, write_summary
+from .summary import format_report, summarize
 
 __all__ = [
     "BatchedJudge", "CONDITIONS", "GradeTask", "Grader", "JudgeClient", "JudgeReply", "LongMemEvalFormatError",
     "OfficialJudge", "Question", "RuleGrader", "SessionBiasStudy", "Verdict", "anscheck_prompt", "build_prompt", "format_report", "grade_run",
-    "load_longmemeval", "run", "split_questions", "summarize", "write_fixtures", "write_summary",
+    "load_longmemeval", "run", "split_questions", "summarize", "write_fixtures",
 ]

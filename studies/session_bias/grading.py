@@ -52,6 +52,7 @@ from typing import Any, Protocol
 
 from kvprobe.studies.common import judge
 from kvprobe.studies.common.answers import DECLINE_PHRASES, NUMBER_WORDS, _apostrophes, declines  # noqa: F401 (re-exported)
+from kvprobe.studies.common.grades import GRADES
 from kvprobe.studies.common.judge import JudgeClient, JudgeError, JudgeReply  # noqa: F401 (re-exported)
 
 from . import strings
@@ -180,7 +181,6 @@ class BatchedJudge:
 
 # ----------------------------------------------------------------------------- regrading a run
 
-GRADES = "grades.jsonl"
 
 
 def task_of(row: dict) -> GradeTask:
@@ -191,7 +191,7 @@ def task_of(row: dict) -> GradeTask:
 
 def grade_run(run_dir: str | Path, grader: Grader, out_name: str = GRADES) -> Path:
     """Grade every generated row of a run with ``grader``; write ``out_name`` (one JSON line per
-    (case_id, arm): correct, explanation, grader). :func:`summary.write_summary` reads it with
+    (case_id, arm): correct, explanation, grader). ``common.summary.write_summary`` reads it with
     ``grades=``. Rows are passed in file order; a batching grader shuffles them itself."""
     from kvprobe.studies.common.runner import read_rows
 

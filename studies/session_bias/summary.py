@@ -38,8 +38,6 @@ keeps its summary as before):
 
 from __future__ import annotations
 
-import functools
-import json
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -49,7 +47,8 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change, percentile_interval
 from kvprobe.studies.common.report import Items, corrections_reversals, data_items, estimate, heading, ordered, run_time, table_head, table_row
-from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.common.grades import grade_of, read_grade_lines
+from kvprobe.studies.common.runner import read_rows
 from .history import CONDITIONS, DEVELOPMENT, PRIMARY, QUERY_AWARE
 from .data import QUESTION_TYPES, publisher_components
 
@@ -83,12 +82,7 @@ SELECTION_RULE = ("among the attenuating policies, the largest net change in cor
 
 def read_grades(path: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
     """``(case_id, arm) -> {"correct", "grader", ...}`` from a ``grades.jsonl``."""
-    out = {}
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            g = json.loads(line)
-            out[(g["case_id"], g["arm"])] = g
-    return out
+    return read_grade_lines(path, ("case_id", "arm"))
 
 
 def _pp(diff: np.ndarray, weights: np.ndarray) -> dict[str, Any]:
@@ -115,10 +109,9 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
             continue
         if override is not None:
             key = (row["case_id"], row["condition"])
-            if key not in override:
-                raise ValueError(f"{grades}: no grade for case {key[0]!r}, arm {key[1]!r}")
+            g = grade_of(override, key, grades, ("case", "arm"))
             rule[key] = row
-            row = {**row, "correct": bool(override[key]["correct"]), "grader": override[key]["grader"]}
+            row = {**row, "correct": bool(g["correct"]), "grader": g["grader"]}
         graders.add(str(row.get("grader")))
         by_case[row["case_id"]][row["condition"]] = row
     case_ids = sorted(by_case)
@@ -495,19 +488,6 @@ def _agreement_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(table_row([c["arm"], c["n"], c["both_correct"], c["judge_only"], c["rule_only"], c["both_wrong"],
                                 "-" if c["agreement"] is None else f"{100 * c['agreement']:.1f} %"]))
     return lines + [""]
-
-
-def write_summary(out_dir: Path | str, seed: int = 0, grades: str | Path | None = None,
-                  judge_model: str | None = None, judge_dtype: str | None = None) -> dict[str, Any]:
-    """Write ``summary.json`` and ``report.md`` of a run directory; ``grades``: a ``grades.jsonl`` to use;
-    ``judge_model``: grade the run first with that local model (``judge_dtype``: its dtype, e.g. bfloat16) and
-    the official LongMemEval prompts, into ``grades.jsonl`` (and ``judge.jsonl``, every prompt and reply), and
-    use it."""
-    if judge_model is not None:
-        if grades is not None:
-            raise ValueError("give grades or judge_model, not both")
-        grades = judge_run(out_dir, judge_model, judge_dtype)
-    return write_run_summary(out_dir, functools.partial(summarize, grades=grades), format_report, seed)
 
 
 def judge_run(out_dir: Path | str, judge_model: str, judge_dtype: str | None = None) -> Path:

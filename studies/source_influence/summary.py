@@ -39,7 +39,7 @@ from kvprobe.studies.datasets.oaks import items as oaks_items
 from kvprobe.studies.recognition.role_pairs import ITEMS as PAIR_ITEMS
 from kvprobe.studies.registry import items_lines
 from kvprobe.studies.common.report import Items, estimate, heading, run_time, table_head
-from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.common.runner import read_rows
 from . import paper
 from .study import CONDITIONS, FORMATS
 
@@ -315,8 +315,3 @@ def write_panel(run_dirs: list[Path | str], out_dir: Path | str, seed: int = 0) 
     text = format_panel(rows)
     atomic_write_text(out / "panel.md", text)
     return text
-
-
-def write_summary(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
-    """summary.json and report.md of a run directory."""
-    return write_run_summary(out_dir, summarize, format_report, seed)

@@ -47,12 +47,12 @@ from typing import Any
 
 import kvprobe
 from kvprobe.studies.common.answers import contains_answer, declines
+from kvprobe.studies.common.grades import GRADES, read_grade_lines
 from kvprobe.studies.common.local_judge import LocalJudgeClient
 
 from . import strings
 
 RULE_GRADER = "rule-v1"
-GRADES = "grades.jsonl"
 #: A reply that gives none of the labels.
 UNPARSED = "unparsed"
 #: Words in a literal quotation of the masked record (UNCLEAR, ours).
@@ -223,8 +223,8 @@ def grade_run(run_dir: str | Path, client: Any, out_name: str = GRADES,
     """Grade every row of a run with a model judge; write ``out_name`` (one JSON line per (case_id, condition)) and
     return its path (``log_name``: every prompt and reply, in the run, written as they are answered; a local
     judge reuses the replies it already holds from the same model, so a killed grading run resumes). Then
-    ``summary.write_summary(run_dir)`` reads it (``kvprobe report oaks-open RUN --judge-model M`` does both with a
-    local model).
+    ``common.summary.write_summary("oaks-open", run_dir)`` reads it (``kvprobe report oaks-open RUN
+    --judge-model M`` does both with a local model).
 
     Args:
         client: a :class:`kvprobe.studies.common.judge.JudgeClient` (a local model: ``LocalJudgeClient``; a hosted
@@ -244,14 +244,11 @@ def grade_run(run_dir: str | Path, client: Any, out_name: str = GRADES,
 def read_grades(path: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
     """``(case_id, condition) -> grade line`` of a grades file; every kind's label must be one of its labels (or
     :data:`UNPARSED`)."""
-    out = {}
-    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        g = json.loads(line)
-        bad = [f"{kind} {g.get(kind)!r}" for kind, (_, labels, _) in strings.PROMPTS.items()
-               if g.get(kind) not in (*labels, UNPARSED)]
-        if bad or "case_id" not in g or "condition" not in g:
-            raise ValueError(f"{path} line {lineno}: missing case_id/condition or bad verdicts: {', '.join(bad)}")
-        out[(g["case_id"], g["condition"])] = g
-    return out
+    return read_grade_lines(path, ("case_id", "condition"), _check_verdicts)
+
+
+def _check_verdicts(g: dict[str, Any], where: str) -> None:
+    bad = [f"{kind} {g.get(kind)!r}" for kind, (_, labels, _) in strings.PROMPTS.items()
+           if g.get(kind) not in (*labels, UNPARSED)]
+    if bad or "case_id" not in g or "condition" not in g:
+        raise ValueError(f"{where}: missing case_id/condition or bad verdicts: {', '.join(bad)}")

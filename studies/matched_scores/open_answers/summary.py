@@ -29,7 +29,6 @@ abstentions, and literal quotations of the masked record per arm.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections import Counter
 from pathlib import Path
@@ -42,7 +41,8 @@ from kvprobe.readouts.stats import (DRAWS, PAPER_SEED, connected_components, gro
 from kvprobe.studies.common.claims import verdict_text
 from kvprobe.studies.common.report import (VERDICT_RULE, heading, percent_count, run_time, small_sample_note,
                                            table_head, table_row)
-from kvprobe.studies.common.runner import read_rows, write_run_summary
+from kvprobe.studies.common.grades import grade_of
+from kvprobe.studies.common.runner import read_rows
 from kvprobe.studies.datasets.oaks import items as oaks_items
 
 from . import grading, paper
@@ -65,9 +65,8 @@ def verdicts(rows: list[dict[str, Any]], grades: dict[tuple[str, str], dict[str,
     """Each row with its five verdicts and the grader (the grades file's, else the rule grader's)."""
     out = []
     for r in rows:
-        g = grades.get((r["case_id"], r["condition"])) if grades is not None else None
-        if grades is not None and g is None:
-            raise ValueError(f"the grades file has no line for {r['case_id']} {r['condition']}")
+        g = (grade_of(grades, (r["case_id"], r["condition"]), "the grades file", ("case", "condition"))
+             if grades is not None else None)
         v = {k: g[k] for k in grading.strings.PROMPTS} if g else grading.rule_verdicts(r)
         out.append({**r, **{f"v_{k}": x for k, x in v.items()}, "graded_by": g["grader"] if g else grading.RULE_GRADER})
     return out
@@ -270,14 +269,9 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     return "\n".join(lines)
 
 
-def write_summary(out_dir: Path | str, seed: int = PAPER_SEED, grades: str | Path | None = None,
-                  judge_model: str | None = None, judge_dtype: str | None = None) -> dict[str, Any]:
-    """summary.json and report.md of a run directory (``grades``: see the module docstring); ``judge_model``: first
-    grade the run with that local model (``judge_dtype``: its dtype) into the run's ``grades.jsonl`` (and
-    ``judge.jsonl``, every prompt and reply), and use it."""
-    if judge_model is not None:
-        if grades is not None:
-            raise ValueError("give grades or judge_model, not both")
-        client = grading.PrefixSharingClient(judge_model, **({"dtype": judge_dtype} if judge_dtype else {}))
-        grades = grading.grade_run(out_dir, client, progress=True)
-    return write_run_summary(out_dir, functools.partial(summarize, grades=grades), format_report, seed)
+def judge_run(out_dir: Path | str, judge_model: str, judge_dtype: str | None = None) -> Path:
+    """Grade the run with that local model (``judge_dtype``: its dtype) and the source-aware rubric into its
+    ``grades.jsonl`` (and ``judge.jsonl``, every prompt and reply); returns the grades file (the registry's
+    ``Graded.judge``: ``kvprobe report oaks-open RUN --judge-model M``)."""
+    client = grading.PrefixSharingClient(judge_model, **({"dtype": judge_dtype} if judge_dtype else {}))
+    return grading.grade_run(out_dir, client, progress=True)

@@ -1,0 +1,41 @@
+"""BABILong's figure (``figure.png``), drawn from its ``summary.json`` alone: each policy's change in correct
+answers against full access, one panel per (task, length), with full access's count and n and the chance line
+of a uniform guess among bAbI's six locations.
+
+Example: ``draw(json.loads(Path("artifacts/babilong/smollm2-135m-instruct/summary.json").read_text()),
+"figure.png", "smollm2-135m-instruct")``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kvprobe.studies.common.figures import Panel, plot_changes
+from kvprobe.studies.common.formatting import count
+
+
+#: bAbI qa1-qa3 answers are one of six locations (bathroom, bedroom, garden, hallway, kitchen, office).
+BABI_LOCATIONS = 6
+
+
+def draw(summary: dict[str, Any], path: Path | str, model: str = "") -> Path | None:
+    """Each policy's change in correct answers against full access, one panel per (task, length); full
+    access's count and n in each panel's note, and the change a uniform guess among the six locations
+    would make (n/6 - full) as the chance line. None (nothing drawn) when no policy has a change."""
+    full = {(c["task"], c["length"]): c for c in summary["cells"] if c["policy"] == "full"}
+    panels: dict[str, Panel] = {}
+    for c in summary["cells"]:
+        if (ch := c.get("official_change_vs_full")) is None:
+            continue
+        f = full[(c["task"], c["length"])]
+        name = f"{c['task']}, {c['length']} tokens"
+        if name not in panels:
+            panels[name] = Panel([], note=f"full access {count(f['official'], f['n'])}; n = {f['n']} inputs",
+                                 chance=f["n"] / BABI_LOCATIONS - f["official"],
+                                 chance_label=f"a uniform guess among {BABI_LOCATIONS} locations (n/6 correct)")
+        panels[name].rows.append((c["policy"], ch["change"], ch["ci"], count(c["official"], c["n"])))
+    if not panels:
+        return None
+    return plot_changes(panels, path, title=f"BABILong{': ' + model if model else ''}",
+                        xlabel="change in correct answers vs full access (95% CI)")
