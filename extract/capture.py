@@ -45,7 +45,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 import torch
 
-from kvprobe.engine import fork_rows, pad_suffix_block, traced_forward
+from kvprobe.forward import traced_forward
+from kvprobe.rows import fork_rows, pad_suffix_block
 from kvprobe.prompts import Prompt, char_span_to_tokens
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import torch
 
-from kvprobe.arch import ArchSummary
+from kvprobe.arch import arch_summary
 from kvprobe.prompts import char_span_to_tokens
 from kvprobe.transformers_api import output_cache
 
@@ -96,7 +96,7 @@ class NnsightEncoder:
                 "tokenizer_sha256": hashlib.sha256(blob.encode("utf-8")).hexdigest(),
                 "layer_types": json.dumps(self.layer_types), "kv_layers": json.dumps(list(range(self.num_layers))),
                 "cache_notes": json.dumps(["K after RoPE, V, from transformers' DynamicCache (plain nnsight trace)"]),
-                **arch_provenance(ArchSummary.from_config(self.config))}
+                **arch_provenance(arch_summary(self.config))}
 
     def __call__(self, specs: Sequence[RecordSpec]) -> list[Encoding]:
         return [self.encode_one(spec) for spec in specs]

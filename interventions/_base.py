@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from kvprobe.access import Condition
     from kvprobe.arch import ArchSummary
-    from kvprobe.engine import RowState
+    from kvprobe.rows import RowState
     from kvprobe.history import History
 
 

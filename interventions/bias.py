@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, ClassVar, Mapping, Sequence
 import torch
 
 from kvprobe.access import Condition, as_layers, check_layers, check_spans, select_layers, set_fields
-from kvprobe.engine import RowState
+from kvprobe.rows import RowState
 from kvprobe.prompts import SpanError, TokenSpan
 
 

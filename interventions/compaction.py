@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from kvprobe.access import Condition, as_spans, check_spans, positions_of, set_fields
-from kvprobe.engine import RowState
+from kvprobe.rows import RowState
 from kvprobe.prompts import SpanError, TokenSpan
 
 from ._base import require_row_deletion, require_unedited

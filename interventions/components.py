@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from kvprobe.access import Condition, as_layers, set_fields
-from kvprobe.engine import HeadEdit, ResidualPatch, RowState
+from kvprobe.component_edits import HeadEdit, ResidualPatch
+from kvprobe.rows import RowState
 
 from ._base import OperationError
 

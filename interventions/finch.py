@@ -32,7 +32,8 @@ import torch
 
 from kvprobe.access import Condition
 from kvprobe.decoding import suffix_ids
-from kvprobe.engine import RowState, fork_rows, traced_forward
+from kvprobe.forward import traced_forward
+from kvprobe.rows import RowState, fork_rows
 from kvprobe.prompts import SpanError
 from kvprobe.slots import SlotLayer
 

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from kvprobe.access import Condition, as_layers, as_spans, check_layers, check_spans, positions_of, select_layers, set_fields
-from kvprobe.engine import RowState, extend_state
+from kvprobe.forward import extend_state
+from kvprobe.rows import RowState
 from kvprobe.prompts import SpanError, TokenSpan
 
 from ._base import OperationError, require_unedited

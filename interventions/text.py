@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from kvprobe.access import Condition, set_fields
-from kvprobe.engine import RowState, extend_state
+from kvprobe.forward import extend_state
+from kvprobe.rows import RowState
 from kvprobe.prompts import RenderedPrompt, SpanError
 
 from ._base import require_unedited

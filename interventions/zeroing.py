@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from kvprobe.access import (Condition, as_layers, as_spans, check_layers, check_spans, positions_of, select_layers,
                             set_fields, slots_in_state)
-from kvprobe.engine import RowState
+from kvprobe.rows import RowState
 from kvprobe.prompts import TokenSpan
 
 from ._base import OperationError

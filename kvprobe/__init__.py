@@ -18,7 +18,7 @@ from .history import History
 from .model import Model, load_model
 from .prompts import Prompt, SpanError, TokenSpan
 
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "ArchSummary",

@@ -22,9 +22,9 @@ from .prompts import SpanError, TokenSpan, merge_spans
 
 if TYPE_CHECKING:
     from .arch import ArchSummary
-    from .engine import RowState
     from .history import History
-    from .model import Model
+    from .model_like import ModelLike
+    from .rows import RowState
 
 
 def as_spans(spans: TokenSpan | Iterable[TokenSpan], what: str) -> tuple[TokenSpan, ...]:
@@ -110,12 +110,12 @@ class Condition:
     #: question-independent conditions are computed once per batch.
     question_dependent: ClassVar[bool] = False
 
-    def prepare(self, model: "Model", history: "History", question: str = "") -> "RowState":
+    def prepare(self, model: "ModelLike", history: "History", question: str = "") -> "RowState":
         """The row state this condition gives ``question`` on ``history``."""
         self.validate(len(history), model.arch)
         return self.apply(model, history, history.base_state(), question)
 
-    def apply(self, model: "Model", history: "History", state: "RowState", question: str = "") -> "RowState":
+    def apply(self, model: "ModelLike", history: "History", state: "RowState", question: str = "") -> "RowState":
         """Edit ``state`` (a row state of ``history``); the base class changes nothing."""
         return state
 
@@ -147,7 +147,7 @@ class Compose(Condition):
         for p in self.parts:
             p.validate(history_len, arch)
 
-    def apply(self, model: "Model", history: "History", state: "RowState", question: str = "") -> "RowState":
+    def apply(self, model: "ModelLike", history: "History", state: "RowState", question: str = "") -> "RowState":
         for p in self.parts:
             state = p.apply(model, history, state, question)
         return state
@@ -168,12 +168,12 @@ class Prepared(Condition):
         set_fields(self, state=state, name=name)
 
     @classmethod
-    def of(cls, model: "Model", history: "History", condition: "Condition") -> "Prepared":
+    def of(cls, model: "ModelLike", history: "History", condition: "Condition") -> "Prepared":
         if condition.question_dependent:
             raise ValueError(f"{condition.name}: a question-dependent condition cannot be prepared once")
         return cls(condition.prepare(model, history), condition.name)
 
-    def apply(self, model: "Model", history: "History", state: "RowState", question: str = "") -> "RowState":
+    def apply(self, model: "ModelLike", history: "History", state: "RowState", question: str = "") -> "RowState":
         return self.state
 
 
@@ -210,7 +210,7 @@ class Mask(Condition):
     def layers_for(self, arch: "ArchSummary") -> tuple[int, ...]:
         return select_layers(self.layers, arch)
 
-    def apply(self, model: "Model", history: "History", state: "RowState", question: str = "") -> "RowState":
+    def apply(self, model: "ModelLike", history: "History", state: "RowState", question: str = "") -> "RowState":
         hidden = self.hidden_positions(len(history), history.device)
         return state.hide(slots_in_state(state, hidden), self.layers_for(model.arch))
 

@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import torch
 
 if TYPE_CHECKING:
-    from .engine import ForwardOutput, Rows
-    from .model import Model
+    from .forward import ForwardOutput
+    from .model_like import ModelLike
+    from .rows import Rows
 
 #: What ``run_with_cache`` can capture.
 NAMES = ("hidden", "attention", "keys", "values", "logits")
@@ -75,7 +76,7 @@ class ActivationCache:
     names: tuple[str, ...] = field(default=NAMES)
 
 
-def check_capture(model: "Model", names: Sequence[str], layers: Sequence[int] | None) -> tuple[int, ...]:
+def check_capture(model: "ModelLike", names: Sequence[str], layers: Sequence[int] | None) -> tuple[int, ...]:
     """The layers to capture (all by default), after refusing unknown names and layers out of range."""
     unknown = [n for n in names if n not in NAMES]
     if unknown:
@@ -99,7 +100,7 @@ class Recorder:
     token reads none of them), so ``attention[l]`` is [heads, tokens, keys of the row's final cache].
     """
 
-    def __init__(self, model: "Model", names: Sequence[str], layers: Sequence[int] | None, n_items: int):
+    def __init__(self, model: "ModelLike", names: Sequence[str], layers: Sequence[int] | None, n_items: int):
         self.layers = check_capture(model, names, layers)
         self.names, self.arch = tuple(names), model.arch
         self.attention_layers = tuple(layer for layer in self.layers if layer in model.arch.attention_layers)
@@ -108,7 +109,7 @@ class Recorder:
 
     @property
     def capture_attention(self) -> tuple[int, ...]:
-        """The ``capture_attention`` argument of the forwards (:func:`~kvprobe.engine.traced_forward`)."""
+        """The ``capture_attention`` argument of the forwards (:func:`~kvprobe.forward.traced_forward`)."""
         return self.attention_layers if "attention" in self.names else ()
 
     @property

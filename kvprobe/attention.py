@@ -39,20 +39,13 @@ place, never expanded to every query head.
 
 from __future__ import annotations
 
-import contextvars
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
-
 import torch
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import eager_mask
 
-from . import selection
+from .forward_context import current_context, current_selector
 from .masks import additive, visibility
-
-if TYPE_CHECKING:
-    from transformers import DynamicCache
+from .slots import PackedSlotLayer, SharedSlotLayer
 
 #: kvprobe's default attention: SDPA, eager where needed, shared-history batches.
 KVPROBE_SDPA = "kvprobe"
@@ -71,54 +64,11 @@ SHARED_SCORE_BLOCK = 1 << 26
 MASKED_GQA_DEVICES = ("cpu",)
 
 
-@dataclass(frozen=True)
-class ForwardContext:
-    """What the attention calls of one traced forward need beyond their arguments.
-
-    Attributes:
-        cache: the batch's cache (shared-history layers are looked up in it).
-        kv_source: per layer, the layer whose cache rows it attends to.
-        probabilities: layers whose attention probabilities must be returned.
-    """
-
-    cache: "DynamicCache | None" = None
-    kv_source: tuple[int | None, ...] = ()
-    probabilities: frozenset[int] = frozenset()
-    #: The forward is one plain causal block from an empty cache (positions 0..Q-1, nothing hidden): the
-    #: mask the layers receive is a placeholder; SDPA runs its causal kernel, other paths build the mask.
-    causal: bool = False
-
-
-_CONTEXT: contextvars.ContextVar[ForwardContext] = contextvars.ContextVar("kvprobe_forward", default=ForwardContext())
-
-
-@contextmanager
-def forward_context(context: ForwardContext) -> Iterator[None]:
-    """Make ``context`` the one kvprobe's attention reads inside the block."""
-    token = _CONTEXT.set(context)
-    try:
-        yield
-    finally:
-        _CONTEXT.reset(token)
-
-
-def current_cache() -> "DynamicCache | None":
-    """The cache of the traced forward running now (``None`` outside ``traced_forward``)."""
-    return _CONTEXT.get().cache
-
-
-def probabilities_for(layers: tuple[int, ...] | frozenset[int]) -> ForwardContext:
-    """A context that only asks for the attention probabilities of ``layers`` (no cache lookups)."""
-    return ForwardContext(probabilities=frozenset(layers))
-
-
 def _cache_layer(module: torch.nn.Module, key: torch.Tensor):
     """The kvprobe cache layer this call reads when it is one kvprobe's attention must read itself (a
     :class:`kvprobe.slots.SharedSlotLayer` or :class:`kvprobe.slots.PackedSlotLayer`), checked to be the
     one that returned ``key``; otherwise ``None``."""
-    from .slots import PackedSlotLayer, SharedSlotLayer
-
-    ctx = _CONTEXT.get()
+    ctx = current_context()
     layer_idx = getattr(module, "layer_idx", None)
     if ctx.cache is None or layer_idx is None or layer_idx >= len(ctx.kv_source):
         return None
@@ -204,27 +154,26 @@ def _attend(impl: str, module, query, key, value, attention_mask, scaling, dropo
     _check_supported(impl, module, dropout, kwargs)
     if scaling is None:
         scaling = module.head_dim**-0.5
-    causal = _CONTEXT.get().causal
+    causal = current_context().causal
     if causal:
         attention_mask = None
     # the eager implementation always returns probabilities, as transformers' eager does
-    wanted = impl == GROUPED_EAGER or getattr(module, "layer_idx", None) in _CONTEXT.get().probabilities
-    from .slots import PackedSlotLayer
+    wanted = impl == GROUPED_EAGER or getattr(module, "layer_idx", None) in current_context().probabilities
 
     cached = _cache_layer(module, key)
     if isinstance(cached, PackedSlotLayer):  # a decode step in fixed shapes (kvprobe.static_decode)
-        if wanted or softcap is not None or selection.current() is not None:
+        if wanted or softcap is not None or current_selector() is not None:
             raise RuntimeError("a packed decode step (kvprobe.static_decode) computes no probabilities, "
                                "logit caps or key selections")
         return packed_attention(query, cached, attention_mask, scaling)
     if cached is not None:  # a shared-history layer
-        if selection.current() is not None:
+        if current_selector() is not None:
             raise RuntimeError("query-aware selection runs on per-row caches (fork_rows(share=False))")
         return shared_attention(module, query, cached, attention_mask, scaling, softcap, want_probabilities=wanted)
     # torch's CPU SDPA kernel loses precision in float16 (0.4 nats on tiny-deepseek-v2's logits where the eager
     # formula agrees with transformers' to the bit), so float16 on the CPU takes the eager path.
     cpu_half = query.dtype == torch.float16 and query.device.type == "cpu"
-    if wanted or softcap is not None or selection.current() is not None or cpu_half:
+    if wanted or softcap is not None or current_selector() is not None or cpu_half:
         if causal:
             attention_mask = causal_mask(query.shape[2], query.dtype, query.device)
         return _eager(module, query, key, value, attention_mask, scaling, softcap)
@@ -266,7 +215,7 @@ def _eager(module, query, key, value, attention_mask, scaling, softcap) -> tuple
         mask = attention_mask[..., :S]
         # [B, 1, Q, S] broadcasts over heads; a per-head mask [B, H, Q, S] is grouped like the queries.
         scores = scores + (mask[:, :, None] if mask.shape[1] == 1 else mask.reshape(B, KVH, G, Q, S))
-    selector = selection.current()
+    selector = current_selector()
     if selector is not None:  # query-aware key selection (kvprobe.selection): Quest, RefreshKV...
         scores = selector.adjust(module.layer_idx, query, key, scores)
     probs = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)

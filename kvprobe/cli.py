@@ -146,7 +146,7 @@ def add_backend_arguments(p: argparse.ArgumentParser, nnsight: bool = False) -> 
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from .loading import list_models, pull_model
+    from .model_registry import list_models, pull_model
 
     if args.action == "inventory":
         return _inventory(args)

@@ -10,29 +10,29 @@ and their padding slots are never read. Each row's question runs once: the
 candidates are scored from it (appended, read, rolled back) and the greedy
 answer continues from it. :func:`score_candidates` and :func:`generate_greedy`
 are the one-history forms used by ``Model.score`` and ``Model.generate``.
-:func:`reason_then_score` is the controlled-history protocol (paper L1293-1301):
-exactly N greedy tokens without EOS stopping, an answer cue, then candidate scores,
-all under each row's condition.
+The steps they are built from (:func:`run_questions`, :func:`candidate_logprobs`,
+:func:`greedy_from`, ...) are public for protocols that arrange them otherwise
+(the components study's ``reason_then_score``, the latency bench's ``answer_timed``).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import torch
 
 from .access import Condition
 from .activations import NAMES as ACTIVATION_NAMES, ActivationCache, Recorder
-from .engine import ForwardOutput, Rows, RowState, fork_rows, pad_suffix_block, shares_history, traced_forward
+from .forward import ForwardOutput, shares_history, traced_forward
+from .rows import Rows, RowState, fork_rows, pad_suffix_block
 from .history import check_reader
 from .selection import KeySelector, SelectionAccess
 from .static_decode import STATIC_DECODE_DEVICES, StaticDecoder, static_refusal
 
 if TYPE_CHECKING:
     from .history import History
-    from .model import Model
+    from .model_like import ModelLike
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ class Answer:
     generation: Generation | None
 
 
-def prepare_states(model: "Model", items: Sequence[tuple["History", Request]],
+def prepare_states(model: "ModelLike", items: Sequence[tuple["History", Request]],
                    cross_checkpoint: bool = False) -> list[RowState]:
     """Each request's row state (its condition applied to its own view of its history).
 
@@ -132,7 +132,7 @@ def prepare_states(model: "Model", items: Sequence[tuple["History", Request]],
     return states
 
 
-def suffix_ids(model: "Model", history: "History", question: str) -> list[int]:
+def suffix_ids(model: "ModelLike", history: "History", question: str) -> list[int]:
     """Token ids of one question's suffix (question + template tail)."""
     if not question:
         raise ValueError("empty question")
@@ -140,7 +140,7 @@ def suffix_ids(model: "Model", history: "History", question: str) -> list[int]:
 
 
 def question_logits(
-    model: "Model",
+    model: "ModelLike",
     history: "History",
     question: str,
     conditions: Sequence[Condition],
@@ -160,7 +160,7 @@ def question_logits(
                           logits_to_keep=logits_to_keep)
 
 
-def run_with_cache(model: "Model", history: "History", question: str, conditions: Mapping[str, Condition],
+def run_with_cache(model: "ModelLike", history: "History", question: str, conditions: Mapping[str, Condition],
                    names: Sequence[str] = ACTIVATION_NAMES, layers: Sequence[int] | None = None,
                    cross_checkpoint: bool = False) -> dict[str, ActivationCache]:
     """One forward of ``question`` after ``history`` with one row per condition; each row's internals
@@ -177,11 +177,11 @@ def run_with_cache(model: "Model", history: "History", question: str, conditions
     items = [(history, Request(question, c, name)) for name, c in conditions.items()]
     states = prepare_states(model, items, cross_checkpoint)
     suffixes = [remaining_suffix(model, history, question, s) for s in states]
-    _run_questions(model, states, suffixes, None, list(conditions), recorder, range(len(states)))
+    run_questions(model, states, suffixes, None, list(conditions), recorder, range(len(states)))
     return {name: recorder.cache(i, name) for i, name in enumerate(conditions)}
 
 
-def batches(model: "Model", lengths: Sequence[int]) -> list[list[int]]:
+def batches(model: "ModelLike", lengths: Sequence[int]) -> list[list[int]]:
     """Row indices to run together.
 
     One batch for attention-only models (shorter rows are left-padded and the
@@ -196,7 +196,7 @@ def batches(model: "Model", lengths: Sequence[int]) -> list[list[int]]:
     return list(groups.values())
 
 
-def _check_candidates(candidates: Sequence[Sequence[str]], n_items: int) -> None:
+def check_candidates(candidates: Sequence[Sequence[str]], n_items: int) -> None:
     """One non-empty list of non-empty strings per request."""
     if len(candidates) != n_items:
         raise ValueError(f"{len(candidates)} candidate lists for {n_items} requests")
@@ -205,14 +205,14 @@ def _check_candidates(candidates: Sequence[Sequence[str]], n_items: int) -> None
             raise ValueError("candidates must be a non-empty list of non-empty strings")
 
 
-def _candidate_ids(model: "Model", candidates: Sequence[Sequence[str]]) -> list[list[list[int]]]:
+def candidate_ids(model: "ModelLike", candidates: Sequence[Sequence[str]]) -> list[list[list[int]]]:
     """Token ids of every candidate (tokenized alone, no special tokens; each distinct string once)."""
     token_ids: dict[str, list[int]] = {}
     return [[token_ids.setdefault(c, model.tokenizer(c, add_special_tokens=False)["input_ids"]) for c in cands]
             for cands in candidates]
 
 
-def _row_groups(model: "Model", items: Sequence[tuple["History", Request]],
+def row_groups(model: "ModelLike", items: Sequence[tuple["History", Request]],
                 suffixes: list[list[int]]) -> list[list[int]]:
     """Batches of rows: :func:`batches`, further split so that query-aware selections
     (``kvprobe.selection``) run only with rows of the same selection kind."""
@@ -226,7 +226,8 @@ def _row_groups(model: "Model", items: Sequence[tuple["History", Request]],
     return groups
 
 
-def _selector(model: "Model", items: Sequence[tuple["History", Request]], group: list[int]) -> KeySelector | None:
+def group_selector(model: "ModelLike", items: Sequence[tuple["History", Request]], group: list[int]
+                   ) -> KeySelector | None:
     """The key selector of a group whose rows share one selection kind (None for ordinary conditions)."""
     first = items[group[0]][1].access
     if not isinstance(first, SelectionAccess):
@@ -234,7 +235,7 @@ def _selector(model: "Model", items: Sequence[tuple["History", Request]], group:
     return first.make_selector(model, [items[i][1].access for i in group])
 
 
-def remaining_suffix(model: "Model", history: "History", question: str, state: RowState) -> list[int]:
+def remaining_suffix(model: "ModelLike", history: "History", question: str, state: RowState) -> list[int]:
     """The question suffix tokens a row still has to run.
 
     A state may already hold the first tokens of the suffix (FINCH compresses the
@@ -252,12 +253,12 @@ def remaining_suffix(model: "Model", history: "History", question: str, state: R
     return ids[n:]
 
 
-def _run_questions(model: "Model", states: list[RowState], suffixes: list[list[int]],
+def run_questions(model: "ModelLike", states: list[RowState], suffixes: list[list[int]],
                    selector: KeySelector | None = None, names: Sequence[str] | None = None,
                    recorder: Recorder | None = None, items: Sequence[int] = ()) -> tuple[Rows, torch.Tensor]:
     """Fork the rows and run each row's question suffix: (the rows, each row's last logits Float[B, V]).
 
-    Rows read shared history copies where the model allows it (:func:`~kvprobe.engine.shares_history`);
+    Rows read shared history copies where the model allows it (:func:`~kvprobe.forward.shares_history`);
     query-aware selections run on per-row copies (their selectors read every row's keys). A ``recorder``
     keeps the question's internals, row b as item ``items[b]``.
     """
@@ -273,7 +274,7 @@ def _run_questions(model: "Model", states: list[RowState], suffixes: list[list[i
 
 
 def answer(
-    model: "Model",
+    model: "ModelLike",
     items: Sequence[tuple["History", Request]],
     candidates: Sequence[Sequence[str]] | None = None,
     max_new_tokens: int = 0,
@@ -303,26 +304,26 @@ def answer(
     if max_new_tokens < 0:
         raise ValueError("max_new_tokens must be at least 0")
     if candidates is not None:
-        _check_candidates(candidates, len(items))
+        check_candidates(candidates, len(items))
     recorder = None if capture is None else Recorder(model, capture, layers, len(items))  # checked first
     states = prepare_states(model, items, cross_checkpoint)
     suffixes = [remaining_suffix(model, h, r.question, st) for (h, r), st in zip(items, states)]
-    cand_ids = None if candidates is None else _candidate_ids(model, candidates)
+    cand_ids = None if candidates is None else candidate_ids(model, candidates)
     scores: list[CandidateScores | None] = [None] * len(items)
     generations: list[Generation | None] = [None] * len(items)
-    for group in _row_groups(model, items, suffixes):
-        rows, last = _run_questions(model, [states[i] for i in group], [suffixes[i] for i in group],
-                                    _selector(model, items, group), [items[i][1].label for i in group],
+    for group in row_groups(model, items, suffixes):
+        rows, last = run_questions(model, [states[i] for i in group], [suffixes[i] for i in group],
+                                    group_selector(model, items, group), [items[i][1].label for i in group],
                                     recorder, group)
         if cand_ids is not None:
-            sums = _candidate_logprobs(model, rows, last, [cand_ids[i] for i in group])
+            sums = candidate_logprobs(model, rows, last, [cand_ids[i] for i in group])
             for r, i in enumerate(group):
                 scores[i] = CandidateScores(tuple(candidates[i]), tuple(sums[r]),
                                             tuple(len(c) for c in cand_ids[i]), items[i][1].label)
         if max_new_tokens:
-            for i, toks in zip(group, _greedy_from(model, rows, last, max_new_tokens, recorder=recorder,
+            for i, toks in zip(group, greedy_from(model, rows, last, max_new_tokens, recorder=recorder,
                                                    items=group)):
-                generations[i] = _generation(model, toks, items[i][1].label)
+                generations[i] = generation_from_tokens(model, toks, items[i][1].label)
     if recorder is not None:
         for i, (_, request) in enumerate(items):
             activations = recorder.cache(i, request.label)
@@ -332,7 +333,7 @@ def answer(
 
 
 def score_candidates(
-    model: "Model",
+    model: "ModelLike",
     history: "History",
     requests: Sequence[Request],
     candidates: Sequence[str],
@@ -347,7 +348,7 @@ def score_candidates(
 
 
 def generate_greedy(
-    model: "Model",
+    model: "ModelLike",
     history: "History",
     requests: Sequence[Request],
     max_new_tokens: int = 40,
@@ -362,142 +363,8 @@ def generate_greedy(
                                          cross_checkpoint=cross_checkpoint, capture=capture, layers=layers)]
 
 
-@dataclass(frozen=True)
-class PhaseTimes:
-    """Seconds of the phases of one answer (:func:`answer_timed`), each measured after an accelerator sync.
-
-    ``condition_s``: the condition's row state built from the prefilled history (``Condition.prepare``: a
-    hidden vector, a bias, a recompute ...); ``query_s``: the question suffix tokenized, the row forked off
-    the history, the suffix run and the first answer token chosen; ``decode_s``: the remaining greedy tokens.
-    ``decode_path``: ``"static"`` (fixed shapes, a CUDA graph on CUDA) or ``"ordinary"``, with the reason.
-    """
-
-    condition_s: float
-    query_s: float
-    decode_s: float
-    decode_path: str
-
-    @property
-    def first_token_s(self) -> float:
-        """Time to the first answer token once the history is prefilled (condition + query)."""
-        return self.condition_s + self.query_s
-
-    @property
-    def complete_s(self) -> float:
-        """The whole answer after the prefilled history."""
-        return self.condition_s + self.query_s + self.decode_s
-
-
-def device_clock(device: torch.device) -> float:
-    """``time.perf_counter()`` after the device's queued work has finished (CUDA is synchronised)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
-
-
-def answer_timed(model: "Model", history: "History", request: Request, max_new_tokens: int,
-                 static: bool = True) -> tuple[Generation, PhaseTimes]:
-    """One request answered alone (greedy, EOS stop), with the time of each phase (:class:`PhaseTimes`).
-
-    The same computation as :func:`answer` on a one-row batch, split at the phase boundaries the paper
-    times (its app:v41_public_hard: policy construction, query processing, decoding). ``static=False``
-    keeps decoding off the fixed-shape path, so conditions that cannot use it (a logit bias) are compared
-    on the same path as those that can.
-
-    Example:
-        >>> gen, t = answer_timed(model, history, Request("Where?", kvprobe.Mask(spans=["A"])), 16)  # doctest: +SKIP
-        >>> t.first_token_s < t.complete_s
-        True
-    """
-    if max_new_tokens < 1:
-        raise ValueError("max_new_tokens must be at least 1")
-    items = [(history, request)]
-    start = device_clock(model.device)
-    state = prepare_states(model, items)[0]
-    prepared = device_clock(model.device)
-    rows, last = _run_questions(model, [state], [remaining_suffix(model, history, request.question, state)],
-                                _selector(model, items, [0]), [request.label])
-    int(last[0].argmax())  # the first token reaches the host
-    first = device_clock(model.device)
-    refusal = static_refusal(model, rows) if model.device.type in STATIC_DECODE_DEVICES else "not an accelerator"
-    if not static:
-        refusal = "static=False"
-    path = "static" if refusal is None else f"ordinary ({refusal})"
-    decode_start = device_clock(model.device)
-    toks = _greedy_from(model, rows, last, max_new_tokens, allow_static=static)[0]
-    done = device_clock(model.device)
-    return (_generation(model, toks, request.label),
-            PhaseTimes(prepared - start, first - prepared, done - decode_start, path))
-
-
-def reason_then_score(
-    model: "Model",
-    items: Sequence[tuple["History", Request]],
-    candidates: Sequence[Sequence[str]],
-    budget: int,
-    cue: str,
-    capture_attention: tuple[int, ...] = (),
-    on_cue: Callable[[list[int], Rows, ForwardOutput], None] | None = None,
-) -> list[tuple[Generation, CandidateScores]]:
-    """Continue greedily for exactly ``budget`` tokens, append ``cue``, then score candidates; one batch.
-
-    For every (history, request) row: its question suffix runs once, then exactly
-    ``budget`` greedy tokens follow with no EOS stopping (an EOS is fed back like
-    any token), then the tokens of ``cue`` (tokenized alone, no special tokens),
-    then each candidate (tokenized alone, no special tokens) is scored by its
-    summed teacher-forced log-probability after the cue (appended, read, rolled
-    back, as in :func:`answer`). The row's access condition holds for every token
-    after the history: question, continuation, cue and candidates. The last
-    continuation token and the cue run as one block.
-
-    Args:
-        items: (history, request) pairs, one row each (histories may differ).
-        candidates: per item, the non-empty strings to score.
-        budget: continuation tokens (0: the cue follows the question directly).
-        cue: text between the continuation and the candidates (may be empty).
-        capture_attention: layers whose attention probabilities the block of the last
-            continuation token and the cue captures (read them in ``on_cue``).
-        on_cue: called after that block with (item indices of the batch rows, the rows,
-            the block's :class:`~kvprobe.engine.ForwardOutput`), e.g. to read how much the
-            token before the candidates attends to a span; not called when the block is empty.
-
-    Returns:
-        per item, (the continuation, the candidate scores). The continuation's
-        ``text`` decodes all ``budget`` tokens (special tokens included) and its
-        ``stop_reason`` is ``"cap"``.
-    """
-    if budget < 0:
-        raise ValueError("budget must be at least 0")
-    _check_candidates(candidates, len(items))
-    states = prepare_states(model, items)
-    suffixes = [remaining_suffix(model, h, r.question, st) for (h, r), st in zip(items, states)]
-    cue_ids = model.tokenizer(cue, add_special_tokens=False)["input_ids"] if cue else []
-    cand_ids = _candidate_ids(model, candidates)
-    out: list[tuple[Generation, CandidateScores] | None] = [None] * len(items)
-    for group in _row_groups(model, items, suffixes):
-        rows, last = _run_questions(model, [states[i] for i in group], [suffixes[i] for i in group],
-                                    _selector(model, items, group), [items[i][1].label for i in group])
-        toks = ([[] for _ in group] if not budget
-                else _greedy_from(model, rows, last, budget, stop_at_eos=False, keep_rows=True))
-        block = [t[-1:] + cue_ids for t in toks]  # the last continuation token was not fed back yet
-        if block[0]:
-            feed = torch.tensor(block, dtype=torch.long, device=model.device)
-            block_out = traced_forward(model, rows, feed, logits_to_keep=1, capture_attention=capture_attention)
-            if on_cue is not None:
-                on_cue(group, rows, block_out)
-            last = block_out.logits[:, -1].float()
-        sums = _candidate_logprobs(model, rows, last, [cand_ids[i] for i in group])
-        for r, i in enumerate(group):
-            name = items[i][1].label
-            generation = Generation(text=model.tokenizer.decode(toks[r]), token_ids=tuple(toks[r]),
-                                    stop_reason="cap", n_tokens=len(toks[r]), access=name)
-            scores = CandidateScores(tuple(candidates[i]), tuple(sums[r]), tuple(len(c) for c in cand_ids[i]), name)
-            out[i] = (generation, scores)
-    return out  # type: ignore[return-value]
-
-
-def _candidate_logprobs(
-    model: "Model", rows: Rows, last: torch.Tensor, cands: list[list[list[int]]]
+def candidate_logprobs(
+    model: "ModelLike", rows: Rows, last: torch.Tensor, cands: list[list[list[int]]]
 ) -> list[list[float]]:
     """Summed log-probabilities of each row's candidates (token lists) after its question.
 
@@ -551,7 +418,8 @@ def _index(values: Sequence[int], device: torch.device) -> torch.Tensor:
     return torch.tensor(list(values), dtype=torch.long, device=device)
 
 
-def _generation(model: "Model", toks: list[int], access: str) -> Generation:
+def generation_from_tokens(model: "ModelLike", toks: list[int], access: str) -> Generation:
+    """The :class:`Generation` of greedy tokens ``toks`` (a final EOS token stops it and is not decoded)."""
     stopped = bool(toks) and toks[-1] in model.eos_ids
     return Generation(
         text=model.tokenizer.decode(toks[:-1] if stopped else toks),
@@ -562,7 +430,7 @@ def _generation(model: "Model", toks: list[int], access: str) -> Generation:
     )
 
 
-def _greedy_from(model: "Model", rows: Rows, last: torch.Tensor, max_new_tokens: int,
+def greedy_from(model: "ModelLike", rows: Rows, last: torch.Tensor, max_new_tokens: int,
                  stop_at_eos: bool = True, recorder: Recorder | None = None,
                  items: Sequence[int] = (), keep_rows: bool = False, allow_static: bool = True) -> list[list[int]]:
     """Greedy tokens of a batch whose question already ran (``last``: its logits Float[B, V]).

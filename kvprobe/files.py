@@ -7,6 +7,8 @@ import platform
 import tempfile
 from pathlib import Path
 
+from .version import __version__
+
 
 def atomic_write_text(path: Path | str, text: str) -> None:
     """Write ``text`` to ``path`` atomically: a temp file in the same folder, then a rename.
@@ -32,8 +34,6 @@ def versions() -> dict[str, str]:
     import nnsight
     import torch
     import transformers
-
-    from . import __version__
 
     return {"kvprobe": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
             "nnsight": getattr(nnsight, "__version__", "unknown"), "python": platform.python_version()}

@@ -1,7 +1,7 @@
 """Histories: a prompt prefix prefilled once, its cache, tokens and spans.
 
 A :class:`History` is immutable in use: every access condition, score and
-generation works on its own fork of the cache (``kvprobe.engine.fork_rows``).
+generation works on its own fork of the cache (``kvprobe.rows.fork_rows``).
 ``digest`` hashes every stored K and V element (:func:`kv_digest`, computed on the model's
 device), taken at prefill; :meth:`History.check_digest` proves no condition changed
 the shared prefix.
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .engine import RowState
+from .rows import RowState
 from .prompts import Prompt, RenderedPrompt, SpanError, TokenSpan, char_span_to_tokens, find_occurrences
 
 if TYPE_CHECKING:
-    from .model import Model
+    from .model_like import ModelLike
 
 
 #: Integer dtype of each element width: a tensor's bits are read through this view.
@@ -64,7 +64,7 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def check_reader(model: "Model", history: "History", cross_checkpoint: bool = False) -> None:
+def check_reader(model: "ModelLike", history: "History", cross_checkpoint: bool = False) -> None:
     """Refuse a history read by another model than its writer, before any forward.
 
     The same model object, or another load of the same weights (:func:`weights_fingerprint`), may read
@@ -167,7 +167,7 @@ class History:
             (``Model.prefill(reuse=...)``) instead of computed.
     """
 
-    model: "Model"
+    model: "ModelLike"
     prompt: Prompt
     rendered: RenderedPrompt
     input_ids: torch.Tensor

@@ -6,7 +6,7 @@ invalid), and every query row carries its position. A key is visible to a
 query when it is valid, not later than the query, and (on sliding-window
 layers) within the window. Hidden spans are *not* part of these masks: they
 are applied on top, per layer, by the access intervention (see
-``kvprobe.engine``), which is what ``kvprobe verify`` checks against masks
+``kvprobe.forward``), which is what ``kvprobe verify`` checks against masks
 built here with the hidden columns folded in.
 """
 

@@ -10,9 +10,10 @@ from .access import Condition, Full
 from .activations import NAMES as ACTIVATION_NAMES, ActivationCache
 from .arch import ArchSummary, adapter_for
 from .decoding import CandidateScores, Generation, Request, generate_greedy, run_with_cache, score_candidates
-from .engine import RowState, extend_state
+from .forward import extend_state
 from .history import History, kv_digest, weights_fingerprint
 from .prompts import Prompt, RenderedPrompt
+from .rows import RowState
 from .tracing import ModelEnvoy, Trace
 
 
@@ -46,7 +47,7 @@ class Model:
         name, source, weight_hash: where the weights came from.
         share_history: let batch rows that read the same history K/V share one copy of
             it (default True; where the family and attention allow, see
-            :func:`kvprobe.engine.shares_history`); False gives every row its own copy.
+            :func:`kvprobe.forward.shares_history`); False gives every row its own copy.
     """
 
     def __init__(self, hf: Any, tokenizer: Any, *, name: str = "", source: str = "", weight_hash: str = ""):
@@ -132,7 +133,7 @@ class Model:
     def prefill(self, prompt: Prompt, chunk_size: int | None = None, reuse: History | None = None) -> History:
         """Tokenize and prefill a prompt's history once (in chunks of ``chunk_size`` tokens).
 
-        ``chunk_size`` None leaves it to the device (:func:`kvprobe.engine.default_chunk_size`; on CUDA a
+        ``chunk_size`` None leaves it to the device (:func:`kvprobe.forward.default_chunk_size`; on CUDA a
         prefill from nothing runs as one causal block); a size given is used on every device.
 
         ``reuse``: an earlier history of this model whose leading tokens this one

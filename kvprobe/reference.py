@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 import torch
 
-from .engine import mask_argument
+from .forward import mask_argument
 from .masks import layer_type_masks
 from .transformers_api import cache_argument
 
 if TYPE_CHECKING:
-    from .engine import RowState
-    from .model import Model
+    from .model_like import ModelLike
+    from .rows import RowState
 
 #: fp32 equivalence tolerance on logits and K/V against these references (max abs difference): this, or
 #: ``kvprobe.tools.verify.RELATIVE_TOLERANCE`` of the reference's largest magnitude when that is larger
@@ -34,7 +34,7 @@ LOGIT_TOLERANCE = 1e-4
 
 
 @contextmanager
-def transformers_eager(model: "Model") -> Iterator[None]:
+def transformers_eager(model: "ModelLike") -> Iterator[None]:
     """Run ``model.hf`` under transformers' own eager attention inside the block.
 
     kvprobe's attentions (``kvprobe.attention``: SDPA or grouped eager, shared
@@ -50,7 +50,7 @@ def transformers_eager(model: "Model") -> Iterator[None]:
 
 
 @contextmanager
-def attention_implementation(model: "Model", impl: str) -> Iterator[None]:
+def attention_implementation(model: "ModelLike", impl: str) -> Iterator[None]:
     """Run ``model.hf`` with transformers attention implementation ``impl`` inside the block, then restore."""
     before = model.hf.config._attn_implementation
     if before == impl:
@@ -64,7 +64,7 @@ def attention_implementation(model: "Model", impl: str) -> Iterator[None]:
 
 
 def uncached_mask(
-    model: "Model", n_tokens: int, history_len: int, hidden: torch.Tensor | None,
+    model: "ModelLike", n_tokens: int, history_len: int, hidden: torch.Tensor | None,
     hidden_from: int | torch.Tensor | None = None,
 ) -> torch.Tensor | dict[str, torch.Tensor]:
     """The explicit 4-D mask(s) of one uncached forward over ``n_tokens`` tokens.
@@ -98,7 +98,7 @@ def uncached_mask(
 
 
 def reference_logits(
-    model: "Model",
+    model: "ModelLike",
     history_ids: Sequence[int],
     suffix: Sequence[int],
     hidden: torch.Tensor | None = None,
@@ -129,12 +129,12 @@ def reference_logits(
 
 
 def reference_hidden_kv(
-    model: "Model", history_ids: torch.Tensor, hidden: torch.Tensor, start: int | torch.Tensor
+    model: "ModelLike", history_ids: torch.Tensor, hidden: torch.Tensor, start: int | torch.Tensor
 ) -> list[tuple[torch.Tensor | None, torch.Tensor | None]]:
     """Per layer K/V of one uncached forward over the history where rows from ``start`` on
     (outside ``hidden``) cannot see ``hidden``; ``(None, None)`` for layers without rows of their own.
     ``start`` may be Long[T], each hidden position's own first row (see :func:`uncached_mask`)."""
-    from .engine import fork_rows
+    from .rows import fork_rows
 
     T = int(history_ids.shape[0])
     # An empty cache that keeps every row (transformers' own would trim sliding layers).
@@ -147,7 +147,7 @@ def reference_hidden_kv(
 
 
 def explicit_cached_mask(
-    model: "Model", history_len: int, start: int, n_new: int, hidden: torch.Tensor
+    model: "ModelLike", history_len: int, start: int, n_new: int, hidden: torch.Tensor
 ) -> torch.Tensor | dict[str, torch.Tensor]:
     """The 4-D mask(s) for ``n_new`` tokens at positions ``start..`` after a cache of ``start`` slots.
 
@@ -166,7 +166,7 @@ def explicit_cached_mask(
 
 
 def cached_explicit_forward(
-    model: "Model",
+    model: "ModelLike",
     state: "RowState",
     suffix: Sequence[int],
     hidden: torch.Tensor | None = None,
@@ -182,7 +182,7 @@ def cached_explicit_forward(
     states and attention probabilities (``output_hidden_states``, ``output_attentions``),
     and the cache (its ``cache``/``past_key_values``) holding the suffix's own rows.
     """
-    from .engine import fork_rows
+    from .rows import fork_rows
 
     S, L = state.length, len(suffix)
     device = model.device
@@ -207,7 +207,7 @@ def cached_explicit_forward(
 
 
 def cached_explicit_logits(
-    model: "Model",
+    model: "ModelLike",
     state: "RowState",
     suffix: Sequence[int],
     hidden: torch.Tensor | None = None,
@@ -218,7 +218,7 @@ def cached_explicit_logits(
 
 
 def reference_score(
-    model: "Model", history_ids: Sequence[int], suffix: Sequence[int], candidate: Sequence[int],
+    model: "ModelLike", history_ids: Sequence[int], suffix: Sequence[int], candidate: Sequence[int],
     hidden: torch.Tensor | None = None,
 ) -> float:
     """Summed log-probability (nats) of ``candidate`` after ``suffix``, uncached."""
@@ -229,7 +229,7 @@ def reference_score(
 
 
 def reference_generate(
-    model: "Model",
+    model: "ModelLike",
     history_ids: Sequence[int],
     suffix: Sequence[int],
     hidden: torch.Tensor | None = None,

@@ -26,22 +26,18 @@ attached.
 
 from __future__ import annotations
 
-import contextvars
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
 from .access import Condition
+from .attention import KVPROBE_IMPLEMENTATIONS, KVPROBE_SDPA
 
 if TYPE_CHECKING:
     from .arch import ArchSummary
-    from .engine import Rows
-    from .model import Model
-
-_ACTIVE: contextvars.ContextVar["KeySelector | None"] = contextvars.ContextVar("kvprobe_key_selector", default=None)
-
+    from .model_like import ModelLike
+    from .rows import Rows
 
 class SelectionError(ValueError):
     """A query-aware selection cannot run as asked (model, batch or step it does not support)."""
@@ -76,21 +72,6 @@ class KeySelector:
     def adjust(self, layer: int, query: torch.Tensor, key: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         """Logits Float[B, KVH, G, Q, S] with unread slots set to the minimum (query [B, H, Q, D], key [B, KVH, S, D])."""
         raise NotImplementedError
-
-
-@contextmanager
-def active(selector: "KeySelector | None") -> Iterator[None]:
-    """Make ``selector`` the one the attention function consults (``None``: no selection)."""
-    token = _ACTIVE.set(selector)
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
-
-
-def current() -> "KeySelector | None":
-    """The selector of the forward running now, if any."""
-    return _ACTIVE.get()
 
 
 def last_query_only(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
@@ -130,15 +111,13 @@ class SelectionAccess(Condition):
         fields = {k: v for k, v in self.__dict__.items() if k not in ("budget", "name")}
         return (type(self).__name__, tuple(sorted(fields.items())))
 
-    def make_selector(self, model: "Model", conditions: Sequence["SelectionAccess"]) -> KeySelector:
+    def make_selector(self, model: "ModelLike", conditions: Sequence["SelectionAccess"]) -> KeySelector:
         """The selector of a batch whose rows have ``conditions`` (one per row, same ``batch_key``)."""
         raise NotImplementedError
 
 
-def check_selectable(model: "Model", name: str) -> None:
+def check_selectable(model: "ModelLike", name: str) -> None:
     """Refuse models whose attention does not call selectors, or whose caches cannot be rolled per row."""
-    from .attention import KVPROBE_IMPLEMENTATIONS, KVPROBE_SDPA
-
     impl = getattr(model.hf.config, "_attn_implementation", None)
     if impl not in KVPROBE_IMPLEMENTATIONS:
         raise SelectionError(f"{name}: query-aware selection runs inside kvprobe's attention; model "

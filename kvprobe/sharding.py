@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
-    from .model import Model
+    from .model_like import ModelLike
 
 
 def stable_hash(key: str) -> int:
@@ -69,7 +69,7 @@ class ModelSpec:
     dtype: str = "float32"
     device: str = "cpu"
 
-    def load(self) -> "Model":
+    def load(self) -> "ModelLike":
         import torch
 
         from .model import load_model
@@ -80,7 +80,7 @@ class ModelSpec:
         return load_model(self.name, **kwargs)
 
 
-def model_description(model: "Model") -> dict[str, Any]:
+def model_description(model: "ModelLike") -> dict[str, Any]:
     """What identifies a loaded model in a run's ``config.json`` (name, source, weights, dtype, architecture, and
     the device type when it is not the CPU: a run resumed on another kind of device would round differently)."""
     description = {"name": model.name, "source": model.source, "weight_hash": model.weight_hash,

@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from .loading import state_dict_sha256
+from .weight_files import state_dict_sha256
 from .model import Model
 
 __all__ = ["NOISE_SCALE", "fake_int8", "int8_sibling", "perturbed_sibling", "rounded_sibling", "transformed_copy"]

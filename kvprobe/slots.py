@@ -23,6 +23,8 @@ import copy
 import torch
 from transformers.cache_utils import DynamicLayer
 
+from .forward_context import current_cache
+
 #: Spare slots a fresh buffer gets (covers a question plus a 40-token answer).
 SPARE_SLOTS = 96
 #: Minimum number of slots added when a buffer is full.
@@ -177,11 +179,9 @@ class SharedSlotLayer(SlotLayer):
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         """Write the rows' new slots; only kvprobe's attention, inside ``traced_forward``, reads the bases."""
-        from .attention import current_cache
-
         if current_cache() is None:
             raise RuntimeError("a shared-history cache (fork_rows(share=True)) is only read inside "
-                               "kvprobe.engine.traced_forward; a plain forward would miss the shared history")
+                               "kvprobe.forward.traced_forward; a plain forward would miss the shared history")
         return super().update(key_states, value_states, *args, **kwargs)
 
     def take(self, indices: torch.Tensor) -> "SharedSlotLayer":

@@ -30,15 +30,16 @@ import torch
 from transformers import DynamicCache
 
 from .arch import FULL_ATTENTION
-from .attention import KVPROBE_SDPA, ForwardContext, forward_context
-from .engine import uniform_hidden
+from .attention import KVPROBE_SDPA
+from .forward import uniform_hidden
+from .forward_context import ForwardContext, forward_context
 from .masks import visibility
 from .slots import PackedSlotLayer, SharedSlotLayer
 from .transformers_api import cache_argument
 
 if TYPE_CHECKING:
-    from .engine import Rows
-    from .model import Model
+    from .model_like import ModelLike
+    from .rows import Rows
 
 #: Devices whose decode steps run as CUDA graphs over packed caches (host-bound there; the CPU is not).
 STATIC_DECODE_DEVICES = ("cuda",)
@@ -46,7 +47,7 @@ STATIC_DECODE_DEVICES = ("cuda",)
 COLUMN_ALIGNMENT = 16
 
 
-def static_refusal(model: "Model", rows: "Rows") -> str | None:
+def static_refusal(model: "ModelLike", rows: "Rows") -> str | None:
     """Why ``rows`` cannot decode in fixed shapes, or ``None`` when they can.
 
     Example:
@@ -91,7 +92,7 @@ class StaticDecoder:
         >>> logits = decoder.step(first_tokens)             # Float[B, V] after feeding Long[B]
     """
 
-    def __init__(self, model: "Model", rows: "Rows", steps: int, graph: bool = False):
+    def __init__(self, model: "ModelLike", rows: "Rows", steps: int, graph: bool = False):
         reason = static_refusal(model, rows)
         if reason is not None:
             raise ValueError(f"this batch cannot decode in fixed shapes: {reason}")

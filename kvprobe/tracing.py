@@ -17,8 +17,8 @@ condition's :class:`~kvprobe.decoding.CandidateScores`, scored after the edited 
 on the question's forward; the candidates then read the question's K/V as the edited forward
 cached them.
 
-kvprobe's own edits run as torch hooks here (:func:`kvprobe.engine.hooked_edits`, the same
-functions :func:`~kvprobe.engine.traced_forward` applies through nnsight), so a trace without
+kvprobe's own edits run as torch hooks here (:func:`kvprobe.forward.hooked_edits`, the same
+functions :func:`~kvprobe.forward.traced_forward` applies through nnsight), so a trace without
 user edits gives :meth:`Model.score`'s logits (``tests/test_tracing.py``). Outside ``m.trace``,
 ``m.nn.trace("plain text")`` traces a plain forward of tokenized text, as nnsight's language model does.
 """
@@ -32,23 +32,22 @@ import nnsight
 import torch
 from nnsight.tracing.tracer import skip_context, skippable
 
-from . import selection
 from .access import Condition
-from .attention import forward_context
-from .decoding import (CandidateScores, Request, _candidate_ids, _candidate_logprobs, prepare_states,
-                       remaining_suffix)
-from .engine import fork_rows, hooked_edits, pad_suffix_block, plan_forward, shares_history
+from .decoding import CandidateScores, Request, candidate_ids, candidate_logprobs, prepare_states, remaining_suffix
+from .forward import ForwardInputs, hooked_edits, plan_forward, shares_history
+from .forward_context import active_selector, forward_context
+from .rows import fork_rows, pad_suffix_block
 from .selection import SelectionAccess
 
 if TYPE_CHECKING:
     from .history import History
-    from .model import Model
+    from .model_like import ModelLike
 
 
 class ModelEnvoy(nnsight.NNsight):
     """nnsight's wrapper of a transformers model that also reads text: ``trace("text")`` (or a list of
     texts) tokenizes it with the model's tokenizer, as nnsight's language model wrapper does; tensors and
-    keyword arguments pass through unchanged (kvprobe's engine calls it with ids, masks and a cache)."""
+    keyword arguments pass through unchanged (kvprobe's forward calls it with ids, masks and a cache)."""
 
     def __init__(self, module: torch.nn.Module, tokenizer: Any):
         super().__init__(module)
@@ -73,7 +72,7 @@ class Trace:
         scores: after the block, condition -> :class:`CandidateScores` (with ``candidates``).
     """
 
-    def __init__(self, model: "Model", history: "History", question: str, conditions: Mapping[str, Condition],
+    def __init__(self, model: "ModelLike", history: "History", question: str, conditions: Mapping[str, Condition],
                  candidates: Sequence[str] | None = None, cross_checkpoint: bool = False):
         selecting = [name for name, c in conditions.items() if isinstance(c, SelectionAccess)]
         if selecting:
@@ -89,7 +88,7 @@ class Trace:
         self._rows = fork_rows(states, share=shares_history(model), names=self.names)
         ids, valid = pad_suffix_block(suffixes, model.pad_id, model.device)
         self._valid = valid
-        self._plan = plan_forward(model, self._rows, ids, valid)
+        self._plan = plan_forward(model, self._rows, ForwardInputs(ids, valid))
         self.logits: dict[str, torch.Tensor] = {}
         self.scores: dict[str, CandidateScores] = {}
         self._captured: dict[str, torch.Tensor] = {}
@@ -119,7 +118,7 @@ class Trace:
         self._stack = ExitStack()
         try:
             self._stack.enter_context(torch.inference_mode())
-            self._stack.enter_context(selection.active(None))
+            self._stack.enter_context(active_selector(None))
             self._stack.enter_context(forward_context(self._plan.context))
             self._stack.enter_context(hooked_edits(self.model, self._plan))
 
@@ -148,8 +147,8 @@ class Trace:
         logits = self._captured["logits"]
         self.logits = {name: logits[row, self.columns(name)] for row, name in enumerate(self.names)}
         if self.candidates is not None:
-            ids = _candidate_ids(self.model, [self.candidates] * len(self.names))
-            sums = _candidate_logprobs(self.model, self._rows, logits[:, -1].float(), ids)
+            ids = candidate_ids(self.model, [self.candidates] * len(self.names))
+            sums = candidate_logprobs(self.model, self._rows, logits[:, -1].float(), ids)
             self.scores = {name: CandidateScores(self.candidates, tuple(sums[row]), tuple(len(c) for c in ids[row]),
                                                  name) for row, name in enumerate(self.names)}
         return suppressed

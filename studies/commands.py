@@ -12,7 +12,7 @@ import json
 import sys
 from functools import partial
 
-from kvprobe.loading import DEFAULT_MODEL
+from kvprobe.model_registry import DEFAULT_MODEL
 from kvprobe.parameters import at_least
 from typing import Sequence
 

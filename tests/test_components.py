@@ -13,7 +13,7 @@ import torch
 
 from conftest import QUESTIONS, make_history
 from kvprobe import Compose, Full, Mask
-from kvprobe.engine import PatchError
+from kvprobe.component_edits import PatchError
 from kvprobe.interventions import HeadAblation, OperationError, Patch
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -13,10 +13,11 @@ import torch
 
 import kvprobe
 from kvprobe.interventions import Zero
-from kvprobe.decoding import Request, answer, reason_then_score, suffix_ids
+from kvprobe.decoding import Request, answer, suffix_ids
 from kvprobe.reference import cached_explicit_logits, reference_logits
 from kvprobe.studies.components import strings
 from kvprobe.studies.components.data import FAMILIES, STATES, generate_clusters, prompt, rendered_text
+from kvprobe.studies.components.reasoning import reason_then_score
 from kvprobe.studies.components.study import CONDITIONS, ComponentStudy, conditions_for
 from kvprobe.studies.components.summary import format_report, summarize
 from kvprobe.studies.common.summary import write_summary

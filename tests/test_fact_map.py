@@ -21,7 +21,8 @@ import torch
 
 import kvprobe
 from kvprobe.access import positions_of
-from kvprobe.engine import RowState, fork_rows, traced_forward
+from kvprobe.forward import traced_forward
+from kvprobe.rows import RowState, fork_rows
 from kvprobe.interventions import OperationError, SegmentRebuild, SelectiveRefresh, TextRecompute, parse_condition
 from kvprobe.studies.fact_map.analysis import fact_map, later_pieces, layer_bands
 from kvprobe.reference import cached_explicit_logits, reference_hidden_kv, transformers_eager, uncached_mask

@@ -13,7 +13,8 @@ import kvprobe
 from kvprobe import Full, Mask, matched_control
 from kvprobe.attention import GROUPED_EAGER, KVPROBE_SDPA, grouped_eager_attention
 from kvprobe.decoding import Request, answer, suffix_ids
-from kvprobe.engine import fork_rows, pad_suffix_block, traced_forward
+from kvprobe.forward import traced_forward
+from kvprobe.rows import fork_rows, pad_suffix_block
 from kvprobe.reference import reference_score
 from kvprobe.slots import SPARE_SLOTS, SlotLayer
 from kvprobe.tiny import TINY_MODELS
@@ -179,7 +180,7 @@ def test_hybrid_prefill_reuse_starts_afresh_unless_the_whole_history_is_shared(h
 def test_folded_masks_equal_the_traced_per_layer_edit_bit_for_bit(name, monkeypatch):
     """A hidden set shared by every attention layer is folded into the model's masks (no trace); the
     per-layer nnsight edit must give the same scores, answers and rebuilt K/V exactly."""
-    from kvprobe import engine
+    from kvprobe import forward
     from kvprobe.interventions import OnlineMask, Rebuild
 
     model = kvprobe.load_model(name)
@@ -195,18 +196,18 @@ def test_folded_masks_equal_the_traced_per_layer_edit_bit_for_bit(name, monkeypa
         return scores, answers, rebuilt
 
     folded = run()
-    monkeypatch.setattr(engine, "FOLD_UNIFORM_MASKS", False)
+    monkeypatch.setattr(forward, "FOLD_UNIFORM_MASKS", False)
     traced = run()
     assert folded[0] == traced[0] and folded[1] == traced[1]
     for (k1, v1), (k2, v2) in zip(folded[2], traced[2]):
         assert (k1 is None and k2 is None) or (torch.equal(k1, k2) and torch.equal(v1, v2))
     # the folded run really took the fast path: the source mask's rows fold, a per-layer mask does not
     rows = fork_rows([source.prepare(model, h)])
-    assert engine.uniform_hidden(model, rows) is None  # switched off here
-    monkeypatch.setattr(engine, "FOLD_UNIFORM_MASKS", True)
-    assert engine.uniform_hidden(model, rows) is not None
+    assert forward.uniform_hidden(model, rows) is None  # switched off here
+    monkeypatch.setattr(forward, "FOLD_UNIFORM_MASKS", True)
+    assert forward.uniform_hidden(model, rows) is not None
     layered = Mask(h.span("A"), layers=model.arch.attention_layers[:1]).prepare(model, h)
-    assert engine.uniform_hidden(model, fork_rows([layered])) is None
+    assert forward.uniform_hidden(model, fork_rows([layered])) is None
 
 
 @pytest.mark.parametrize("name,attn", [("tiny-llama", KVPROBE_SDPA), ("tiny-qwen3", KVPROBE_SDPA),
@@ -215,15 +216,15 @@ def test_causal_kernel_prefill_equals_the_chunked_masked_prefill(name, attn, mon
     """On an accelerator a prefill from nothing runs as one block through SDPA's causal kernel (the eager
     path builds the causal mask itself); forced on the CPU here, its K/V and question logits equal the
     chunked prefill under explicit masks (fp32)."""
-    from kvprobe import engine
+    from kvprobe import forward
 
     model = kvprobe.load_model(name, attn_implementation=attn)
     prompt = kvprobe.Prompt(SEGMENTS, chat=True)
     chunked = model.prefill(prompt, chunk_size=16)
     calls = []
-    real = engine.traced_forward
-    monkeypatch.setattr(engine, "traced_forward", lambda *a, **k: calls.append(k.get("causal_block")) or real(*a, **k))
-    monkeypatch.setattr(engine, "CAUSAL_KERNEL_DEVICES", ("cuda", "cpu"))
+    real = forward.traced_forward
+    monkeypatch.setattr(forward, "traced_forward", lambda *a, **k: calls.append(k.get("causal_block")) or real(*a, **k))
+    monkeypatch.setattr(forward, "CAUSAL_KERNEL_DEVICES", ("cuda", "cpu"))
     one_block = model.prefill(prompt)
     assert calls == [True], "one causal block when the chunk size is left to the device"
     calls.clear()

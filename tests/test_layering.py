@@ -2,7 +2,7 @@
 
 Layers, lowest first (a module may import its own layer and those below it)::
 
-    kvprobe core (kvprobe/*.py, kvprobe/arch)      # prompts, history, access, engine, decoding, references
+    kvprobe core (kvprobe/*.py, kvprobe/arch)      # prompts, history, access, rows, forward, decoding
     kvprobe.extract, kvprobe.interventions         # capture; cache operations (neither imports the other)
     kvprobe.tools.verify                           # kvprobe verify / matrix: core + interventions only
     kvprobe.readouts                               # pure math on feature stores
@@ -18,7 +18,8 @@ top-level folder; ``verify`` sits just above the operations it checks, ``bench``
 Nothing below the tools imports them, and no module keeps a deprecated alias (:func:`test_no_deprecated_aliases`).
 
 Every import is read from the source with :mod:`ast` (function-level imports included), so
-a lazy import cannot hide a wrong-way dependency.
+a lazy import cannot hide a wrong-way dependency. No two files import each other in a circle, type-only
+imports (``if TYPE_CHECKING:``) included: none in the core, elsewhere only :data:`KNOWN_CYCLES`.
 """
 
 from __future__ import annotations
@@ -167,8 +168,9 @@ def package(module: str) -> str:
 
 def test_no_import_cycles_between_packages():
     """No two packages (``kvprobe``, ``kvprobe.arch``, ``kvprobe.interventions``, each study...) import
-    each other, directly or through others, at run time (lazy imports included). Modules inside one
-    package may lean on each other (the engine's model, decoding and history do)."""
+    each other, directly or through others, at run time (lazy imports included). Circles of files, inside
+    a package too, are :func:`test_no_import_cycle_of_files_in_the_core`'s and
+    :func:`test_no_new_import_cycle_of_files`'s."""
     graph: dict[str, set[str]] = {package(name): set() for name in MODULES}
     for name, path in MODULES.items():
         for target, _ in _imports(name, path, runtime_only=True):
@@ -197,7 +199,136 @@ def test_no_import_cycles_between_packages():
     assert not cycles, "\n".join(cycles)
 
 
-@pytest.mark.parametrize("module, expected", [("kvprobe.engine", "core"), ("kvprobe.cli", "cli"),
+def _file_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules of ``modules`` that the file imports, at any depth and type-only ones included: ``from pkg
+    import x`` is an import of the module ``pkg.x`` when that is a module, else of ``pkg`` (a package's
+    ``__init__`` only when a name is taken from it)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+    def resolve(target: str) -> str | None:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    found: set[str | None] = set()
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Import):
+            found |= {resolve(a.name) for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            found |= {f"{target}.{a.name}" if f"{target}.{a.name}" in modules else resolve(target)
+                      for a in node.names}
+    return {m for m in found if m is not None and m != name}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The import circles of a graph (module -> the modules it imports): its strongly connected components
+    of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, successors = work[-1]
+            for nxt in successors:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = set()
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.add(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        cycles.append(frozenset(component))
+    return cycles
+
+
+def file_import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the modules its file imports (:func:`_file_imports`), for every module of ``modules``."""
+    return {name: _file_imports(name, path, modules) for name, path in modules.items()}
+
+
+#: File-level import circles outside the core that remain, each with its owner; the lead tightens this as
+#: they go (a circle not listed fails, and so does a listed one that no longer exists).
+KNOWN_CYCLES: dict[frozenset[str], str] = {
+    frozenset({"kvprobe.studies.factconsolidation.grading", "kvprobe.studies.factconsolidation.study"}):
+        "studies (helpers A/B/E)",
+    frozenset({"kvprobe.studies.minteval.rules", "kvprobe.studies.minteval.schema"}): "studies (helpers A/B/E)",
+    frozenset({"kvprobe.studies.quantity.figure", "kvprobe.studies.quantity.panel"}): "studies (helpers A/B/E)",
+    frozenset({"kvprobe.studies.revisions.grading", "kvprobe.studies.revisions.review",
+               "kvprobe.studies.revisions.study"}): "studies (helpers A/B/E)",
+    frozenset({"kvprobe.tools.verify.internals", "kvprobe.tools.verify.operations"}): "tools (helper D)",
+}
+
+
+def _described(cycles) -> str:
+    return "\n".join(" <-> ".join(sorted(c)) for c in sorted(cycles, key=sorted))
+
+
+def test_no_import_cycle_of_files_in_the_core():
+    """No two files of the core (``kvprobe/*.py``, ``kvprobe/arch/``) import each other, directly or through
+    others, in any way: at import time, inside a function, or only for type checking (``if TYPE_CHECKING:``).
+    The core's modules import one another in one direction; what a lower module needs to name of a higher one
+    is a protocol (``kvprobe.model_like.ModelLike``, ``kvprobe.forward_context.SelectorLike``)."""
+    core = {name: path for name, path in MODULES.items() if layer(name) == "core"}
+    cycles = import_cycles(file_import_graph(core))
+    assert not cycles, "import circles in the core:\n" + _described(cycles)
+
+
+def test_no_new_import_cycle_of_files():
+    """The whole tree: every file-level import circle (type-only imports included) is one of
+    :data:`KNOWN_CYCLES` (or a part of one), and each known one still exists."""
+    cycles = import_cycles(file_import_graph(MODULES))
+    new = [c for c in cycles if not any(c <= known for known in KNOWN_CYCLES)]
+    assert not new, "new import circles:\n" + _described(new)
+    gone = [known for known in KNOWN_CYCLES if not any(c <= known for c in cycles)]
+    assert not gone, "no longer circles, remove from KNOWN_CYCLES:\n" + _described(gone)
+
+
+def test_the_cycle_finder_catches_a_planted_circle(tmp_path):
+    """A circle held only by a type-checking import, and one through a lazy import, are found; a chain is not."""
+    files = {
+        "pkg/__init__.py": "from .a import A\n",
+        "pkg/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\nA = 1\n",
+        "pkg/b.py": "from .a import A\nB = 2\n",
+        "pkg/c.py": "def f():\n    from pkg import d\n",
+        "pkg/d.py": "import pkg.c\n",
+        "pkg/e.py": "from . import a, b\n",
+    }
+    modules = {}
+    for rel, text in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        modules[rel[:-3].replace("/__init__", "").replace("/", ".")] = path
+    cycles = import_cycles(file_import_graph(modules))
+    assert sorted(map(sorted, cycles)) == [["pkg.a", "pkg.b"], ["pkg.c", "pkg.d"]]
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+@pytest.mark.parametrize("module, expected", [("kvprobe.forward", "core"), ("kvprobe.cli", "cli"),
                                               ("kvprobe.studies.quantity.study", "studies"),
                                               ("kvprobe.interventions", "interventions"),
                                               ("kvprobe.tools.verify.matrix", "verify"),

@@ -1,4 +1,5 @@
-"""Model sources, registry, weight cache and tiny models (kvprobe.loading, kvprobe.tiny)."""
+"""Model sources, registry, weight cache and tiny models (kvprobe.loading, kvprobe.model_registry,
+kvprobe.weight_files, kvprobe.tiny)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kvprobe.loading import (
-    DEFAULT_MODEL,
-    REGISTRY,
-    ModelNotFoundError,
-    NotAGGUFError,
-    cache_dir,
-    file_sha256,
-    list_models,
-    load_weights,
-    state_dict_sha256,
-)
+from kvprobe.loading import load_weights
+from kvprobe.model_registry import DEFAULT_MODEL, REGISTRY, ModelNotFoundError, list_models
+from kvprobe.weight_files import NotAGGUFError, cache_dir, file_sha256, state_dict_sha256
 from kvprobe.tiny import TINY_MODELS, build_tiny, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -248,13 +241,13 @@ def test_list_models():
 
 
 def test_uninstalled_registry_entry_explains_pull(tmp_path, monkeypatch):
-    from kvprobe import loading
+    from kvprobe import model_registry
 
     monkeypatch.setenv("KVPROBE_CACHE", str(tmp_path))
-    monkeypatch.setattr(loading, "_package_dir", lambda module: None)
+    monkeypatch.setattr(model_registry, "_package_dir", lambda module: None)
     row = {r["name"]: r for r in list_models()}["gemma3-270m"]
     assert row["installed"] is False
-    with pytest.raises(loading.ModelNotInstalledError, match="kvprobe models pull gemma3-270m"):
+    with pytest.raises(model_registry.ModelNotInstalledError, match="kvprobe models pull gemma3-270m"):
         load_weights("gemma3-270m")
 
 

@@ -40,7 +40,8 @@ def smol_tokenizer():
     order. Skipped only when SmolLM2-135M-Instruct is not installed at all."""
     from transformers import AutoTokenizer
 
-    from kvprobe.loading import REGISTRY, cache_dir, file_sha256
+    from kvprobe.model_registry import REGISTRY
+    from kvprobe.weight_files import cache_dir, file_sha256
 
     entry = REGISTRY.get("smollm2-135m-instruct")
     if entry is None or not entry.installed():

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from kvprobe import data
-from kvprobe.data import HFSource, MissingDataError, MissingExtraError, parse_hf
+from kvprobe import published_data
+from kvprobe.data import MissingDataError
+from kvprobe.published_data import HFSource, MissingExtraError, parse_hf
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HUB = FIXTURES / "hf"
@@ -90,7 +91,7 @@ def test_without_the_extra_a_hub_source_names_the_flag_and_the_pip_install(monke
     assert "--source: reading hf:RMT-team/babilong needs the Hugging Face `datasets` library" in message
     assert "pip install 'kvprobe[data]'" in message
     with pytest.raises(MissingExtraError, match=r"parquet\) needs .*pip install 'kvprobe\[data\]'"):
-        data.read_records(MEMORYAGENTBENCH / "data" / "Conflict_Resolution-00000-of-00001.parquet")
+        published_data.read_records(MEMORYAGENTBENCH / "data" / "Conflict_Resolution-00000-of-00001.parquet")
 
 
 # --------------------------------------------------------------------------- BABILong

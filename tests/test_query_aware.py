@@ -24,8 +24,8 @@ from kvprobe.interventions.capacity import matched_capacity
 from kvprobe.interventions.finch import Finch
 from kvprobe.interventions.quest import Quest, RecentPages
 from kvprobe.interventions.refreshkv import RefreshKV
-from kvprobe.decoding import Request, _run_questions, answer, remaining_suffix, suffix_ids
-from kvprobe.engine import traced_forward
+from kvprobe.decoding import Request, answer, remaining_suffix, run_questions, suffix_ids
+from kvprobe.forward import traced_forward
 from kvprobe.selection import SelectionError
 from kvprobe.transformers_api import cache_argument, output_cache
 
@@ -66,7 +66,7 @@ def engine_logits(model, history, question, access, tokens: list[int]) -> torch.
     state = access.prepare(model, history, question)
     rest = remaining_suffix(model, history, question, state)
     selector = access.make_selector(model, [access]) if hasattr(access, "make_selector") else None
-    rows, last = _run_questions(model, [state], [rest], selector)
+    rows, last = run_questions(model, [state], [rest], selector)
     out = [last[0]]
     for t in tokens:
         step = traced_forward(model, rows, torch.tensor([[t]]), logits_to_keep=1)

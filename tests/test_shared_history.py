@@ -16,10 +16,11 @@ import torch
 
 import kvprobe
 from kvprobe import Full, Mask, matched_control
-from kvprobe.attention import (GROUPED_EAGER, KVPROBE_SDPA, grouped_eager_attention, kvprobe_attention,
-                               forward_context, probabilities_for, shared_attention)
+from kvprobe.attention import GROUPED_EAGER, KVPROBE_SDPA, grouped_eager_attention, kvprobe_attention, shared_attention
 from kvprobe.decoding import Request, answer, question_logits, suffix_ids
-from kvprobe.engine import fork_rows, pad_suffix_block, shares_history, traced_forward
+from kvprobe.forward import shares_history, traced_forward
+from kvprobe.forward_context import forward_context, probabilities_for
+from kvprobe.rows import fork_rows, pad_suffix_block
 from kvprobe.interventions import Compact, Rebuild, Zero
 from kvprobe.slots import SharedSlotLayer, SlotLayer
 from kvprobe.tiny import TINY_MODELS
@@ -140,7 +141,7 @@ def test_shared_attention_function_with_several_bases_and_per_head_masks(llama):
     B, T0 = len(of_row), 11
     layer = SharedSlotLayer(bases, of_row, T0, spare=8)
     from transformers import DynamicCache
-    from kvprobe.attention import ForwardContext
+    from kvprobe.forward_context import ForwardContext
 
     with forward_context(ForwardContext(cache=DynamicCache())):  # updates happen inside traced forwards
         layer.update(torch.randn(B, KVH, F, D), torch.randn(B, KVH, F, D))

@@ -10,8 +10,9 @@ import torch
 import kvprobe
 from kvprobe import Full, Mask, matched_control
 from kvprobe import decoding
-from kvprobe.decoding import Request, _run_questions, prepare_states, suffix_ids
-from kvprobe.engine import fork_rows, traced_forward
+from kvprobe.decoding import Request, prepare_states, run_questions, suffix_ids
+from kvprobe.forward import traced_forward
+from kvprobe.rows import fork_rows
 from kvprobe.static_decode import StaticDecoder, static_refusal
 
 from conftest import QUESTIONS, make_history
@@ -34,8 +35,8 @@ def test_every_fixed_shape_step_equals_the_ordinary_step(name):
     items = [(h, Request(q, c)) for q in QUESTIONS for c in _conditions(h).values()]
     suffixes = [suffix_ids(model, h, q) for (_, r) in items for q in [r.question]]
     assert len({len(s) for s in suffixes}) > 1, "the rows must be padded differently"
-    ordinary, last = _run_questions(model, prepare_states(model, items), suffixes)
-    packed, last2 = _run_questions(model, prepare_states(model, items), suffixes)
+    ordinary, last = run_questions(model, prepare_states(model, items), suffixes)
+    packed, last2 = run_questions(model, prepare_states(model, items), suffixes)
     assert torch.equal(last, last2)
     assert static_refusal(model, packed) is None
     decoder = StaticDecoder(model, packed, steps=STEPS)

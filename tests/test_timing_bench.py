@@ -10,12 +10,13 @@ import pytest
 
 import kvprobe
 from conftest import tensors_made_on_meta
-from kvprobe.decoding import Request, answer, answer_timed
+from kvprobe.decoding import Request, answer
 from kvprobe.readouts.stats import sign_test
 from kvprobe.studies.session_bias import history as sessions
 from kvprobe.studies.session_bias.study import SessionBiasStudy
 from kvprobe.tools.bench.latency import paired_overheads, percentile, run_latency_bench
 from kvprobe.tools.bench.operations import run_operations_bench, summarize
+from kvprobe.tools.bench.timed_answer import answer_timed
 
 
 def test_answer_timed_is_answer_split_into_phases(llama):
@@ -96,12 +97,14 @@ def test_operations_bench_five_positions(llama, tmp_path):
 def test_answer_timed_static_flag_reaches_the_decoder(llama, monkeypatch):
     """``static=True`` must let the fixed-shape decoder run (a shadowed flag once silently disabled it)."""
     from kvprobe import decoding
+    from kvprobe.tools.bench import timed_answer
 
     h = llama.prefill(kvprobe.Prompt([("A", "Record A: the office is in Room 12.")], system="Answer."))
     built = []
     real = decoding.StaticDecoder
     monkeypatch.setattr(decoding, "StaticDecoder", lambda *a, **k: built.append(k) or real(*a, **k))
-    monkeypatch.setattr(decoding, "STATIC_DECODE_DEVICES", ("cuda", "cpu"))
+    for module in (decoding, timed_answer):  # the decoder's choice and the path the timing reports
+        monkeypatch.setattr(module, "STATIC_DECODE_DEVICES", ("cuda", "cpu"))
     gen_static, t = answer_timed(llama, h, Request("Where?", kvprobe.Full()), 4, static=True)
     assert built == [{"graph": False}] and t.decode_path == "static"
     gen_plain, t = answer_timed(llama, h, Request("Where?", kvprobe.Full()), 4, static=False)

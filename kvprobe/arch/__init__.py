@@ -10,7 +10,7 @@ QKV), ``mla.py`` (DeepSeek latent cache), ``gemma4.py`` (per-layer heads, KV
 sharing). Nothing outside this package branches on a model family.
 """
 
-from .adapters import ADAPTERS, adapter_for
+from .adapters import ADAPTERS, adapter_for, arch_summary
 from .standard import StandardAdapter
 from .summary import (
     ATTENTION_LAYER_TYPES,
@@ -27,5 +27,5 @@ from .summary import (
 
 __all__ = [
     "ADAPTERS", "ATTENTION_LAYER_TYPES", "ArchSummary", "FULL_ATTENTION", "HALF", "INTERLEAVED", "LayerSpec",
-    "OWN_KV", "RECURRENT", "SHARED_KV", "SLIDING_ATTENTION", "StandardAdapter", "adapter_for",
+    "OWN_KV", "RECURRENT", "SHARED_KV", "SLIDING_ATTENTION", "StandardAdapter", "adapter_for", "arch_summary",
 ]

@@ -22,7 +22,7 @@ from .standard import StandardAdapter
 from .summary import SHARED_KV, LayerSpec
 
 if TYPE_CHECKING:
-    from kvprobe.model import Model
+    from kvprobe.model_like import ModelLike
 
 
 class Gemma4Adapter(StandardAdapter):
@@ -42,7 +42,7 @@ class Gemma4Adapter(StandardAdapter):
         return replace(spec, cache=SHARED_KV, kv_layer=source, key_shape=None, value_shape=None,
                        cache_note=f"no rows of its own: attends to layer {source}'s K/V")
 
-    def apply_rope(self, model: "Model", layer: int, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def apply_rope(self, model: "ModelLike", layer: int, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         cos, sin = self.cos_sin(model, layer, x, positions)
         module = sys.modules[type(model.hf.model.layers[layer].self_attn).__module__]
         return module.apply_rotary_pos_emb(x, cos, sin, unsqueeze_dim=1)

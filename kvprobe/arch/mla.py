@@ -25,7 +25,7 @@ from .standard import StandardAdapter
 from .summary import INTERLEAVED, OWN_KV, LayerSpec
 
 if TYPE_CHECKING:
-    from kvprobe.model import Model
+    from kvprobe.model_like import ModelLike
 
 
 class MLAAdapter(StandardAdapter):
@@ -45,7 +45,7 @@ class MLAAdapter(StandardAdapter):
         latent = attn._module.kv_lora_rank
         return attn.kv_a_proj_with_mqa.output[..., latent:]
 
-    def apply_rope(self, model: "Model", layer: int, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def apply_rope(self, model: "ModelLike", layer: int, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         freqs_cis = model.hf.model.rotary_emb(x, positions[None])
         module = sys.modules[type(model.hf.model.layers[layer].self_attn).__module__]
         _, k = module.apply_rotary_emb(x, x, freqs_cis)

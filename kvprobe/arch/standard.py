@@ -25,7 +25,7 @@ from .summary import (
 )
 
 if TYPE_CHECKING:
-    from kvprobe.model import Model
+    from kvprobe.model_like import ModelLike
 
 #: model types whose attention normalizes keys before RoPE.
 QK_NORM_TYPES = ("qwen3", "qwen3_moe", "qwen3_5_text", "qwen3_5", "qwen3_next", "gemma3_text", "gemma3",
@@ -84,7 +84,7 @@ class StandardAdapter:
         """The nnsight proxy of a layer's keys just before RoPE (after any QK-norm)."""
         return attn.k_norm.output if hasattr(attn, "k_norm") else attn.k_proj.output
 
-    def prerope_keys(self, model: "Model", ids: torch.Tensor) -> dict[int, torch.Tensor]:
+    def prerope_keys(self, model: "ModelLike", ids: torch.Tensor) -> dict[int, torch.Tensor]:
         """Per layer with its own rows: the RoPE-carrying cached tensor *before* RoPE, [1, heads, T, dim],
         from one uncached forward over ``ids`` (Long[T])."""
         T = int(ids.shape[0])
@@ -99,14 +99,14 @@ class StandardAdapter:
             out[layer] = as_heads(k.detach(), T, heads)
         return out
 
-    def apply_rope(self, model: "Model", layer: int, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def apply_rope(self, model: "ModelLike", layer: int, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Rotate pre-RoPE ``x`` [1, heads, S, dim] to ``positions`` with the model's own rotary code."""
         cos, sin = self.cos_sin(model, layer, x, positions)
         module = sys.modules[type(model.hf.model.layers[layer].self_attn).__module__]
         _, k = module.apply_rotary_pos_emb(x, x, cos, sin)
         return k
 
-    def cos_sin(self, model: "Model", layer: int, x: torch.Tensor, positions: torch.Tensor):
+    def cos_sin(self, model: "ModelLike", layer: int, x: torch.Tensor, positions: torch.Tensor):
         rotary = model.hf.model.rotary_emb
         try:
             return rotary(x, positions[None], layer_type=model.arch.layers[layer].kind)

@@ -95,13 +95,6 @@ class ArchSummary:
     rope: dict[str, dict[str, Any]] = field(default_factory=dict)
     qk_norm: bool = False
 
-    @classmethod
-    def from_config(cls, config: Any) -> "ArchSummary":
-        """Read the summary from a transformers ``PretrainedConfig`` (through its family adapter)."""
-        from .adapters import adapter_for
-
-        return adapter_for(config).summary(config)
-
     # -- layer roles -----------------------------------------------------------
     @property
     def layer_types(self) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ import json
 import sys
 from functools import partial
 
-from kvprobe.loading import DEFAULT_MODEL
+from kvprobe.model_registry import DEFAULT_MODEL
 
 
 def cmd_verify(args: argparse.Namespace, cli) -> int:

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import torch
 
-from kvprobe.arch import ArchSummary
+from kvprobe.arch import ArchSummary, arch_summary
 from kvprobe.arch.summary import OWN_KV
 
 __all__ = ["InventoryRow", "attention_kind", "count_parameters", "default_models", "format_table", "inventory",
@@ -78,7 +78,7 @@ class InventoryRow:
 
 def default_models() -> list[str]:
     """Every model kvprobe names: the registry, the tiny test models and the shaped random models."""
-    from kvprobe.loading import REGISTRY
+    from kvprobe.model_registry import REGISTRY
     from kvprobe.tiny import SHAPED_MODELS, TINY_MODELS
 
     return [*REGISTRY, *TINY_MODELS, *SHAPED_MODELS]
@@ -92,7 +92,8 @@ def model_config(name: str) -> Any:
 
     from transformers import AutoConfig
 
-    from kvprobe.loading import REGISTRY, is_gguf_file
+    from kvprobe.model_registry import REGISTRY
+    from kvprobe.weight_files import is_gguf_file
     from kvprobe.tiny import SHAPED_MODELS, TINY_MODELS, shaped_config, tiny_config
 
     if name in TINY_MODELS:
@@ -150,7 +151,7 @@ def row_from_config(name: str, config: Any) -> InventoryRow:
     """The inventory row of a config (the model is built on the ``meta`` device: no memory, no weights)."""
     from transformers import AutoModelForCausalLM
 
-    arch = ArchSummary.from_config(config)
+    arch = arch_summary(config)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     total, active = count_parameters(model, config)

@@ -41,7 +41,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kvprobe.data import hf_split, parse_hf, published_files, read_records
+from kvprobe.published_data import hf_split, parse_hf, published_files, read_records
 from kvprobe.studies.datasets.datafiles import need_fields
 
 from kvprobe.studies.datasets.babi import Story

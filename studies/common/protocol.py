@@ -392,7 +392,7 @@ class HistoryStudy(Study):
 
     def prefill_chunk_size(self) -> int | None:
         """History tokens per forward when a case's history is prefilled (None: the engine's default for the
-        model's device, :func:`kvprobe.engine.default_chunk_size`); a study whose paper states its chunks
+        model's device, :func:`kvprobe.forward.default_chunk_size`); a study whose paper states its chunks
         returns them (FactConsolidation: 128)."""
         return None
 

@@ -40,12 +40,14 @@ import torch
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.engine import ForwardOutput, Rows
+from kvprobe.forward import ForwardOutput
+from kvprobe.rows import Rows
 from kvprobe.prompts import char_span_to_tokens
 from kvprobe.readouts.fixed import char_distance, token_jaccard, value_distance
 from kvprobe.studies.common.protocol import CaseRun, Question
 from . import strings
 from .data import Cluster, generate_clusters, prompt
+from .reasoning import reason_then_score
 from .study import ComponentCase, ComponentStudy, conditions_for
 
 #: The two conditions the signals need (names as in the component study).
@@ -172,7 +174,7 @@ class RelevanceStudy(ComponentStudy):
                 if request.access.name == "none":
                     attention[i] = attention_mass(out, rows, r, history.span("old"))
 
-        answered = decoding.reason_then_score(model, items, candidates, self.budget, strings.ANSWER_CUE,
+        answered = reason_then_score(model, items, candidates, self.budget, strings.ANSWER_CUE,
                                               capture_attention=model.arch.attention_layers, on_cue=read)
         return [CueAnswer(scores, generation, attention.get(i)) for i, (generation, scores) in enumerate(answered)]
 

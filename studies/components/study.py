@@ -3,7 +3,7 @@ Preservation", L5694-5760; spec partD section 7).
 
 One case = one cluster in one state (CURRENT or SUPERSEDED). Its history is prefilled
 once; both queries (target, unrelated) run under nine conditions, 18 rows per case,
-all in one batched :func:`kvprobe.decoding.reason_then_score` call per batch of cases
+all in one batched :func:`~kvprobe.studies.components.reasoning.reason_then_score` call per batch of cases
 (the run loop is the protocol's, ``studies.common.protocol.HistoryStudy``; this study only
 swaps its answer call):
 
@@ -49,6 +49,7 @@ from kvprobe import decoding
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
 from . import strings
 from .data import FAMILIES, QUERIES, SEED, STATES, Cluster, clusters_hash, generate_clusters, prompt
+from .reasoning import reason_then_score
 
 #: Condition name -> (component, span); component "qk" is the attention mask.
 CONDITIONS: dict[str, tuple[str, str]] = {
@@ -169,7 +170,7 @@ class ComponentStudy(HistoryStudy):
         if not items:
             return []
         return [decoding.Answer(scores, generation) for generation, scores in
-                decoding.reason_then_score(model, items, candidates, self.budget, strings.ANSWER_CUE)]
+                reason_then_score(model, items, candidates, self.budget, strings.ANSWER_CUE)]
 
     def row(self, run: CaseRun, question: Question, condition: str,
             answers: dict[str, decoding.Answer]) -> dict[str, Any]:

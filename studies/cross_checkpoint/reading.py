@@ -143,7 +143,7 @@ def cross_read(
 ) -> Generation | dict[str, Generation] | dict[str, list[Generation]]:
     """``reader_model`` answers from a copy of ``writer_history``'s cache; return shapes as ``Model.generate``.
 
-    The writer's cache (its :class:`~kvprobe.engine.RowState`) is forked into the
+    The writer's cache (its :class:`~kvprobe.rows.RowState`) is forked into the
     reader's batch, the question suffix is appended and decoded greedily with the
     reader's weights, stopping on ``stop_ids`` (default: the union of both models'
     EOS sets). With ``reader_model is writer_history.model`` and equal EOS sets this

@@ -26,7 +26,7 @@ one model (Qwen3-8B / Qwen3-8B-Base, ...). Spec E10 allows small-scale siblings
     in :attr:`SiblingPair.sibling_tokenizer` so the token identity check
     compares the two real tokenizers, and its EOS ids join the stopping set.
 
-Every sibling has its own name and weight hash (``kvprobe.loading.state_dict_sha256``).
+Every sibling has its own name and weight hash (``kvprobe.weight_files.state_dict_sha256``).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.engine import fork_rows
+from kvprobe.rows import fork_rows
 from kvprobe.studies.common.chat_template import template_kwargs
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, require_choices
 from kvprobe.studies.common.runner import append_json_lines

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvprobe.data import hf_split, parse_hf, published_files, read_records
+from kvprobe.published_data import hf_split, parse_hf, published_files, read_records
 from kvprobe.studies.datasets.datafiles import need_fields, need_unique
 
 #: The split of ``ai-hyz/MemoryAgentBench`` that holds the FactConsolidation rows.

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.data import MissingExtraError
+from kvprobe.published_data import MissingExtraError
 from .data import FACTCONSOLIDATION_SEED
 from kvprobe.studies.common.chat_template import study_prompt
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least, \

@@ -157,7 +157,7 @@ def run_records(out_dir: Path | str, case_ids: Iterable[str]) -> tuple[dict[str,
     """Each history's superseded records, rebuilt from the run's config (no model), and a note: ``(None, why)``
     when the config is missing, its data cannot be rebuilt, their digest differs from the run's, or a history of
     the rows is not among them."""
-    from kvprobe.data import MissingExtraError
+    from kvprobe.published_data import MissingExtraError
     from .study import study_from_config
 
     path = Path(out_dir) / "config.json"

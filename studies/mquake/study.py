@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.data import MissingExtraError
+from kvprobe.published_data import MissingExtraError
 from .data import MQUAKE_SAMPLE_SEED
 from kvprobe.studies.datasets.mquake.generate import MQUAKE_SEED
 from kvprobe.studies.common.chat_template import study_prompt

@@ -29,12 +29,9 @@ from dataclasses import dataclass
 import torch
 
 import kvprobe
-from kvprobe.decoding import Generation, _generation, _greedy_from, suffix_ids
-from kvprobe.engine import (
-    fork_rows,
-    pad_suffix_block,
-    traced_forward,
-)
+from kvprobe.decoding import Generation, generation_from_tokens, greedy_from, suffix_ids
+from kvprobe.forward import traced_forward
+from kvprobe.rows import fork_rows, pad_suffix_block
 from kvprobe.history import kv_digest
 
 now = time.perf_counter
@@ -99,7 +96,7 @@ def serve(model: kvprobe.Model, history: kvprobe.History, question: str, access:
     block, valid = pad_suffix_block([ids], model.pad_id, model.device)
     last = traced_forward(model, rows, block, valid, logits_to_keep=1).logits[:, -1].float()
     t3 = now()
-    generation = _generation(model, _greedy_from(model, rows, last, max_new_tokens)[0], access.name)
+    generation = generation_from_tokens(model, greedy_from(model, rows, last, max_new_tokens)[0], access.name)
     t4 = now()
     return Served(generation, t1 - t0, t2 - t1, t3 - t2, t4 - t3)
 

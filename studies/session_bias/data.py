@@ -48,7 +48,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from kvprobe.data import hf_file, parse_hf, published_files
+from kvprobe.published_data import hf_file, parse_hf, published_files
 
 QUESTION_TYPES = ("single-session-user", "single-session-assistant", "single-session-preference",
                   "multi-session", "knowledge-update", "temporal-reasoning")

@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.data import MissingExtraError
+from kvprobe.published_data import MissingExtraError
 from kvprobe.studies.common.chat_template import template_kwargs
 from kvprobe.interventions.capacity import observation_length, resident_tokens
 from kvprobe.studies.common.protocol import (Batch, CaseRun, HistoryStudy, InvalidParameter, Question,

@@ -31,7 +31,8 @@ from transformers import DynamicCache
 from kvprobe.access import Full, Mask, matched_control
 from kvprobe.decoding import suffix_ids
 from kvprobe.files import atomic_write_text
-from kvprobe.engine import fork_rows, pad_suffix_block, shares_history, traced_forward
+from kvprobe.forward import shares_history, traced_forward
+from kvprobe.rows import fork_rows, pad_suffix_block
 from kvprobe.model import Model
 from kvprobe.prompts import Prompt
 from kvprobe.reference import explicit_cached_mask, transformers_eager

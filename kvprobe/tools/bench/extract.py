@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import torch
 
-from kvprobe.engine import pad_suffix_block
+from kvprobe.rows import pad_suffix_block
 from kvprobe.files import atomic_write_text
 
 from kvprobe.extract.capture import encode

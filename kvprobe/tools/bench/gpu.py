@@ -6,7 +6,7 @@ every history length this measures kvprobe and the loop a researcher writes with
 transformers (SDPA, same weights):
 
 ``prefill``
-    ``Model.prefill`` (chunks of :func:`kvprobe.engine.default_chunk_size` tokens for the
+    ``Model.prefill`` (chunks of :func:`kvprobe.forward.default_chunk_size` tokens for the
     device, the history digest included) vs one ``model.hf`` pass over the same ids with
     SDPA (transformers' causal kernel, no explicit mask). Check: the last layer's K. Every plain
     side runs transformers' own ``sdpa`` attention (with a mask over grouped heads it expands K/V
@@ -42,8 +42,8 @@ import torch
 from transformers import DynamicCache
 
 from kvprobe.access import Mask
-from kvprobe.decoding import Request, _greedy_from, _run_questions, answer, prepare_states, suffix_ids
-from kvprobe.engine import default_chunk_size, mask_argument
+from kvprobe.decoding import Request, answer, greedy_from, prepare_states, run_questions, suffix_ids
+from kvprobe.forward import default_chunk_size, mask_argument
 from kvprobe.files import atomic_write_text, versions
 from kvprobe.history import kv_digest
 from kvprobe.masks import layer_type_masks
@@ -251,8 +251,8 @@ def run_gpu_bench(model, out: Path, lengths=DEFAULT_LENGTHS, rows: int = DEFAULT
 
         def kv_decode():
             states = prepare_states(model, items)
-            batch, last = _run_questions(model, states, [suffix] * rows)
-            holder["kv_tokens"] = _greedy_from(model, batch, last, new_tokens, stop_at_eos=False)
+            batch, last = run_questions(model, states, [suffix] * rows)
+            holder["kv_tokens"] = greedy_from(model, batch, last, new_tokens, stop_at_eos=False)
 
         def plain_dec():
             with attention_implementation(model, "sdpa"):  # transformers' own SDPA, not kvprobe's attention

@@ -51,13 +51,14 @@ import numpy as np
 import torch
 
 import kvprobe
-from kvprobe.decoding import Request, answer_timed, device_clock
+from kvprobe.decoding import Request
 from kvprobe.files import atomic_write_text
 from kvprobe.studies.common.protocol import use_chat
 from kvprobe.studies.session_bias import history as sessions
 from kvprobe.studies.session_bias.study import SessionBiasStudy
 
 from .measure import peak_rss_bytes, reset_peak, weight_bytes
+from .timed_answer import answer_timed, device_clock
 
 #: The paired measures of the summary: row key -> its label in the report.
 MEASURES = {"ttft_resident_ms": "TTFT resident", "ttft_cold_ms": "TTFT cold", "query_ms": "query",

@@ -61,7 +61,7 @@ import torch
 import kvprobe
 from kvprobe.decoding import suffix_ids
 from kvprobe.files import atomic_write_text, versions
-from kvprobe.engine import CHUNK_SIZE
+from kvprobe.forward import CHUNK_SIZE
 
 from .long_measures import OPERATIONS, kv_bytes, measure_decode, measure_operation, measure_prefill
 from .long_report import format_long_markdown, goals, plot_long
@@ -94,7 +94,7 @@ def model_context_length(name: str) -> int | None:
     Tiny models: their config; registry and GGUF files: the GGUF's ``<arch>.context_length``;
     local directories: ``config.json``. Hub ids are checked after loading.
     """
-    from kvprobe.loading import REGISTRY
+    from kvprobe.model_registry import REGISTRY
     from kvprobe.tiny import TINY_MODELS, tiny_config
 
     try:

@@ -47,9 +47,10 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from kvprobe.access import Condition, Full, Mask, matched_control
-from kvprobe.decoding import Request, _run_questions, prepare_states, question_logits, suffix_ids
+from kvprobe.decoding import Request, prepare_states, question_logits, run_questions, suffix_ids
 from kvprobe.attention import GROUPED_EAGER, KVPROBE_SDPA
-from kvprobe.engine import fork_rows, pad_suffix_block, shares_history, traced_forward
+from kvprobe.forward import shares_history, traced_forward
+from kvprobe.rows import fork_rows, pad_suffix_block
 from kvprobe.prompts import Prompt
 from kvprobe import reference
 from kvprobe.reference import attention_implementation, cached_explicit_logits, reference_logits
@@ -349,8 +350,8 @@ def fixed_shape_decode_gap(model: "Model", history: "History", question: str, co
     decodes; seen with tiny-qwen3-moe in float32, whose expert dispatch reads routing results on the host)."""
     items = [(history, Request(question, c)) for c in conditions]
     suffixes = [suffix_ids(model, history, question)] * len(items)
-    ordinary, last = _run_questions(model, prepare_states(model, items), suffixes)
-    packed, _ = _run_questions(model, prepare_states(model, items), suffixes)
+    ordinary, last = run_questions(model, prepare_states(model, items), suffixes)
+    packed, _ = run_questions(model, prepare_states(model, items), suffixes)
     reason = static_refusal(model, packed)
     if reason is not None:
         return f"the batch decodes with per-step shapes: {reason}"

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvprobe.data import hf_file, parse_hf, published_files
+from kvprobe.published_data import hf_file, parse_hf, published_files
 from kvprobe.studies.datasets.datafiles import need_fields
 
 
