@@ -27,11 +27,12 @@ from transformers import DynamicCache
 import kvprobe
 from kvprobe.access import Mask, Prepared
 from kvprobe.decoding import question_logits, suffix_ids
-from kvprobe.engine import fork_rows, pad_suffix_block, shares_history, traced_forward
+from kvprobe.forward import shares_history, traced_forward
 from kvprobe.history import kv_digest
 from kvprobe.interventions.registry import CONDITIONS, covered_by, parse_condition
 from kvprobe.model import _common_prefix
 from kvprobe.reference import attention_implementation, explicit_cached_mask
+from kvprobe.rows import fork_rows, pad_suffix_block
 from kvprobe.transformers_api import cache_argument
 
 from .measure import interleave, measured, median_ms, self_timed, weight_bytes
