@@ -36,7 +36,7 @@ import gc
 import json
 import platform
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from transformers import DynamicCache
@@ -198,16 +198,102 @@ def plain_first_token(model, ids: list[int], suffix: list[int], hidden: torch.Te
 # --------------------------------------------------------------------------- the benchmark
 
 
+def _prefill_cell(model, prompt: Prompt, chunk_size: int | None, repeats: int) -> tuple[dict[str, Any], Any]:
+    """The prefill cell of one history (kvprobe's chunked prefill vs one plain SDPA pass) and kvprobe's history."""
+    device = model.device
+    rendered, ids, offsets = model.tokenize(prompt)
+    holder: dict[str, Any] = {}
+
+    def kv_prefill():
+        holder["h"] = model.prefill_tokens(prompt, rendered, ids, offsets, chunk_size=chunk_size)
+
+    def plain_prefill():
+        with torch.inference_mode(), attention_implementation(model, "sdpa"):
+            holder["plain"] = model.hf(input_ids=ids[None].to(device), use_cache=True, logits_to_keep=1)
+
+    cell = {"length": int(ids.shape[0]), "measure": "prefill",
+            **interleaved(kv_prefill, plain_prefill, device, repeats), **_memory(kv_prefill, plain_prefill, device)}
+    if "h" in holder:  # what the history digest (part of every prefill) costs alone
+        cell["kvprobe_digest_s"] = timed(lambda: kv_digest(holder["h"].kv, holder["h"].recurrent), device)[1]["seconds"]
+    if "h" in holder and "plain" in holder:
+        k1 = holder["h"].kv[-1][0].float()
+        k2 = output_cache(holder["plain"]).layers[-1].keys.float()
+        cell["last_layer_k_rel_diff"] = float((k1 - k2).abs().max() / k2.abs().max())
+    holder.pop("plain", None)
+    return cell, holder["h"]
+
+
+def _decode_cell(model, h, T: int, rows: int, new_tokens: int, repeats: int) -> dict[str, Any]:
+    """``rows`` masked rows decoding ``new_tokens`` greedy tokens: kvprobe's batch vs the plain batched loop."""
+    device = model.device
+    hidden = Mask(h.span("A"), name="source").hidden_positions(T, h.device)
+    suffix = suffix_ids(model, h, QUESTION)
+    items = [(h, Request(QUESTION, Mask(h.span("A"), name=f"source-{i}"))) for i in range(rows)]
+    holder: dict[str, Any] = {}
+
+    def kv_decode():
+        states = prepare_states(model, items)
+        batch, last = run_questions(model, states, [suffix] * rows)
+        holder["kv_tokens"] = greedy_from(model, batch, last, new_tokens, stop_at_eos=False)
+
+    def plain_dec():
+        with attention_implementation(model, "sdpa"):  # transformers' own SDPA, not kvprobe's attention
+            holder["plain_tokens"] = plain_decode(model, h, suffix, hidden, rows, new_tokens)
+
+    cell = {"length": T, "measure": f"decode-{rows}", **_memory(kv_decode, plain_dec, device),
+            **interleaved(kv_decode, plain_dec, device, repeats)}
+    if "kv_tokens" in holder and "plain_tokens" in holder:
+        cell["first_tokens_agree"] = all(a[0] == b[0] for a, b in zip(holder["kv_tokens"], holder["plain_tokens"]))
+    holder.clear()
+    gc.collect()
+    return cell
+
+
+def _operation_cells(model, h, T: int, repeats: int) -> Iterator[dict[str, Any]]:
+    """Each operation's state and first answer token, kvprobe vs by hand (compaction: kvprobe alone), one cell
+    at a time (each measured when the next is asked for)."""
+    device = model.device
+    source = Mask(h.span("A"), name="source")
+    hidden = source.hidden_positions(T, h.device)
+    suffix = suffix_ids(model, h, QUESTION)
+    h_ids = h.input_ids.tolist()
+    A = h.span("A")
+    edited = TextRecompute("A").edited_prompt(h)
+    edited_ids = edited.render(model.tokenizer).encode(model.tokenizer)[0]
+    ops: dict[str, tuple[Any, Callable[[], int] | None]] = {
+        "mask": (source, lambda: plain_first_token(model, h_ids, suffix, hidden, from_row=T, keep=T, history=h)),
+        "rebuild": (Rebuild(A), lambda: plain_first_token(model, h_ids, suffix, hidden, from_row=A.end,
+                                                          keep=A.start, history=h)),
+        "recompute": (TextRecompute("A"), lambda: plain_first_token(model, edited_ids, suffix)),
+        "compact": (Compact(A), None),
+    }
+    holder: dict[str, Any] = {}
+    for name, (op, plain_fn) in ops.items():
+        def kv_op(op=op):
+            res = answer(model, [(h, Request(QUESTION, op))], max_new_tokens=1)
+            holder["kv_first"] = res[0].generation.token_ids[0]
+
+        def plain_op(fn=plain_fn):
+            with attention_implementation(model, "sdpa"):
+                holder["plain_first"] = fn()
+
+        cell = {"length": T, "measure": name,
+                **interleaved(kv_op, plain_op if plain_fn else None, device, repeats),
+                **_memory(kv_op, plain_op if plain_fn else None, device)}
+        if plain_fn is not None and "plain_first" in holder:
+            cell["first_token_agrees"] = holder["kv_first"] == holder["plain_first"]
+        yield cell
+
+
 def run_gpu_bench(model, out: Path, lengths=DEFAULT_LENGTHS, rows: int = DEFAULT_ROWS,
                   new_tokens: int = DEFAULT_NEW_TOKENS, repeats: int = DEFAULT_REPEATS,
                   chunk_size: int | None = None, progress: bool = True) -> dict[str, Any]:
     """Measure every cell for every length; write ``gpu.json`` and ``gpu.md`` under ``out`` after each cell."""
     device = model.device
-    chunk = chunk_size or default_chunk_size(device)
     result: dict[str, Any] = {
         "model": model.name, "dtype": str(model.dtype).replace("torch.", ""), "device": _device_name(device),
-        "chunk_size": chunk, "rows": rows, "new_tokens": new_tokens, "repeats": repeats,
-        "versions": versions(), "host": platform.node(), "cells": [],
+        "chunk_size": chunk_size or default_chunk_size(device), "rows": rows, "new_tokens": new_tokens,
+        "repeats": repeats, "versions": versions(), "host": platform.node(), "cells": [],
     }
     out.mkdir(parents=True, exist_ok=True)
 
@@ -219,81 +305,14 @@ def run_gpu_bench(model, out: Path, lengths=DEFAULT_LENGTHS, rows: int = DEFAULT
             print(json.dumps(cell), flush=True)
 
     for n in lengths:
-        prompt = bench_prompt(model, n)
-        rendered, ids, offsets = model.tokenize(prompt)
-        T = int(ids.shape[0])
-        holder: dict[str, Any] = {}
-
-        def kv_prefill():
-            holder["h"] = model.prefill_tokens(prompt, rendered, ids, offsets, chunk_size=chunk_size)
-
-        def plain_prefill():
-            with torch.inference_mode(), attention_implementation(model, "sdpa"):
-                holder["plain"] = model.hf(input_ids=ids[None].to(device), use_cache=True, logits_to_keep=1)
-
-        cell = {"length": T, "measure": "prefill", **interleaved(kv_prefill, plain_prefill, device, repeats),
-                **_memory(kv_prefill, plain_prefill, device)}
-        if "h" in holder:  # what the history digest (part of every prefill) costs alone
-            cell["kvprobe_digest_s"] = timed(lambda: kv_digest(holder["h"].kv, holder["h"].recurrent), device)[1]["seconds"]
-        if "h" in holder and "plain" in holder:
-            k1 = holder["h"].kv[-1][0].float()
-            k2 = output_cache(holder["plain"]).layers[-1].keys.float()
-            cell["last_layer_k_rel_diff"] = float((k1 - k2).abs().max() / k2.abs().max())
-        holder.pop("plain", None)
+        cell, h = _prefill_cell(model, bench_prompt(model, n), chunk_size, repeats)
         save(cell)
-        h = holder["h"]
-        source = Mask(h.span("A"), name="source")
-        hidden = source.hidden_positions(T, h.device)
-        suffix = suffix_ids(model, h, QUESTION)
-
-        conditions = [Mask(h.span("A"), name=f"source-{i}") for i in range(rows)]
-        items = [(h, Request(QUESTION, c)) for c in conditions]
-
-        def kv_decode():
-            states = prepare_states(model, items)
-            batch, last = run_questions(model, states, [suffix] * rows)
-            holder["kv_tokens"] = greedy_from(model, batch, last, new_tokens, stop_at_eos=False)
-
-        def plain_dec():
-            with attention_implementation(model, "sdpa"):  # transformers' own SDPA, not kvprobe's attention
-                holder["plain_tokens"] = plain_decode(model, h, suffix, hidden, rows, new_tokens)
-
-        cell = {"length": T, "measure": f"decode-{rows}", **_memory(kv_decode, plain_dec, device),
-                **interleaved(kv_decode, plain_dec, device, repeats)}
-        if "kv_tokens" in holder and "plain_tokens" in holder:
-            cell["first_tokens_agree"] = all(a[0] == b[0] for a, b in zip(holder["kv_tokens"], holder["plain_tokens"]))
-        holder.pop("plain_tokens", None)
-        gc.collect()
-        save(cell)
-
-        h_ids = h.input_ids.tolist()
-        A = h.span("A")
-        edited = TextRecompute("A").edited_prompt(h)
-        edited_ids = edited.render(model.tokenizer).encode(model.tokenizer)[0]
-        ops: dict[str, tuple[Any, Callable[[], int] | None]] = {
-            "mask": (source, lambda: plain_first_token(model, h_ids, suffix, hidden, from_row=T, keep=T, history=h)),
-            "rebuild": (Rebuild(A), lambda: plain_first_token(model, h_ids, suffix, hidden, from_row=A.end,
-                                                              keep=A.start, history=h)),
-            "recompute": (TextRecompute("A"), lambda: plain_first_token(model, edited_ids, suffix)),
-            "compact": (Compact(A), None),
-        }
-        for name, (op, plain_fn) in ops.items():
-            def kv_op(op=op):
-                res = answer(model, [(h, Request(QUESTION, op))], max_new_tokens=1)
-                holder["kv_first"] = res[0].generation.token_ids[0]
-
-            def plain_op(fn=plain_fn):
-                with attention_implementation(model, "sdpa"):
-                    holder["plain_first"] = fn()
-
-            cell = {"length": T, "measure": name,
-                    **interleaved(kv_op, plain_op if plain_fn else None, device, repeats),
-                    **_memory(kv_op, plain_op if plain_fn else None, device)}
-            if plain_fn is not None and "plain_first" in holder:
-                cell["first_token_agrees"] = holder["kv_first"] == holder["plain_first"]
+        T = cell["length"]
+        save(_decode_cell(model, h, T, rows, new_tokens, repeats))
+        for cell in _operation_cells(model, h, T, repeats):
             save(cell)
         assert h.check_digest(), "the history changed during the benchmark"
-        holder.clear()
+        del h
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()

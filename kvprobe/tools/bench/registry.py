@@ -23,9 +23,9 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from kvprobe.model_registry import DEFAULT_MODEL
 from kvprobe.parameters import at_least
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
 #: A data directory option's help (``--data``).
 _PG19 = "a data directory holding pg19/ (default: where `kvprobe data` finds the pg19 data set)"
 
