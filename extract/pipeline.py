@@ -155,32 +155,13 @@ def extract(
     ``encoder``: encode with plain nnsight traces instead (:class:`extract.remote.NnsightEncoder`,
     e.g. on NDIF); no case scores on that path.
     """
-    if sum(x is not None for x in (model, pool, encoder)) != 1:
-        raise ValueError("extract needs exactly one of model (local run), pool (Ray workers) and encoder (nnsight)")
     out = Path(out)
-    check_writable(out)
-    if edit is not None:
-        if model is None:
-            raise StoreError(f"edited extraction ({edit.name}) runs on a local model, not on Ray workers or nnsight")
-        if case_scores:
-            raise StoreError(f"case scores {sorted(case_scores)} belong to the original group, not to the "
-                             f"{edit.name} group (extract them without --edit)")
-        if "H" in token_level:
-            raise StoreError(f"edited groups ({edit.name}) hold K and V only; drop H from token_level")
-    if encoder is not None and case_scores:
-        raise StoreError(f"case scores {sorted(case_scores)} need kvprobe's engine; the nnsight encoder cannot "
-                         "compute them (extract without them)")
+    _check_sources(out, model, pool, encoder, edit, case_scores, token_level)
     if encoder is not None:
         provenance = encoder.provenance()
     else:
         provenance = model_provenance(model) if pool is None else pool.call_one(model_provenance)
-    if not cases:
-        raise StoreError(f"dataset {dataset!r} has no cases to extract")
-    bad = set(token_level) - set(FEATURE_KINDS)
-    if bad:
-        raise StoreError(f"token_level {sorted(bad)}: choose among {FEATURE_KINDS}")
-    if np.dtype(dtype).kind != "f":
-        raise StoreError(f"dtype {dtype!r} is not a float type")
+    _check_records(cases, dataset, token_level, dtype)
     group = f"{model_key(provenance['model'])}/{dataset}" + (f"@{edit.name}" if edit else "")
     if out.exists() and not overwrite:
         with h5py.File(out, "r") as f:
@@ -200,16 +181,7 @@ def extract(
         batches = [specs[i : i + batch_size] for i in range(0, len(specs), batch_size)]
         todo = [b for b in range(len(batches)) if not _shard(parts, b).exists()]
         bar = _progress(len(batches), len(batches) - len(todo), f"extract {group}", progress)
-        if encoder is not None:
-            shards: Iterator[tuple[int, bytes]] = ((b, _shard_bytes(batches[b], encoder(batches[b]), config))
-                                                   for b in todo)
-        elif pool is None:
-            shards = ((b, encode_shard(model, config, batches[b], edit)) for b in todo)
-        else:
-            units = [(batches[b][0].key, (batches[b],)) for b in todo]
-            pool.warn_if_idle(len(units), "lower --batch-size to split the records into more batches")
-            shards = ((todo[i], data) for i, data in pool.map_sharded(encode_shard, units, shared=config))
-        for b, data in shards:
+        for b, data in _encoded_shards(batches, todo, config, model, pool, encoder, edit):
             _write_bytes(_shard(parts, b), data)
             bar.update(1)
         bar.close()
@@ -225,6 +197,50 @@ def extract(
         raise
     discard_parts(parts)
     return out
+
+
+def _check_sources(out: Path, model: "Model | None", pool: "WorkerPool | None", encoder: "NnsightEncoder | None",
+                   edit: Edit | None, case_scores: dict[str, Any] | None, token_level: Sequence[str]) -> None:
+    """Refuse, before any model runs, what :func:`extract` cannot do with the encoder it was given."""
+    if sum(x is not None for x in (model, pool, encoder)) != 1:
+        raise ValueError("extract needs exactly one of model (local run), pool (Ray workers) and encoder (nnsight)")
+    check_writable(out)
+    if edit is not None:
+        if model is None:
+            raise StoreError(f"edited extraction ({edit.name}) runs on a local model, not on Ray workers or nnsight")
+        if case_scores:
+            raise StoreError(f"case scores {sorted(case_scores)} belong to the original group, not to the "
+                             f"{edit.name} group (extract them without --edit)")
+        if "H" in token_level:
+            raise StoreError(f"edited groups ({edit.name}) hold K and V only; drop H from token_level")
+    if encoder is not None and case_scores:
+        raise StoreError(f"case scores {sorted(case_scores)} need kvprobe's engine; the nnsight encoder cannot "
+                         "compute them (extract without them)")
+
+
+def _check_records(cases: Sequence[Any], dataset: str, token_level: Sequence[str], dtype: str) -> None:
+    """Refuse an empty dataset, unknown token-level features and a non-float storage dtype."""
+    if not cases:
+        raise StoreError(f"dataset {dataset!r} has no cases to extract")
+    bad = set(token_level) - set(FEATURE_KINDS)
+    if bad:
+        raise StoreError(f"token_level {sorted(bad)}: choose among {FEATURE_KINDS}")
+    if np.dtype(dtype).kind != "f":
+        raise StoreError(f"dtype {dtype!r} is not a float type")
+
+
+def _encoded_shards(batches: list[list[RecordSpec]], todo: list[int], config: ExtractConfig, model: "Model | None",
+                    pool: "WorkerPool | None", encoder: "NnsightEncoder | None",
+                    edit: Edit | None) -> Iterator[tuple[int, bytes]]:
+    """(batch index, its shard file's bytes) of every batch in ``todo``: encoded here, by the nnsight encoder, or
+    on Ray workers (batches dealt by their first record's key), as each finishes."""
+    if encoder is not None:
+        return ((b, _shard_bytes(batches[b], encoder(batches[b]), config)) for b in todo)
+    if pool is None:
+        return ((b, encode_shard(model, config, batches[b], edit)) for b in todo)
+    units = [(batches[b][0].key, (batches[b],)) for b in todo]
+    pool.warn_if_idle(len(units), "lower --batch-size to split the records into more batches")
+    return ((todo[i], data) for i, data in pool.map_sharded(encode_shard, units, shared=config))
 
 
 def parts_dir(out: Path, group: str) -> Path:
