@@ -14,7 +14,7 @@ condition). kvprobe registers two implementations:
   every row's queries into one matrix product per shared history, so the
   history is read once per forward instead of once per row;
 * **eager** (:func:`grouped_eager_attention`) when the layer's attention
-  probabilities were requested (:func:`probabilities_for`), when a query-aware
+  probabilities were requested (:func:`kvprobe.forward_context.probabilities_for`), when a query-aware
   selector must edit the logits (``kvprobe.selection``), or when the layer caps
   its logits (``softcap``, Gemma 2), which SDPA cannot express;
 * otherwise ``torch.nn.functional.scaled_dot_product_attention`` with the

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import os
 import subprocess
 import sys
@@ -24,8 +23,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .files import atomic_write_text
-from .weight_files import GGUF_MAGIC, NotAGGUFError, cache_dir, check_magic
+from .weight_files import GGUF_MAGIC, NotAGGUFError, cache_dir, check_magic, remember_sha256
+
 
 class ModelNotFoundError(ValueError):
     """``name`` is none of: tiny name, registry name, GGUF file, HF directory, reachable Hub id."""
@@ -165,17 +164,7 @@ class RegistryEntry:
         except BaseException:
             tmp_path.unlink(missing_ok=True)
             raise
-        # Seed the hash cache: the bytes were just hashed.
-        try:
-            st = target.stat()
-            key = hashlib.sha256(str(target.resolve()).encode()).hexdigest()[:32]
-            atomic_write_text(
-                cache_dir() / "hashes" / f"{key}.json",
-                json.dumps({"path": str(target.resolve()), "size": st.st_size,
-                            "mtime_ns": st.st_mtime_ns, "sha256": digest}),
-            )
-        except OSError:
-            pass
+        remember_sha256(target, digest)  # the bytes were just hashed
         if not quiet:
             print(f"kvprobe: assembled {target} ({target.stat().st_size / 2**20:.0f} MiB)", file=sys.stderr)
         return target

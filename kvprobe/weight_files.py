@@ -64,13 +64,28 @@ def _sha256_stream(path: Path) -> str:
     return h.hexdigest()
 
 
+def _hash_record(path: Path) -> tuple[Path, dict]:
+    """Where ``cache_dir()/hashes`` keeps the sha256 of the file at ``path`` (resolved), and what identifies
+    the file's bytes there (path, size, mtime)."""
+    st = path.stat()
+    key = hashlib.sha256(str(path).encode()).hexdigest()[:32]
+    return cache_dir() / "hashes" / f"{key}.json", {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def remember_sha256(path: Path | str, digest: str) -> None:
+    """Record ``digest`` as the sha256 of the file at ``path`` (one just hashed while written), so that
+    :func:`file_sha256` does not read it again; a read-only cache is left alone."""
+    record, ident = _hash_record(Path(path).resolve())
+    try:
+        atomic_write_text(record, json.dumps({**ident, "sha256": digest}))
+    except OSError:  # read-only cache: still correct, just slower next time
+        pass
+
+
 def file_sha256(path: Path | str) -> str:
     """sha256 of a file's bytes, cached under ``cache_dir()/hashes`` by (path, size, mtime)."""
     path = Path(path).resolve()
-    st = path.stat()
-    key = hashlib.sha256(str(path).encode()).hexdigest()[:32]
-    record = cache_dir() / "hashes" / f"{key}.json"
-    ident = {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    record, ident = _hash_record(path)
     try:
         data = json.loads(record.read_text())
         if all(data.get(k) == v for k, v in ident.items()) and len(data.get("sha256", "")) == 64:
@@ -78,10 +93,7 @@ def file_sha256(path: Path | str) -> str:
     except (OSError, ValueError):
         pass
     digest = _sha256_stream(path)
-    try:
-        atomic_write_text(record, json.dumps({**ident, "sha256": digest}))
-    except OSError:  # read-only cache: still correct, just slower next time
-        pass
+    remember_sha256(path, digest)
     return digest
 
 
