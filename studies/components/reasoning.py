@@ -56,6 +56,12 @@ def reason_then_score(
         per item, (the continuation, the candidate scores). The continuation's
         ``text`` decodes all ``budget`` tokens (special tokens included) and its
         ``stop_reason`` is ``"cap"``.
+
+    Example:
+        >>> [(reasoning, scores)] = reason_then_score(model, [(h, Request(q, kvprobe.Full()))],  # doctest: +SKIP
+        ...                                           [("yes", "no")], budget=32, cue="\nAnswer:")
+        >>> reasoning.n_tokens, scores.margin()  # doctest: +SKIP
+        (32, 1.7)
     """
     if budget < 0:
         raise ValueError("budget must be at least 0")
