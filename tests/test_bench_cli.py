@@ -117,3 +117,10 @@ def test_committed_reports_are_what_the_tool_writes(name, path):
 def test_the_committed_reports_are_all_found():
     names = {name for name, _ in _committed_reports()}
     assert names >= {"core", "operations", "extract", "scale", "long", "internals", "latency", "gpu"}
+
+
+def test_bench_long_has_a_plain_version_of_every_operation_it_times():
+    """A registered condition that names ``long`` among its benchmarks needs its plain transformers version."""
+    from kvprobe.tools.bench.long_measures import OPERATIONS, PLAIN_OPERATIONS
+
+    assert set(PLAIN_OPERATIONS) == set(OPERATIONS)
