@@ -20,6 +20,7 @@ Statistics (:mod:`readouts.stats`, the statistics of every study too)
     bootstrap_auc_draws(scores, labels, bootstrap, strata) -> {name: AUC per draw}
     bootstrap_auc(scores, labels, groups, n_draws, seed, alpha, strata) -> dict
     paired_change(outcomes, reference, weights) -> dict          change, corrections, reversals, interval
+    mean_change_pp(values, draw_sums, draw_sizes) -> dict   a paired change as a mean in pp, with its interval
     percentile_interval(values, alpha, points) -> [lo, hi]
     one_sided_lower(values, alpha) -> float                 one-sided lower bound (the paper's L.95)
     youden_thresholds(scores, labels, grid, weights) -> (t, J) per draw   max Youden J, ties to the largest t

@@ -77,6 +77,7 @@ __all__ = [
     "MIN_RESAMPLED_UNITS",
     "mcnemar_exact",
     "may_resample_within",
+    "mean_change_pp",
     "group_bootstrap_indices",
     "group_bootstrap_weights",
     "macro_auc",
@@ -580,6 +581,23 @@ def paired_change(outcomes: Sequence[float] | np.ndarray, reference: Sequence[fl
     change = float(diff.sum())
     return {"change": int(change) if change.is_integer() else change, "corrections": int((diff > 0).sum()),
             "reversals": int((diff < 0).sum()), "ci": percentile_interval(weighted_sums(weights, diff), alpha)}
+
+
+def mean_change_pp(values: Sequence[float] | np.ndarray, draw_sums: np.ndarray, draw_sizes: np.ndarray,
+                   alpha: float = ALPHA) -> dict[str, Any]:
+    """A paired change as a mean in percentage points: ``pp``, 100 x the mean of ``values`` (one per case, e.g.
+    the 0/1 differences between a condition and its reference), and ``ci``, the percentile interval of 100 x each
+    bootstrap draw's mean, ``draw_sums[d] / draw_sizes[d]`` (the drawn cases' value sum over their number, e.g.
+    ``weights @ values`` and ``weights.sum(axis=1)``); draws holding no case are dropped.
+
+    :func:`paired_change` gives the change in counts; this the change in the mean when draws differ in size.
+
+    Example: ``mean_change_pp([1.0, 0.0], np.array([2.0, 1.0, 0.0]), np.array([2, 2, 2]))["pp"]`` is ``50.0``.
+    """
+    sizes = np.asarray(draw_sizes, dtype=float)
+    keep = sizes > 0
+    draws = 100.0 * np.asarray(draw_sums, dtype=float)[keep] / sizes[keep]
+    return {"pp": float(100.0 * np.mean(values)), "ci": percentile_interval(draws, alpha)}
 
 
 # --------------------------------------------------------------------------- small samples

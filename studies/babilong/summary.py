@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, bootstrap_stream, group_bootstrap_weights, paired_change
+from kvprobe.studies.common.formatting import stops
 from kvprobe.studies.common.claims import verdict_text
 from kvprobe.studies.common.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, data_items, estimate, \
     heading, run_time, table_head, table_row
@@ -52,8 +53,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
         for condition in [p for p in CONDITIONS if p in per_condition]:
             mine = per_condition[condition]
             cell = {"task": task, "length": length, "policy": condition, "n": len(mine),
-                    "eos": sum(r["stop_reason"] == "eos" for r in mine.values()),
-                    "capped": sum(r["stop_reason"] == "cap" for r in mine.values()),
+                    **stops(mine.values()),
                     "masked_tokens_mean": float(np.mean([r["masked_tokens"] for r in mine.values()]))}
             for rule in RULES:
                 cell[rule] = sum(bool(r[rule]) for r in mine.values())

@@ -7,7 +7,8 @@ One spelling per quantity, so two reports never write the same number two ways:
 - :func:`share`: ``100 k / n`` to one decimal and the count, ``11.1% (1)``;
 - :func:`pp` and :func:`pp_change`: a change in percentage points with its interval, ``+6.7 [+1.7, +13.3]``;
 - :func:`pp_of`: a paired change in answers as percentage points of n;
-- :func:`stops`: how many answers stopped at EOS and how many hit the token cap.
+- :func:`eos_count`, :func:`cap_count` and :func:`stops`: how many answers stopped at EOS and how many hit
+  the token cap.
 
 Intervals and point estimates in other formats are :func:`kvprobe.studies.common.report.estimate`'s.
 
@@ -26,7 +27,7 @@ from typing import Any
 
 from .report import estimate
 
-__all__ = ["EOS", "CAP", "capped", "count", "ended", "pp", "pp_change", "pp_of", "share", "stops"]
+__all__ = ["EOS", "CAP", "cap_count", "count", "eos_count", "pp", "pp_change", "pp_of", "share", "stops"]
 
 #: A row's ``stop_reason`` when the answer ended at the end-of-sequence token, and when it hit the token cap.
 EOS, CAP = "eos", "cap"
@@ -68,17 +69,17 @@ def pp_of(k: float, ci: Sequence[float], n: int) -> str:
     return pp(100 * k / n, [100 * x / n for x in ci])
 
 
-def ended(rows: Iterable[Mapping[str, Any]]) -> int:
+def eos_count(rows: Iterable[Mapping[str, Any]]) -> int:
     """How many of ``rows`` stopped at EOS."""
     return sum(r["stop_reason"] == EOS for r in rows)
 
 
-def capped(rows: Iterable[Mapping[str, Any]]) -> int:
+def cap_count(rows: Iterable[Mapping[str, Any]]) -> int:
     """How many of ``rows`` hit the token cap."""
     return sum(r["stop_reason"] == CAP for r in rows)
 
 
 def stops(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """``{"eos": ended, "capped": capped}`` of ``rows`` (a summary cell's two stop counts)."""
+    """``{"eos": eos_count, "capped": cap_count}`` of ``rows`` (a summary cell's two stop counts)."""
     rows = list(rows)
-    return {"eos": ended(rows), "capped": capped(rows)}
+    return {"eos": eos_count(rows), "capped": cap_count(rows)}

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change
+from kvprobe.studies.common.formatting import cap_count, pp_change, share
 from kvprobe.studies.datasets.quantity_task.tasks import ITEMS
 from kvprobe.studies.common.report import estimate, table_head
 from kvprobe.studies.common.runner import read_rows
@@ -87,7 +88,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
                 entry["arms"][f"{cache}/{access}"] = {
                     **{rule: sum(bool(r[rule]) for r in rows) for rule in RULES},
                     "invalid": sum(bool(r["invalid"]) for r in rows),
-                    "capped": sum(r["stop_reason"] == "cap" for r in rows),
+                    "capped": cap_count(rows),
                     "changed": None if cache == "own" else sum(bool(r["changed"]) for r in rows),
                     "top1_agree": None if cache == "own" else sum(bool(r["top1_agree"]) for r in rows),
                     "first_token_checks": dict(sorted(_count(r["first_token_check"] for r in rows).items())),
@@ -135,12 +136,9 @@ def _count(values) -> dict[str, int]:
 # ----------------------------------------------------------------------------- report
 
 
-def _change(c: dict[str, Any] | None) -> str:
-    return estimate(c["pp"], c["pp_ci"], "+.1f") if c else ""
-
-
 def _pct(k: int | None, n: int) -> str:
-    return "" if k is None or not n else f"{100 * k / n:.1f} ({k})"
+    """``12.5 (1)``; empty for no count or no cases."""
+    return "" if k is None else share(k, n, percent="", empty="")
 
 
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
@@ -189,9 +187,9 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
                 if f"{rule}_cross_minus_own" not in e:
                     continue
                 cmo, mmf = e[f"{rule}_cross_minus_own"], e[f"{rule}_mask_minus_full"]
-                lines.append(f"| {names.get(reader, reader)} | {query} | {rule} | {_change(cmo['full'])} | "
-                             f"{_change(cmo['source'])} | {_change(mmf['own'])} | {_change(mmf['cross'])} | "
-                             f"{_change(e[f'{rule}_masking_effect_difference'])} |")
+                lines.append(f"| {names.get(reader, reader)} | {query} | {rule} | {pp_change(cmo['full'])} | "
+                             f"{pp_change(cmo['source'])} | {pp_change(mmf['own'])} | {pp_change(mmf['cross'])} | "
+                             f"{pp_change(e[f'{rule}_masking_effect_difference'])} |")
     lines.append("")
     lines += ["## Answer changes per cell (cross reads vs the same reader's own read)", "",
               *table_head(["reader", "query", "access", "Changed", "Top-1", "Invalid own / cross",

@@ -35,6 +35,7 @@ from typing import Any, Callable
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, bootstrap_mean, group_bootstrap_weights, percentile_interval
+from kvprobe.studies.common.formatting import eos_count
 from kvprobe.studies.common.report import Items, corrections_reversals, estimate, exact_rules, format_exact_rules, \
     heading, ordered, run_time, small_sample_note, table_head
 from kvprobe.studies.common.runner import read_rows
@@ -160,7 +161,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
                     "correct": sum(r["correct"] for r in rows),
                     "lenient_correct": sum(r["lenient_correct"] for r in rows),
                     "valid_json": sum(r["parse_reason"] == "ok" for r in rows),
-                    "eos": sum(r["stop_reason"] == "eos" for r in rows),
+                    "eos": eos_count(rows),
                     "unknown": sum(r["category"] == "unknown" for r in rows),
                     "categories": dict(sorted(Counter(r["category"] for r in rows).items())),
                     "parse_failures": dict(sorted(Counter(r["parse_reason"] for r in rows

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import random
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -40,6 +41,7 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, percentile_interval, weighted_sums
 from kvprobe.studies.common.detectors.coverage import DEFAULT_COVERAGES, coverage_curve, coverage_k, expected_net
+from kvprobe.studies.common.formatting import share
 from kvprobe.studies.common.report import estimate, interval, model_name, table_head, table_row
 from kvprobe.studies.common.runner import CONFIG, read_rows
 from kvprobe.studies.datasets.oaks import ATTRIBUTE_CHANGE, DEMONSTRATION, RUBRIC
@@ -360,16 +362,13 @@ def _inputs(detector: str) -> str:
     return "Records + question" if detector == WITH_QUESTION else "Records"
 
 
+#: This report's shares: no percent sign, fractional counts (``12.5 (1.5)``), the net with its sign.
+_pc = partial(share, percent="", count_format="g")
+_signed = partial(share, percent="", signed=True, count_format="g")
+
+
 def _ranking(name: str) -> str:
     return f"detector: {_inputs(name)}" if name in NATURAL_DETECTORS else name
-
-
-def _pc(k: float, n: int) -> str:
-    return f"{100 * k / n:.1f} ({k:g})" if n else f"- ({k:g})"
-
-
-def _signed(k: float, n: int) -> str:
-    return f"{100 * k / n:+.1f} ({k:+g})" if n else f"- ({k:+g})"
 
 
 def _at(curve: dict[str, Any], coverage: float) -> int:

@@ -16,6 +16,7 @@ Only a ``replacement`` decision triggers; ``unresolved`` (missing or invalid ext
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -25,6 +26,7 @@ import numpy as np
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, paired_change, \
     percentile_interval
 from kvprobe.studies.common.detectors.text import REPLACEMENT
+from kvprobe.studies.common.formatting import share
 from kvprobe.studies.common.report import model_name, table_head, table_row
 from kvprobe.studies.common.runner import CONFIG, read_rows
 from .natural import NATURAL_DETECTORS, PLAIN, WITH_QUESTION
@@ -195,9 +197,8 @@ def detection_action(detection_run_dir: str | Path, matched_scores_oaks_run_dirs
 
 # ----------------------------------------------------------------------------- report
 
-
-def _pc(k: int, n: int) -> str:
-    return f"{100 * k / n:.1f} ({k})" if n else f"- ({k})"
+#: This report's shares carry no percent sign: ``12.5 (1)``.
+_pc = partial(share, percent="")
 
 
 def natural_report(natural: dict[str, Any], model: str) -> list[str]:

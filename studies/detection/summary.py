@@ -23,6 +23,7 @@ import numpy as np
 
 from kvprobe.readouts.stats import (DRAWS, MIN_RESAMPLED_UNITS, PAPER_SEED, bootstrap_auc, bootstrap_mean,
                                     group_bootstrap_weights, percentile_interval, small_sample)
+from kvprobe.studies.common.formatting import cap_count
 from kvprobe.studies.common.detectors.text import REPLACEMENT, TEXT_DETECTORS, YES_NO
 from kvprobe.studies.datasets.oaks import items as oaks_items
 from kvprobe.studies.common.report import Items, estimate, small_sample_note, heading, interval, model_name, run_time, table_head
@@ -45,7 +46,7 @@ def text_detector_cell(rows: list[dict[str, Any]], seed: int, draws: int) -> dic
     cell: dict[str, Any] = {"n": len(rows), "positives": int(labels.sum()), "negatives": int((1 - labels).sum()),
                             "decisions": dict(Counter(r["decision"] for r in rows)),
                             "parse": dict(Counter(r["parse"] for r in rows)),
-                            "capped": sum(r["stop_reason"] == "cap" for r in rows)}
+                            "capped": cap_count(rows)}
     weights = group_bootstrap_weights([r["group"] for r in rows], n_draws=draws, seed=seed)
     for key in ("decision", "filtered"):
         fired = np.array([r[key] == REPLACEMENT for r in rows])

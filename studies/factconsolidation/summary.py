@@ -47,6 +47,7 @@ from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, may_resample_
 from kvprobe.studies.common.report import Items, data_items, estimate, heading, nested_note, run_time, small_sample_note, \
     table_head, table_row
 from kvprobe.studies.common.grades import grade_of
+from kvprobe.studies.common.formatting import share
 from kvprobe.studies.common.runner import CONFIG, read_rows
 
 from . import strings, unfinished
@@ -268,10 +269,6 @@ def _by_hop(outcomes: dict[str, dict[Key, str]], by: dict[str, dict[Key, dict[st
     return out
 
 
-def _pct(k: int, n: int) -> str:
-    return f"{100 * k / n:.1f}% ({k})" if n else f"- ({k})"
-
-
 def _split(counts: dict[str, int]) -> str:
     return ", ".join(f"{o} {counts[o]}" for o in OUTCOMES if counts.get(o)) or "-"
 
@@ -318,18 +315,18 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
                            "change vs full [95% CI]" if may_resample_within(histories) else "change vs full", "EOS, valid box", "capped", "only box + EOS"])]
     for c in summary["cells"]:
         ch = c.get("complete_change_vs_full")
-        lines.append(table_row([c["policy"], _pct(c["official_match"], c["n"]), _pct(c["final_match_eos"], c["n"]),
-                                _pct(c["complete_eos"], c["answerable"]), "" if not ch else f"{ch['change']:+d}"
-                                if ch["ci"] is None else estimate(ch["change"], ch["ci"], "+d", "+.0f"), _pct(c["eos_valid_box"], c["n"]), _pct(c["capped"], c["n"]),
-                                _pct(c["only_box_eos"], c["n"])]))
+        lines.append(table_row([c["policy"], share(c["official_match"], c["n"]), share(c["final_match_eos"], c["n"]),
+                                share(c["complete_eos"], c["answerable"]), "" if not ch else f"{ch['change']:+d}"
+                                if ch["ci"] is None else estimate(ch["change"], ch["ci"], "+d", "+.0f"), share(c["eos_valid_box"], c["n"]), share(c["capped"], c["n"]),
+                                share(c["only_box_eos"], c["n"])]))
     lines += ["", "Net accuracy (capped answers assigned first, then complete / wrong / abstain among EOS answers; "
               f"rates of the {n} paired{'' if summary['source_review'] is None else ' source-answerable'} questions; "
               "transition counts are not added to capped counts):", "",
               *table_head(["transition", "complete before", "complete after", "gains (from)", "losses (to)",
                            "net pp"])]
     for t in summary["transitions"]:
-        lines.append(table_row([f"{t['before']} -> {t['after']}", _pct(t["complete_before"], t["n"]),
-                                _pct(t["complete_after"], t["n"]), f"{t['gains']} ({_split(t['gains_from'])})",
+        lines.append(table_row([f"{t['before']} -> {t['after']}", share(t["complete_before"], t["n"]),
+                                share(t["complete_after"], t["n"]), f"{t['gains']} ({_split(t['gains_from'])})",
                                 f"{t['losses']} ({_split(t['losses_to'])})",
                                 "" if t["net_pp"] is None else f"{t['net_pp']:+.1f}"]))
     lines += _hop_lines(summary) + _length_lines(summary) + _alias_lines(summary)
@@ -394,9 +391,9 @@ def _fallback_lines(summary: dict[str, Any]) -> list[str]:
                "whole histories)") + ":", "",
             *table_head(["fallbacks", "fallbacks complete", "source", "recompute", "fallback", "fallback - recompute",
                          "gains / losses", "exact McNemar p", "oracle", "best single operation"]),
-            table_row([f["fallbacks"], f["fallback_recovered"], _pct(f["source"], f["n"]), _pct(f["recompute"], f["n"]),
-                       _pct(f["fallback"], f["n"]), change, f"{f['gains']} / {f['losses']}", f"{f['p']:.2f}",
-                       _pct(f["oracle"], f["n"]), f"{f['best']} {_pct(f['best_complete'], f['n'])}"]), "",
+            table_row([f["fallbacks"], f["fallback_recovered"], share(f["source"], f["n"]), share(f["recompute"], f["n"]),
+                       share(f["fallback"], f["n"]), change, f"{f['gains']} / {f['losses']}", f"{f['p']:.2f}",
+                       share(f["oracle"], f["n"]), f"{f['best']} {share(f['best_complete'], f['n'])}"]), "",
             "Paper (complete + EOS of 373): Qwen3.8-27B 349 against recompute's 355 (58 fallbacks; 5 gains, 11 "
             "losses, p = 0.21), Gemma 4 26B-A4B 265 against 266 (157 fallbacks; 13 and 14, p = 1.0): the fallback "
             "does not exceed recomputation alone.", ""]
@@ -426,9 +423,9 @@ def _sensitivity_lines(summary: dict[str, Any]) -> list[str]:
                   *table_head(["operation", "complete + EOS", "change vs full", "main analysis", "main change",
                                "same sign"])]
         for r in sub["policies"]:
-            lines.append(table_row([r["policy"], _pct(r["complete"], sub["n"]),
+            lines.append(table_row([r["policy"], share(r["complete"], sub["n"]),
                                     "" if "change" not in r else f"{r['change']:+d}",
-                                    _pct(r["main_complete"], sub["main_n"]),
+                                    share(r["main_complete"], sub["main_n"]),
                                     "" if "change" not in r else f"{r['main_change']:+d}",
                                     "" if "change" not in r else
                                     "- (main change 0)" if r["same_sign"] is None else

@@ -38,6 +38,7 @@ from typing import Any
 from kvprobe.readouts.stats import DRAWS, clopper_pearson, connected_components, fisher_exact, \
     group_bootstrap_weights, mcnemar_exact, percentile_interval, small_sample, weighted_sums
 from kvprobe.studies.common.answers import boxed_content, contains_answer, normalize_answer
+from kvprobe.studies.common.formatting import share
 from kvprobe.studies.common.report import NOT_TESTABLE, claim_verdict, table_head, table_row, testable
 
 from . import strings
@@ -375,10 +376,6 @@ def ratio_verdict(ratio: dict[str, Any] | None, full_complete: int, n: int) -> s
     return alone
 
 
-def _count(k: int, n: int) -> str:
-    return f"{100 * k / n:.1f}% ({k})" if n else f"- ({k})"
-
-
 def _p(p: float) -> str:
     return f"{p:.2g}" if p < 0.01 else f"{p:.2f}"
 
@@ -406,11 +403,11 @@ def report_lines(u: dict[str, Any] | None, max_new_tokens: Any) -> list[str]:
                            "capped verbatim loops"])]
     for s in styles:
         same = s["same_style"]
-        lines.append(table_row([s["policy"], _count(s["box_only"], s["n"]),
-                                "-" if same is None else _count(same["k"], same["n"]),
-                                "not computable" if s["quotes_masked"] is None else _count(s["quotes_masked"], s["n"]),
-                                _count(s["capped"], s["n"]), _count(s["search_loop"], s["n"]),
-                                _count(s["verbatim_loop"], s["n"]), f"{s['capped_verbatim_loop']} of {s['capped']}"]))
+        lines.append(table_row([s["policy"], share(s["box_only"], s["n"]),
+                                "-" if same is None else share(same["k"], same["n"]),
+                                "not computable" if s["quotes_masked"] is None else share(s["quotes_masked"], s["n"]),
+                                share(s["capped"], s["n"]), share(s["search_loop"], s["n"]),
+                                share(s["verbatim_loop"], s["n"]), f"{s['capped_verbatim_loop']} of {s['capped']}"]))
     lines += ["", _quotation_sentence(styles), "", PAPER["style"], ""]
     lines += _loss_lines(u["losses"]) + _ratio_lines(u) + _test_lines(u["tests"])
     return lines

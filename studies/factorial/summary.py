@@ -26,6 +26,7 @@ import numpy as np
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
 from kvprobe.studies.common.answers import echoes_note
 from kvprobe.studies.common.detectors.strings import NOTE_SENTENCES
+from kvprobe.studies.common.formatting import pp_change
 from kvprobe.studies.common.report import VERDICT_RULE, Items, corrections_reversals, estimate, format_change, heading, \
     run_time, small_sample_note, table_head, table_row, testable, verdict_cell
 from kvprobe.studies.common.runner import read_rows
@@ -100,12 +101,6 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- report
-def _pp(entry: dict[str, Any] | None) -> str:
-    if not entry or entry.get("estimate") is None:
-        return ""
-    return estimate(entry["estimate"], entry["ci"], "+.1f")
-
-
 def _nats(entry: dict[str, Any] | None) -> str:
     if not entry or entry.get("estimate") is None:
         return ""
@@ -154,7 +149,7 @@ def _effects(matrix: str, s: dict[str, Any]) -> list[str]:
         verdicts = [contrast_verdict(ours[metric], sign, s["groups"], testable(*control_correct(s, metric)))
                     for metric in ("exact", "lenient")]
         lines.append(table_row((_contrast_name(key, s["narrow"]), _anchor_text(items),
-                                *[_pp(ours[metric]) for metric in METRICS], *verdicts)))
+                                *[pp_change(ours[metric], "estimate", "ci") for metric in METRICS], *verdicts)))
     return lines
 
 
@@ -197,7 +192,8 @@ def _changes_table(s: dict[str, Any]) -> list[str]:
 def _factors_table(s: dict[str, Any]) -> list[str]:
     lines = table_head(("change in (mask - control), pp", *[f"{m} [95% CI]" for m in METRICS]))
     for key in s["factors"]["exact"]:
-        lines.append(table_row((_contrast_name(key, s["narrow"]), *[_pp(s["factors"][m][key]) for m in METRICS])))
+        lines.append(table_row((_contrast_name(key, s["narrow"]),
+                                *[pp_change(s["factors"][m][key], "estimate", "ci") for m in METRICS])))
     return lines
 
 

@@ -35,6 +35,7 @@ from kvprobe.studies.datasets.oaks import items as oaks_items
 from kvprobe.studies.datasets.record_histories import ITEMS as RECORD_ITEMS
 from kvprobe.studies.common.answers import echoes_note
 from kvprobe.studies.common.detectors.strings import NOTEBOOK_NOTE
+from kvprobe.studies.common.formatting import cap_count, pp, share
 from kvprobe.studies.registry import items_lines
 from kvprobe.studies.common.report import VERDICT_RULE, Items, estimate, heading, model_name, run_time, table_head, table_row, \
     testable, verdict_cell
@@ -143,7 +144,7 @@ def subset_summary(cases: list[str], by: dict[str, dict[str, dict[str, Any]]], w
     out["value_categories"] = {a: dict(Counter(r["value_category"] for r in rows[a])) for a in COLUMN_CONDITIONS}
     out["complete_categories"] = {a: dict(Counter(r["complete_category"] for r in rows[a]))
                                   for a in COLUMN_CONDITIONS}
-    out["capped"] = {a: int(sum(r["stop_reason"] == "cap" for r in rows[a])) for a in COLUMN_CONDITIONS}
+    out["capped"] = {a: cap_count(rows[a]) for a in COLUMN_CONDITIONS}
     if rows["full"] and rows["full"][0].get("dataset") == "records":
         out["note_echo"] = {a: int(sum(echoes_note(r["output"], NOTEBOOK_NOTE) for r in rows[a]))
                             for a in COLUMN_CONDITIONS}
@@ -227,12 +228,12 @@ def count_cell(k: int, n: int) -> str:
     >>> count_cell(142, 150)
     '94.7% (142)'
     """
-    return f"{100 * k / n:.1f}% ({k})" if n else "-"
+    return share(k, n, empty="-")
 
 
 def change_cell(change: dict[str, Any]) -> str:
     """A :func:`paired` change as ``-5.3 [-8.7, -2.0]`` (pp)."""
-    return estimate(change["pp"], change["ci"], "+.1f")
+    return pp(change["pp"], change["ci"])
 
 
 def main_table(s: dict[str, Any], rule: str) -> list[str]:

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from kvprobe.readouts.stats import DRAWS, GroupBootstrap, bootstrap_stream, group_bootstrap_indices, \
-    percentile_interval
+from kvprobe.readouts.stats import DRAWS, GroupBootstrap, bootstrap_stream, group_bootstrap_indices, mean_change_pp
+from kvprobe.studies.common.formatting import stops
 from kvprobe.studies.common.report import Items, corrections_reversals, data_items, estimate, heading, run_time, table_head, table_row
 from kvprobe.studies.common.grades import grade_of
 from kvprobe.studies.common.runner import read_rows
@@ -38,21 +38,19 @@ SCOPES = ("all", *QUESTION_TYPES)
 Key = tuple[str, str]
 
 
-def pp_change(values: np.ndarray, boot: GroupBootstrap, counts: np.ndarray) -> dict[str, Any]:
-    """Mean of ``values`` (one per question) x 100 and its percentile interval over the group draws.
+def group_mean_change(values: np.ndarray, boot: GroupBootstrap, counts: np.ndarray) -> dict[str, Any]:
+    """Mean of ``values`` (one per question) x 100 and its percentile interval over the group draws
+    (:func:`kvprobe.readouts.stats.mean_change_pp`, summed per group: ``boot`` stores groups, not cases).
 
     ``counts``: ``boot.group_counts()``; a draw's mean is its drawn groups' value sum over their
     question count (draws holding no question are dropped).
 
-    Example: ``pp_change(np.array([1.0, 0.0]), boot, boot.group_counts())["pp"]`` is ``50.0``.
+    Example: ``group_mean_change(np.array([1.0, 0.0]), boot, boot.group_counts())["pp"]`` is ``50.0``.
     """
     n_groups = len(boot.groups)
     sums = np.bincount(boot.case_group, weights=values, minlength=n_groups)
     sizes = np.bincount(boot.case_group, minlength=n_groups).astype(float)
-    denominators = counts @ sizes
-    keep = denominators > 0
-    draws = 100.0 * (counts[keep] @ sums) / denominators[keep]
-    return {"pp": float(100.0 * values.mean()), "ci": percentile_interval(draws)}
+    return mean_change_pp(values, counts @ sums, counts @ sizes)
 
 
 def _rules(graded: bool) -> tuple[str, ...]:
@@ -61,7 +59,7 @@ def _rules(graded: bool) -> tuple[str, ...]:
 
 def _cell(scope: str, condition: str, mine: list[dict[str, Any]], rules: tuple[str, ...]) -> dict[str, Any]:
     return {"scope": scope, "policy": condition, "n": len(mine), **{r: sum(bool(x[r]) for x in mine) for r in rules},
-            "eos": sum(x["stop_reason"] == "eos" for x in mine), "capped": sum(x["stop_reason"] == "cap" for x in mine)}
+            **stops(mine)}
 
 
 def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: str | Path | None = None
@@ -99,12 +97,12 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
             cell = _cell(scope, condition, [mine[k] for k, m in zip(keys, members) if m and k in mine], rules)
             if condition == "full":
                 sub = _subset(boots["component"], members)
-                cell["em_pct"] = pp_change(reference[members], sub, counts["component"])
+                cell["em_pct"] = group_mean_change(reference[members], sub, counts["component"])
             elif all(k in mine for k in keys):
                 diff = np.array([float(mine[k]["em"]) for k in keys]) - reference
                 cell["em_pct"] = {"pp": 100.0 * float(np.mean([mine[k]["em"] for k, m in zip(keys, members) if m]))}
                 for unit, boot in boots.items():
-                    cell[f"change_{unit}"] = pp_change(diff[members], _subset(boot, members), counts[unit])
+                    cell[f"change_{unit}"] = group_mean_change(diff[members], _subset(boot, members), counts[unit])
                 cell["corrections"] = int((diff[members] > 0).sum())
                 cell["reversals"] = int((diff[members] < 0).sum())
             out["cells"].append(cell)

@@ -37,6 +37,7 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, bootstrap_mean, fisher_exact, group_bootstrap_weights, mcnemar_exact, \
     paired_change, percentile_interval
+from kvprobe.studies.common.formatting import eos_count, pp_of
 from kvprobe.studies.common.no_context import NO_CONTEXT, Outcome, conditional_on_baseline, conditional_table
 from kvprobe.studies.common.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, data_items, estimate, \
     heading, run_time, table_head, table_row, testable, verdict_cell
@@ -85,7 +86,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
             mine = by_key[(kind, condition)]
             cell = {"kind": kind, "policy": condition, "n": len(mine),
                     **{rule: sum(bool(r[rule]) for r in mine.values()) for rule in RULES},
-                    "eos": sum(r["stop_reason"] == "eos" for r in mine.values())}
+                    "eos": eos_count(mine.values())}
             if kind == "historical":
                 cell["em_retained"] = sum(r["em"] for r in mine.values() if r["retained_text"])
                 cell["n_retained"] = sum(bool(r["retained_text"]) for r in mine.values())
@@ -541,11 +542,6 @@ def _no_context_lines(tables: list[dict[str, Any]] | None, source: str) -> list[
     return lines
 
 
-def _pp(count: float, ci: list[float], n: int) -> str:
-    """A paired change in answers as percentage points of ``n``: ``+6.7 [+1.7, +13.3]``."""
-    return estimate(100 * count / n, [100 * x / n for x in ci], "+.1f")
-
-
 def _claim_verdict(direction: str, value: float, ci: list[float] | None, is_testable: bool) -> str:
     """``report.verdict_cell`` of a claim in :data:`DIRECT_CLAIMS` form (direction ``up``/``down``/``none``) on a
     change in pp (no change: within :data:`TOLERANCE_PP`)."""
@@ -562,7 +558,7 @@ def direct_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
             ch, n = c[rule], c["n"]
             out.append({"question": c["question"], "operation": c["operation"], "rule": rule, "n": n,
                         "operation_correct": ch["operation"], "source_correct": ch["source"],
-                        "estimate": _pp(ch["change"], ch["ci"], n), "cr": corrections_reversals(ch), "paper": paper,
+                        "estimate": pp_of(ch["change"], ch["ci"], n), "cr": corrections_reversals(ch), "paper": paper,
                         "verdict": _claim_verdict(direction, 100 * ch["change"] / n, [100 * x / n for x in ch["ci"]],
                                                   testable(ch["source"], n))})
     return out
@@ -635,7 +631,7 @@ def current_value_verdicts(current: dict[str, Any] | None) -> list[dict[str, Any
             continue
         ch, n = cell["change_vs_source"], current["n"]
         out.append({"finding": "historical answered with the current value, recompute - source-mask", "rule": rule,
-                    "estimate": _pp(ch["change"], ch["ci"], n), "paper": CURRENT_VALUE_CHANGE,
+                    "estimate": pp_of(ch["change"], ch["ci"], n), "paper": CURRENT_VALUE_CHANGE,
                     "reference": f"full access, current (first paraphrase): {t['current_full']} of {t['current_n']}",
                     "verdict": _claim_verdict("up", 100 * ch["change"] / n, [100 * x / n for x in ch["ci"]],
                                               testable(t["current_full"], t["current_n"]))})
@@ -692,7 +688,7 @@ def _retained_lines(contrast: dict[str, Any] | None, current: dict[str, Any] | N
                 ch = c.get("change_vs_source")
                 lines.append(table_row([rule, c["policy"], f"{c['count']} of {current['n']}",
                                         estimate(100 * c["rate"], [100 * x for x in c["ci"]], ".1f"),
-                                        _pp(ch["change"], ch["ci"], current["n"]) if ch else "",
+                                        pp_of(ch["change"], ch["ci"], current["n"]) if ch else "",
                                         CURRENT_VALUE_ANCHORS.get(c["policy"], "") if rule == "em" else ""]))
     if contrast:
         lines += ["", f"Cases whose historical answer {contrast['arm']} loses against {contrast['reference']}, and "
@@ -728,7 +724,7 @@ def routing_verdicts(routed: dict[str, Any] | None) -> list[dict[str, Any]]:
         if not r:
             continue
         ch, n, best = r["change_vs_best"], routed["n"], r["best"]
-        out.append({"rule": rule, "best": best, "estimate": _pp(ch["change"], ch["ci"], n),
+        out.append({"rule": rule, "best": best, "estimate": pp_of(ch["change"], ch["ci"], n),
                     "verdict": _claim_verdict("up", 100 * ch["change"] / n, [100 * x / n for x in ch["ci"]],
                                               testable(r["policies"][best], n))})
     return out

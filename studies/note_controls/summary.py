@@ -21,6 +21,7 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, paired_change, \
     percentile_interval
+from kvprobe.studies.common.formatting import cap_count, pp_change
 from kvprobe.studies.common.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, estimate, heading, \
     interval, run_time, small_sample_note, table_head, table_row, testable, verdict_cell
 from kvprobe.studies.datasets.quantity_task.tasks import ITEMS as TASK
@@ -92,7 +93,7 @@ def _configuration(cells: _Cells, name: str, weights: np.ndarray) -> dict[str, A
     entry: dict[str, Any] = {
         "configuration": name, "profile": config.profile, "question": config.question, "access": config.access,
         "reference": config.reference, "n": len(rows), "categories": dict(Counter(r["category"] for r in rows)),
-        "capped": sum(r["stop_reason"] == "cap" for r in rows), "masked_tokens": [min(masked), max(masked)],
+        "capped": cap_count(rows), "masked_tokens": [min(masked), max(masked)],
         "margin": _mean(margin, weights), "correct": {}, "vs_full": {}, "vs_reference": {}, "disagreement": {},
     }
     bases = {"full": "full", "reference": config.reference}
@@ -238,10 +239,6 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
 
 # ----------------------------------------------------------------------------- report
 
-def _pp(change: dict[str, Any] | None) -> str:
-    return "" if not change else estimate(change["pp"], change["pp_ci"], "+.1f")
-
-
 def _nats(mean: dict[str, Any] | None) -> str:
     return "" if not mean else estimate(mean["mean"], mean["ci"], "+.2f")
 
@@ -271,9 +268,10 @@ def _configuration_lines(summary: dict[str, Any]) -> list[str]:
         masked = "0" if hi == 0 else (f"{lo}" if lo == hi else f"{lo}-{hi}")
         own = c["vs_reference"].get(paper)
         lines.append(table_row([
-            c["configuration"], c["profile"], c["question"], masked, _count(c, paper), _pp(c["vs_full"].get(paper)),
-            corrections_reversals(c["vs_full"].get(paper)), f"{_pp(own)} vs {c['reference']}" if own else "",
-            _count(c, lenient), _pp(c["vs_full"].get(lenient)), corrections_reversals(c["vs_full"].get(lenient)),
+            c["configuration"], c["profile"], c["question"], masked, _count(c, paper),
+            pp_change(c["vs_full"].get(paper)),
+            corrections_reversals(c["vs_full"].get(paper)), f"{pp_change(own)} vs {c['reference']}" if own else "",
+            _count(c, lenient), pp_change(c["vs_full"].get(lenient)), corrections_reversals(c["vs_full"].get(lenient)),
             _nats(c["margin"]), _nats(c.get("margin_vs_full")), _paper_count(c["configuration"]),
             _paper_margin(c["configuration"])]))
     return lines + [""]
@@ -287,7 +285,8 @@ def _comparison_lines(summary: dict[str, Any]) -> list[str]:
         lines += ["## Matched occurrence: far minus near", ""]
         for rule, name in RULES.items():
             nf = by_rule[rule]["near_far"]
-            lines.append(f"- {name}: {_pp(nf)} pp ({nf['corrections']} corrections / {nf['reversals']} reversals)")
+            lines.append(f"- {name}: {pp_change(nf)} pp ({nf['corrections']} corrections / {nf['reversals']} "
+                         "reversals)")
         lines += [f"- first-value margin change: {_nats(summary.get('near_far_margin'))} nats",
                   f"- paper ({anchors.MODEL}): {p['pp']:+.1f} pp {interval(p['ci'], '.2f')} (table: "
                   f"{interval(p['ci_table'], '.1f')}), {p['corrections']} corrections / {p['reversals']} reversals; "
@@ -296,7 +295,7 @@ def _comparison_lines(summary: dict[str, Any]) -> list[str]:
         p = anchors.PLAIN_INTERACTION
         lines += ["## gray -> plain: change of the early-control effect", "",
                   "(plain-early - plain-full) - (early - full): " + "; ".join(
-                      f"{name} {_pp(by_rule[rule]['plain_interaction'])} pp" for rule, name in RULES.items())
+                      f"{name} {pp_change(by_rule[rule]['plain_interaction'])} pp" for rule, name in RULES.items())
                   + f"; paper {p['pp']:+.1f} pp {interval(p['ci'], '.2f')}.", ""]
     cells = ("full", "early", "preserve-first-four", "first-four", "last-four")
     if any(by_rule[r]["note_profiles"] for r in RULES):
@@ -306,14 +305,15 @@ def _comparison_lines(summary: dict[str, Any]) -> list[str]:
             for rule, name in RULES.items():
                 e = by_rule[rule]["note_profiles"].get(profile)
                 if e:
-                    lines.append(table_row([profile, name, *[e["counts"].get(c, "") for c in cells], _pp(e["loss"]),
-                                            _pp(e["preserve"])]))
+                    lines.append(table_row([profile, name, *[e["counts"].get(c, "") for c in cells],
+                                            pp_change(e["loss"]), pp_change(e["preserve"])]))
             if profile in by_rule["label_correct"]["note_profiles"]:
                 prefix, p = "" if profile == "repeated" else "varied-", anchors.NOTE_PROFILES[profile]
                 lines.append(table_row([profile, f"paper {anchors.MODEL}", *[anchors.COUNTS[prefix + c] for c in cells],
                                         f"{p['loss'][0]:+.2f} [{p['loss'][1]:+.2f}, {p['loss'][2]:+.2f}]",
                                         f"{p['preserve'][0]:+.2f} [{p['preserve'][1]:+.2f}, {p['preserve'][2]:+.2f}]"]))
-        diffs = [f"{name} {_pp(by_rule[rule]['note_profiles']['loss_difference'])} pp" for rule, name in RULES.items()
+        diffs = [f"{name} {pp_change(by_rule[rule]['note_profiles']['loss_difference'])} pp"
+                 for rule, name in RULES.items()
                  if by_rule[rule]["note_profiles"].get("loss_difference")]
         if diffs:
             lines += ["", "Varied minus repeated early-mask loss: " + "; ".join(diffs)

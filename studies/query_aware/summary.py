@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
+from kvprobe.studies.common.formatting import eos_count
 from kvprobe.studies.common.report import format_change, heading, run_time, small_sample_note, table_head
 from kvprobe.studies.datasets.record_histories import ITEMS
 from kvprobe.studies.common.runner import read_rows
@@ -54,7 +55,7 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
                 cell: dict[str, Any] = {"query": query, "subset": subset, "arm": condition, "n": len(got),
                                         "parse_ok": sum(r["parse"] == "ok" for r in got),
                                         "mentions_old": sum(bool(r["mentions_old"]) for r in got),
-                                        "eos": sum(r["stop_reason"] == "eos" for r in got)}
+                                        "eos": eos_count(got)}
                 for rule in RULES:
                     cell[rule] = sum(bool(r[rule]) for r in got)
                     for ref in REFERENCES:

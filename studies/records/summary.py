@@ -26,6 +26,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
+from kvprobe.studies.common.formatting import eos_count
 from kvprobe.studies.common.detectors.coverage import coverage_curve
 from kvprobe.studies.common.detectors import strings as note_strings
 from kvprobe.studies.common.detectors.text import REPLACEMENT
@@ -60,7 +61,7 @@ def _cells(by_key: dict, keys: list[str], groups: dict[str, str], seed: int, dra
             rows = [mine[k] for k in keys if k in mine]
             cell: dict[str, Any] = {"query": query, "policy": condition, "subset": subset, "n": len(rows),
                                     "parse_ok": sum(r["parse"] == "ok" for r in rows),
-                                    "eos": sum(r["stop_reason"] == "eos" for r in rows),
+                                    "eos": eos_count(rows),
                                     "acted": sum(r["operation"] != "full" for r in rows)}
             for rule in RULES:
                 cell[rule] = sum(bool(r[rule]) for r in rows)

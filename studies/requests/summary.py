@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, bootstrap_mean, group_bootstrap_weights, percentile_interval
+from kvprobe.studies.common.formatting import cap_count
 from kvprobe.studies.common.report import Items, estimate, heading, interval, run_time, small_sample_note, table_head
 from kvprobe.studies.datasets.record_histories import ITEMS as HISTORIES
 from kvprobe.studies.common.runner import read_rows
@@ -70,7 +71,7 @@ def _time_cell(mine: dict[str, dict], base: dict[str, dict], keys: list[str], we
         "request": {k: _stats([q[k] for q in queries]) for k in ("tokenize_ms", "copy_ms", "prefill_ms", "decode_ms",
                                                                    "total_ms", "output_tokens")},
         "decode_ms_per_token": sum(q["decode_ms"] for q in queries) / decode_steps if decode_steps else None,
-        "capped_answers": sum(q["stop_reason"] == "cap" for q in queries),
+        "capped_answers": cap_count(queries),
         "kv_bytes": _stats([t["kv_bytes"] for t in ts]),
     }
     if any(t["detector"] for t in ts):

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, paired_change, percentile_interval
+from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, mean_change_pp, paired_change
 from kvprobe.studies.common.report import Items, corrections_reversals, data_items, estimate, heading, ordered, run_time, table_head, table_row
 from kvprobe.studies.common.grades import grade_of, read_grade_lines
 from kvprobe.studies.common.runner import read_rows
@@ -83,14 +83,6 @@ SELECTION_RULE = ("among the attenuating policies, the largest net change in cor
 def read_grades(path: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
     """``(case_id, arm) -> {"correct", "grader", ...}`` from a ``grades.jsonl``."""
     return read_grade_lines(path, ("case_id", "arm"))
-
-
-def _pp(diff: np.ndarray, weights: np.ndarray) -> dict[str, Any]:
-    """Mean paired difference in pp and its bootstrap percentile interval (draws with no case dropped)."""
-    counts = weights.sum(axis=1)
-    keep = counts > 0
-    draws = 100.0 * (weights[keep] @ diff) / counts[keep]
-    return {"pp": float(100.0 * diff.mean()), "ci": percentile_interval(draws)}
 
 
 def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: str | Path | None = None
@@ -190,7 +182,7 @@ def _subset(key: str, label: str, m: np.ndarray, groups: list[str], conditions: 
                 w = weights[:, both]
                 for name, table in ((f"vs_{reference}", correct), (f"eos_vs_{reference}", eos_correct)):
                     diff = table[condition][both] - table[reference][both]
-                    cell[name] = {**paired_change(table[condition][both], table[reference][both], w), **_pp(diff, w)}
+                    cell[name] = {**paired_change(table[condition][both], table[reference][both], w), **mean_change_pp(diff, w @ diff, w.sum(axis=1))}
         entry["arms"][condition] = cell
     return entry
 

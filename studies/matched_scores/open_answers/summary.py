@@ -38,6 +38,7 @@ import numpy as np
 
 from kvprobe.readouts.stats import (DRAWS, PAPER_SEED, connected_components, group_bootstrap_weights,
                                     percentile_interval, weighted_sums)
+from kvprobe.studies.common.formatting import eos_count
 from kvprobe.studies.common.claims import verdict_text
 from kvprobe.studies.common.report import (VERDICT_RULE, heading, percent_count, run_time, small_sample_note,
                                            table_head, table_row)
@@ -136,7 +137,7 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS,
     out["books"] = len(set(books))
     out["answerability"] = dict(Counter(r["v_answerability"] for r in first))
     out["reference_support"] = dict(Counter(r["v_reference_support"] for r in first))
-    out["eos"] = {c: sum(r["stop_reason"] == "eos" for r in by[c]) for c in CONDITIONS}
+    out["eos"] = {c: eos_count(by[c]) for c in CONDITIONS}
     out["panels"] = {}
     for name, idx in (("answerable", answerable), ("all", np.arange(len(cases)))):
         if not len(idx):
