@@ -14,7 +14,7 @@ from functools import partial
 
 from kvprobe.model_registry import DEFAULT_MODEL
 from kvprobe.parameters import at_least
-from typing import Sequence
+from typing import Any, Iterable, Sequence
 
 from kvprobe.readouts.stats import PAPER_SEED
 
@@ -257,6 +257,17 @@ def _run_target(argv: Sequence[str] | None) -> str | None:
     return rest[0] if rest and not rest[0].startswith("-") else None
 
 
+def _summary_option_helps(entries: Iterable[Any]) -> dict[str, dict[str, list[str]]]:
+    """Each summary option of ``entries`` (``Entry.command_options``), its help texts and the studies giving each
+    (studies that share an option name may say different things about it, e.g. ``grades``)."""
+    helps: dict[str, dict[str, list[str]]] = {}
+    for e in entries:
+        for o in e.command_options:
+            if o.to == "summary":
+                helps.setdefault(o.name, {}).setdefault(o.help, []).append(e.name)
+    return helps
+
+
 def add_report(sub, cli) -> None:
     """``kvprobe report STUDY|scorecard``: the summary options of every registered study."""
     from kvprobe.studies.registry import REPORT_SEED, STUDIES
@@ -285,10 +296,9 @@ def add_report(sub, cli) -> None:
                    "or each rewritten for the other studies); scorecard: the artifacts folder (default artifacts); "
                    "cross-benchmark: MINTEval, MQuAKE and BABILong run directories holding config.json and "
                    "summary.json (default: the committed smollm2 runs)")
-    for option in {o.name: o for e in STUDIES.values() for o in e.command_options if o.to == "summary"}.values():
-        p.add_argument(flag(option.name), dest=option.name, default=None,
-                       help=f"{', '.join(e.name for e in STUDIES.values() if option in e.command_options)}: "
-                       f"{option.help}")
+    for name, helps in _summary_option_helps(STUDIES.values()).items():
+        p.add_argument(flag(name), dest=name, default=None,
+                       help="; ".join(f"{', '.join(studies)}: {text}" for text, studies in helps.items()))
     p.add_argument("--out", default=None, help="where to write the comparison of several runs (quantity: "
                    "thresholds.{json,md}, panel.{md,json} and the panel's figures); scorecard: the markdown file "
                    "(default docs/scorecard.md), the JSON "
