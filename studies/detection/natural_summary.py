@@ -26,7 +26,7 @@ import numpy as np
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, paired_change, \
     percentile_interval
 from kvprobe.studies.common.detectors.text import REPLACEMENT
-from kvprobe.studies.common.formatting import share
+from kvprobe.studies.common.formatting import cap_count, share
 from kvprobe.studies.common.report import model_name, table_head, table_row
 from kvprobe.studies.common.runner import CONFIG, read_rows
 from .natural import NATURAL_DETECTORS, PLAIN, WITH_QUESTION
@@ -83,7 +83,7 @@ def confusion_cell(rows: list[dict[str, Any]], seed: int = PAPER_SEED, draws: in
                                            for rel in sorted({r["relation"] for r in rows if not r["label"]})},
             "decisions": dict(Counter(r["decision"] for r in rows)),
             "parse": dict(Counter(r["parse"] for r in rows)),
-            "capped": sum(r["stop_reason"] == "cap" for r in rows)}
+            "capped": cap_count(rows)}
 
 
 def _kept(row: dict[str, Any], exclusion: str) -> bool:
