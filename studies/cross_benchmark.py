@@ -32,10 +32,10 @@ from typing import Any
 
 from kvprobe.readouts.stats import clopper_pearson
 
-from .babilong.figure import BABI_LOCATIONS
 from .babilong import claims as babilong
 from .common.claims import Claim, count_pp, lines_text
 from .common.report import estimate, interval, table_head, table_row
+from .datasets.babi import BABI_LOCATIONS
 from .minteval import claims as minteval
 from .mquake import claims as mquake
 

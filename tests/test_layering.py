@@ -496,3 +496,22 @@ def test_the_shared_folders_sit_below_the_studies():
                     if module.split(".")[2] not in allowed:
                         bad.append(f"{name} imports {module}")
     assert not bad, "\n".join(bad)
+
+
+#: The one module outside a study's folder that imports its figure code: the redraw of every committed figure
+#: (a run's figure it finds through the registry's ``Entry.figure``; it imports the calibration and map figures).
+REDRAWS_FIGURES = {"kvprobe.tools.figures"}
+
+
+def test_a_study_draws_its_own_figure():
+    """A study's ``figure.py`` is imported only inside its own folder and by :data:`REDRAWS_FIGURES`; ``kvprobe report``
+    draws it through the registry (``Entry.figure``), so nothing else draws a study's figure."""
+    bad = []
+    for name, path in MODULES.items():
+        for target, _ in _imports(name, path):
+            parts = (_resolve(target) or "").split(".")
+            if len(parts) >= 4 and parts[:2] == ["kvprobe", "studies"] and parts[-1] == "figure":
+                folder = ".".join(parts[:-1])
+                if not name.startswith(folder + ".") and name not in REDRAWS_FIGURES:
+                    bad.append(f"{name} imports {'.'.join(parts)}")
+    assert not bad, "\n".join(bad)

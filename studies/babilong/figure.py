@@ -13,10 +13,7 @@ from typing import Any
 
 from kvprobe.studies.common.figures import Panel, plot_changes
 from kvprobe.studies.common.formatting import count
-
-
-#: bAbI qa1-qa3 answers are one of six locations (bathroom, bedroom, garden, hallway, kitchen, office).
-BABI_LOCATIONS = 6
+from kvprobe.studies.datasets.babi import BABI_LOCATIONS
 
 
 def draw(summary: dict[str, Any], path: Path | str, model: str = "") -> Path | None:

@@ -25,6 +25,9 @@ MOVE_VERBS = ("moved", "went", "went back", "journeyed", "travelled")
 GET_VERBS = ("got", "grabbed", "picked up", "took")
 DROP_VERBS = ("put down", "dropped", "discarded", "left")
 FACT_KINDS = ("move", "get", "drop")
+#: qa1-qa3 answers are one of six locations (bathroom, bedroom, garden, hallway, kitchen, office): the chance
+#: level of a uniform guess is one in six.
+BABI_LOCATIONS = 6
 
 
 def _alternatives(verbs: Iterable[str]) -> str:
