@@ -1,0 +1,78 @@
+"""The one summary contract (``kvprobe.studies.common.summary.write_summary``) and the registry's grading options.
+
+``tests/test_committed_summaries.py`` proves the contract reproduces every committed summary; these tests check
+its edges on a committed run copied into a temporary folder: options a study does not take are refused, a judge
+runs first and its grades file is used, and ``Entry.graded`` declares each grading option once.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kvprobe.studies.common.summary import write_summary
+from kvprobe.studies.registry import STUDIES, Graded, entry
+
+ROOT = Path(__file__).resolve().parents[1]
+#: A cheap committed run of a graded study (its grades file is committed beside it).
+GRADED_RUN = ROOT / "artifacts" / "session-bias" / "smollm2-val"
+
+
+def _copy(run: Path, into: Path) -> Path:
+    into.mkdir(parents=True, exist_ok=True)
+    for path in run.iterdir():
+        if path.is_file() and path.name not in ("summary.json", "report.md") and path.suffix != ".png":
+            shutil.copy2(path, into / path.name)
+    return into
+
+
+def test_grading_options_are_declared_once_per_graded_study():
+    graded = {name: e for name, e in STUDIES.items() if e.graded is not None}
+    assert set(graded) == {"minteval", "factconsolidation", "revisions", "oaks-open", "session-bias"}
+    for name, e in STUDIES.items():
+        names = [o.name for o in e.command_options]
+        assert len(names) == len(set(names)), name
+        assert ("grades" in names) == (e.graded is not None), name
+        assert ("judge_model" in names) == ("judge_dtype" in names) == (e.graded is not None and
+                                                                      e.graded.judge is not None), name
+        assert not {"grades", "judge_model", "judge_dtype"} & {o.name for o in e.options}, name
+
+
+def test_an_option_the_study_does_not_take_is_refused(tmp_path):
+    with pytest.raises(TypeError, match="unknown summary option"):
+        write_summary("babilong", _copy(ROOT / "artifacts" / "babilong" / "smollm2-135m-instruct", tmp_path),
+                      grades="grades.jsonl")
+
+
+def test_a_judge_model_grades_the_run_first_and_its_grades_are_used(tmp_path, monkeypatch):
+    """``judge_model`` runs the entry's judge (here a stand-in returning the committed judge's grades file) with
+    the model and dtype given, and the summary is the committed one, which those grades gave."""
+    run = _copy(GRADED_RUN, tmp_path)
+    calls = []
+
+    def judge(out_dir, model, dtype):
+        calls.append((Path(out_dir), model, dtype))
+        return Path(out_dir) / "grades.jsonl"
+
+    monkeypatch.setattr("kvprobe.studies.session_bias.summary.judge_run", judge)
+    write_summary("session-bias", run, judge_model="a-judge", judge_dtype="bfloat16")
+    assert calls == [(run, "a-judge", "bfloat16")]
+    for name in ("summary.json", "report.md"):
+        assert (run / name).read_bytes() == (GRADED_RUN / name).read_bytes(), name
+
+
+def test_grades_and_a_judge_model_together_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="not both"):
+        write_summary("session-bias", tmp_path, grades="g.jsonl", judge_model="m")
+    with pytest.raises(ValueError, match="needs judge_model"):
+        write_summary("session-bias", tmp_path, judge_dtype="bfloat16")
+
+
+def test_a_study_without_a_judge_has_no_judge_option(tmp_path):
+    with pytest.raises(TypeError, match="unknown summary option"):
+        write_summary("minteval", tmp_path, judge_model="m")
+    with pytest.raises(ValueError, match="no judge model"):
+        replace(entry("minteval"), graded=Graded()).judge_function()
