@@ -52,7 +52,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Iterator
+from typing import Any, Iterator, TypedDict
 
 import numpy as np
 
@@ -78,6 +78,8 @@ __all__ = [
     "mcnemar_exact",
     "may_resample_within",
     "mean_change_pp",
+    "MeanChangePP",
+    "PairedChange",
     "group_bootstrap_indices",
     "group_bootstrap_weights",
     "macro_auc",
@@ -562,8 +564,25 @@ def one_sided_lower(values: Sequence[float] | np.ndarray, alpha: float = ALPHA) 
 # --------------------------------------------------------------------------- paired changes
 
 
+class PairedChange(TypedDict):
+    """:func:`paired_change`: the change in a sum against the reference, the cases that went up and down, and
+    the change's percentile interval (a summary's ``*_change_vs_*`` entries)."""
+
+    change: int | float
+    corrections: int
+    reversals: int
+    ci: list[float]
+
+
+class MeanChangePP(TypedDict):
+    """:func:`mean_change_pp`: a paired change as a mean in percentage points and its percentile interval."""
+
+    pp: float
+    ci: list[float]
+
+
 def paired_change(outcomes: Sequence[float] | np.ndarray, reference: Sequence[float] | np.ndarray,
-                  weights: np.ndarray, alpha: float = ALPHA) -> dict[str, Any]:
+                  weights: np.ndarray, alpha: float = ALPHA) -> PairedChange:
     """Change in the sum of ``outcomes`` (one condition's) against ``reference`` (case-aligned 0/1 or real outcomes).
 
     For the cases both conditions answered: the change (outcomes minus reference), its
@@ -584,7 +603,7 @@ def paired_change(outcomes: Sequence[float] | np.ndarray, reference: Sequence[fl
 
 
 def mean_change_pp(values: Sequence[float] | np.ndarray, draw_sums: np.ndarray, draw_sizes: np.ndarray,
-                   alpha: float = ALPHA) -> dict[str, Any]:
+                   alpha: float = ALPHA) -> MeanChangePP:
     """A paired change as a mean in percentage points: ``pp``, 100 x the mean of ``values`` (one per case, e.g.
     the 0/1 differences between a condition and its reference), and ``ci``, the percentile interval of 100 x each
     bootstrap draw's mean, ``draw_sums[d] / draw_sizes[d]`` (the drawn cases' value sum over their number, e.g.

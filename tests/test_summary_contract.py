@@ -7,6 +7,8 @@ runs first and its grades file is used, and ``Entry.graded`` declares each gradi
 
 from __future__ import annotations
 
+import importlib
+import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -76,3 +78,34 @@ def test_a_study_without_a_judge_has_no_judge_option(tmp_path):
         write_summary("minteval", tmp_path, judge_model="m")
     with pytest.raises(ValueError, match="no judge model"):
         replace(entry("minteval"), graded=Graded()).judge_function()
+
+
+#: Committed runs of the studies whose summary module types its ``summary.json`` (``Summary``, ``Cell``).
+TYPED_RUNS = sorted(p.parent for p in (ROOT / "artifacts").glob("*/*/summary.json")
+                    if (p.parent / "config.json").is_file()
+                    and json.loads((p.parent / "config.json").read_text()).get("study") in STUDIES
+                    and hasattr(importlib.import_module(
+                        entry(json.loads((p.parent / "config.json").read_text())["study"]).summary), "Summary"))
+
+
+def _keys_fit(typed: type, value: dict, where: str) -> None:
+    keys = set(value)
+    assert typed.__required_keys__ <= keys, f"{where} lacks {sorted(typed.__required_keys__ - keys)}"
+    assert keys <= typed.__required_keys__ | typed.__optional_keys__, \
+        f"{where} has keys its type does not name: {sorted(keys - typed.__required_keys__ - typed.__optional_keys__)}"
+
+
+def test_some_summaries_are_typed():
+    assert {json.loads((r / "config.json").read_text())["study"] for r in TYPED_RUNS} >= {"babilong", "minteval"}
+
+
+@pytest.mark.parametrize("run", TYPED_RUNS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_typed_summary_names_every_key_of_its_committed_summary(run):
+    """A summary module's ``Summary`` (and ``Cell``, for each of its ``cells``) names exactly the keys its committed
+    ``summary.json`` holds: the required ones all, the optional ones where they apply, no others."""
+    module = importlib.import_module(entry(json.loads((run / "config.json").read_text())["study"]).summary)
+    summary = json.loads((run / "summary.json").read_text())
+    _keys_fit(module.Summary, summary, f"{run.name}/summary.json")
+    if hasattr(module, "Cell"):
+        for i, cell in enumerate(summary["cells"]):
+            _keys_fit(module.Cell, cell, f"{run.name}/summary.json cells[{i}]")

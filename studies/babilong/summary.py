@@ -5,17 +5,19 @@ Per (task, length, policy): correct answers under the official-style parser
 rule; answers stopped by EOS; and the paired difference in official correct
 answers against full access with a 95 % interval from 10,000 bootstrap draws of
 whole source stories (the paper's clusters), the same draws for every cell.
+
+``summary.json`` is a :class:`Summary` (its cells :class:`Cell`).
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
-from kvprobe.readouts.stats import DRAWS, bootstrap_stream, group_bootstrap_weights, paired_change
+from kvprobe.readouts.stats import DRAWS, PairedChange, bootstrap_stream, group_bootstrap_weights, paired_change
 from kvprobe.studies.common.formatting import stops
 from kvprobe.studies.common.claims import verdict_text
 from kvprobe.studies.common.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, data_items, estimate, \
@@ -36,7 +38,39 @@ CLAIMS = (("babilong.qa3-naive", "qa3", "naive", f"{paper_counts('qa3', 'naive')
 TOLERANCE = 0.05
 
 
-def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[str, Any]:
+class _CellKeys(TypedDict):
+    task: str
+    length: int
+    policy: str
+    n: int
+    eos: int
+    capped: int
+    masked_tokens_mean: float
+    official: int
+    official_no_eos: int
+    strict: int
+
+
+class Cell(_CellKeys, total=False):
+    """One (task, length, policy): its answers correct under each rule, how they stopped, the tokens it hid."""
+
+    #: Full access only: how many gold locations its questions have, and the most common one's count (chance).
+    locations: int
+    majority: int
+    #: Every other policy answering every question: official correct answers against full access, paired.
+    official_change_vs_full: PairedChange
+
+
+class Summary(TypedDict):
+    """A BABILong run's ``summary.json``."""
+
+    cells: list[Cell]
+    draws: int
+    seed: int
+    rows: int
+
+
+def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> Summary:
     """Cells and paired differences of a run directory."""
     rows = list(read_rows(out_dir))
     by_cell: dict[tuple[str, int], dict[str, dict[str, dict]]] = defaultdict(lambda: defaultdict(dict))
@@ -52,7 +86,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
         weights = group_bootstrap_weights([full[c]["group"] for c in case_ids], n_draws=draws, seed=rng)
         for condition in [p for p in CONDITIONS if p in per_condition]:
             mine = per_condition[condition]
-            cell = {"task": task, "length": length, "policy": condition, "n": len(mine),
+            cell: Cell = {"task": task, "length": length, "policy": condition, "n": len(mine),
                     **stops(mine.values()),
                     "masked_tokens_mean": float(np.mean([r["masked_tokens"] for r in mine.values()]))}
             for rule in RULES:

@@ -12,17 +12,20 @@ cell. The paper's anchors stand beside the source-minus-full row.
 
 ``grades``: a ``grades.jsonl`` from ``grading.grade_run`` (an LLM judge) adds a ``judge`` rule
 (a "yes" verdict and EOS) to every cell.
+
+``summary.json`` is a :class:`Summary` (its cells :class:`Cell`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
-from kvprobe.readouts.stats import DRAWS, GroupBootstrap, bootstrap_stream, group_bootstrap_indices, mean_change_pp
+from kvprobe.readouts.stats import DRAWS, GroupBootstrap, MeanChangePP, bootstrap_stream, group_bootstrap_indices, \
+    mean_change_pp
 from kvprobe.studies.common.formatting import stops
 from kvprobe.studies.common.report import Items, corrections_reversals, data_items, estimate, heading, run_time, table_head, table_row
 from kvprobe.studies.common.grades import grade_of
@@ -38,7 +41,7 @@ SCOPES = ("all", *QUESTION_TYPES)
 Key = tuple[str, str]
 
 
-def group_mean_change(values: np.ndarray, boot: GroupBootstrap, counts: np.ndarray) -> dict[str, Any]:
+def group_mean_change(values: np.ndarray, boot: GroupBootstrap, counts: np.ndarray) -> MeanChangePP:
     """Mean of ``values`` (one per question) x 100 and its percentile interval over the group draws
     (:func:`kvprobe.readouts.stats.mean_change_pp`, summed per group: ``boot`` stores groups, not cases).
 
@@ -57,13 +60,53 @@ def _rules(graded: bool) -> tuple[str, ...]:
     return ("em", "em_strict_boxed", "contains", *(("judge",) if graded else ()))
 
 
-def _cell(scope: str, condition: str, mine: list[dict[str, Any]], rules: tuple[str, ...]) -> dict[str, Any]:
+def _cell(scope: str, condition: str, mine: list[dict[str, Any]], rules: tuple[str, ...]) -> Cell:
     return {"scope": scope, "policy": condition, "n": len(mine), **{r: sum(bool(x[r]) for x in mine) for r in rules},
             **stops(mine)}
 
 
+class _CellKeys(TypedDict):
+    scope: str
+    policy: str
+    n: int
+    em: int
+    em_strict_boxed: int
+    contains: int
+    eos: int
+    capped: int
+
+
+class Cell(_CellKeys, total=False):
+    """One (question scope, policy): its questions, their answers correct under each rule and how they stopped."""
+
+    #: With ``grades``: answers the judge labels correct (and that stopped at EOS).
+    judge: int
+    #: Full access: its exact-match rate with the component interval; another policy: its rate alone.
+    em_pct: MeanChangePP | dict[str, float]
+    #: A policy answering every question: its exact-match change against full access, pp, with the interval
+    #: of each resampled unit, and the questions it gained and lost.
+    change_component: MeanChangePP
+    change_session: MeanChangePP
+    corrections: int
+    reversals: int
+
+
+class Summary(TypedDict):
+    """A MINTEval run's ``summary.json``."""
+
+    cells: list[Cell]
+    draws: int
+    seed: int
+    grader: str
+    grades_file: str | None
+    rows: int
+    questions: int
+    sessions: int
+    components: int
+
+
 def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: str | Path | None = None
-              ) -> dict[str, Any]:
+              ) -> Summary:
     """Recompute the summary from the rows on disk (module docstring)."""
     verdicts = read_grades(grades) if grades is not None else None
     by_condition: dict[str, dict[Key, dict[str, Any]]] = defaultdict(dict)
@@ -76,7 +119,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
     full = by_condition.get("full", {})
     keys = sorted(full)
     rules = _rules(verdicts is not None)
-    out: dict[str, Any] = {"cells": [], "draws": draws, "seed": seed, "grader": "rule" if verdicts is None else
+    out: Summary = {"cells": [], "draws": draws, "seed": seed, "grader": "rule" if verdicts is None else
                            "rule + judge", "grades_file": None if grades is None else str(grades),
                            "rows": sum(len(v) for v in by_condition.values()), "questions": len(keys),
                            "sessions": len({k[0] for k in keys}), "components": len({full[k]["group"] for k in keys})}

@@ -15,17 +15,19 @@ current-query reversals of every condition against keep-all split into missing u
 UNKNOWN / other; and, when the run has the neutral note, always-mask against its
 equal-token control (always-control). Rows written before the value columns existed
 are regraded from their stored outputs (:func:`.errors.regrade_row`).
+
+``summary.json`` is a :class:`Summary` (its cells :class:`Cell`).
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, TypedDict
 
 import numpy as np
 
-from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
+from kvprobe.readouts.stats import DRAWS, PAPER_SEED, PairedChange, group_bootstrap_weights, paired_change
 from kvprobe.studies.common.formatting import eos_count
 from kvprobe.studies.common.detectors.coverage import coverage_curve
 from kvprobe.studies.common.detectors import strings as note_strings
@@ -49,7 +51,7 @@ def _conditions(by_key: dict) -> list[str]:
 
 
 def _cells(by_key: dict, keys: list[str], groups: dict[str, str], seed: int, draws: int,
-           subset: str = "all") -> list[dict[str, Any]]:
+           subset: str = "all") -> list[Cell]:
     weights = _weights(keys, groups, seed, draws)
     cells = []
     for query in QUERIES:
@@ -59,7 +61,7 @@ def _cells(by_key: dict, keys: list[str], groups: dict[str, str], seed: int, dra
         for condition in _conditions(by_key):
             mine = by_key.get((query, condition), {})
             rows = [mine[k] for k in keys if k in mine]
-            cell: dict[str, Any] = {"query": query, "policy": condition, "subset": subset, "n": len(rows),
+            cell: Cell = {"query": query, "policy": condition, "subset": subset, "n": len(rows),
                                     "parse_ok": sum(r["parse"] == "ok" for r in rows),
                                     "eos": eos_count(rows),
                                     "acted": sum(r["operation"] != "full" for r in rows)}
@@ -91,9 +93,57 @@ def _detector(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "accuracy": float(np.mean([f == bool(r["label"]) for f, r in zip(fire, rows)])) if rows else None}
 
 
+class _CellKeys(TypedDict):
+    query: str
+    policy: str
+    #: ``all``, or (current query) ``replacement`` / ``non-replacement`` histories.
+    subset: str
+    n: int
+    parse_ok: int
+    eos: int
+    #: Histories where the policy changed the cache (any operation but full access).
+    acted: int
+    correct: int
+    lenient: int
+
+
+class Cell(_CellKeys, total=False):
+    """One (query, policy, subset): its answers correct under the exact and lenient rules and how they ended."""
+
+    #: A policy answering every history: each rule's change against keep-all, paired over whole items.
+    correct_change: PairedChange
+    lenient_change: PairedChange
+
+
+class _SummaryKeys(TypedDict):
+    cells: list[Cell]
+    #: The detector's decisions scored against the labels.
+    detector: dict[str, Any]
+    draws: int
+    seed: int
+    rows: int
+    histories: int
+    groups: int
+    #: The exact answer-field rule beside the strict fenced rule (``common.report.exact_rules``).
+    exact_rules: dict[str, int]
+    policies: list[str]
+    #: Value categories and reversals (:mod:`.value_tables`).
+    values: list[dict[str, Any]]
+    reversals: list[dict[str, Any]]
+
+
+class Summary(_SummaryKeys, total=False):
+    """A record-history run's ``summary.json``."""
+
+    #: Runs with the neutral note: always-mask against its equal-token control (``value_tables.control_cells``).
+    mask_vs_control: list[dict[str, Any]]
+    #: Runs with the always-mask arm: per rule, a coverage curve per ranking (detector, oracle label, readouts).
+    coverage: dict[str, dict[str, dict[str, Any]]]
+
+
 def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS,
               readout_scores: str | Path | None = None,
-              rankings: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
+              rankings: Mapping[str, Mapping[str, float]] | None = None) -> Summary:
     """The run's summary; ``rankings`` adds coverage curves ranked by other scores (e.g. learned
     readouts, ``studies.common.detectors.readout_scores``), ``{name: {case_id: score}}``; ``readout_scores``:
     a ``kvprobe readout`` scores.json (or its folder) whose readouts rank the histories so.
@@ -116,7 +166,7 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS,
         subset = [k for k in keys if base[k]["label"] == label]
         if subset:
             cells += [c for c in _cells(by_key, subset, groups, seed, draws, name) if c["query"] == "current"]
-    summary: dict[str, Any] = {"cells": cells, "detector": _detector([base[k] for k in keys]), "draws": draws,
+    summary: Summary = {"cells": cells, "detector": _detector([base[k] for k in keys]), "draws": draws,
                                "seed": seed, "rows": len(rows), "histories": len(keys),
                                "groups": len(set(groups.values()))}
     summary["exact_rules"] = exact_rules(rows)
