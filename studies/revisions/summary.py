@@ -30,6 +30,8 @@ are reported apart.
 Grades: the rows' rule outcomes, or, when the run directory holds ``grades.jsonl`` from
 ``grading.grade_run`` (an LLM judge) and ``grades`` is ``"auto"``, those labels (capped
 still takes precedence); any grades file may be given. The report names the grader either way.
+
+``summary.json`` is a :class:`Summary` (its cells, all questions and per question type, :class:`Cell`).
 """
 
 from __future__ import annotations
@@ -37,11 +39,12 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
-from kvprobe.readouts.stats import DRAWS, bootstrap_mean, group_bootstrap_weights, paired_change, percentile_interval
+from kvprobe.readouts.stats import DRAWS, PairedChange, bootstrap_mean, group_bootstrap_weights, paired_change, \
+    percentile_interval
 from kvprobe.studies.common.report import Items, data_items, estimate, heading, ordered, run_time, table_head, table_row
 from kvprobe.studies.common.grades import grade_of
 from kvprobe.studies.common.runner import CONFIG, read_rows
@@ -119,8 +122,60 @@ def _outcomes(rows: list[dict[str, Any]], grades: dict[tuple[str, str, str], dic
     return out, sorted(graders)
 
 
+class PointsChange(PairedChange):
+    """A paired change in complete answers with its value and interval in points of the questions."""
+
+    pp: float
+    pp_ci: list[float]
+
+
+class _CellKeys(TypedDict):
+    operation: str
+    n: int
+    #: The answers of each outcome (``grading.OUTCOMES``; capped first).
+    complete: int
+    partial: int
+    wrong: int
+    abstain: int
+    unverifiable: int
+    capped: int
+
+
+class Cell(_CellKeys, total=False):
+    """One operation over a set of questions: its answers by outcome."""
+
+    #: An operation answering every question: complete answers against full access, paired over articles.
+    change_vs_full: PointsChange
+
+
+class Summary(TypedDict):
+    """A revision-history run's ``summary.json``."""
+
+    seed: int
+    draws: int
+    rows: int
+    graders: list[str]
+    #: The grades file's name in the run folder (None: the rule grader's outcomes).
+    grades_file: str | None
+    articles: int
+    skipped_articles: int
+    questions: int
+    #: Questions counted in the cells (source-answerable).
+    answerable: int
+    history_tokens_mean: float | None
+    hidden_tokens_mean: dict[str, float]
+    cells: list[Cell]
+    by_type: dict[str, list[Cell]]
+    complete_all_questions: dict[str, int]
+    #: Reference agreement per operation (:func:`agreement_cells`) and where its verdicts come from.
+    reference_agreement: dict[str, Any]
+    source_review: dict[str, Any]
+    #: Per target-time stratum: questions, answerable ones, cells and reference agreement.
+    target_time: dict[str, Any]
+
+
 def _cells(keys: list[tuple[str, str]], outcome: dict[tuple[str, str, str], str], operations: list[str],
-           draws: int, seed: int) -> list[dict[str, Any]]:
+           draws: int, seed: int) -> list[Cell]:
     """Per operation: outcome counts and the paired change of complete answers against full access (questions
     ``keys``; bootstrap draws of their articles, the same for every operation)."""
     cells = []
@@ -128,7 +183,7 @@ def _cells(keys: list[tuple[str, str]], outcome: dict[tuple[str, str, str], str]
     full = [int(outcome.get((c, q, "full")) == "complete") for c, q in keys]
     for op in operations:
         got = [outcome.get((c, q, op)) for c, q in keys]
-        cell: dict[str, Any] = {"operation": op, "n": sum(g is not None for g in got),
+        cell: Cell = {"operation": op, "n": sum(g is not None for g in got),
                                 **{o: sum(g == o for g in got) for o in OUTCOMES}}
         if op != "full" and "full" in operations and cell["n"] == len(keys) and weights is not None:
             ch = paired_change([int(g == "complete") for g in got], full, weights)
@@ -213,7 +268,7 @@ def _generated(out: Path) -> bool:
 
 
 def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: str | Path | None = "auto",
-              review: str | Path | None = "auto") -> dict[str, Any]:
+              review: str | Path | None = "auto") -> Summary:
     """The summary (module docstring); ``grades``: "auto" (``grades.jsonl`` if present), a path, or None;
     ``review``: "auto" (``source_review.jsonl`` if present), a path, or None (the data's labels)."""
     out = Path(out_dir)
