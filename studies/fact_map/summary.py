@@ -13,13 +13,15 @@ Tables: the target effect (recompute vs mask) and the mask's own effect (mask vs
 full); the A mask restricted to the upper layers; every later piece rebuilt alone
 and cumulatively; the heatmap of pieces x layer bands; the same per variant
 (quantity: information condition). ``figure.png``: the recovery heatmap.
+
+``summary.json`` is a :class:`Summary` (all histories and each variant a :class:`CaseStats`).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -49,7 +51,39 @@ def _cell(d: np.ndarray, effect: np.ndarray, w: np.ndarray, ratio: bool) -> dict
     return out
 
 
-def _summarize_cases(cases: dict[str, dict[str, Any]], seed: int) -> dict[str, Any]:
+class CaseStats(TypedDict):
+    """The statistics of one set of histories (all, or one variant)."""
+
+    n_cases: int
+    n_groups: int
+    #: recompute - mask: the effect a rebuild's recovery is a share of.
+    target_effect: dict[str, Any]
+    mask_vs_full: dict[str, Any]
+    #: Per condition (mask in the upper layers, each piece rebuilt alone, cumulatively, in one band): its kind,
+    #: piece and band, its margin change against the mask, its recovery where the target effect excludes 0.
+    conditions: dict[str, dict[str, Any]]
+    target_effect_excludes_zero: bool
+
+
+class Summary(TypedDict):
+    """A fact-map run's ``summary.json``."""
+
+    study: str
+    dataset: str
+    seed: int
+    draws: int
+    #: The later pieces in history order, the layer bands ``[lo, hi]`` and the variants.
+    pieces: list[str]
+    bands: list[list[int]]
+    variants: list[str]
+    all: CaseStats
+    #: Per variant (empty with one variant).
+    by_variant: dict[str, CaseStats]
+    #: Recovery [pieces][bands] of all histories (None where undefined).
+    heatmap: list[list[float | None]]
+
+
+def _summarize_cases(cases: dict[str, dict[str, Any]], seed: int) -> CaseStats:
     """Statistics of one set of histories (all, or one variant)."""
     ids = sorted(cases)
     w = group_bootstrap_weights([cases[i]["group"] for i in ids], n_draws=DRAWS, seed=seed)
@@ -64,7 +98,7 @@ def _summarize_cases(cases: dict[str, dict[str, Any]], seed: int) -> dict[str, A
     # A recovery ratio divides by the recompute effect: with that effect's interval including 0 it is not
     # reported (docs/fidelity.md), so no ratio is computed at all.
     excludes_zero = bool(target["change_ci"][0] > 0 or target["change_ci"][1] < 0)
-    out: dict[str, Any] = {"n_cases": len(ids), "n_groups": len(set(cases[i]["group"] for i in ids)),
+    out: CaseStats = {"n_cases": len(ids), "n_groups": len(set(cases[i]["group"] for i in ids)),
                            "target_effect": target,
                            "mask_vs_full": _cell(mask - margins("full"), effect, w, ratio=False),
                            "conditions": {}}
@@ -80,7 +114,7 @@ def _summarize_cases(cases: dict[str, dict[str, Any]], seed: int) -> dict[str, A
     return out
 
 
-def summarize(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]:
+def summarize(out_dir: Path | str, seed: int = PAPER_SEED) -> Summary:
     """The summary of a run directory."""
     cases: dict[str, dict[str, Any]] = {}
     for row in read_rows(out_dir):
@@ -96,7 +130,7 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]:
     pieces = sorted(first["pieces"], key=lambda label: first["pieces"][label][0])  # in history order
     bands = sorted({tuple(m["band"]) for c in cases.values() for m in c["meta"].values() if m["kind"] == "band"})
     variants = sorted({c["variant"] for c in cases.values()})
-    summary = {"study": "fact-map", "dataset": config["study_config"]["dataset"], "seed": seed, "draws": DRAWS,
+    summary: Summary = {"study": "fact-map", "dataset": config["study_config"]["dataset"], "seed": seed, "draws": DRAWS,
                "pieces": pieces, "bands": [list(b) for b in bands], "variants": variants,
                "all": _summarize_cases(cases, seed)}
     summary["by_variant"] = {v: _summarize_cases({k: c for k, c in cases.items() if c["variant"] == v}, seed)
