@@ -13,13 +13,15 @@ Per matrix (quantity, endpoint):
 Intervals: percentile 95 % over 10,000 group-bootstrap draws of the base groups (a group's three variants
 kept together), seeded with the paper's 20260919 (``PAPER_SEED``); one set of draws per matrix, shared by
 every statistic.
+
+``summary.json`` is a :class:`Summary`.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -91,7 +93,16 @@ def summarize_matrix(rows: list[dict[str, Any]], matrix: str, seed: int, draws: 
     }
 
 
-def summarize(out_dir: Path | str, seed: int = PAPER_SEED) -> dict[str, Any]:
+class Summary(TypedDict):
+    """A factorial run's ``summary.json``."""
+
+    seed: int
+    draws: int
+    #: Per matrix the run holds (quantity, endpoint): :func:`summarize_matrix`'s counts, cells and contrasts.
+    matrices: dict[str, dict[str, Any]]
+
+
+def summarize(out_dir: Path | str, seed: int = PAPER_SEED) -> Summary:
     """The summary of a run directory (:func:`summarize_matrix` for each matrix it holds)."""
     by_matrix: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in read_rows(out_dir):

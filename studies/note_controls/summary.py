@@ -9,13 +9,15 @@ of its own profile and question, the mean first-value margin and its change. The
 comparisons: far minus near, the gray->plain interaction, the early-mask loss under the repeated
 and the varied note, and how often the margin's sign disagrees with the greedy answer. The
 paper's Llama-3.2-3B numbers stand beside ours (:mod:`.anchors`).
+
+``summary.json`` is a :class:`Summary`.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -207,13 +209,36 @@ def _effects(s: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -> dict[str, Any]:
+class _SummaryKeys(TypedDict):
+    seed: int
+    draws: int
+    #: Units (group, information condition), their groups (the resampled clusters) and all rows.
+    units: int
+    groups: int
+    rows: int
+    #: Per configuration: its counts under each rule, its changes against full access and its reference.
+    configurations: list[dict[str, Any]]
+    #: Per rule: near - far, the plain-note interaction, the note profiles, the margin's disagreement.
+    by_rule: dict[str, dict[str, Any]]
+    current: dict[str, Any]
+    profiles: dict[str, Any]
+    effects: list[dict[str, Any]]
+
+
+class Summary(_SummaryKeys, total=False):
+    """A note-controls run's ``summary.json``."""
+
+    #: Runs with the near and far notes: the far note's first-token margin against the near one's.
+    near_far_margin: dict[str, Any]
+
+
+def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -> Summary:
     """The summary of a run directory (module docstring)."""
     rows = list(read_rows(out_dir))
     label = [r for r in rows if r["question_kind"] != "current"]
     cells = _Cells(label)
     weights = group_bootstrap_weights([g for g, _ in cells.units], n_draws=draws, seed=seed)
-    summary: dict[str, Any] = {
+    summary: Summary = {
         "seed": seed, "draws": draws, "units": len(cells.units), "groups": len({g for g, _ in cells.units}),
         "rows": len(rows), "configurations": [_configuration(cells, c, weights) for c in cells.configs],
         "by_rule": {},
