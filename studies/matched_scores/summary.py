@@ -18,6 +18,8 @@ paper's sensitivity calculation; ``lenient``: ours, the first value the answer m
 * per relation variant (records) or book (OAKS), and by the current answer's position (OAKS);
 * generation limits: per budget and arm, correct answers and truncated traces, and whether every
   correctness indicator is the same at every budget.
+
+``summary.json`` is a :class:`Summary`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -189,7 +191,31 @@ def budget_summary(cases: list[str], by: dict[str, dict[str, dict[str, Any]]]) -
             "identical": {rule: n == 0 for rule, n in changed.items()}}
 
 
-def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -> dict[str, Any]:
+class _SummaryKeys(TypedDict):
+    #: ``records`` or ``oaks``.
+    dataset: str
+    cases: int
+    rows: int
+    seed: int
+    draws: int
+
+
+class Summary(_SummaryKeys, total=False):
+    """A matched-scores run's ``summary.json`` (a run without cases has only the counts)."""
+
+    groups: int
+    #: Per subset (all; records also the replacements): :func:`subset_summary`'s rules, margins and reversals.
+    subsets: dict[str, dict[str, Any]]
+    #: :func:`breakdown` per relation variant (records) or per book (OAKS), and by the current answer's position
+    #: (OAKS).
+    by_variant: dict[str, Any]
+    by_book: dict[str, Any]
+    by_current_position: dict[str, Any]
+    #: :func:`budget_summary`: per budget and arm, correct answers and truncated traces.
+    generation_limits: dict[str, Any]
+
+
+def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -> Summary:
     """Every estimate of a run (module docstring), from its rows; ``seed`` and ``draws`` set the bootstrap.
 
     Example: ``summarize("runs/matched-scores/records")["subsets"]["replacement"]["delta_m"]``.
@@ -198,7 +224,7 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
     cases, by = case_table(rows)
     dataset = rows[0]["dataset"] if rows else json.loads((Path(out_dir) / "config.json").read_text()
                                                         )["study_config"]["dataset"]
-    out: dict[str, Any] = {"dataset": dataset, "cases": len(cases), "rows": len(rows), "seed": seed, "draws": draws}
+    out: Summary = {"dataset": dataset, "cases": len(cases), "rows": len(rows), "seed": seed, "draws": draws}
     if not cases:
         return out
     first = [by["full"][c] for c in cases]
