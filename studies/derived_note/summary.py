@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 import numpy as np
 
@@ -129,7 +129,24 @@ def read_costs(out_dir: Path | str) -> dict[str, Any] | None:
     return out
 
 
-def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[str, Any]:
+class Summary(TypedDict):
+    """A derived-note run's ``summary.json``."""
+
+    groups: int
+    rows: int
+    draws: int
+    seed: int
+    #: Per (note, query, condition): correct answers and their changes against full access and the A-only mask.
+    cells: list[dict[str, Any]]
+    #: The key contrasts (module docstring) with their paired intervals.
+    contrasts: list[dict[str, Any]]
+    #: What each operation cost (its side log, ``operation_costs.jsonl``).
+    operation_cost: dict[str, Any]
+    #: The exact answer-field rule beside the strict fenced rule (``common.report.exact_rules``).
+    exact_rules: dict[str, int]
+
+
+def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> Summary:
     """Recompute the summary from the rows on disk (module docstring)."""
     cells: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
     n_rows = 0

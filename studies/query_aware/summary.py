@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -34,7 +34,22 @@ def _condition_order(conditions: set[str]) -> list[str]:
     return fixed + sorted(c for c in conditions if c not in REFERENCES)
 
 
-def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -> dict[str, Any]:
+class Summary(TypedDict):
+    """A query-aware run's ``summary.json``."""
+
+    #: Per (query, subset, arm): its answers under each rule and their paired changes against full access and the
+    #: source mask.
+    cells: list[dict[str, Any]]
+    #: Per (query, arm) with a budget: the capacity, the budget K (min, median, max) and the resident tokens.
+    capacity: list[dict[str, Any]]
+    rows: int
+    draws: int
+    seed: int
+    histories: int
+    groups: int
+
+
+def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -> Summary:
     rows = list(read_rows(out_dir))
     by_key: dict[tuple[str, str], dict[str, dict]] = defaultdict(dict)
     for r in rows:

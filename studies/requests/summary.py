@@ -26,7 +26,7 @@ import os
 import platform
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -112,7 +112,20 @@ def _accuracy(rows: dict[str, list[dict]], base: dict[str, list[dict]], keys: li
     return out
 
 
-def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[str, Any]:
+class Summary(TypedDict):
+    """A repeated-request run's ``summary.json``."""
+
+    #: Per background length: its histories and each policy's accuracy (and, when timed, its time) against
+    #: keep-all.
+    lengths: list[dict[str, Any]]
+    #: Where it ran (the timings are of one process on that machine).
+    machine: dict[str, Any]
+    draws: int
+    seed: int
+    rows: int
+
+
+def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> Summary:
     """The run's summary (see the module docstring)."""
     out = Path(out_dir)
     config = json.loads((out / "config.json").read_text())

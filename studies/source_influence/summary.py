@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -122,7 +122,24 @@ def format_summary(t: Table, patterns: np.ndarray, weights: np.ndarray, oaks: bo
             "positive_patterns": positive, "criteria": criteria, "passed": sum(criteria.values())}
 
 
-def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[str, Any]:
+class _SummaryKeys(TypedDict):
+    events: int
+    groups: int
+    rows: int
+    seed: int
+    draws: int
+    #: Per prompt format (raw text, the native chat template): the answer changes under the mask and its control.
+    formats: dict[str, Any]
+
+
+class Summary(_SummaryKeys, total=False):
+    """A source-influence, prompt-format or OAKS run's ``summary.json``."""
+
+    #: Runs with both formats: the native template's changes minus the raw text's, paired over events.
+    native_minus_raw: dict[str, Any]
+
+
+def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> Summary:
     rows = list(read_rows(out_dir))
     events, tables, patterns, groups = event_tables(rows)
     out: dict[str, Any] = {"events": len(events), "groups": len(set(groups)), "rows": len(rows), "seed": seed,
