@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 
 import numpy as np
@@ -70,7 +70,28 @@ TOLERANCE_PP = 5.0
 STRATA = ("hops", "edits")
 
 
-def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[str, Any]:
+class _SummaryKeys(TypedDict):
+    #: Per (kind, policy): its answers under each rule and their paired changes.
+    cells: list[dict[str, Any]]
+    any_paraphrase: list[dict[str, Any]]
+    strata: dict[str, Any]
+    direct_contrasts: list[dict[str, Any]]
+    recompute_vs_source: dict[str, Any]
+    current_value: dict[str, Any]
+    routing: dict[str, Any]
+    draws: int
+    seed: int
+    rows: int
+
+
+class Summary(_SummaryKeys, total=False):
+    """A MQuAKE run's ``summary.json``."""
+
+    #: Runs with the no-context baseline: the tables conditional on it (``common.no_context``).
+    no_context: list[dict[str, Any]]
+
+
+def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> Summary:
     rows = list(read_rows(out_dir))
     by_key: dict[tuple[str, str], dict[tuple[str, int], dict]] = defaultdict(dict)
     for r in rows:
@@ -100,7 +121,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
                     cell[f"{rule}_change_vs_source"] = paired_change([int(mine[k][rule]) for k in keys],
                                                                      [int(source[k][rule]) for k in keys], boot)
             cells.append(cell)
-    summary = {"cells": cells, "any_paraphrase": any_paraphrase(by_key), "strata": strata(rows),
+    summary: Summary = {"cells": cells, "any_paraphrase": any_paraphrase(by_key), "strata": strata(rows),
                "direct_contrasts": direct_contrasts(by_key, seed, draws),
                "recompute_vs_source": recompute_vs_source(by_key, seed, draws),
                "current_value": current_value_answers(by_key, seed, draws), "routing": routing(by_key, seed, draws),

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -234,7 +234,31 @@ def candidate_decomposition(cells, order: list[str], boot: GroupBootstrap, rules
                                   for info, cases in per_info.items()} for rule in rules}}
 
 
-def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -> dict[str, Any]:
+class _SummaryKeys(TypedDict):
+    groups: int
+    draws: int
+    seed: int
+    groups_per_relation: dict[str, int]
+    #: Per (relation, information, query, condition): complete answers under each rule, changes, margins.
+    cells: list[dict[str, Any]]
+    unit_breakdown: dict[str, Any]
+    capped_outputs: dict[str, Any]
+    #: Per rule: how well D_c and Delta m rank lost above kept answers.
+    warning_signal: dict[str, Any]
+
+
+class Summary(_SummaryKeys, total=False):
+    """A quantity run's ``summary.json``."""
+
+    #: The warning signal's decomposition (:func:`candidate_decomposition`), where the run allows it.
+    candidate_decomposition: dict[str, Any]
+    #: Runs with the no-context baseline: the tables conditional on it (``common.no_context``).
+    no_context: list[dict[str, Any]]
+    #: The runner's timing totals (``timing.json``), when present.
+    timing: dict[str, Any]
+
+
+def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -> Summary:
     """Recompute the summary from the rows on disk (streamed).
 
     Cells are (relation, information, query, condition); relation ``"all"`` pools
@@ -271,10 +295,9 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
             out["net_lower_one_sided"] = one_sided_lower(per_draw)
         return out
 
-    summary: dict[str, Any] = {"groups": len(order), "draws": draws, "seed": seed,
-                               "groups_per_relation": {r: sum(v == r for v in relation_of.values())
-                                                       for r in relations[1:]},
-                               "cells": []}
+    summary: Summary = {"groups": len(order), "draws": draws, "seed": seed,
+                        "groups_per_relation": {r: sum(v == r for v in relation_of.values()) for r in relations[1:]},
+                        "cells": []}
     for (info, query, cond), cell in sorted(cells.items(), key=lambda kv: _cell_order(kv[0])):
         full = cells[(info, query, "full")]
         control = cells.get((info, query, f"{cond}-control"))
