@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -55,7 +55,29 @@ def _similarity(states: list[dict[str, Any]], key: str) -> dict[str, Any] | None
     return out
 
 
-def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[str, Any]:
+class _SummaryKeys(TypedDict):
+    draws: int
+    seed: int
+    cases: int
+    groups: int
+    groups_per_relation: dict[str, int]
+    #: The checkpoint pair (main model and sibling).
+    pair: dict[str, Any]
+    #: Per reader and query: the arms (cache x access) and their paired changes.
+    readers: dict[str, Any]
+    #: Per-layer K/V similarity between the two caches.
+    similarity: dict[str, Any]
+    verify_max_abs_diff: float | None
+
+
+class Summary(_SummaryKeys, total=False):
+    """A cross-checkpoint run's ``summary.json``."""
+
+    #: Runs with ``--transfer``: the joint K/V readout trained on the sibling's cache (``transfer.json``).
+    transfer: dict[str, Any]
+
+
+def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> Summary:
     """Recompute the summary from the rows on disk."""
     cells: dict[tuple[str, str, str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
     states: list[dict[str, Any]] = []
@@ -68,7 +90,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
         cells[(row["reader"], row["query"], row["cache"], row["access"])][row["case_id"]] = row
         group_of[row["case_id"]], relation_of[row["case_id"]] = row["group_id"], row["relation"]
     weights_of: dict[tuple[str, ...], np.ndarray] = {}  # per set of case ids: groups resampled within relation
-    summary: dict[str, Any] = {"draws": draws, "seed": seed, "cases": len(group_of),
+    summary: Summary = {"draws": draws, "seed": seed, "cases": len(group_of),
                                "groups": len(set(group_of.values())),
                                "groups_per_relation": {r: len({g for c, g in group_of.items() if relation_of[c] == r})
                                                        for r in sorted(set(relation_of.values()))},

@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, may_resample_within, mcnemar_exact, paired_change
 from kvprobe.studies.common.report import Items, data_items, estimate, heading, nested_note, run_time, small_sample_note, \
@@ -83,8 +83,30 @@ def _exposed_questions(out_dir: Path | str) -> list[str] | None:
     return None if exposed is None else list(exposed)
 
 
+class Summary(TypedDict):
+    """A FactConsolidation run's ``summary.json``."""
+
+    #: Per policy: original-reference and termination metrics and complete + EOS of the answerable questions.
+    cells: list[dict[str, Any]]
+    transitions: list[dict[str, Any]]
+    by_hop: list[dict[str, Any]]
+    #: The source review of a judge's grades (None: the rule grader's labels).
+    source_review: dict[str, Any] | None
+    fallback: dict[str, Any]
+    exposed_questions: list[str] | None
+    sensitivities: list[dict[str, Any]]
+    unfinished: dict[str, Any]
+    graders: list[str]
+    grades_file: str | None
+    histories: list[str]
+    questions: int
+    all_questions: int
+    draws: int
+    seed: int
+
+
 def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: str | Path | None = None
-              ) -> dict[str, Any]:
+              ) -> Summary:
     """The summary dict (module docstring) of a run directory."""
     override = read_grades(grades) if grades is not None else None
     by: dict[str, dict[Key, dict[str, Any]]] = defaultdict(dict)

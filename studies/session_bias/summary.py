@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -85,8 +85,35 @@ def read_grades(path: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
     return read_grade_lines(path, ("case_id", "arm"))
 
 
+class _SummaryKeys(TypedDict):
+    questions: int
+    groups: int
+    rows: int
+    skipped_questions: int
+    arms: list[str]
+    draws: int
+    seed: int
+    graders: list[str]
+    #: The grades file's name (None: the rule grader's labels).
+    grades_file: str | None
+    subsets: list[dict[str, Any]]
+    by_type: list[dict[str, Any]]
+    inactive_identical: dict[str, Any]
+
+
+class Summary(_SummaryKeys, total=False):
+    """A session-bias run's ``summary.json``; the optional keys where the run has what they describe."""
+
+    #: Runs with development policies; runs with query-aware methods; runs whose cases carry session ids.
+    development: dict[str, Any]
+    query_aware: dict[str, Any]
+    publisher: dict[str, Any]
+    #: Runs graded from a grades file: the model grader's labels against the rule grader's.
+    grader_agreement: list[dict[str, Any]]
+
+
 def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: str | Path | None = None
-              ) -> dict[str, Any]:
+              ) -> Summary:
     """Recompute the summary from the rows on disk (module docstring)."""
     override = read_grades(grades) if grades is not None else None
     by_case: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
@@ -130,7 +157,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
             continue  # no group crosses the split (or no split was taken): nothing to exclude
         subsets.append(_subset(key, label, m, groups, conditions, tables, weights,
                                versus_hard=query_aware if "hard" in conditions else []))
-    out: dict[str, Any] = {
+    out: Summary = {
         "questions": len(cases), "groups": len(set(groups)), "rows": n_rows, "skipped_questions": len(skipped),
         "arms": conditions, "draws": draws, "seed": seed, "graders": sorted(graders),
         "grades_file": None if grades is None else _grades_name(out_dir, grades),

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -115,8 +115,32 @@ def baseline_losses(by: dict[str, list[dict[str, Any]]], idx: np.ndarray, baseli
     return {"baseline": len(kept), **{o: counts.get(o, 0) for o in OUTCOMES}}
 
 
+class _SummaryKeys(TypedDict):
+    questions: int
+    rows: int
+    seed: int
+    draws: int
+    graders: list[str]
+
+
+class Summary(_SummaryKeys, total=False):
+    """An open-OAKS run's ``summary.json`` (a run without complete questions has only the counts)."""
+
+    books: int
+    answerability: dict[str, int]
+    reference_support: dict[str, int]
+    #: Per condition: answers that stopped at EOS.
+    eos: dict[str, int]
+    panels: dict[str, Any]
+    protocol_disagreements: dict[str, Any]
+    abstentions: dict[str, Any]
+    quotes_old_source: dict[str, int]
+    labels: dict[str, Any]
+    unparsed: dict[str, Any]
+
+
 def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS,
-              grades: str | Path | None = None) -> dict[str, Any]:
+              grades: str | Path | None = None) -> Summary:
     """Every estimate of a run (module docstring)."""
     out_dir = Path(out_dir)
     if grades is None and (out_dir / grading.GRADES).is_file():
@@ -125,8 +149,8 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS,
     cases = [c for c in dict.fromkeys(r["case_id"] for r in rows)
              if {r["condition"] for r in rows if r["case_id"] == c} >= set(CONDITIONS)]
     by = {c: [next(r for r in rows if r["case_id"] == k and r["condition"] == c) for k in cases] for c in CONDITIONS}
-    out: dict[str, Any] = {"questions": len(cases), "rows": len(rows), "seed": seed, "draws": draws,
-                           "graders": sorted({r["graded_by"] for r in rows})}
+    out: Summary = {"questions": len(cases), "rows": len(rows), "seed": seed, "draws": draws,
+                    "graders": sorted({r["graded_by"] for r in rows})}
     if not cases:
         return out
     first = by["full"]
