@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -121,11 +121,30 @@ def within_families(table: dict[tuple[str, str, str], dict[str, Any]], targets: 
     return out
 
 
-def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[str, Any]:
+class _SummaryKeys(TypedDict):
+    rows: int
+    #: (cluster, state) pairs with both a target and an unrelated question.
+    cluster_states: int
+    seed: int
+    draws: int
+
+
+class Summary(_SummaryKeys, total=False):
+    """A question-relevance run's ``summary.json`` (a run without a complete pair has only the counts)."""
+
+    clusters: int
+    #: Per signal: the AUC of superseded against current targets (empty with one class).
+    replacement_auc: dict[str, Any]
+    #: Per signal: how often the target scores above the unrelated question, with its interval and verdict.
+    question_relevance: dict[str, Any]
+    within_families: dict[str, Any]
+
+
+def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> Summary:
     rows = list(read_rows(out_dir))
     table = signal_table(rows)
     pairs = sorted({(c, s) for c, s, q in table if (c, s, "target") in table and (c, s, "unrelated") in table})
-    result: dict[str, Any] = {"rows": len(rows), "cluster_states": len(pairs), "seed": seed, "draws": draws}
+    result: Summary = {"rows": len(rows), "cluster_states": len(pairs), "seed": seed, "draws": draws}
     if not pairs:
         return result
     clusters = sorted({c for c, _ in pairs})

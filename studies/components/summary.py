@@ -29,7 +29,7 @@ refuses K- or V-only zeroing) are left out of the components they lack.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -60,7 +60,26 @@ def _cluster_means(values: dict[str, float], draws: int, seed: int) -> tuple[flo
     return float(x.mean()), bootstrap_mean(x, weights)
 
 
-def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[str, Any]:
+class Summary(TypedDict):
+    """A components run's ``summary.json`` (:func:`summarize_rows`)."""
+
+    effects: dict[str, Any]
+    v_minus_k: dict[str, Any]
+    accuracy: dict[str, Any]
+    cells: list[dict[str, Any]]
+    families: list[str]
+    clusters: int
+    rows: int
+    draws: int
+    seed: int
+    #: The interval's alpha and the comparisons a Bonferroni interval splits it over.
+    alpha: float
+    bonferroni_comparisons: int
+    #: The accuracy-preservation threshold on the lower bounds (paper L5712).
+    threshold: float
+
+
+def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> Summary:
     """Component effects, accuracy preservation and per-cell accuracy of a run directory."""
     by: dict[tuple[str, str, str, str], dict] = {}
     families: dict[str, str] = {}
@@ -71,7 +90,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS) -> dict[st
 
 
 def summarize_rows(by: dict[tuple[str, str, str, str], dict], families: dict[str, str], seed: int = 0,
-                   draws: int = DRAWS) -> dict[str, Any]:
+                   draws: int = DRAWS) -> Summary:
     """:func:`summarize` on rows keyed by (cluster_id, state, query, condition)."""
     clusters = sorted(families)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -78,8 +78,27 @@ def yes_no_cell(rows: list[dict[str, Any]], seed: int, draws: int) -> dict[str, 
     return cell
 
 
+class _SummaryKeys(TypedDict):
+    text_detectors: list[dict[str, Any]]
+    yes_no: list[dict[str, Any]]
+    calibration: dict[str, Any]
+    draws: int
+    seed: int
+    rows: int
+
+
+class Summary(_SummaryKeys, total=False):
+    """A detection run's ``summary.json``."""
+
+    #: Runs with OAKS rows: the natural-text detections (:func:`.natural_summary.summarize_natural`).
+    natural: dict[str, Any]
+    #: With ``matched_scores``: the detections joined with those runs' outcomes, and (OAKS) their full analysis.
+    detection_action: list[dict[str, Any]]
+    natural_action: dict[str, Any]
+
+
 def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS, matched_scores: str | None = None,
-              join_rule: str = "complete") -> dict[str, Any]:
+              join_rule: str = "complete") -> Summary:
     """The run's summary; ``matched_scores``: comma-separated matched-scores ``oaks`` run folders (one per
     generator) whose full / mask outcomes are joined with the oaks detections
     (:func:`.natural_summary.detection_action`, graded by ``join_rule``) and analysed in full
