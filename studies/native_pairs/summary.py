@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TypedDict
 
 import numpy as np
 
@@ -188,7 +188,28 @@ def counts(rows: Sequence[dict[str, Any]], table: dict[str, np.ndarray]) -> dict
     return out
 
 
-def summarize(out_dir: Path | str, seed: int = 0) -> dict[str, Any]:
+class Summary(TypedDict):
+    """A native-pairs run's ``summary.json``: the pair counts, then :func:`estimate`'s keys."""
+
+    seed: int
+    counts: dict[str, Any]
+    draws: int
+    #: Bootstrap draws dropped (a draw with an undefined estimate: NaN).
+    dropped_draws: int
+    alpha: float
+    #: The paper's criterion: a one-sided 95 % lower bound above it (:data:`CRITERION`).
+    criterion: float
+    #: Per panel and task: the AUCs with their intervals.
+    panels: dict[str, Any]
+    #: The weaker panel's bounds (matching, relation) and the smallest surface advantage.
+    weaker: dict[str, Any]
+    min_delta: dict[str, Any]
+    criterion_met: dict[str, bool]
+    #: Each claim's verdict (the claim's own rule, ``claims.py``).
+    verdicts: dict[str, Any]
+
+
+def summarize(out_dir: Path | str, seed: int = 0) -> Summary:
     out = Path(out_dir)
     config = json.loads((out / "config.json").read_text())
     rows = list(read_rows(out))
