@@ -279,7 +279,6 @@ KNOWN_CYCLES: dict[frozenset[str], str] = {
     frozenset({"kvprobe.studies.quantity.figure", "kvprobe.studies.quantity.panel"}): "studies (helpers A/B/E)",
     frozenset({"kvprobe.studies.revisions.grading", "kvprobe.studies.revisions.review",
                "kvprobe.studies.revisions.study"}): "studies (helpers A/B/E)",
-    frozenset({"kvprobe.tools.verify.internals", "kvprobe.tools.verify.operations"}): "tools (helper D)",
 }
 
 

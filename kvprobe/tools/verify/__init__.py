@@ -5,6 +5,8 @@
 * :mod:`.operations`: one or two checks per cache operation, each against an independent reference
   (``kvprobe.reference``, the model's own RoPE code), and :func:`verify_model`, everything
   ``kvprobe verify`` runs;
+* :mod:`.context`: :class:`CheckContext`, what every check of one model, history and question reads
+  (spans, tolerances) and where it records its result;
 * :mod:`.matrix`: ``kvprobe verify`` over many models as the family x operation table.
 
 Example::

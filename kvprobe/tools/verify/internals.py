@@ -39,7 +39,7 @@ from kvprobe.transformers_api import output_cache
 from .access import scaled_tolerance
 
 if TYPE_CHECKING:
-    from .operations import _Checks
+    from .context import CheckContext
 
 #: Attention-probability tolerance in float32.
 ATTENTION_TOLERANCE = 1e-4
@@ -51,7 +51,7 @@ def _attention_tolerance(dtype: torch.dtype) -> float:
     return ATTENTION_TOLERANCE if dtype == torch.float32 else 2 * torch.finfo(dtype).eps * 64
 
 
-def plain_forward(checks: "_Checks", condition: Condition,
+def plain_forward(checks: "CheckContext", condition: Condition,
                   hooks: Iterable[tuple[str, torch.nn.Module, Callable[..., Any]]] = (), outputs: bool = False):
     """The reference forward of the check's question under ``condition``'s cache and mask, with torch hooks
     (``("pre", module, fn)`` forward pre-hooks, ``("out", module, fn)`` forward hooks) installed."""
@@ -69,7 +69,7 @@ def plain_forward(checks: "_Checks", condition: Condition,
             handle.remove()
 
 
-def capture(checks: "_Checks") -> None:
+def capture(checks: "CheckContext") -> None:
     """``run_with_cache`` and ``trace`` against the references (module docstring)."""
     model, h, arch = checks.model, checks.history, checks.model.arch
     candidates = {"full": Full(), "mask": Mask(checks.span), "bias": SoftBias([(checks.span, -0.69)]),
@@ -113,7 +113,7 @@ def capture(checks: "_Checks") -> None:
     checks.record("capture", "trace_equals_kvprobe_forward", diff, checks.logit_tol)
 
 
-def head_ablation(checks: "_Checks") -> None:
+def head_ablation(checks: "CheckContext") -> None:
     """Zero and mean ablation of two heads of the last attention layer against a hooked plain forward."""
     model, h = checks.model, checks.history
     layer = model.arch.attention_layers[-1]
@@ -142,7 +142,7 @@ def head_ablation(checks: "_Checks") -> None:
                       passed=diff <= checks.logit_tol and effect >= 1e-4)
 
 
-def patch(checks: "_Checks") -> None:
+def patch(checks: "CheckContext") -> None:
     """The masked row patched from full access at one layer against patching by hand."""
     model, h = checks.model, checks.history
     layer = model.arch.num_layers // 2
