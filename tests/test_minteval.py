@@ -54,8 +54,7 @@ def test_source_rule_hides_exactly_the_superseded_movements_and_keeps_object_eve
 
 
 def test_value_span_is_the_last_word_bounded_destination():
-    from kvprobe.studies.minteval.schema import Event
-    from kvprobe.studies.minteval.rules import destination_chars
+    from kvprobe.studies.minteval.schema import Event, destination_chars
 
     event = Event("x", "Park went to the park.", "movement", "Park", location="park")
     assert destination_chars(event) == (17, 21)

@@ -19,10 +19,9 @@ Example::
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
-from .schema import Event
+from .schema import Event, destination_chars
 
 
 def _movements(events: Sequence[Event]) -> list[int]:
@@ -44,17 +43,6 @@ def online_pairs(events: Sequence[Event]) -> list[tuple[int, int]]:
             pairs.append((previous[person], i))
         previous[person] = i
     return pairs
-
-
-def destination_chars(event: Event) -> tuple[int, int]:
-    """Character span of a movement's destination in its text: the last word-bounded occurrence.
-
-    ``ValueError`` when the destination does not occur as a whole word (the loader refuses such files).
-    """
-    found = [m.span() for m in re.finditer(rf"(?<!\w){re.escape(event.location or '')}(?!\w)", event.text)]
-    if event.kind != "movement" or not event.location or not found:
-        raise ValueError(f"event {event.id}: no destination {event.location!r} in {event.text!r}")
-    return found[-1]
 
 
 def value_spans(events: Sequence[Event]) -> list[tuple[int, int, int]]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,22 @@ class Event:
     location: str | None = None
     recipient: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+def destination_chars(event: Event) -> tuple[int, int]:
+    """Character span of a movement's destination in its text: the last word-bounded occurrence.
+
+    ``ValueError`` when the destination does not occur as a whole word (the loader refuses such files).
+
+    Example::
+
+        destination_chars(Event("e0", "Mary moved to the hallway.", "movement", "Mary", location="hallway"))
+        # (18, 25)
+    """
+    found = [m.span() for m in re.finditer(rf"(?<!\w){re.escape(event.location or '')}(?!\w)", event.text)]
+    if event.kind != "movement" or not event.location or not found:
+        raise ValueError(f"event {event.id}: no destination {event.location!r} in {event.text!r}")
+    return found[-1]
 
 
 @dataclass(frozen=True)
@@ -128,8 +145,6 @@ def event_from_json(d: Any, where: str) -> Event:
     if kind not in KINDS:
         raise MINTEvalFormatError(f"{where}: event kind {kind!r} is not one of {', '.join(KINDS)}")
     need_fields(d, _KIND_FIELDS[kind], f"{where} ({kind})", MINTEvalFormatError)
-    from .rules import destination_chars
-
     values = {k: _text(d, k, where) for k in ("text", "person", *_KIND_FIELDS[kind])}
     event = Event(id=str(d["id"]), kind=kind, extra={k: v for k, v in d.items() if k not in _EVENT_KEYS},
                   object=values.get("object"), location=values.get("location"), recipient=values.get("recipient"),
