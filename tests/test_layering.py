@@ -275,7 +275,6 @@ def file_import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
 KNOWN_CYCLES: dict[frozenset[str], str] = {
     frozenset({"kvprobe.studies.factconsolidation.grading", "kvprobe.studies.factconsolidation.study"}):
         "studies (helpers A/B/E)",
-    frozenset({"kvprobe.studies.quantity.figure", "kvprobe.studies.quantity.panel"}): "studies (helpers A/B/E)",
     frozenset({"kvprobe.studies.revisions.grading", "kvprobe.studies.revisions.review",
                "kvprobe.studies.revisions.study"}): "studies (helpers A/B/E)",
 }

@@ -95,7 +95,7 @@ def plot_preservation(entries: list[dict[str, Any]], path: Path | str, rule: str
 
     from kvprobe.studies.common.report import ordered
 
-    from .panel import INFO_NAMES, INFO_ORDER, by_cell, cell_keys
+    from .cells import INFO_NAMES, INFO_ORDER, by_cell, cell_keys
     from .summary import CONDITION_ORDER, QUERY_ORDER
 
     keys = cell_keys(entries, "rates")
@@ -152,7 +152,7 @@ def plot_margins(entries: list[dict[str, Any]], path: Path | str) -> Path:
     (``studies.common.figures.plot_changes``): against the matched control where there is one, else full access."""
     from kvprobe.studies.common.figures import Panel, plot_changes
 
-    from .panel import INFO_NAMES, by_cell, cell_keys
+    from .cells import INFO_NAMES, by_cell, cell_keys
 
     keys = cell_keys(entries, "margins")
     panels = {}

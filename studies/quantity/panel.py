@@ -23,7 +23,8 @@ from kvprobe.files import atomic_write_text
 from kvprobe.readouts.stats import PAPER_SEED, clopper_pearson
 from kvprobe.studies.common.report import estimate, ordered, rate_interval, table_head, table_row
 from . import diagnostics
-from .summary import CONDITION_ORDER, QUERY_ORDER, RULE_NAMES, claim_verdicts, summarize
+from .cells import INFO_NAMES, INFO_ORDER, by_cell, cell_keys
+from .summary import RULE_NAMES, claim_verdicts, summarize
 from .threshold import format_thresholds, write_thresholds
 
 #: Rules of the rate tables and figures: the paper's complete answer, then the lenient rule.
@@ -31,9 +32,6 @@ PANEL_RULES = ("complete", "lenient_complete")
 #: Which relation a query's cells cover (the paper's fig:v33_preservation: "Current cells contain 60
 #: replacement groups; other cells contain all 120 groups per B condition").
 QUERY_RELATION = {"current": "replacement"}
-#: Information conditions in the paper's row order (upper rows: B states the unit).
-INFO_ORDER = ("unit_stated", "unit_from_a")
-INFO_NAMES = {"unit_stated": "B states unit", "unit_from_a": "B refers to A"}
 #: Summary keys a committed summary must hold to be read as it is.
 NEEDED = ("cells", "unit_breakdown", "capped_outputs")
 
@@ -75,19 +73,6 @@ def panel(run_dirs: list[Path | str], seed: int = PAPER_SEED) -> list[dict[str, 
     names = [json.loads((Path(d) / "config.json").read_text())["model"]["name"] for d in run_dirs]
     return [model_entry(name if names.count(name) == 1 else f"{name} ({Path(d).name})", run_summary(d, seed))
             for name, d in zip(names, run_dirs)]
-
-
-def cell_keys(entries: list[dict[str, Any]], table: str) -> list[tuple[str, str, str]]:
-    """Every (information, query, condition) of ``table`` in any model, in report order."""
-    found = {(r["information"], r["query"], r["condition"]) for e in entries for r in e[table]}
-    infos = ordered({k[0] for k in found}, INFO_ORDER)
-    queries = ordered({k[1] for k in found}, QUERY_ORDER)
-    conditions = ordered({k[2] for k in found}, CONDITION_ORDER)
-    return [(i, q, c) for i in infos for q in queries for c in conditions if (i, q, c) in found]
-
-
-def by_cell(entry: dict[str, Any], table: str) -> dict[tuple[str, str, str], dict[str, Any]]:
-    return {(r["information"], r["query"], r["condition"]): r for r in entry[table]}
 
 
 def _rate_lines(entries: list[dict[str, Any]], rule: str) -> list[str]:
