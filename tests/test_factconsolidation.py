@@ -9,11 +9,11 @@ import pytest
 
 from kvprobe.studies.factconsolidation.data import generate_history
 from kvprobe.studies.factconsolidation import strings
-from kvprobe.studies.factconsolidation.grading import grade_columns, grade_run, question_verdict, question_verdicts, \
-    read_grades, rule_label
+from kvprobe.studies.factconsolidation.grading import grade_run, question_verdict, question_verdicts, read_grades
 from kvprobe.studies.factconsolidation.histories import build_histories, mquake_index, without_overlap
 from kvprobe.studies.factconsolidation.mapping import map_facts, parse_question, parse_sentence
 from kvprobe.studies.factconsolidation.outcomes import losses_by_length, old_alias_group, outcome, transitions
+from kvprobe.studies.factconsolidation.rule_grader import grade_columns, rule_label
 from kvprobe.studies.factconsolidation.schema import Fact, FactConsolidationFormatError, load_rows, save_rows
 from kvprobe.studies.factconsolidation.study import FactConsolidationStudy, fact_segment, study_from_config
 from kvprobe.studies.factconsolidation.summary import fallback, summarize

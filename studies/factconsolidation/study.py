@@ -19,7 +19,7 @@ No equal-token control (the paper has none for this task). Histories are generat
 prompt is MemoryAgentBench's own (system message, memorize
 wrapper around the numbered facts, query template), the question followed by the boxed-answer
 instruction (:mod:`strings`), through the chat template with thinking off. Rows carry the paper's
-metrics and the rule grader's label (:mod:`grading`); :mod:`summary` does the net-accuracy analysis.
+metrics and the rule grader's label (:mod:`rule_grader`); :mod:`summary` does the net-accuracy analysis.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, InvalidParame
 
 from . import strings
 from .data import TIERS, dataset_hash, generate_rows
-from .grading import grade_columns
+from .rule_grader import grade_columns
 from .histories import FCHistory, build_histories, mquake_index
 from .schema import Fact, FactConsolidationFormatError, FactRow, load_rows, split_context
 

@@ -51,9 +51,10 @@ from kvprobe.studies.common.formatting import share
 from kvprobe.studies.common.runner import CONFIG, read_rows
 
 from . import strings, unfinished
-from .grading import RULE_GRADER, question_verdicts, read_grades
+from .grading import question_verdicts, read_grades
 from .histories import HOPS
 from .outcomes import CAPPED, OUTCOMES, capped_labels, losses_by_length, old_alias_group, outcome, transitions
+from .rule_grader import RULE_GRADER
 from .study import CONDITIONS
 
 #: Transitions the report shows (paper Figure fig:v45_mab_outcomes and L1740-1748).
