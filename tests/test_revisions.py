@@ -14,8 +14,9 @@ from kvprobe.parameters import field_comments, public_fields
 from kvprobe.studies.common.protocol import InvalidParameter, prepared
 from kvprobe.studies.revisions.diff import changed_ranges, history_changes
 from kvprobe.studies.revisions.data import generate_articles
-from kvprobe.studies.revisions.grading import JUDGE_LABELS, grade_run, make_judge, rule_grade
+from kvprobe.studies.revisions.grading import JUDGE_LABELS, grade_run, make_judge
 from kvprobe.studies.revisions.history import body_name, header_name
+from kvprobe.studies.revisions.rule_grader import rule_grade
 from kvprobe.studies.revisions.schema import RevisionsFormatError, dataset_sha256, load_revisions, save_revisions
 from kvprobe.studies.revisions.study import CONDITIONS, RevisionsStudy
 from kvprobe.studies.revisions.summary import summarize

@@ -6,14 +6,7 @@ outcome requires EOS: ``complete``, ``partial``, ``wrong``, ``abstain``, ``unver
 The displayed answer is the content of the last ``\\boxed{}`` when a box marker is present,
 else the whole response (seed L6846-6848; ``studies.common.answers.boxed_content``).
 
-:func:`rule_grade` (the default, offline; the paper used GPT-5.6 against the complete
-history): capped; else an empty displayed answer is ``wrong`` (spec partE E2); else
-``complete`` when a reference or alias occurs word-bounded in the displayed answer after
-SQuAD normalization (``studies.common.answers.contains_answer``) and no other choice of the
-question's ``options`` does (Ordering: "X or Y?" answered "X, then Y" is wrong); else
-``abstain`` when it declines (``studies.session_bias.grading.declines``); else ``wrong``. It never gives ``partial`` or
-``unverifiable``, and it cannot tell an answer naming the reference in a wrong claim from a
-complete one (an LLM judge can).
+The rule grader (the default, offline) is :mod:`.rule_grader`.
 
 The LLM path (:func:`grade_run`): every EOS or capped answer with a non-empty displayed
 text becomes one rubric prompt (``strings.RUBRIC``: the complete history, question type,
@@ -36,12 +29,9 @@ questions): the judge's ``reference`` verdict when the grades give it, else the 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
-from kvprobe.studies.common.answers import contains_answer, displayed_answer, normalize_answer
-from kvprobe.studies.common.answers import declines
 from kvprobe.studies.common.grades import GRADES, read_grade_lines
 from kvprobe.studies.common.judge import judge_answered
 from . import strings
@@ -55,38 +45,6 @@ OUTCOMES = ("complete", "partial", "wrong", "abstain", "unverifiable", "capped")
 assert set(OUTCOMES) == set(strings.PAPER_OUTCOMES)
 #: The labels an LLM judge chooses from (capped is read from the decode record, not judged).
 JUDGE_LABELS = tuple(o for o in OUTCOMES if o != "capped")
-#: Name of the rule grader in rows and reports.
-RULE_GRADER = "rule-v1"
-#: The file :func:`grade_run` writes in a run directory.
-
-
-@dataclass(frozen=True)
-class Grade:
-    """One answer's outcome, the text that was graded, and why."""
-
-    outcome: str
-    displayed: str
-    explanation: str
-
-
-def rule_grade(output: str, stop_reason: str, answers: Sequence[str], options: Sequence[str] = ()) -> Grade:
-    """The rule grader (module docstring).
-
-    Example: ``rule_grade("It was \\boxed{Dick}.", "eos", ["Dick"]).outcome == "complete"``.
-    """
-    shown = displayed_answer(output)
-    if stop_reason != "eos":
-        return Grade("capped", shown, "no EOS before the token cap")
-    if not shown.strip():
-        return Grade("wrong", shown, "empty answer")
-    others = [o for o in options if normalize_answer(o) not in {normalize_answer(a) for a in answers}]
-    if contains_answer(shown, list(answers)):
-        if contains_answer(shown, others):
-            return Grade("wrong", shown, "names a reference and another choice")
-        return Grade("complete", shown, "a reference occurs in the displayed answer")
-    if declines(shown):
-        return Grade("abstain", shown, "declines to answer")
-    return Grade("wrong", shown, "no reference in the displayed answer")
 
 
 # ----------------------------------------------------------------------------- the LLM judge path

@@ -28,7 +28,7 @@ article body (the paper masks "non-final article bodies", L6798); that revisions
 chronological order (the loader keeps file order); that the source-answerability label
 (L6806-6815) travels with the question. ``options`` is ours, for questions that name their
 choices (Ordering): the rule grader does not count an answer that also names a choice
-that is not a reference (``grading.rule_grade``). ``target_time`` is ours too: the question's
+that is not a reference (``rule_grader.rule_grade``). ``target_time`` is ours too: the question's
 target-time stratum (the paper's strata, L6830, L6895-6897; ``review.target_time`` says which
 source sets it). Unknown extra keys are kept in ``extra`` so :func:`to_json` round-trips.
 Every malformed file is refused with :class:`RevisionsFormatError` naming the file, the

@@ -15,7 +15,7 @@ answered greedily under each operation:
 An operation with nothing to hide (a one-revision article, or no change) is full access.
 Articles whose history, longest question and answer budget do not fit the model's
 context are skipped (rows marked ``skipped``; the paper kept the 161 of 196 histories
-that fit, L6789-6791). Answers are graded by the rule grader (``grading.py``); the
+that fit, L6789-6791). Answers are graded by the rule grader (``rule_grader.py``); the
 paper's LLM judge is ``grading.grade_run``. Data: the generated demonstration set
 (``data.py``, the default) or a file in the schema of ``schema.py`` (``--source``).
 """
@@ -38,8 +38,8 @@ from kvprobe.studies.common.runner import CONFIG
 from . import strings
 from .diff import UNITS
 from .data import GENERATED, MAX_REVISIONS, REVISIONS_SEED, generate_articles
-from .grading import RULE_GRADER, rule_grade
 from .history import changed_segments, question_text, segments, source_segments
+from .rule_grader import RULE_GRADER, rule_grade
 from .schema import QUESTION_TYPES, Article, RevisionsFormatError, dataset_sha256, load_revisions
 
 #: The paper's four operations (seed L6797-6801), in report order: the study's conditions.

@@ -51,8 +51,9 @@ from kvprobe.studies.common.runner import CONFIG, read_rows
 from . import strings
 from kvprobe.studies.common.answers import capped_first
 
-from .grading import GRADES, OUTCOMES, RULE_GRADER, read_grades, reference_agreement
+from .grading import GRADES, OUTCOMES, read_grades, reference_agreement
 from .review import REVIEW, read_review, target_time
+from .rule_grader import RULE_GRADER
 from .schema import QUESTION_TYPES, SOURCE_LABELS
 from .study import CONDITIONS
 
