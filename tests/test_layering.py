@@ -19,7 +19,7 @@ Nothing below the tools imports them, and no module keeps a deprecated alias (:f
 
 Every import is read from the source with :mod:`ast` (function-level imports included), so
 a lazy import cannot hide a wrong-way dependency. No two files import each other in a circle, type-only
-imports (``if TYPE_CHECKING:``) included: none in the core, elsewhere only :data:`KNOWN_CYCLES`.
+imports (``if TYPE_CHECKING:``) included, anywhere in the tree (:func:`test_no_import_cycle_of_files`).
 """
 
 from __future__ import annotations
@@ -169,8 +169,7 @@ def package(module: str) -> str:
 def test_no_import_cycles_between_packages():
     """No two packages (``kvprobe``, ``kvprobe.arch``, ``kvprobe.interventions``, each study...) import
     each other, directly or through others, at run time (lazy imports included). Circles of files, inside
-    a package too, are :func:`test_no_import_cycle_of_files_in_the_core`'s and
-    :func:`test_no_new_import_cycle_of_files`'s."""
+    a package too, are :func:`test_no_import_cycle_of_files`'s."""
     graph: dict[str, set[str]] = {package(name): set() for name in MODULES}
     for name, path in MODULES.items():
         for target, _ in _imports(name, path, runtime_only=True):
@@ -270,34 +269,18 @@ def file_import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
     return {name: _file_imports(name, path, modules) for name, path in modules.items()}
 
 
-#: File-level import circles outside the core that remain, each with its owner; the lead tightens this as
-#: they go (a circle not listed fails, and so does a listed one that no longer exists).
-KNOWN_CYCLES: dict[frozenset[str], str] = {
-}
-
-
 def _described(cycles) -> str:
     return "\n".join(" <-> ".join(sorted(c)) for c in sorted(cycles, key=sorted))
 
 
-def test_no_import_cycle_of_files_in_the_core():
-    """No two files of the core (``kvprobe/*.py``, ``kvprobe/arch/``) import each other, directly or through
-    others, in any way: at import time, inside a function, or only for type checking (``if TYPE_CHECKING:``).
-    The core's modules import one another in one direction; what a lower module needs to name of a higher one
-    is a protocol (``kvprobe.model_like.ModelLike``, ``kvprobe.forward_context.SelectorLike``)."""
-    core = {name: path for name, path in MODULES.items() if layer(name) == "core"}
-    cycles = import_cycles(file_import_graph(core))
-    assert not cycles, "import circles in the core:\n" + _described(cycles)
-
-
-def test_no_new_import_cycle_of_files():
-    """The whole tree: every file-level import circle (type-only imports included) is one of
-    :data:`KNOWN_CYCLES` (or a part of one), and each known one still exists."""
+def test_no_import_cycle_of_files():
+    """No two files of the tree (the core, the extraction and operations, the readouts, every study, the tools)
+    import each other, directly or through others, in any way: at import time, inside a function, or only for
+    type checking (``if TYPE_CHECKING:``). Modules import one another in one direction; what a lower module
+    needs to name of a higher one is a protocol (``kvprobe.model_like.ModelLike``,
+    ``kvprobe.forward_context.SelectorLike``) or a small module both import (``kvprobe.tools.verify.context``)."""
     cycles = import_cycles(file_import_graph(MODULES))
-    new = [c for c in cycles if not any(c <= known for known in KNOWN_CYCLES)]
-    assert not new, "new import circles:\n" + _described(new)
-    gone = [known for known in KNOWN_CYCLES if not any(c <= known for c in cycles)]
-    assert not gone, "no longer circles, remove from KNOWN_CYCLES:\n" + _described(gone)
+    assert not cycles, "import circles:\n" + _described(cycles)
 
 
 def test_the_cycle_finder_catches_a_planted_circle(tmp_path):
