@@ -167,7 +167,7 @@ def on_meta():
 
 def recognition_cases(n_items: int = 2) -> list:
     """Every recognition-records case of the first ``n_items`` items of each split (a small store's worth)."""
-    from kvprobe.studies.recognition import generate_records
+    from kvprobe.studies.datasets.recognition import generate_records
 
     chosen: dict[str, list[str]] = {}
     cases = generate_records()

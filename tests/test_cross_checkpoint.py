@@ -19,7 +19,7 @@ from kvprobe.studies.cross_checkpoint.similarity import cache_similarity, recurr
 from kvprobe.studies.cross_checkpoint.study import CrossCheckpointStudy
 from kvprobe.studies.common.summary import write_summary
 from kvprobe.studies.cross_checkpoint.transfer import readout_transfer, select_items, write_transfer
-from kvprobe.studies.recognition.records import generate_records
+from kvprobe.studies.datasets.recognition.records import generate_records
 from kvprobe.studies.common.protocol import RunState
 from kvprobe.studies.common.runner import read_rows, run_study
 

@@ -125,7 +125,7 @@ def test_gpu_bench_runs_on_the_cpu(tmp_path):
 def test_extraction_with_edits_runs_under_the_device_guard(llama, tmp_path):
     """The feature store's capture (K, V, hidden states) and its cache edits."""
     from kvprobe.extract import FeatureStore, extract
-    from kvprobe.studies.recognition import generate_records
+    from kvprobe.studies.datasets.recognition import generate_records
     from kvprobe.studies.recognition.edits import parse_edits
 
     cases = generate_records()[:2]

@@ -13,7 +13,7 @@ import torch
 import kvprobe
 import kvprobe.extract.pipeline as pipeline
 from kvprobe.extract import FeatureStore, RecordSpec, StoreError, encode, extract
-from kvprobe.studies.recognition import RecognitionCase
+from kvprobe.studies.datasets.recognition import RecognitionCase
 
 A = "The Halden team's office is in Lisbon, next to the harbour."
 B = "Update: the Halden team's office is now in Porto."

@@ -18,7 +18,7 @@ from kvprobe.readouts.report import write_group_report
 from kvprobe.decoding import suffix_ids
 from kvprobe.reference import reference_score
 from kvprobe.studies.recognition.loo import signed_loo
-from kvprobe.studies.recognition import generate_records, generate_role_pairs
+from kvprobe.studies.datasets.recognition import generate_records, generate_role_pairs
 from kvprobe.studies.recognition.questions import loo_items
 
 

@@ -6,11 +6,11 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from kvprobe.studies.recognition import (
+from kvprobe.studies.datasets.recognition import (
     FAMILIES, PATTERNS, RECORD_VARIANTS, ROLE_PAIR_VARIANTS, SPLITS, dataset_hash, generate_records,
     generate_role_pairs, split_vocabulary, word_multiset,
 )
-from kvprobe.studies.recognition.records import FRAMES
+from kvprobe.studies.datasets.recognition.records import FRAMES
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from kvprobe.extract import extract
 from kvprobe.extract.capture import RecordSpec, encode
 from kvprobe.extract.remote import NnsightEncoder, RemoteCaptureError, language_model
 from kvprobe.loading import load_weights
-from kvprobe.studies.recognition import DATASETS
+from kvprobe.studies.datasets.recognition import DATASETS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

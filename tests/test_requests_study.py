@@ -13,7 +13,7 @@ import kvprobe
 from kvprobe.interventions import CONDITIONS, TextRecompute
 from kvprobe import decoding
 from kvprobe.decoding import question_logits
-from kvprobe.studies.recognition.records import RECORD_VARIANTS
+from kvprobe.studies.datasets.recognition.records import RECORD_VARIANTS
 from kvprobe.studies.requests import conditions as cond
 from kvprobe.studies.requests.detector import (
     Detection,

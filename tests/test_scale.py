@@ -27,7 +27,7 @@ from kvprobe.extract import CaseScore, extract
 from kvprobe.sharding import ModelSpec, assign_shards, shard_of, stable_hash
 from kvprobe.workers import RayOptions, RayUnavailableError, WorkerPool, require_ray
 from kvprobe.studies.quantity.study import QuantityStudy
-from kvprobe.studies.recognition import DATASETS
+from kvprobe.studies.datasets.recognition import DATASETS
 from kvprobe.studies.recognition.questions import signed_loo_scores
 from kvprobe.studies.common.runner import COMMITTED, RESULTS, completed_cases, order_by_case, read_rows, run_study
 

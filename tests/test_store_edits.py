@@ -24,7 +24,7 @@ from kvprobe.tools.verify.operations import prerope_keys, rope_with_model
 from kvprobe.readouts.evaluate import edit_transfer, evaluate_group
 from kvprobe.readouts.report import format_edit_transfer
 from kvprobe.reference import reference_hidden_kv
-from kvprobe.studies.recognition import generate_records
+from kvprobe.studies.datasets.recognition import generate_records
 from kvprobe.studies.recognition.edits import RECORD_EDITS, parse_edits, record_edit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -286,7 +286,7 @@ def test_edits_of_single_records_are_refused(models):
 def test_extract_edit_then_readout_across_edits_in_process(tmp_path, monkeypatch):
     """The command-line path (in process, on 12 items): the original group, then one group per edit, a
     rerun keeping them, and the report of the probe moved across edits."""
-    import kvprobe.studies.recognition as recognition
+    import kvprobe.studies.datasets.recognition as recognition
 
     def generate_few(seed: int):
         return few_records()
@@ -309,7 +309,7 @@ def test_extract_edit_then_readout_across_edits_in_process(tmp_path, monkeypatch
 
 
 def test_an_edit_the_architecture_refuses_fails_before_any_extraction(tmp_path, monkeypatch, capsys):
-    import kvprobe.studies.recognition as recognition
+    import kvprobe.studies.datasets.recognition as recognition
 
     def generate_few(seed: int):
         return few_records(1)

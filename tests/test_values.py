@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvprobe.studies.datasets.record_histories import record_histories
-from kvprobe.studies.recognition.records import generate_records
+from kvprobe.studies.datasets.recognition.records import generate_records
 from kvprobe.studies.datasets.values import classify_value
 
 REF, OLD = "107 hours", "109 hours"

@@ -11,7 +11,7 @@ supplement also reports choosing on the main model's dev split: ours is
 ``transfer_main_dev_C``).
 
 Everything is reused from ``readouts`` and ``extract``: the dataset
-(``studies.recognition.records``, 95 items x 6 variants), the joint encoding
+(``studies.datasets.recognition.records``, 95 items x 6 variants), the joint encoding
 (``extract.capture.encode``: B read after A, templateless, newline separator, K
 and V exactly as cached), the depths (``readouts.evaluate.probe_depths`` /
 ``nearest``), the probe and the C grid {0.01, 0.1, 1, 10}
@@ -39,8 +39,8 @@ from kvprobe.model import Model
 from kvprobe.readouts.evaluate import ROLE_VARIANTS, nearest, probe_depths
 from kvprobe.readouts.probes import C_GRID, BalancedL2Probe, select_C
 from kvprobe.readouts.stats import DRAWS, auc, bootstrap_auc
-from kvprobe.studies.recognition.cases import RecognitionCase
-from kvprobe.studies.recognition.records import generate_records
+from kvprobe.studies.datasets.recognition.cases import RecognitionCase
+from kvprobe.studies.datasets.recognition.records import generate_records
 
 from .checks import CompatibilityError, check_architectures
 

@@ -3,7 +3,7 @@
 Shared by the records, query-aware and requests studies (answers graded with
 :func:`studies.common.answers.grade`).
 
-Each history is one D3 test case (``studies.recognition.records``: 50 items x 6
+Each history is one D3 test case (``studies.datasets.recognition.records``: 50 items x 6
 variants = 300) laid out as the paper's user message: ``Ordered records:``,
 ``Time 1:`` A, ``Other record:`` a record about a different entity,
 ``Time 2:`` B, then the question. Three queries per history:
@@ -26,13 +26,13 @@ import dataclasses
 from dataclasses import dataclass
 
 import kvprobe
-from kvprobe.studies.recognition.records import RECORDS_SEED
+from .recognition.records import RECORDS_SEED
 from kvprobe.studies.common.chat_template import study_prompt
 from kvprobe.studies.common.detectors import strings
-from kvprobe.studies.recognition import families
-from kvprobe.studies.recognition.cases import RecognitionCase, expected_answer
-from kvprobe.studies.recognition.records import SLOT_INDICES, generate_records
-from kvprobe.studies.recognition.records import ITEMS  # noqa: F401  (re-exported for the studies on these histories)
+from .recognition import families
+from .recognition.cases import RecognitionCase, expected_answer
+from .recognition.records import SLOT_INDICES, generate_records
+from .recognition.records import ITEMS  # noqa: F401  (re-exported for the studies on these histories)
 
 QUERY_KINDS = ("current", "historical", "unrelated")
 #: Answer budget (paper L5450-5451).
@@ -106,7 +106,7 @@ def record_histories(split: str = "test", seed: int = RECORDS_SEED, deadline_uni
     """The D3 cases of ``split`` with their other-entity records, in dataset order.
 
     ``deadline_unit="hours"``: the deadline family in hours, as in the paper's dataset
-    (:func:`studies.recognition.families.restate`); other families are unchanged.
+    (:func:`studies.datasets.recognition.families.restate`); other families are unchanged.
     """
     cases = [c for c in generate_records(seed, deadline_unit) if c.split == split]
     items: dict[str, list[RecognitionCase]] = {}

@@ -35,14 +35,14 @@ from typing import Any, ClassVar
 
 import kvprobe
 from kvprobe.studies.datasets.quantity_task.tasks import QUANTITY_SEED
-from kvprobe.studies.recognition.records import RECORDS_SEED
+from kvprobe.studies.datasets.recognition.records import RECORDS_SEED
 from kvprobe.studies.common.detectors.text import DETECTORS, MAX_NEW_TOKENS, TEXT_DETECTORS, YES_NO, RecordPair, \
     run_text_detectors, yes_no_scores
 from kvprobe.studies.common.detectors import strings
 from kvprobe.studies.datasets import oaks
 from .natural import NATURAL_DETECTORS, NATURAL_MAX_NEW_TOKENS, annotation_columns, natural_pairs, \
     run_natural_detectors
-from kvprobe.studies.recognition.cases import SPLITS
+from kvprobe.studies.datasets.recognition.cases import SPLITS
 from kvprobe.studies.common.protocol import InvalidParameter, RunState, Study, require_at_least, require_choices
 
 DATASETS = ("records", "quantity", "oaks")
@@ -67,7 +67,7 @@ class DetectionCase:
 
 def records_cases(splits: tuple[str, ...], seed: int) -> list[DetectionCase]:
     """D3 pairs of the given splits."""
-    from kvprobe.studies.recognition.records import generate_records
+    from kvprobe.studies.datasets.recognition.records import generate_records
 
     return [DetectionCase(f"records/{c.case_id}", "records", c.group, c.split, c.variant,
                           c.labels["replacement"], RecordPair(c.a_text, c.b_text, c.old_value))

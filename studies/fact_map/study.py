@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from .analysis import N_BANDS, later_pieces, layer_bands, map_conditions
-from kvprobe.studies.recognition.records import RECORDS_SEED
+from kvprobe.studies.datasets.recognition.records import RECORDS_SEED
 from kvprobe.studies.common.answers import canonical_answer, normalize
 from kvprobe.studies.common.protocol import CaseRun, HistoryStudy, Question, require_at_least, require_choices, use_chat
 from kvprobe.studies.datasets.quantity_task import tasks

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 
 import kvprobe
-from kvprobe.studies.recognition.records import RECORDS_SEED
+from kvprobe.studies.datasets.recognition.records import RECORDS_SEED
 from kvprobe.studies.common.answers import canonical_answer
 from kvprobe.studies.common.detectors import strings as record_strings
 from kvprobe.studies.common.detectors.strings import TIME_2

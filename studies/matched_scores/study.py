@@ -29,11 +29,11 @@ from typing import Any, ClassVar, Union
 
 import kvprobe
 from kvprobe import decoding
-from kvprobe.studies.recognition.records import RECORDS_SEED
+from kvprobe.studies.datasets.recognition.records import RECORDS_SEED
 from kvprobe.studies.common.protocol import (CaseRun, HistoryStudy, InvalidParameter, Question, require_at_least,
                                       require_choices, require_fits, use_chat)
-from kvprobe.studies.recognition.cases import SPLITS
-from kvprobe.studies.recognition.families import DEADLINE_UNITS
+from kvprobe.studies.datasets.recognition.cases import SPLITS
+from kvprobe.studies.datasets.recognition.families import DEADLINE_UNITS
 from kvprobe.studies.common.answers import canonical_answer
 from kvprobe.studies.common.chat_template import template_kwargs
 from kvprobe.studies.datasets.record_histories import MAX_NEW_TOKENS, selected_histories

@@ -16,7 +16,7 @@ confirming and ``Br`` the replacing later record. A distinct text pair is scored
 comparisons (and any repeat of the same two texts elsewhere) share that score.
 
 **Intrinsic panel** (the paper's held-out record pairs: 216 components over groups with the same or a different
-alias): standalone records built from the recognition vocabulary (:mod:`kvprobe.studies.recognition.families`:
+alias): standalone records built from the recognition vocabulary (:mod:`kvprobe.studies.datasets.recognition.families`:
 five families, six slot phrasings each), in two strata of :data:`INTRINSIC_GROUPS` groups:
 
 * ``same_alias``: both later records name the entity exactly as A does; ``Bc`` repeats A's value, ``Br`` states a
@@ -56,9 +56,9 @@ from typing import Any, Sequence
 from kvprobe.readouts.fixed import char_distance
 from kvprobe.readouts.stats import connected_components
 from kvprobe.studies.datasets import controlled_histories
-from kvprobe.studies.recognition import families
-from kvprobe.studies.recognition.cases import FAMILIES as RECORD_FAMILIES, capitalize
-from kvprobe.studies.recognition.records import SHORT_NAMES
+from kvprobe.studies.datasets.recognition import families
+from kvprobe.studies.datasets.recognition.cases import FAMILIES as RECORD_FAMILIES, capitalize
+from kvprobe.studies.datasets.recognition.records import SHORT_NAMES
 
 #: 20260924: the intrinsic panel (``studies.native_pairs.data``).
 NATIVE_PAIRS_SEED = 20260924
@@ -98,7 +98,7 @@ ALIASES = {"office_city": "the {stem} group",            # "the Northfield team"
 
 
 def alias(family: str, key: int) -> str:
-    """Another name of the entity :func:`kvprobe.studies.recognition.families.entity_name` gives ``key``
+    """Another name of the entity :func:`kvprobe.studies.datasets.recognition.families.entity_name` gives ``key``
     (:data:`ALIASES`).
 
     >>> alias("office_city", 0), alias("preferred_plan", 0), alias("incident_cause", 4821)

@@ -35,10 +35,10 @@ from typing import Any, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.interventions.capacity import matched_capacity, observation_length, resident_tokens
-from kvprobe.studies.recognition.records import RECORDS_SEED
+from kvprobe.studies.datasets.recognition.records import RECORDS_SEED
 from kvprobe.studies.common.answers import grade, normalize
-from kvprobe.studies.recognition.cases import SPLITS
-from kvprobe.studies.recognition.records import POSITIVE_VARIANTS
+from kvprobe.studies.datasets.recognition.cases import SPLITS
+from kvprobe.studies.datasets.recognition.records import POSITIVE_VARIANTS
 from kvprobe.studies.datasets.record_histories import MAX_NEW_TOKENS, QUERY_KINDS, RecordHistory, question_text, \
     selected_histories
 from kvprobe.studies.common.conditions import QUERY_AWARE_METHODS, query_aware_condition, supported

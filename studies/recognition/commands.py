@@ -1,6 +1,6 @@
 """``kvprobe extract`` and ``kvprobe readout``: the recognition datasets into a feature store, and its readouts.
 
-``--dataset`` choices come from :data:`kvprobe.studies.recognition.DATASETS`. ``cli`` is :mod:`kvprobe.cli`.
+``--dataset`` choices come from :data:`kvprobe.studies.datasets.recognition.DATASETS`. ``cli`` is :mod:`kvprobe.cli`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _extract_inputs(args: argparse.Namespace) -> tuple[list, tuple[str, ...], di
     """The cases, token-level kinds, dataset info and case scores (the signed LOO unless --no-loo) of
     ``kvprobe extract``."""
     from kvprobe.extract import CaseScore
-    from . import DATASETS
+    from kvprobe.studies.datasets.recognition import DATASETS
     from .questions import signed_loo_scores
 
     generator, default_seed = DATASETS[args.dataset]
@@ -45,7 +45,7 @@ def _extract_inputs(args: argparse.Namespace) -> tuple[list, tuple[str, ...], di
     token_level = tuple(k for k in args.token_level.split(",") if k)
     # The LOO scores 8 cases per forward batch: chunks of 64 give the same values on any number of workers.
     scores = {} if args.no_loo else {"signed_loo": CaseScore(signed_loo_scores, chunk=64)}
-    info = {"generator": f"kvprobe.studies.recognition.{generator.__name__}", "seed": seed}
+    info = {"generator": f"kvprobe.studies.datasets.recognition.{generator.__name__}", "seed": seed}
     return generator(seed=seed), token_level, info, scores
 
 
@@ -179,8 +179,8 @@ def cmd_readout(args: argparse.Namespace, cli) -> int:
 
 
 def _readout_items(dataset: str) -> str | None:
-    """The Items line of a readout report (``studies.recognition.DATASET_ITEMS``; None for another dataset)."""
-    from . import DATASET_ITEMS
+    """The Items line of a readout report (``studies.datasets.recognition.DATASET_ITEMS``; None for another dataset)."""
+    from kvprobe.studies.datasets.recognition import DATASET_ITEMS
 
     items = DATASET_ITEMS.get(dataset)
     return None if items is None else items.line()
@@ -188,7 +188,7 @@ def _readout_items(dataset: str) -> str | None:
 
 def add_commands(sub, cli) -> None:
     """``kvprobe extract`` and ``kvprobe readout``."""
-    from . import DATASETS
+    from kvprobe.studies.datasets.recognition import DATASETS
 
     p = sub.add_parser("extract", help="capture per-layer K/V (as cached) and hidden states into an HDF5 store",
                        description="Encode every record of a recognition dataset (A alone, B alone, B after A) "

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Sequence
 
 from .loo import LooItem
 
-from .cases import RecognitionCase, expected_answer
-from .families import slot
+from kvprobe.studies.datasets.recognition.cases import RecognitionCase, expected_answer
+from kvprobe.studies.datasets.recognition.families import slot
 
 if TYPE_CHECKING:
     import numpy as np

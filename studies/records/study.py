@@ -54,11 +54,11 @@ from typing import Any, Callable, ClassVar
 import kvprobe
 from kvprobe import decoding
 from kvprobe.interventions import TextRecompute
-from kvprobe.studies.recognition.records import RECORDS_SEED
+from kvprobe.studies.datasets.recognition.records import RECORDS_SEED
 from kvprobe.studies.common.answers import grade, normalize
 from kvprobe.studies.common.detectors.text import REPLACEMENT, TEXT_DETECTORS, RecordPair, run_text_detectors
-from kvprobe.studies.recognition.cases import SPLITS
-from kvprobe.studies.recognition.families import DEADLINE_UNITS
+from kvprobe.studies.datasets.recognition.cases import SPLITS
+from kvprobe.studies.datasets.recognition.families import DEADLINE_UNITS
 from kvprobe.studies.datasets.record_histories import MAX_NEW_TOKENS, RecordHistory, question_text, selected_histories
 from kvprobe.studies.common.protocol import (Batch, CaseRun, HistoryStudy, InvalidParameter, Question, prepared,
                                              require_at_least, require_choices, use_chat)

@@ -38,14 +38,14 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import kvprobe
-from kvprobe.studies.recognition.records import RECORDS_SEED as SEED
+from kvprobe.studies.datasets.recognition.records import RECORDS_SEED as SEED
 from kvprobe.studies.common.chat_template import study_prompt
 from kvprobe.studies.common.detectors import strings
 from kvprobe.studies.common.detectors.text import RecordPair
 from kvprobe.studies.datasets.filler import filler_sentences
-from kvprobe.studies.recognition import families
-from kvprobe.studies.recognition.cases import FAMILIES, expected_answer
-from kvprobe.studies.recognition.records import RECORD_VARIANTS, SLOT_INDICES
+from kvprobe.studies.datasets.recognition import families
+from kvprobe.studies.datasets.recognition.cases import FAMILIES, expected_answer
+from kvprobe.studies.datasets.recognition.records import RECORD_VARIANTS, SLOT_INDICES
 from kvprobe.studies.datasets.record_histories import RecordHistory, question_text, record_histories
 
 #: Query kinds in the paper's order (L6435-6437).
@@ -56,7 +56,7 @@ N_GROUPS = 30
 LENGTHS = (0, 100, 300)
 BACKGROUND_SOURCES = ("ledger", "pg19")
 BACKGROUND_PLACES = ("after_time1", "before_time1")
-#: Seed of the record dataset (``studies.recognition``) and of the background lines.
+#: Seed of the record dataset (``studies.datasets.recognition``) and of the background lines.
 
 # Question wordings (ours). The first of each kind is the records study's wording
 # (studies.common.detectors.strings); the k-th question of a kind names the attribute with the

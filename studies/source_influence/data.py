@@ -5,7 +5,7 @@ sharing the prefilled cache within each group. One balanced replicate across fiv
 families, eight wording patterns, and two value directions supplies 80 development
 events ... the remaining four replicates, comprising 320 events."
 
-An event is a group of the role-pairs dataset (``studies.recognition.role_pairs``, 5
+An event is a group of the role-pairs dataset (``studies.datasets.recognition.role_pairs``, 5
 families x 8 patterns x 10 groups): the earlier source is its record A (which names both
 values and affirms the old one), the later source its Supersedes record B (the new value
 becomes current; a parameter gives the Duplicate record instead, which keeps A's value
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvprobe.studies.recognition.cases import expected_answer
-from kvprobe.studies.recognition.families import slot
-from kvprobe.studies.recognition.role_pairs import generate_role_pairs
+from kvprobe.studies.datasets.recognition.cases import expected_answer
+from kvprobe.studies.datasets.recognition.families import slot
+from kvprobe.studies.datasets.recognition.role_pairs import generate_role_pairs
 
 from . import strings
 

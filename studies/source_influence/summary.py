@@ -36,7 +36,7 @@ from kvprobe.readouts.stats import DRAWS, balanced_mean, group_bootstrap_weights
     percentile_interval
 from kvprobe.files import atomic_write_text
 from kvprobe.studies.datasets.oaks import items as oaks_items
-from kvprobe.studies.recognition.role_pairs import ITEMS as PAIR_ITEMS
+from kvprobe.studies.datasets.recognition.role_pairs import ITEMS as PAIR_ITEMS
 from kvprobe.studies.registry import items_lines
 from kvprobe.studies.common.report import Items, estimate, heading, run_time, table_head
 from kvprobe.studies.common.runner import read_rows

@@ -126,7 +126,7 @@ def format_extract_markdown(r: dict[str, Any]) -> str:
 
 def command(args, load) -> dict[str, Any]:
     """``kvprobe bench extract``: the first ``--cases`` cases of the records dataset."""
-    from kvprobe.studies.recognition import generate_records
+    from kvprobe.studies.datasets.recognition import generate_records
 
     model = load()
     return run_extract_bench(model, generate_records()[: args.cases], Path(args.out), batch_size=args.batch_size)

@@ -159,7 +159,7 @@ def run_extract_scale_bench(model_name: str, out_dir: Path, cases: int = 120, ba
                             loo_chunk: int = 16, rounds: int = 2) -> dict[str, Any]:
     """Time ``kvprobe extract`` (records dataset, first ``cases`` cases, with the signed LOO) under
     :data:`CONFIGS`; write scale-extract.json / .md under ``out_dir``."""
-    from kvprobe.studies.recognition import generate_records
+    from kvprobe.studies.datasets.recognition import generate_records
 
     chosen = generate_records()[:cases]
     runs = _time_configs(model_name, _extract_work(chosen, batch_size, loo_chunk), rounds)

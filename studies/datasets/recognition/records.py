@@ -42,7 +42,7 @@ from kvprobe.studies.common.report import Items
 from . import families
 from .cases import FAMILIES, SPLITS, RecognitionCase, capitalize, word_multiset
 
-#: 20260910 again: the synthetic record histories (``studies.recognition.records``,
+#: 20260910 again: the synthetic record histories (``studies.datasets.recognition.records``,
 #: ``studies.datasets.record_histories``; the records, query-aware, detection and requests studies' datasets,
 #: ``studies.requests.data``).
 RECORDS_SEED = 20260910

@@ -39,7 +39,7 @@ from . import families
 from .cases import FAMILIES, RecognitionCase, capitalize, word_multiset
 from .records import SHORT_NAMES
 
-#: 20260911: the role-pair dataset (``studies.recognition.role_pairs``).
+#: 20260911: the role-pair dataset (``studies.datasets.recognition.role_pairs``).
 ROLE_PAIRS_SEED = 20260911
 
 #: Where reports on these pairs say their items come from (``studies.common.report.Items``).
