@@ -17,8 +17,8 @@ Subcommands:
 This module is the argument plumbing: model loading and placement (``--model``, ``--device``, ``--dtype``,
 ``--backend``), the parser, and ``main``. Each command is defined next to what it runs and added here:
 ``kvprobe.tools.commands`` (verify, matrix, bench: the bench registry), ``kvprobe.studies.commands``
-(demo, map, run and report from the study registry, calibrate, babi-verify),
-``kvprobe.studies.recognition.commands`` (extract, readout: the recognition datasets); ``models`` and
+(demo, map, run and report from the study registry, calibrate, babi-verify, and the registry's command studies:
+extract and readout, ``kvprobe.studies.recognition.commands``); ``models`` and
 ``conditions`` list the model and condition registries. Those modules load only their parsers here; what
 a command runs loads when it runs.
 """
@@ -214,7 +214,6 @@ def cmd_data(args: argparse.Namespace) -> int:
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The ``kvprobe`` parser; ``argv`` names the study whose options ``kvprobe run STUDY`` needs."""
     from kvprobe.studies import commands as studies
-    from kvprobe.studies.recognition import commands as recognition
     from kvprobe.tools import commands as tools
 
     cli = sys.modules[__name__]
@@ -240,7 +239,6 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_models)
 
     studies.add_commands(sub, cli, argv)
-    recognition.add_commands(sub, cli)
     studies.add_babi_verify(sub, cli)
     p = sub.add_parser("conditions", help="list access conditions and cache operations usable by name",
                        description="Names accepted by --conditions and interventions.parse_condition: "

@@ -1,8 +1,11 @@
-"""The study commands: ``kvprobe run``, ``report``, ``demo``, ``map``, ``calibrate`` and ``babi-verify``.
+"""The study commands: ``kvprobe run``, ``report``, ``demo``, ``map``, ``calibrate``, ``babi-verify`` and those of
+the command studies (``extract``, ``readout``).
 
 ``kvprobe run STUDY`` and ``kvprobe report STUDY`` are built from the study registry
 (:data:`kvprobe.studies.registry.STUDIES`: one sub-command per study, its parameters from the study's
-fields, its extra options from the entry). ``cli`` is :mod:`kvprobe.cli` (model loading, Ray backend).
+fields, its extra options from the entry); a command study of the registry
+(:data:`kvprobe.studies.registry.COMMAND_STUDIES`) adds its own. ``cli`` is :mod:`kvprobe.cli` (model loading,
+Ray backend).
 """
 
 from __future__ import annotations
@@ -313,7 +316,10 @@ def add_report(sub, cli) -> None:
 
 
 def add_commands(sub, cli, argv: Sequence[str] | None) -> None:
-    """``kvprobe demo``, ``map``, ``run`` (one sub-command per registered study) and ``calibrate``."""
+    """``kvprobe demo``, ``map``, ``run`` (one sub-command per registered study), ``calibrate``, then the
+    commands of each command study (:data:`kvprobe.studies.registry.COMMAND_STUDIES`: ``extract``, ``readout``)."""
+    from kvprobe.studies.registry import COMMAND_STUDIES
+
     p = sub.add_parser("demo", help="the quantity example under five access conditions",
                        description="Prefill the paper's quantity example once; score the new vs old answer "
                        "and generate greedily under full access, whole-source mask, its control, "
@@ -364,6 +370,9 @@ def add_commands(sub, cli, argv: Sequence[str] | None) -> None:
                    help=f"bootstrap seed (default {PAPER_SEED}, the paper's)")
     p.add_argument("--quiet", action="store_true", help="no messages")
     p.set_defaults(func=partial(cmd_calibrate, cli=cli))
+
+    for study in COMMAND_STUDIES.values():
+        study.add_commands(sub, cli)
 
 
 def add_babi_verify(sub, cli) -> None:

@@ -1,4 +1,4 @@
-"""Every study ``kvprobe run`` knows: one line each. Adding a study adds a line here, no CLI code.
+"""Every study kvprobe knows: one line each. Adding a study adds a line here, no CLI code.
 
 An :class:`Entry` names the study class (its dataclass fields become the options of
 ``kvprobe run NAME``), the summary module (its ``summarize`` and ``format_report``, which
@@ -8,6 +8,10 @@ else the command must know: a runner that does more than run the cases, options 
 summary or of the run that are not study parameters, whether a model grader may label the
 answers (:class:`Graded`), and why a study cannot run on Ray workers. Modules are named as
 strings and imported on use, so ``kvprobe --help`` stays fast.
+
+A study whose commands are its own rather than ``kvprobe run NAME`` is a :class:`CommandStudy` of
+:data:`COMMAND_STUDIES` (``recognition``: ``kvprobe extract`` and ``kvprobe readout``). :func:`study_anchors`
+names every registered study's module, beside which its claims and README sit.
 """
 
 from __future__ import annotations
@@ -274,6 +278,44 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
           local_only="its timings measure one process on an otherwise idle machine",
           smoke=dict(n_groups=1, lengths=(0,), max_new_tokens=2, detector_max_new_tokens=2)),
 )}
+
+
+@dataclass(frozen=True)
+class CommandStudy:
+    """A study run by commands of its own rather than ``kvprobe run NAME``: what they write is not a run
+    folder of cases (``recognition``: ``kvprobe extract`` writes a feature store of encoded records,
+    ``kvprobe readout`` the readouts of a store). Its folder holds the commands module, ``README.md`` and, when it
+    tests claims of the paper, ``claims.py`` (found beside the commands module, as a run study's beside its study
+    module).
+
+    Attributes:
+        name: the study (its claims' ``study``; its runs' folder under ``artifacts/``).
+        commands: ``"module:function"`` called as ``fn(sub, cli)`` to add its sub-commands to the ``kvprobe``
+            parser (``sub``: the parser's sub-parsers; ``cli``: :mod:`kvprobe.cli`).
+        description: one line.
+    """
+
+    name: str
+    commands: str
+    description: str
+
+    def add_commands(self, sub: Any, cli: Any) -> None:
+        """Adds the study's sub-commands to the ``kvprobe`` parser."""
+        _load(self.commands)(sub, cli)
+
+
+COMMAND_STUDIES: dict[str, CommandStudy] = {e.name: e for e in (
+    CommandStudy("recognition", _P + "recognition.commands:add_commands",
+                 "can cached K/V tell a replacement from a confirmation? `kvprobe extract` encodes the recognition "
+                 "datasets into a feature store, `kvprobe readout` reads it out (partB 1-3)"),
+)}
+
+
+def study_anchors() -> dict[str, str]:
+    """Every registered study -> its anchor, the ``"module:name"`` whose module its claims and README sit beside:
+    ``Entry.study`` of the run studies (in registry order), then ``CommandStudy.commands`` of the command studies."""
+    return {**{name: e.study for name, e in STUDIES.items()},
+            **{name: e.commands for name, e in COMMAND_STUDIES.items()}}
 
 
 def entry(name: str) -> Entry:

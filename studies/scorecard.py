@@ -7,9 +7,11 @@ its claims (the paper's words, lines and numbers) and the measures of its own ru
 itself is :func:`verdict`, ``kvprobe.studies.common.report.claim_verdict``).
 
 A study's claims are found through the study registry by convention: the ``claims`` module beside the
-entry's study module (``kvprobe.studies.quantity.claims`` for ``quantity.study:QuantityStudy``), so a
-study with claims is its folder plus its registry line. The studies come in :data:`ORDER`, then any
-other registered study in registry order.
+study's anchor module (``kvprobe.studies.registry.study_anchors``: a run study's study module,
+``kvprobe.studies.quantity.claims`` for ``quantity.study:QuantityStudy``; a command study's commands module,
+``kvprobe.studies.recognition.claims`` for ``recognition.commands:add_commands``), so a study with claims is
+its folder plus its registry line. The studies come in :data:`ORDER`, then any other registered study in
+registry order.
 
 Example::
 
@@ -36,7 +38,7 @@ from kvprobe.studies.common.claims import (FEW_UNITS, FLOOR, INCONCLUSIVE, TOLER
 from kvprobe.studies.common.report import claim_verdict as verdict
 from kvprobe.studies.common.report import table_head, table_row
 
-__all__ = ["ORDER", "PAPER_TITLE", "UNREGISTERED", "claims", "claims_module", "format_markdown", "scorecard_json",
+__all__ = ["ORDER", "PAPER_TITLE", "claims", "claims_module", "format_markdown", "scorecard_json",
            "verdict", "write_scorecard"]
 
 #: The paper, cited by title (docs never point at a local copy).
@@ -47,13 +49,11 @@ ORDER = ("quantity", "matched-scores", "mquake", "babilong", "note-controls", "d
          "components", "derived-note", "factconsolidation", "factorial", "minteval", "query-aware", "records",
          "requests", "revisions", "session-bias", "source-influence", "oaks-open", "oaks", "prompt-format",
          "question-relevance", "native-pairs", "cross-checkpoint")
-#: Claims modules of study folders without a registry entry: the recognition groups (``kvprobe extract`` and
-#: ``kvprobe readout`` runs, not ``kvprobe run``).
-UNREGISTERED = ("kvprobe.studies.recognition.claims",)
 
 
 def claims_module(study: str) -> str:
-    """The claims module of a registry entry's ``study`` (``"module:Class"``): ``claims`` beside the module.
+    """The claims module of a registered study's anchor (``"module:name"``, ``Entry.study`` or
+    ``CommandStudy.commands``): ``claims`` beside the module.
 
     Example: ``claims_module("kvprobe.studies.components.relevance:RelevanceStudy")`` is
     ``"kvprobe.studies.components.claims"``.
@@ -64,10 +64,11 @@ def claims_module(study: str) -> str:
 def claims() -> tuple[Claim, ...]:
     """Every study's ``CLAIMS``, each claims module once, studies in :data:`ORDER` (then registry order),
     each study's claims in the order its module lists them."""
-    from kvprobe.studies.registry import STUDIES
+    from kvprobe.studies.registry import study_anchors
 
-    names = [*ORDER, *(name for name in STUDIES if name not in ORDER)]
-    modules = [*dict.fromkeys(claims_module(e.study) for e in STUDIES.values()), *UNREGISTERED]
+    anchors = study_anchors()
+    names = [*ORDER, *(name for name in anchors if name not in ORDER)]
+    modules = list(dict.fromkeys(claims_module(anchor) for anchor in anchors.values()))
     found = [c for m in modules if importlib.util.find_spec(m) for c in importlib.import_module(m).CLAIMS]
     unknown = {c.study for c in found} - set(names)
     if unknown:

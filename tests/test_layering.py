@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+
+from kvprobe.studies.registry import COMMAND_STUDIES, study_anchors
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Installed subpackage -> its top-level folder (setup.py's MAPPED_FOLDERS).
@@ -363,16 +366,17 @@ def test_an_install_adds_only_the_kvprobe_import_name(tmp_path):
     assert done.returncode != 0 and "No module named 'studies'" in done.stderr
 
 
-#: Study packages: the packages of the registered studies (``studies/registry.py``). What several studies use
-#: lives in shared modules instead, such as ``recognition`` (datasets), ``quantity_task``, ``record_histories``,
-#: ``detectors``, ``filler`` and ``answers``.
-def _registered_study_packages() -> tuple[str, ...]:
-    from kvprobe.studies.registry import STUDIES
+#: Study packages: the packages of the registered studies (``studies/registry.py``: the run studies' entries and
+#: the command studies). What several studies use lives in shared modules instead, such as the recognition
+#: datasets, ``quantity_task``, ``record_histories``, ``detectors``, ``filler`` and ``answers``.
+def _packages(anchors: Iterable[str]) -> tuple[str, ...]:
+    """The study packages of registry anchors (``"kvprobe.studies.NAME.module:name"``)."""
+    return tuple(sorted({a.split(":")[0].split(".")[2] for a in anchors}))
 
-    return tuple(sorted({e.study.split(":")[0].split(".")[2] for e in STUDIES.values()}))
 
-
-STUDY_PACKAGES = _registered_study_packages()
+STUDY_PACKAGES = _packages(study_anchors().values())
+#: The packages of the command studies (``COMMAND_STUDIES``: ``kvprobe extract``/``readout``, not ``kvprobe run``).
+COMMAND_PACKAGES = _packages(e.commands for e in COMMAND_STUDIES.values())
 #: Imports of one study's modules by another that remain: none (the quantity task, the record histories,
 #: the detectors and the PG-19 filler moved to shared modules). It stays empty.
 CROSS_STUDY_DEBT: set[tuple[str, str]] = set()
@@ -435,21 +439,21 @@ def test_the_runner_drives_the_protocol_not_the_other_way():
 #: the study commands, the scorecard, the cross-benchmark report) and the two shared folders.
 HALL = {"__init__.py", "registry.py", "commands.py", "scorecard.py", "cross_benchmark.py", "common",
         "datasets"}
-#: Study packages outside the run registry: ``recognition`` (``kvprobe extract``/``readout``; its record items
-#: are the record histories' source, so ``datasets.record_histories`` reads them).
-OTHER_STUDIES = {"recognition"}
 #: The fixed file names of a study folder (where the role exists: a study that reads only shared data has no
-#: ``data.py``, one without verbatim paper text no ``strings.py``).
+#: ``data.py``, one without verbatim paper text no ``strings.py``); a command study's folder has its commands
+#: module instead of the study and summary modules.
 FIXED = ("README.md", "study.py", "summary.py")
+COMMAND_FIXED = ("README.md", "commands.py")
 
 
 def test_the_studies_hall_shows_its_kinds():
     """``studies/`` holds the study packages, ``common/`` (the machinery every study runs on), ``datasets/``
     (data and loaders shared by several studies) and the modules above all studies; nothing else."""
     entries = {p.name for p in (ROOT / "studies").iterdir() if p.name != "__pycache__"}
-    assert entries - HALL == set(STUDY_PACKAGES) | OTHER_STUDIES, sorted(entries - HALL)
+    assert entries - HALL == set(STUDY_PACKAGES), sorted(entries - HALL)
     for name in STUDY_PACKAGES:
-        missing = [f for f in FIXED if not (ROOT / "studies" / name / f).is_file()]
+        fixed = COMMAND_FIXED if name in COMMAND_PACKAGES else FIXED
+        missing = [f for f in fixed if not (ROOT / "studies" / name / f).is_file()]
         assert not missing, f"studies/{name}/ lacks {missing}"
 
 
@@ -459,13 +463,13 @@ READS_THE_REGISTRY = {"kvprobe.studies.common.summary"}
 
 def test_the_shared_folders_sit_below_the_studies():
     """``studies/common`` imports no study and no shared dataset (only :data:`READS_THE_REGISTRY` reads the
-    registry, which names studies as strings); ``studies/datasets`` imports the machinery and no study but
-    :data:`OTHER_STUDIES` (so a study may use both, and neither depends on a study's code)."""
+    registry, which names studies as strings); ``studies/datasets`` imports the machinery and no study (so a
+    study may use both, and neither depends on a study's code)."""
     bad = []
     for name, path in MODULES.items():
         for target, _ in _imports(name, path):
             module = _resolve(target) or ""
-            for shared, allowed in (("common", ("common",)), ("datasets", ("common", "datasets", *OTHER_STUDIES))):
+            for shared, allowed in (("common", ("common",)), ("datasets", ("common", "datasets"))):
                 if name.startswith(f"kvprobe.studies.{shared}") and module.startswith("kvprobe.studies."):
                     if module == "kvprobe.studies.registry" and name in READS_THE_REGISTRY:
                         continue

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from kvprobe.studies import scorecard
-from kvprobe.studies.registry import STUDIES
+from kvprobe.studies.registry import COMMAND_STUDIES, STUDIES, study_anchors
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Installed subpackage -> its folder.
@@ -128,14 +128,17 @@ def test_only_claims_modules_build_claims_and_measures():
 
 
 def _folder_studies() -> dict[str, set[str]]:
-    """A study folder's claims module -> the study names whose claims it may hold (its registry entries; a
-    folder with claims but no entry: its own name)."""
+    """A study folder's claims module -> the study names whose claims it may hold (its registered studies: run
+    studies' entries and command studies, ``kvprobe.studies.registry.study_anchors``)."""
     found: dict[str, set[str]] = {}
-    for name, entry in STUDIES.items():
-        found.setdefault(scorecard.claims_module(entry.study), set()).add(name)
-    for module in scorecard.UNREGISTERED:
-        found.setdefault(module, set()).add(module.split(".")[2])
+    for name, anchor in study_anchors().items():
+        found.setdefault(scorecard.claims_module(anchor), set()).add(name)
     return found
+
+
+def test_a_study_is_registered_once():
+    """No command study has a run study's name: a claim's ``study`` names one registered study."""
+    assert not set(STUDIES) & set(COMMAND_STUDIES)
 
 
 def test_a_folder_claims_its_own_studies_and_reads_their_runs():
