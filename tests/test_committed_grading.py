@@ -1,9 +1,9 @@
-"""Every committed records, derived-note and quantity row carries the current grading (paper L5453-5454, L5841;
+"""Every committed records, derived-note, mquake and quantity row carries the current grading (paper L5453-5454, L5841;
 quantity: the three rules, the lenient rule and the capped-output diagnostics, L4029-4040, L4425-4457).
 
 The exact score of both studies is answer-field equality (the shared answer-field parser, the paper's rules
 1-2), with the strict fenced rule beside it as ``correct_fenced``. Grading does not depend on generation, so
-the committed rows were regraded in place (``python -m kvprobe.studies.records.errors RUN...`` and
+the committed rows were regraded in place (``python -m kvprobe.studies.records.errors RUN...``, ``python -m kvprobe.studies.mquake.study RUN...`` and
 ``python -m kvprobe.studies.derived_note.grading RUN...``, through
 :func:`kvprobe.studies.common.runner.regrade_results`); these tests fail when a grading rule changes and the
 committed rows are not regraded with it. The quantity rows were regraded the same way
@@ -21,12 +21,14 @@ import pytest
 from kvprobe.studies.common.answers import grade
 from kvprobe.studies.common.runner import read_rows, regrade_results, rewrite_rows
 from kvprobe.studies.derived_note import grading as derived
+from kvprobe.studies.mquake import study as mquake
 from kvprobe.studies.quantity import study as quantity
 from kvprobe.studies.records import errors as records
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = {"records": (records.regrade_row, (*records.GRADE_COLUMNS, *records.VALUE_COLUMNS)),
-        "derived-note": (derived.regrade_row, derived.GRADE_COLUMNS)}
+        "derived-note": (derived.regrade_row, derived.GRADE_COLUMNS),
+        "mquake": (mquake.regrade_row, mquake.GRADE_COLUMNS)}
 COMMITTED = sorted((study, p.parent) for study in RUNS for p in (ROOT / "artifacts" / study).glob("*/results.jsonl*"))
 
 

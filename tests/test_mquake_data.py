@@ -241,6 +241,10 @@ def test_contains_answer():
     assert contains_answer("The answer is Veyrstad.", ["Veyrstad"])
     assert contains_answer("It is the Kingdom of Sarvenne!", ["Sarvenne"])
     assert not contains_answer("Veyrstadt", ["Veyrstad"])  # word-bounded
+    # LaTeX markup separates words: SQuAD normalization alone reads "\boxed{Veyrstad}" as "boxedveyrstad"
+    assert contains_answer(r"So the answer is \boxed{Veyrstad}.", ["Veyrstad"])
+    assert contains_answer(r"\boxed{\text{Kingdom of Sarvenne}}", ["Sarvenne"])
+    assert not contains_answer(r"\boxed{Veyrstadt}", ["Veyrstad"])
     assert not contains_answer("anything", [""])
 
 

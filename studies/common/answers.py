@@ -347,6 +347,10 @@ QUESTION_JOINER = " "
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
+#: LaTeX markup a model wraps answers in (``\\boxed{...}``, ``\\text{...}``): a word boundary for
+#: :func:`contains_answer`, where SQuAD normalization alone would glue the command to the answer's first word
+#: (``\\boxed{Paris}`` -> "boxedparis").
+_LATEX_MARKUP = re.compile(r"\\[A-Za-z]+|[{}]")
 
 
 def normalize_answer(text: str) -> str:
@@ -422,8 +426,12 @@ def _occurs(answer_norm: str, text_norm: str) -> bool:
 
 
 def contains_answer(output: str, answers: list[str]) -> bool:
-    """Lenient variant: a normalized answer occurs word-bounded anywhere in the output; no EOS needed."""
-    text = normalize_answer(output)
+    r"""Lenient variant: a normalized answer occurs word-bounded anywhere in the output; no EOS needed.
+
+    LaTeX commands and braces separate words first (:data:`_LATEX_MARKUP`), so a boxed answer is contained:
+    ``contains_answer(r"\boxed{Paris}", ["Paris"])`` is True.
+    """
+    text = normalize_answer(_LATEX_MARKUP.sub(" ", output))
     return any(_occurs(normalize_answer(a), text) for a in answers)
 
 

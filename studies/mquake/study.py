@@ -179,3 +179,26 @@ class MQuAKEStudy(HistoryStudy):
             "question": question.text, "answers": gold, **grade(g.text, gold, eos),
             "retained_text": run.extra["retained_text"],
         }
+
+
+#: The row columns :func:`grade` writes (recomputed by :func:`regrade_row`).
+GRADE_COLUMNS = ("em", "em_strict_boxed", "contains")
+
+
+def regrade_row(row: dict[str, Any]) -> dict[str, Any]:
+    r"""A stored row with its grade columns recomputed from its output, answers and stop reason (grading does not
+    depend on generation, so a committed run follows a changed rule without a new model run).
+
+    >>> regrade_row({"output": r"\boxed{Paris}", "answers": ["Paris"], "stop_reason": "eos"})["contains"]
+    True
+    """
+    return {**row, **grade(row["output"], row["answers"], row["stop_reason"] == "eos")}
+
+
+if __name__ == "__main__":  # pragma: no cover - the regrade of committed runs after a grading change
+    import sys
+
+    from kvprobe.studies.common.runner import regrade_results
+
+    for run_dir in sys.argv[1:]:
+        print(run_dir, regrade_results(run_dir, regrade_row), "rows changed")
