@@ -12,11 +12,15 @@ from pathlib import Path
 from kvprobe.studies.common.claims import (LENIENT, PAPER_RULE, Claim, Measurement, Paper, Test, count_pp, find_entry,
                                            floor_reason, pp_measurement, read_summary, share_pp)
 
-__all__ = ["CLAIMS", "MQUAKE", "MQUAKE_NC", "PAPER_MODELS", "TABLE", "TABLE_LINES", "mquake_current_value",
+__all__ = ["CLAIMS", "MQUAKE", "MQUAKE_NC", "MQUAKE_QWEN", "PAPER_MODELS", "RUNS", "TABLE", "TABLE_LINES", "mquake_current_value",
            "mquake_routing", "mquake_strata", "mquake_vs_full", "mquake_vs_source"]
 
 
 MQUAKE, MQUAKE_NC = "mquake/smollm2-135m-instruct", "mquake/smollm2-135m-instruct-no-context"
+#: Qwen2.5-Coder-1.5B-Instruct (bfloat16): one run with the no-context baseline, so it is both runs above.
+MQUAKE_QWEN = "mquake/qwen2.5-coder-1.5b-instruct"
+#: (main run, run with the no-context tables) per model, in the scorecard's order.
+RUNS = ((MQUAKE, MQUAKE_NC), (MQUAKE_QWEN, MQUAKE_QWEN))
 
 #: The paper's models of its MQuAKE table, in the order of the rates below.
 PAPER_MODELS = ("Qwen3-4B", "Llama-3.2-3B", "Qwen3-32B")
@@ -114,27 +118,32 @@ def mquake_strata(rule: str) -> Callable[[Path], Measurement]:
 
 
 def _mquake_tests(condition: str, kind: str, gain: bool = False) -> tuple[Test, ...]:
-    """The paper's exact match and our contains rule for ``policy`` on ``kind``: the source mask against full
-    access (the main run), every other policy against the source mask (the no-context run's tables)."""
+    """The paper's exact match and our contains rule for ``policy`` on ``kind`` in each model's runs
+    (:data:`RUNS`): the source mask against full access (the main run), every other policy against the source
+    mask (the no-context run's tables)."""
     if condition == "source-mask":
-        run, against = MQUAKE, "full"
+        against = "full"
 
         def make(rule: str) -> Callable[[Path], Measurement]:
             return mquake_vs_full(kind, condition, rule)
     else:
-        run, against = MQUAKE_NC, "source mask"
+        against = "source mask"
 
         def make(rule: str) -> Callable[[Path], Measurement]:
             return mquake_vs_source(kind, condition, rule, gain)
     where = f"{condition} vs {against}; " + ("current paraphrases" if kind == "current" else "historical question")
-    return (Test(run, f"{PAPER_RULE}: normalized exact match with EOS; {where}", make("em")),
-            Test(run, f"{LENIENT}: answer or alias contained; {where}", make("contains")))
+    return tuple(test for main, no_context in RUNS
+                 for run in [main if condition == "source-mask" else no_context]
+                 for test in (Test(run, f"{PAPER_RULE}: normalized exact match with EOS; {where}", make("em")),
+                              Test(run, f"{LENIENT}: answer or alias contained; {where}", make("contains"))))
 
 
 def _mquake_rules(what: str, measure: Callable[[str], Callable[[Path], Measurement]]) -> tuple[Test, ...]:
-    """The main MQuAKE run read by ``measure(rule)`` under the paper's exact match and our contains rule."""
-    return (Test(MQUAKE, f"{PAPER_RULE}: normalized exact match with EOS; {what}", measure("em")),
-            Test(MQUAKE, f"{LENIENT}: answer or alias contained; {what}", measure("contains")))
+    """Each model's main MQuAKE run read by ``measure(rule)`` under the paper's exact match and our contains
+    rule."""
+    return tuple(test for main, _ in RUNS
+                 for test in (Test(main, f"{PAPER_RULE}: normalized exact match with EOS; {what}", measure("em")),
+                              Test(main, f"{LENIENT}: answer or alias contained; {what}", measure("contains"))))
 
 
 CLAIMS: tuple[Claim, ...] = (
