@@ -260,15 +260,35 @@ def test_tiny_run_writes_rows_and_a_summary(llama, tmp_path):
     assert (tmp_path / "figure.png").stat().st_size > 0
 
 
-def test_contrast_verdict_needs_an_interval_off_zero_in_the_papers_direction():
-    from kvprobe.studies.factorial.summary import contrast_verdict
+def _matrix(estimate: float, ci: list[float], control_correct: int = 5, groups: int = 10) -> dict:
+    """A matrix summary with one quantity contrast (``scope``) under the exact rule and its controls' counts."""
+    factor = {"estimate": estimate, "ci": ci, "n": 30}
+    return {"groups": groups, "factors": {"exact": {"scope": factor, "information/both": factor}},
+            "counts": {"stated/notebook/original/whole-control": {"exact": control_correct, "n": 30},
+                       "stated/notebook/original/full": {"exact": 0, "n": 30}}}
 
-    assert contrast_verdict({"estimate": 5.0, "ci": [1.0, 9.0]}, 1, 10, True) == "replicates"
-    assert contrast_verdict({"estimate": -5.0, "ci": [-9.0, -1.0]}, 1, 10, True) == "opposite"
-    assert contrast_verdict({"estimate": 5.0, "ci": [-1.0, 9.0]}, 1, 10, True) == "inconclusive"
-    assert contrast_verdict({"estimate": -5.0, "ci": [-9.0, 1.0]}, 1, 10, True) == \
-        "inconclusive (point estimate opposite in sign)"
-    assert contrast_verdict({"estimate": 5.0, "ci": [1.0, 9.0]}, 1, 10, False) == "not testable here"
-    assert contrast_verdict({"estimate": -5.0, "ci": [-9.0, -1.0]}, None, 10, True) == \
-        "no shared direction in the paper (ours: negative)"
-    assert contrast_verdict({"estimate": 5.0, "ci": [5.0, 5.0]}, 1, 1, True).startswith("no verdict")
+
+def test_an_effect_cell_is_its_claim_judged_on_the_contrast():
+    """The verdict is the claim's (``claims.py``: factorial.scope, up), testable on the matched controls."""
+    from kvprobe.studies.factorial.summary import effect_cell
+
+    def cell(*args, key="scope", **kw):
+        return effect_cell(_matrix(*args, **kw), "quantity", key, "exact")
+
+    assert cell(5.0, [1.0, 9.0]) == "replicates"
+    assert cell(-5.0, [-9.0, -1.0]) == "opposite"
+    assert cell(5.0, [-1.0, 9.0]) == "inconclusive"
+    assert cell(-5.0, [-9.0, 1.0]) == "inconclusive (point estimate opposite in sign)"
+    assert cell(5.0, [1.0, 9.0], control_correct=0) == "not testable here"  # the controls, not full access (0)
+    assert cell(-5.0, [-9.0, -1.0], key="information/both") == "no shared direction in the paper (ours: negative)"
+    assert cell(5.0, [5.0, 5.0], groups=1).startswith("no verdict")
+    assert effect_cell(_matrix(5.0, [1.0, 9.0]), "quantity", "wording/both", "exact") == "not run"
+
+
+def test_the_scorecard_measures_the_same_contrast_against_full_access():
+    from kvprobe.studies.factorial.claims import factorial_contrast
+
+    q = _matrix(5.0, [1.0, 9.0])
+    assert factorial_contrast(q, "scope", "exact").not_testable.startswith("full access at floor: 0/30")
+    m = factorial_contrast(q, "scope", "exact", "control")
+    assert m.not_testable is None and m.reference == "controls 5/30" and (m.value, m.ci) == (5.0, (1.0, 9.0))

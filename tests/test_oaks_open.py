@@ -171,7 +171,7 @@ def test_summary_answerable_subset_and_protocols_by_the_rule_grader(tmp_path):
                                      "capped": 0, "unparsed": 0}
     assert s["panels"]["all"]["protocols"]["complete"]["counts"] == {"full": 3, "mask": 2, "control": 2}
     assert s["abstentions"]["control"] == {"justified": 0, "unjustified": 1}
-    assert summary.claim_verdicts(s)[1]["verdict"] == "not testable here"  # the rule grader's protocols coincide
+    assert summary.claim_rows(s)[1]["verdict"] == "not testable here"  # the rule grader's protocols coincide
 
 
 def test_summary_reads_the_model_grades_and_compares_protocols(tmp_path):
@@ -201,7 +201,7 @@ def test_summary_reads_the_model_grades_and_compares_protocols(tmp_path):
     # disagreements: q1 mask (partial, yes), q2 full (complete, no), q2 control none, q3 mask none -> 2, 1 on q1
     assert s["protocol_disagreements"] == {"answers": 9, "disagree": 2, "reference_partial": 1}
     assert s["abstentions"]["mask"] == {"justified": 0, "unjustified": 1}
-    claims = summary.claim_verdicts(s)
+    claims = summary.claim_rows(s)
     assert claims[0]["estimate"].startswith("-100.0") and claims[1]["estimate"].startswith("+100.0")
 
 

@@ -145,7 +145,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     return "\n".join(lines)
 
 
-def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
+def claim_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Each claim of :data:`CLAIMS` in each (task, length) cell with its verdict against full access, the paper's
     reference condition: the scorecard's measurement of the claim (``claims.babilong_measurement``) judged by its
     rule (``studies.common.claims.verdict_text``), not testable when full access answers no better than always
@@ -168,7 +168,7 @@ def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def claim_lines(summary: dict[str, Any]) -> list[str]:
-    claims = claim_verdicts(summary)
+    claims = claim_rows(summary)
     if not claims:
         return []
     return ["## The paper's effects at this size", "",

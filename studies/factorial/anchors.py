@@ -32,12 +32,6 @@ FACTOR_ANCHORS: dict[tuple[str, str], list[Anchor]] = {
                                 ("Llama-3.2-3B", 0.8, (-2.5, 4.2))],
 }
 
-#: The sign the paper's Qwen models share for a contrast (None: the sign differs across models).
-EXPECTED_SIGN: dict[tuple[str, str], int | None] = {
-    ("quantity", "scope"): 1, ("quantity", "wording/both"): 1, ("quantity", "information/both"): None,
-    ("endpoint", "scope"): None, ("endpoint", "wording/both"): None, ("endpoint", "note/both"): None,
-}
-
 #: Whole-source mask and its control in the quantity cell (B stated, notebook, original question),
 #: complete answers of 30 (seed L4741-4744): (model, whole, whole control, number, number control).
 STATED_NOTEBOOK_ORIGINAL = [("Qwen3-4B", 25, 30, 30, 30), ("Qwen3-8B", 10, 25, 27, 25),

@@ -8,22 +8,44 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kvprobe.studies.common.claims import (LENIENT, PAPER_RULE, Claim, Measurement, Paper, Test, floor_reason,
                                            pp_measurement, read_summary)
 
-__all__ = ["CLAIMS", "factorial_factor"]
+__all__ = ["ARMS", "CLAIMS", "arm_correct", "factorial_contrast", "factorial_factor"]
+
+
+#: The arms a contrast's testability can rest on: full access (the scorecard's: a gain needs a model that does the
+#: task) or the matched controls (the run's report: the paper's reference arms), as a count key suffix and a name.
+ARMS = {"full": ("/full", "full access"), "control": ("-control", "the matched controls")}
+
+
+def arm_correct(q: dict[str, Any], rule: str, arm: str) -> tuple[int, int]:
+    """Correct answers under ``rule`` and answers of every cell of one arm (a key of :data:`ARMS`) in a matrix
+    summary ``q`` (``summary.json``'s ``matrices[...]``)."""
+    found = [c for k, c in q["counts"].items() if k.endswith(ARMS[arm][0])]
+    return sum(c[rule] for c in found), sum(c["n"] for c in found)
+
+
+def factorial_contrast(q: dict[str, Any], factor: str, rule: str, arm: str = "full") -> Measurement:
+    """A factor contrast of a matrix summary ``q`` (pp): the change of the mask-minus-control contrast under
+    ``rule``; not testable when ``arm`` (:data:`ARMS`: full access, or the matched controls) is at the floor.
+
+    The run's report (``summary.effect_cell``, ``arm="control"``) and the scorecard (:func:`factorial_factor`)
+    both judge this measurement.
+    """
+    f = q["factors"][rule][factor]
+    correct, n = arm_correct(q, rule, arm)
+    label = "full" if arm == "full" else "controls"
+    return pp_measurement(f["estimate"], f["ci"], f"{f['n']} cases per cell, {q['groups']} groups",
+                          f"{label} {correct}/{n}", floor_reason(correct, n, ARMS[arm][1]), units=q["groups"])
 
 
 def factorial_factor(factor: str, rule: str) -> Callable[[Path], Measurement]:
-    """A factor contrast of the quantity matrix (pp): the change of the mask-minus-control contrast."""
+    """:func:`factorial_contrast` of a committed run's quantity matrix (full access must answer)."""
     def measure(run: Path) -> Measurement:
-        q = read_summary(run)["matrices"]["quantity"]
-        f = q["factors"][rule][factor]
-        full = [c for k, c in q["counts"].items() if k.endswith("/full")]
-        correct, n = sum(c[rule] for c in full), sum(c["n"] for c in full)
-        return pp_measurement(f["estimate"], f["ci"], f"{f['n']} cases per cell, {q['groups']} groups",
-                              f"full {correct}/{n}", floor_reason(correct, n, "full access"), units=q["groups"])
+        return factorial_contrast(read_summary(run)["matrices"]["quantity"], factor, rule)
     return measure
 
 

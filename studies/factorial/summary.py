@@ -28,13 +28,15 @@ import numpy as np
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, group_bootstrap_weights, paired_change
 from kvprobe.studies.common.answers import echoes_note
 from kvprobe.studies.common.detectors.strings import NOTE_SENTENCES
-from kvprobe.studies.common.formatting import pp_change
+from kvprobe.studies.common.claims import verdict_text
+from kvprobe.studies.common.formatting import count, pp_change
 from kvprobe.studies.common.report import VERDICT_RULE, Items, corrections_reversals, estimate, format_change, heading, \
-    run_time, small_sample_note, table_head, table_row, testable, verdict_cell
+    run_time, small_sample_note, table_head, table_row
 from kvprobe.studies.common.runner import read_rows
 from kvprobe.studies.datasets.values import VALUE_CATEGORIES
 
 from . import anchors
+from .claims import CLAIMS, arm_correct, factorial_contrast
 from .contrasts import CONTRAST_NAMES, Table, cells, factor_contrasts, mask_minus_control, outcome_table, \
     summarize_values
 from .data import MATRICES, NARROW, conditions_of
@@ -118,25 +120,28 @@ def _nats(entry: dict[str, Any] | None) -> str:
     return estimate(entry["estimate"], entry["ci"], "+.3f")
 
 
-def control_correct(s: dict[str, Any], metric: str) -> tuple[int, int]:
-    """Correct answers and answers of the matched controls (the paper's reference arms) under ``metric``."""
-    ctrl = [c for k, c in s["counts"].items() if k.endswith("-control")]
-    return sum(c[metric] for c in ctrl), sum(c["n"] for c in ctrl)
+#: The contrasts the paper's Qwen models move one way, by (matrix, contrast key): the claim of ``claims.py`` that
+#: judges each. The paper's signs differ across models for every other contrast of :data:`anchors.FACTOR_ANCHORS`.
+CONTRAST_CLAIMS = {("quantity", "scope"): "factorial.scope", ("quantity", "wording/both"): "factorial.explicit-request"}
 
 
-def contrast_verdict(entry: dict[str, Any] | None, sign: int | None, groups: int, is_testable: bool) -> str:
-    """The verdict a contrast earns (``studies.common.report.verdict_cell``) in the paper's direction, where the paper's
-    Qwen models share one; not testable when the controls never answer correctly under the rule. With one group
-    the bootstrap has nothing to resample: no verdict."""
+def effect_cell(s: dict[str, Any], matrix: str, key: str, metric: str) -> str:
+    """The verdict cell of contrast ``key`` of a matrix summary ``s`` under ``metric``: its claim of
+    :data:`CONTRAST_CLAIMS` judged (``studies.common.claims.verdict_text``) on its measurement
+    (``claims.factorial_contrast``: not testable when the matched controls, the paper's reference arms, never
+    answer correctly under the rule). No verdict where the paper's models share no direction (the interval is
+    described), where the contrast was not run, or with one group (the bootstrap has nothing to resample)."""
+    entry = s["factors"][metric].get(key)
     if not entry or entry.get("estimate") is None:
         return "not run"
-    if groups < 2:
+    if s["groups"] < 2:
         return "no verdict (one group)"
-    if sign is None:
+    claim = CONTRAST_CLAIMS.get((matrix, key))
+    if claim is None:
         lo, hi = entry["ci"]
         ours = "interval includes 0" if lo <= 0 <= hi else "positive" if lo > 0 else "negative"
         return f"no shared direction in the paper (ours: {ours})"
-    return verdict_cell(entry["estimate"], entry["ci"], sign, is_testable)
+    return verdict_text(next(c for c in CLAIMS if c.key == claim), factorial_contrast(s, key, metric, "control"))
 
 
 def _anchor_text(items: list[anchors.Anchor]) -> str:
@@ -156,9 +161,7 @@ def _effects(matrix: str, s: dict[str, Any]) -> list[str]:
         if m != matrix:
             continue
         ours = {metric: s["factors"][metric].get(key) for metric in METRICS}
-        sign = anchors.EXPECTED_SIGN[(m, key)]
-        verdicts = [contrast_verdict(ours[metric], sign, s["groups"], testable(*control_correct(s, metric)))
-                    for metric in ("exact", "lenient")]
+        verdicts = [effect_cell(s, matrix, key, metric) for metric in ("exact", "lenient")]
         lines.append(table_row((_contrast_name(key, s["narrow"]), _anchor_text(items),
                                 *[pp_change(ours[metric], "estimate", "ci") for metric in METRICS], *verdicts)))
     return lines
@@ -224,7 +227,7 @@ def _categories_table(s: dict[str, Any]) -> list[str]:
 
 
 def _count(c: dict[str, Any]) -> str:
-    return f"{c['exact']}/{c['n']} (lenient {c['lenient']})"
+    return f"{count(c['exact'], c['n'])} (lenient {c['lenient']})"
 
 
 def _cell_anchors(s: dict[str, Any]) -> list[str]:
@@ -286,7 +289,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
                 "### The paper's effects at this size", "",
                 f"Verdicts against the matched controls (the paper's reference arms): {VERDICT_RULE}. The lenient "
                 "rule is ours; its verdict reads the same interval rule. Controls correct: "
-                + ", ".join(f"{m} {'/'.join(map(str, control_correct(s, m)))}" for m in METRICS) + ".", "",
+                + ", ".join(f"{m} {'/'.join(map(str, arm_correct(s, m, 'control')))}" for m in METRICS) + ".", "",
                 *_effects(matrix, s), ""]
         if matrix == "quantity":
             cell_lines = _cell_anchors(s)

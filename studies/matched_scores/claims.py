@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kvprobe.studies.common.claims import (LENIENT, PAPER_RULE, Claim, Measurement, Paper, Test, chance_reason,
                                            excludes_zero, floor_reason, join_reasons, pp_measurement, read_summary)
 from kvprobe.studies.common.report import estimate
 
 __all__ = ["CLAIMS", "MATCHED_QWEN", "MATCHED_QWEN_15", "MATCHED_SMOL", "MATCHED_SMOL_OAKS", "matched_accuracy",
-           "matched_margin"]
+           "matched_accuracy_measurement", "matched_margin", "matched_margin_measurement"]
 
 
 MATCHED_SMOL, MATCHED_QWEN = "matched-scores/smollm2-135m-instruct", "matched-scores/qwen2.5-coder-0.5b-instruct"
@@ -22,35 +23,56 @@ MATCHED_QWEN_15 = "matched-scores/qwen2.5-coder-1.5b-instruct"
 MATCHED_SMOL_OAKS = "matched-scores/smollm2-135m-instruct-oaks"
 
 
+def matched_margin_measurement(sub: dict[str, Any]) -> Measurement:
+    """Delta m = m(mask) - m(control), nats, of one subset ``sub`` of a summary's ``subsets``; no interval when
+    it gives none.
+
+    The run's report (``summary.claim_rows``) and the scorecard (:func:`matched_margin`) both judge this
+    measurement.
+    """
+    d = sub["delta_m"]
+    return Measurement(d["value"], tuple(d["ci"]) if d["ci"] else None, "nats", "+.2f",
+                       f"{sub['n']} cases, {sub['groups']} groups", "control", units=sub["groups"])
+
+
 def matched_margin(subset: str) -> Callable[[Path], Measurement]:
-    """Delta m = m(mask) - m(control), nats."""
+    """:func:`matched_margin_measurement` of a committed run's ``subset``."""
     def measure(run: Path) -> Measurement:
-        sub = read_summary(run)["subsets"][subset]
-        d = sub["delta_m"]
-        return Measurement(d["value"], tuple(d["ci"]), "nats", "+.2f", f"{sub['n']} cases, {sub['groups']} groups",
-                           "control", units=sub["groups"])
+        return matched_margin_measurement(read_summary(run)["subsets"][subset])
     return measure
 
 
+def matched_accuracy_measurement(sub: dict[str, Any], rule: str, chance: float | None = None,
+                                 switch: bool = True) -> Measurement:
+    """Mask minus control accuracy (pp) of one subset ``sub`` of a summary's ``subsets`` under ``rule``;
+    ``switch``: mask minus full access when the control is not inert (its change against full access has an
+    interval excluding 0; the scorecard's choice), else the control always (the run's report). ``chance``: the
+    share a random pick gets right (OAKS: one of two answer texts), checked on the reference; the floor always is.
+
+    The run's report (``summary.claim_rows``, ``switch=False``) and the scorecard (:func:`matched_accuracy`) both
+    judge this measurement.
+    """
+    r = sub["rules"][rule]
+    change, ref_name, note = r["mask_vs_control"], "control", ""
+    own, masked = r["control_vs_full"], r["mask_vs_control"]
+    if switch and excludes_zero(own["ci"]):
+        change, ref_name = r["mask_vs_full"], "full"
+        note = (f"the control is not neutral: control - full {estimate(own['pp'], own['ci'], '+.1f')} pp, so full "
+                f"access is the reference (mask - control: {estimate(masked['pp'], masked['ci'], '+.1f')} pp)")
+    correct = r["correct"][ref_name]
+    reason = join_reasons(floor_reason(correct, sub["n"], ref_name),
+                          None if chance is None else chance_reason(correct, sub["n"], chance * sub["n"], ref_name,
+                                                                    "a random pick of the two answer texts"))
+    return pp_measurement(change["pp"], change["ci"], f"{sub['n']} cases, {sub['groups']} groups",
+                          f"{ref_name} {correct}/{sub['n']}; mask {r['correct']['mask']}/{sub['n']}", reason,
+                          units=sub["groups"], note=note)
+
+
 def matched_accuracy(subset: str, rule: str, chance: float | None = None) -> Callable[[Path], Measurement]:
-    """Mask minus control accuracy (pp), or mask minus full access when the control is not inert;
-    ``chance``: the share a random pick gets right (OAKS: one of two answer texts), checked on the reference."""
+    """:func:`matched_accuracy_measurement` of a committed run's ``subset`` (full access the reference where the
+    control is not inert)."""
     def measure(run: Path) -> Measurement:
-        sub = read_summary(run)["subsets"][subset]
-        r = sub["rules"][rule]
-        change, ref_name, note = r["mask_vs_control"], "control", ""
-        own, masked = r["control_vs_full"], r["mask_vs_control"]
-        if excludes_zero(own["ci"]):
-            change, ref_name = r["mask_vs_full"], "full"
-            note = (f"the control is not neutral: control - full {estimate(own['pp'], own['ci'], '+.1f')} pp, so full "
-                    f"access is the reference (mask - control: {estimate(masked['pp'], masked['ci'], '+.1f')} pp)")
-        correct = r["correct"][ref_name]
-        reason = join_reasons(floor_reason(correct, sub["n"], ref_name),
-                              None if chance is None else chance_reason(correct, sub["n"], chance * sub["n"], ref_name,
-                                                                        "a random pick of the two answer texts"))
-        return pp_measurement(change["pp"], change["ci"], f"{sub['n']} cases, {sub['groups']} groups",
-                              f"{ref_name} {correct}/{sub['n']}; mask {r['correct']['mask']}/{sub['n']}", reason,
-                              units=sub["groups"], note=note)
+        return matched_accuracy_measurement(read_summary(run)["subsets"][subset], rule, chance)
     return measure
 
 

@@ -39,13 +39,16 @@ from kvprobe.studies.common.answers import echoes_note
 from kvprobe.studies.common.detectors.strings import NOTEBOOK_NOTE
 from kvprobe.studies.common.formatting import cap_count, pp, share
 from kvprobe.studies.registry import items_lines
-from kvprobe.studies.common.report import VERDICT_RULE, Items, estimate, heading, model_name, run_time, table_head, table_row, \
-    testable, verdict_cell
+from kvprobe.studies.common.claims import verdict_text
+from kvprobe.studies.common.report import VERDICT_RULE, Items, estimate, heading, model_name, run_time, table_head, \
+    table_row
 from kvprobe.studies.common.runner import read_rows
 from kvprobe.studies.datasets.values import VALUE_CATEGORIES
 from kvprobe.studies.datasets.quantity_task.grading import CATEGORIES as COMPLETE_CATEGORIES
 
 from . import paper
+from .claims import CLAIMS as PAPER_CLAIMS
+from .claims import matched_accuracy_measurement, matched_margin_measurement
 from .study import CONDITIONS
 
 #: The conditions in the paper's column order (full, control, mask), for every table of the report.
@@ -383,46 +386,55 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     return "\n".join(lines)
 
 
-#: The paper's answer-level claims the report gives a verdict on: (subset, rule, the paper's sign, what the paper
-#: reports). Records: its Qwen3 exact-field losses on the 150 replacement cases (tab:v7_bridge) and its complete-rule
-#: losses over all 300 (tab:v35_r570_all); OAKS: the mask's gain in complete answers (tab:v35_oaks).
+#: The paper's answer-level claims the report gives a verdict on: (subset, rule, the claim in ``claims.py`` whose
+#: direction judges it, how the report names it, what the paper reports). Records: its Qwen3 exact-field losses on
+#: the 150 replacement cases (tab:v7_bridge) and its complete-rule losses over all 300 (tab:v35_r570_all); OAKS: the
+#: mask's gain in complete answers (tab:v35_oaks).
 CLAIMS = {
-    "records": (("replacement", "exact", -1, "higher margin, fewer exact answers on the 150 replacement cases",
+    "records": (("replacement", "exact", "matched-scores.replacement-answers",
+                 "higher margin, fewer exact answers on the 150 replacement cases",
                  "Qwen3-4B -5.3 [-8.7, -2.0], Qwen3-8B -11.3 [-18.7, -4.7]"),
-                ("all", "complete", -1, "masking A costs the answers A alone holds (all 300 cases)",
-                 "-16.0 to -24.3 (Qwen3, Gemma 4)")),
-    "oaks": (("all", "complete", 1, "the mask gains complete answers over the control", "+22.4 (Qwen3-4B)"),),
+                ("all", "complete", "matched-scores.all-answers",
+                 "masking A costs the answers A alone holds (all 300 cases)", "-16.0 to -24.3 (Qwen3, Gemma 4)")),
+    "oaks": (("all", "complete", "matched-scores.oaks-choices", "the mask gains complete answers over the control",
+              "+22.4 (Qwen3-4B)"),),
 }
+#: The claim of ``claims.py`` that judges the margin row (records: the replacement cases; OAKS: all cases).
+MARGIN_CLAIM = "matched-scores.margin"
 
 
-def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each paper claim of :data:`CLAIMS` and of the margin with its estimate and verdict
-    (``studies.common.report.verdict``) against the paper's reference arm, the equal-token control: an answer-level
-    change is not testable when the control has no correct answer under the rule."""
+def claim_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The margin and each paper claim of :data:`CLAIMS` with its estimate and verdict against the paper's
+    reference arm, the equal-token control: the claim of ``claims.py`` judged
+    (``studies.common.claims.verdict_text``) on its measurement (``claims.matched_margin_measurement``;
+    ``claims.matched_accuracy_measurement`` with the control as the reference, not testable when the control is
+    at the floor under the rule)."""
     dataset = summary["dataset"]
+    claims = {c.key: c for c in PAPER_CLAIMS}
     margin_subset = "all" if dataset == "oaks" else "replacement"
-    dm = summary["subsets"][margin_subset]["delta_m"]
+    margins = summary["subsets"][margin_subset]
+    dm = margins["delta_m"]
     out = [{"claim": "the old-source mask raises the margin over its equal-token control (Delta m, nats)",
             "subset": margin_subset, "paper": "positive for every model", "estimate": estimate(dm["value"], dm["ci"]),
-            "reference": "margins", "verdict": verdict_cell(dm["value"], dm["ci"], 1)}]
-    for subset, rule, sign, claim, paper_value in CLAIMS[dataset]:
+            "reference": "margins", "verdict": verdict_text(claims[MARGIN_CLAIM], matched_margin_measurement(margins))}]
+    for subset, rule, key, claim, paper_value in CLAIMS[dataset]:
         s = summary["subsets"][subset]
         change = s["rules"][rule]["mask_vs_control"]
         control = s["rules"][rule]["correct"]["control"]
         out.append({"claim": f"{claim} ({RULES[rule]} rule, pp)", "subset": subset, "paper": paper_value,
                     "estimate": change_cell(change), "reference": f"control {control} of {s['n']}",
-                    "verdict": verdict_cell(change["pp"], change["ci"], sign, testable(control, s["n"]))})
+                    "verdict": verdict_text(claims[key], matched_accuracy_measurement(s, rule, switch=False))})
     return out
 
 
 def effects_lines(summary: dict[str, Any]) -> list[str]:
-    """The paper's claims with their verdicts (:func:`claim_verdicts`), then the lenient rule beside full access."""
+    """The paper's claims with their verdicts (:func:`claim_rows`), then the lenient rule beside full access."""
     oaks = summary["dataset"] == "oaks"
     lines = ["### The paper's effects at this size", "", f"Verdicts: {VERDICT_RULE}. The paper's reference arm is "
              "the equal-token control (mask - control).", "",
              *table_head(["the paper's claim", "paper", "ours [95% CI]", "reference arm", "verdict"])]
     lines += [table_row([c["claim"], c["paper"], c["estimate"], c["reference"], c["verdict"]])
-              for c in claim_verdicts(summary)]
+              for c in claim_rows(summary)]
     if not oaks:
         s = summary["subsets"]["replacement"]
         rev = s["rules"]["exact"]["reversals_vs_control"]

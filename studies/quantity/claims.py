@@ -14,8 +14,9 @@ from kvprobe.studies.common.claims import (LENIENT, PAPER_RULE, Claim, Measureme
                                            find_entry, floor_reason, pp_measurement, read_summary, share_pp)
 from kvprobe.studies.common.report import estimate
 
-__all__ = ["CLAIMS", "QUANTITY", "QUANTITY_QWEN", "QUANTITY_RUNS", "quantity_change", "quantity_margin",
-           "quantity_margin_follows_old", "quantity_recompute", "quantity_spearman", "quantity_warning"]
+__all__ = ["CLAIMS", "QUANTITY", "QUANTITY_QWEN", "QUANTITY_RUNS", "quantity_change", "quantity_change_measurement",
+           "quantity_margin", "quantity_margin_follows_old", "quantity_margin_measurement", "quantity_recompute",
+           "quantity_spearman", "quantity_warning"]
 
 
 QUANTITY = "quantity/smollm2-135m-instruct"
@@ -29,13 +30,23 @@ def _quantity_cell(s: dict[str, Any], information: str, condition: str, relation
     return find_entry(s["cells"], relation=relation, information=information, query=query, condition=condition)
 
 
+def quantity_margin_measurement(s: dict[str, Any], information: str) -> Measurement:
+    """Margin change of the whole-source mask against its equal-token control (replacements, current question) in
+    a summary ``s``; no interval when it gives none.
+
+    The run's report (``summary.claim_rows``) and the scorecard (:func:`quantity_margin`) both judge this
+    measurement.
+    """
+    cell = _quantity_cell(s, information, "source")
+    m = cell["margin_change_vs_control"]
+    return Measurement(m["mean"], tuple(m["ci"]) if m["ci"] else None, "nats", "+.2f", f"{cell['n']} groups",
+                       "source-control", units=cell["n"])
+
+
 def quantity_margin(information: str) -> Callable[[Path], Measurement]:
-    """Margin change of the whole-source mask against its equal-token control (replacements, current question)."""
+    """:func:`quantity_margin_measurement` of a committed run."""
     def measure(run: Path) -> Measurement:
-        cell = _quantity_cell(read_summary(run), information, "source")
-        m = cell["margin_change_vs_control"]
-        return Measurement(m["mean"], tuple(m["ci"]), "nats", "+.2f", f"{cell['n']} groups", "source-control",
-                           units=cell["n"])
+        return quantity_margin_measurement(read_summary(run), information)
     return measure
 
 
@@ -59,28 +70,38 @@ def quantity_margin_follows_old(information: str) -> Callable[[Path], Measuremen
     return measure
 
 
-def quantity_change(information: str, condition: str, rule: str) -> Callable[[Path], Measurement]:
-    """Answer change of a mask against its control (full access if the control is not inert), under ``rule``.
+def quantity_change_measurement(s: dict[str, Any], information: str, condition: str, rule: str,
+                                switch: bool = True) -> Measurement:
+    """Answer change (pp) of a mask against its control in a summary ``s``, under ``rule``: a summary column,
+    ``complete`` (the paper's complete answer) or ``lenient_complete`` (ours). ``switch``: full access is the
+    reference when the control is not inert (its own change against full access has an interval excluding 0;
+    the scorecard's choice); without it the control always is (the run's report). Not testable when the
+    reference arm is at the floor; no interval when the summary gives none.
 
-    ``rule`` is a summary column: ``complete`` (the paper's complete answer) or ``lenient_complete`` (ours).
+    The run's report (``summary.claim_rows``, ``switch=False``) and the scorecard (:func:`quantity_change`) both
+    judge this measurement.
     """
+    cell = _quantity_cell(s, information, condition)
+    control_name = f"{condition}-control"
+    control = _quantity_cell(s, information, control_name)
+    note = ""
+    reference, change = control, cell[f"{rule}_vs_control"]
+    ref_name = control_name
+    own = control[f"{rule}_vs_full"]
+    if switch and excludes_zero(own["net_ci"]):
+        reference, change, ref_name = _quantity_cell(s, information, "full"), cell[f"{rule}_vs_full"], "full"
+        note = (f"{control_name} is not neutral (its own change against full access: "
+                f"{estimate(*share_pp(own['net'], own['net_ci']), '+.1f')} pp), so full access is the reference")
+    value, ci = (100 * change["net"], None) if change["net_ci"] is None else share_pp(change["net"], change["net_ci"])
+    return pp_measurement(value, ci, f"{cell['n']} groups", f"{ref_name} {reference[rule]}/{reference['n']}",
+                          floor_reason(reference[rule], reference["n"], ref_name), units=cell["n"], note=note)
+
+
+def quantity_change(information: str, condition: str, rule: str) -> Callable[[Path], Measurement]:
+    """:func:`quantity_change_measurement` of a committed run (full access the reference where the control is not
+    inert)."""
     def measure(run: Path) -> Measurement:
-        s = read_summary(run)
-        cell = _quantity_cell(s, information, condition)
-        control_name = f"{condition}-control"
-        control = _quantity_cell(s, information, control_name)
-        full = _quantity_cell(s, information, "full")
-        note = ""
-        reference, change = control, cell[f"{rule}_vs_control"]
-        ref_name = control_name
-        own = control[f"{rule}_vs_full"]
-        if excludes_zero(own["net_ci"]):
-            reference, change, ref_name = full, cell[f"{rule}_vs_full"], "full"
-            note = (f"{control_name} is not neutral (its own change against full access: "
-                    f"{estimate(*share_pp(own['net'], own['net_ci']), '+.1f')} pp), so full access is the reference")
-        value, ci = share_pp(change["net"], change["net_ci"])
-        return pp_measurement(value, ci, f"{cell['n']} groups", f"{ref_name} {reference[rule]}/{reference['n']}",
-                              floor_reason(reference[rule], reference["n"], ref_name), units=cell["n"], note=note)
+        return quantity_change_measurement(read_summary(run), information, condition, rule)
     return measure
 
 

@@ -24,7 +24,7 @@ from kvprobe.readouts.stats import PAPER_SEED, clopper_pearson
 from kvprobe.studies.common.report import estimate, ordered, rate_interval, table_head, table_row
 from . import diagnostics
 from .cells import INFO_NAMES, INFO_ORDER, by_cell, cell_keys
-from .summary import RULE_NAMES, claim_verdicts, summarize
+from .summary import RULE_NAMES, claim_rows, summarize
 from .threshold import format_thresholds, write_thresholds
 
 #: Rules of the rate tables and figures: the paper's complete answer, then the lenient rule.
@@ -63,7 +63,7 @@ def model_entry(model: str, summary: dict[str, Any]) -> dict[str, Any]:
         m = c.get(f"margin_change_vs_{against}")
         if c["condition"] != "full" and m is not None:
             margins.append({**key, "against": against, "mean": m["mean"], "ci": m["ci"]})
-    return {"model": model, "groups": summary["groups"], "rates": rates, "claims": claim_verdicts(summary),
+    return {"model": model, "groups": summary["groups"], "rates": rates, "claims": claim_rows(summary),
             "margins": margins, "failures": failures, "unit_breakdown": summary.get("unit_breakdown") or {},
             "capped_outputs": summary.get("capped_outputs")}
 

@@ -39,13 +39,13 @@ from kvprobe.readouts.stats import DRAWS, PAPER_SEED, GroupBootstrap, auc, boots
     zero_failure_bound
 from kvprobe.studies.common.no_context import NO_CONTEXT, Outcome, conditional_on_baseline, conditional_table
 from kvprobe.studies.datasets.quantity_task.grading import CATEGORIES
-from kvprobe.studies.common.claims import judge
+from kvprobe.studies.common.claims import judge, verdict_text
 from kvprobe.studies.common.report import VERDICT_RULE, estimate, heading, interval, rate_interval, \
-    small_sample_note, table_head, table_row, testable, verdict_cell
+    small_sample_note, table_head, table_row
 from kvprobe.studies.datasets.quantity_task.tasks import ITEMS
 from kvprobe.studies.common.runner import read_rows, read_timing
 from .claims import CLAIMS as PAPER_CLAIMS
-from .claims import quantity_spearman
+from .claims import quantity_change_measurement, quantity_margin_measurement, quantity_spearman
 from .diagnostics import capped_lines, capped_outputs, failure_lines, unit_breakdown, unit_lines
 from .threshold import LABELS, RULES as SIGNAL_RULES, SIGNAL_CONDITIONS, signal
 
@@ -397,41 +397,45 @@ def _table(entries: list[dict[str, Any]]) -> list[str]:
 
 #: The paper's quantity claims the report gives a verdict on (paper partC 7, L3431-3436, L4087-4145): the
 #: whole-source mask against its equal-token control, replacements, current query, B referring to A for the unit.
-#: (name, rule, row key, the paper's sign, what the paper reports).
-CLAIMS = (("the whole-source mask loses complete answers against its control (unit from A)", "complete",
-           "complete_vs_control", -1, "complete 23, 44, 55 of 60 against controls at 60 (Qwen3-4B, Qwen3-8B, "
-           "Llama-3.2-3B)"),
-          ("the same, lenient rule (ours)", "lenient_complete", "lenient_complete_vs_control", -1, "-"),
-          ("the whole-source mask raises the margin against its control (nats)", None, "margin_change_vs_control", 1,
+#: (name, the claim in ``claims.py`` whose direction judges it, rule (None: the margin), what the paper reports).
+CLAIMS = (("the whole-source mask loses complete answers against its control (unit from A)", "quantity.unit-loss",
+           "complete", "complete 23, 44, 55 of 60 against controls at 60 (Qwen3-4B, Qwen3-8B, Llama-3.2-3B)"),
+          ("the same, lenient rule (ours)", "quantity.unit-loss", "lenient_complete", "-"),
+          ("the whole-source mask raises the margin against its control (nats)", "quantity.margin", None,
            "Delta m +7.06 to +22.81 nats (eight models)"))
 
 
-def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each claim of :data:`CLAIMS` with our estimate and verdict (``studies.common.report.verdict_cell``) against the
-    paper's reference arm, the whole-source control: an answer-level change is not testable when the control has
-    no correct answer under the rule."""
+def claim_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each claim of :data:`CLAIMS` with our estimate and its verdict against the paper's reference arm, the
+    whole-source control: the claim of ``claims.py`` judged (``studies.common.claims.verdict_text``) on its
+    measurement (``claims.quantity_change_measurement`` with the control as the reference, not testable when the
+    control is at the floor under the rule; ``claims.quantity_margin_measurement``); answer changes for B
+    referring to A's unit only, the margin for every information."""
     out = []
+    claims = {c.key: c for c in PAPER_CLAIMS}
     for info in sorted({c["information"] for c in summary["cells"]}):
         cells = {c["condition"]: c for c in _cells(summary, "replacement", info, "current")}
         source, control = cells.get("source"), cells.get("source-control")
         if source is None or control is None:
             continue
-        for name, rule, key, sign, paper in CLAIMS:
+        for name, key, rule, paper in CLAIMS:
             if rule is None:
-                m = source[key]
-                out.append({"claim": name, "information": info, "paper": paper, "estimate": estimate(m["mean"], m["ci"]),
-                            "reference": "margins", "verdict": verdict_cell(m["mean"], m["ci"], sign)})
-            elif info == "unit_from_a":
-                v = source[key]
+                m = source["margin_change_vs_control"]
                 out.append({"claim": name, "information": info, "paper": paper,
-                            "estimate": f"{v['corrections']}/{v['reversals']}, {estimate(v['net'], v['net_ci'], '+.3f')}",
+                            "estimate": estimate(m["mean"], m["ci"]), "reference": "margins",
+                            "verdict": verdict_text(claims[key], quantity_margin_measurement(summary, info))})
+            elif info == "unit_from_a":
+                v = source[f"{rule}_vs_control"]
+                measured = quantity_change_measurement(summary, info, "source", rule, switch=False)
+                change = f"{v['corrections']}/{v['reversals']}, {estimate(v['net'], v['net_ci'], '+.3f')}"
+                out.append({"claim": name, "information": info, "paper": paper, "estimate": change,
                             "reference": f"control {control[rule]} of {control['n']}",
-                            "verdict": verdict_cell(v["net"], v["net_ci"], sign, testable(control[rule], control["n"]))})
+                            "verdict": verdict_text(claims[key], measured)})
     return out
 
 
 def _claim_lines(summary: dict[str, Any]) -> list[str]:
-    claims = claim_verdicts(summary)
+    claims = claim_rows(summary)
     if not claims:
         return []
     lines = ["## The paper's effects at this size", "",

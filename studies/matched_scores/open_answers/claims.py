@@ -26,7 +26,7 @@ def oaks_open_measurement(s: dict[str, Any], quantity: str) -> Measurement:
     over reused-source components. The rule grader has one protocol, so the difference is not testable there;
     under a model grader both need source-complete answers under full access (the floor).
 
-    The run's report (``summary.claim_verdicts``) and the scorecard (:func:`oaks_open`) both judge this measurement.
+    The run's report (``summary.claim_rows``) and the scorecard (:func:`oaks_open`) both judge this measurement.
     """
     panel = s["panels"]["answerable"]
     counts = panel["protocols"]["complete"]["counts"]

@@ -206,7 +206,7 @@ def protocol_table(s: dict[str, Any]) -> list[str]:
     return lines
 
 
-def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
+def claim_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The paper's Qwen3-32B claims (``claims.py``) on the answerable panel with their verdicts: the source-complete
     loss (mask - full) and the protocol difference (reference agreement minus source completeness), each the
     scorecard's measurement (``claims.oaks_open_measurement``) judged by its claim's rule
@@ -283,7 +283,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     q = summary["quotes_old_source"]
     lines += [f"Answers quoting the earlier (masked) source literally ({grading.QUOTE_WORDS} consecutive words found "
               "in no visible text): " + ", ".join(f"{c} {q[c]}" for c in CONDITIONS) + ".", ""]
-    claims = claim_verdicts(summary)
+    claims = claim_rows(summary)
     if claims:
         lines += ["### The paper's effects at this size", "", f"Verdicts: {VERDICT_RULE}. Reference arm: full access "
                   "on the answerable questions.", "",
