@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kvprobe.studies.common.claims import (FEW_UNITS, FLOOR, INCONCLUSIVE, TOLERANCE, VERDICTS, Claim, Row, evaluate,
-                                           lines_text)
+from kvprobe.studies.common.claims import (FEW_UNITS, FLOOR, INCONCLUSIVE, TOLERANCE, VERDICTS, Claim, Row,
+                                           claims_module, evaluate, lines_text)
 # The rule, under the name docs/scorecard.md cites (``kvprobe.studies.scorecard.verdict``).
 from kvprobe.studies.common.report import claim_verdict as verdict
 from kvprobe.studies.common.report import table_head, table_row
@@ -49,16 +49,6 @@ ORDER = ("quantity", "matched-scores", "mquake", "babilong", "note-controls", "d
          "components", "derived-note", "factconsolidation", "factorial", "minteval", "query-aware", "records",
          "requests", "revisions", "session-bias", "source-influence", "oaks-open", "oaks", "prompt-format",
          "question-relevance", "native-pairs", "cross-checkpoint")
-
-
-def claims_module(study: str) -> str:
-    """The claims module of a registered study's anchor (``"module:name"``, ``Entry.study`` or
-    ``CommandStudy.commands``): ``claims`` beside the module.
-
-    Example: ``claims_module("kvprobe.studies.components.relevance:RelevanceStudy")`` is
-    ``"kvprobe.studies.components.claims"``.
-    """
-    return study.partition(":")[0].rpartition(".")[0] + ".claims"
 
 
 def claims() -> tuple[Claim, ...]:

@@ -62,9 +62,9 @@ from .report import (DIRECTIONS, FLOOR, INCONCLUSIVE, NOT_TESTABLE, OPPOSITE, RE
 
 __all__ = ["FEW_UNITS", "FLOOR", "INCONCLUSIVE", "LENIENT", "NOT_TESTABLE", "OPPOSITE", "PAPER_RULE", "REPLICATES",
            "TOLERANCE", "VERDICTS", "Claim", "Measurement", "Paper", "Row", "Test", "chance_reason", "claim_tolerance",
-           "claim_verdict", "count_pp", "evaluate", "excludes_zero", "find_entry", "floor_reason", "join_reasons",
-           "judge", "lines_text", "pp_measurement", "read_json", "read_summary", "run_model", "share_pp",
-           "verdict_text"]
+           "claim_verdict", "claims_module", "count_pp", "evaluate", "evaluate_run", "excludes_zero", "find_entry",
+           "floor_reason", "is_run", "join_reasons", "judge", "lines_text", "pp_measurement", "read_json",
+           "read_summary", "run_model", "share_pp", "verdict_text"]
 
 #: The verdicts, in the order the summary table lists them.
 VERDICTS = (REPLICATES, OPPOSITE, INCONCLUSIVE, NOT_TESTABLE)
@@ -326,6 +326,23 @@ def verdict_text(claim: Claim, m: Measurement) -> str:
     return v + (" (point estimate opposite in sign)" if opposite else "")
 
 
+def _row(claim: Claim, test: Test, run: Path, index: int) -> Row:
+    """``test`` of ``claim`` measured on the run folder ``run`` and judged (:func:`judge`)."""
+    m = test.measure(run)
+    return Row(claim, test, run_model(run), m, judge(claim, m), index)
+
+
+def claims_module(study: str) -> str:
+    """The claims module of a registered study's anchor (``"module:name"``, ``Entry.study`` or
+    ``CommandStudy.commands``): ``claims`` beside the module (the convention ``kvprobe.studies.scorecard`` gathers
+    by).
+
+    Example: ``claims_module("kvprobe.studies.components.relevance:RelevanceStudy")`` is
+    ``"kvprobe.studies.components.claims"``.
+    """
+    return study.partition(":")[0].rpartition(".")[0] + ".claims"
+
+
 def evaluate(artifacts: Path | str, claims: Sequence[Claim]) -> list[Row]:
     """Measure every test of every claim on the runs under ``artifacts`` and apply the verdict rule
     (:func:`claim_verdict`); rows are numbered from 1 in order."""
@@ -335,6 +352,28 @@ def evaluate(artifacts: Path | str, claims: Sequence[Claim]) -> list[Row]:
             run = Path(artifacts) / test.run
             if not run.is_dir():
                 raise FileNotFoundError(f"{claim.key}: run {test.run} not found under {artifacts}")
-            m = test.measure(run)
-            rows.append(Row(claim, test, run_model(run), m, judge(claim, m), len(rows) + 1))
+            rows.append(_row(claim, test, run, len(rows) + 1))
+    return rows
+
+
+def is_run(test: Test, out_dir: Path | str) -> bool:
+    """Whether ``test`` reads the run folder ``out_dir``: its run (``quantity/smollm2-135m-instruct``) names the
+    folder's last parts, wherever the artifacts folder lies."""
+    parts = Path(test.run).parts
+    return Path(out_dir).resolve().parts[-len(parts):] == parts
+
+
+def evaluate_run(out_dir: Path | str, claims: Sequence[Claim]) -> list[Row]:
+    """:func:`evaluate` of one run folder: every test of ``claims`` that reads ``out_dir`` (:func:`is_run`),
+    measured on the files there and judged by the one rule; none when no test reads it (a run elsewhere, a copy
+    under another name). Rows are numbered from 1 in order.
+
+    Example: ``evaluate_run("artifacts/factorial/smollm2-135m-instruct", CLAIMS)`` holds the four rows of
+    ``docs/scorecard.md``'s factorial section.
+    """
+    rows: list[Row] = []
+    for claim in claims:
+        for test in claim.tests:
+            if is_run(test, out_dir):
+                rows.append(_row(claim, test, Path(out_dir), len(rows) + 1))
     return rows

@@ -13,17 +13,24 @@ writes ``summary.json`` and ``report.md``, and draws the study's figure (``Entry
 ``figure.py``) into the run folder. Its default seed is the entry's (``Entry.seed``), the one ``kvprobe report``
 uses, so the Python call reproduces a committed summary byte for byte.
 
+:func:`run_claims` judges the study's claims (its ``claims.py``, as the scorecard gathers them) on a run folder
+just written: the scorecard's rows of that run, by the one verdict rule. :func:`write_summary` does not call it:
+it writes and returns what it always did (a run in progress, or under another folder name, need not hold what a
+claim reads), and ``docs/scorecard.md`` is written by ``kvprobe report scorecard`` alone.
+
 Example::
 
     from kvprobe.studies.common.summary import write_summary
 
     summary = write_summary("minteval", "runs/minteval")   # the registry's seed, REPORT_SEED
     write_summary("session-bias", "runs/session-bias", grades="runs/session-bias/grades.jsonl")
+    rows = run_claims("factorial", "artifacts/factorial/smollm2-135m-instruct")   # [Row(..., verdict=...)]
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,9 +41,10 @@ from .report import model_name
 from .runner import CONFIG, read_timing
 
 if TYPE_CHECKING:
+    from .claims import Row
     from kvprobe.studies.registry import Entry
 
-__all__ = ["SUMMARY_FILES", "write_summary"]
+__all__ = ["SUMMARY_FILES", "run_claims", "write_summary"]
 
 #: The files :func:`write_summary` writes into a run folder (and the figure, where the study draws one).
 SUMMARY_FILES = ("summary.json", "report.md")
@@ -89,3 +97,20 @@ def write_summary(entry: Entry | str, out_dir: Path | str, seed: int | None = No
     if (draw := entry.figure_function()) is not None:
         draw(summary, out / entry.figure_file, model_name(config))
     return summary
+
+
+def run_claims(entry: Entry | str, out_dir: Path | str) -> list[Row]:
+    """The scorecard's rows of one run folder: every claim of the study (its folder's ``claims.py``, found as the
+    scorecard finds it, ``studies.common.claims.claims_module``) whose test reads ``out_dir`` (its run names the
+    folder's last parts, e.g. ``factorial/smollm2-135m-instruct``), measured on the files there and judged by the
+    one rule (``studies.common.claims.evaluate_run``); empty for a folder no test reads. Writes nothing.
+
+    Example: ``[r.verdict for r in run_claims("factorial", "artifacts/factorial/smollm2-135m-instruct")]``.
+    """
+    from .claims import claims_module, evaluate_run
+
+    entry = _entry(entry)
+    module = claims_module(entry.study)
+    if importlib.util.find_spec(module) is None:
+        return []
+    return evaluate_run(out_dir, [c for c in importlib.import_module(module).CLAIMS if c.study == entry.name])

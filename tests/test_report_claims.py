@@ -1,0 +1,82 @@
+"""One verdict rule in the tree: a study's report judges the claims of its own ``claims.py``
+(``studies.common.claims.judge`` / ``verdict_text`` on a measurement its claims module builds from the summary),
+never the rule itself; and :func:`kvprobe.studies.common.summary.run_claims` gives the scorecard's rows of one run
+folder.
+
+No model is loaded; the runs read are the committed ones.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kvprobe.studies.common.claims import evaluate_run, is_run
+from kvprobe.studies.common.summary import run_claims
+from kvprobe.studies.factorial.claims import CLAIMS as FACTORIAL_CLAIMS
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "artifacts"
+#: The rule's functions in ``studies.common.report``: only the claims layer (``studies.common.claims``) and the
+#: scorecard (which cites the rule by name) call them.
+RULE = {"claim_verdict", "verdict", "verdict_cell", "testable"}
+ALLOWED = {"studies/common/claims.py", "studies/scorecard.py"}
+#: Modules that still apply the rule themselves (owned by other work; remove a line when it routes through its
+#: claims).
+REMAINING = {"studies/components/relevance_summary.py", "studies/factconsolidation/unfinished.py",
+             "studies/mquake/summary.py", "studies/note_controls/summary.py"}
+
+
+def _rule_users() -> set[str]:
+    found = set()
+    for path in sorted((ROOT / "studies").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("studies/common/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("studies.common.report") \
+                    and RULE & {a.name for a in node.names}:
+                found.add(rel)
+    return found - ALLOWED
+
+
+def test_no_report_applies_the_verdict_rule_itself():
+    found = _rule_users()
+    assert found <= REMAINING, f"judge a claim of claims.py instead (studies.common.claims.verdict_text): " \
+                               f"{sorted(found - REMAINING)}"
+    assert REMAINING <= found, f"routed through its claims, remove from REMAINING: {sorted(REMAINING - found)}"
+
+
+def test_run_claims_are_the_scorecards_rows_of_the_run():
+    rows = json.loads((ROOT / "docs" / "scorecard.json").read_text())["rows"]
+    run = "factorial/smollm2-135m-instruct"
+    got = run_claims("factorial", ARTIFACTS / run)
+    want = [r for r in rows if r["run"] == run]
+    assert [(r.claim.key, r.test.rule, r.verdict) for r in got] == [(r["claim"], r["rule"], r["verdict"])
+                                                                     for r in want]
+    assert [r.index for r in got] == list(range(1, len(got) + 1)) and got
+
+
+def test_run_claims_of_a_folder_no_test_reads_are_none(tmp_path):
+    copy = tmp_path / "factorial" / "another-name"
+    copy.mkdir(parents=True)
+    shutil.copy(ARTIFACTS / "factorial" / "smollm2-135m-instruct" / "summary.json", copy / "summary.json")
+    assert run_claims("factorial", copy) == []
+    same = tmp_path / "factorial" / "smollm2-135m-instruct"  # the run's name under any artifacts folder
+    shutil.copytree(ARTIFACTS / "factorial" / "smollm2-135m-instruct", same)
+    assert [r.verdict for r in evaluate_run(same, FACTORIAL_CLAIMS)] == \
+        [r.verdict for r in run_claims("factorial", ARTIFACTS / "factorial" / "smollm2-135m-instruct")]
+
+
+@pytest.mark.parametrize("folder, expected", [("artifacts/quantity/smollm2-135m-instruct", True),
+                                              ("quantity/smollm2-135m-instruct", True),
+                                              ("artifacts/quantity/smollm2-135m-instruct-dev", False),
+                                              ("artifacts/other/smollm2-135m-instruct", False)])
+def test_a_test_reads_the_folder_its_run_names(folder, expected):
+    test = FACTORIAL_CLAIMS[0].tests[0]
+    test = type(test)("quantity/smollm2-135m-instruct", test.rule, test.measure)
+    assert is_run(test, ROOT / folder) is expected
