@@ -1,6 +1,7 @@
 """One verdict rule in the tree: a study's report judges the claims of its own ``claims.py``
 (``studies.common.claims.judge`` / ``verdict_text`` on a measurement its claims module builds from the summary),
-never the rule itself; and :func:`kvprobe.studies.common.summary.run_claims` gives the scorecard's rows of one run
+never the rule itself; claims only a report judges (a module's ``REPORT_CLAIMS``) quote the paper as the
+scorecard's do; and :func:`kvprobe.studies.common.summary.run_claims` gives the scorecard's rows of one run
 folder.
 
 No model is loaded; the runs read are the committed ones.
@@ -9,15 +10,20 @@ No model is loaded; the runs read are the committed ones.
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from kvprobe.studies.common.claims import evaluate_run, is_run
+from kvprobe.studies.common.claims import claims_module, evaluate_run, is_run
 from kvprobe.studies.common.summary import run_claims
 from kvprobe.studies.factorial.claims import CLAIMS as FACTORIAL_CLAIMS
+from kvprobe.studies.registry import study_anchors
+from paper_text import PAPER, _plain
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
@@ -27,8 +33,7 @@ RULE = {"claim_verdict", "verdict", "verdict_cell", "testable"}
 ALLOWED = {"studies/common/claims.py", "studies/scorecard.py"}
 #: Modules that still apply the rule themselves (owned by other work; remove a line when it routes through its
 #: claims).
-REMAINING = {"studies/components/relevance_summary.py", "studies/factconsolidation/unfinished.py",
-             "studies/mquake/summary.py", "studies/note_controls/summary.py"}
+REMAINING = {"studies/mquake/summary.py", "studies/note_controls/summary.py"}
 
 
 def _rule_users() -> set[str]:
@@ -80,3 +85,42 @@ def test_a_test_reads_the_folder_its_run_names(folder, expected):
     test = FACTORIAL_CLAIMS[0].tests[0]
     test = type(test)("quantity/smollm2-135m-instruct", test.rule, test.measure)
     assert is_run(test, ROOT / folder) is expected
+
+
+def _report_claims() -> list:
+    """Every claims module's ``REPORT_CLAIMS`` (claims only its study's reports judge)."""
+    modules = dict.fromkeys(claims_module(a) for a in study_anchors().values())
+    return [c for m in modules if importlib.util.find_spec(m)
+            for c in getattr(importlib.import_module(m), "REPORT_CLAIMS", ())]
+
+
+REPORT_CLAIMS = _report_claims()
+
+
+def test_report_claims_are_keyed_by_their_study_and_read_no_run():
+    from kvprobe.studies import scorecard
+
+    keys = [c.key for c in REPORT_CLAIMS]
+    assert REPORT_CLAIMS and len(set(keys)) == len(keys)
+    assert not set(keys) & {c.key for c in scorecard.claims()}
+    assert all(c.key.startswith(c.study + ".") and not c.tests for c in REPORT_CLAIMS)
+
+
+@pytest.mark.parametrize("claim", REPORT_CLAIMS, ids=lambda c: c.key)
+def test_a_report_claim_quotes_the_paper_at_its_lines_and_section(claim):
+    """As the scorecard's claims (tests/test_scorecard.py): the quote verbatim at its lines, under its section,
+    every number of ``numbers`` on its lines."""
+    if not PAPER.exists():
+        pytest.skip(f"the paper's source is not on this machine ({PAPER})")
+    raw = PAPER.read_text().split("\n")
+    lines = [_plain(line, latex=True).replace(" %", "%") for line in raw]
+    first, last = claim.paper.lines
+    quote = _plain(claim.paper.quote, latex=False).replace(" %", "%")
+    assert quote in " ".join(lines[first - 1:last]) and quote not in " ".join(lines[first:last])
+    section = re.compile(r"\\(?:sub){0,2}section\*?\{(.*)\}")
+    heads = [m.group(1) for line in raw[:first] if (m := section.match(line.strip()))]
+    assert heads[-1] == claim.paper.section
+    first, last = claim.paper.numbers_lines or claim.paper.lines
+    text = " ".join(lines[first - 1:last])
+    for number in re.findall(r"\d+(?:\.\d+)?", claim.paper.numbers):
+        assert re.search(rf"(?<![\d.]){re.escape(number)}(?!\d)", text), f"{number} not in L{first}-{last}"

@@ -4,6 +4,14 @@ Every study folder that tests the paper has a ``claims.py`` with a module-level 
 quoting the paper once, and measures of its own runs' files); ``studies/scorecard.py`` gathers them and renders
 ``docs/scorecard.md``. This module holds what they share: the types, the rule and the small readers.
 
+A study's report judges the same claims: its summary module takes a claim of its ``claims.py`` and a measurement
+the claims module builds from the summary dict (``quantity_change_measurement(summary, ...)``; the scorecard's
+measures read ``summary.json`` into the same function), and writes :func:`verdict_text` (or :func:`judge`) of
+the two, never the rule itself. A report's reference arm or rule may differ from the scorecard's test (a
+parameter of the measurement); a finding only a report judges is a claim of the module's ``REPORT_CLAIMS``,
+which the scorecard does not list (its tests may be empty). :func:`evaluate_run` measures the claims whose
+tests read one run folder (``studies.common.summary.run_claims``).
+
 A claim (:class:`Claim`) is one finding of the paper: its short statement, a verbatim quote with the
 lines of the paper's LaTeX source it comes from, the paper's numbers, and the direction the paper found.
 Each of its tests (:class:`Test`) reads one committed run under one grading rule and reference arm and

@@ -7,12 +7,12 @@ readers and the verdict rule: :mod:`kvprobe.studies.common.claims`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kvprobe.studies.common.claims import Claim, Measurement, Paper, Test, read_summary
 
-__all__ = ["CLAIMS", "component_delta", "question_relevance"]
+__all__ = ["CLAIMS", "REPORT_CLAIMS", "component_delta", "criterion_measurement", "question_relevance"]
 
 
 def component_delta(component: str) -> Callable[[Path], Measurement]:
@@ -33,6 +33,16 @@ def question_relevance(table: str, signal: str) -> Callable[[Path], Measurement]
         return Measurement(value, ci, "AUC" if table == "replacement_auc" else "share", ".3f",
                            f"{s['clusters']} clusters", "chance 0.5", null=0.5, units=s["clusters"])
     return measure
+
+
+def criterion_measurement(ci: Sequence[float], criterion: float, unit: str = "AUC") -> Measurement:
+    """A question-relevance run's interval against a criterion (the null): a within-family replacement AUC
+    (``unit`` ``AUC``) or a question relevance (``share``).
+
+    The run's summary (``relevance_summary.replacement_verdict`` and ``relevance_verdict``) judges it by the
+    claims of :data:`REPORT_CLAIMS`.
+    """
+    return Measurement(None, (ci[0], ci[1]), unit, ".3f", "", f"criterion {criterion:.2f}", null=criterion)
 
 
 CLAIMS: tuple[Claim, ...] = (
@@ -61,4 +71,22 @@ CLAIMS: tuple[Claim, ...] = (
           "up",
           (Test("question-relevance/smollm2-135m-instruct-budget8", "question relevance of lexical overlap; vs 0.5",
                 question_relevance("question_relevance", "lexical")),)),
+)
+
+#: Claims only the question-relevance report judges (the scorecard lists :data:`CLAIMS`): each signal's replacement
+#: AUC within update families against the recognition criterion, and its question relevance against ours.
+REPORT_CLAIMS: tuple[Claim, ...] = (
+    Claim("question-relevance.within-family-replacement", "question-relevance", "Within update families, a signal "
+          "recognizes replacement poorly (its replacement AUC below the recognition criterion)",
+          Paper("Twenty-six satisfy the criterion for poor replacement recognition, eight support the opposite "
+                "conclusion, and five are inconclusive.", (2299, 2300), "Attention, Lexical Relevance, and "
+                "Leave-One-Out Signals", "twenty-six of 39 combinations poor, eight opposite, five inconclusive",
+                (2296, 2300)),
+          "down", ()),
+    Claim("question-relevance.relevance-criterion", "question-relevance", "A signal's question relevance lies above "
+          "the criterion (ours: the recognition criterion's 0.60; the paper states none)",
+          Paper("Of 36 question-relevance comparisons, lexical overlap satisfies the criterion in 12/12, attention in "
+                "4/12, and leave-one-out sensitivity in 1/12.", (2302, 2303), "Attention, Lexical Relevance, and "
+                "Leave-One-Out Signals", "lexical 12/12, attention 4/12, leave-one-out 1/12"),
+          "up", ()),
 )

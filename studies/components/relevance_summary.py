@@ -9,9 +9,9 @@ The paper's ranges over four models and three budgets (seed L2283-2287) are prin
 
 Within update families (L2296-2311): each signal's replacement AUC computed in every family and averaged with
 equal weight (:func:`kvprobe.readouts.stats.macro_auc`; clusters resampled within family), checked against the
-recognition criterion's 0.60 (:data:`CRITERION`) by the project's verdict rule
-(:func:`kvprobe.studies.common.report.claim_verdict`, 95% interval): *poor recognition* when the interval lies
-below 0.60, *recognizes* (the paper's "opposite conclusion") when above, else *inconclusive*; the question
+recognition criterion's 0.60 (:data:`CRITERION`) by the project's verdict rule on a claim of ``claims.py``
+(``REPORT_CLAIMS``, :func:`kvprobe.studies.common.claims.judge`, 95% interval): *poor recognition* when the
+interval lies below 0.60, *recognizes* (the paper's "opposite conclusion") when above, else *inconclusive*; the question
 relevance of each signal *meets* the criterion when its interval lies above :data:`RELEVANCE_CRITERION`.
 Where the rows carry the pair scores (``relevance.pair_scores``), the jointly encoded V distance is compared
 with the token-Jaccard and character-distance surfaces on the same draws (each surface in its stronger
@@ -30,9 +30,11 @@ from kvprobe.files import atomic_write_text
 from kvprobe.readouts.evaluate import AUC_CRITERION
 from kvprobe.readouts.stats import DRAWS, auc as plain_auc, bootstrap_auc, bootstrap_mean, \
     group_bootstrap_weights, macro_auc, percentile_interval
-from kvprobe.studies.common.report import INCONCLUSIVE, OPPOSITE, REPLICATES, Items, claim_verdict, estimate, \
-    heading, run_time, table_head
+from kvprobe.studies.common.claims import Claim, judge
+from kvprobe.studies.common.report import INCONCLUSIVE, OPPOSITE, REPLICATES, Items, estimate, heading, run_time, \
+    table_head
 from kvprobe.studies.common.runner import read_rows
+from .claims import REPORT_CLAIMS, criterion_measurement
 
 SIGNALS = ("lexical", "attention_old", "loo")
 #: The paper's ranges (replacement AUC, question relevance) over four models and budgets 8/32/128 (L2283-2287).
@@ -50,7 +52,7 @@ RELEVANCE_CRITERION = 0.60
 #: The pair scores (one per cluster state, no question): the V distance and the two surface baselines.
 PAIR_SCORES = ("v_distance", "token_jaccard", "char_distance")
 SURFACES = ("token_jaccard", "char_distance")
-#: Verdict words: claim_verdict's outcome -> what it says about the signal.
+#: Verdict words: the claim's verdict -> what it says about the signal.
 REPLACEMENT_WORDS = {REPLICATES: "poor recognition", OPPOSITE: "recognizes", INCONCLUSIVE: "inconclusive"}
 RELEVANCE_WORDS = {REPLICATES: "met", OPPOSITE: "not met", INCONCLUSIVE: "inconclusive"}
 #: The paper's within-family counts (L2296-2304) and the Qwen3-8B V-distance comparator (L2305-2310).
@@ -63,13 +65,21 @@ PAPER_V = ("Qwen3-8B: V distance unconditional AUC 0.8542, within families 0.999
 
 def replacement_verdict(ci: list[float]) -> str:
     """Within-family replacement AUC interval against :data:`CRITERION`: poor recognition, recognizes or
-    inconclusive (:func:`claim_verdict`, the paper's direction: below the criterion)."""
-    return REPLACEMENT_WORDS[claim_verdict("down", ci, null=CRITERION)]
+    inconclusive (the claim ``question-relevance.within-family-replacement`` of ``claims.py``, the paper's
+    direction: below the criterion, judged by ``studies.common.claims.judge``)."""
+    return REPLACEMENT_WORDS[judge(_claim("question-relevance.within-family-replacement"),
+                                   criterion_measurement(ci, CRITERION))]
 
 
 def relevance_verdict(ci: list[float]) -> str:
-    """Question-relevance interval against :data:`RELEVANCE_CRITERION`: met, not met or inconclusive."""
-    return RELEVANCE_WORDS[claim_verdict("up", ci, null=RELEVANCE_CRITERION)]
+    """Question-relevance interval against :data:`RELEVANCE_CRITERION`: met, not met or inconclusive (the claim
+    ``question-relevance.relevance-criterion`` of ``claims.py``)."""
+    return RELEVANCE_WORDS[judge(_claim("question-relevance.relevance-criterion"),
+                                 criterion_measurement(ci, RELEVANCE_CRITERION, "share"))]
+
+
+def _claim(key: str) -> Claim:
+    return next(c for c in REPORT_CLAIMS if c.key == key)
 
 
 def stronger_direction(scores: np.ndarray, labels: list[bool], families: list[str]) -> int:

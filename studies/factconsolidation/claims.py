@@ -7,12 +7,14 @@ readers and the verdict rule: :mod:`kvprobe.studies.common.claims`).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from kvprobe.readouts.stats import MIN_HISTORIES
 from kvprobe.studies.common.claims import (PAPER_RULE, Claim, Measurement, Paper, Test, count_pp, find_entry,
                                            floor_reason, join_reasons, pp_measurement, read_summary)
 
-__all__ = ["CLAIMS", "factconsolidation_fallback", "factconsolidation_source"]
+__all__ = ["CLAIMS", "REPORT_CLAIMS", "factconsolidation_fallback", "factconsolidation_source",
+           "token_ratio_measurement"]
 
 
 def factconsolidation_source(run: Path) -> Measurement:
@@ -43,6 +45,22 @@ def factconsolidation_fallback(run: Path) -> Measurement:
                           units=f["histories"])
 
 
+def token_ratio_measurement(ratio: dict[str, Any] | None, full_complete: int, n: int,
+                            floor: bool = True) -> Measurement:
+    """One history's generated tokens under the source mask over full access (an entry of the summary's
+    ``unfinished.ratios[...]["ratios"]``), null 1: not testable without an interval and, with ``floor``, when full
+    access (``full_complete`` of ``n`` complete answers with EOS) is at the floor.
+
+    The run's report (``unfinished.ratio_verdict``) judges it by the claim of :data:`REPORT_CLAIMS`.
+    """
+    if ratio is None or ratio["ci"] is None:
+        return Measurement(None if ratio is None else ratio["ratio"], None, "ratio", ".2f", f"{n} questions",
+                           null=1.0, not_testable="no interval")
+    return Measurement(ratio["ratio"], (ratio["ci"][0], ratio["ci"][1]), "ratio", ".2f", f"{n} questions",
+                       f"full {full_complete}/{n}", null=1.0,
+                       not_testable=floor_reason(full_complete, n, "full access") if floor else None)
+
+
 CLAIMS: tuple[Claim, ...] = (
     Claim("factconsolidation.source", "factconsolidation", "Hiding superseded facts changes complete answers "
           "(down for Qwen, up for Gemma)",
@@ -61,4 +79,15 @@ CLAIMS: tuple[Claim, ...] = (
           "none",
           (Test("factconsolidation/smollm2-135m-instruct", f"{PAPER_RULE}: complete answer with EOS (rule grader); "
                 "fallback vs recompute", factconsolidation_fallback),)),
+)
+
+#: Claims only the run's report judges (the scorecard lists :data:`CLAIMS`): the source mask's token ratio per
+#: history (``unfinished.py``).
+REPORT_CLAIMS: tuple[Claim, ...] = (
+    Claim("factconsolidation.lengthens", "factconsolidation", "Masking lengthens generation: source-masked outputs "
+          "hold more generated tokens than full access",
+          Paper("Masking lengthens generation.", (4393, 4393), "Unfinished Generation under Masking",
+                "Qwen3.8-27B 1.29 [1.18, 1.42] and 1.26 [1.16, 1.40], Gemma 4 26B-A4B 1.77 [1.53, 2.09] and 1.71 "
+                "[1.48, 2.01] times the full-access tokens", (4394, 4397)),
+          "up", ()),
 )

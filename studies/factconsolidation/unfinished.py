@@ -39,9 +39,11 @@ from kvprobe.readouts.stats import DRAWS, clopper_pearson, connected_components,
     group_bootstrap_weights, mcnemar_exact, percentile_interval, small_sample, weighted_sums
 from kvprobe.studies.common.answers import boxed_content, contains_answer, normalize_answer
 from kvprobe.studies.common.formatting import share
-from kvprobe.studies.common.report import NOT_TESTABLE, claim_verdict, table_head, table_row, testable
+from kvprobe.studies.common.claims import judge
+from kvprobe.studies.common.report import table_head, table_row
 
 from . import strings
+from .claims import REPORT_CLAIMS, token_ratio_measurement
 from .mapping import Superseded
 
 Key = tuple[str, str]
@@ -365,15 +367,16 @@ def analyse(out_dir: Path | str, by: Mapping[str, Mapping[Key, dict[str, Any]]],
 # ----------------------------------------------------------------------------- verdicts and report
 
 def ratio_verdict(ratio: dict[str, Any] | None, full_complete: int, n: int) -> str:
-    """The paper's "masking lengthens generation" (source mask / full above 1) for one history's ratio, by the
-    scorecard's rule with null 1: not testable when full access, the reference arm, is at the floor
-    (``report.testable`` of its complete + EOS answers); then what the interval alone says, in parentheses."""
-    if ratio is None or ratio["ci"] is None:
-        return NOT_TESTABLE
-    alone = claim_verdict("up", ratio["ci"], null=1.0)
-    if not testable(full_complete, n):
-        return f"{NOT_TESTABLE} (full access {full_complete}/{n}; interval alone: {alone})"
-    return alone
+    """The paper's "masking lengthens generation" (source mask / full above 1) for one history's ratio: the claim
+    ``factconsolidation.lengthens`` of ``claims.py`` judged (``studies.common.claims.judge``) on
+    ``claims.token_ratio_measurement``, null 1: not testable when full access, the reference arm, is at the floor
+    (its complete + EOS answers); then what the interval alone says, in parentheses."""
+    (lengthens,) = REPORT_CLAIMS
+    m = token_ratio_measurement(ratio, full_complete, n)
+    if m.ci is None or not m.not_testable:
+        return judge(lengthens, m)
+    alone = judge(lengthens, token_ratio_measurement(ratio, full_complete, n, floor=False))
+    return f"{judge(lengthens, m)} (full access {full_complete}/{n}; interval alone: {alone})"
 
 
 def _p(p: float) -> str:
