@@ -139,6 +139,8 @@ def cmd_report(args: argparse.Namespace, cli) -> int:
         return _scorecard(args)
     if args.study == "cross-benchmark":
         return _cross_benchmark(args)
+    if args.study == "judge-audit":
+        return _judge_audit(args, cli)
     from kvprobe.studies.registry import entry as study_entry
     from kvprobe.studies.common.runner import results_file
     from kvprobe.studies.common.summary import write_summary
@@ -194,6 +196,33 @@ def _cross_benchmark(args: argparse.Namespace) -> int:
     found = write_cross_benchmark(list(args.runs or CROSS_BENCHMARK_RUNS), out)
     if not args.quiet:
         print(f"wrote {out}/report.md, figure.png and cross-benchmark.json: {len(found)} rows")
+    return 0
+
+
+def _judge_audit(args: argparse.Namespace, cli) -> int:
+    """``kvprobe report judge-audit MODEL TASK [--judge-dtype D] [--out DIR]``: a local judge model scored on the
+    task's hand-labelled answers (``studies/common/judge_audit.py``), written to DIR/TASK/ (default
+    artifacts/judge-audit). Unknown tasks, models and dtypes are refused before any model loads."""
+    from kvprobe.studies.common import judge_audit
+    from kvprobe.studies.registry import judge_audits
+
+    audits = judge_audits()
+    if len(args.runs) != 2:
+        raise ValueError(f"judge-audit takes a judge MODEL and a TASK ({', '.join(audits)}), got {len(args.runs)} "
+                         "arguments")
+    model, task = args.runs
+    if task not in audits:
+        hint = " (the MODEL comes first)" if model in audits else ""
+        raise ValueError(f"unknown task {task!r}{hint}; tasks with a judge audit: {', '.join(audits)}")
+    if args.judge_dtype is not None and args.judge_dtype not in cli.MODEL_DTYPES:
+        raise ValueError(f"--judge-dtype {args.judge_dtype!r}: choose one of {', '.join(cli.MODEL_DTYPES)}")
+    judge_audit.check_model(model)
+    result = judge_audit.audit_model(audits[task].audit_task(), model, args.judge_dtype, progress=not args.quiet)
+    path, md = judge_audit.write_audit(result, args.out or judge_audit.AUDIT_DIR)
+    if not args.quiet:
+        print(f"{result.judge} on {task}: agreement {result.agree}/{result.n}, planted wrongs accepted "
+              f"{len(result.planted_accepted)}/{result.planted}: {'passes' if result.passed else 'fails'} "
+              f"({judge_audit.PASS_RULE}); wrote {path} and {md}")
     return 0
 
 
@@ -292,13 +321,17 @@ def add_report(sub, cli) -> None:
                        "read the committed summary.json of MINTEval, MQuAKE and BABILong runs (default: the "
                        "committed smollm2 runs) and write the current- and historical-answer rates under full "
                        "access and whole-source masking, with intervals, n and the paper's numbers, as report.md, "
-                       "figure.png and cross-benchmark.json under --out (default artifacts/cross-benchmark).")
-    p.add_argument("study", choices=[*STUDIES, "scorecard", "cross-benchmark"],
-                   help="which study, or scorecard, or cross-benchmark")
+                       "figure.png and cross-benchmark.json under --out (default artifacts/cross-benchmark). "
+                   "`kvprobe report judge-audit MODEL TASK [--judge-dtype D]`: grade the hand-labelled answers of "
+                   "TASK's audit set (a study with a model judge) with the local judge MODEL and the study's own "
+                   "prompt and label rule, and write its agreement with the hand labels, the planted wrong answers "
+                   "it accepts and whether it passes the bar to --out/TASK/ (default artifacts/judge-audit).")
+    p.add_argument("study", choices=[*STUDIES, "scorecard", "cross-benchmark", "judge-audit"],
+                   help="which study, or scorecard, or cross-benchmark, or judge-audit")
     p.add_argument("runs", nargs="*", help="output directories of `kvprobe run` (several: quantity thresholds and panel, "
                    "or each rewritten for the other studies); scorecard: the artifacts folder (default artifacts); "
                    "cross-benchmark: MINTEval, MQuAKE and BABILong run directories holding config.json and "
-                   "summary.json (default: the committed smollm2 runs)")
+                   "summary.json (default: the committed smollm2 runs); judge-audit: MODEL TASK")
     for name, helps in _summary_option_helps(STUDIES.values()).items():
         p.add_argument(flag(name), dest=name, default=None,
                        help="; ".join(f"{', '.join(studies)}: {text}" for text, studies in helps.items()))
@@ -306,7 +339,8 @@ def add_report(sub, cli) -> None:
                    "thresholds.{json,md}, panel.{md,json} and the panel's figures); scorecard: the markdown file "
                    "(default docs/scorecard.md), the JSON "
                    "beside it; cross-benchmark: the folder for report.md, figure.png and cross-benchmark.json "
-                   "(default artifacts/cross-benchmark)")
+                   "(default artifacts/cross-benchmark); judge-audit: the folder of the task folders (default "
+                   "artifacts/judge-audit)")
     p.add_argument("--bootstrap-seed", type=int, default=None,
                    help=f"seed of the bootstrap intervals (default: the study's, {REPORT_SEED}; "
                    f"{', '.join(f'{e.name} {e.seed}' for e in STUDIES.values() if e.seed != REPORT_SEED)}); "

@@ -65,11 +65,15 @@ class Graded:
             (``dtype`` None: the loader's), writes ``grades.jsonl`` and ``judge.jsonl`` in the run and returns the
             grades file (None: the study's grader runs from Python only, e.g. ``grading.grade_run``).
         judge_help: what ``--judge-model`` does (its prompts and label rule), one sentence.
+        audit: ``"module:name"`` of the judge's audit on the study's hand-labelled answers
+            (:class:`kvprobe.studies.common.judge_audit.AuditTask`; ``kvprobe report judge-audit MODEL NAME``;
+            None: no audit set).
     """
 
     grades: str = GRADES_INSTEAD
     judge: str | None = None
     judge_help: str = ""
+    audit: str | None = None
 
     def options(self) -> tuple[Option, ...]:
         """The summary options this grading adds to its entry."""
@@ -133,6 +137,11 @@ class Entry:
         if self.graded is None or self.graded.judge is None:
             raise ValueError(f"{self.name}: no judge model grades this study")
         return _load(self.graded.judge)
+
+    def audit_task(self) -> Any:
+        if self.graded is None or self.graded.audit is None:
+            raise ValueError(f"{self.name}: no judge audit set")
+        return _load(self.graded.audit)
 
     def run_function(self) -> Callable[..., Any] | None:
         return None if self.runner is None else _load(self.runner)
@@ -263,7 +272,8 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
                         judge=_P + "matched_scores.open_answers.summary:judge_run",
                         judge_help="grade the run with this local model (any kvprobe can load) and the source-aware "
                         "rubric, one prompt per verdict, greedy, 10 new tokens; writes grades.jsonl and judge.jsonl "
-                        "in the run and uses them"),
+                        "in the run and uses them",
+                        audit=_P + "matched_scores.open_answers.audit:AUDIT"),
           seed=PAPER_SEED, smoke=dict(oaks_split="all", n_questions=2, max_new_tokens=3)),
     Entry("session-bias", _P + "session_bias.study:SessionBiasStudy", _P + "session_bias.summary",
           "soft session-order bias, hard mask, development policies and query-aware methods at a fixed capacity "
@@ -271,7 +281,8 @@ STUDIES: dict[str, Entry] = {e.name: e for e in (
           graded=Graded(judge=_P + "session_bias.summary:judge_run",
                         judge_help="grade the run with this local model (any kvprobe can load) and the official "
                         "LongMemEval answer-check prompts, one prompt per request, greedy, 10 new tokens, label 'yes' "
-                        "in the reply; writes grades.jsonl and judge.jsonl in the run and uses them"),
+                        "in the reply; writes grades.jsonl and judge.jsonl in the run and uses them",
+                        audit=_P + "session_bias.audit:AUDIT"),
           smoke=dict(split="all", n=2, max_new_tokens=2)),
     Entry("requests", _P + "requests.study:RequestsStudy", _P + "requests.summary",
           "repeated-request workload: cost of detector masks and recomputes over keep-all (partE)",
@@ -316,6 +327,11 @@ def study_anchors() -> dict[str, str]:
     ``Entry.study`` of the run studies (in registry order), then ``CommandStudy.commands`` of the command studies."""
     return {**{name: e.study for name, e in STUDIES.items()},
             **{name: e.commands for name, e in COMMAND_STUDIES.items()}}
+
+
+def judge_audits() -> dict[str, Entry]:
+    """The studies whose judge has an audit set (``Graded.audit``), by name."""
+    return {n: e for n, e in STUDIES.items() if e.graded is not None and e.graded.audit is not None}
 
 
 def entry(name: str) -> Entry:
