@@ -235,6 +235,18 @@ def test_results_are_written_read_and_found_by_grader(tmp_path):
     assert not ja.judge_validated("oaks-open", variant, tmp_path)
 
 
+def test_judges_of_a_committed_run_are_found_beside_its_study_folder(tmp_path):
+    task = TASKS["oaks-open"]
+    client = _judge(task, default="complete")
+    client.model_variant = "qwen2.5-coder-1.5b-instruct/bfloat16/cc324af070c2"
+    ja.write_audit(ja.run_audit(task, client), tmp_path / "judge-audit")
+    graders = ["rule-v1", "source-aware:qwen2.5-coder-1.5b-instruct/bfloat16/cc324af070c2",
+               "source-aware:qwen2.5-coder-0.5b-instruct/bfloat16/1d9614638d18"]
+    found = ja.judges_of_run(tmp_path / "oaks-open" / "some-run", "oaks-open", graders)
+    assert list(found) == graders[1:] and found[graders[2]] is None
+    assert found[graders[1]].planted_accepted and not found[graders[1]].passed
+
+
 def test_the_audit_sets_ship_as_package_data():
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     for entry in ENTRIES.values():

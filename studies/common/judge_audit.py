@@ -25,7 +25,8 @@ The pass rule (:data:`PASS_RULE`): agreement >= :data:`MIN_AGREEMENT` and at mos
 planted wrongs accepted. :func:`write_audit` writes ``<out>/<task>/<model>-<dtype>.json`` (:class:`AuditResult`,
 every item's judged label and raw reply) and ``.md`` (readable tables); ``kvprobe report judge-audit MODEL TASK``
 does it all. A claim whose rows a judge graded reads the verdict with :func:`judge_validated` (or the numbers
-with :func:`audit_for_grader`) from the grader string its summary records.
+with :func:`audit_for_grader`, or :func:`judges_of_run` for every judge of a committed run) from the grader string
+its summary records.
 
 Example::
 
@@ -322,6 +323,18 @@ def judge_validated(task: str, grader: str, root: str | Path = AUDIT_DIR) -> boo
     """Whether the judge ``grader`` passed its audit on ``task`` (False when it has none)."""
     result = audit_for_grader(task, grader, root)
     return result is not None and result.passed
+
+
+def judges_of_run(run: str | Path, task: str, graders: Sequence[str]) -> dict[str, AuditResult | None]:
+    """Each model grader of a committed run (``graders``: its summary's ``graders``; rule graders, which name no
+    ``model/dtype/digest``, left out) -> its audit on ``task`` from the ``judge-audit`` folder beside the run's
+    study folder (``artifacts/judge-audit`` for a run ``artifacts/<study>/<name>``), None where it has none.
+
+    Example: ``judges_of_run("artifacts/oaks-open/smollm2-135m-instruct-judged-1.5b", "oaks-open",
+    summary["graders"])`` is ``{"source-aware:qwen2.5-coder-1.5b-instruct/bfloat16/cc324af070c2": AuditResult(...)}``.
+    """
+    root = Path(run).parent.parent / "judge-audit"
+    return {g: audit_for_grader(task, g, root) for g in graders if g.split(":", 1)[-1].count("/") >= 2}
 
 
 # ----------------------------------------------------------------------------- report
