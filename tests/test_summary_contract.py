@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import json
 import shutil
+import types
+import typing
 from dataclasses import replace
 from pathlib import Path
 
@@ -95,6 +97,52 @@ def _keys_fit(typed: type, value: dict, where: str) -> None:
         f"{where} has keys its type does not name: {sorted(keys - typed.__required_keys__ - typed.__optional_keys__)}"
 
 
+def _fits(hint: typing.Any, value: typing.Any, where: str) -> None:
+    """``value`` has the keys of every TypedDict ``hint`` names for it, at any depth: the TypedDict itself (then each
+    of its keys' values against that key's type), the items of a ``list[...]``, the values of a ``dict[str, ...]``
+    and the one typed alternative of an optional (``X | None``). ``Any`` and plain types are not checked."""
+    if typing.is_typeddict(hint):
+        assert isinstance(value, dict), f"{where} is a {type(value).__name__}, its type {hint.__name__} a dict"
+        _keys_fit(hint, value, where)
+        hints = typing.get_type_hints(hint)
+        for key, item in value.items():
+            _fits(hints[key], item, f"{where}.{key}")
+        return
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is list and isinstance(value, list):
+        for i, item in enumerate(value):
+            _fits(args[0], item, f"{where}[{i}]")
+    elif origin is dict and isinstance(value, dict):
+        for key, item in value.items():
+            _fits(args[1], item, f"{where}[{key!r}]")
+    elif origin in (typing.Union, types.UnionType) and value is not None:
+        typed = [a for a in args if a is not type(None)]
+        if len(typed) == 1:
+            _fits(typed[0], value, where)
+
+
+class _Inner(typing.TypedDict):
+    n: int
+
+
+class _Outer(typing.TypedDict):
+    cells: list[_Inner]
+    arms: dict[str, _Inner]
+    best: _Inner | None
+    free: dict[str, typing.Any]
+
+
+def test_nested_keys_are_checked_where_a_type_names_them():
+    """:func:`_fits` goes into lists, dicts and optionals of TypedDicts, and names the path of a stray key."""
+    good = {"cells": [{"n": 1}], "arms": {"a": {"n": 2}}, "best": None, "free": {"x": {"y": 1}}}
+    _fits(_Outer, good, "s")
+    for bad, where in (({**good, "cells": [{"n": 1}, {"n": 1, "k": 0}]}, r"s.cells\[1\] has keys"),
+                       ({**good, "arms": {"a": {}}}, r"s.arms\['a'\] lacks \['n'\]"),
+                       ({**good, "best": {"m": 1}}, r"s.best lacks")):
+        with pytest.raises(AssertionError, match=where):
+            _fits(_Outer, bad, "s")
+
+
 def test_every_study_types_its_summary():
     """Each registered study's summary module says what its ``summary.json`` holds (a ``Summary`` TypedDict)."""
     untyped = sorted({e.summary for e in STUDIES.values() if not hasattr(importlib.import_module(e.summary), "Summary")})
@@ -104,10 +152,11 @@ def test_every_study_types_its_summary():
 @pytest.mark.parametrize("run", TYPED_RUNS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_a_typed_summary_names_every_key_of_its_committed_summary(run):
     """A summary module's ``Summary`` (and ``Cell``, for each of its ``cells``) names exactly the keys its committed
-    ``summary.json`` holds: the required ones all, the optional ones where they apply, no others."""
+    ``summary.json`` holds: the required ones all, the optional ones where they apply, no others; and so does every
+    TypedDict it names for a nested value (a cell of a list, an arm of a dict: :func:`_fits`)."""
     module = importlib.import_module(entry(json.loads((run / "config.json").read_text())["study"]).summary)
     summary = json.loads((run / "summary.json").read_text())
-    _keys_fit(module.Summary, summary, f"{run.name}/summary.json")
+    _fits(module.Summary, summary, f"{run.name}/summary.json")
     if hasattr(module, "Cell"):
         for i, cell in enumerate(summary["cells"]):
             _keys_fit(module.Cell, cell, f"{run.name}/summary.json cells[{i}]")

@@ -5,6 +5,8 @@ One spelling per quantity, so two reports never write the same number two ways:
 
 - :func:`count`: ``k/n`` (an arm's correct answers of its n);
 - :func:`share`: ``100 k / n`` to one decimal and the count, ``11.1% (1)``;
+- :func:`share_of`: the same share with the count of n, ``11.1% (1/9)``; :func:`count_share`: the count first,
+  ``1/9 (11.1%)``;
 - :func:`pp` and :func:`pp_change`: a change in percentage points with its interval, ``+6.7 [+1.7, +13.3]``;
 - :func:`pp_of`: a paired change in answers as percentage points of n;
 - :func:`eos_count`, :func:`cap_count` and :func:`stops`: how many answers stopped at EOS and how many hit
@@ -16,6 +18,8 @@ Example::
 
     count(7, 400)                       # '7/400'
     share(1, 9)                         # '11.1% (1)'
+    share_of(1, 9, percent="")          # '11.1 (1/9)'
+    count_share(1, 9)                   # '1/9 (11.1%)'
     pp(6.7, (1.7, 13.3))                # '+6.7 [+1.7, +13.3]'
     stops([{"stop_reason": "eos"}, {"stop_reason": "cap"}])   # {'eos': 1, 'capped': 1}
 """
@@ -27,7 +31,8 @@ from typing import Any
 
 from .report import estimate
 
-__all__ = ["EOS", "CAP", "cap_count", "count", "eos_count", "pp", "pp_change", "pp_of", "share", "stops"]
+__all__ = ["EOS", "CAP", "cap_count", "count", "count_share", "eos_count", "pp", "pp_change", "pp_of", "share", "share_of",
+           "stops"]
 
 #: A row's ``stop_reason`` when the answer ended at the end-of-sequence token, and when it hit the token cap.
 EOS, CAP = "eos", "cap"
@@ -48,6 +53,20 @@ def share(k: float, n: int, percent: str = "%", signed: bool = False, count_form
     if not n:
         return f"- {k_text}" if empty is None else empty
     return f"{100 * k / n:{sign}.1f}{percent} {k_text}"
+
+
+def share_of(k: int, n: int, percent: str = "%", empty: str = "-") -> str:
+    """``100 k / n`` to one decimal, its ``percent`` sign and ``(k/n)``: ``share_of(1, 9)`` is ``'11.1% (1/9)'``,
+    ``share_of(1, 9, percent="")`` is ``'11.1 (1/9)'``; ``empty`` when ``n`` is 0."""
+    if not n:
+        return empty
+    return f"{100 * k / n:.1f}{percent} ({count(k, n)})"
+
+
+def count_share(k: int, n: int, percent: str = "%") -> str:
+    """``k/n`` and ``100 k / n`` to one decimal in parentheses: ``count_share(1, 9)`` is ``'1/9 (11.1%)'``;
+    ``'0/0 (-)'`` when ``n`` is 0."""
+    return f"{count(k, n)} ({f'{100 * k / n:.1f}{percent}' if n else '-'})"
 
 
 def pp(value: float, ci: Sequence[float]) -> str:

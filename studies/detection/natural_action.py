@@ -35,7 +35,7 @@ import json
 import random
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypedDict
 
 import numpy as np
 
@@ -291,11 +291,45 @@ def _generator_name(run_dir: str | Path) -> str:
     return model_name(json.loads(config.read_text())) if config.is_file() else str(run_dir)
 
 
+class GeneratorAction(TypedDict):
+    """One generator run (a matched-scores ``oaks`` run) joined with the detections: whether the detector is that
+    model, the questions joined and those the run lacks, and per answer rule the analysis (outcomes, excess at
+    equal coverage, coverage curves, leave-one-book-out, the attribute-change and rubric strata)."""
+
+    generator: str
+    run: str
+    matched: bool
+    n: int
+    unmatched: int
+    rules: dict[str, dict[str, Any]]
+
+
+class NaturalAction(TypedDict):
+    """:func:`natural_action`: a detection summary's ``natural_action``."""
+
+    detector_model: str
+    #: The join rule and the rules analysed (it and the sensitivity rule).
+    rule: str
+    rules: list[str]
+    #: The generator run folders as given, the questions and books joined, the labels' kind (``placebo``,
+    #: ``annotation`` or None).
+    sources: list[str]
+    questions: int
+    books: int
+    labels: str | None
+    seed: int
+    draws: int
+    detection_leave_one_out: dict[str, Any]
+    schema_echoes: dict[str, Any]
+    generators: list[GeneratorAction]
+
+
 def natural_action(detection_run_dir: str | Path, matched_scores_oaks_run_dirs: Sequence[str | Path],
-                   rule: str = "complete", seed: int = PAPER_SEED, draws: int = DRAWS) -> dict[str, Any]:
+                   rule: str = "complete", seed: int = PAPER_SEED, draws: int = DRAWS) -> NaturalAction:
     """The complete natural-text analysis (module docstring) of one detection run against each generator run.
 
-    Example: ``natural_action("runs/det", ["runs/gen"])["cells"][0]["excess"]["excess_pp"]``.
+    Example: ``natural_action("runs/det", ["runs/gen"])["generators"][0]["rules"]["complete"]["excess"]
+    ["asserted-value"]["excess_pp"]``.
     """
     det_dir = Path(detection_run_dir)
     config = json.loads((det_dir / CONFIG).read_text())

@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections import Counter
 from functools import partial
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TypedDict
 
 import json
 import numpy as np
 
-from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, paired_change, \
-    percentile_interval
+from kvprobe.readouts.stats import DRAWS, PAPER_SEED, PairedChange, bootstrap_mean, group_bootstrap_weights, \
+    paired_change, percentile_interval
 from kvprobe.studies.common.detectors.text import REPLACEMENT
 from kvprobe.studies.common.formatting import cap_count, share
 from kvprobe.studies.common.report import model_name, table_head, table_row
@@ -59,7 +59,85 @@ def fired(row: dict[str, Any]) -> bool:
     return row["decision"] == REPLACEMENT
 
 
-def confusion(labels: Sequence[int], triggers: Sequence[bool]) -> dict[str, int]:
+class Confusion(TypedDict):
+    """:func:`confusion`: TP / FP / FN / TN counts."""
+
+    tp: int
+    fp: int
+    fn: int
+    tn: int
+
+
+class ConfusionCell(Confusion):
+    """One natural detector's rows (:func:`confusion_cell`, with its ``detector``): counts, accuracy and its
+    interval over whole questions, false triggers per negative relation, decisions, parse outcomes, capped."""
+
+    detector: str
+    n: int
+    questions: int
+    positives: int
+    negatives: int
+    accuracy: float
+    accuracy_ci: list[float]
+    false_triggers_by_negative: dict[str, int]
+    decisions: dict[str, int]
+    parse: dict[str, int]
+    capped: int
+
+
+class AnnotationCell(Confusion):
+    """One (exclusion rule, detector) against the source annotations (:func:`annotation_cells`)."""
+
+    exclusion: str
+    detector: str
+    insufficient: int
+    correct: int
+    scored: int
+    by_description: dict[str, int]
+
+
+class QuestionEffect(TypedDict):
+    """:func:`question_effect`: adding the question, paired changes in true triggers, false triggers and correct
+    decisions."""
+
+    true_triggers: PairedChange
+    false_triggers: PairedChange
+    correct: PairedChange
+
+
+class Natural(TypedDict):
+    """:func:`summarize_natural`: a detection summary's ``natural`` (its OAKS rows)."""
+
+    confusion: list[ConfusionCell]
+    question_effect: QuestionEffect | None
+    annotations: list[AnnotationCell]
+    annotated_questions: int
+
+
+class OutcomeCounts(TypedDict):
+    """Full-access against old-mask outcomes of some questions (both correct, corrected, reversed, both wrong)."""
+
+    n: int
+    both_correct: int
+    corrections: int
+    reversals: int
+    both_wrong: int
+
+
+class DetectionAction(TypedDict):
+    """:func:`detection_action`: one (generator run, detector) with the detected and the missed positives'
+    outcomes, and the positives that run lacks."""
+
+    generator: str
+    run: str
+    detector: str
+    rule: str
+    unmatched: int
+    detected: OutcomeCounts
+    missed: OutcomeCounts
+
+
+def confusion(labels: Sequence[int], triggers: Sequence[bool]) -> Confusion:
     """TP / FP / FN / TN counts.
 
     >>> confusion([1, 1, 0, 0], [True, False, True, False])
@@ -92,7 +170,7 @@ def _kept(row: dict[str, Any], exclusion: str) -> bool:
     return {"none": True, "either": not either, "attribute_change": not change_ambiguous}[exclusion]
 
 
-def annotation_cells(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def annotation_cells(rows: list[dict[str, Any]]) -> list[AnnotationCell]:
     """Per (exclusion rule, detector): recall on annotated changes (TP/FN) and false triggers on compatible
     pairs (FP/TN) among the positive pairs; insufficient-context pairs are counted but unscored.
     Empty when no row carries an annotation."""
@@ -113,7 +191,7 @@ def annotation_cells(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def question_effect(rows: list[dict[str, Any]], seed: int = PAPER_SEED, draws: int = DRAWS) -> dict[str, Any] | None:
+def question_effect(rows: list[dict[str, Any]], seed: int = PAPER_SEED, draws: int = DRAWS) -> QuestionEffect | None:
     """Adding the question, paired on the pairs both variants read: the change in true triggers (on
     positives), false triggers (on negatives) and correct decisions, each with a 95 % interval over whole
     questions (:func:`kvprobe.readouts.stats.paired_change`). None unless both variants ran.
@@ -134,7 +212,7 @@ def question_effect(rows: list[dict[str, Any]], seed: int = PAPER_SEED, draws: i
     return out
 
 
-def summarize_natural(rows: list[dict[str, Any]], seed: int = PAPER_SEED, draws: int = DRAWS) -> dict[str, Any]:
+def summarize_natural(rows: list[dict[str, Any]], seed: int = PAPER_SEED, draws: int = DRAWS) -> Natural:
     """The natural-text section of the detection summary (``rows``: the run's ``oaks`` rows)."""
     cells = [{"detector": d, **confusion_cell([r for r in rows if r["detector"] == d], seed, draws)}
              for d in NATURAL_DETECTORS if any(r["detector"] == d for r in rows)]
@@ -155,7 +233,7 @@ def generator_outcomes(run_dir: str | Path, rule: str = "complete") -> dict[str,
     return {case: (correct["full"], correct["mask"]) for case, correct in by.items() if len(correct) == 2}
 
 
-def outcome_counts(pairs: Sequence[tuple[bool, bool]]) -> dict[str, int]:
+def outcome_counts(pairs: Sequence[tuple[bool, bool]]) -> OutcomeCounts:
     """Both correct / corrections (mask right, full wrong) / reversals / both wrong of (full, mask) pairs.
 
     >>> outcome_counts([(True, True), (False, True), (True, False), (False, False), (False, True)])
@@ -167,7 +245,7 @@ def outcome_counts(pairs: Sequence[tuple[bool, bool]]) -> dict[str, int]:
 
 
 def detection_action(detection_run_dir: str | Path, matched_scores_oaks_run_dirs: str | Path | Sequence[str | Path],
-                     rule: str = "complete") -> list[dict[str, Any]]:
+                     rule: str = "complete") -> list[DetectionAction]:
     """Per (generator run, detector variant, detected/missed): the positive questions' full-access vs old-mask
     outcomes. Questions are joined by their event id (``question_id@chunk``, both studies' selection);
     positives the generator run lacks are counted as ``unmatched``.

@@ -29,8 +29,9 @@ from kvprobe.studies.datasets.oaks import items as oaks_items
 from kvprobe.studies.common.report import Items, estimate, small_sample_note, heading, interval, model_name, run_time, table_head
 from kvprobe.studies.common.runner import read_rows
 from .calibration import calibrate
-from .natural_summary import action_report, detection_action, natural_report, summarize_natural
-from .natural_action import natural_action, natural_action_report
+from .natural_summary import DetectionAction, Natural, action_report, detection_action, natural_report, \
+    summarize_natural
+from .natural_action import NaturalAction, natural_action, natural_action_report
 
 
 def _by(rows: list[dict[str, Any]], *keys: str) -> dict[tuple, list[dict[str, Any]]]:
@@ -40,7 +41,67 @@ def _by(rows: list[dict[str, Any]], *keys: str) -> dict[tuple, list[dict[str, An
     return out
 
 
-def text_detector_cell(rows: list[dict[str, Any]], seed: int, draws: int) -> dict[str, Any]:
+class TextDetectorStats(TypedDict):
+    """:func:`text_detector_cell`: one text detector's rows; ``filtered_*``: with the lexical filter."""
+
+    n: int
+    positives: int
+    negatives: int
+    decisions: dict[str, int]
+    parse: dict[str, int]
+    capped: int
+    true_triggers: int
+    false_triggers: int
+    accuracy: float
+    accuracy_ci: list[float]
+    filtered_true_triggers: int
+    filtered_false_triggers: int
+    filtered_accuracy: float
+    filtered_accuracy_ci: list[float]
+    #: Per relation: the decisions' counts.
+    per_relation: dict[str, dict[str, int]]
+
+
+class TextDetectorCell(TextDetectorStats):
+    """A summary's ``text_detectors`` entry: one (dataset, split, detector)."""
+
+    dataset: str
+    split: str
+    detector: str
+
+
+class Auc(TypedDict):
+    """``readouts.stats.bootstrap_auc``'s entry of one score: the AUC, its interval and one-sided lower bound."""
+
+    auc: float
+    lo: float
+    hi: float
+    lower_one_sided: float
+
+
+class _YesNoKeys(TypedDict):
+    n: int
+    single_token: bool
+    score_range: list[float]
+    distinct_scores: int
+    groups: int
+
+
+class YesNoStats(_YesNoKeys, total=False):
+    """:func:`yes_no_cell`: the YES/NO score's rows; the AUCs where both labels (and role pairs) occur."""
+
+    auc: Auc
+    role_auc: Auc
+
+
+class YesNoCell(YesNoStats):
+    """A summary's ``yes_no`` entry: one (dataset, split)."""
+
+    dataset: str
+    split: str
+
+
+def text_detector_cell(rows: list[dict[str, Any]], seed: int, draws: int) -> TextDetectorStats:
     """Decision counts, failures and accuracy of one detector on one (dataset, split)."""
     labels = np.array([r["label"] for r in rows])
     cell: dict[str, Any] = {"n": len(rows), "positives": int(labels.sum()), "negatives": int((1 - labels).sum()),
@@ -61,7 +122,7 @@ def text_detector_cell(rows: list[dict[str, Any]], seed: int, draws: int) -> dic
     return cell
 
 
-def yes_no_cell(rows: list[dict[str, Any]], seed: int, draws: int) -> dict[str, Any]:
+def yes_no_cell(rows: list[dict[str, Any]], seed: int, draws: int) -> YesNoStats:
     """AUC of the YES/NO score (all pairs; role swaps vs role confirmations on the records)."""
     scores = np.array([r["score"] for r in rows])
     cell: dict[str, Any] = {"n": len(rows), "single_token": all(r["single_token"] for r in rows),
@@ -79,8 +140,8 @@ def yes_no_cell(rows: list[dict[str, Any]], seed: int, draws: int) -> dict[str, 
 
 
 class _SummaryKeys(TypedDict):
-    text_detectors: list[dict[str, Any]]
-    yes_no: list[dict[str, Any]]
+    text_detectors: list[TextDetectorCell]
+    yes_no: list[YesNoCell]
     calibration: dict[str, Any]
     draws: int
     seed: int
@@ -91,10 +152,10 @@ class Summary(_SummaryKeys, total=False):
     """A detection run's ``summary.json``."""
 
     #: Runs with OAKS rows: the natural-text detections (:func:`.natural_summary.summarize_natural`).
-    natural: dict[str, Any]
+    natural: Natural
     #: With ``matched_scores``: the detections joined with those runs' outcomes, and (OAKS) their full analysis.
-    detection_action: list[dict[str, Any]]
-    natural_action: dict[str, Any]
+    detection_action: list[DetectionAction]
+    natural_action: NaturalAction
 
 
 def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS, matched_scores: str | None = None,
@@ -141,10 +202,6 @@ def _detections(out_dir: Path | str, seed: int, draws: int) -> dict[str, Any]:
     return out
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}"
-
-
 def _text_table(cells: list[dict[str, Any]]) -> list[str]:
     lines = table_head(["dataset", "split", "detector", "n", "replacement / no / unresolved", "true triggers",
                         "false triggers", "accuracy % [95% CI]", "with lexical filter: true / false",
@@ -156,7 +213,7 @@ def _text_table(cells: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"| {c['dataset']} | {c['split']} | {c['detector']} | {c['n']} | {d.get(REPLACEMENT, 0)} / "
             f"{d.get('no_replacement', 0)} / {d.get('unresolved', 0)} | {c['true_triggers']}/{c['positives']} | "
-            f"{c['false_triggers']}/{c['negatives']} | {_pct(c['accuracy'])} [{_pct(lo)}, {_pct(hi)}] | "
+            f"{c['false_triggers']}/{c['negatives']} | {estimate(100 * c['accuracy'], (100 * lo, 100 * hi), '.1f')} | "
             f"{c['filtered_true_triggers']} / {c['filtered_false_triggers']} | {fails} | {c['capped']} |")
     return lines
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, paired_change, \
     percentile_interval
-from kvprobe.studies.common.formatting import cap_count, pp_change
+from kvprobe.studies.common.formatting import cap_count, count_share, pp_change
 from kvprobe.studies.common.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, estimate, heading, \
     interval, run_time, small_sample_note, table_head, table_row, testable, verdict_cell
 from kvprobe.studies.datasets.quantity_task.tasks import ITEMS as TASK
@@ -38,7 +38,105 @@ Unit = tuple[str, str]
 RULES = {"label_correct": "paper rule", "lenient_correct": "lenient"}
 
 
-def _paired(condition: np.ndarray, ref: np.ndarray, weights: np.ndarray) -> dict[str, Any] | None:
+class PointsChange(TypedDict):
+    """:func:`_paired`: a paired change (``readouts.stats.paired_change``) over the ``n`` units both conditions
+    answered, and the change and its interval in points of those units."""
+
+    change: int | float
+    corrections: int
+    reversals: int
+    ci: list[float]
+    n: int
+    pp: float
+    pp_ci: list[float]
+
+
+class Mean(TypedDict):
+    """:func:`_mean`: the mean of the present values and its bootstrap percentile interval."""
+
+    mean: float
+    ci: list[float]
+
+
+class Disagreement(TypedDict):
+    """:func:`_disagreement`: outputs whose first-value margin's sign disagrees with the answer's correctness
+    (nonzero margins), zero margins and the correct ones among them, the disagreeing margins' range."""
+
+    outputs: int
+    nonzero_disagreements: int
+    zero_ties: int
+    zero_ties_correct: int
+    nonzero_range: list[float] | None
+
+
+class _ConfigurationKeys(TypedDict):
+    configuration: str
+    profile: str
+    question: str
+    access: str
+    reference: str
+    n: int
+    categories: dict[str, int]
+    capped: int
+    #: The fewest and the most masked tokens over the units.
+    masked_tokens: list[int]
+    margin: Mean | None
+    #: Per rule (:data:`RULES`): correct answers, the changes against full access and against the configuration's
+    #: reference (None where no unit answered in both), the margin's disagreement with correctness.
+    correct: dict[str, int]
+    vs_full: dict[str, PointsChange | None]
+    vs_reference: dict[str, PointsChange | None]
+    disagreement: dict[str, Disagreement]
+
+
+class ConfigurationCell(_ConfigurationKeys, total=False):
+    """One configuration (:data:`.configurations.CATALOG`) over the units."""
+
+    #: Configurations other than full (and than their reference): the first-value margin's change.
+    margin_vs_full: Mean | None
+    margin_vs_reference: Mean | None
+
+
+class EffectRule(TypedDict):
+    """One rule's change for a paper effect, the reference configuration's (correct, n) and the verdict."""
+
+    ci: list[float]
+    pp: float
+    reference: list[int] | None
+    verdict: str
+
+
+class EffectMargin(TypedDict):
+    ci: list[float]
+    verdict: str
+
+
+class _EffectKeys(TypedDict):
+    effect: str
+    paper: str
+    sign: int
+    reference: str | None
+
+
+class Effect(_EffectKeys, total=False):
+    """One of the paper's effects (:data:`EFFECTS`): per rule where the run has its change, or (the margin effect)
+    the first-value margin's change."""
+
+    rules: dict[str, EffectRule]
+    margin: EffectMargin
+
+
+class RuleEffects(TypedDict, total=False):
+    """Per rule: near - far (runs with both notes), the plain-note interaction, the note profiles and the margin's
+    disagreement over every label row."""
+
+    near_far: PointsChange | None
+    plain_interaction: PointsChange | None
+    note_profiles: dict[str, Any]
+    disagreement: Disagreement
+
+
+def _paired(condition: np.ndarray, ref: np.ndarray, weights: np.ndarray) -> PointsChange | None:
     """:func:`paired_change` of the units both conditions answered, with the change in points of those units."""
     both = ~np.isnan(condition) & ~np.isnan(ref)
     n = int(both.sum())
@@ -49,14 +147,14 @@ def _paired(condition: np.ndarray, ref: np.ndarray, weights: np.ndarray) -> dict
     return out
 
 
-def _mean(values: np.ndarray, weights: np.ndarray) -> dict[str, Any] | None:
+def _mean(values: np.ndarray, weights: np.ndarray) -> Mean | None:
     """Mean of the present values with its bootstrap percentile interval (None when none is present)."""
     if np.isnan(values).all():
         return None
     return {"mean": float(np.nanmean(values)), "ci": percentile_interval(bootstrap_mean(values, weights))}
 
 
-def _disagreement(margins: np.ndarray, correct: np.ndarray) -> dict[str, Any]:
+def _disagreement(margins: np.ndarray, correct: np.ndarray) -> Disagreement:
     """How the first-value margin's sign disagrees with the greedy answer's correctness."""
     ok = ~np.isnan(margins) & ~np.isnan(correct)
     m, c = margins[ok], correct[ok].astype(bool)
@@ -87,7 +185,7 @@ class _Cells:
         return all(c in self.configs for c in configs)
 
 
-def _configuration(cells: _Cells, name: str, weights: np.ndarray) -> dict[str, Any]:
+def _configuration(cells: _Cells, name: str, weights: np.ndarray) -> ConfigurationCell:
     config = CATALOG[name]
     rows = [r for (_, _, c), r in cells.rows.items() if c == name]
     margin = cells.vector(name, "first_token_margin")
@@ -113,7 +211,7 @@ def _configuration(cells: _Cells, name: str, weights: np.ndarray) -> dict[str, A
 
 
 def _interaction(cells: _Cells, pair: tuple[str, str], ref: tuple[str, str], weights: np.ndarray, rule: str
-                 ) -> dict[str, Any] | None:
+                 ) -> PointsChange | None:
     """Change of (pair[1] - pair[0]) against (ref[1] - ref[0]) per unit, in points (two condition pairs)."""
     if not cells.has(*pair, *ref):
         return None
@@ -180,7 +278,7 @@ EFFECTS = (
 TOLERANCE_PP = 5.0
 
 
-def _effects(s: dict[str, Any]) -> list[dict[str, Any]]:
+def _effects(s: dict[str, Any]) -> list[Effect]:
     """Each of the paper's effects with, per rule, our interval and its verdict (``studies.common.report.verdict``):
     not testable when the effect's reference configuration answers below the floor (``studies.common.report.testable``)."""
     by = {c["configuration"]: c for c in s["configurations"]}
@@ -217,19 +315,19 @@ class _SummaryKeys(TypedDict):
     groups: int
     rows: int
     #: Per configuration: its counts under each rule, its changes against full access and its reference.
-    configurations: list[dict[str, Any]]
+    configurations: list[ConfigurationCell]
     #: Per rule: near - far, the plain-note interaction, the note profiles, the margin's disagreement.
-    by_rule: dict[str, dict[str, Any]]
+    by_rule: dict[str, RuleEffects]
     current: dict[str, Any]
     profiles: dict[str, Any]
-    effects: list[dict[str, Any]]
+    effects: list[Effect]
 
 
 class Summary(_SummaryKeys, total=False):
     """A note-controls run's ``summary.json``."""
 
     #: Runs with the near and far notes: the far note's first-token margin against the near one's.
-    near_far_margin: dict[str, Any]
+    near_far_margin: Mean | None
 
 
 def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -> Summary:
@@ -270,16 +368,12 @@ def _nats(mean: dict[str, Any] | None) -> str:
 
 def _paper_count(name: str) -> str:
     n = anchors.COUNTS.get(name)
-    return "" if n is None else f"{n}/{anchors.N} ({100 * n / anchors.N:.1f}%)"
+    return "" if n is None else count_share(n, anchors.N)
 
 
 def _paper_margin(name: str) -> str:
     m = anchors.MARGINS.get(name)
     return "" if m is None else f"{m:+.3f}"
-
-
-def _count(c: dict[str, Any], rule: str) -> str:
-    return f"{c['correct'][rule]}/{c['n']} ({100 * c['correct'][rule] / c['n']:.1f}%)"
 
 
 def _configuration_lines(summary: dict[str, Any]) -> list[str]:
@@ -293,10 +387,11 @@ def _configuration_lines(summary: dict[str, Any]) -> list[str]:
         masked = "0" if hi == 0 else (f"{lo}" if lo == hi else f"{lo}-{hi}")
         own = c["vs_reference"].get(paper)
         lines.append(table_row([
-            c["configuration"], c["profile"], c["question"], masked, _count(c, paper),
+            c["configuration"], c["profile"], c["question"], masked, count_share(c["correct"][paper], c["n"]),
             pp_change(c["vs_full"].get(paper)),
             corrections_reversals(c["vs_full"].get(paper)), f"{pp_change(own)} vs {c['reference']}" if own else "",
-            _count(c, lenient), pp_change(c["vs_full"].get(lenient)), corrections_reversals(c["vs_full"].get(lenient)),
+            count_share(c["correct"][lenient], c["n"]), pp_change(c["vs_full"].get(lenient)),
+            corrections_reversals(c["vs_full"].get(lenient)),
             _nats(c["margin"]), _nats(c.get("margin_vs_full")), _paper_count(c["configuration"]),
             _paper_margin(c["configuration"])]))
     return lines + [""]

@@ -47,6 +47,7 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, mean_change_pp, paired_change
 from kvprobe.studies.common.report import Items, corrections_reversals, data_items, estimate, heading, ordered, run_time, table_head, table_row
+from kvprobe.studies.common.formatting import share_of
 from kvprobe.studies.common.grades import grade_of, read_grade_lines
 from kvprobe.studies.common.runner import read_rows
 from .history import CONDITIONS, DEVELOPMENT, PRIMARY, QUERY_AWARE
@@ -85,6 +86,141 @@ def read_grades(path: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
     return read_grade_lines(path, ("case_id", "arm"))
 
 
+class ArmChange(TypedDict):
+    """An arm's paired change against a reference arm (``readouts.stats.paired_change``), with the change as a mean
+    in percentage points (``mean_change_pp``, whose interval ``ci`` is: in points)."""
+
+    change: int | float
+    corrections: int
+    reversals: int
+    ci: list[float]
+    pp: float
+
+
+class _ArmCellKeys(TypedDict):
+    n: int
+    correct: int
+    #: Correct and ended by EOS; answers that hit the token cap.
+    eos_correct: int
+    cap: int
+    #: 100 correct / n, and the answers' mean length in tokens (None for no question).
+    pct: float | None
+    mean_tokens: float | None
+
+
+class ArmCell(_ArmCellKeys, total=False):
+    """One arm over one subset of questions."""
+
+    #: Against full access (every arm but full), and against the source mask ``hard`` (the query-aware arms):
+    #: correct and EOS-restricted correct.
+    vs_full: ArmChange
+    eos_vs_full: ArmChange
+    vs_hard: ArmChange
+    eos_vs_hard: ArmChange
+
+
+class Subset(TypedDict):
+    """One subset of the questions (:data:`SUBSETS`) and its cell per arm."""
+
+    key: str
+    label: str
+    questions: int
+    #: The resampled clusters (base questions; publisher components in ``publisher``).
+    groups: int
+    arms: dict[str, ArmCell]
+
+
+class TypeRow(TypedDict):
+    """The questions of one type (answerable or abstention): how many, how many active, correct per arm."""
+
+    question_type: str
+    abstention: bool
+    questions: int
+    active: int
+    correct: dict[str, int]
+
+
+class InactiveIdentical(TypedDict):
+    """Inactive questions whose unchanged arms all gave one answer (:func:`_inactive_identical`)."""
+
+    inactive_questions: int
+    identical_answers: int
+    copied_from_full: int
+
+
+class PolicySubset(TypedDict):
+    correct: int
+    n: int
+    vs_full: ArmChange | None
+
+
+class Policy(TypedDict):
+    """One development policy (retention is ``full``): its weight and gate, its active questions, its cells on
+    :data:`MAIN_SUBSETS` (None where it did not run) and its net changes against retention."""
+
+    name: str
+    policy: str
+    weight: float
+    gated: bool
+    active: int
+    all: PolicySubset | None
+    answerable_updates: PolicySubset | None
+    other_answerable: PolicySubset | None
+    abstention: PolicySubset | None
+    change_all: int | float
+    change_updates: int | float
+
+
+class Development(TypedDict):
+    """The development table and the policy :data:`SELECTION_RULE` chose (None: no candidate)."""
+
+    rule: str
+    policies: list[Policy]
+    chosen: str | None
+    oldest_weight: float | None
+    gated: bool | None
+    beats_retention: bool | None
+
+
+class Capacity(TypedDict):
+    """One query-aware arm's capacity accounting: its K values, the histories (with their question windows) that
+    fit in K, history tokens (min, median, max) and the median of the key slots kept resident."""
+
+    arm: str
+    capacity: list[int]
+    n: int
+    fits_in_capacity: int
+    history_tokens: list[float]
+    resident_median: float
+
+
+class QueryAware(TypedDict):
+    capacity: list[Capacity]
+
+
+class Publisher(TypedDict):
+    """The paired changes with publisher-component draws and the exclusion sensitivity."""
+
+    components: int
+    base_groups: int
+    crossing_questions: int
+    crossing_components: int
+    subsets: list[Subset]
+
+
+class GraderAgreement(TypedDict):
+    """One arm's (or all arms') model-grader labels against the rule grader's, as a 2x2 count table."""
+
+    arm: str
+    n: int
+    both_correct: int
+    judge_only: int
+    rule_only: int
+    both_wrong: int
+    #: (both correct + both wrong) / n; None for no answer.
+    agreement: float | None
+
+
 class _SummaryKeys(TypedDict):
     questions: int
     groups: int
@@ -96,20 +232,20 @@ class _SummaryKeys(TypedDict):
     graders: list[str]
     #: The grades file's name (None: the rule grader's labels).
     grades_file: str | None
-    subsets: list[dict[str, Any]]
-    by_type: list[dict[str, Any]]
-    inactive_identical: dict[str, Any]
+    subsets: list[Subset]
+    by_type: list[TypeRow]
+    inactive_identical: InactiveIdentical
 
 
 class Summary(_SummaryKeys, total=False):
     """A session-bias run's ``summary.json``; the optional keys where the run has what they describe."""
 
     #: Runs with development policies; runs with query-aware methods; runs whose cases carry session ids.
-    development: dict[str, Any]
-    query_aware: dict[str, Any]
-    publisher: dict[str, Any]
+    development: Development
+    query_aware: QueryAware
+    publisher: Publisher
     #: Runs graded from a grades file: the model grader's labels against the rule grader's.
-    grader_agreement: list[dict[str, Any]]
+    grader_agreement: list[GraderAgreement]
 
 
 def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: str | Path | None = None
@@ -184,7 +320,7 @@ def _grades_name(out_dir: Path | str, grades: str | Path) -> str:
 
 def _subset(key: str, label: str, m: np.ndarray, groups: list[str], conditions: list[str],
             tables: dict[str, dict[str, np.ndarray]], weights: np.ndarray, versus_hard: list[str] = ()
-            ) -> dict[str, Any]:
+            ) -> Subset:
     """One subset's cells: per arm, questions, correct, EOS-restricted correct, cap hits, mean tokens, and the
     paired changes against full (and, for the arms in ``versus_hard``, against the source mask ``hard``) over
     the bootstrap ``weights``."""
@@ -228,7 +364,7 @@ def choose_policy(candidates: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _development(subsets: list[dict[str, Any]], cases: list[Case], by_case: dict, case_ids: list[str],
-                 conditions: list[str]) -> dict[str, Any]:
+                 conditions: list[str]) -> Development:
     """The development table (retention = ``full``) and the chosen policy (module docstring)."""
     cells = {s["key"]: s for s in subsets}
     policies = ["full"] * ("full" in conditions) + [a for a in conditions if a in DEVELOPMENT]
@@ -253,7 +389,7 @@ def _development(subsets: list[dict[str, Any]], cases: list[Case], by_case: dict
             "beats_retention": None if chosen is None else chosen["change_all"] > 0}
 
 
-def _query_aware(methods: list[str], by_case: dict, case_ids: list[str]) -> dict[str, Any]:
+def _query_aware(methods: list[str], by_case: dict, case_ids: list[str]) -> QueryAware:
     """Capacity accounting of the query-aware arms: K, histories (and question windows) that fit in K, key
     slots kept resident."""
     out = []
@@ -271,7 +407,7 @@ def _query_aware(methods: list[str], by_case: dict, case_ids: list[str]) -> dict
 
 
 def _publisher(cases: list[Case], groups: list[str], conditions: list[str], tables: dict[str, dict[str, np.ndarray]],
-               draws: int, seed: int) -> dict[str, Any]:
+               draws: int, seed: int) -> Publisher:
     """Paired changes with publisher-component draws beside the base-question ones, and the exclusion
     sensitivity (module docstring)."""
     component = publisher_components({c["case_id"]: (c["group"], c["session_ids"]) for c in cases})
@@ -288,7 +424,7 @@ def _publisher(cases: list[Case], groups: list[str], conditions: list[str], tabl
 
 
 def _agreement(by_case: dict, rule: dict[tuple[str, str], dict[str, Any]], conditions: list[str]
-               ) -> list[dict[str, Any]]:
+               ) -> list[GraderAgreement]:
     """Per arm (and all arms): the judge's labels against the rule grader's, as a 2x2 count table."""
     out = []
     for arm in [*conditions, "all arms"]:
@@ -303,7 +439,7 @@ def _agreement(by_case: dict, rule: dict[tuple[str, str], dict[str, Any]], condi
 
 
 def _by_type(cases: list[Case], by_case: dict, case_ids: list[str], conditions: list[str]
-             ) -> list[dict[str, Any]]:
+             ) -> list[TypeRow]:
     out = []
     kinds = ordered({(c["question_type"], c["is_abstention"]) for c in cases},
                    tuple((t, a) for a in (False, True) for t in QUESTION_TYPES))
@@ -324,7 +460,7 @@ def _unchanged_arms(rows: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def _inactive_identical(cases: list[Case], by_case: dict, case_ids: list[str], conditions: list[str]
-                        ) -> dict[str, int]:
+                        ) -> InactiveIdentical:
     """Inactive questions (the primary policy changes nothing) whose unchanged arms all gave one answer."""
     ids = [cid for cid, c in zip(case_ids, cases) if not c["active"] and len(_unchanged_arms(by_case[cid])) > 1]
     same = sum(len({by_case[cid][a]["output"] for a in _unchanged_arms(by_case[cid])}) == 1 for cid in ids)
@@ -334,8 +470,9 @@ def _inactive_identical(cases: list[Case], by_case: dict, case_ids: list[str], c
 
 # ----------------------------------------------------------------------------- report
 
-def _pct(cell: dict[str, Any]) -> str:
-    return f"{cell['pct']:.1f} ({cell['correct']}/{cell['n']})" if cell["n"] else "-"
+def _correct(cell: dict[str, Any]) -> str:
+    """An arm cell's correct answers as the share of its questions: ``12.5 (1/8)``; ``-`` for none."""
+    return share_of(cell["correct"], cell["n"], percent="")
 
 
 def _delta(change: dict[str, Any] | None) -> str:
@@ -371,7 +508,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         *table_head(["subset", "questions", *primary, *(f"{a} - full, pp" for a in others)]),
     ]
     for s in summary["subsets"]:
-        cells = [_pct(s["arms"][a]) for a in primary] + [_delta(s["arms"][a].get("vs_full")) for a in others]
+        cells = [_correct(s["arms"][a]) for a in primary] + [_delta(s["arms"][a].get("vs_full")) for a in others]
         lines.append(table_row([s["label"], s["questions"], *cells]))
     lines += ["", "## Termination", "",
               "EOS-restricted correct = correct and ended by EOS (the paper reports it beside the judge score).", "",
@@ -456,7 +593,7 @@ def _query_aware_lines(summary: dict[str, Any]) -> list[str]:
             continue
         for a in arms:
             c = s["arms"][a]
-            lines.append(table_row([s["label"], a, _pct(c), f"{c['eos_correct']}/{c['n']}", c["cap"],
+            lines.append(table_row([s["label"], a, _correct(c), f"{c['eos_correct']}/{c['n']}", c["cap"],
                                     _delta(c.get("vs_full")), _delta(c.get("vs_hard")),
                                     _delta(c.get("eos_vs_full"))]))
     lines += ["", "Capacity: K, histories whose history and question window fit in K (the method then keeps "
@@ -491,7 +628,8 @@ def _publisher_lines(summary: dict[str, Any]) -> list[str]:
             continue
         for a in others:
             c, b = s["arms"][a], base.get(s["key"], {}).get("arms", {}).get(a, {})
-            lines.append(table_row([s["label"], s["questions"], s["groups"], a, _pct(c), _pct(s["arms"]["full"]),
+            lines.append(table_row([s["label"], s["questions"], s["groups"], a, _correct(c),
+                                    _correct(s["arms"]["full"]),
                                     _delta(c.get("vs_full")), _delta(b.get("vs_full"))]))
     return lines + [""]
 
