@@ -8,6 +8,7 @@ One spelling per quantity, so two reports never write the same number two ways:
 - :func:`share_of`: the same share with the count of n, ``11.1% (1/9)``; :func:`count_share`: the count first,
   ``1/9 (11.1%)``;
 - :func:`pp` and :func:`pp_change`: a change in percentage points with its interval, ``+6.7 [+1.7, +13.3]``;
+- :func:`proportion_pct`: a proportion (an accuracy) and its interval in percent, ``25.0 [10.0, 40.0]``;
 - :func:`pp_of`: a paired change in answers as percentage points of n;
 - :func:`eos_count`, :func:`cap_count` and :func:`stops`: how many answers stopped at EOS and how many hit
   the token cap.
@@ -31,8 +32,8 @@ from typing import Any
 
 from .report import estimate
 
-__all__ = ["EOS", "CAP", "cap_count", "count", "count_share", "eos_count", "pp", "pp_change", "pp_of", "share", "share_of",
-           "stops"]
+__all__ = ["EOS", "CAP", "cap_count", "count", "count_share", "eos_count", "pp", "pp_change", "pp_of", "proportion_pct",
+           "share", "share_of", "stops"]
 
 #: A row's ``stop_reason`` when the answer ended at the end-of-sequence token, and when it hit the token cap.
 EOS, CAP = "eos", "cap"
@@ -86,6 +87,12 @@ def pp_of(k: float, ci: Sequence[float], n: int) -> str:
     """A paired change of ``k`` answers (interval ``ci``, in answers) as percentage points of ``n``:
     ``pp_of(2, (0.5, 4), 30)`` is ``'+6.7 [+1.7, +13.3]'``."""
     return pp(100 * k / n, [100 * x / n for x in ci])
+
+
+def proportion_pct(value: float, ci: Sequence[float]) -> str:
+    """A proportion and its interval (fractions of 1) in percent, one decimal: ``proportion_pct(0.25, (0.1, 0.4))``
+    is ``'25.0 [10.0, 40.0]'``."""
+    return estimate(100 * value, [100 * x for x in ci], ".1f")
 
 
 def eos_count(rows: Iterable[Mapping[str, Any]]) -> int:

@@ -26,7 +26,7 @@ import numpy as np
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, PairedChange, bootstrap_mean, group_bootstrap_weights, \
     paired_change, percentile_interval
 from kvprobe.studies.common.detectors.text import REPLACEMENT
-from kvprobe.studies.common.formatting import cap_count, share
+from kvprobe.studies.common.formatting import cap_count, proportion_pct, share
 from kvprobe.studies.common.report import model_name, table_head, table_row
 from kvprobe.studies.common.runner import CONFIG, read_rows
 from .natural import NATURAL_DETECTORS, PLAIN, WITH_QUESTION
@@ -290,10 +290,9 @@ def natural_report(natural: dict[str, Any], model: str) -> list[str]:
                           "false triggers by negative", "unresolved (reason: count)", "capped"])]
     for c in natural["confusion"]:
         p, n = c["positives"], c["negatives"]
-        lo, hi = c["accuracy_ci"]
         fails = ", ".join(f"{k}: {v}" for k, v in sorted(c["parse"].items()) if k != "ok") or "none"
         lines.append(table_row([model, _inputs(c["detector"]), _pc(c["tp"], p), _pc(c["fp"], n), _pc(c["fn"], p),
-                                _pc(c["tn"], n), f"{100 * c['accuracy']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]",
+                                _pc(c["tn"], n), proportion_pct(c["accuracy"], c["accuracy_ci"]),
                                 ", ".join(f"{k}: {v}" for k, v in c["false_triggers_by_negative"].items()),
                                 fails, c["capped"]]))
     for (m, d), (tp, fp, fn, tn, acc) in PAPER_NATURAL.items():

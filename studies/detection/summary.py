@@ -23,7 +23,7 @@ import numpy as np
 
 from kvprobe.readouts.stats import (DRAWS, MIN_RESAMPLED_UNITS, PAPER_SEED, bootstrap_auc, bootstrap_mean,
                                     group_bootstrap_weights, percentile_interval, small_sample)
-from kvprobe.studies.common.formatting import cap_count
+from kvprobe.studies.common.formatting import cap_count, proportion_pct
 from kvprobe.studies.common.detectors.text import REPLACEMENT, TEXT_DETECTORS, YES_NO
 from kvprobe.studies.datasets.oaks import items as oaks_items
 from kvprobe.studies.common.report import Items, estimate, small_sample_note, heading, interval, model_name, run_time, table_head
@@ -209,11 +209,10 @@ def _text_table(cells: list[dict[str, Any]]) -> list[str]:
     for c in cells:
         d = c["decisions"]
         fails = ", ".join(f"{k}: {v}" for k, v in sorted(c["parse"].items()) if k != "ok") or "none"
-        lo, hi = c["accuracy_ci"]
         lines.append(
             f"| {c['dataset']} | {c['split']} | {c['detector']} | {c['n']} | {d.get(REPLACEMENT, 0)} / "
             f"{d.get('no_replacement', 0)} / {d.get('unresolved', 0)} | {c['true_triggers']}/{c['positives']} | "
-            f"{c['false_triggers']}/{c['negatives']} | {estimate(100 * c['accuracy'], (100 * lo, 100 * hi), '.1f')} | "
+            f"{c['false_triggers']}/{c['negatives']} | {proportion_pct(c['accuracy'], c['accuracy_ci'])} | "
             f"{c['filtered_true_triggers']} / {c['filtered_false_triggers']} | {fails} | {c['capped']} |")
     return lines
 
