@@ -178,7 +178,7 @@ class AuditResult:
     """A judge's audit on one task (module docstring); :attr:`passed` applies :data:`PASS_RULE`.
 
     ``by_category`` and ``by_length``: name -> ``{"n", "agree", "accepted"}``; ``confusion``: hand label ->
-    judged label -> items; ``items``: per item ``id``, ``category``, ``label``, ``judged``, ``reply``."""
+    judged label -> items; ``items``: per item ``id``, ``category``, ``label``, ``judged``, ``reply``, ``answer``."""
 
     task: str
     judge: str
@@ -226,7 +226,7 @@ def score(items: Sequence[AuditItem], judged: Sequence[str], accept: str, replie
     if len(judged) != len(items):
         raise ValueError(f"{len(judged)} judged labels for {len(items)} items")
     replies = list(replies) if replies is not None else [""] * len(items)
-    rows = [{"id": i.id, "category": i.category, "label": i.label, "judged": j, "reply": r}
+    rows = [{"id": i.id, "category": i.category, "label": i.label, "judged": j, "reply": r, "answer": i.answer}
             for i, j, r in zip(items, judged, replies)]
 
     def cells(key: Callable[[AuditItem], str], order: Sequence[str]) -> dict[str, dict[str, int]]:
@@ -378,9 +378,9 @@ def format_audit(result: AuditResult) -> str:
     wrong = [i for i in r.items if i["judged"] != i["label"]]
     lines += ["", f"## Disagreements ({len(wrong)})", ""]
     if wrong:
-        lines += table_head(["id", "category", "hand", "judged", "reply"])
-        lines += [table_row([i["id"], i["category"], i["label"], i["judged"], f"`{_cut(i['reply'], 40)}`"])
-                  for i in wrong]
+        lines += table_head(["id", "category", "hand", "judged", "answer", "reply"])
+        lines += [table_row([i["id"], i["category"], i["label"], i["judged"], _cut(i["answer"], 70).replace("|", "/"),
+                             f"`{_cut(i['reply'], 30)}`"]) for i in wrong]
     else:
         lines.append("None.")
     return "\n".join(lines) + "\n"
