@@ -247,6 +247,25 @@ def test_judges_of_a_committed_run_are_found_beside_its_study_folder(tmp_path):
     assert found[graders[1]].planted_accepted and not found[graders[1]].passed
 
 
+COMMITTED = sorted((ROOT / "artifacts" / "judge-audit").glob("*/*.json"))
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=[f"{p.parent.name}/{p.stem}" for p in COMMITTED])
+def test_committed_audits_match_their_audit_sets_and_replies(path):
+    """A committed audit was run on the audit set as it is now (an edited set needs a rerun), its labels are the
+    study's reading of the stored replies, its score follows from them, and its .md is the result's report."""
+    result = ja.read_audit(path)
+    task = TASKS[result.task]
+    assert path == ja.audit_path(ROOT / "artifacts" / "judge-audit", result.task, result.judge)
+    assert result.audit_sha256 == ja.file_sha256(task.path), "the audit set changed: rerun kvprobe report judge-audit"
+    items = task.items()
+    replies = [row["reply"] for row in result.items]
+    again = ja.score(items, [task.label_of(r) for r in replies], task.accept, replies, task=result.task,
+                     judge=result.judge, audit_file=result.audit_file, audit_sha256=result.audit_sha256)
+    assert again == result
+    assert path.with_suffix(".md").read_text() == ja.format_audit(result)
+
+
 def test_the_audit_sets_ship_as_package_data():
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     for entry in ENTRIES.values():
