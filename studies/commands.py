@@ -201,8 +201,9 @@ def _cross_benchmark(args: argparse.Namespace) -> int:
 
 def _judge_audit(args: argparse.Namespace, cli) -> int:
     """``kvprobe report judge-audit MODEL TASK [--judge-dtype D] [--out DIR]``: a local judge model scored on the
-    task's hand-labelled answers (``studies/common/judge_audit.py``), written to DIR/TASK/ (default
-    artifacts/judge-audit). Unknown tasks, models and dtypes are refused before any model loads."""
+    task's hand-labelled answers (``studies/common/judge_audit.py``; MODEL ``rule``: the study's rule grader),
+    written to DIR/TASK/ (default artifacts/judge-audit). Unknown tasks, models and dtypes are refused before any
+    model loads."""
     from kvprobe.studies.common import judge_audit
     from kvprobe.studies.registry import judge_audits
 
@@ -214,10 +215,13 @@ def _judge_audit(args: argparse.Namespace, cli) -> int:
     if task not in audits:
         hint = " (the MODEL comes first)" if model in audits else ""
         raise ValueError(f"unknown task {task!r}{hint}; tasks with a judge audit: {', '.join(audits)}")
-    if args.judge_dtype is not None and args.judge_dtype not in cli.MODEL_DTYPES:
-        raise ValueError(f"--judge-dtype {args.judge_dtype!r}: choose one of {', '.join(cli.MODEL_DTYPES)}")
-    judge_audit.check_model(model)
-    result = judge_audit.audit_model(audits[task].audit_task(), model, args.judge_dtype, progress=not args.quiet)
+    if model == "rule":  # the study's rule grader, the baseline beside its judges
+        result = judge_audit.audit_rule(audits[task].audit_task())
+    else:
+        if args.judge_dtype is not None and args.judge_dtype not in cli.MODEL_DTYPES:
+            raise ValueError(f"--judge-dtype {args.judge_dtype!r}: choose one of {', '.join(cli.MODEL_DTYPES)}")
+        judge_audit.check_model(model)
+        result = judge_audit.audit_model(audits[task].audit_task(), model, args.judge_dtype, progress=not args.quiet)
     path, md = judge_audit.write_audit(result, args.out or judge_audit.AUDIT_DIR)
     if not args.quiet:
         print(f"{result.judge} on {task}: agreement {result.agree}/{result.n}, planted wrongs accepted "
@@ -325,7 +329,8 @@ def add_report(sub, cli) -> None:
                    "`kvprobe report judge-audit MODEL TASK [--judge-dtype D]`: grade the hand-labelled answers of "
                    "TASK's audit set (a study with a model judge) with the local judge MODEL and the study's own "
                    "prompt and label rule, and write its agreement with the hand labels, the planted wrong answers "
-                   "it accepts and whether it passes the bar to --out/TASK/ (default artifacts/judge-audit).")
+                   "it accepts and whether it passes the bar to --out/TASK/ (default artifacts/judge-audit); MODEL "
+                   "`rule`: the study's rule grader, scored the same way.")
     p.add_argument("study", choices=[*STUDIES, "scorecard", "cross-benchmark", "judge-audit"],
                    help="which study, or scorecard, or cross-benchmark, or judge-audit")
     p.add_argument("runs", nargs="*", help="output directories of `kvprobe run` (several: quantity thresholds and panel, "

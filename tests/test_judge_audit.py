@@ -305,6 +305,21 @@ def test_judge_audit_command_refuses_a_model_not_pulled(monkeypatch, no_model_lo
     assert f"kvprobe models pull {name}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_judge_audit_command_scores_the_rule_grader(name, no_model_loads, tmp_path, capsys):
+    """``kvprobe report judge-audit rule TASK``, end to end in process: the study's rule grader, no model."""
+    assert main(["report", "judge-audit", "rule", name, "--out", str(tmp_path)]) == 0
+    result = ja.read_audit(tmp_path / name / "rule-v1.json")
+    task = TASKS[name]
+    assert result.judge == task.rule_name == "rule-v1" and result.n == len(task.items())
+    assert [row["judged"] for row in result.items] == [task.rule(i) for i in task.items()]
+    assert "rule grader (no model)" in (tmp_path / name / "rule-v1.md").read_text()
+    assert f"rule-v1 on {name}: agreement {result.agree}/{result.n}" in capsys.readouterr().out
+    # the rule grader credits the reference word wherever it stands: a trap it cannot see
+    assert set(result.planted_accepted) & {i.id for i in task.items() if i.category in ("planted-negated",
+                                                                                       "planted-elsewhere")}
+
+
 # ----------------------------------------------------------------------------- a real run
 
 @pytest.mark.parametrize("name", sorted(TASKS))

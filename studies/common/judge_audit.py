@@ -96,6 +96,9 @@ class AuditTask:
             ``labels``, e.g. ``unparsed``, which never agrees).
         client: ``(model, **load) -> client``: the study's local judge client (a
             :class:`~kvprobe.studies.common.local_judge.LocalJudgeClient`, or one of its subclasses).
+        rule: ``item -> label``: the study's rule grader on an item (None: it has none), audited as the baseline
+            a failing judge is compared with (:func:`audit_rule`; ``kvprobe report judge-audit rule TASK``).
+        rule_name: the rule grader's name (its ``grader`` in the study's rows).
     """
 
     task: str
@@ -107,6 +110,8 @@ class AuditTask:
     prompt: Callable[[Mapping[str, Any], str], str]
     label_of: Callable[[str], str]
     client: Callable[..., Any]
+    rule: Callable[[AuditItem], str] | None = None
+    rule_name: str = "rule-v1"
 
     def items(self) -> list[AuditItem]:
         """The audit set, checked (:func:`read_items`)."""
@@ -265,11 +270,15 @@ def run_audit(task: AuditTask, client: Any, items: Sequence[AuditItem] | None = 
     judge = PromptJudge(client, label_of=task.label_of, name=f"{task.task}-audit", progress=progress)
     judgments = judge.judge([task.prompt(i.inputs, i.answer) for i in items])
     variant = getattr(client, "model_variant", None) or (judgments[0].grader.split(":", 1)[-1] if judgments else "")
-    parts = Path(task.path).resolve().parts
-    at = max((k for k, p in enumerate(parts) if p == "studies"), default=len(parts) - 1)
-    shown = "/".join(parts[at:])  # studies/<study>/judge_audit.jsonl, in a checkout or an installed package
     return score(items, [j.label for j in judgments], task.accept, [j.explanation for j in judgments],
-                 task=task.task, judge=variant, audit_file=shown, audit_sha256=file_sha256(task.path))
+                 task=task.task, judge=variant, audit_file=_shown(task.path), audit_sha256=file_sha256(task.path))
+
+
+def _shown(path: Path) -> str:
+    """``studies/<study>/.../judge_audit.jsonl``, in a checkout or an installed package."""
+    parts = Path(path).resolve().parts
+    at = max((k for k, p in enumerate(parts) if p == "studies"), default=len(parts) - 1)
+    return "/".join(parts[at:])
 
 
 def audit_model(task: AuditTask, model: Any, dtype: str | None = None, progress: bool = False) -> AuditResult:
@@ -277,6 +286,16 @@ def audit_model(task: AuditTask, model: Any, dtype: str | None = None, progress:
     dtype when loading by name, None: the loader's)."""
     load = {"dtype": dtype} if dtype and isinstance(model, str) else {}
     return run_audit(task, task.client(model, **load), progress=progress)
+
+
+def audit_rule(task: AuditTask) -> AuditResult:
+    """The study's rule grader scored on the audit set like a judge (no model; its replies are its labels)."""
+    if task.rule is None:
+        raise ValueError(f"{task.task}: no rule grader to audit")
+    items = task.items()
+    labels = [task.rule(i) for i in items]
+    return score(items, labels, task.accept, labels, task=task.task, judge=task.rule_name,
+                 audit_file=_shown(task.path), audit_sha256=file_sha256(task.path))
 
 
 # ----------------------------------------------------------------------------- files
@@ -327,7 +346,7 @@ def judge_validated(task: str, grader: str, root: str | Path = AUDIT_DIR) -> boo
 
 def judges_of_run(run: str | Path, task: str, graders: Sequence[str]) -> dict[str, AuditResult | None]:
     """Each model grader of a committed run (``graders``: its summary's ``graders``; rule graders, which name no
-    ``model/dtype/digest``, left out) -> its audit on ``task`` from the ``judge-audit`` folder beside the run's
+    ``model/dtype/digest``, left out: :func:`audit_for_grader` finds their audits by name) -> its audit on ``task`` from the ``judge-audit`` folder beside the run's
     study folder (``artifacts/judge-audit`` for a run ``artifacts/<study>/<name>``), None where it has none.
 
     Example: ``judges_of_run("artifacts/oaks-open/smollm2-135m-instruct-judged-1.5b", "oaks-open",
@@ -355,8 +374,9 @@ def format_audit(result: AuditResult) -> str:
     labels = list(dict.fromkeys([*r.confusion, *(j for row in r.confusion.values() for j in row)]))
     lines = [f"# Judge audit: {r.task}, {r.judge}", "",
              f"Verdict: **{'passes' if r.passed else 'fails'}** the bar ({r.rule}).", "",
-             f"{r.n} hand-labelled answers from `{r.audit_file}` (sha256 {r.audit_sha256[:12]}), each graded with "
-             "the study's own judge prompt and label rule.", "",
+             f"{r.n} hand-labelled answers from `{r.audit_file}` (sha256 {r.audit_sha256[:12]}), each graded "
+             + ("with the study's own judge prompt and label rule." if r.judge.count("/") >= 2 else
+                "by the study's rule grader (no model), the baseline beside its judges."), "",
              f"* Agreement with the hand labels: {_pct(r.agree, r.n)}.",
              f"* Accept agreement (`{r.accept}` against any other label, the distinction the study counts): "
              f"{_pct(r.accept_agree, r.n)}.",
