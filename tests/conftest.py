@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import re
+import os
+import types
 
 import pytest
 
@@ -26,10 +27,9 @@ QUESTIONS = ["Which room is the weekly planning meeting in now?", "What is gray?
 
 #: Test modules that are end-to-end runs as a whole (a Ray cluster, subprocesses, several model loads).
 SLOW_MODULES = {"test_scale.py", "test_long_bench.py"}  # a Ray cluster; whole long-history benchmark runs
-#: Other end-to-end tests of several seconds each (a subprocess, a feature store, a whole workload).
+#: In-process end-to-end tests of several seconds each (a feature store, a whole workload, a whole study run).
+#: Tests that start a subprocess are slow without being named here (:func:`starts_a_subprocess`).
 SLOW_TESTS = {"test_run_summary_and_resume", "test_records_evaluation_and_report",
-              "test_tiny_tokenizer_is_deterministic_across_processes", "test_corrupt_results_line_is_named",
-              "test_calibrate_command_joins_scores_and_quantity_answers",
               # whole benchmark and extraction runs under the device guard (seconds each)
               "test_gpu_bench_runs_on_the_cpu", "test_operations_bench_five_positions",
               "test_latency_bench_rows_and_summary", "test_extraction_with_edits_runs_under_the_device_guard",
@@ -44,6 +44,27 @@ SLOW_TESTS = {"test_run_summary_and_resume", "test_records_evaluation_and_report
               "test_committed_summary_is_reproduced_byte_for_byte[quantity/smollm2-135m-instruct]",
               "test_committed_summary_is_reproduced_byte_for_byte[quantity/smollm2-135m-instruct-five-conditions]",
               "test_committed_summary_is_reproduced_byte_for_byte[quantity/qwen2.5-coder-1.5b-instruct]"}
+
+
+#: Torch and BLAS threads of the test process and of the processes it starts (``KVPROBE_TEST_THREADS``; 1 unless
+#: set): see :func:`pytest_configure`.
+THREADS = int(os.environ.get("KVPROBE_TEST_THREADS", "1"))
+
+
+def pytest_configure(config):
+    """Run the whole session on :data:`THREADS` torch and BLAS threads (one by default), and start every
+    subprocess (a CLI run, a Ray worker) with as many (``OMP_NUM_THREADS``).
+
+    The tiny models' operations are a few thousand multiply-adds: a second thread only adds its hand-off, and on
+    a 2-core machine shared with anything else (a second test process, a model run) two threads per process
+    oversubscribe the cores, which made the one-thread-less modules (the architecture matrix, the cache
+    operations) 5-30 times slower. One thread also fixes float32 summation order run to run."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    os.environ["OMP_NUM_THREADS"] = str(THREADS)
+    torch.set_num_threads(THREADS)
+    threadpool_limits(limits=THREADS)  # numpy's OpenBLAS (the bootstrap summaries); kept for the session
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -92,22 +113,49 @@ def pytest_runtest_setup(item):
     gc.freeze()
 
 
+def _code_names(code: types.CodeType) -> set[str]:
+    """The global and attribute names ``code`` and the functions nested in it use."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+def starts_a_subprocess(function: types.FunctionType, _seen: set | None = None) -> bool:
+    """Whether a test function uses ``subprocess`` (a CLI run in a second interpreter, a wheel build: each start
+    imports torch and kvprobe again, seconds on a 2-core machine), in its own body, a function nested in it, or a
+    function of its module that it calls (e.g. a ``_cli`` helper), at any depth."""
+    seen = set() if _seen is None else _seen
+    if function in seen:
+        return False
+    seen.add(function)
+    names = _code_names(function.__code__)
+    if "subprocess" in names:
+        return True
+    helpers = (function.__globals__.get(n) for n in names)
+    return any(starts_a_subprocess(h, seen) for h in helpers
+               if isinstance(h, types.FunctionType) and h.__module__ == function.__module__)
+
+
 def pytest_collection_modifyitems(config, items):
-    """``slow``: tests of :data:`SLOW_MODULES` and :data:`SLOW_TESTS`, command-line tests that start a
-    subprocess (``cli`` in the name), and every test loading the embedded model (``embedded``). Nothing
+    """``slow``: tests of :data:`SLOW_MODULES` and :data:`SLOW_TESTS`, tests that start a subprocess
+    (:func:`starts_a_subprocess`: the CLI in a second interpreter, a wheel build), and every test loading the
+    embedded model (``embedded``). In-process command tests (``main([...])``, milliseconds) stay fast. Nothing
     is skipped by default; the fast subset is ``python -m pytest -q -m "not slow"``."""
     for item in items:
         name = item.originalname if hasattr(item, "originalname") else item.name
+        function = getattr(item, "function", None)
         if (item.path.name in SLOW_MODULES or name in SLOW_TESTS or item.name in SLOW_TESTS
                 or item.get_closest_marker("embedded")
-                or re.search(r"(^|_)cli(_|$)", name)):
+                or (isinstance(function, types.FunctionType) and starts_a_subprocess(function))):
             item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="module")
 def one_thread():
-    """Run a module's tests on one torch thread (tiny models gain nothing from a second one, and on a
-    shared 2-core machine two threads per process oversubscribe the CPU badly)."""
+    """Run a module's tests on one torch thread whatever :data:`THREADS` is (tiny models gain nothing from a
+    second one, and on a shared 2-core machine two threads per process oversubscribe the CPU badly)."""
     import torch
 
     before = torch.get_num_threads()

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -182,7 +180,8 @@ def test_small_run_config_rows_and_resume(name, tiny, tmp_path):
     assert (tmp_path / RESULTS).read_bytes() == data
 
 
-def test_corrupt_results_line_is_named(tiny, tmp_path):
+def test_corrupt_results_line_is_named(tiny, tmp_path, capsys):
+    from kvprobe.cli import main
     from kvprobe.studies.common.runner import CorruptResultsError, read_rows
 
     _run("quantity", tiny, tmp_path)
@@ -191,9 +190,10 @@ def test_corrupt_results_line_is_named(tiny, tmp_path):
     (tmp_path / RESULTS).write_text("\n".join(lines) + "\n")
     with pytest.raises(CorruptResultsError, match=rf"{RESULTS}:3: not JSON"):
         list(read_rows(tmp_path))
-    done = subprocess.run([sys.executable, "-m", "kvprobe.cli", "report", "quantity", str(tmp_path)],
-                          capture_output=True, text=True)
-    assert done.returncode == 2 and f"{RESULTS}:3: not JSON" in done.stderr, done.stderr
+    # In process: `kvprobe report quantity` runs in a real subprocess in tests/test_quantity_threshold.py.
+    assert main(["report", "quantity", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{RESULTS}:3: not JSON" in err, err
 
 
 def test_out_pointing_at_a_file_is_refused(tmp_path, capsys):
