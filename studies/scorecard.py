@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kvprobe.studies.answer_level import BEST_MODEL, answer_level, format_answer_level
 from kvprobe.studies.common.claims import (FEW_UNITS, FLOOR, INCONCLUSIVE, TOLERANCE, VERDICTS, Claim, Row,
                                            claims_module, evaluate, lines_text)
 # The rule, under the name docs/scorecard.md cites (``kvprobe.studies.scorecard.verdict``).
@@ -132,6 +133,7 @@ def format_markdown(rows: Sequence[Row], artifacts_link: str = "../artifacts") -
         lines.append(table_row([study, sum(counts.values()), *counts.values()]))
     total = _counts(rows)
     lines.append(table_row(["**all**", len(rows), *total.values()]))
+    lines += ["", *format_answer_level(answer_level(rows))]
     for study in studies:
         mine = [r for r in rows if r.claim.study == study]
         lines += ["", f"## {study}", ""]
@@ -156,11 +158,13 @@ def format_markdown(rows: Sequence[Row], artifacts_link: str = "../artifacts") -
 
 
 def scorecard_json(rows: Sequence[Row]) -> dict[str, Any]:
-    """The scorecard as JSON (``docs/scorecard.json``): the rule's constants, the counts and every row."""
+    """The scorecard as JSON (``docs/scorecard.json``): the rule's constants, the counts, the answer-level table
+    (:mod:`kvprobe.studies.answer_level`) and every row."""
     return {
         "paper": PAPER_TITLE,
         "rule": {"floor": FLOOR, "few_units": FEW_UNITS, "tolerance": TOLERANCE, "verdicts": list(VERDICTS)},
         "counts": _counts(rows),
+        "answer_level": {"model": BEST_MODEL, "lines": answer_level(rows)},
         "rows": [{
             "index": r.index, "claim": r.claim.key, "study": r.claim.study, "statement": r.claim.claim,
             "direction": r.claim.direction, "paper": {"quote": r.claim.paper.quote, "lines": list(r.claim.paper.lines),

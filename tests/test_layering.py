@@ -442,8 +442,8 @@ def test_the_runner_drives_the_protocol_not_the_other_way():
 
 
 #: What the studies hall holds besides the study packages: the modules that span every study (the registry,
-#: the study commands, the scorecard, the cross-benchmark report) and the two shared folders.
-HALL = {"__init__.py", "registry.py", "commands.py", "scorecard.py", "cross_benchmark.py", "common",
+#: the study commands, the scorecard, its answer-level table, the cross-benchmark report) and the two shared folders.
+HALL = {"__init__.py", "registry.py", "commands.py", "scorecard.py", "answer_level.py", "cross_benchmark.py", "common",
         "datasets"}
 #: The fixed file names of a study folder (where the role exists: a study that reads only shared data has no
 #: ``data.py``, one without verbatim paper text no ``strings.py``); a command study's folder has its commands

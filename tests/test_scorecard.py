@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kvprobe.cli import main
+from kvprobe.studies import answer_level as al
 from kvprobe.studies import scorecard as sc
 from kvprobe.studies.babilong.claims import BABI_8K, babilong_change
 from kvprobe.studies.common.claims import (INCONCLUSIVE, LENIENT, NOT_TESTABLE, OPPOSITE, PAPER_RULE, REPLICATES, Claim,
@@ -322,3 +323,38 @@ def test_reports_and_scorecard_share_one_rule():
     assert report.verdict((-1.0, 2.0), 0, tolerance=5.0) == REPLICATES
     assert report.verdict((1.0, 9.0), 0, tolerance=5.0) == OPPOSITE
     assert not report.testable(7, 80) and report.testable(8, 80) and not report.testable(14, 64, chance=14)
+
+
+# --------------------------------------------------------------------------- the answer-level table
+
+
+@pytest.mark.parametrize("line", [x for x in al.LINES if x.quote is not None], ids=lambda x: x.claims[0])
+def test_answer_level_quotes_are_verbatim_at_their_lines(line):
+    lines = _paper_lines()
+    first, last = line.lines
+    quote = _plain(line.quote, latex=False).replace(" %", "%")
+    assert quote in " ".join(lines[first - 1:last]), f"{line.claims[0]}: quote not in L{first}-{last}"
+    assert quote not in " ".join(lines[first:last]), f"{line.claims[0]}: the quote starts after L{first}"
+
+
+def test_answer_level_reads_each_claims_primary_row_on_the_best_model(rows):
+    table = al.answer_level(rows)
+    assert [x["quote"] for x in table][:3] == [x.quote for x in al.LINES[:3]]
+    for line, out in zip(al.LINES, table):
+        missing = False
+        for key, cell in zip(line.claims, out["claims"]):
+            mine = [r for r in rows if r.claim.key == key and r.model == al.BEST_MODEL]
+            if not mine:
+                missing = True
+                assert cell["row"] is None and cell["other_models"], key
+                continue
+            paper = [r for r in mine if r.test.rule.startswith(PAPER_RULE)]
+            expected = (paper or mine)[0]
+            assert (cell["row"], cell["verdict"]) == (expected.index, expected.verdict), key
+        assert bool(out["pending"]) == missing, line.claims
+
+
+def test_answer_level_refuses_a_claim_the_scorecard_lacks(rows, monkeypatch):
+    monkeypatch.setattr(al, "LINES", (al.Line("x", (1, 1), ("no-such.claim",)),))
+    with pytest.raises(ValueError, match="no-such.claim"):
+        al.answer_level(rows)
