@@ -37,13 +37,14 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kvprobe.data import sha256_of as file_sha256
 
 from .judge import PromptJudge
 from .report import table_head, table_row
@@ -170,10 +171,6 @@ def read_items(path: str | Path, labels: Sequence[str], fields: Sequence[str]) -
         items.append(AuditItem(**{k: d[k] for k in ITEM_KEYS}, extra={k: v for k, v in d.items()
                                                                         if k not in ITEM_KEYS}))
     return items
-
-
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 # ----------------------------------------------------------------------------- scoring
