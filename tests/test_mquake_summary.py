@@ -157,7 +157,7 @@ def test_routing_verdicts():
     100 is below the floor."""
     def summary(ci, best_correct=50):
         r = {"change_vs_best": {"change": (ci[0] + ci[1]) / 2, "ci": ci}, "policies": {"full": best_correct},
-             "best": "full"}
+             "best": "full", "routed": best_correct}
         return {"n": 100, "em": r, "contains": r}
 
     assert [v["verdict"] for v in routing_verdicts(summary([2, 8]))] == [REPLICATES] * 2

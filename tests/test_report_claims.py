@@ -31,9 +31,6 @@ ARTIFACTS = ROOT / "artifacts"
 #: scorecard (which cites the rule by name) call them.
 RULE = {"claim_verdict", "verdict", "verdict_cell", "testable"}
 ALLOWED = {"studies/common/claims.py", "studies/scorecard.py"}
-#: Modules that still apply the rule themselves (owned by other work; remove a line when it routes through its
-#: claims).
-REMAINING = {"studies/mquake/summary.py", "studies/note_controls/summary.py"}
 
 
 def _rule_users() -> set[str]:
@@ -51,9 +48,7 @@ def _rule_users() -> set[str]:
 
 def test_no_report_applies_the_verdict_rule_itself():
     found = _rule_users()
-    assert found <= REMAINING, f"judge a claim of claims.py instead (studies.common.claims.verdict_text): " \
-                               f"{sorted(found - REMAINING)}"
-    assert REMAINING <= found, f"routed through its claims, remove from REMAINING: {sorted(REMAINING - found)}"
+    assert not found, f"judge a claim of claims.py instead (studies.common.claims.verdict_text): {sorted(found)}"
 
 
 def test_run_claims_are_the_scorecards_rows_of_the_run():
@@ -124,3 +119,14 @@ def test_a_report_claim_quotes_the_paper_at_its_lines_and_section(claim):
     text = " ".join(lines[first - 1:last])
     for number in re.findall(r"\d+(?:\.\d+)?", claim.paper.numbers):
         assert re.search(rf"(?<![\d.]){re.escape(number)}(?!\d)", text), f"{number} not in L{first}-{last}"
+
+
+def test_the_mquake_and_note_controls_tables_name_their_claims():
+    """Every verdict row of the MQuAKE and note-controls summaries names a claim of its study's ``claims.py``
+    (``CLAIMS`` or ``REPORT_CLAIMS``), so a row a run lacks cannot hide a misspelled key."""
+    from kvprobe.studies.mquake import summary as mquake
+    from kvprobe.studies.note_controls import summary as notes
+
+    assert {key for *_, key, _ in mquake.CLAIMS} | {key for key, _ in mquake.DIRECT_CLAIMS.values()} \
+        | {"mquake.retained-loss", "mquake.strata", "mquake.current-value", "mquake.routing"} <= set(mquake._CLAIMS)
+    assert {e[3] for e in notes.EFFECTS} | {notes.MARGIN_CLAIM} <= set(notes._CLAIMS)

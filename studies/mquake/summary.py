@@ -37,11 +37,15 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, bootstrap_mean, fisher_exact, group_bootstrap_weights, mcnemar_exact, \
     paired_change, percentile_interval
+from kvprobe.studies.common.claims import TOLERANCE, Claim, verdict_text
 from kvprobe.studies.common.formatting import eos_count, pp_of
 from kvprobe.studies.common.no_context import NO_CONTEXT, Outcome, conditional_on_baseline, conditional_table
 from kvprobe.studies.common.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, data_items, estimate, \
-    heading, run_time, table_head, table_row, testable, verdict_cell
+    heading, run_time, table_head, table_row
 from kvprobe.studies.common.runner import read_rows
+from .claims import CLAIMS as PAPER_CLAIMS
+from .claims import REPORT_CLAIMS, cell_change_measurement, current_value_measurement, direct_contrast_measurement, \
+    routing_measurement, strata_measurement
 from .history import grade
 from .strings import NO_CONTEXT_ANCHORS
 from .study import CONDITIONS as STUDY_CONDITIONS
@@ -57,15 +61,20 @@ SOURCE = "source-mask"
 #: Conditions also compared against the source mask.
 AGAINST_SOURCE = ("recompute", "rebuild", "compact")
 #: The paper's claims (partA 1b anchors, %, current N=1,800 / historical N=600; partC 7 for rebuild and compact):
-#: (question, condition, reference, sign, what the paper reports). Sign 0: no change.
-CLAIMS = (("current", "source-mask", "full", 1, "+3.0, +19.7, +1.4 pp (Qwen3-4B, Llama-3.2-3B, Qwen3-32B)"),
-          ("historical", "source-mask", "full", -1, "-14.2, -5.6, -14.7 pp"),
-          ("current", "recompute", SOURCE, 1, "+4.1, +6.7, +9.6 pp"),
-          ("historical", "recompute", SOURCE, -1, "-40.5, -20.2, -41.0 pp"),
-          ("historical", "rebuild", SOURCE, -1, "-41.3, -19.8, -37.5 pp"),
-          ("historical", "compact", SOURCE, 0, "444 vs 444, 488 vs 481, 493 vs 494 of 600"))
-#: A no-change claim's tolerance (pp; the scorecard's).
-TOLERANCE_PP = 5.0
+#: (question, condition, reference, the claim of ``claims.py`` that judges it, what the paper reports).
+CLAIMS = (("current", "source-mask", "full", "mquake.source-current",
+           "+3.0, +19.7, +1.4 pp (Qwen3-4B, Llama-3.2-3B, Qwen3-32B)"),
+          ("historical", "source-mask", "full", "mquake.source-historical", "-14.2, -5.6, -14.7 pp"),
+          ("current", "recompute", SOURCE, "mquake.recompute-current", "+4.1, +6.7, +9.6 pp"),
+          ("historical", "recompute", SOURCE, "mquake.recompute-historical", "-40.5, -20.2, -41.0 pp"),
+          ("historical", "rebuild", SOURCE, "mquake.rebuild", "-41.3, -19.8, -37.5 pp"),
+          ("historical", "compact", SOURCE, "mquake.compact", "444 vs 444, 488 vs 481, 493 vs 494 of 600"))
+#: A no-change claim's tolerance (pp): the verdict rule's default for a change in pp
+#: (``studies.common.claims.TOLERANCE``), which judges the claims above.
+TOLERANCE_PP = TOLERANCE["pp"]
+#: Every claim the report judges, by key: the scorecard's (``claims.CLAIMS``) and the report's own
+#: (``claims.REPORT_CLAIMS``).
+_CLAIMS: dict[str, Claim] = {c.key: c for c in (*PAPER_CLAIMS, *REPORT_CLAIMS)}
 #: Row columns the tables are stratified by (paper L1397-1398: "hop count and edit count remain stratified").
 STRATA = ("hops", "edits")
 
@@ -274,16 +283,17 @@ DIRECT = ("rebuild", "compact", "recompute")
 #: The current question of the direct contrasts: the first paraphrase only (L4521: "Current uses the first
 #: paraphrase only").
 FIRST_PARAPHRASE = 0
-#: The paper's direct contrasts with the source mask per (question, operation): the direction it found and its
-#: numbers, pp [95% CI] for Qwen3-4B, Llama-3.2-3B and Qwen3-32B (L4505-4516; recompute: L436-438, all paraphrases
-#: for the current question, no interval).
+#: The paper's direct contrasts with the source mask per (question, operation): the claim of ``claims.py`` that
+#: judges it and the paper's numbers, pp [95% CI] for Qwen3-4B, Llama-3.2-3B and Qwen3-32B (L4505-4516; recompute:
+#: L436-438, all paraphrases for the current question, no interval).
 DIRECT_CLAIMS = {
-    ("current", "rebuild"): ("up", "+7.3 [+4.7, +10.2], +3.3 [-0.2, +6.8], +11.5 [+8.5, +14.5]"),
-    ("current", "compact"): ("none", "-1.5 [-3.3, +0.3], +0.5 [-1.0, +2.0], -1.7 [-3.8, +0.5]"),
-    ("current", "recompute"): ("up", "+4.1, +6.7, +9.6 (all three paraphrases)"),
-    ("historical", "rebuild"): ("down", "-41.3 [-45.7, -37.0], -19.8 [-23.3, -16.3], -37.5 [-41.5, -33.3]"),
-    ("historical", "compact"): ("none", "0.0 [-2.0, +1.8], +1.2 [-0.2, +2.5], -0.2 [-1.8, +1.7]"),
-    ("historical", "recompute"): ("down", "-40.5, -20.2, -41.0"),
+    ("current", "rebuild"): ("mquake.rebuild-current", "+7.3 [+4.7, +10.2], +3.3 [-0.2, +6.8], +11.5 [+8.5, +14.5]"),
+    ("current", "compact"): ("mquake.compact-current", "-1.5 [-3.3, +0.3], +0.5 [-1.0, +2.0], -1.7 [-3.8, +0.5]"),
+    ("current", "recompute"): ("mquake.recompute-current", "+4.1, +6.7, +9.6 (all three paraphrases)"),
+    ("historical", "rebuild"): ("mquake.rebuild",
+                                "-41.3 [-45.7, -37.0], -19.8 [-23.3, -16.3], -37.5 [-41.5, -33.3]"),
+    ("historical", "compact"): ("mquake.compact", "0.0 [-2.0, +1.8], +1.2 [-0.2, +2.5], -0.2 [-1.8, +1.7]"),
+    ("historical", "recompute"): ("mquake.recompute-historical", "-40.5, -20.2, -41.0"),
 }
 #: Rules of the new contrasts: the paper's exact match with EOS, and contains (ours).
 COMPARED_RULES = ("em", "contains")
@@ -492,12 +502,12 @@ def _source_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each claim of :data:`CLAIMS` per rule (the paper's exact match; contains, ours) with its verdict
-    (``studies.common.report.verdict``) against the paper's reference arm: not testable when that arm answers fewer than
-    10 % correctly."""
+    """Each claim of :data:`CLAIMS` per rule (the paper's exact match; contains, ours) with its verdict against the
+    paper's reference arm: the claim of ``claims.py`` judged (``studies.common.claims.verdict_text``) on
+    ``claims.cell_change_measurement``, not testable when that arm is at the floor."""
     cells = {(c["kind"], c["policy"]): c for c in summary["cells"]}
     out = []
-    for kind, condition, reference, sign, paper in CLAIMS:
+    for kind, condition, reference, key, paper in CLAIMS:
         cell, ref = cells.get((kind, condition)), cells.get((kind, reference))
         versus = "full" if reference == "full" else "source"
         if cell is None or ref is None or f"em_change_vs_{versus}" not in cell:
@@ -507,8 +517,8 @@ def claim_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
             out.append({"question": kind, "claim": f"{condition} - {reference}", "paper": paper, "rule": rule,
                         "estimate": f"{estimate(ch['change'], ch['ci'], '+d', '+.0f')} of {ref['n']}",
                         "reference": f"{ref[rule]} of {ref['n']}",
-                        "verdict": verdict_cell(ch["change"], ch["ci"], sign, testable(ref[rule], ref["n"]),
-                                                TOLERANCE_PP / 100 * ref["n"])})
+                        "verdict": verdict_text(_CLAIMS[key],
+                                                cell_change_measurement(summary, kind, condition, reference, rule))})
     return out
 
 
@@ -563,25 +573,19 @@ def _no_context_lines(tables: list[dict[str, Any]] | None, source: str) -> list[
     return lines
 
 
-def _claim_verdict(direction: str, value: float, ci: list[float] | None, is_testable: bool) -> str:
-    """``report.verdict_cell`` of a claim in :data:`DIRECT_CLAIMS` form (direction ``up``/``down``/``none``) on a
-    change in pp (no change: within :data:`TOLERANCE_PP`)."""
-    return verdict_cell(value, ci, {"up": 1, "down": -1, "none": 0}[direction], is_testable, TOLERANCE_PP)
-
-
 def direct_verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Each direct contrast per rule with the paper's numbers and its verdict against the source mask (the paper's
-    reference arm; not testable when it answers fewer than 10% correctly)."""
+    reference arm): the claim of :data:`DIRECT_CLAIMS` judged (``studies.common.claims.verdict_text``) on
+    ``claims.direct_contrast_measurement``, not testable when the source mask is at the floor."""
     out = []
     for c in summary.get("direct_contrasts") or []:
-        direction, paper = DIRECT_CLAIMS[(c["question"], c["operation"])]
+        key, paper = DIRECT_CLAIMS[(c["question"], c["operation"])]
         for rule in COMPARED_RULES:
             ch, n = c[rule], c["n"]
             out.append({"question": c["question"], "operation": c["operation"], "rule": rule, "n": n,
                         "operation_correct": ch["operation"], "source_correct": ch["source"],
                         "estimate": pp_of(ch["change"], ch["ci"], n), "cr": corrections_reversals(ch), "paper": paper,
-                        "verdict": _claim_verdict(direction, 100 * ch["change"] / n, [100 * x / n for x in ch["ci"]],
-                                                  testable(ch["source"], n))})
+                        "verdict": verdict_text(_CLAIMS[key], direct_contrast_measurement(c, rule))})
     return out
 
 
@@ -616,8 +620,10 @@ RETAINED_CURRENT_ANCHORS = {"retained": "1,363/1,416, 1,306/1,449, 982/1,107 (of
 
 def retained_verdicts(contrast: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The paper's two retained-text findings per rule with their verdicts: recompute loses historical answers
-    against the source mask in the retained stratum, and that loss exceeds the masked-only stratum's (difference
-    below 0). Reference arm: the source mask in the retained stratum (not testable below 10% correct)."""
+    against the source mask in the retained stratum (the claim ``mquake.retained-loss``), and that loss exceeds the
+    masked-only stratum's (difference below 0, ``mquake.strata``), each judged
+    (``studies.common.claims.verdict_text``) on ``claims.strata_measurement`` with the reference arm the source
+    mask in the retained stratum (not testable below the floor)."""
     out = []
     for rule in COMPARED_RULES:
         hist = (contrast or {}).get(rule, {}).get("historical")
@@ -625,25 +631,26 @@ def retained_verdicts(contrast: dict[str, Any] | None) -> list[dict[str, Any]]:
             continue
         retained = hist["strata"]["retained"]
         source = retained["correct"].get(SOURCE, 0)
-        can = testable(source, retained["n"])
         if retained["ci_pp"] is not None:
             out.append({"finding": "recompute - source-mask, historical, retained stratum", "rule": rule,
                         "estimate": estimate(retained["change_pp"], retained["ci_pp"], "+.1f"),
                         "paper": RETAINED_ANCHORS["retained"], "reference": f"{source} of {retained['n']}",
-                        "verdict": _claim_verdict("down", retained["change_pp"], retained["ci_pp"], can)})
+                        "verdict": verdict_text(_CLAIMS["mquake.retained-loss"],
+                                                strata_measurement(hist, "retained", floor=SOURCE))})
         d = hist["difference"]
         if d is not None:
             out.append({"finding": "retained minus masked-only stratum", "rule": rule,
                         "estimate": estimate(d["pp"], d["ci_pp"], "+.1f"), "paper": RETAINED_ANCHORS["difference"],
                         "reference": f"{source} of {retained['n']}",
-                        "verdict": _claim_verdict("down", d["pp"], d["ci_pp"], can)})
+                        "verdict": verdict_text(_CLAIMS["mquake.strata"], strata_measurement(hist, floor=SOURCE))})
     return out
 
 
 def current_value_verdicts(current: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Recompute answers historical questions with the current value more often than the source mask: per rule the
-    change with its verdict; not testable when full access states the current value (first paraphrase) in fewer than
-    10% of the cases, since then no policy can be expected to give it."""
+    change with its verdict, the claim ``mquake.current-value`` judged (``studies.common.claims.verdict_text``) on
+    ``claims.current_value_measurement``; not testable when full access states the current value (first
+    paraphrase) below the floor, since then no policy can be expected to give it."""
     out = []
     for rule in COMPARED_RULES:
         t = (current or {}).get(rule)
@@ -654,8 +661,8 @@ def current_value_verdicts(current: dict[str, Any] | None) -> list[dict[str, Any
         out.append({"finding": "historical answered with the current value, recompute - source-mask", "rule": rule,
                     "estimate": pp_of(ch["change"], ch["ci"], n), "paper": CURRENT_VALUE_CHANGE,
                     "reference": f"full access, current (first paraphrase): {t['current_full']} of {t['current_n']}",
-                    "verdict": _claim_verdict("up", 100 * ch["change"] / n, [100 * x / n for x in ch["ci"]],
-                                              testable(t["current_full"], t["current_n"]))})
+                    "verdict": verdict_text(_CLAIMS["mquake.current-value"],
+                                            current_value_measurement(current, rule, full_floor=True))})
     return out
 
 
@@ -737,8 +744,9 @@ def _retained_lines(contrast: dict[str, Any] | None, current: dict[str, Any] | N
 
 
 def routing_verdicts(routed: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Routed minus the best single policy per rule, with its verdict (the paper: a gain; reference arm: the best
-    single policy, not testable below 10% correct)."""
+    """Routed minus the best single policy per rule, with its verdict: the claim ``mquake.routing`` (a gain)
+    judged (``studies.common.claims.verdict_text``) on ``claims.routing_measurement`` (reference arm: the best
+    single policy, not testable below the floor)."""
     out = []
     for rule in COMPARED_RULES:
         r = (routed or {}).get(rule)
@@ -746,8 +754,7 @@ def routing_verdicts(routed: dict[str, Any] | None) -> list[dict[str, Any]]:
             continue
         ch, n, best = r["change_vs_best"], routed["n"], r["best"]
         out.append({"rule": rule, "best": best, "estimate": pp_of(ch["change"], ch["ci"], n),
-                    "verdict": _claim_verdict("up", 100 * ch["change"] / n, [100 * x / n for x in ch["ci"]],
-                                              testable(r["policies"][best], n))})
+                    "verdict": verdict_text(_CLAIMS["mquake.routing"], routing_measurement(routed, rule))})
     return out
 
 

@@ -1,19 +1,23 @@
 """The paper's claims the note-controls study tests, with measures of the note-controls runs' ``summary.json``.
 
 Each claim quotes the paper once, here; ``kvprobe report scorecard`` gathers :data:`CLAIMS` (the types, the
-readers and the verdict rule: :mod:`kvprobe.studies.common.claims`).
+readers and the verdict rule: :mod:`kvprobe.studies.common.claims`). The run's summary (``summary._effects``) judges
+the same claims, and those of :data:`REPORT_CLAIMS`, on :func:`note_change_measurement` and
+:func:`note_margin_measurement` of the summary dict.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from kvprobe.studies.common.claims import (LENIENT, PAPER_RULE, Claim, Measurement, Paper, Test, find_entry,
                                            floor_reason, join_reasons, pp_measurement, read_summary)
 
-__all__ = ["CLAIMS", "NOTES_QWEN", "NOTES_SMOL", "note_by_rule", "note_early", "note_margin"]
+__all__ = ["CLAIMS", "NOTES_QWEN", "NOTES_SMOL", "REPORT_CLAIMS", "note_by_rule", "note_change",
+           "note_change_measurement", "note_early", "note_margin", "note_margin_measurement"]
 
 
 NOTES_SMOL, NOTES_QWEN = "note-controls/smollm2-135m-instruct", "note-controls/qwen2.5-coder-0.5b-instruct"
@@ -27,44 +31,74 @@ def _configuration_label(name: str) -> str:
     return {"full": "full access", "varied-full": "full access under the varied note"}.get(name, name)
 
 
+def note_change(s: dict[str, Any], where: Sequence[str], rule: str) -> dict[str, Any] | None:
+    """A paired change of a summary ``s`` under ``rule`` by its path: a configuration's ``(name, "vs_full")`` or
+    ``(name, "vs_reference")``, else a ``by_rule`` contrast (``("near_far",)``, ``("note_profiles",
+    "loss_difference")``); None where the run has none."""
+    by = {c["configuration"]: c for c in s["configurations"]}
+    if len(where) == 2 and where[0] in by:
+        return by[where[0]][where[1]].get(rule)
+    change = s["by_rule"][rule].get(where[0])
+    return change.get(where[1]) if change and len(where) == 2 else change
+
+
+def note_change_measurement(s: dict[str, Any], where: Sequence[str], rule: str,
+                            baselines: Sequence[str]) -> Measurement:
+    """:func:`note_change` of a summary ``s`` (pp, KeyError where the run has none); not testable when a
+    ``baselines`` configuration (the reference arm: full access of the effect's note and question) is at the floor
+    or not in the run.
+
+    The run's summary (``summary._effects``) and the scorecard (:func:`note_early`, :func:`note_by_rule`) both
+    judge this measurement.
+    """
+    ch = note_change(s, where, rule)
+    if ch is None:
+        raise KeyError(f"no change {'/'.join(where)} under {rule}")
+    by = {c["configuration"]: c for c in s["configurations"]}
+    rows = [by[b] for b in baselines if b in by]
+    counts = "; ".join(f"{_configuration_label(a['configuration'])} {a['correct'][rule]}/{a['n']}" for a in rows)
+    reason = join_reasons(*(floor_reason(a["correct"][rule], a["n"], _configuration_label(a["configuration"]))
+                            for a in rows),
+                          *(f"{_configuration_label(b)} not in the run" for b in baselines if b not in by))
+    return pp_measurement(ch["pp"], ch["pp_ci"], f"{s['units']} histories, {s['groups']} groups", counts, reason,
+                          units=s["groups"])
+
+
 def note_early(rule: str) -> Callable[[Path], Measurement]:
-    """Early-note control minus full access (pp) on the label question."""
+    """Early-note control minus full access (pp) on the label question: :func:`note_change_measurement` of a
+    committed run, with both arms' counts."""
     def measure(run: Path) -> Measurement:
         s = read_summary(run)
         early, full = _note_config(s, "early"), _note_config(s, "full")
-        ch = early["vs_full"][rule]
-        return pp_measurement(ch["pp"], ch["pp_ci"], f"{s['units']} histories, {s['groups']} groups",
-                              f"full {full['correct'][rule]}/{full['n']}; early {early['correct'][rule]}/{early['n']}",
-                              floor_reason(full["correct"][rule], full["n"], "full access"), units=s["groups"])
+        counts = f"full {full['correct'][rule]}/{full['n']}; early {early['correct'][rule]}/{early['n']}"
+        return replace(note_change_measurement(s, ("early", "vs_full"), rule, ("full",)), reference=counts)
     return measure
 
 
 def note_by_rule(contrast: Sequence[str], baselines: Sequence[str]) -> Callable[[str], Callable[[Path], Measurement]]:
     """A ``by_rule`` contrast, by its key path (``("near_far",)``, ``("note_profiles", "loss_difference")``);
-    the floor is checked on the ``baselines`` configurations."""
+    the floor is checked on the ``baselines`` configurations: :func:`note_change_measurement` of a committed run."""
     def for_rule(rule: str) -> Callable[[Path], Measurement]:
         def measure(run: Path) -> Measurement:
-            s = read_summary(run)
-            ch = s["by_rule"][rule]
-            for key in contrast:
-                ch = ch[key]
-            rows = [_note_config(s, b) for b in baselines]
-            counts = "; ".join(f"{_configuration_label(a['configuration'])} {a['correct'][rule]}/{a['n']}"
-                               for a in rows)
-            reason = join_reasons(*(floor_reason(a["correct"][rule], a["n"], _configuration_label(a["configuration"]))
-                                    for a in rows))
-            return pp_measurement(ch["pp"], ch["pp_ci"], f"{s['units']} histories, {s['groups']} groups", counts,
-                                  reason, units=s["groups"])
+            return note_change_measurement(read_summary(run), contrast, rule, baselines)
         return measure
     return for_rule
 
 
-def note_margin(run: Path) -> Measurement:
-    """Change of the label-vs-UNKNOWN first-token margin under the early-note control (nats)."""
-    s = read_summary(run)
+def note_margin_measurement(s: dict[str, Any]) -> Measurement:
+    """Change of the label-vs-UNKNOWN first-token margin under the early-note control (nats) in a summary ``s``;
+    no interval when it gives none.
+
+    The run's summary (``summary._effects``) and the scorecard (:func:`note_margin`) both judge this measurement.
+    """
     m = _note_config(s, "early")["margin_vs_full"]
-    return Measurement(m["mean"], tuple(m["ci"]), "nats", "+.2f", f"{s['units']} histories, {s['groups']} groups",
-                       "full", units=s["groups"])
+    return Measurement(m["mean"], None if m["ci"] is None else tuple(m["ci"]), "nats", "+.2f",
+                       f"{s['units']} histories, {s['groups']} groups", "full", units=s["groups"])
+
+
+def note_margin(run: Path) -> Measurement:
+    """:func:`note_margin_measurement` of a committed run."""
+    return note_margin_measurement(read_summary(run))
 
 
 def _note_tests(compared: str, make: Callable[[str], Callable[[Path], Measurement]]) -> tuple[Test, ...]:
@@ -112,4 +146,25 @@ CLAIMS: tuple[Claim, ...] = (
           "down",
           (Test(NOTES_SMOL, "first-value margin (label vs UNKNOWN); early control vs full", note_margin),
            Test(NOTES_QWEN, "first-value margin (label vs UNKNOWN); early control vs full", note_margin))),
+)
+
+#: Claims only the run's summary judges (the scorecard lists :data:`CLAIMS`): the paper's no-change findings of the
+#: plain-note interaction and of the two prompt edits under the early control.
+REPORT_CLAIMS: tuple[Claim, ...] = (
+    Claim("note-controls.plain-note", "note-controls", "Replacing the note's color word leaves the early control's "
+          "loss unchanged (gray->plain interaction)",
+          Paper("The color word is therefore not necessary for the observed loss.", (3864, 3864),
+                "Effects of control location and prompt wording on abstention", "+2.5 pp [-0.42, 5.42]",
+                (3863, 3863)),
+          "none", ()),
+    Claim("note-controls.explicit-question", "note-controls", "With the explicit question the early control keeps "
+          "the label (explicit early - explicit full)",
+          Paper("Full and original control both score 240/240.", (3878, 3879),
+                "Effects of control location and prompt wording on abstention", "240/240 -> 240/240"),
+          "none", ()),
+    Claim("note-controls.no-unknown", "note-controls", "Without the UNKNOWN clause the early control keeps the label "
+          "(no-UNKNOWN early - no-UNKNOWN full)",
+          Paper("After prefilling this new prompt, full and control again score 240/240.", (3881, 3882),
+                "Effects of control location and prompt wording on abstention", "240/240 -> 240/240"),
+          "none", ()),
 )

@@ -24,12 +24,15 @@ import numpy as np
 from kvprobe.readouts.stats import DRAWS, PAPER_SEED, bootstrap_mean, group_bootstrap_weights, paired_change, \
     percentile_interval
 from kvprobe.studies.common.formatting import cap_count, count_share, pp_change
+from kvprobe.studies.common.claims import TOLERANCE, Claim, verdict_text
 from kvprobe.studies.common.report import NO_CHANGE_RULE, VERDICT_RULE, Items, corrections_reversals, estimate, heading, \
-    interval, run_time, small_sample_note, table_head, table_row, testable, verdict_cell
+    interval, run_time, small_sample_note, table_head, table_row
 from kvprobe.studies.datasets.quantity_task.tasks import ITEMS as TASK
 from kvprobe.studies.common.runner import read_rows
 
 from . import anchors
+from .claims import CLAIMS as PAPER_CLAIMS
+from .claims import REPORT_CLAIMS, note_change, note_change_measurement, note_margin_measurement
 from .configurations import CATALOG, CONFIGURATIONS, CURRENT
 
 Unit = tuple[str, str]
@@ -259,51 +262,61 @@ def _profiles(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "a_tokens": sorted({r["a_tokens"] for r in rs})} for p, rs in by.items()}
 
 
-#: The paper's effects (:func:`_effects`): name, the paper's number, where our change is, the paper's direction
-#: (+1, -1, or 0 for no change), and the configuration that must answer for the effect to show (the paper's
-#: reference arm: full access of the effect's note and question).
+#: The paper's effects (:func:`_effects`): name, the paper's number, where our change is
+#: (``claims.note_change``), the claim of ``claims.py`` that judges it, and the configuration that must answer for
+#: the effect to show (the paper's reference arm: full access of the effect's note and question).
 EFFECTS = (
-    ("early-note control loses correct labels (early - full)", "-57.5 pp", ("early", "vs_full"), -1, "full"),
-    ("the occurrence matters (far - near)", "+57.5 pp [49.58, 65.42]", ("near_far",), 1, "full"),
-    ("gray is not necessary (gray->plain interaction)", "+2.5 pp [-0.42, 5.42]", ("plain_interaction",), 0,
-     "plain-full"),
+    ("early-note control loses correct labels (early - full)", "-57.5 pp", ("early", "vs_full"),
+     "note-controls.early", "full"),
+    ("the occurrence matters (far - near)", "+57.5 pp [49.58, 65.42]", ("near_far",), "note-controls.occurrence",
+     "full"),
+    ("gray is not necessary (gray->plain interaction)", "+2.5 pp [-0.42, 5.42]", ("plain_interaction",),
+     "note-controls.plain-note", "plain-full"),
     ("the explicit question keeps the label under the early mask", "+0 pp (240 -> 240)",
-     ("explicit-early", "vs_reference"), 0, "explicit-full"),
+     ("explicit-early", "vs_reference"), "note-controls.explicit-question", "explicit-full"),
     ("without the UNKNOWN clause the early mask keeps the label", "+0 pp (240 -> 240)",
-     ("no-unknown-early", "vs_reference"), 0, "no-unknown-full"),
+     ("no-unknown-early", "vs_reference"), "note-controls.no-unknown", "no-unknown-full"),
     ("the varied note loses less under the early mask (loss difference)", "+44.2 pp (-13.33 vs -57.50)",
-     ("note_profiles", "loss_difference"), 1, "varied-full"),
+     ("note_profiles", "loss_difference"), "note-controls.varied", "varied-full"),
 )
-#: The half-width (pp) within which a no-change effect's interval must lie (the scorecard's tolerance).
-TOLERANCE_PP = 5.0
+#: The first-value margin's effect: its claim in ``claims.py``.
+MARGIN_CLAIM = "note-controls.margin"
+#: The half-width (pp) within which a no-change effect's interval must lie: the verdict rule's default for a change
+#: in pp (``studies.common.claims.TOLERANCE``), which judges the claims.
+TOLERANCE_PP = TOLERANCE["pp"]
+#: Every claim the summary judges, by key: the scorecard's (``claims.CLAIMS``) and the summary's own
+#: (``claims.REPORT_CLAIMS``).
+_CLAIMS: dict[str, Claim] = {c.key: c for c in (*PAPER_CLAIMS, *REPORT_CLAIMS)}
+#: A claim's direction as the summary's ``sign`` (+1, -1, 0 for no change).
+_SIGN = {"up": 1, "down": -1, "none": 0}
 
 
 def _effects(s: dict[str, Any]) -> list[Effect]:
-    """Each of the paper's effects with, per rule, our interval and its verdict (``studies.common.report.verdict``):
-    not testable when the effect's reference configuration answers below the floor (``studies.common.report.testable``)."""
+    """Each of the paper's effects with, per rule, our interval and its verdict: the effect's claim of
+    ``claims.py`` judged (``studies.common.claims.verdict_text``) on ``claims.note_change_measurement``, not
+    testable when the effect's reference configuration is at the floor or not in the run; the margin effect on
+    ``claims.note_margin_measurement``."""
     by = {c["configuration"]: c for c in s["configurations"]}
     out = []
-    for effect, paper, where, sign, reference in EFFECTS:
+    for effect, paper, where, key, reference in EFFECTS:
+        claim = _CLAIMS[key]
         per_rule = {}
         for rule in RULES:
-            if len(where) == 2 and where[0] in by:
-                change = by[where[0]][where[1]].get(rule)
-            else:
-                change = s["by_rule"][rule].get(where[0])
-                change = change.get(where[1]) if change and len(where) == 2 else change
+            change = note_change(s, where, rule)
             if change:
                 ref = by.get(reference)
-                ok = ref is not None and testable(ref["correct"][rule], ref["n"])
                 per_rule[rule] = {"ci": change["pp_ci"], "pp": change["pp"],
                                   "reference": None if ref is None else [ref["correct"][rule], ref["n"]],
-                                  "verdict": verdict_cell(change["pp"], change["pp_ci"], sign, ok, TOLERANCE_PP)}
+                                  "verdict": verdict_text(claim, note_change_measurement(s, where, rule, (reference,)))}
         if per_rule:
-            out.append({"effect": effect, "paper": paper, "sign": sign, "reference": reference, "rules": per_rule})
+            out.append({"effect": effect, "paper": paper, "sign": _SIGN[claim.direction], "reference": reference,
+                        "rules": per_rule})
     margin = by.get("early", {}).get("margin_vs_full")
     if margin:
+        claim = _CLAIMS[MARGIN_CLAIM]
         out.append({"effect": "the early mask lowers the first-value margin (nats)",
-                    "paper": "+0.205 -> -3.050 nats", "sign": -1, "reference": None,
-                    "margin": {"ci": margin["ci"], "verdict": verdict_cell(margin["mean"], margin["ci"], -1)}})
+                    "paper": "+0.205 -> -3.050 nats", "sign": _SIGN[claim.direction], "reference": None,
+                    "margin": {"ci": margin["ci"], "verdict": verdict_text(claim, note_margin_measurement(s))}})
     return out
 
 
