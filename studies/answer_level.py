@@ -4,8 +4,8 @@ Each line of :data:`LINES` is one central claim of the paper's abstract (quoted 
 its main answer-level results, tied to the study claims that test it (keys of ``studies/<study>/claims.py``).
 A line's verdicts are read from the scorecard's own rows (:func:`kvprobe.studies.common.claims.evaluate`) on
 :data:`BEST_MODEL`, the largest local model that writes the paper's answer formats: the primary row of each
-claim (the paper's grading rule, else the claim's first row on that model). A claim with no row on that model
-says so, with the line's declared reason (``pending``) and the verdicts of the smaller models that were run.
+claim (its declared primary test, ``Test.primary``: the paper's grading rule, arm and setting). A claim with no
+row on that model says so, with the line's declared reason (``pending``) and the verdicts of the smaller models that were run.
 Nothing here is chosen from results: the lines, their claims and the primary rule are fixed.
 
 Example::
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvprobe.studies.common.claims import PAPER_RULE, Row, lines_text
+from kvprobe.studies.common.claims import Row, lines_text
 from kvprobe.studies.common.report import table_head, table_row
 
 __all__ = ["BEST_MODEL", "LINES", "Line", "answer_level", "format_answer_level"]
@@ -56,7 +56,7 @@ LINES: tuple[Line, ...] = (
     Line("In a controlled quantity task, masking makes all eight models prefer the new value more strongly",
          (159, 161), ("quantity.margin",)),
     Line("yet six lose complete answers through unit errors or failure to stop", (161, 162),
-         ("quantity.unit-loss",)),
+         ("quantity.unit-loss", "quantity.unit-loss-full")),
     Line("keeping the unit preserves all current answers", (162, 162), ("quantity.number-only",)),
     Line("Hiding the old record is cheap, but it may still contain needed details or answer questions about the "
          "past", (156, 158), ("matched-scores.all-answers", "matched-scores.replacement-answers",
@@ -79,8 +79,8 @@ LINES: tuple[Line, ...] = (
 
 
 def _primary(rows: Sequence[Row]) -> Row | None:
-    """The row a claim is read by on one model: the paper's grading rule, else its first row."""
-    return next((r for r in rows if r.test.rule.startswith(PAPER_RULE)), rows[0] if rows else None)
+    """The row a claim is read by on one model: its primary test's (``Test.primary``, declared in its claims.py)."""
+    return next((r for r in rows if r.test.primary), None)
 
 
 def answer_level(rows: Sequence[Row], model: str = BEST_MODEL) -> list[dict[str, Any]]:
@@ -121,9 +121,9 @@ def format_answer_level(lines: Sequence[dict[str, Any]], model: str = BEST_MODEL
     """The markdown section of :func:`answer_level` (for ``docs/scorecard.md``)."""
     out = ["## Answer-level claims on the best local model", "",
            f"One line per central answer-level claim of the paper, read on {model} (bfloat16), the largest local "
-           "model that writes the paper's answer formats: each claim's primary row (the paper's grading rule) "
-           "below, its verdict by the rule above. Where a claim has no run on this model, the verdicts of the "
-           "smaller models and the reason.", ""]
+           "model that writes the paper's answer formats: each claim's primary row (its declared primary test: "
+           "the paper's grading rule, arm and setting) below, its verdict by the rule above. Where a claim has no "
+           "run on this model, the verdicts of the smaller models and the reason.", ""]
     out += table_head(["the paper", f"verdict on {model}", "why not run"])
     for line in lines:
         quote = f'"{line["quote"]}" ({lines_text(tuple(line["lines"]))})'

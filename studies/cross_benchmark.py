@@ -9,7 +9,8 @@
   Clopper-Pearson interval and count, the paired change with the study's own interval, n, and the
   paper's numbers beside ours, quoted with their line numbers);
 - ``figure.png``: paired bars (full access grey, masked blue) per row, n on each label, the chance line
-  where one is defined (BABILong: a uniform guess among bAbI's six locations).
+  where one is defined (BABILong: always answering the task and length's most common gold location, the
+  chance level of the scorecard and of the BABILong report).
 
 Which committed cells are "current", "historical" and "whole-source mask" in each study:
 
@@ -35,7 +36,6 @@ from kvprobe.readouts.stats import clopper_pearson
 from .babilong import claims as babilong
 from .common.claims import Claim, count_pp, lines_text
 from .common.report import estimate, interval, table_head, table_row
-from .datasets.babi import BABI_LOCATIONS
 from .minteval import claims as minteval
 from .mquake import claims as mquake
 
@@ -163,8 +163,9 @@ def _babilong(summary: dict, model: str, run: str) -> list[dict]:
                 continue
             full, masked = cells[(task, length, "full")], cells[(task, length, "naive")]
             pp, ci = _counts_pp(masked["official_change_vs_full"], masked["n"])
+            chance = 100.0 * full["majority"] / full["n"]  # the majority answer, as the scorecard's and the report's
             out.append(_row("BABILong", model, run, question, "official", full, masked, "official", pp, ci,
-                            "stories", chance=100.0 / BABI_LOCATIONS, label=f"{task}, {length} tokens"))
+                            "stories", chance=chance, label=f"{task}, {length} tokens"))
     return out
 
 
@@ -274,6 +275,6 @@ def plot(data: dict[str, Any], path: Path | str) -> Path:
     fig.suptitle("Current and historical answers under whole-source masking", fontsize=10)
     legend = "grey: full access; blue: whole-source mask; right: counts"
     if chance_drawn:
-        legend += f"; dashed orange: a uniform guess among {BABI_LOCATIONS} locations (BABILong)"
+        legend += "; dashed orange: always answering the most common gold location (BABILong)"
     fig.supxlabel(legend, fontsize=7.5, color="#444444")
     return save_figure(fig, path)

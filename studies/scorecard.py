@@ -33,13 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.studies.answer_level import BEST_MODEL, answer_level, format_answer_level
-from kvprobe.studies.common.claims import (FEW_UNITS, FLOOR, INCONCLUSIVE, TOLERANCE, VERDICTS, Claim, Row,
-                                           claims_module, evaluate, lines_text)
+from kvprobe.studies.common.claims import (CHECK_VERDICTS, FEW_UNITS, FLOOR, INCONCLUSIVE, NOT_TESTABLE, TOLERANCE,
+                                           VERDICTS, Claim, ClaimResult, Row, claim_results, claims_module, evaluate,
+                                           lines_text)
 # The rule, under the name docs/scorecard.md cites (``kvprobe.studies.scorecard.verdict``).
 from kvprobe.studies.common.report import claim_verdict as verdict
 from kvprobe.studies.common.report import table_head, table_row
 
-__all__ = ["ORDER", "PAPER_TITLE", "claims", "claims_module", "format_markdown", "scorecard_json",
+__all__ = ["ORDER", "PAPER_TITLE", "RULE_TEXT", "claims", "claims_module", "format_markdown", "scorecard_json",
            "verdict", "write_scorecard"]
 
 #: The paper, cited by title (docs never point at a local copy).
@@ -70,9 +71,14 @@ def claims() -> tuple[Claim, ...]:
 # --------------------------------------------------------------------------- output
 
 
-def _counts(rows: Sequence[Row]) -> dict[str, int]:
+def _counts(rows: Sequence[Row] | Sequence[ClaimResult], verdicts: Sequence[str] = VERDICTS) -> dict[str, int]:
     found = Counter(r.verdict for r in rows)
-    return {v: found.get(v, 0) for v in VERDICTS}
+    return {v: found.get(v, 0) for v in verdicts}
+
+
+def _tallied(rows: Sequence[Row]) -> list[Row]:
+    """The rows the tallies count: every claim's but a construction check's."""
+    return [r for r in rows if r.claim.kind != "construction"]
 
 
 def _cell(text: str) -> str:
@@ -86,22 +92,42 @@ def _run_link(row: Row, artifacts_link: str) -> str:
 
 
 RULE_TEXT = f"""\
-- **replicates**: the 95 % interval excludes the null on the side the paper found;
+Each claim is declared before the data in its study's `claims.py`: the primary measure and grading rule (its
+**primary** test, the paper's rule, arm and setting, one per model), the reference arm (the paper's; a claim the
+paper states against two arms is two claims) and the resampled unit. Secondary tests (another grading rule, arm,
+length or grader) are shown beside the primary one and never make a claim replicate. No reference arm is chosen
+from the results: against an equal-token control, the control's own change against full access is given in the
+row's note ("not neutral" when its interval excludes 0), so a control that moves the answers is visible.
+
+A row's verdict, from its 95 % interval and the null:
+
+- **replicates**: the interval excludes the null on the side the paper found;
 - **opposite**: it excludes the null on the other side;
 - **inconclusive**: it includes the null;
 - **not testable here**: the run cannot show the effect: the arm the effect needs (the reference arm of a loss,
-  full access of a gain) answers fewer than {FLOOR:.0%} correctly (floor), or at or below chance (BABILong: always
-  answering the most common gold location; two-way choices: 50 %), or the estimate is undefined (an AUC with an
-  empty class, a recovery ratio whose recompute effect has an interval including 0, a detector that never decided).
+  full access of a gain) answers fewer than {FLOOR:.0%} correctly (floor), or not above chance by a test (its exact
+  Clopper-Pearson 95 % interval, or the run's bootstrap interval where the summary gives a rate without counts,
+  must lie above the chance level: BABILong, always answering the task's most common gold location; two-way
+  choices, 50 %), or no answer differs between the arms (an interval of zero width at the null, never a
+  replication), or the estimate is undefined (an AUC with an empty class, a recovery ratio whose recompute effect
+  has an interval including 0, a detector that never decided, a positive control that does not show);
+- **no effect found**: for a claim that something fails or carries no signal (a score below the paper's
+  criterion, no advantage over a surface baseline), the interval on the paper's side; a score without any signal
+  gives it too, so it is reported apart, beside the claim's positive control where one exists, and never tallied
+  as a replication.
 
 Claims without a sign ("either") replicate when the interval excludes the null. Claims of no change ("none")
-replicate when the whole interval lies within the null +- {TOLERANCE['pp']:g} pp ({TOLERANCE['AUC']:g} for AUCs),
-are opposite when it excludes the null, else inconclusive. The null is 0 for changes, 0.5 for AUCs and
-shares against chance, and 0.60 for the paper's recognition criterion. Reference arms are the paper's: a mask
-against its equal-token control, recompute, rebuild and compaction against the source mask; where the
-control itself moves the answers (its change against full access has an interval excluding 0) full access
-is the reference, as the paper does ("We also use full access, since control masks can change answers.").
-A row whose interval rests on fewer than {FEW_UNITS} resampled units says so in its n."""
+replicate when the whole interval lies strictly within the null +- {TOLERANCE['pp']:g} pp ({TOLERANCE['AUC']:g} for
+AUCs): an interval reaching the band's edge does not; opposite when it excludes the null, else inconclusive. Where
+one answer is {TOLERANCE['pp']:g} pp or more (20 answers or fewer) no interval but the degenerate one fits strictly
+inside the band, so such a row is not testable; with 21-24 answers (one answer 4.2-4.8 pp) the interval must stay
+within one answer of the null. The null is 0 for changes, 0.5 for AUCs and shares against chance, and 0.60 for the
+paper's recognition criterion. Every row states its resampled units; a row resting on fewer than {FEW_UNITS} says so
+in its n.
+
+A claim replicates when its primary row replicates on at least one model (the models are listed); otherwise it
+takes the first of no effect found, opposite, inconclusive and not testable here among its primary rows.
+Construction checks (properties of our templates, no model involved) are listed apart, outside every tally."""
 
 
 def _against_paper(row: Row) -> str:
@@ -114,67 +140,148 @@ def _against_paper(row: Row) -> str:
     return ""
 
 
+def _positive_control(row: Row, rows: Sequence[Row]) -> str:
+    """For a row of a no-effect claim: its positive control's primary row on the same model."""
+    if not row.claim.control:
+        return ""
+    found = next((r for r in rows if r.claim.key == row.claim.control and r.model == row.model and r.test.primary),
+                 None)
+    if found is None:
+        return f"positive control {row.claim.control}: no row on {row.model}"
+    return f"positive control {row.claim.control} (row {found.index}): {found.verdict}, {found.estimate_text}"
+
+
+def _claim_verdict_text(result: ClaimResult) -> str:
+    """``**replicates** on m1, m2`` (the models whose primary row gives the claim's verdict)."""
+    return f"**{result.verdict}**" + (f" on {', '.join(result.models)}" if result.models else "")
+
+
+def _primary_cells(result: ClaimResult) -> str:
+    return "; ".join(f"{r.model}: {r.verdict} (row {r.index})" for r in result.rows)
+
+
+def _study_rows(rows: Sequence[Row], all_rows: Sequence[Row], artifacts_link: str) -> list[str]:
+    """The rows table of one study (or of the construction checks)."""
+    lines = table_head(["#", "claim", "model (run)", "test", "rule; reference arm", "ours [95% CI]", "n", "verdict",
+                        "why / note"])
+    shown: set[str] = set()
+    for r in rows:
+        c, m = r.claim, r.measurement
+        first = c.key not in shown
+        shown.add(c.key)
+        claim = (f"**{c.key}**: {c.claim} (paper: {c.paper.numbers}; {c.paper.where})" if first
+                 else f"{c.key} (cont.)")
+        rule = r.test.rule + (f"; {m.reference}" if m.reference else "")
+        why = "; ".join(x for x in (r.reason if r.verdict == NOT_TESTABLE else None, m.note, _against_paper(r),
+                                    _positive_control(r, all_rows)) if x)
+        lines.append(table_row([r.index, _cell(claim), _run_link(r, artifacts_link),
+                                "primary" if r.test.primary else "secondary", _cell(rule), r.estimate_text,
+                                _cell(r.n_text), f"**{r.verdict}**", _cell(why)]))
+    return lines
+
+
+def _claims_table(results: Sequence[ClaimResult]) -> list[str]:
+    """One line per claim: what it declares and its verdict over models."""
+    lines = table_head(["claim", "kind", "reference arm", "resampled", "primary rows", "claim verdict"])
+    for res in results:
+        c = res.claim
+        kind = c.kind + (f" (positive control: {c.control})" if c.control else "")
+        lines.append(table_row([f"**{c.key}**", kind, _cell(c.reference), _cell(c.units), _cell(_primary_cells(res)),
+                                _claim_verdict_text(res)]))
+    return lines
+
+
+def _verbatim(claims: Sequence[Claim]) -> list[str]:
+    lines = ["", "The paper, verbatim:", ""]
+    for c in claims:
+        lines.append(f'- **{c.key}** ({c.paper.section}, {lines_text(c.paper.lines)}; the paper\'s direction: '
+                     f'{c.direction}): "{c.paper.quote}"')
+    return lines
+
+
 def format_markdown(rows: Sequence[Row], artifacts_link: str = "../artifacts") -> str:
     """The scorecard as markdown (``docs/scorecard.md``); links to runs are relative to ``artifacts_link``."""
+    results = claim_results(rows)
+    tallied = [res for res in results if res.claim.kind != "construction"]
+    checks = [r for r in rows if r.claim.kind == "construction"]
+    counted = _tallied(rows)
     lines = ["# Scorecard: the paper's claims against the committed runs", "",
              "<!-- generated by `kvprobe report scorecard` (studies/scorecard.py); do not edit: "
              "tests/test_scorecard.py regenerates it from the committed runs and fails on any difference -->", "",
-             f'Each row tests one claim of the paper ("{PAPER_TITLE}") on one committed run, under one grading rule '
-             "and reference arm. Every estimate is read from the run's `summary.json` (recognition: `readouts.json` "
-             "and `scores.json`); every verdict is computed by the rule below "
-             "(`kvprobe.studies.scorecard.verdict`), never written by hand. `L357-358` are lines of the paper's "
-             "LaTeX source. Our models have 135M-1.5B parameters, the paper's 3B-70B; a verdict says what these "
-             "runs show, not whether the paper is right.", "",
-             "## Verdict rule", "", RULE_TEXT, "", "## Summary", ""]
-    lines += table_head(["study", "rows", *VERDICTS])
-    studies = list(dict.fromkeys(r.claim.study for r in rows))
+             f'Each claim of the paper ("{PAPER_TITLE}") is declared in its study\'s `claims.py` with its primary '
+             "measure, grading rule, reference arm and resampled unit; each row tests it on one committed run under "
+             "one grading rule and reference arm, the primary test or a secondary one beside it. Every estimate is "
+             "read from the run's `summary.json` (recognition: `readouts.json` and `scores.json`); every verdict is "
+             "computed by the rule below (`kvprobe.studies.scorecard.verdict`), never written by hand. `L357-358` "
+             "are lines of the paper's LaTeX source. Our models have 135M-1.5B parameters, the paper's 3B-70B; a "
+             "verdict says what these runs show, not whether the paper is right.", "",
+             "## Verdict rule", "", RULE_TEXT, "", "## Summary", "",
+             f"{len(tallied)} claims ({len(counted)} rows; {len(checks)} construction-check rows apart). Claims, by "
+             "the verdict of their primary rows (a claim replicates when its primary row does on at least one "
+             "model):", ""]
+    lines += table_head(["study", "claims", *VERDICTS])
+    studies = list(dict.fromkeys(r.claim.study for r in counted))
     for study in studies:
-        counts = _counts([r for r in rows if r.claim.study == study])
+        counts = _counts([res for res in tallied if res.claim.study == study])
         lines.append(table_row([study, sum(counts.values()), *counts.values()]))
-    total = _counts(rows)
-    lines.append(table_row(["**all**", len(rows), *total.values()]))
+    total = _counts(tallied)
+    lines.append(table_row(["**all**", len(tallied), *total.values()]))
+    lines += ["", "Rows (primary and secondary tests; secondary rows never make a claim replicate):", ""]
+    lines += table_head(["study", "rows", "primary rows", *VERDICTS])
+    for study in studies:
+        mine = [r for r in counted if r.claim.study == study]
+        counts = _counts(mine)
+        lines.append(table_row([study, len(mine), sum(r.test.primary for r in mine), *counts.values()]))
+    lines.append(table_row(["**all**", len(counted), sum(r.test.primary for r in counted),
+                            *_counts(counted).values()]))
     lines += ["", *format_answer_level(answer_level(rows))]
     for study in studies:
-        mine = [r for r in rows if r.claim.study == study]
-        lines += ["", f"## {study}", ""]
-        lines += table_head(["#", "claim", "model (run)", "rule; reference arm", "ours [95% CI]", "n", "verdict",
-                             "why / note"])
-        shown: set[str] = set()
-        for r in mine:
-            c, m = r.claim, r.measurement
-            first = c.key not in shown
-            shown.add(c.key)
-            claim = (f"**{c.key}**: {c.claim} (paper: {c.paper.numbers}; {c.paper.where})" if first
-                     else f"{c.key} (cont.)")
-            rule = r.test.rule + (f"; {m.reference}" if m.reference else "")
-            why = "; ".join(x for x in (m.not_testable, m.note, _against_paper(r)) if x)
-            lines.append(table_row([r.index, _cell(claim), _run_link(r, artifacts_link), _cell(rule),
-                                    r.estimate_text, _cell(r.n_text), f"**{r.verdict}**", _cell(why)]))
-        lines += ["", "The paper, verbatim:", ""]
-        for c in dict.fromkeys(r.claim for r in mine):
-            lines.append(f'- **{c.key}** ({c.paper.section}, {lines_text(c.paper.lines)}; the paper\'s direction: '
-                         f'{c.direction}): "{c.paper.quote}"')
+        mine = [r for r in counted if r.claim.study == study]
+        lines += ["", f"## {study}", "", *_claims_table([res for res in tallied if res.claim.study == study]), ""]
+        lines += _study_rows(mine, rows, artifacts_link)
+        lines += _verbatim(list(dict.fromkeys(r.claim for r in mine)))
+    if checks:
+        lines += ["", "## Construction checks (outside the tally)", "",
+                  "Properties of our templates, true of the construction itself (no model is involved), checked by "
+                  "the same interval rule (a zero-width interval is expected here) and counted in no tally.", ""]
+        lines += _study_rows(checks, rows, artifacts_link)
+        lines += _verbatim(list(dict.fromkeys(r.claim for r in checks)))
     return "\n".join(lines) + "\n"
 
 
 def scorecard_json(rows: Sequence[Row]) -> dict[str, Any]:
-    """The scorecard as JSON (``docs/scorecard.json``): the rule's constants, the counts, the answer-level table
-    (:mod:`kvprobe.studies.answer_level`) and every row."""
+    """The scorecard as JSON (``docs/scorecard.json``): the rule's constants, the counts of claims and of rows
+    (construction checks apart), every claim's verdict, the answer-level table (:mod:`kvprobe.studies.answer_level`)
+    and every row."""
+    results = claim_results(rows)
+    counted = _tallied(rows)
     return {
         "paper": PAPER_TITLE,
-        "rule": {"floor": FLOOR, "few_units": FEW_UNITS, "tolerance": TOLERANCE, "verdicts": list(VERDICTS)},
-        "counts": _counts(rows),
+        "rule": {"floor": FLOOR, "few_units": FEW_UNITS, "tolerance": TOLERANCE, "verdicts": list(VERDICTS),
+                 "check_verdicts": list(CHECK_VERDICTS)},
+        "counts": {"claims": _counts([res for res in results if res.claim.kind != "construction"]),
+                   "rows": _counts(counted),
+                   "primary_rows": _counts([r for r in counted if r.test.primary]),
+                   "construction_checks": _counts([r for r in rows if r.claim.kind == "construction"],
+                                                  CHECK_VERDICTS)},
+        "claims": [{
+            "claim": res.claim.key, "study": res.claim.study, "kind": res.claim.kind,
+            "direction": res.claim.direction, "reference": res.claim.reference, "units": res.claim.units,
+            "control": res.claim.control, "verdict": res.verdict, "models": list(res.models),
+            "primary_rows": [r.index for r in res.rows],
+        } for res in results],
         "answer_level": {"model": BEST_MODEL, "lines": answer_level(rows)},
         "rows": [{
             "index": r.index, "claim": r.claim.key, "study": r.claim.study, "statement": r.claim.claim,
-            "direction": r.claim.direction, "paper": {"quote": r.claim.paper.quote, "lines": list(r.claim.paper.lines),
-                                                      "section": r.claim.paper.section,
-                                                      "numbers": r.claim.paper.numbers},
-            "run": r.test.run, "model": r.model, "rule": r.test.rule, "reference": r.measurement.reference,
+            "direction": r.claim.direction, "kind": r.claim.kind,
+            "paper": {"quote": r.claim.paper.quote, "lines": list(r.claim.paper.lines),
+                      "section": r.claim.paper.section, "numbers": r.claim.paper.numbers},
+            "run": r.test.run, "model": r.model, "rule": r.test.rule, "primary": r.test.primary,
+            "reference": r.measurement.reference,
             "value": r.measurement.value, "ci": list(r.measurement.ci) if r.measurement.ci else None,
             "null": r.measurement.null, "unit": r.measurement.unit, "n": r.measurement.n,
             "resampled_units": r.measurement.units, "verdict": r.verdict,
-            "not_testable": r.measurement.not_testable, "note": r.measurement.note or None,
+            "not_testable": r.reason if r.verdict == NOT_TESTABLE else None, "note": r.measurement.note or None,
         } for r in rows],
     }
 

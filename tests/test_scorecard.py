@@ -18,15 +18,17 @@ from kvprobe.cli import main
 from kvprobe.studies import answer_level as al
 from kvprobe.studies import scorecard as sc
 from kvprobe.studies.babilong.claims import BABI_8K, babilong_change
-from kvprobe.studies.common.claims import (INCONCLUSIVE, LENIENT, NOT_TESTABLE, OPPOSITE, PAPER_RULE, REPLICATES, Claim,
-                                           Measurement, Paper, Row, chance_reason, evaluate, floor_reason, judge,
-                                           verdict_text)
+from kvprobe.studies.common.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, LENIENT, NO_EFFECT, NOT_TESTABLE,
+                                           OPPOSITE, PAPER_RULE, REPLICATES, Claim, Measurement, Paper, Row,
+                                           chance_interval_reason, chance_reason, claim_results, evaluate,
+                                           floor_reason, judge, judge_reason, reason, verdict_text)
+from kvprobe.studies.common.claims import Test as ClaimTest
 from kvprobe.studies.detection.claims import detection_json
 from kvprobe.studies.fact_map.claims import fact_map_recovery
 from kvprobe.studies.matched_scores.claims import MATCHED_QWEN, MATCHED_SMOL, matched_accuracy
 from kvprobe.studies.mquake.claims import MQUAKE_NC
 from kvprobe.studies.note_controls.claims import NOTES_SMOL
-from kvprobe.studies.quantity.claims import QUANTITY, quantity_change, quantity_warning
+from kvprobe.studies.quantity.claims import QUANTITY, QUANTITY_QWEN, quantity_change, quantity_warning
 from kvprobe.studies.recognition.claims import recognition_wins
 from kvprobe.studies.scorecard import format_markdown, scorecard_json, verdict
 from paper_text import PAPER, _plain
@@ -76,22 +78,47 @@ def test_rows_carry_what_the_rule_needs(rows):
     for r in rows:
         m = r.measurement
         if r.verdict == NOT_TESTABLE:
-            assert m.not_testable, r.claim.key
+            assert r.reason, r.claim.key
         else:
             assert m.ci is not None and m.value is not None and m.ci[0] <= m.value <= m.ci[1], (r.claim.key, m)
         assert r.model != "?", r.test.run
+        assert m.units is not None, (r.claim.key, r.test.run)  # every row states its resampled units
+        if m.units < sc.FEW_UNITS:
+            assert f"fewer than {sc.FEW_UNITS}" in r.n_text, (r.claim.key, r.n_text)
+
+
+def test_every_claim_declares_its_arm_units_and_one_primary_test_per_model(rows):
+    for claim in CLAIMS:
+        assert claim.reference and claim.units, claim.key
+        mine = [r for r in rows if r.claim.key == claim.key]
+        for model in {r.model for r in mine}:
+            assert sum(r.test.primary for r in mine if r.model == model) == 1, (claim.key, model)
+
+
+def test_no_measure_chooses_its_reference_arm_from_the_results():
+    """The reference arm is the claim's (issue 46): no measurement switches to full access when the control moves."""
+    import inspect
+
+    from kvprobe.studies.matched_scores import claims as matched
+    from kvprobe.studies.quantity import claims as quantity
+
+    for fn in (quantity.quantity_change_measurement, matched.matched_accuracy_measurement):
+        assert "switch" not in inspect.signature(fn).parameters
 
 
 def test_the_issue_cases_read_as_the_data_say(rows):
     """Spot checks against numbers recounted from the reports (issue 31's list)."""
-    by = {(r.claim.key, r.test.run, r.test.rule.split(":")[0].split(";")[0]): r for r in rows}
+    by: dict[tuple[str, str, str], Row] = {}
+    for r in rows:  # the first row of a (claim, run, rule): the primary one where a secondary shares its rule
+        by.setdefault((r.claim.key, r.test.run, r.test.rule.split(":")[0].split(";")[0]), r)
 
     def row(key, run, rule):
         return by[(key, run, rule)]
 
     smol = row("matched-scores.replacement-answers", MATCHED_SMOL, LENIENT)
-    assert smol.estimate_text == "+8.0 [-4.0, +20.7] pp" and smol.verdict == INCONCLUSIVE
-    assert "control - full +36.0 [+25.3, +47.3]" in smol.measurement.note
+    # the control is the reference, fixed; its own change against full access is shown, flagged
+    assert smol.measurement.reference.startswith("control ") and not smol.test.primary
+    assert "control - full +36.0 [+25.3, +47.3] pp (not neutral)" in smol.measurement.note
     qwen = row("matched-scores.replacement-answers", MATCHED_QWEN, PAPER_RULE)
     assert qwen.estimate_text == "+6.7 [-2.7, +16.0] pp" and qwen.verdict == INCONCLUSIVE
     assert row("matched-scores.all-answers", MATCHED_QWEN, PAPER_RULE).verdict == REPLICATES
@@ -99,7 +126,24 @@ def test_the_issue_cases_read_as_the_data_say(rows):
     recompute = row("mquake.recompute-current", MQUAKE_NC, LENIENT)
     assert recompute.verdict == OPPOSITE and "94/180" in recompute.measurement.reference
     babi = row("babilong.qa3-naive", BABI_8K, "official location parser with EOS")
-    assert babi.verdict == NOT_TESTABLE and "scores 14/64" in babi.measurement.not_testable
+    assert babi.verdict == NOT_TESTABLE and "scores 14/64" in babi.measurement.not_testable and babi.test.primary
+    # 15/50 against a majority answer's 12/50 is above chance as a point, not by the exact test (issue 46)
+    short = [r for r in rows if r.claim.key == "babilong.qa3-naive" and "0 filler" in r.test.rule][0]
+    assert short.verdict == NOT_TESTABLE and "not above chance: 15/50" in short.reason
+    number_only = [r for r in rows if r.claim.key == "quantity.number-only" and r.test.run == QUANTITY_QWEN]
+    assert {r.estimate_text for r in number_only} == {"+0.0 [-5.0, +5.0] pp"}
+    assert {r.verdict for r in number_only} == {INCONCLUSIVE}  # an interval at the band's edge
+    explicit = [r for r in rows if r.claim.key == "factorial.explicit-request"]
+    assert [r.verdict for r in explicit] == [NOT_TESTABLE, REPLICATES, INCONCLUSIVE]
+    assert "controls - full +14.2 [+8.3, +20.4] pp (not neutral)" in explicit[1].measurement.note
+    assert "mask minus full access" in explicit[2].test.rule
+    by_key = {c.claim.key: c for c in claim_results(rows)}
+    assert by_key["factorial.explicit-request"].verdict == NOT_TESTABLE  # a secondary row never decides
+    assert by_key["recognition.fixed-v-criterion"].verdict == NO_EFFECT
+    assert by_key["native-pairs.surface"].verdict == NO_EFFECT
+    assert all(c.verdict != REPLICATES for c in by_key.values() if c.claim.kind != "effect")
+    judged = [r for r in rows if r.claim.key == "oaks-open.source-complete" and r.test.primary]
+    assert [r.verdict for r in judged] == [NOT_TESTABLE] and "judge not validated" in judged[0].reason
     assert row("note-controls.early", NOTES_SMOL, PAPER_RULE).verdict == NOT_TESTABLE
     yes_no = [r for r in rows if r.claim.key == "detection.yes-no" and "record test pairs" in r.test.rule
               and "YES/NO" in r.test.rule][0]
@@ -119,8 +163,11 @@ def test_the_issue_cases_read_as_the_data_say(rows):
     ("down", (-2.0, -0.5), REPLICATES), ("down", (0.5, 2.0), OPPOSITE), ("down", (-1.0, 1.0), INCONCLUSIVE),
     ("up", (0.0, 3.0), INCONCLUSIVE), ("down", (-3.0, 0.0), INCONCLUSIVE),  # a bound on the null includes it
     ("either", (0.5, 2.0), REPLICATES), ("either", (-2.0, -0.5), REPLICATES), ("either", (-1.0, 1.0), INCONCLUSIVE),
-    ("none", (-1.0, 2.0), REPLICATES), ("none", (0.0, 0.0), REPLICATES), ("none", (-6.0, 2.0), INCONCLUSIVE),
+    ("none", (-1.0, 2.0), REPLICATES), ("none", (-6.0, 2.0), INCONCLUSIVE),
     ("none", (0.5, 2.0), OPPOSITE), ("none", (-2.0, -0.1), OPPOSITE),
+    ("none", (-5.0, 5.0), INCONCLUSIVE), ("none", (-4.99, 4.99), REPLICATES),  # strictly inside the band only
+    ("none", (0.0, 0.0), NOT_TESTABLE), ("up", (0.0, 0.0), NOT_TESTABLE),  # nothing differs: nothing measured
+    ("down", (-3.0, -3.0), REPLICATES),  # zero width away from the null is an effect in every unit
 ])
 def test_verdict_of_planted_intervals(direction, ci, expected):
     assert verdict(direction, ci, tolerance=5.0 if direction == "none" else None) == expected
@@ -131,6 +178,19 @@ def test_verdict_against_a_nonzero_null():
     assert verdict("down", (0.512, 0.549), null=0.6) == REPLICATES   # below the paper's 0.60 criterion
     assert verdict("down", (0.512, 0.549), null=0.5) == OPPOSITE      # but above chance
     assert verdict("none", (0.49, 0.53), null=0.5, tolerance=0.05) == REPLICATES
+
+
+@pytest.mark.parametrize("kind, ci, expected", [
+    ("no-effect", (0.51, 0.53), NO_EFFECT), ("no-effect", (0.55, 0.65), INCONCLUSIVE),
+    ("no-effect", (0.61, 0.70), OPPOSITE),
+    ("construction", (0.5, 0.5), HOLDS), ("construction", (0.6, 0.6), DOES_NOT_HOLD),
+    ("construction", (0.55, 0.65), DOES_NOT_HOLD), ("construction", (0.61, 0.7), DOES_NOT_HOLD),
+])
+def test_no_effect_and_construction_verdicts(kind, ci, expected):
+    """A claim that something fails (below the 0.60 criterion) reads "no effect found" on the paper's side, never
+    replicates; a construction check holds or does not, a zero-width interval included."""
+    assert verdict("down", ci, null=0.6, kind=kind) == expected
+    assert verdict("up", (1.0, 1.0), null=0.5, kind="construction") == HOLDS
 
 
 def test_not_testable_overrides_any_interval():
@@ -155,7 +215,7 @@ def test_a_report_judges_a_claims_measurement_by_the_same_rule():
     claim = Claim("x.loss", "x", "a loss", Paper("q", (1, 1), "s", "1"), "down", ())
 
     def measured(value, ci, reason=None):
-        return Measurement(value, ci, "pp", "+.1f", "n", not_testable=reason)
+        return Measurement(value, ci, "pp", "+.1f", "n", not_testable=reason, units=30)
 
     assert judge(claim, measured(-12.0, (-20.0, -4.0))) == REPLICATES
     assert verdict_text(claim, measured(3.0, (-2.0, 8.0))) == f"{INCONCLUSIVE} (point estimate opposite in sign)"
@@ -170,7 +230,132 @@ def test_floor_and_chance():
     assert floor_reason(6, 60, "full access") is None  # exactly 10 % is not below it
     assert chance_reason(10, 64, 14, "full access", "the majority answer") is not None
     assert chance_reason(14, 64, 14, "full access", "the majority answer") is not None  # at chance
-    assert chance_reason(15, 64, 14, "full access", "the majority answer") is None
+    # above chance as a point is not enough: the exact 95 % interval must lie above it (issue 46: 15/50 vs 12/50)
+    assert chance_reason(15, 64, 14, "full access", "the majority answer") is not None
+    assert chance_reason(15, 50, 12, "full access", "the majority answer") == (
+        "full access not above chance: 15/50 correct, exact 95% interval [17.9, 44.6] %, the majority answer "
+        "scores 12/50 (24.0 %)")
+    assert chance_reason(26, 64, 14, "full access", "the majority answer") is None  # [28.6, 53.4] % above 21.9 %
+    assert chance_reason(66, 114, 57, "control", "a random pick") is not None  # 57.9 % of a two-way choice
+    assert chance_reason(75, 114, 57, "control", "a random pick") is None
+    # a rate without counts: the run's bootstrap interval must lie above chance
+    assert chance_interval_reason(60.8, (45.8, 76.7), 50.0, "control accuracy", "a random pick") is not None
+    assert chance_interval_reason(76.7, (65.0, 88.3), 50.0, "control accuracy", "a random pick") is None
+
+
+# --------------------------------------------------------------------------- the engine's checks (issue 46)
+
+
+def _claim(direction="down", tests=(), **kw):
+    return Claim("x.claim", "x", "a claim", Paper("q", (1, 1), "s", "1"), direction, tests,
+                 **{"reference": "control", "units": "groups", **kw})
+
+
+def _planted(tmp_path, *measurements, primary=(True, False), model="m"):
+    """A claim whose tests read one planted run (config naming ``model``) and return ``measurements``."""
+    run = _write(tmp_path / "x" / "run", {}, config__json={"model": {"name": model}})
+    tests = tuple(ClaimTest("x/run", f"rule {i}", (lambda m: lambda _: m)(m), primary[i])
+                  for i, m in enumerate(measurements))
+    return run.parent.parent, tests
+
+
+def _pp(ci, units=30, step=None, reason=None):
+    return Measurement(None if ci is None else (ci[0] + ci[1]) / 2, ci, "pp", "+.1f", "n", "control", units=units,
+                       step=step, not_testable=reason)
+
+
+def test_a_measurement_without_units_is_an_error(tmp_path):
+    artifacts, tests = _planted(tmp_path, _pp((-9.0, -1.0), units=None), primary=(True,))
+    with pytest.raises(ValueError, match="states no resampled units"):
+        evaluate(artifacts, [_claim(tests=tests)])
+
+
+def test_every_model_has_exactly_one_primary_test(tmp_path):
+    artifacts, tests = _planted(tmp_path, _pp((-9.0, -1.0)), _pp((-9.0, -1.0)), primary=(True, True))
+    with pytest.raises(ValueError, match="2 primary tests"):
+        evaluate(artifacts, [_claim(tests=tests)])
+    with pytest.raises(ValueError, match="declares its reference arm"):
+        Claim("x.claim", "x", "a claim", Paper("q", (1, 1), "s", "1"), "down", tests)
+
+
+def test_a_secondary_row_never_makes_a_claim_replicate(tmp_path):
+    artifacts, tests = _planted(tmp_path, _pp((-9.0, 2.0)), _pp((-9.0, -1.0)))  # primary inconclusive
+    rows = evaluate(artifacts, [_claim(tests=tests)])
+    assert [r.verdict for r in rows] == [INCONCLUSIVE, REPLICATES]
+    (result,) = claim_results(rows)
+    assert (result.verdict, result.models, [r.index for r in result.rows]) == (INCONCLUSIVE, ("m",), [1])
+
+
+def test_a_claim_replicates_when_its_primary_row_does_on_one_model(tmp_path):
+    first, tests_a = _planted(tmp_path / "a", _pp((-9.0, 2.0)), primary=(True,), model="small")
+    second, tests_b = _planted(tmp_path / "b", _pp((-9.0, -1.0)), primary=(True,), model="large")
+    rows = evaluate(first, [_claim(tests=tests_a)]) + evaluate(second, [_claim(tests=tests_b)])
+    (result,) = claim_results(rows)
+    assert (result.verdict, result.models) == (REPLICATES, ("large",))
+
+
+def test_a_degenerate_interval_is_not_testable(tmp_path):
+    """Identical answers in every arm give [0, 0]: nothing was measured, never a replication of no change."""
+    none = _claim("none")
+    assert reason(none, _pp((0.0, 0.0), step=1.0)) == "no answer differs between the arms (the interval is [+0.0, +0.0])"
+    assert judge(none, _pp((0.0, 0.0), step=1.0)) == NOT_TESTABLE
+    assert judge(_claim("either"), _pp((0.0, 0.0))) == NOT_TESTABLE
+
+
+def test_the_band_edge_and_one_answer_as_wide_as_the_band(tmp_path):
+    none = _claim("none")
+    assert judge(none, _pp((-5.0, 5.0), step=100 / 60)) == INCONCLUSIVE  # at the edge: not strictly inside
+    assert judge(none, _pp((-3.3, 3.3), step=100 / 60)) == REPLICATES
+    twenty = _pp((-5.0, 0.0), step=100 / 20)  # one answer is 5 pp: nothing but [0, 0] fits strictly inside
+    assert judge(none, twenty) == NOT_TESTABLE and "one answer is 5.0 pp" in reason(none, twenty)
+    assert judge(none, _pp((-4.2, 4.2), step=100 / 24)) == REPLICATES  # 24 answers: within one answer of 0
+    assert judge(none, _pp((-8.3, 4.2), step=100 / 24)) == INCONCLUSIVE
+    artifacts, tests = _planted(tmp_path, _pp((-1.0, 1.0)), primary=(True,))
+    with pytest.raises(ValueError, match="size of one answer"):
+        evaluate(artifacts, [_claim("none", tests=tests)])
+
+
+def test_a_no_effect_claim_is_reported_apart_with_its_positive_control(tmp_path, monkeypatch):
+    monkeypatch.setattr(al, "LINES", ())
+    artifacts, tests = _planted(tmp_path, Measurement(0.52, (0.51, 0.53), "AUC", ".3f", "n", "criterion 0.60",
+                                                      null=0.6, units=50), primary=(True,))
+    control_tests = tuple(ClaimTest(t.run, "control", lambda _: Measurement(0.7, (0.65, 0.75), "AUC", ".3f", "n",
+                                                                       "criterion 0.60", null=0.6, units=50))
+                          for t in tests)
+    fails = _claim("down", tests, kind="no-effect", control="x.control", reference="criterion 0.60")
+    control = Claim("x.control", "x", "works", Paper("q", (1, 1), "s", "1"), "up", control_tests,
+                    reference="criterion 0.60", units="groups")
+    rows = evaluate(artifacts, [fails, control])
+    assert [r.verdict for r in rows] == [NO_EFFECT, REPLICATES]
+    assert [c.verdict for c in claim_results(rows)] == [NO_EFFECT, REPLICATES]
+    text = sc.format_markdown(rows)
+    assert "positive control x.control (row 2): replicates, 0.700 [0.650, 0.750] AUC" in text
+    assert "| **all** | 2 | 1 | 1 | 0 | 0 | 0 |" in text  # claims: one replicates, one no effect found
+    with pytest.raises(ValueError, match="positive control"):
+        _claim("up", tests, control="x.control")
+
+
+def test_a_construction_check_is_listed_outside_the_tally(tmp_path, monkeypatch):
+    monkeypatch.setattr(al, "LINES", ())
+    artifacts, tests = _planted(tmp_path, Measurement(0.5, (0.5, 0.5), "AUC", ".3f", "n", "chance 0.5", null=0.5,
+                                                      units=100), primary=(True,))
+    check = _claim("none", tests, kind="construction", reference="chance 0.5")
+    rows = evaluate(artifacts, [check])
+    assert [r.verdict for r in rows] == [HOLDS]
+    text = sc.format_markdown(rows)
+    assert "0 claims (0 rows; 1 construction-check rows apart)" in text
+    assert "## Construction checks (outside the tally)" in text
+    data = sc.scorecard_json(rows)
+    assert sum(data["counts"]["claims"].values()) == 0 and data["counts"]["construction_checks"][HOLDS] == 1
+
+
+def test_a_judge_that_fails_its_audit_makes_its_rows_not_testable():
+    graders = json.loads((ARTIFACTS / "session-bias" / "smollm2-val" / "summary.json").read_text())["graders"]
+    found = judge_reason(ARTIFACTS / "session-bias" / "smollm2-val", "session-bias", graders)
+    assert found.startswith("judge not validated: qwen2.5-coder-1.5b-instruct/bfloat16 agrees with 28/38")
+    assert judge_reason(ARTIFACTS / "session-bias" / "smollm2-150", "session-bias", ["rule-v1"]) is None
+    assert "has no audit" in judge_reason(ARTIFACTS / "session-bias" / "smollm2-val", "session-bias",
+                                          ["x:some-model/bfloat16/000000000000"])
 
 
 # --------------------------------------------------------------------------- measurements on planted runs
@@ -194,19 +379,25 @@ def _matched(control_vs_full_ci, correct=None):
     return {"subsets": {"all": {"n": 150, "groups": 50, "rules": {"lenient": rule}}}}
 
 
-def test_matched_accuracy_uses_full_access_when_the_control_moves_answers(tmp_path):
+def test_matched_accuracy_keeps_the_claims_reference_and_shows_a_moving_control(tmp_path):
     measure = matched_accuracy("all", "lenient")
     inert = measure(_write(tmp_path / "a", _matched([-1.0, 4.0])))
-    assert inert.value == -10.0 and inert.reference.startswith("control 60/150") and not inert.note
-    moved = measure(_write(tmp_path / "b", _matched([5.0, 20.0])))
-    assert moved.value == 3.3 and moved.reference.startswith("full 40/150") and "not neutral" in moved.note
+    assert inert.value == -10.0 and inert.reference.startswith("control 60/150")
+    assert inert.note == "control - full +13.3 [-1.0, +4.0] pp"
+    moved = measure(_write(tmp_path / "b", _matched([5.0, 20.0])))  # the control moves answers: still the reference
+    assert moved.value == -10.0 and moved.reference.startswith("control 60/150")
+    assert moved.note == "control - full +13.3 [+5.0, +20.0] pp (not neutral)"
+    full = matched_accuracy("all", "lenient", reference="full")(_write(tmp_path / "b2", _matched([5.0, 20.0])))
+    assert full.value == 3.3 and full.reference.startswith("full 40/150") and not full.note
     floor = measure(_write(tmp_path / "c", _matched([-1.0, 4.0], {"full": 1, "control": 2, "mask": 0})))
     assert floor.not_testable == "control at floor: 2/150 correct, below 10%"
     chance = matched_accuracy("all", "lenient", chance=0.5)(_write(tmp_path / "d", _matched([-1.0, 4.0])))
-    assert chance.not_testable.startswith("control at or below chance: 60/150")
+    assert chance.not_testable.startswith("control not above chance: 60/150")
+    with pytest.raises(ValueError, match="reference"):
+        matched_accuracy("all", "lenient", reference="best")(_write(tmp_path / "e", _matched([-1.0, 4.0])))
 
 
-def test_quantity_change_reads_the_control_or_full_access(tmp_path):
+def test_quantity_change_reads_the_claims_reference_arm(tmp_path):
     def cell(condition, lenient, vs_control=None, vs_full=(0.0, [0.0, 0.0])):
         c = {"relation": "replacement", "information": "unit_from_a", "query": "current", "condition": condition,
              "n": 60, "lenient_complete": lenient,
@@ -218,9 +409,13 @@ def test_quantity_change_reads_the_control_or_full_access(tmp_path):
              cell("source-control", 20)]
     m = quantity_change("unit_from_a", "source", "lenient_complete")(_write(tmp_path / "q", {"cells": cells}))
     assert (m.value, m.ci) == (-25.0, (-40.0, -10.0)) and m.reference == "source-control 20/60"
-    cells[2] = cell("source-control", 30, vs_full=(0.15, [0.05, 0.25]))
+    assert m.step == pytest.approx(100 / 60) and m.units == 60
+    cells[2] = cell("source-control", 30, vs_full=(0.15, [0.05, 0.25]))  # a control that is not neutral
     m = quantity_change("unit_from_a", "source", "lenient_complete")(_write(tmp_path / "q", {"cells": cells}))
-    assert m.value == pytest.approx(-20.0) and m.reference == "full 20/60" and "source-control is not neutral" in m.note
+    assert m.value == pytest.approx(-25.0) and m.reference == "source-control 30/60"
+    assert m.note == "source-control against full access: +15.0 [+5.0, +25.0] pp (not neutral)"
+    m = quantity_change("unit_from_a", "source", "lenient_complete", "full")(_write(tmp_path / "q", {"cells": cells}))
+    assert m.value == pytest.approx(-20.0) and m.reference == "full 20/60" and not m.note
 
 
 def test_babilong_chance_is_the_majority_answer(tmp_path):
@@ -235,8 +430,9 @@ def test_babilong_chance_is_the_majority_answer(tmp_path):
             f.write(json.dumps(row) + "\n")
     m = babilong_change("qa3", 0, "naive", gain=False)(run)
     assert (m.value, m.ci) == (-20.0, (-40.0, -10.0))
-    assert m.not_testable == ("full access at or below chance: 3/10 correct, always answering the most common "
-                              "location (garden) scores 4/10")
+    assert m.not_testable == ("full access not above chance: 3/10 correct, exact 95% interval [6.7, 65.2] %, always "
+                              "answering the most common location (garden) scores 4/10 (40.0 %)")
+    assert m.units == 10 and m.step == 10.0
 
 
 def test_undefined_estimates_are_not_testable(tmp_path):
@@ -248,7 +444,8 @@ def test_undefined_estimates_are_not_testable(tmp_path):
     m = fact_map_recovery("rebuild:..B")(_write(tmp_path / "f", fact))
     assert m.value == 25.9 and m.not_testable is None and m.units == 10
     detectors = {"text_detectors": [{"dataset": "records", "split": "test", "detector": "direct", "n": 4,
-                                     "decisions": {"unresolved": 4}, "capped": 2}]}
+                                     "decisions": {"unresolved": 4}, "capped": 2}],
+                 "yes_no": [{"dataset": "records", "split": "test", "groups": 2}]}
     m = detection_json("direct")(_write(tmp_path / "d", detectors))
     assert m.not_testable == "no decision: 4 of 4 outputs unresolved (2 at the token cap)"
     warning = {"warning_signal": {"complete": {"unit_from_a": {"lost": 3, "kept": 0, "auc": None}}}}
@@ -348,8 +545,7 @@ def test_answer_level_reads_each_claims_primary_row_on_the_best_model(rows):
                 missing = True
                 assert cell["row"] is None and cell["other_models"], key
                 continue
-            paper = [r for r in mine if r.test.rule.startswith(PAPER_RULE)]
-            expected = (paper or mine)[0]
+            expected = next(r for r in mine if r.test.primary)
             assert (cell["row"], cell["verdict"]) == (expected.index, expected.verdict), key
         assert bool(out["pending"]) == missing, line.claims
 

@@ -1,6 +1,6 @@
 """BABILong's figure (``figure.png``), drawn from its ``summary.json`` alone: each policy's change in correct
 answers against full access, one panel per (task, length), with full access's count and n and the chance line
-of a uniform guess among bAbI's six locations.
+of always answering the most common gold location (the study's chance level, as in its report and the scorecard).
 
 Example: ``draw(json.loads(Path("artifacts/babilong/smollm2-135m-instruct/summary.json").read_text()),
 "figure.png", "smollm2-135m-instruct")``.
@@ -13,13 +13,12 @@ from typing import Any
 
 from kvprobe.studies.common.figures import Panel, plot_changes
 from kvprobe.studies.common.formatting import count
-from kvprobe.studies.datasets.babi import BABI_LOCATIONS
 
 
 def draw(summary: dict[str, Any], path: Path | str, model: str = "") -> Path | None:
     """Each policy's change in correct answers against full access, one panel per (task, length); full
-    access's count and n in each panel's note, and the change a uniform guess among the six locations
-    would make (n/6 - full) as the chance line. None (nothing drawn) when no policy has a change."""
+    access's count and n in each panel's note, and the change always answering the most common gold location
+    would make (majority - full) as the chance line. None (nothing drawn) when no policy has a change."""
     full = {(c["task"], c["length"]): c for c in summary["cells"] if c["policy"] == "full"}
     panels: dict[str, Panel] = {}
     for c in summary["cells"]:
@@ -29,8 +28,8 @@ def draw(summary: dict[str, Any], path: Path | str, model: str = "") -> Path | N
         name = f"{c['task']}, {c['length']} tokens"
         if name not in panels:
             panels[name] = Panel([], note=f"full access {count(f['official'], f['n'])}; n = {f['n']} inputs",
-                                 chance=f["n"] / BABI_LOCATIONS - f["official"],
-                                 chance_label=f"a uniform guess among {BABI_LOCATIONS} locations (n/6 correct)")
+                                 chance=f["majority"] - f["official"],
+                                 chance_label=f"always the most common gold location ({f['majority']} correct)")
         panels[name].rows.append((c["policy"], ch["change"], ch["ci"], count(c["official"], c["n"])))
     if not panels:
         return None

@@ -174,7 +174,8 @@ def claim_lines(summary: dict[str, Any]) -> list[str]:
     return ["## The paper's effects at this size", "",
             f"Verdicts against full access, the paper's reference arm: {VERDICT_RULE}; "
             f"{NO_CHANGE_RULE.format(tolerance=f'{TOLERANCE:.0%} of the questions')}. Chance: always "
-            "answering the most common gold location (one of the story's locations); full access must beat it. "
+            "answering the most common gold location (one of the story's locations); full access must beat it by an exact "
+            "test (its Clopper-Pearson 95% interval above the majority answer's share). "
             "Paper anchors: 32k tokens, counts of 100.", "",
             *table_head(["task", "length", "policy vs full", "paper (full -> policy)", "ours [95% CI]",
                          "reference: full, chance", "verdict"]),

@@ -13,8 +13,9 @@ Three things every report says the same way, from one place:
   module declares its ``ITEMS`` (or ``items(config)`` where the run's data decide) and passes it to
   :func:`heading`;
 - **a verdict no stronger than the interval** (:func:`verdict`): replicates, opposite, inconclusive or not
-  testable here, against the paper's own reference arm (:func:`testable`: the reference arm must answer at
-  least :data:`FLOOR` correctly and above chance), the rule of ``docs/scorecard.md``;
+  testable here (or, for a claim that something fails, no effect found), against the paper's own reference arm
+  (:func:`testable`: the reference arm must answer at least :data:`FLOOR` correctly and, by an exact test, above
+  chance), the rule of ``docs/scorecard.md``;
 - **small samples** (:func:`small_sample_note`): an interval over fewer than
   ``readouts.stats.MIN_RESAMPLED_UNITS`` resampled units is flagged.
 """
@@ -25,10 +26,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvprobe.readouts.stats import MIN_HISTORIES, MIN_RESAMPLED_UNITS, small_sample
+from kvprobe.readouts.stats import MIN_HISTORIES, MIN_RESAMPLED_UNITS, clopper_pearson, small_sample
 
-__all__ = ["COVERAGE_COLUMNS", "FLOOR", "INCONCLUSIVE", "ITEM_KINDS", "Items", "NOT_TESTABLE", "NO_CHANGE_RULE",
-           "OPPOSITE", "REPLICATES", "VERDICT_RULE", "corrections_reversals", "coverage_rows", "data_items",
+__all__ = ["COVERAGE_COLUMNS", "DOES_NOT_HOLD", "FLOOR", "HOLDS", "INCONCLUSIVE", "ITEM_KINDS", "Items", "KINDS",
+           "NOT_TESTABLE", "NO_CHANGE_RULE", "NO_EFFECT", "OPPOSITE", "REPLICATES", "VERDICT_RULE", "above_chance",
+           "corrections_reversals", "coverage_rows", "data_items",
            "estimate", "exact_rules", "format_change", "format_exact_rules", "heading", "interval", "model_name",
            "nested_note", "ordered", "percent_count", "rate_interval", "run_time", "small_sample_note", "table_head",
            "table_row", "testable", "verdict", "verdict_cell"]
@@ -133,12 +135,21 @@ def data_items(data: str | None, generated: str, released: str) -> Items:
 # --------------------------------------------------------------------------- verdicts
 
 REPLICATES, OPPOSITE, INCONCLUSIVE, NOT_TESTABLE = "replicates", "opposite", "inconclusive", "not testable here"
+#: The verdict of a claim that something fails or carries no signal when the interval lies on the paper's side: a
+#: score without any signal would give it too, so it is reported apart and never tallied as a replication.
+NO_EFFECT = "no effect found"
+#: The verdicts of a construction check (a property of our templates, no model involved), listed apart.
+HOLDS, DOES_NOT_HOLD = "holds", "does not hold"
+#: What a claim asserts (:func:`claim_verdict`): an effect of a model (the default), that something fails or
+#: carries no signal (``no-effect``), or a property of the construction itself (``construction``).
+KINDS = ("effect", "no-effect", "construction")
 #: The rule :func:`verdict` applies, in one sentence a report can quote.
 VERDICT_RULE = ("replicates: the paper's direction and the 95% interval excludes 0; opposite: the interval excludes 0 "
                 "the other way; inconclusive: the interval includes 0; not testable here: the paper's reference arm "
-                "answers fewer than 10% correctly or no better than chance, so the change cannot show")
+                "answers fewer than 10% correctly or its exact 95% interval does not lie above chance, or no answer "
+                "differs between the arms, so the change cannot show")
 #: The same rule for a claim that nothing changes (``verdict`` with ``paper_sign`` 0).
-NO_CHANGE_RULE = ("where the paper found no change: replicates when the interval lies within +-{tolerance}, "
+NO_CHANGE_RULE = ("where the paper found no change: replicates when the interval lies strictly within +-{tolerance}, "
                   "opposite when it excludes 0, else inconclusive")
 
 
@@ -147,11 +158,19 @@ NO_CHANGE_RULE = ("where the paper found no change: replicates when the interval
 FLOOR = 0.10
 
 
+def above_chance(correct: int, n: int, chance: float) -> bool:
+    """Whether ``correct`` of ``n`` lies above ``chance`` correct answers by an exact test: the lower bound of the
+    Clopper-Pearson 95 % interval of ``correct / n`` lies above ``chance / n`` (the majority answer's or a random
+    pick's share). A point above chance is not enough: 15/50 against a majority answer's 12/50 is not."""
+    ci = clopper_pearson(correct, n)
+    return ci is not None and ci[0] > chance / n
+
+
 def testable(correct: int, n: int, chance: float | None = None) -> bool:
     """Whether the paper's reference arm can show a change: ``correct`` of ``n`` is at least :data:`FLOOR` of
     the answers and, where a study defines a chance level (``chance``: what the majority answer or a random
-    pick scores, in answers), above it."""
-    return n > 0 and correct / n >= FLOOR and (chance is None or correct > chance)
+    pick scores, in answers), above it by an exact test (:func:`above_chance`)."""
+    return n > 0 and correct / n >= FLOOR and (chance is None or above_chance(correct, n, chance))
 
 
 #: The directions a claim can state: the paper's effect is positive, negative, nonzero of either sign, or absent.
@@ -159,20 +178,29 @@ DIRECTIONS = ("up", "down", "either", "none")
 
 
 def claim_verdict(direction: str, ci: Sequence[float] | None, null: float = 0.0, tolerance: float | None = None,
-                  not_testable: str | None = None) -> str:
+                  not_testable: str | None = None, kind: str = "effect") -> str:
     """The one verdict rule of every report and of the scorecard (``kvprobe.studies.scorecard``).
 
-    ``not_testable`` (a reason) gives :data:`NOT_TESTABLE`. Otherwise, for a direction the paper found
-    (``up``/``down``): replicates when the 95% interval ``ci`` excludes ``null`` on the paper's side,
-    opposite when on the other side, inconclusive when it includes it; ``either``: replicates when it
-    excludes the null, else inconclusive; ``none`` (no change): replicates when the whole interval lies
-    within ``null +- tolerance``, opposite when it excludes the null, else inconclusive.
+    ``not_testable`` (a reason) gives :data:`NOT_TESTABLE`; so does an interval of zero width at the null (no
+    answer differs between the arms: nothing was measured), except for a construction check. Otherwise, for a
+    direction the paper found (``up``/``down``): replicates when the 95% interval ``ci`` excludes ``null`` on the
+    paper's side, opposite when on the other side, inconclusive when it includes it; ``either``: replicates when
+    it excludes the null, else inconclusive; ``none`` (no change): replicates when the whole interval lies
+    strictly within ``null +- tolerance`` (an interval reaching the band's edge does not), opposite when it
+    excludes the null, else inconclusive.
+
+    ``kind`` (:data:`KINDS`): for a claim that something fails or carries no signal (``no-effect``) the paper's
+    side gives :data:`NO_EFFECT` instead of replicates; for a construction check (``construction``) it gives
+    :data:`HOLDS`, and any other outcome :data:`DOES_NOT_HOLD`.
 
     Example: ``claim_verdict("down", (-28.7, -15.0))`` is ``"replicates"``; ``claim_verdict("down",
-    (-2.7, 16.0))`` is ``"inconclusive"``.
+    (-2.7, 16.0))`` is ``"inconclusive"``; ``claim_verdict("none", (-5.0, 5.0), tolerance=5.0)`` is
+    ``"inconclusive"``; ``claim_verdict("none", (0.0, 0.0), tolerance=5.0)`` is ``"not testable here"``.
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction {direction!r} is not one of {DIRECTIONS}")
+    if kind not in KINDS:
+        raise ValueError(f"kind {kind!r} is not one of {KINDS}")
     if not_testable:
         return NOT_TESTABLE
     if ci is None:
@@ -180,18 +208,24 @@ def claim_verdict(direction: str, ci: Sequence[float] | None, null: float = 0.0,
     lo, hi = float(ci[0]), float(ci[1])
     if lo > hi:
         raise ValueError(f"interval [{lo}, {hi}] is reversed")
+    if direction == "none" and tolerance is None:
+        raise ValueError("a no-change claim needs a tolerance")
+    if lo == hi == null and kind != "construction":
+        return NOT_TESTABLE
     side = 1 if lo > null else -1 if hi < null else 0
     if direction == "none":
-        if tolerance is None:
-            raise ValueError("a no-change claim needs a tolerance")
-        if side:
-            return OPPOSITE
-        return REPLICATES if null - tolerance <= lo and hi <= null + tolerance else INCONCLUSIVE
-    if not side:
-        return INCONCLUSIVE
-    if direction == "either":
-        return REPLICATES
-    return REPLICATES if side == (1 if direction == "up" else -1) else OPPOSITE
+        found = OPPOSITE if side else REPLICATES if null - tolerance < lo and hi < null + tolerance else INCONCLUSIVE
+    elif not side:
+        found = INCONCLUSIVE
+    elif direction == "either":
+        found = REPLICATES
+    else:
+        found = REPLICATES if side == (1 if direction == "up" else -1) else OPPOSITE
+    if kind == "construction":
+        return HOLDS if found == REPLICATES else DOES_NOT_HOLD
+    if kind == "no-effect" and found == REPLICATES:
+        return NO_EFFECT
+    return found
 
 
 def verdict(ci: Sequence[float] | None, paper_sign: int, is_testable: bool = True,

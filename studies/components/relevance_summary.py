@@ -31,8 +31,8 @@ from kvprobe.readouts.evaluate import AUC_CRITERION
 from kvprobe.readouts.stats import DRAWS, auc as plain_auc, bootstrap_auc, bootstrap_mean, \
     group_bootstrap_weights, macro_auc, percentile_interval
 from kvprobe.studies.common.claims import Claim, judge
-from kvprobe.studies.common.report import INCONCLUSIVE, OPPOSITE, REPLICATES, Items, estimate, heading, run_time, \
-    table_head
+from kvprobe.studies.common.report import INCONCLUSIVE, NO_EFFECT, OPPOSITE, REPLICATES, Items, estimate, heading, \
+    run_time, table_head
 from kvprobe.studies.common.runner import read_rows
 from .claims import REPORT_CLAIMS, criterion_measurement
 
@@ -53,7 +53,8 @@ RELEVANCE_CRITERION = 0.60
 PAIR_SCORES = ("v_distance", "token_jaccard", "char_distance")
 SURFACES = ("token_jaccard", "char_distance")
 #: Verdict words: the claim's verdict -> what it says about the signal.
-REPLACEMENT_WORDS = {REPLICATES: "poor recognition", OPPOSITE: "recognizes", INCONCLUSIVE: "inconclusive"}
+#: (Poor recognition is a no-effect claim: its paper side reads "no effect found", never a replication.)
+REPLACEMENT_WORDS = {NO_EFFECT: "poor recognition", OPPOSITE: "recognizes", INCONCLUSIVE: "inconclusive"}
 RELEVANCE_WORDS = {REPLICATES: "met", OPPOSITE: "not met", INCONCLUSIVE: "inconclusive"}
 #: The paper's within-family counts (L2296-2304) and the Qwen3-8B V-distance comparator (L2305-2310).
 PAPER_COUNTS = {"combinations": 39, "poor recognition": 26, "recognizes": 8, "inconclusive": 5}

@@ -37,7 +37,7 @@ def derived_accuracy(note: str, query: str, condition: str, rule: str) -> Callab
         reason = floor_reason(full[column], full["n"], "full access")
         return pp_measurement(ch["pp"]["mean"], ch["pp"]["ci"], f"{cell['n']} groups",
                               f"full {full[column]}/{full['n']}; {condition} {cell[column]}/{cell['n']}", reason,
-                              units=s["groups"])
+                              units=s["groups"], answers=cell["n"])
     return measure
 
 
@@ -51,7 +51,8 @@ CLAIMS: tuple[Claim, ...] = (
           (Test("derived-note/smollm2-135m-instruct", "mask-C margin gain vs full, derived minus neutral note",
                 derived_contrast("maskC_margin_beyond_neutral")),
            Test("derived-note/qwen2.5-coder-0.5b-instruct", "mask-C margin gain vs full, derived minus neutral note",
-                derived_contrast("maskC_margin_beyond_neutral")))),
+                derived_contrast("maskC_margin_beyond_neutral"))),
+          reference="neutral note", units="groups"),
     Claim("derived-note.accuracy", "derived-note", "Hiding the derived note C raises current accuracy",
           Paper("For Llama, masking C gives a 26-point current-accuracy gain [14,38] over full access and a margin "
                 "gain beyond the neutral control of 1.62 [1.32,1.92].", (5847, 5849),
@@ -60,9 +61,10 @@ CLAIMS: tuple[Claim, ...] = (
           (Test("derived-note/smollm2-135m-instruct", f"{PAPER_RULE}: exact JSON field; mask C vs full; derived "
                 "note, current question", derived_accuracy("derived", "current", "mask-C", "strict")),
            Test("derived-note/smollm2-135m-instruct", f"{LENIENT}; mask C vs full; derived note, current question",
-                derived_accuracy("derived", "current", "mask-C", "lenient")),
+                derived_accuracy("derived", "current", "mask-C", "lenient"), primary=False),
            Test("derived-note/qwen2.5-coder-0.5b-instruct", f"{PAPER_RULE}: exact JSON field; mask C vs full; "
-                "derived note, current question", derived_accuracy("derived", "current", "mask-C", "strict")))),
+                "derived note, current question", derived_accuracy("derived", "current", "mask-C", "strict"))),
+          reference="full access", units="groups"),
     Claim("derived-note.refresh-historical", "derived-note", "With a neutral note, refreshing later states with A "
           "hidden loses historical answers",
           Paper("With a neutral note, Gemma 4 31B's historical answers fall from 50/50 to 8/50 when later states "
@@ -72,8 +74,9 @@ CLAIMS: tuple[Claim, ...] = (
           (Test("derived-note/smollm2-135m-instruct", f"{PAPER_RULE}: exact JSON field; refresh vs full; neutral "
                 "note, historical question", derived_accuracy("neutral", "historical", "refresh", "strict")),
            Test("derived-note/smollm2-135m-instruct", f"{LENIENT}; refresh vs full; neutral note, historical "
-                "question", derived_accuracy("neutral", "historical", "refresh", "lenient")),
+                "question", derived_accuracy("neutral", "historical", "refresh", "lenient"), primary=False),
            Test("derived-note/qwen2.5-coder-0.5b-instruct", f"{PAPER_RULE}: exact JSON field; refresh vs full; "
                 "neutral note, historical question", derived_accuracy("neutral", "historical", "refresh",
-                                                                      "strict")))),
+                                                                      "strict"))),
+          reference="full access", units="groups"),
 )

@@ -40,7 +40,7 @@ def fact_map_recovery(condition: str, variant: str | None = None) -> Callable[[P
         t, c = scope["target_effect"], scope["conditions"][condition]
         n = f"{scope['n_cases']} histories, {scope['n_groups']} groups"
         if not excludes_zero(t["change_ci"]):
-            return Measurement(None, None, "recovery", "+.2f", n, "recompute",
+            return Measurement(None, None, "recovery", "+.2f", n, "recompute", units=scope["n_groups"],
                                not_testable="recovery undefined: the recompute effect "
                                f"{estimate(t['change'], t['change_ci'], '+.3f')} nats has an interval including 0")
         return Measurement(c["recovered"], tuple(c["recovered_ci"]), "recovery", "+.2f", n, "recompute",
@@ -57,11 +57,12 @@ CLAIMS: tuple[Claim, ...] = (
           (Test("fact-map/smollm2-135m-instruct-quantity", "candidate margin; recompute vs source mask; quantity",
                 fact_map_target()),
            Test("fact-map/smollm2-135m-instruct-records", "candidate margin; recompute vs source mask; records",
-                fact_map_target()),
+                fact_map_target(), primary=False),
            Test("fact-map/qwen2.5-coder-0.5b-instruct-quantity", "candidate margin; recompute vs source mask; "
                 "quantity", fact_map_target()),
            Test("fact-map/qwen2.5-coder-0.5b-instruct-quantity", "candidate margin; recompute vs source mask; "
-                "quantity, B refers to A's unit", fact_map_target("unit_from_a")))),
+                "quantity, B refers to A's unit", fact_map_target("unit_from_a"), primary=False)),
+          reference="source mask", units="groups"),
     Claim("fact-map.fixed-positions", "fact-map", "Rebuilding the later states at fixed positions reproduces the "
           "recompute effect",
           Paper("Thus historical loss persists at fixed positions.", (543, 543),
@@ -71,9 +72,10 @@ CLAIMS: tuple[Claim, ...] = (
           (Test("fact-map/smollm2-135m-instruct-quantity", "share of the recompute effect recovered by rebuilding "
                 "every later row (rebuild:..end); quantity", fact_map_recovery("rebuild:..end")),
            Test("fact-map/smollm2-135m-instruct-records", "share recovered by rebuild:..end; records",
-                fact_map_recovery("rebuild:..end")),
+                fact_map_recovery("rebuild:..end"), primary=False),
            Test("fact-map/qwen2.5-coder-0.5b-instruct-quantity", "share recovered by rebuild:..B (all later rows); "
                 "quantity", fact_map_recovery("rebuild:..B")),
            Test("fact-map/qwen2.5-coder-0.5b-instruct-quantity", "share recovered by rebuild:..B; quantity, B refers "
-                "to A's unit", fact_map_recovery("rebuild:..B", "unit_from_a")))),
+                "to A's unit", fact_map_recovery("rebuild:..B", "unit_from_a"), primary=False)),
+          reference="recompute", units="groups"),
 )

@@ -28,7 +28,7 @@ def factconsolidation_source(run: Path) -> Measurement:
     return pp_measurement(value, ci, f"{n} questions, {histories} histories",
                           f"full {full['complete_eos']}/{n}; source {cell['complete_eos']}/{n}",
                           join_reasons(floor_reason(full["complete_eos"], n, "full access"), no_interval),
-                          units=histories)
+                          units=histories, answers=n)
 
 
 def factconsolidation_fallback(run: Path) -> Measurement:
@@ -42,7 +42,7 @@ def factconsolidation_fallback(run: Path) -> Measurement:
                           f"recompute {f['recompute']}/{f['n']}; fallback {f['fallback']}/{f['n']} "
                           f"({f['fallbacks']} fallbacks)",
                           join_reasons(floor_reason(f["recompute"], f["n"], "recompute"), no_interval),
-                          units=f["histories"])
+                          units=f["histories"], answers=f["n"])
 
 
 def token_ratio_measurement(ratio: dict[str, Any] | None, full_complete: int, n: int,
@@ -69,7 +69,8 @@ CLAIMS: tuple[Claim, ...] = (
                 "Qwen net -9.7 pp; Gemma +20.1 pp", (1672, 1675)),
           "either",
           (Test("factconsolidation/smollm2-135m-instruct", f"{PAPER_RULE}: complete answer with EOS (rule grader); "
-                "source mask vs full", factconsolidation_source),)),
+                "source mask vs full", factconsolidation_source),),
+          reference="full access", units="histories"),
     Claim("factconsolidation.fallback", "factconsolidation", "Re-answering from the recomputed cache after a "
           "capped source-masked answer does not beat recompute alone",
           Paper("a fallback that re-answers from the recomputed cache after a capped source-masked answer does not "
@@ -78,7 +79,8 @@ CLAIMS: tuple[Claim, ...] = (
                 (4319, 4322)),
           "none",
           (Test("factconsolidation/smollm2-135m-instruct", f"{PAPER_RULE}: complete answer with EOS (rule grader); "
-                "fallback vs recompute", factconsolidation_fallback),)),
+                "fallback vs recompute", factconsolidation_fallback),),
+          reference="recompute", units="histories"),
 )
 
 #: Claims only the run's report judges (the scorecard lists :data:`CLAIMS`): the source mask's token ratio per

@@ -14,7 +14,7 @@ from kvprobe.studies.common.claims import (LENIENT, PAPER_RULE, Claim, Measureme
                                            excludes_zero, floor_reason, join_reasons, pp_measurement, read_summary)
 from kvprobe.studies.common.report import estimate
 
-__all__ = ["CLAIMS", "MATCHED_QWEN", "MATCHED_QWEN_15", "MATCHED_SMOL", "MATCHED_SMOL_OAKS", "matched_accuracy",
+__all__ = ["CLAIMS", "OAKS_CHANCE", "MATCHED_QWEN", "MATCHED_QWEN_15", "MATCHED_SMOL", "MATCHED_SMOL_OAKS", "matched_accuracy",
            "matched_accuracy_measurement", "matched_margin", "matched_margin_measurement"]
 
 
@@ -42,37 +42,46 @@ def matched_margin(subset: str) -> Callable[[Path], Measurement]:
     return measure
 
 
-def matched_accuracy_measurement(sub: dict[str, Any], rule: str, chance: float | None = None,
-                                 switch: bool = True) -> Measurement:
-    """Mask minus control accuracy (pp) of one subset ``sub`` of a summary's ``subsets`` under ``rule``;
-    ``switch``: mask minus full access when the control is not inert (its change against full access has an
-    interval excluding 0; the scorecard's choice), else the control always (the run's report). ``chance``: the
-    share a random pick gets right (OAKS: one of two answer texts), checked on the reference; the floor always is.
+#: Chance on the OAKS demonstration set: a random pick of the two supplied answer texts (the share it gets right).
+OAKS_CHANCE = 0.5
 
-    The run's report (``summary.claim_rows``, ``switch=False``) and the scorecard (:func:`matched_accuracy`) both
-    judge this measurement.
+
+def matched_accuracy_measurement(sub: dict[str, Any], rule: str, chance: float | None = None,
+                                 reference: str = "control") -> Measurement:
+    """Mask minus a fixed reference arm's accuracy (pp) of one subset ``sub`` of a summary's ``subsets`` under
+    ``rule``. ``reference``: ``control`` (the equal-token control, the paper's) or ``full`` (full access, the
+    paper's second reference), a property of the claim, never chosen from the results; against the control the
+    note gives the control's own change against full access (flagged "not neutral" when its interval excludes 0).
+    ``chance``: the share a random pick gets right (OAKS: :data:`OAKS_CHANCE`), which the reference arm must exceed
+    by an exact test; the floor always applies.
+
+    The run's report (``summary.claim_rows``) and the scorecard (:func:`matched_accuracy`) both judge this
+    measurement.
     """
+    if reference not in ("control", "full"):
+        raise ValueError(f"reference {reference!r} is not 'control' or 'full'")
     r = sub["rules"][rule]
-    change, ref_name, note = r["mask_vs_control"], "control", ""
-    own, masked = r["control_vs_full"], r["mask_vs_control"]
-    if switch and excludes_zero(own["ci"]):
-        change, ref_name = r["mask_vs_full"], "full"
-        note = (f"the control is not neutral: control - full {estimate(own['pp'], own['ci'], '+.1f')} pp, so full "
-                f"access is the reference (mask - control: {estimate(masked['pp'], masked['ci'], '+.1f')} pp)")
-    correct = r["correct"][ref_name]
-    reason = join_reasons(floor_reason(correct, sub["n"], ref_name),
-                          None if chance is None else chance_reason(correct, sub["n"], chance * sub["n"], ref_name,
+    own = r["control_vs_full"]
+    if reference == "control":
+        change = r["mask_vs_control"]
+        note = (f"control - full {estimate(own['pp'], own['ci'], '+.1f')} pp"
+                + (" (not neutral)" if excludes_zero(own["ci"]) else ""))
+    else:
+        change, note = r["mask_vs_full"], ""
+    correct = r["correct"][reference]
+    reason = join_reasons(floor_reason(correct, sub["n"], reference),
+                          None if chance is None else chance_reason(correct, sub["n"], chance * sub["n"], reference,
                                                                     "a random pick of the two answer texts"))
     return pp_measurement(change["pp"], change["ci"], f"{sub['n']} cases, {sub['groups']} groups",
-                          f"{ref_name} {correct}/{sub['n']}; mask {r['correct']['mask']}/{sub['n']}", reason,
-                          units=sub["groups"], note=note)
+                          f"{reference} {correct}/{sub['n']}; mask {r['correct']['mask']}/{sub['n']}", reason,
+                          units=sub["groups"], note=note, answers=sub["n"])
 
 
-def matched_accuracy(subset: str, rule: str, chance: float | None = None) -> Callable[[Path], Measurement]:
-    """:func:`matched_accuracy_measurement` of a committed run's ``subset`` (full access the reference where the
-    control is not inert)."""
+def matched_accuracy(subset: str, rule: str, chance: float | None = None,
+                     reference: str = "control") -> Callable[[Path], Measurement]:
+    """:func:`matched_accuracy_measurement` of a committed run's ``subset`` against the claim's ``reference``."""
     def measure(run: Path) -> Measurement:
-        return matched_accuracy_measurement(read_summary(run)["subsets"][subset], rule, chance)
+        return matched_accuracy_measurement(read_summary(run)["subsets"][subset], rule, chance, reference)
     return measure
 
 
@@ -86,7 +95,8 @@ CLAIMS: tuple[Claim, ...] = (
           "up",
           (Test(MATCHED_SMOL, "Delta m = m(mask) - m(control); 150 replacement cases", matched_margin("replacement")),
            *(Test(run, "Delta m = m(mask) - m(control); 150 replacement cases", matched_margin("replacement"))
-             for run in (MATCHED_QWEN, MATCHED_QWEN_15)))),
+             for run in (MATCHED_QWEN, MATCHED_QWEN_15))),
+          reference="control", units="groups"),
     Claim("matched-scores.replacement-answers", "matched-scores",
           "On replacements, hiding A loses exact-field answers against the control",
           Paper("Qwen3-4B and Qwen3-8B lose eight and 17 correct answers relative to their controls.", (4950, 4951),
@@ -96,9 +106,10 @@ CLAIMS: tuple[Claim, ...] = (
           (Test(MATCHED_SMOL, f"{PAPER_RULE}: exact answer field; mask vs control; 150 replacement cases",
                 matched_accuracy("replacement", "exact")),
            Test(MATCHED_SMOL, f"{LENIENT}: first value mentioned; mask vs control; 150 replacement cases",
-                matched_accuracy("replacement", "lenient")),
+                matched_accuracy("replacement", "lenient"), primary=False),
            *(Test(run, f"{PAPER_RULE}: exact answer field; mask vs control; 150 replacement cases",
-                  matched_accuracy("replacement", "exact")) for run in (MATCHED_QWEN, MATCHED_QWEN_15)))),
+                  matched_accuracy("replacement", "exact")) for run in (MATCHED_QWEN, MATCHED_QWEN_15))),
+          reference="control", units="groups"),
     Claim("matched-scores.all-answers", "matched-scores",
           "Over all 300 cases (A still needed in confirmations and other-entity updates), hiding A loses answers",
           Paper("Qwen3.8 and both Gemma models score 300/300 with full or control access but 250/300 after masking "
@@ -109,9 +120,15 @@ CLAIMS: tuple[Claim, ...] = (
           (Test(MATCHED_SMOL, f"{PAPER_RULE}: exact answer field; mask vs control; all 300 cases",
                 matched_accuracy("all", "exact")),
            Test(MATCHED_SMOL, f"{LENIENT}: first value mentioned; mask vs control; all 300 cases",
-                matched_accuracy("all", "lenient")),
-           *(Test(run, f"{PAPER_RULE}: exact answer field; mask vs control; all 300 cases",
-                  matched_accuracy("all", "exact")) for run in (MATCHED_QWEN, MATCHED_QWEN_15)))),
+                matched_accuracy("all", "lenient"), primary=False),
+           Test(MATCHED_SMOL, f"{PAPER_RULE}: exact answer field; mask vs full access; all 300 cases",
+                matched_accuracy("all", "exact", reference="full"), primary=False),
+           *(t for run in (MATCHED_QWEN, MATCHED_QWEN_15) for t in (
+               Test(run, f"{PAPER_RULE}: exact answer field; mask vs control; all 300 cases",
+                    matched_accuracy("all", "exact")),
+               Test(run, f"{PAPER_RULE}: exact answer field; mask vs full access; all 300 cases",
+                    matched_accuracy("all", "exact", reference="full"), primary=False)))),
+          reference="control", units="groups"),
     Claim("matched-scores.oaks-choices", "matched-scores", "On natural text (OAKS), hiding the earlier source "
           "improves the choice between the supplied answers",
           Paper("Masking improves selection among supplied OAKS narrative answers in many models", (400, 401),
@@ -119,7 +136,8 @@ CLAIMS: tuple[Claim, ...] = (
                 "obsolete choices", (2118, 2118)),
           "up",
           (Test(MATCHED_SMOL_OAKS, f"{PAPER_RULE}: exact JSON choice; mask vs control; generated demonstration "
-                "set, all books", matched_accuracy("all", "exact", chance=0.5)),
+                "set, all books", matched_accuracy("all", "exact", chance=OAKS_CHANCE)),
            Test(MATCHED_SMOL_OAKS, f"{LENIENT}: first answer text mentioned; mask vs control; generated "
-                "demonstration set", matched_accuracy("all", "lenient", chance=0.5)))),
+                "demonstration set", matched_accuracy("all", "lenient", chance=OAKS_CHANCE), primary=False)),
+          reference="control", units="groups"),
 )

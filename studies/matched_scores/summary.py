@@ -48,7 +48,7 @@ from kvprobe.studies.datasets.quantity_task.grading import CATEGORIES as COMPLET
 
 from . import paper
 from .claims import CLAIMS as PAPER_CLAIMS
-from .claims import matched_accuracy_measurement, matched_margin_measurement
+from .claims import OAKS_CHANCE, matched_accuracy_measurement, matched_margin_measurement
 from .study import CONDITIONS
 
 #: The conditions in the paper's column order (full, control, mask), for every table of the report.
@@ -408,7 +408,7 @@ def claim_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     reference arm, the equal-token control: the claim of ``claims.py`` judged
     (``studies.common.claims.verdict_text``) on its measurement (``claims.matched_margin_measurement``;
     ``claims.matched_accuracy_measurement`` with the control as the reference, not testable when the control is
-    at the floor under the rule)."""
+    at the floor under the rule or, on OAKS, not above a random pick of the two answer texts by an exact test)."""
     dataset = summary["dataset"]
     claims = {c.key: c for c in PAPER_CLAIMS}
     margin_subset = "all" if dataset == "oaks" else "replacement"
@@ -417,13 +417,14 @@ def claim_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     out = [{"claim": "the old-source mask raises the margin over its equal-token control (Delta m, nats)",
             "subset": margin_subset, "paper": "positive for every model", "estimate": estimate(dm["value"], dm["ci"]),
             "reference": "margins", "verdict": verdict_text(claims[MARGIN_CLAIM], matched_margin_measurement(margins))}]
+    chance = OAKS_CHANCE if dataset == "oaks" else None  # the study's chance level, as the scorecard's
     for subset, rule, key, claim, paper_value in CLAIMS[dataset]:
         s = summary["subsets"][subset]
         change = s["rules"][rule]["mask_vs_control"]
         control = s["rules"][rule]["correct"]["control"]
         out.append({"claim": f"{claim} ({RULES[rule]} rule, pp)", "subset": subset, "paper": paper_value,
                     "estimate": change_cell(change), "reference": f"control {control} of {s['n']}",
-                    "verdict": verdict_text(claims[key], matched_accuracy_measurement(s, rule, switch=False))})
+                    "verdict": verdict_text(claims[key], matched_accuracy_measurement(s, rule, chance))})
     return out
 
 

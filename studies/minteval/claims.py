@@ -30,7 +30,7 @@ def minteval_source(run: Path) -> Measurement:
     ch = cell["change_component"]
     return pp_measurement(ch["pp"], ch["ci"], f"{cell['n']} questions, {s['components']} components",
                           f"full {full['em']}/{full['n']}", floor_reason(full["em"], full["n"], "full access"),
-                          units=s["components"])
+                          units=s["components"], answers=cell["n"])
 
 
 CLAIMS: tuple[Claim, ...] = (
@@ -40,5 +40,6 @@ CLAIMS: tuple[Claim, ...] = (
                 "-6.79 [-8.35, -5.31], -5.80 [-7.04, -4.62], -10.68 [-12.89, -8.61] pp", (1362, 1364)),
           "down",
           (Test("minteval/smollm2-135m-instruct", f"{PAPER_RULE}: normalized exact match with EOS; source mask vs "
-                "full; all questions", minteval_source),)),
+                "full; all questions", minteval_source),),
+          reference="full access", units="components"),
 )

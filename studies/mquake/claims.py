@@ -62,7 +62,7 @@ def cell_change_measurement(s: dict[str, Any], kind: str, condition: str, refere
     value, ci = count_pp(cell[f"{rule}_change_vs_{versus}"], cell["n"])
     return pp_measurement(value, ci, f"{cell['n']} questions, {cases} cases",
                           f"{label} {ref[rule]}/{ref['n']}; {condition} {cell[rule]}/{cell['n']}",
-                          floor_reason(ref[rule], ref["n"], floor), units=cases)
+                          floor_reason(ref[rule], ref["n"], floor), units=cases, answers=cell["n"])
 
 
 def mquake_vs_full(kind: str, condition: str, rule: str) -> Callable[[Path], Measurement]:
@@ -93,7 +93,7 @@ def mquake_vs_source(kind: str, condition: str, rule: str, gain: bool) -> Callab
         return pp_measurement(value, ci, f"{cell['n']} questions, {table['groups']} cases",
                               f"source mask {source['correct']}/{source['n']}; "
                               f"{condition} {cell['correct']}/{cell['n']}",
-                              floor, units=table["groups"])
+                              floor, units=table["groups"], answers=cell["n"])
     return measure
 
 
@@ -109,7 +109,7 @@ def direct_contrast_measurement(contrast: dict[str, Any], rule: str) -> Measurem
     value, ci = count_pp(ch, n)
     return pp_measurement(value, ci, f"{n} cases", f"source mask {ch['source']}/{n}; "
                           f"{contrast['operation']} {ch['operation']}/{n}",
-                          floor_reason(ch["source"], n, "source mask"), units=n)
+                          floor_reason(ch["source"], n, "source mask"), units=n, answers=n)
 
 
 def routing_measurement(routing: dict[str, Any], rule: str, cases: int | None = None) -> Measurement:
@@ -126,7 +126,7 @@ def routing_measurement(routing: dict[str, Any], rule: str, cases: int | None = 
     best = r["policies"][r["best"]]
     return pp_measurement(value, ci, f"{n} questions" if cases is None else f"{n} questions, {cases} cases",
                           f"best single policy {r['best']} {best}/{n}; routed {r['routed']}/{n}",
-                          floor_reason(best, n, f"best single policy ({r['best']})"), units=cases)
+                          floor_reason(best, n, f"best single policy ({r['best']})"), units=cases, answers=n)
 
 
 def mquake_routing(rule: str) -> Callable[[Path], Measurement]:
@@ -158,7 +158,7 @@ def current_value_measurement(current: dict[str, Any], rule: str, full_floor: bo
                   "no historical answer gives the current value under either arm (0 and 0)")
     return pp_measurement(value, ci, f"{n} historical questions, {n} cases",
                           f"source mask {source['count']}/{n}; recompute {recompute['count']}/{n}", reason,
-                          units=n)
+                          units=n, answers=n)
 
 
 def mquake_current_value(rule: str) -> Callable[[Path], Measurement]:
@@ -169,15 +169,16 @@ def mquake_current_value(rule: str) -> Callable[[Path], Measurement]:
     return measure
 
 
-def strata_measurement(historical: dict[str, Any], stratum: str | None = None, floor: str = "full") -> Measurement:
+def strata_measurement(historical: dict[str, Any], stratum: str | None = None,
+                       floor: str = "source-mask") -> Measurement:
     """Recompute minus the source mask on historical questions by retained-text stratum (the summary's
     ``recompute_vs_source[rule]["historical"]``): the retained-text stratum minus the masked-only stratum
     (``stratum`` None; paper L4231-4238) or one stratum's own change (``retained``). Not testable when the ``floor``
-    arm (``full`` or ``source-mask``) is at the floor in the retained stratum (the scorecard's: full access; the
-    run's report: the source mask, its reference arm).
+    arm (default: the source mask, the claim's reference arm; ``full``: full access) is at the floor in the
+    retained stratum.
 
-    The run's report (``summary.retained_verdicts``, ``floor="source-mask"``) and the scorecard
-    (:func:`mquake_strata`) both judge this measurement.
+    The run's report (``summary.retained_verdicts``) and the scorecard (:func:`mquake_strata`) both judge this
+    measurement.
     """
     retained, masked = historical["strata"]["retained"], historical["strata"]["masked_only"]
     if stratum is None:
@@ -195,17 +196,17 @@ def strata_measurement(historical: dict[str, Any], stratum: str | None = None, f
 
 def mquake_strata(rule: str) -> Callable[[Path], Measurement]:
     """Recompute-minus-source change on historical questions, retained-text stratum minus masked-only stratum
-    (paper L4231-4238); the floor is full access in the retained stratum: :func:`strata_measurement` of a committed
-    run."""
+    (paper L4231-4238); the floor is the source mask in the retained stratum: :func:`strata_measurement` of a
+    committed run."""
     def measure(run: Path) -> Measurement:
         return strata_measurement(read_summary(run)["recompute_vs_source"][rule]["historical"])
     return measure
 
 
 def _mquake_tests(condition: str, kind: str, gain: bool = False) -> tuple[Test, ...]:
-    """The paper's exact match and our contains rule for ``policy`` on ``kind`` in each model's runs
-    (:data:`RUNS`): the source mask against full access (the main run), every other policy against the source
-    mask (the no-context run's tables)."""
+    """The paper's exact match (primary) and our contains rule (secondary) for ``policy`` on ``kind`` in each
+    model's runs (:data:`RUNS`): the source mask against full access (the main run), every other policy against the
+    source mask (the no-context run's tables)."""
     if condition == "source-mask":
         against = "full"
 
@@ -220,15 +221,17 @@ def _mquake_tests(condition: str, kind: str, gain: bool = False) -> tuple[Test, 
     return tuple(test for main, no_context in RUNS
                  for run in [main if condition == "source-mask" else no_context]
                  for test in (Test(run, f"{PAPER_RULE}: normalized exact match with EOS; {where}", make("em")),
-                              Test(run, f"{LENIENT}: answer or alias contained; {where}", make("contains"))))
+                              Test(run, f"{LENIENT}: answer or alias contained; {where}", make("contains"),
+                                   primary=False)))
 
 
 def _mquake_rules(what: str, measure: Callable[[str], Callable[[Path], Measurement]]) -> tuple[Test, ...]:
-    """Each model's main MQuAKE run read by ``measure(rule)`` under the paper's exact match and our contains
-    rule."""
+    """Each model's main MQuAKE run read by ``measure(rule)`` under the paper's exact match (primary) and our
+    contains rule (secondary)."""
     return tuple(test for main, _ in RUNS
                  for test in (Test(main, f"{PAPER_RULE}: normalized exact match with EOS; {what}", measure("em")),
-                              Test(main, f"{LENIENT}: answer or alias contained; {what}", measure("contains"))))
+                              Test(main, f"{LENIENT}: answer or alias contained; {what}", measure("contains"),
+                                   primary=False)))
 
 
 CLAIMS: tuple[Claim, ...] = (
@@ -239,52 +242,52 @@ CLAIMS: tuple[Claim, ...] = (
                           zip(PAPER_MODELS, TABLE["current"]["full"], TABLE["current"]["source-mask"])) + " (%)",
                 TABLE_LINES),
           "up",
-          _mquake_tests("source-mask", "current")),
+          _mquake_tests("source-mask", "current"), reference="full access", units="cases"),
     Claim("mquake.recompute-current", "mquake", "Recomputing without the old records raises current answers "
           "beyond the source mask",
           Paper("Recomputing the history after deleting the same records improves current matches by a further "
                 "4.2--9.6 percentage points", (504, 505), "Later Cache States Can Preserve Earlier Relations",
                 "+4.2 to +9.6 pp"),
           "up",
-          _mquake_tests("recompute", "current", gain=True)),
+          _mquake_tests("recompute", "current", gain=True), reference="source mask", units="cases"),
     Claim("mquake.recompute-historical", "mquake", "Recomputing loses historical answers against the source mask",
           Paper("while losing 20.2--41.0 historical points", (505, 506),
                 "Later Cache States Can Preserve Earlier Relations", "-20.2 to -41.0 pp"),
           "down",
-          _mquake_tests("recompute", "historical")),
+          _mquake_tests("recompute", "historical"), reference="source mask", units="cases"),
     Claim("mquake.rebuild", "mquake", "Rebuilding later states at fixed positions loses historical answers",
           Paper("Rebuilding states at the original positions lowers historical accuracy by 19.8--41.3 points.",
                 (539, 540), "Later Cache States Can Preserve Earlier Relations", "-19.8 to -41.3 pp"),
           "down",
-          _mquake_tests("rebuild", "historical")),
+          _mquake_tests("rebuild", "historical"), reference="source mask", units="cases"),
     Claim("mquake.compact", "mquake", "Compacting the rows (states kept, positions moved) changes historical "
           "answers little",
           Paper("Compacting the existing states changes it by only -0.2 to +1.2 points, with all three intervals "
                 "including zero", (540, 541), "Later Cache States Can Preserve Earlier Relations",
                 "-0.2 to +1.2 pp"),
           "none",
-          _mquake_tests("compact", "historical")),
+          _mquake_tests("compact", "historical"), reference="source mask", units="cases"),
     Claim("mquake.strata", "mquake", "Recomputing loses historical answers only where the retained text holds them",
           Paper("Relative to source masking, recomputation's historical loss is confined to the retained stratum",
                 (4232, 4233), "Retained Text and Routing on Contextual MQuAKE",
                 "stratum difference -52.5 [-60.3, -45.2], -48.8 [-56.8, -41.0], -24.7 [-33.8, -15.7] pp",
                 (4236, 4238)),
           "down",
-          _mquake_rules("recompute - source mask, retained minus masked-only stratum, historical", mquake_strata)),
+          _mquake_rules("recompute - source mask, retained minus masked-only stratum, historical", mquake_strata), reference="source mask", units="cases"),
     Claim("mquake.current-value", "mquake", "Recomputing answers historical questions with the current value",
           Paper("Recomputation instead often answers the historical question with the current value", (4247, 4248),
                 "Retained Text and Routing on Contextual MQuAKE",
                 "recompute - source +30.5 [26.7, 34.5], +25.2 [21.3, 29.0], +5.8 [3.5, 8.3] pp", (4251, 4252)),
           "up",
           _mquake_rules("answers the current value; recompute vs source mask, historical questions",
-                        mquake_current_value)),
+                        mquake_current_value), reference="source mask", units="cases"),
     Claim("mquake.routing", "mquake", "Routing by question type (historical -> full, others -> recompute) beats "
           "the best single cache",
           Paper("Because the two operations serve different question types, an offline router over existing "
                 "answers recovers both.", (4309, 4310), "Retained Text and Routing on Contextual MQuAKE",
                 "routed - best +4.6 [3.1, 6.1], +6.6 [5.3, 7.9], +4.5 [2.9, 6.0] pp", (4314, 4315)),
           "up",
-          _mquake_rules("routed vs best single policy, all questions", mquake_routing)),
+          _mquake_rules("routed vs best single policy, all questions", mquake_routing), reference="best single policy", units="cases"),
 )
 
 #: The paper's direct-contrast table (tab:mquake_direct_contrasts): per model (:data:`PAPER_MODELS` order Qwen3-4B,

@@ -60,7 +60,8 @@ CLAIMS: tuple[Claim, ...] = (
                 "weaker panel Qwen3-4B 0.974 [0.968]", (2331, 2331)),
           "up",
           tuple(Test(f"native-pairs/{model}", "weaker-panel macro-AUC of s_K, native forward paths; lower bound vs "
-                     "0.60", native_pairs("matching")) for model in NATIVE_PAIR_MODELS)),
+                     "0.60", native_pairs("matching")) for model in NATIVE_PAIR_MODELS),
+          reference="criterion 0.60", units="components"),
     Claim("native-pairs.relation", "native-pairs", "Fixed V distance recognizes replacement on both record-pair "
           "panels",
           Paper("the relation lower bound exceeds 0.60 in all nine models", (2349, 2350),
@@ -68,7 +69,8 @@ CLAIMS: tuple[Claim, ...] = (
                 "weaker panel Qwen3-4B 0.696 [0.682]", (2331, 2331)),
           "up",
           tuple(Test(f"native-pairs/{model}", "weaker-panel macro-AUC of d_V among matching pairs; lower bound vs "
-                     "0.60", native_pairs("relation")) for model in NATIVE_PAIR_MODELS)),
+                     "0.60", native_pairs("relation")) for model in NATIVE_PAIR_MODELS),
+          reference="criterion 0.60", units="components"),
     Claim("native-pairs.surface", "native-pairs", "No native relation advantage over the surface baseline on "
           "both panels",
           Paper("No model satisfies this requirement, including Qwen3-8B with its zero controlled-history "
@@ -76,5 +78,6 @@ CLAIMS: tuple[Claim, ...] = (
                 "lower bound of min Delta, Qwen3-8B 0.000", (2332, 2332)),
           "down",
           tuple(Test(f"native-pairs/{model}", "min(Delta intrinsic, Delta history), relation AUC minus the stronger "
-                     "surface (same draws); vs 0", native_pairs("surface")) for model in NATIVE_PAIR_MODELS)),
+                     "surface (same draws); vs 0", native_pairs("surface")) for model in NATIVE_PAIR_MODELS),
+          reference="surface baseline", units="components", kind="no-effect", control="native-pairs.matching"),
 )

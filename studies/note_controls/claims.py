@@ -61,7 +61,7 @@ def note_change_measurement(s: dict[str, Any], where: Sequence[str], rule: str,
                             for a in rows),
                           *(f"{_configuration_label(b)} not in the run" for b in baselines if b not in by))
     return pp_measurement(ch["pp"], ch["pp_ci"], f"{s['units']} histories, {s['groups']} groups", counts, reason,
-                          units=s["groups"])
+                          units=s["groups"], answers=s["units"])
 
 
 def note_early(rule: str) -> Callable[[Path], Measurement]:
@@ -102,10 +102,11 @@ def note_margin(run: Path) -> Measurement:
 
 
 def _note_tests(compared: str, make: Callable[[str], Callable[[Path], Measurement]]) -> tuple[Test, ...]:
-    """SmolLM2 under the paper's label rule and the lenient rule, Qwen2.5-Coder under the paper's rule."""
+    """SmolLM2 under the paper's label rule (primary) and the lenient rule (secondary), Qwen2.5-Coder under the
+    paper's rule."""
     paper = f"{PAPER_RULE}: label in the JSON answer field, EOS; {compared}"
     return (Test(NOTES_SMOL, paper, make("label_correct")),
-            Test(NOTES_SMOL, f"{LENIENT}: label mentioned first; {compared}", make("lenient_correct")),
+            Test(NOTES_SMOL, f"{LENIENT}: label mentioned first; {compared}", make("lenient_correct"), primary=False),
             Test(NOTES_QWEN, paper, make("label_correct")))
 
 
@@ -122,7 +123,7 @@ CLAIMS: tuple[Claim, ...] = (
                 (3842, 3843), "Effects of control location and prompt wording on abstention",
                 "146/240 -> 8/240"),
           "down",
-          _note_tests("early control vs full", note_early)),
+          _note_tests("early control vs full", note_early), reference="full access", units="groups"),
     Claim("note-controls.occurrence", "note-controls", "Which copy of a repeated note window is hidden matters "
           "(far minus near)",
           Paper("Blocking the earlier copy gives 8/240 correct answers; blocking the later copy gives 146/240, with "
@@ -130,14 +131,14 @@ CLAIMS: tuple[Claim, ...] = (
                 "Effects of control location and prompt wording on abstention", "+57.5 pp [49.58, 65.42]",
                 (3852, 3853)),
           "up",
-          _note_tests("far copy vs near copy", _near_far)),
+          _note_tests("far copy vs near copy", _near_far), reference="near copy hidden", units="groups"),
     Claim("note-controls.varied", "note-controls", "A varied (non-repeated) note loses less under the early "
           "control",
           Paper("The early-mask loss is -57.50 points [-65.42,-50.00] under repeated text and -13.33 [-17.92,-9.17] "
                 "under varied text.", (5417, 5418), "Varied Background Text and Early Note Access",
                 "-57.50 (repeated) vs -13.33 (varied) pp"),
           "up",
-          _note_tests("early-control loss, varied minus repeated note", _varied)),
+          _note_tests("early-control loss, varied minus repeated note", _varied), reference="repeated note", units="groups"),
     Claim("note-controls.margin", "note-controls", "The early control lowers the label-vs-UNKNOWN first-token "
           "margin",
           Paper("The mean log-probability difference changes from +0.205 to -3.050 nats under the original control.",
@@ -145,7 +146,8 @@ CLAIMS: tuple[Claim, ...] = (
                 "+0.205 -> -3.050 nats"),
           "down",
           (Test(NOTES_SMOL, "first-value margin (label vs UNKNOWN); early control vs full", note_margin),
-           Test(NOTES_QWEN, "first-value margin (label vs UNKNOWN); early control vs full", note_margin))),
+           Test(NOTES_QWEN, "first-value margin (label vs UNKNOWN); early control vs full", note_margin)),
+          reference="full access", units="groups"),
 )
 
 #: Claims only the run's summary judges (the scorecard lists :data:`CLAIMS`): the paper's no-change findings of the

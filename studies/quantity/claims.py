@@ -71,37 +71,42 @@ def quantity_margin_follows_old(information: str) -> Callable[[Path], Measuremen
 
 
 def quantity_change_measurement(s: dict[str, Any], information: str, condition: str, rule: str,
-                                switch: bool = True) -> Measurement:
-    """Answer change (pp) of a mask against its control in a summary ``s``, under ``rule``: a summary column,
-    ``complete`` (the paper's complete answer) or ``lenient_complete`` (ours). ``switch``: full access is the
-    reference when the control is not inert (its own change against full access has an interval excluding 0;
-    the scorecard's choice); without it the control always is (the run's report). Not testable when the
-    reference arm is at the floor; no interval when the summary gives none.
+                                reference: str = "control") -> Measurement:
+    """Answer change (pp) of a mask against a fixed reference arm in a summary ``s``, under ``rule``: a summary
+    column, ``complete`` (the paper's complete answer) or ``lenient_complete`` (ours). ``reference``: ``control``
+    (the mask's equal-token control, the paper's) or ``full`` (full access, the paper's second reference: "the same
+    six lose answers against either"), a property of the claim, never chosen from the results. Against the
+    control, the note gives the control's own change against full access (flagged "not neutral" when its interval
+    excludes 0), so a control that moves answers is visible. Not testable when the reference arm is at the floor;
+    no interval when the summary gives none.
 
-    The run's report (``summary.claim_rows``, ``switch=False``) and the scorecard (:func:`quantity_change`) both
-    judge this measurement.
+    The run's report (``summary.claim_rows``) and the scorecard (:func:`quantity_change`) both judge this
+    measurement.
     """
+    if reference not in ("control", "full"):
+        raise ValueError(f"reference {reference!r} is not 'control' or 'full'")
     cell = _quantity_cell(s, information, condition)
     control_name = f"{condition}-control"
     control = _quantity_cell(s, information, control_name)
-    note = ""
-    reference, change = control, cell[f"{rule}_vs_control"]
-    ref_name = control_name
     own = control[f"{rule}_vs_full"]
-    if switch and excludes_zero(own["net_ci"]):
-        reference, change, ref_name = _quantity_cell(s, information, "full"), cell[f"{rule}_vs_full"], "full"
-        note = (f"{control_name} is not neutral (its own change against full access: "
-                f"{estimate(*share_pp(own['net'], own['net_ci']), '+.1f')} pp), so full access is the reference")
+    own_text = (f"{control_name} against full access: {estimate(*share_pp(own['net'], own['net_ci']), '+.1f')} pp"
+                if own["net_ci"] is not None else f"{control_name} against full access: {100 * own['net']:+.1f} pp")
+    if reference == "control":
+        ref_cell, change, ref_name = control, cell[f"{rule}_vs_control"], control_name
+        note = own_text + (" (not neutral)" if own["net_ci"] is not None and excludes_zero(own["net_ci"]) else "")
+    else:
+        ref_cell, change, ref_name, note = _quantity_cell(s, information, "full"), cell[f"{rule}_vs_full"], "full", ""
     value, ci = (100 * change["net"], None) if change["net_ci"] is None else share_pp(change["net"], change["net_ci"])
-    return pp_measurement(value, ci, f"{cell['n']} groups", f"{ref_name} {reference[rule]}/{reference['n']}",
-                          floor_reason(reference[rule], reference["n"], ref_name), units=cell["n"], note=note)
+    return pp_measurement(value, ci, f"{cell['n']} groups", f"{ref_name} {ref_cell[rule]}/{ref_cell['n']}",
+                          floor_reason(ref_cell[rule], ref_cell["n"], ref_name), units=cell["n"], note=note,
+                          answers=cell["n"])
 
 
-def quantity_change(information: str, condition: str, rule: str) -> Callable[[Path], Measurement]:
-    """:func:`quantity_change_measurement` of a committed run (full access the reference where the control is not
-    inert)."""
+def quantity_change(information: str, condition: str, rule: str,
+                    reference: str = "control") -> Callable[[Path], Measurement]:
+    """:func:`quantity_change_measurement` of a committed run against the claim's ``reference`` arm."""
     def measure(run: Path) -> Measurement:
-        return quantity_change_measurement(read_summary(run), information, condition, rule)
+        return quantity_change_measurement(read_summary(run), information, condition, rule, reference)
     return measure
 
 
@@ -123,11 +128,12 @@ def quantity_warning(rule: str, information: str) -> Callable[[Path], Measuremen
     def measure(run: Path) -> Measurement:
         w = read_summary(run)["warning_signal"][rule][information]
         n = f"{w['lost']} lost, {w['kept']} kept"
+        units = w["lost"] + w["kept"]  # one replacement case per group: the group bootstrap resamples them
         if w["auc"] is None:
-            return Measurement(None, None, "AUC", ".3f", n, null=0.5,
+            return Measurement(None, None, "AUC", ".3f", n, null=0.5, units=units,
                                not_testable=f"AUC undefined: {w['lost']} lost and {w['kept']} kept answers "
                                "(a class is empty)")
-        return Measurement(w["auc"], tuple(w["auc_ci"]), "AUC", ".3f", n, null=0.5)
+        return Measurement(w["auc"], tuple(w["auc_ci"]), "AUC", ".3f", n, "chance 0.5", null=0.5, units=units)
     return measure
 
 
@@ -139,7 +145,8 @@ CLAIMS: tuple[Claim, ...] = (
                 "Preferring the New Value Does Not Ensure a Complete Answer", "+7.06 to +22.81 nats, eight models"),
           "up",
           tuple(Test(run, "candidate margin; source mask vs source-control; 60 replacements, B refers to A's unit",
-                     quantity_margin("unit_from_a")) for run in QUANTITY_RUNS)),
+                     quantity_margin("unit_from_a")) for run in QUANTITY_RUNS),
+          reference="source-control", units="groups"),
     Claim("quantity.margin-follows-old", "quantity",
           "The margin gain follows the old answer's drop D_o",
           Paper("The margin gain accordingly follows the old answer", (4129, 4129),
@@ -147,9 +154,10 @@ CLAIMS: tuple[Claim, ...] = (
                 "Spearman 0.91-0.99 in seven models, 0.67 in Qwen3-4B", (4129, 4131)),
           "up",
           tuple(Test(run, "Spearman(Delta m, D_o); source mask vs source-control; 60 replacements, B refers to A's "
-                     "unit", quantity_margin_follows_old("unit_from_a")) for run in QUANTITY_RUNS)),
+                     "unit", quantity_margin_follows_old("unit_from_a")) for run in QUANTITY_RUNS),
+          reference="source-control", units="groups"),
     Claim("quantity.unit-loss", "quantity",
-          "When only A states the unit, hiding A loses complete current answers",
+          "When only A states the unit, hiding A loses complete current answers against its equal-token control",
           Paper("Full access and source-mask controls both give 98.3--100% (59--60) complete answers per model; "
                 "the same six lose answers against either.", (350, 352),
                 "Preferring the New Value Does Not Ensure a Complete Answer",
@@ -160,7 +168,22 @@ CLAIMS: tuple[Claim, ...] = (
                    "source-control; 60 replacements, B refers to A's unit",
                    quantity_change("unit_from_a", "source", "complete")),
               Test(run, f"{LENIENT}: right number and unit anywhere, no EOS needed; source mask vs source-control",
-                   quantity_change("unit_from_a", "source", "lenient_complete"))))),
+                   quantity_change("unit_from_a", "source", "lenient_complete"), primary=False))),
+          reference="source-control", units="groups"),
+    Claim("quantity.unit-loss-full", "quantity",
+          "When only A states the unit, hiding A loses complete current answers against full access",
+          Paper("Full access and source-mask controls both give 98.3--100% (59--60) complete answers per model; "
+                "the same six lose answers against either.", (350, 352),
+                "Preferring the New Value Does Not Ensure a Complete Answer",
+                "full access and controls 98.3-100% (59-60 of 60); six of eight models lose answers"),
+          "down",
+          tuple(t for run in QUANTITY_RUNS for t in (
+              Test(run, f"{PAPER_RULE}: complete answer (one JSON answer field, unit, EOS); source mask vs full "
+                   "access; 60 replacements, B refers to A's unit",
+                   quantity_change("unit_from_a", "source", "complete", "full")),
+              Test(run, f"{LENIENT}: right number and unit anywhere, no EOS needed; source mask vs full access",
+                   quantity_change("unit_from_a", "source", "lenient_complete", "full"), primary=False))),
+          reference="full access", units="groups"),
     Claim("quantity.number-only", "quantity",
           "Hiding only the old number keeps every current answer",
           Paper("Number-only masking leaves the unit visible and preserves 60/60 current answers in every model",
@@ -170,7 +193,8 @@ CLAIMS: tuple[Claim, ...] = (
               Test(run, f"{PAPER_RULE}: complete answer; number-only mask vs number-control; B refers to A's unit",
                    quantity_change("unit_from_a", "number", "complete")),
               Test(run, f"{LENIENT}; number-only mask vs number-control",
-                   quantity_change("unit_from_a", "number", "lenient_complete"))))),
+                   quantity_change("unit_from_a", "number", "lenient_complete"), primary=False))),
+          reference="number-control", units="groups"),
     Claim("quantity.warning", "quantity",
           "The current answer's probability drop ranks lost above kept answers",
           Paper("It ranks lost above kept answers with AUC 0.89--0.98 in the four Qwen and Llama models that lose "
@@ -181,7 +205,8 @@ CLAIMS: tuple[Claim, ...] = (
               Test(run, f"{PAPER_RULE}: lost/kept complete answers, B refers to A's unit",
                    quantity_warning("complete", "unit_from_a")),
               Test(run, f"{LENIENT}: lost/kept lenient answers, B refers to A's unit",
-                   quantity_warning("lenient_complete", "unit_from_a"))))),
+                   quantity_warning("lenient_complete", "unit_from_a"), primary=False))),
+          reference="chance 0.5", units="groups"),
     Claim("quantity.recompute-unit", "quantity",
           "Deleting A's text and recomputing loses the unit-dependent answers the source mask keeps",
           Paper("Deleting old text can also remove a needed unit: on the 60 unit-dependent Qwen3-32B cases, it gives "
@@ -191,5 +216,7 @@ CLAIMS: tuple[Claim, ...] = (
           tuple(t for run in QUANTITY_RUNS for t in (
               Test(run, f"{PAPER_RULE}: complete answer; recompute vs source mask",
                    quantity_recompute("unit_from_a", "complete")),
-              Test(run, f"{LENIENT}; recompute vs source mask", quantity_recompute("unit_from_a", "lenient_complete"))))),
+              Test(run, f"{LENIENT}; recompute vs source mask", quantity_recompute("unit_from_a", "lenient_complete"),
+                   primary=False))),
+          reference="source mask", units="groups"),
 )

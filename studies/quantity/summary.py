@@ -426,7 +426,7 @@ def claim_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
                             "verdict": verdict_text(claims[key], quantity_margin_measurement(summary, info))})
             elif info == "unit_from_a":
                 v = source[f"{rule}_vs_control"]
-                measured = quantity_change_measurement(summary, info, "source", rule, switch=False)
+                measured = quantity_change_measurement(summary, info, "source", rule)
                 change = f"{v['corrections']}/{v['reversals']}, {estimate(v['net'], v['net_ci'], '+.3f')}"
                 out.append({"claim": name, "information": info, "paper": paper, "estimate": change,
                             "reference": f"control {control[rule]} of {control['n']}",

@@ -30,10 +30,11 @@ def recognition_auc(table: str, readout: str, null: float) -> Callable[[Path], M
     def measure(run: Path) -> Measurement:
         r = _readouts(run)
         a = r[table]["auc"][readout]
-        n = (f"{r['n_cases']['test_role']} cases, {r['n_cases']['test_groups']} groups" if table == "role_auc"
-             else f"{r['n_cases']['pairs']} pairs, {r['n_cases']['groups']} groups")
+        groups = r["n_cases"]["test_groups" if table == "role_auc" else "groups"]
+        n = (f"{r['n_cases']['test_role']} cases, {groups} groups" if table == "role_auc"
+             else f"{r['n_cases']['pairs']} pairs, {groups} groups")
         ref = "criterion 0.60" if null != 0.5 else "chance 0.5"
-        return Measurement(a["auc"], (a["lo"], a["hi"]), "AUC", ".3f", n, ref, null=null)
+        return Measurement(a["auc"], (a["lo"], a["hi"]), "AUC", ".3f", n, ref, null=null, units=groups)
     return measure
 
 
@@ -43,7 +44,8 @@ def recognition_difference(readout: str, baseline: str) -> Callable[[Path], Meas
         r = _readouts(run)
         d = r["role_auc"]["diff"][readout][baseline]
         return Measurement(d["diff"], (d["lo"], d["hi"]), "AUC difference", "+.3f",
-                           f"{r['n_cases']['test_role']} cases, {r['n_cases']['test_groups']} groups", baseline)
+                           f"{r['n_cases']['test_role']} cases, {r['n_cases']['test_groups']} groups", baseline,
+                           units=r["n_cases"]["test_groups"])
     return measure
 
 
@@ -63,24 +65,25 @@ def recognition_wins(readout: str) -> Callable[[Path], Measurement]:
         k, n = wins + 0.5 * ties, len(complete)
         lo, hi = clopper_pearson(int(round(k)), n)
         return Measurement(k / n, (lo, hi), "share", ".3f", f"{n} matched pairs: {k:g} wins", "chance 0.5",
-                           null=0.5, note=f"{k:g}/{n} items rank the role swap above its confirmation "
+                           null=0.5, units=n, note=f"{k:g}/{n} items rank the role swap above its confirmation "
                            "(exact binomial interval)")
     return measure
 
 
 def _role_tests(readout: str) -> tuple[Test, ...]:
-    """A readout's pooled role AUC on both models (vs chance) and SmolLM2's matched-pair wins."""
+    """A readout's pooled role AUC on both models (vs chance; primary, the paper's measure) and SmolLM2's
+    matched-pair wins (secondary)."""
     pooled = f"pooled AUC of {readout}, role swaps vs role confirmations; vs chance 0.5"
     return (Test(f"{REC_SMOL}/records", pooled, recognition_auc("role_auc", readout, 0.5)),
             Test(f"{REC_SMOL}/records", f"matched pairs: role swap above its own role confirmation ({readout}); "
-                 "vs 0.5", recognition_wins(readout)),
+                 "vs 0.5", recognition_wins(readout), primary=False),
             Test(f"{REC_GEMMA}/records", pooled, recognition_auc("role_auc", readout, 0.5)))
 
 
-def _both_recognition_models(group: str, rule: str,
-                             measure: Callable[[Path], Measurement]) -> tuple[Test, ...]:
+def _both_recognition_models(group: str, rule: str, measure: Callable[[Path], Measurement],
+                             primary: bool = True) -> tuple[Test, ...]:
     """The same readout test on SmolLM2's and Gemma 3's recognition group ``group``."""
-    return tuple(Test(f"{model}/{group}", rule, measure) for model in (REC_SMOL, REC_GEMMA))
+    return tuple(Test(f"{model}/{group}", rule, measure, primary) for model in (REC_SMOL, REC_GEMMA))
 
 
 CLAIMS: tuple[Claim, ...] = (
@@ -93,13 +96,14 @@ CLAIMS: tuple[Claim, ...] = (
           (*_both_recognition_models("role-pairs", "replacement macro-AUC of fixed d_V; role-matched pairs; vs 0.60",
                                      recognition_auc("replacement_macro_auc", "value distance d_V", 0.6)),
            *_both_recognition_models("records", "role swaps vs role confirmations AUC of fixed d_V; vs 0.60",
-                                     recognition_auc("role_auc", "fixed d_V", 0.6)))),
+                                     recognition_auc("role_auc", "fixed d_V", 0.6), primary=False)),
+          reference="criterion 0.60", units="groups", kind="no-effect", control="recognition.k-matching"),
     Claim("recognition.fixed-v-direction", "recognition", "Fixed d_V ranks role swaps below role confirmations",
           Paper("Its predefined direction gives AUC for role swaps versus role confirmations 0.336--0.463 across "
                 "eight models", (2621, 2622), "Recognition Results on Held-Out Examples",
                 "0.336-0.463 across eight models"),
           "down",
-          _role_tests("fixed d_V")),
+          _role_tests("fixed d_V"), reference="chance 0.5", units="groups"),
     Claim("recognition.k-matching", "recognition", "Key similarity matches records about the same entity and "
           "attribute (criterion 0.60)",
           Paper("Across 22 checkpoints, K-based entity--attribute matching AUC ranges from 0.558 to 0.879; 20 meet "
@@ -107,12 +111,13 @@ CLAIMS: tuple[Claim, ...] = (
                 "0.558-0.879, 20 of 22 pass"),
           "up",
           _both_recognition_models("role-pairs", "matching macro-AUC of key similarity s_K; vs 0.60",
-                                   recognition_auc("matching_macro_auc", "key similarity s_K", 0.6))),
+                                   recognition_auc("matching_macro_auc", "key similarity s_K", 0.6)),
+          reference="criterion 0.60", units="groups"),
     Claim("recognition.joint-probe", "recognition", "A probe on jointly encoded K/V recognizes role swaps",
           Paper("Probes using jointly encoded KV representations obtain 0.508--0.862", (2625, 2626),
                 "Recognition Results on Held-Out Examples", "0.508-0.862"),
           "up",
-          _role_tests("joint K/V probe")),
+          _role_tests("joint K/V probe"), reference="chance 0.5", units="groups"),
     Claim("recognition.probe-vs-fixed", "recognition", "Jointly encoded representations improve on the fixed "
           "distance",
           Paper("Heads selected on development data and representations from jointly encoded records improve on "
@@ -120,5 +125,6 @@ CLAIMS: tuple[Claim, ...] = (
                 "fixed 0.336-0.463 vs joint K/V 0.508-0.862", (2622, 2626)),
           "up",
           _both_recognition_models("records", "role AUC, joint K/V probe minus fixed d_V (same group draws)",
-                                   recognition_difference("joint K/V probe", "fixed d_V"))),
+                                   recognition_difference("joint K/V probe", "fixed d_V")),
+          reference="fixed d_V", units="groups"),
 )

@@ -23,7 +23,8 @@ def revisions_change(operation: str) -> Callable[[Path], Measurement]:
         ch = cell["change_vs_full"]
         return pp_measurement(ch["pp"], ch["pp_ci"], f"{cell['n']} questions, {s['articles']} articles",
                               f"full {full['complete']}/{full['n']}",
-                              floor_reason(full["complete"], full["n"], "full access"), units=s["articles"])
+                              floor_reason(full["complete"], full["n"], "full access"), units=s["articles"],
+                              answers=cell["n"])
     return measure
 
 
@@ -33,11 +34,13 @@ CLAIMS: tuple[Claim, ...] = (
                 (660, 661), "Questions about Wikipedia Revision Histories", "-54.3 and -44.4 pp"),
           "down",
           (Test("revisions/smollm2-135m-instruct", f"{PAPER_RULE}: complete answer with EOS (rule grader); "
-                "whole-source mask vs full", revisions_change("whole-source")),)),
+                "whole-source mask vs full", revisions_change("whole-source")),),
+          reference="full access", units="articles"),
     Claim("revisions.changed-text", "revisions", "Hiding only the changed passages loses few complete answers",
           Paper("changed-text masking reduces them by 2.1 and 2.8 points", (661, 662),
                 "Questions about Wikipedia Revision Histories", "-2.1 and -2.8 pp"),
           "down",
           (Test("revisions/smollm2-135m-instruct", f"{PAPER_RULE}: complete answer with EOS (rule grader); "
-                "changed-text mask vs full", revisions_change("changed-text")),)),
+                "changed-text mask vs full", revisions_change("changed-text")),),
+          reference="full access", units="articles"),
 )

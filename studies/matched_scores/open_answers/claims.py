@@ -7,17 +7,22 @@ readers and the verdict rule: :mod:`kvprobe.studies.common.claims`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kvprobe.studies.common.claims import Claim, Measurement, Paper, Test, floor_reason, pp_measurement, read_summary
+from kvprobe.studies.common.claims import (Claim, Measurement, Paper, Test, floor_reason, join_reasons, judge_reason,
+                                           pp_measurement, read_summary)
 
-__all__ = ["CLAIMS", "OAKS_OPEN_GRADERS", "oaks_open", "oaks_open_measurement"]
+__all__ = ["CLAIMS", "OAKS_OPEN_GRADERS", "PRIMARY_GRADER", "oaks_open", "oaks_open_measurement"]
 
 
 #: The committed open-OAKS runs (one set of answers) by their grader: artifact suffix, how a test names it.
 OAKS_OPEN_GRADERS = (("rule", "rule grader"), ("judged", "Qwen2.5-Coder-0.5B judge, 38 questions"),
                      ("judged-1.5b", "Qwen2.5-Coder-1.5B judge, 38 questions"))
+#: The primary grader, fixed before the results: the paper's protocol is a source-aware model judge, and the
+#: largest local one is Qwen2.5-Coder-1.5B; the 0.5B judge and the rule grader are shown beside it.
+PRIMARY_GRADER = "judged-1.5b"
 
 
 def oaks_open_measurement(s: dict[str, Any], quantity: str) -> Measurement:
@@ -36,7 +41,8 @@ def oaks_open_measurement(s: dict[str, Any], quantity: str) -> Measurement:
         d = panel["protocols"]["complete"]["mask_vs_full"]
         return pp_measurement(d["pp"], d["ci"], n,
                               f"full {counts['full']}/{panel['n']}; mask {counts['mask']}/{panel['n']} ({graded})",
-                              floor_reason(counts["full"], panel["n"], "full access"), units=panel["components"])
+                              floor_reason(counts["full"], panel["n"], "full access"), units=panel["components"],
+                              answers=panel["n"])
     d = panel["agreement_minus_complete"]
     rule_only = all(g.startswith("rule") for g in s["graders"])
     return pp_measurement(d["pp"], d["ci"], n, f"source complete, full access {counts['full']}/{panel['n']} ({graded})",
@@ -45,9 +51,12 @@ def oaks_open_measurement(s: dict[str, Any], quantity: str) -> Measurement:
 
 
 def oaks_open(quantity: str) -> Callable[[Path], Measurement]:
-    """:func:`oaks_open_measurement` of a committed run."""
+    """:func:`oaks_open_measurement` of a committed run; not testable where its model judge is not validated (no
+    audit on the oaks-open set, or one it fails: ``studies.common.claims.judge_reason``)."""
     def measure(run: Path) -> Measurement:
-        return oaks_open_measurement(read_summary(run), quantity)
+        s = read_summary(run)
+        m = oaks_open_measurement(s, quantity)
+        return replace(m, not_testable=join_reasons(judge_reason(run, "oaks-open", s["graders"]), m.not_testable))
     return measure
 
 
@@ -59,8 +68,9 @@ CLAIMS: tuple[Claim, ...] = (
                 (4609, 4609)),
           "down",
           tuple(Test(f"oaks-open/smollm2-135m-instruct-{grader}", f"source complete, mask minus full; {label}; "
-                     "generated demonstration set", oaks_open("mask_vs_full"))
-                for grader, label in OAKS_OPEN_GRADERS)),
+                     "generated demonstration set", oaks_open("mask_vs_full"), grader == PRIMARY_GRADER)
+                for grader, label in OAKS_OPEN_GRADERS),
+          reference="full access", units="components"),
     Claim("oaks-open.protocols", "oaks-open", "Reference agreement credits more masked answers than source "
           "completeness (same grader)",
           Paper("The paired difference between the two protocols using the same grader is itself resolved",
@@ -68,6 +78,8 @@ CLAIMS: tuple[Claim, ...] = (
                 (4675, 4680)),
           "up",
           tuple(Test(f"oaks-open/smollm2-135m-instruct-{grader}", f"agreement minus completeness, mask minus full; "
-                     f"{label}; generated demonstration set", oaks_open("agreement_minus_complete"))
-                for grader, label in OAKS_OPEN_GRADERS)),
+                     f"{label}; generated demonstration set", oaks_open("agreement_minus_complete"),
+                     grader == PRIMARY_GRADER)
+                for grader, label in OAKS_OPEN_GRADERS),
+          reference="full access", units="components"),
 )
