@@ -289,6 +289,6 @@ def test_the_scorecard_measures_the_same_contrast_against_full_access():
     from kvprobe.studies.factorial.claims import factorial_contrast
 
     q = _matrix(5.0, [1.0, 9.0])
-    assert factorial_contrast(q, "scope", "exact").not_testable.startswith("full access at floor: 0/30")
-    m = factorial_contrast(q, "scope", "exact", "control")
+    assert factorial_contrast(q, "scope", "exact", "full").not_testable.startswith("full access at floor: 0/30")
+    m = factorial_contrast(q, "scope", "exact")  # the declared reference arm: the matched controls
     assert m.not_testable is None and m.reference == "controls 5/30" and (m.value, m.ci) == (5.0, (1.0, 9.0))

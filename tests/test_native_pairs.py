@@ -78,7 +78,8 @@ def test_estimator_on_the_hand_computed_case():
                                          "lower": pytest.approx(0.5), "upper": pytest.approx(0.5)}
     assert out["min_delta"]["panel"] == "history" and out["min_delta"]["lower"] == pytest.approx(-0.5)
     assert out["criterion_met"] == {"matching": True, "relation": False, "surface_advantage": False}
-    assert out["verdicts"] == {"matching": "replicates", "relation": "opposite", "surface_advantage": "replicates"}
+    assert out["verdicts"] == {"matching": "replicates", "relation": "opposite",
+                               "surface_advantage": "no effect found"}  # a no-effect claim never replicates
     assert out["dropped_draws"] == 0
 
 
