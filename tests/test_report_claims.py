@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
 #: The rule's functions in ``studies.common.report``: only the claims layer (``studies.common.claims``) and the
 #: scorecard (which cites the rule by name) call them.
-RULE = {"claim_verdict", "verdict", "verdict_cell", "testable"}
+RULE = {"claim_verdict", "above_chance"}
 ALLOWED = {"studies/common/claims.py", "studies/scorecard.py"}
 
 

@@ -507,19 +507,19 @@ def test_the_doc_cites_the_paper_by_title_and_is_linked_from_the_readme():
 
 
 def test_reports_and_scorecard_share_one_rule():
-    """Every report's verdict cell (studies.common.report.verdict) is the scorecard's rule, not a second copy."""
+    """Every report's verdict (studies.common.claims.verdict_text) is the scorecard's rule, not a second copy."""
     from kvprobe.studies import scorecard
     from kvprobe.studies.common import report
 
     assert scorecard.verdict is report.claim_verdict
-    assert report.verdict((-28.7, -15.0), -1) == REPLICATES
-    assert report.verdict((2.0, 9.0), -1) == OPPOSITE
-    assert report.verdict((-2.7, 16.0), -1) == INCONCLUSIVE
-    assert report.verdict((-2.7, 16.0), -1, is_testable=False) == NOT_TESTABLE
-    assert report.verdict(None, 1) == NOT_TESTABLE
-    assert report.verdict((-1.0, 2.0), 0, tolerance=5.0) == REPLICATES
-    assert report.verdict((1.0, 9.0), 0, tolerance=5.0) == OPPOSITE
-    assert not report.testable(7, 80) and report.testable(8, 80) and not report.testable(14, 64, chance=14)
+    assert report.claim_verdict("down", (-28.7, -15.0)) == REPLICATES
+    assert report.claim_verdict("down", (2.0, 9.0)) == OPPOSITE
+    assert report.claim_verdict("down", (-2.7, 16.0)) == INCONCLUSIVE
+    assert report.claim_verdict("down", (-2.7, 16.0), not_testable="floor") == NOT_TESTABLE
+    assert report.claim_verdict("none", (-1.0, 2.0), tolerance=5.0) == REPLICATES
+    assert report.claim_verdict("none", (1.0, 9.0), tolerance=5.0) == OPPOSITE
+    assert not hasattr(report, "verdict") and not hasattr(report, "testable")  # one rule, no second entry point
+    assert report.above_chance(20, 50, 12) and not report.above_chance(15, 50, 12)
 
 
 # --------------------------------------------------------------------------- the answer-level table

@@ -426,7 +426,7 @@ def judge(claim: Claim, m: Measurement) -> str:
 
 def verdict_text(claim: Claim, m: Measurement) -> str:
     """:func:`judge` for a report's table cell: an inconclusive estimate whose point lies on the other side of the
-    null from the paper's says so (the wording of ``studies.common.report.verdict_cell``)."""
+    null from the paper's says so (``"inconclusive (point estimate opposite in sign)"``)."""
     v = judge(claim, m)
     side = {"up": 1, "down": -1}.get(claim.direction, 0)
     opposite = v == INCONCLUSIVE and m.value is not None and (m.value - m.null) * side < 0

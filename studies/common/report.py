@@ -33,7 +33,7 @@ __all__ = ["COVERAGE_COLUMNS", "DOES_NOT_HOLD", "FLOOR", "HOLDS", "INCONCLUSIVE"
            "corrections_reversals", "coverage_rows", "data_items",
            "estimate", "exact_rules", "format_change", "format_exact_rules", "heading", "interval", "model_name",
            "nested_note", "ordered", "percent_count", "rate_interval", "run_time", "small_sample_note", "table_head",
-           "table_row", "testable", "verdict", "verdict_cell"]
+           "table_row"]
 
 
 def interval(ci: Sequence[float] | None, fmt: str = "+.2f") -> str:
@@ -166,13 +166,6 @@ def above_chance(correct: int, n: int, chance: float) -> bool:
     return ci is not None and ci[0] > chance / n
 
 
-def testable(correct: int, n: int, chance: float | None = None) -> bool:
-    """Whether the paper's reference arm can show a change: ``correct`` of ``n`` is at least :data:`FLOOR` of
-    the answers and, where a study defines a chance level (``chance``: what the majority answer or a random
-    pick scores, in answers), above it by an exact test (:func:`above_chance`)."""
-    return n > 0 and correct / n >= FLOOR and (chance is None or above_chance(correct, n, chance))
-
-
 #: The directions a claim can state: the paper's effect is positive, negative, nonzero of either sign, or absent.
 DIRECTIONS = ("up", "down", "either", "none")
 
@@ -226,27 +219,6 @@ def claim_verdict(direction: str, ci: Sequence[float] | None, null: float = 0.0,
     if kind == "no-effect" and found == REPLICATES:
         return NO_EFFECT
     return found
-
-
-def verdict(ci: Sequence[float] | None, paper_sign: int, is_testable: bool = True,
-            tolerance: float | None = None) -> str:
-    """:func:`claim_verdict` of a change (null 0) against the paper's direction (``paper_sign`` +1 or -1;
-    0: the paper found no change, within +-``tolerance``). ``is_testable`` False (:func:`testable`) or no
-    interval: not testable here."""
-    if paper_sign not in (1, -1, 0):
-        raise ValueError(f"paper_sign must be +1, -1 or 0, got {paper_sign!r}")
-    if paper_sign == 0 and tolerance is None:
-        raise ValueError("a no-change claim needs a tolerance")
-    reason = None if is_testable and ci is not None else "not testable"
-    return claim_verdict({1: "up", -1: "down", 0: "none"}[paper_sign], ci, 0.0, tolerance, reason)
-
-
-def verdict_cell(value: float, ci: Sequence[float] | None, paper_sign: int, is_testable: bool = True,
-                 tolerance: float | None = None) -> str:
-    """:func:`verdict` for a report cell; an inconclusive estimate whose point lies on the other side of 0 from
-    the paper's says so."""
-    v = verdict(ci, paper_sign, is_testable, tolerance)
-    return v + (" (point estimate opposite in sign)" if v == INCONCLUSIVE and value * paper_sign < 0 else "")
 
 
 # --------------------------------------------------------------------------- exact rules side by side

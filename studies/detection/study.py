@@ -2,7 +2,7 @@
 
 Record pairs come from two datasets:
 
-* ``records``: the synthetic record histories D3 (``studies.recognition.records``),
+* ``records``: the synthetic record histories D3 (``studies.datasets.recognition.records``),
   development and test splits by default; label = replacement (replacement, role
   swap, explicit rejection);
 * ``quantity``: the quantity calibration set D4 (``studies.datasets.quantity_task.tasks``), its 18
