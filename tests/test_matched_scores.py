@@ -298,6 +298,83 @@ def test_oaks_run_and_panel(llama, tmp_path):
     assert json.loads((tmp_path / "panel" / "panel.json").read_text())["runs"][0]["model"] == "tiny-llama"
 
 
+# ----------------------------------------------------------------------------- verdicts: report and scorecard
+
+
+def _oaks_subset(control: int, mask: int, ci: list[float], n: int = 114) -> dict:
+    """A planted OAKS ``all`` subset: one rule (``complete``) with the control's and the mask's counts."""
+    def change(pp, interval):
+        return {"pp": pp, "ci": interval, "corrections": 0, "reversals": 0}
+    rule = {"correct": {"full": control, "control": control, "mask": mask},
+            "mask_vs_control": change(100 * (mask - control) / n, ci), "mask_vs_full": change(0.0, [-1.0, 1.0]),
+            "control_vs_full": change(0.0, [-1.0, 1.0])}
+    return {"n": n, "groups": n, "rules": {"complete": rule, "lenient": rule}}
+
+
+def test_an_oaks_control_below_two_way_chance_is_not_testable_whatever_the_interval():
+    """Issue 46 item 8a: the control at 37/114 lies below a random pick of the two answer texts (57/114) by the
+    exact test, so a mask - control change that excludes 0 reads not testable, never opposite; at 75/114 the same
+    interval is the paper's opposite."""
+    from kvprobe.studies.common.claims import NOT_TESTABLE, OPPOSITE, judge
+    from kvprobe.studies.matched_scores.claims import CLAIMS, OAKS_CHANCE, matched_accuracy_measurement
+
+    claim = next(c for c in CLAIMS if c.key == "matched-scores.oaks-choices")
+    below = matched_accuracy_measurement(_oaks_subset(37, 31, [-9.6, -0.9]), "complete", OAKS_CHANCE)
+    assert judge(claim, below) == NOT_TESTABLE
+    assert below.not_testable.startswith("control not above chance: 37/114 correct, exact 95% interval [24.0, 41.9]")
+    above = matched_accuracy_measurement(_oaks_subset(75, 69, [-9.6, -0.9]), "complete", OAKS_CHANCE)
+    assert above.not_testable is None and judge(claim, above) == OPPOSITE
+    # at 66/114 (57.9 %) the point lies above 50 % but the exact interval does not
+    assert matched_accuracy_measurement(_oaks_subset(66, 60, [-9.6, -0.9]), "complete", OAKS_CHANCE).not_testable
+
+
+def test_the_lenient_line_gives_the_secondary_verdict():
+    """The report's lenient line judges the lenient rule as the scorecard's secondary rows do (records: the
+    replacement claim; OAKS: the choice claim, chance included), with the reason when it is not testable."""
+    from kvprobe.studies.matched_scores.summary import lenient_verdict
+
+    assert lenient_verdict({"dataset": "oaks", "subsets": {"all": _oaks_subset(52, 50, [-7.0, 3.5])}}).startswith(
+        "not testable here: control not above chance: 52/114 correct")
+    assert lenient_verdict({"dataset": "oaks", "subsets": {"all": _oaks_subset(90, 100, [2.0, 15.0])}}) == \
+        "replicates"
+    records = _oaks_subset(81, 39, [-45.3, -10.7], n=150)
+    records["groups"] = 50
+    assert lenient_verdict({"dataset": "records", "subsets": {"replacement": records}}) == "replicates"
+
+
+def test_committed_reports_and_scorecard_rows_give_one_verdict():
+    """Every committed matched-scores report's claim verdicts are its primary scorecard rows' (issue 46 items 8a
+    and 10): the same rule (complete answers over all 300 cases and on OAKS, the exact field on the 150
+    replacements), the same estimate; the Qwen-0.5B OAKS row is not testable (control 37/114)."""
+    from kvprobe.studies.common.claims import NOT_TESTABLE, evaluate_run
+    from kvprobe.studies.matched_scores.claims import CLAIMS
+    from kvprobe.studies.matched_scores.summary import CLAIMS as REPORT_CLAIMS
+    from kvprobe.studies.matched_scores.summary import RULES, claim_rows
+
+    artifacts = Path(__file__).resolve().parents[1] / "artifacts" / "matched-scores"
+    runs = sorted(p.parent for p in artifacts.glob("*/summary.json") if (p.parent / "config.json").exists())
+    assert {r.name for r in runs} >= {"qwen2.5-coder-0.5b-instruct-oaks", "qwen2.5-coder-1.5b-instruct"}
+    rule_of = {key: rule for spec in REPORT_CLAIMS.values() for _, rule, key, _, _ in spec}
+    for run in runs:
+        summary = json.loads((run / "summary.json").read_text())
+        primary = {r.claim.key: r for r in evaluate_run(run, CLAIMS) if r.test.primary}
+        report = claim_rows(summary)
+        for subset, rule, key, _, _ in REPORT_CLAIMS[summary["dataset"]]:
+            row = primary[key]
+            assert row.test.rule.startswith(f"paper's rule: {'exact answer field' if rule == 'exact' else rule}")
+            assert row.measurement.value == summary["subsets"][subset]["rules"][rule]["mask_vs_control"]["pp"]
+            cell = next(c for c in report if c["subset"] == subset and c["claim"].endswith(f"({RULES[rule]} rule, pp)"))
+            assert cell["verdict"].split(" (")[0] == row.verdict, (run.name, key)
+    assert rule_of["matched-scores.all-answers"] == "complete" and rule_of["matched-scores.oaks-choices"] == "complete"
+    oaks = {r.claim.key: r for r in evaluate_run(artifacts / "qwen2.5-coder-0.5b-instruct-oaks", CLAIMS)
+            if r.test.primary}["matched-scores.oaks-choices"]
+    assert oaks.verdict == NOT_TESTABLE and oaks.estimate_text == "-5.3 [-9.6, -0.9] pp"
+    assert "control not above chance: 37/114" in oaks.reason
+    qwen15 = {r.claim.key: r for r in evaluate_run(artifacts / "qwen2.5-coder-1.5b-instruct", CLAIMS)
+              if r.test.primary}["matched-scores.all-answers"]
+    assert qwen15.estimate_text == "-16.3 [-20.0, -13.3] pp"  # the README's complete-answer number
+
+
 # ----------------------------------------------------------------------------- validation
 
 

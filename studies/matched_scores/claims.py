@@ -14,13 +14,15 @@ from kvprobe.studies.common.claims import (LENIENT, PAPER_RULE, Claim, Measureme
                                            excludes_zero, floor_reason, join_reasons, pp_measurement, read_summary)
 from kvprobe.studies.common.report import estimate
 
-__all__ = ["CLAIMS", "OAKS_CHANCE", "MATCHED_QWEN", "MATCHED_QWEN_15", "MATCHED_SMOL", "MATCHED_SMOL_OAKS", "matched_accuracy",
-           "matched_accuracy_measurement", "matched_margin", "matched_margin_measurement"]
+__all__ = ["CLAIMS", "OAKS_CHANCE", "MATCHED_QWEN", "MATCHED_QWEN_15", "MATCHED_QWEN_OAKS", "MATCHED_SMOL",
+           "MATCHED_SMOL_OAKS", "matched_accuracy", "matched_accuracy_measurement", "matched_margin",
+           "matched_margin_measurement"]
 
 
 MATCHED_SMOL, MATCHED_QWEN = "matched-scores/smollm2-135m-instruct", "matched-scores/qwen2.5-coder-0.5b-instruct"
 MATCHED_QWEN_15 = "matched-scores/qwen2.5-coder-1.5b-instruct"
 MATCHED_SMOL_OAKS = "matched-scores/smollm2-135m-instruct-oaks"
+MATCHED_QWEN_OAKS = "matched-scores/qwen2.5-coder-0.5b-instruct-oaks"
 
 
 def matched_margin_measurement(sub: dict[str, Any]) -> Measurement:
@@ -117,17 +119,17 @@ CLAIMS: tuple[Claim, ...] = (
                 "Qwen3-4B -19.3 [-21.7, -17.3], Qwen3-8B -24.3 [-29.0, -20.0], Qwen3-32B -16.0 [-17.7, -14.3] pp",
                 (5002, 5002)),
           "down",
-          (Test(MATCHED_SMOL, f"{PAPER_RULE}: exact answer field; mask vs control; all 300 cases",
-                matched_accuracy("all", "exact")),
+          (Test(MATCHED_SMOL, f"{PAPER_RULE}: complete answer (one JSON answer field, unit, EOS); mask vs control; "
+                "all 300 cases", matched_accuracy("all", "complete")),
            Test(MATCHED_SMOL, f"{LENIENT}: first value mentioned; mask vs control; all 300 cases",
                 matched_accuracy("all", "lenient"), primary=False),
-           Test(MATCHED_SMOL, f"{PAPER_RULE}: exact answer field; mask vs full access; all 300 cases",
-                matched_accuracy("all", "exact", reference="full"), primary=False),
+           Test(MATCHED_SMOL, f"{PAPER_RULE}: complete answer; mask vs full access; all 300 cases",
+                matched_accuracy("all", "complete", reference="full"), primary=False),
            *(t for run in (MATCHED_QWEN, MATCHED_QWEN_15) for t in (
-               Test(run, f"{PAPER_RULE}: exact answer field; mask vs control; all 300 cases",
-                    matched_accuracy("all", "exact")),
-               Test(run, f"{PAPER_RULE}: exact answer field; mask vs full access; all 300 cases",
-                    matched_accuracy("all", "exact", reference="full"), primary=False)))),
+               Test(run, f"{PAPER_RULE}: complete answer (one JSON answer field, unit, EOS); mask vs control; "
+                    "all 300 cases", matched_accuracy("all", "complete")),
+               Test(run, f"{PAPER_RULE}: complete answer; mask vs full access; all 300 cases",
+                    matched_accuracy("all", "complete", reference="full"), primary=False)))),
           reference="control", units="groups"),
     Claim("matched-scores.oaks-choices", "matched-scores", "On natural text (OAKS), hiding the earlier source "
           "improves the choice between the supplied answers",
@@ -135,9 +137,10 @@ CLAIMS: tuple[Claim, ...] = (
                 "Preferring the New Value Does Not Ensure a Complete Answer", "Qwen3-32B -16.77 [-21.16, -12.78] pp "
                 "obsolete choices", (2118, 2118)),
           "up",
-          (Test(MATCHED_SMOL_OAKS, f"{PAPER_RULE}: exact JSON choice; mask vs control; generated demonstration "
-                "set, all books", matched_accuracy("all", "exact", chance=OAKS_CHANCE)),
-           Test(MATCHED_SMOL_OAKS, f"{LENIENT}: first answer text mentioned; mask vs control; generated "
-                "demonstration set", matched_accuracy("all", "lenient", chance=OAKS_CHANCE), primary=False)),
+          tuple(t for run in (MATCHED_SMOL_OAKS, MATCHED_QWEN_OAKS) for t in (
+              Test(run, f"{PAPER_RULE}: complete answer (one JSON answer field, EOS); mask vs control; generated "
+                   "demonstration set, all books", matched_accuracy("all", "complete", chance=OAKS_CHANCE)),
+              Test(run, f"{LENIENT}: first answer text mentioned; mask vs control; generated demonstration set",
+                   matched_accuracy("all", "lenient", chance=OAKS_CHANCE), primary=False))),
           reference="control", units="groups"),
 )
