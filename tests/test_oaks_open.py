@@ -171,7 +171,9 @@ def test_summary_answerable_subset_and_protocols_by_the_rule_grader(tmp_path):
                                      "capped": 0, "unparsed": 0}
     assert s["panels"]["all"]["protocols"]["complete"]["counts"] == {"full": 3, "mask": 2, "control": 2}
     assert s["abstentions"]["control"] == {"justified": 0, "unjustified": 1}
-    assert summary.claim_rows(s)[1]["verdict"] == "not testable here"  # the rule grader's protocols coincide
+    assert summary.claim_rows(s)[1]["verdict"] == ("not testable here (the rule grader has one protocol: agreement "
+                                                   "and completeness coincide)")
+    assert "rule_grader" not in s and s["judge_validation"] is None  # a rule-graded run: nothing to gate or beside
 
 
 def test_summary_reads_the_model_grades_and_compares_protocols(tmp_path):
@@ -183,11 +185,12 @@ def test_summary_reads_the_model_grades_and_compares_protocols(tmp_path):
         ("q3", "control"): ("wrong", "no", "no")}
     grades = [{"case_id": c, "condition": k, "completeness": v[0], "agreement": v[1], "reference_only": v[2],
                "answerability": "partial" if c == "q3" else "answerable",
-               "reference_support": "partial" if c == "q1" else "supported", "grader": "source-aware:x"}
+               "reference_support": "partial" if c == "q1" else "supported",
+               "grader": "source-aware:m/bfloat16/000000000000"}
               for (c, k), v in verdicts.items()]
     _write_run(tmp_path, grades)
     s = summary.summarize(tmp_path, draws=200)
-    assert s["graders"] == ["source-aware:x"]
+    assert s["graders"] == ["source-aware:m/bfloat16/000000000000"]
     ans = s["panels"]["answerable"]
     assert ans["n"] == 2
     p = ans["protocols"]
@@ -202,7 +205,13 @@ def test_summary_reads_the_model_grades_and_compares_protocols(tmp_path):
     assert s["protocol_disagreements"] == {"answers": 9, "disagree": 2, "reference_partial": 1}
     assert s["abstentions"]["mask"] == {"justified": 0, "unjustified": 1}
     claims = summary.claim_rows(s)
-    assert claims[0]["estimate"].startswith("-100.0") and claims[1]["estimate"].startswith("+100.0")
+    judged = [c for c in claims if c["grader"] == s["graders"][0]]
+    assert judged[0]["estimate"].startswith("-100.0") and judged[1]["estimate"].startswith("+100.0")
+    # the judge (a model variant) has no audit: its rows are not testable, the rule grader's rows stand beside
+    assert all(c["verdict"].startswith("not testable here (judge not validated") for c in judged)
+    assert [c["grader"] for c in claims] == [s["graders"][0], "rule-v1 (same answers)"] * 2
+    rule = s["rule_grader"]["panels"]["answerable"]
+    assert rule["protocols"]["complete"]["counts"] == {"full": 2, "mask": 1, "control": 1}  # the rule grader's own
 
 
 # ----------------------------------------------------------------------------- the study on a tiny model

@@ -554,3 +554,108 @@ def test_answer_level_refuses_a_claim_the_scorecard_lacks(rows, monkeypatch):
     monkeypatch.setattr(al, "LINES", (al.Line("x", (1, 1), ("no-such.claim",)),))
     with pytest.raises(ValueError, match="no-such.claim"):
         al.answer_level(rows)
+
+
+# --------------------------------------------------------------------------- the rule grader beside a failing judge
+
+
+def _plant_audit(root: Path, task: str, judge: str, agree: int, n: int, planted_accepted: int) -> None:
+    """An audit of ``judge`` on ``task`` under ``root`` with these numbers (19 planted wrong answers)."""
+    from kvprobe.studies.common.judge_audit import AuditResult, passes, write_audit
+
+    accepted = [f"p{i}" for i in range(planted_accepted)]
+    write_audit(AuditResult(task, judge, "audit.jsonl", "0" * 64, "yes", n, agree, agree, 19, accepted, accepted,
+                            [], {}, {}, {}, [], passed=passes(agree, n, planted_accepted)), root)
+
+
+def _session_subset(key: str, full: int, soft: int, n: int = 40) -> dict:
+    change = {"pp": 100 * (soft - full) / n, "ci": [-20.0, -1.0], "change": soft - full, "corrections": 0,
+              "reversals": full - soft}
+    arm = {"n": n, "eos_correct": soft, "cap": 0, "pct": None, "mean_tokens": None}
+    return {"key": key, "label": key, "questions": n, "groups": 27,
+            "arms": {"full": {**arm, "correct": full, "eos_correct": full},
+                     "soft": {**arm, "correct": soft, "vs_full": change, "eos_vs_full": change}}}
+
+
+def test_a_failing_judge_gates_its_rows_and_the_rule_grader_stands_beside_it(tmp_path):
+    """Planted: a judge failing its audit (28/38, 6 planted wrongs accepted) makes the judged row not testable;
+    the rule grader's row of the same answers (``rule_subsets``) is judged by the rule and notes its own failing
+    audit; a judge that passes is not gated."""
+    from kvprobe.studies.session_bias.claims import session_bias
+
+    run = _write(tmp_path / "session-bias" / "run", {
+        "graders": ["longmemeval-anscheck", "longmemeval-anscheck:m/bfloat16/000000000000"],
+        "subsets": [_session_subset("without_crossing_groups", 31, 26)],
+        "rule_subsets": [_session_subset("without_crossing_groups", 12, 5)]})
+    _plant_audit(tmp_path / "judge-audit", "session-bias", "m/bfloat16/000000000000", 28, 38, 6)
+    _plant_audit(tmp_path / "judge-audit", "session-bias", "rule-v1", 30, 38, 4)
+    judged = session_bias("without_crossing_groups", "soft")(run)
+    assert judged.not_testable.startswith("judge not validated: m/bfloat16 agrees with 28/38 hand labels (73.7 %) "
+                                          "and accepts 6 of 19 planted wrong answers") and judged.note == ""
+    rule = session_bias("without_crossing_groups", "soft", rule=True)(run)
+    assert rule.not_testable is None and rule.value == -17.5 and rule.reference == "full 12/40"
+    assert rule.note == ("rule-v1 fails its own audit: it agrees with 30/38 hand labels (78.9 %) and accepts 4 of 19 "
+                         "planted wrong answers")
+    claim = _claim("down", ())
+    assert judge(claim, judged) == NOT_TESTABLE and judge(claim, rule) == REPLICATES
+    _plant_audit(tmp_path / "judge-audit", "session-bias", "m/bfloat16/000000000000", 36, 38, 0)  # now it passes
+    assert session_bias("without_crossing_groups", "soft")(run).not_testable is None
+
+
+def test_a_summary_records_its_graders_audits_wherever_it_is_summarized(tmp_path):
+    """grader_validity reads a given audit folder (a copy of a run summarized elsewhere finds the same audits); a
+    rule grader without an audit, or one that passes, has no note."""
+    from kvprobe.studies.common.claims import grader_validity, rule_audit_note
+
+    root = tmp_path / "audits"
+    _plant_audit(root, "oaks-open", "m/bfloat16/000000000000", 15, 40, 17)
+    got = grader_validity(tmp_path / "elsewhere" / "run", "oaks-open", ["source-aware:m/bfloat16/000000000000"],
+                          "rule-v1", root)
+    assert "agrees with 15/40 hand labels (37.5 %) and accepts 17 of 19" in got["judge_validation"]
+    assert got["rule_audit"] == ""  # no rule audit planted
+    _plant_audit(root, "oaks-open", "rule-v1", 38, 40, 0)
+    assert rule_audit_note(tmp_path / "x" / "run", "oaks-open", "rule-v1", root) == ""  # passes: nothing to say
+    assert grader_validity(tmp_path / "run", "oaks-open", ["rule-v1"], "rule-v1", root)["judge_validation"] is None
+
+
+def _open_panel(full: int, mask: int, n: int = 38) -> dict:
+    change = {"pp": 100 * (mask - full) / n, "ci": [-23.7, -2.6], "change": mask - full, "corrections": 0,
+              "reversals": full - mask}
+    protocol = {"counts": {"full": full, "mask": mask, "control": full}, "mask_vs_full": change,
+                "mask_vs_control": change}
+    return {"n": n, "components": n, "protocols": {"complete": protocol, "agreement": protocol,
+                                                   "reference_only": protocol},
+            "agreement_minus_complete": {**change, "pp": -5.3, "ci": [-18.4, 7.9]}}
+
+
+def test_the_oaks_open_report_gates_a_failing_judge_and_gives_the_rule_graders_verdict_beside_it():
+    """Planted: a judged summary whose judge fails its audit reads not testable in the report (as its scorecard
+    row), with the rule grader's row on the same answers beside it; without the gate the same numbers replicate."""
+    from kvprobe.studies.matched_scores.open_answers.summary import claim_rows
+
+    summary = {"graders": ["source-aware:m/bfloat16/000000000000"], "panels": {"answerable": _open_panel(35, 30)},
+               "judge_validation": "judge not validated: m/bfloat16 agrees with 15/40 hand labels",
+               "rule_grader": {"graders": ["rule-v1"], "panels": {"answerable": _open_panel(14, 9, 36)}}}
+    rows = claim_rows(summary)
+    assert [r["grader"] for r in rows] == ["source-aware:m/bfloat16/000000000000", "rule-v1 (same answers)"] * 2
+    assert rows[0]["verdict"] == "not testable here (judge not validated: m/bfloat16 agrees with 15/40 hand labels)"
+    assert rows[1]["verdict"] == "replicates" and rows[1]["reference"] == "full 14 of 36"
+    assert rows[3]["verdict"].startswith("not testable here (the rule grader has one protocol")
+    ungated = claim_rows({**summary, "judge_validation": None})
+    assert ungated[0]["verdict"] == "replicates"
+
+
+def test_the_validation_soft_bias_is_a_no_change_claim_judged_on_the_held_out_questions():
+    """session-bias.validation-overall: the paper's overall change on validation questions without the ones linked
+    to development (-0.46 [-1.25, 0.32]) is a no-change claim; its primary row is the judged run's split exclusion,
+    the rule grader's beside it."""
+    from kvprobe.studies.session_bias.claims import CLAIMS as SESSION
+
+    claim = next(c for c in SESSION if c.key == "session-bias.validation-overall")
+    assert claim.direction == "none" and claim.reference == "full access"
+    assert [t.primary for t in claim.tests] == [True, False] and "rule grader" in claim.tests[1].rule
+    from kvprobe.studies.common.claims import pp_measurement
+
+    step = pp_measurement(-1.0, (-4.0, 2.0), "40 questions", "full 31/40", units=27, answers=40)
+    assert judge(claim, step) == REPLICATES  # strictly inside +-5 pp, one answer 2.5 pp
+    assert judge(claim, pp_measurement(-12.5, (-26.3, 2.0), "n", "r", units=27, answers=40)) == INCONCLUSIVE

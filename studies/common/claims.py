@@ -82,9 +82,9 @@ __all__ = ["CHECK_VERDICTS", "DOES_NOT_HOLD", "FEW_UNITS", "FLOOR", "HOLDS", "IN
            "NOT_TESTABLE", "NO_EFFECT", "OPPOSITE", "PAPER_RULE", "REPLICATES", "TOLERANCE", "VERDICTS", "Claim",
            "ClaimResult", "Measurement", "Paper", "Row", "Test", "chance_interval_reason", "chance_reason",
            "claim_results", "claim_tolerance", "claim_verdict", "claims_module", "count_pp", "evaluate",
-           "evaluate_run", "excludes_zero", "find_entry", "floor_reason", "is_run", "join_reasons", "judge", "judge_reason",
-           "lines_text", "pp_measurement", "read_json", "read_summary", "reason", "run_model", "share_pp",
-           "verdict_text"]
+           "evaluate_run", "excludes_zero", "find_entry", "floor_reason", "grader_validity", "is_run", "join_reasons",
+           "judge", "judge_reason", "lines_text", "pp_measurement", "read_json", "read_summary", "reason",
+           "rule_audit_note", "run_model", "share_pp", "verdict_text"]
 
 #: The verdicts of a claim's rows, in the order the summary table lists them.
 VERDICTS = (REPLICATES, NO_EFFECT, OPPOSITE, INCONCLUSIVE, NOT_TESTABLE)
@@ -299,22 +299,53 @@ def chance_interval_reason(value: float, ci: Sequence[float], chance: float, con
             f"{what} scores {chance:g} %")
 
 
-def judge_reason(run: Path | str, task: str, graders: Sequence[str]) -> str | None:
+def judge_reason(run: Path | str, task: str, graders: Sequence[str], root: Path | str | None = None) -> str | None:
     """Why a run graded by a model judge cannot test a claim (None when every model judge of ``graders``, a
     summary's graders, passed its audit on ``task``): a judge with no audit, or one that fails the audit's bar
-    (``studies.common.judge_audit``: the audits beside the run's study folder). Rule graders are not gated here."""
+    (``studies.common.judge_audit``: the audits beside the run's study folder, or in ``root``). Rule graders are
+    not gated here (:func:`rule_audit_note` says how theirs went)."""
     from .judge_audit import judges_of_run
 
     reasons = []
-    for grader, audit in judges_of_run(run, task, graders).items():
+    for grader, audit in judges_of_run(run, task, graders, root).items():
         name = "/".join(grader.split(":", 1)[-1].split("/")[:2])
         if audit is None:
             reasons.append(f"judge not validated: {name} has no audit on the {task} set")
         elif not audit.passed:
-            reasons.append(f"judge not validated: {name} agrees with {audit.agree}/{audit.n} hand labels "
-                           f"({100 * audit.agree / audit.n:.1f} %) and accepts {len(audit.planted_accepted)} of "
-                           f"{audit.planted} planted wrong answers (bar: {audit.rule})")
+            reasons.append(f"judge not validated: {_audit_numbers(name, audit)} (bar: {audit.rule})")
     return join_reasons(*reasons)
+
+
+def _audit_numbers(name: str, audit: Any) -> str:
+    """``NAME agrees with 15/40 hand labels (37.5 %) and accepts 17 of 19 planted wrong answers``."""
+    return (f"{name} agrees with {audit.agree}/{audit.n} hand labels ({100 * audit.agree / audit.n:.1f} %) and "
+            f"accepts {len(audit.planted_accepted)} of {audit.planted} planted wrong answers")
+
+
+def rule_audit_note(run: Path | str, task: str, rule: str, root: Path | str | None = None) -> str:
+    """A rule grader's own audit on ``task`` as a row note (empty when it has none or passes): rule graders are
+    shown beside a failing judge, never gated, so a reader needs to know how far their labels go. ``root``: the
+    audit folder (default: ``judge-audit`` beside the run's study folder).
+
+    Example: ``"rule-v1 fails its own audit: it agrees with 24/40 hand labels (60.0 %) and accepts 4 of 19 planted
+    wrong answers"``.
+    """
+    from .judge_audit import audit_for_grader
+
+    audit = audit_for_grader(task, rule, Path(run).parent.parent / "judge-audit" if root is None else root)
+    if audit is None or audit.passed:
+        return ""
+    return f"{rule} fails its own audit: {_audit_numbers('it', audit)}"
+
+
+def grader_validity(run: Path | str, task: str, graders: Sequence[str], rule: str,
+                    root: Path | str | None = None) -> dict[str, str | None]:
+    """A summary's record of its graders' audits: ``judge_validation`` (:func:`judge_reason`: why its model judge
+    cannot test a claim, None for a rule grader or a judge that passes) and ``rule_audit`` (:func:`rule_audit_note`
+    of the study's rule grader ``rule``). A summary passes ``root=judge_audit.AUDIT_DIR`` (where ``kvprobe report
+    judge-audit`` writes), so a copy of the run summarized elsewhere reproduces it."""
+    return {"judge_validation": judge_reason(run, task, graders, root),
+            "rule_audit": rule_audit_note(run, task, rule, root)}
 
 
 def join_reasons(*reasons: str | None) -> str | None:

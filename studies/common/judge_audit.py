@@ -341,15 +341,17 @@ def judge_validated(task: str, grader: str, root: str | Path = AUDIT_DIR) -> boo
     return result is not None and result.passed
 
 
-def judges_of_run(run: str | Path, task: str, graders: Sequence[str]) -> dict[str, AuditResult | None]:
+def judges_of_run(run: str | Path, task: str, graders: Sequence[str], root: str | Path | None = None
+                  ) -> dict[str, AuditResult | None]:
     """Each model grader of a committed run (``graders``: its summary's ``graders``; rule graders, which name no
     ``model/dtype/digest``, left out: :func:`audit_for_grader` finds their audits by name) -> its audit on ``task`` from the ``judge-audit`` folder beside the run's
-    study folder (``artifacts/judge-audit`` for a run ``artifacts/<study>/<name>``), None where it has none.
+    study folder (``artifacts/judge-audit`` for a run ``artifacts/<study>/<name>``; ``root``: that folder given,
+    e.g. :data:`AUDIT_DIR` for a summary recomputed elsewhere), None where it has none.
 
     Example: ``judges_of_run("artifacts/oaks-open/smollm2-135m-instruct-judged-1.5b", "oaks-open",
     summary["graders"])`` is ``{"source-aware:qwen2.5-coder-1.5b-instruct/bfloat16/cc324af070c2": AuditResult(...)}``.
     """
-    root = Path(run).parent.parent / "judge-audit"
+    root = Path(run).parent.parent / "judge-audit" if root is None else Path(root)
     return {g: audit_for_grader(task, g, root) for g in graders if g.split(":", 1)[-1].count("/") >= 2}
 
 

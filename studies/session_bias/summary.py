@@ -18,6 +18,12 @@ arm (``grader_agreement``). ``judge_model`` (``kvprobe report session-bias RUN -
 first grades the run with that local model and the official LongMemEval prompts
 (``grading.OfficialJudge`` over ``local_judge.LocalJudgeClient``), into ``grades.jsonl``, and uses it.
 
+Grader validity (every run): ``judge_validation``, why the run's model judge cannot test a claim (its audit on the
+session-bias set in ``artifacts/judge-audit`` fails the bar or is missing; None for the rule grader or a judge that
+passes), and ``rule_audit``, how the rule grader fares on the same audit set. A run graded from a grades file also
+holds ``rule_subsets``: the rule grader's labels of the same answers (stored in the rows) on the main subsets and
+the split exclusion, with the same draws, so every judged count has the rule grader's beside it.
+
 Sections a run gets only when its rows hold them (a run of the three primary arms without them
 keeps its summary as before):
 
@@ -47,11 +53,14 @@ import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, mean_change_pp, paired_change
 from kvprobe.studies.common.report import Items, corrections_reversals, data_items, estimate, heading, ordered, run_time, table_head, table_row
+from kvprobe.studies.common.claims import grader_validity
 from kvprobe.studies.common.formatting import share_of
+from kvprobe.studies.common.judge_audit import AUDIT_DIR
 from kvprobe.studies.common.grades import grade_of, read_grade_lines
 from kvprobe.studies.common.runner import read_rows
 from .history import CONDITIONS, DEVELOPMENT, PRIMARY, QUERY_AWARE
 from .data import QUESTION_TYPES, publisher_components
+from .grading import RuleGrader
 
 Case = dict[str, Any]
 #: (key, label, membership of a case); a case is its full-access (or first) row.
@@ -71,6 +80,10 @@ SUBSETS: list[tuple[str, str, Callable[[Case], bool]]] = [
 ]
 #: The subsets of the query-aware, development and publisher tables.
 MAIN_SUBSETS = ("all", "answerable_updates", "other_answerable", "abstention")
+#: The subsets the rule grader's labels are summarized on beside a judge's.
+RULE_SUBSETS = (*MAIN_SUBSETS, "without_crossing_groups")
+#: The audit task of this study's graders (``kvprobe report judge-audit MODEL session-bias``).
+TASK = "session-bias"
 #: The publisher exclusion sensitivity: the questions whose component does not cross the split.
 PUBLISHER_EXCLUSION = [(f"{key}_without_publisher_crossing", f"{label}, without publisher-crossing questions",
                         lambda c, member=member: member(c) and not c.get("publisher_crosses_split"))
@@ -244,8 +257,14 @@ class Summary(_SummaryKeys, total=False):
     development: Development
     query_aware: QueryAware
     publisher: Publisher
-    #: Runs graded from a grades file: the model grader's labels against the rule grader's.
+    #: Runs graded from a grades file: the model grader's labels against the rule grader's, and the rule grader's
+    #: subsets (:data:`RULE_SUBSETS`).
     grader_agreement: list[GraderAgreement]
+    rule_subsets: list[Subset]
+    #: Why the run's model judge cannot test a claim (None: the rule grader, or a judge that passes its audit); the
+    #: rule grader's own audit (empty: none, or it passes).
+    judge_validation: str | None
+    rule_audit: str
 
 
 def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: str | Path | None = None
@@ -287,10 +306,7 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
     tables = {"correct": correct, "eos_correct": eos_correct, "cap": cap, "tokens": tokens}
     query_aware = [a for a in conditions if a in QUERY_AWARE]
     subsets = []
-    for key, label, member in SUBSETS:
-        m = np.array([bool(member(c)) for c in cases], dtype=bool)
-        if key == "without_crossing_groups" and (m.all() or all(c["split"] == "all" for c in cases)):
-            continue  # no group crosses the split (or no split was taken): nothing to exclude
+    for key, label, m in _subset_masks(cases):
         subsets.append(_subset(key, label, m, groups, conditions, tables, weights,
                                versus_hard=query_aware if "hard" in conditions else []))
     out: Summary = {
@@ -308,6 +324,35 @@ def summarize(out_dir: Path | str, seed: int = 0, draws: int = DRAWS, grades: st
         out["publisher"] = _publisher(cases, groups, conditions, tables, draws, seed)
     if override is not None:
         out["grader_agreement"] = _agreement(by_case, rule, conditions)
+        out["rule_subsets"] = _rule_subsets(rule, cases, case_ids, groups, conditions, tables, weights)
+    out.update(grader_validity(out_dir, TASK, out["graders"], RuleGrader.name, root=AUDIT_DIR))
+    return out
+
+
+def _rule_subsets(rule: dict[tuple[str, str], dict[str, Any]], cases: list[Case], case_ids: list[str],
+                  groups: list[str], conditions: list[str], tables: dict[str, dict[str, np.ndarray]],
+                  weights: np.ndarray) -> list[Subset]:
+    """The rule grader's labels (``rule``: the rows as stored, by case and arm) on :data:`RULE_SUBSETS`: correct and
+    EOS-restricted correct with their changes against full, over the judged summary's draws."""
+    def vec(arm: str, key: Callable[[dict[str, Any]], float]) -> np.ndarray:
+        return np.array([key(rule[(c, arm)]) if (c, arm) in rule else np.nan for c in case_ids], dtype=float)
+
+    ruled = {**tables, "correct": {a: vec(a, lambda r: float(r["correct"])) for a in conditions},
+             "eos_correct": {a: vec(a, lambda r: float(r["correct"] and r["stop_reason"] == "eos"))
+                             for a in conditions}}
+    return [_subset(key, label, m, groups, conditions, ruled, weights)
+            for key, label, m in _subset_masks(cases) if key in RULE_SUBSETS]
+
+
+def _subset_masks(cases: list[Case]) -> list[tuple[str, str, np.ndarray]]:
+    """Each subset of :data:`SUBSETS` with its membership mask; the split exclusion only where a group crosses the
+    split."""
+    out = []
+    for key, label, member in SUBSETS:
+        m = np.array([bool(member(c)) for c in cases], dtype=bool)
+        if key == "without_crossing_groups" and (m.all() or all(c["split"] == "all" for c in cases)):
+            continue  # no group crosses the split (or no split was taken): nothing to exclude
+        out.append((key, label, m))
     return out
 
 
@@ -504,6 +549,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         "Correct = % (count/questions); changes = arm minus full in percentage points [95 % interval] "
         f"(corrections/reversals); paired bootstrap of question groups, {summary['draws']:,} draws, seed "
         f"{summary['seed']}." + _settings(summary, study), "",
+        *_audit_lines(summary),
         "## Accuracy", "",
         *table_head(["subset", "questions", *primary, *(f"{a} - full, pp" for a in others)]),
     ]
@@ -525,7 +571,7 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
               f"{ident['inactive_questions']}" + (f" ({ident['copied_from_full']} copied from full, not generated)"
                                                    if ident["copied_from_full"] else "") + ".", ""]
     lines += _development_lines(summary) + _query_aware_lines(summary) + _publisher_lines(summary)
-    lines += _agreement_lines(summary)
+    lines += _agreement_lines(summary) + _rule_lines(summary)
     lines += ["## By question type", "",
               *table_head(["question type", "questions", "active", *conditions])]
     for t in summary["by_type"]:
@@ -644,6 +690,36 @@ def _agreement_lines(summary: dict[str, Any]) -> list[str]:
     for c in agree:
         lines.append(table_row([c["arm"], c["n"], c["both_correct"], c["judge_only"], c["rule_only"], c["both_wrong"],
                                 "-" if c["agreement"] is None else f"{100 * c['agreement']:.1f} %"]))
+    return lines + [""]
+
+
+def _audit_lines(summary: dict[str, Any]) -> list[str]:
+    """The graders' audits (``judge_validation``, ``rule_audit``) in one sentence; none when neither says anything."""
+    said = [s for s in (summary.get("judge_validation"), summary.get("rule_audit")) if s]
+    if not said:
+        return []
+    judged = (" The scorecard's judged rows are not testable here; the rule grader's counts stand beside them "
+              "(\"The rule grader beside the judge\")." if summary.get("judge_validation") else "")
+    return [f"Grader audits (`artifacts/judge-audit/{TASK}`): {'; '.join(said)}.{judged}", ""]
+
+
+def _rule_lines(summary: dict[str, Any]) -> list[str]:
+    """The rule grader's counts and changes of a judged run (``rule_subsets``)."""
+    subsets = summary.get("rule_subsets")
+    if not subsets:
+        return []
+    lines = ["## The rule grader beside the judge", "",
+             "The rule grader's labels (reference containment; refusals for abstention questions), stored in the rows, "
+             "of the same answers and with the same draws: correct, EOS-restricted correct and their changes against "
+             "full in pp [95 % interval] (corrections/reversals).", "",
+             *table_head(["subset", "arm", "correct", "vs full, pp", "EOS-restricted", "EOS-restricted vs full, pp"])]
+    for s in subsets:
+        if not s["questions"]:
+            continue
+        for a in summary["arms"]:
+            c = s["arms"][a]
+            lines.append(table_row([s["label"], a, _correct(c), _delta(c.get("vs_full")), f"{c['eos_correct']}/{c['n']}",
+                                    _delta(c.get("eos_vs_full"))]))
     return lines + [""]
 
 

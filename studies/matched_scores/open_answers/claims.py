@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from kvprobe.studies.common.claims import (Claim, Measurement, Paper, Test, floor_reason, join_reasons, judge_reason,
-                                           pp_measurement, read_summary)
+                                           pp_measurement, read_summary, rule_audit_note)
+
+from .grading import RULE_GRADER
 
 __all__ = ["CLAIMS", "OAKS_OPEN_GRADERS", "PRIMARY_GRADER", "oaks_open", "oaks_open_measurement"]
 
@@ -52,11 +54,14 @@ def oaks_open_measurement(s: dict[str, Any], quantity: str) -> Measurement:
 
 def oaks_open(quantity: str) -> Callable[[Path], Measurement]:
     """:func:`oaks_open_measurement` of a committed run; not testable where its model judge is not validated (no
-    audit on the oaks-open set, or one it fails: ``studies.common.claims.judge_reason``)."""
+    audit on the oaks-open set, or one it fails: ``studies.common.claims.judge_reason``); a rule-graded row notes
+    the rule grader's own audit (``studies.common.claims.rule_audit_note``: rule graders are shown, never gated)."""
     def measure(run: Path) -> Measurement:
         s = read_summary(run)
         m = oaks_open_measurement(s, quantity)
-        return replace(m, not_testable=join_reasons(judge_reason(run, "oaks-open", s["graders"]), m.not_testable))
+        note = rule_audit_note(run, "oaks-open", RULE_GRADER) if s["graders"] == [RULE_GRADER] else ""
+        return replace(m, not_testable=join_reasons(judge_reason(run, "oaks-open", s["graders"]), m.not_testable),
+                       note=note)
     return measure
 
 

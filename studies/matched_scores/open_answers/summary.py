@@ -21,6 +21,12 @@ reused-source components (questions linked by a shared earlier or later source t
 is its weighted sum of paired differences over its weighted question count (L4612-4613, L4725-4731). Judge
 labels are held fixed.
 
+Grader validity: ``judge_validation`` says why the run's model judge cannot test a claim (its audit on the oaks-open
+set, ``artifacts/judge-audit``, fails the bar or is missing; None for the rule grader or a judge that passes),
+``rule_audit`` how the rule grader fares on the same audit set, and a run graded by a model judge also holds
+``rule_grader``: the rule grader's answerable panel on the same answers (its own answerability), so that the
+report gives the rule grader's verdict beside every judged one.
+
 Also: the outcomes of full-complete answers under the mask (complete, partial, abstain, wrong, capped; against
 full access and against the control; tab:v43_oaks_error_types), answers the two same-grader protocols disagree
 on (and how many of them on questions whose reference is partially supported), justified and unjustified
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -39,7 +46,8 @@ import numpy as np
 from kvprobe.readouts.stats import (DRAWS, PAPER_SEED, connected_components, group_bootstrap_weights,
                                     percentile_interval, weighted_sums)
 from kvprobe.studies.common.formatting import eos_count
-from kvprobe.studies.common.claims import verdict_text
+from kvprobe.studies.common.claims import grader_validity, join_reasons, verdict_text
+from kvprobe.studies.common.judge_audit import AUDIT_DIR
 from kvprobe.studies.common.report import (VERDICT_RULE, heading, percent_count, run_time, small_sample_note,
                                            table_head, table_row)
 from kvprobe.studies.common.grades import grade_of
@@ -50,6 +58,8 @@ from . import grading, paper
 from .claims import CLAIMS, oaks_open_measurement
 from .study import CONDITIONS
 
+#: The audit task of this study's graders (``kvprobe report judge-audit MODEL oaks-open``).
+TASK = "oaks-open"
 #: Outcome columns: name -> (verdict kind, the label that counts).
 PROTOCOLS = {"complete": ("completeness", "complete"), "agreement": ("agreement", "yes"),
              "reference_only": ("reference_only", "yes")}
@@ -123,8 +133,21 @@ class _SummaryKeys(TypedDict):
     graders: list[str]
 
 
+class RuleGrader(TypedDict):
+    """The rule grader's labels of a judged run's answers: its grader and its answerable panel."""
+
+    graders: list[str]
+    panels: dict[str, Any]
+
+
 class Summary(_SummaryKeys, total=False):
     """An open-OAKS run's ``summary.json`` (a run without complete questions has only the counts)."""
+
+    #: Why the run's model judge cannot test a claim (None: rule grader, or a judge that passes its audit); the
+    #: rule grader's own audit (empty: none, or it passes); a judged run's answers under the rule grader.
+    judge_validation: str | None
+    rule_audit: str
+    rule_grader: RuleGrader
 
     books: int
     answerability: dict[str, int]
@@ -148,7 +171,7 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS,
     rows = verdicts(list(read_rows(out_dir)), None if grades is None else grading.read_grades(grades))
     cases = [c for c in dict.fromkeys(r["case_id"] for r in rows)
              if {r["condition"] for r in rows if r["case_id"] == c} >= set(CONDITIONS)]
-    by = {c: [next(r for r in rows if r["case_id"] == k and r["condition"] == c) for k in cases] for c in CONDITIONS}
+    by = by_condition(rows, cases)
     out: Summary = {"questions": len(cases), "rows": len(rows), "seed": seed, "draws": draws,
                     "graders": sorted({r["graded_by"] for r in rows})}
     if not cases:
@@ -182,7 +205,28 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS,
     out["quotes_old_source"] = {c: sum(r["quotes_old_source"] is not None for r in by[c]) for c in CONDITIONS}
     out["labels"] = {c: dict(Counter(r["v_completeness"] for r in by[c])) for c in CONDITIONS}
     out["unparsed"] = {k: sum(r[f"v_{k}"] == grading.UNPARSED for r in every) for k in grading.strings.PROMPTS}
+    out.update(grader_validity(out_dir, TASK, out["graders"], grading.RULE_GRADER, root=AUDIT_DIR))
+    if grades is not None and (rule := rule_grader(rows, cases, weights, comps)) is not None:
+        out["rule_grader"] = rule
     return out
+
+
+def by_condition(rows: list[dict[str, Any]], cases: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Each condition's rows in the order of ``cases``."""
+    return {c: [next(r for r in rows if r["case_id"] == k and r["condition"] == c) for k in cases] for c in CONDITIONS}
+
+
+def rule_grader(rows: list[dict[str, Any]], cases: list[str], weights: np.ndarray, comps: list[str]
+                ) -> RuleGrader | None:
+    """The rule grader's answerable panel on a judged run's answers (its own answerability; the same draws), or
+    None when it finds no question answerable."""
+    by = by_condition(verdicts([{k: v for k, v in r.items() if not k.startswith("v_")} for r in rows], None), cases)
+    idx = np.flatnonzero([r["v_answerability"] == "answerable" for r in by["full"]])
+    if not len(idx):
+        return None
+    panel = panel_summary(by, idx, weights)
+    panel["components"] = len({comps[i] for i in idx})
+    return {"graders": [grading.RULE_GRADER], "panels": {"answerable": panel}}
 
 
 # ----------------------------------------------------------------------------- report
@@ -210,23 +254,32 @@ def claim_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The paper's Qwen3-32B claims (``claims.py``) on the answerable panel with their verdicts: the source-complete
     loss (mask - full) and the protocol difference (reference agreement minus source completeness), each the
     scorecard's measurement (``claims.oaks_open_measurement``) judged by its claim's rule
-    (``studies.common.claims.verdict_text``)."""
-    s = summary["panels"].get("answerable")
-    if s is None:
+    (``studies.common.claims.verdict_text``); not testable where the run's judge fails its audit
+    (``judge_validation``, as the scorecard's rows). A judged run gives the rule grader's row on the same answers
+    beside each claim (``rule_grader``)."""
+    if summary["panels"].get("answerable") is None:
         return []
-    full = s["protocols"]["complete"]["counts"]["full"]
-    loss, gap = s["protocols"]["complete"]["mask_vs_full"], s["agreement_minus_complete"]
-    rule_only = summary["graders"] == [grading.RULE_GRADER]  # its protocols coincide: no difference can show
     claims = {c.key: c for c in CLAIMS}
     lost, protocols = claims["oaks-open.source-complete"], claims["oaks-open.protocols"]
-    return [{"claim": "masking the old source loses source-complete answers (mask - full, pp)",
-             "paper": lost.paper.numbers.removesuffix(" pp"), "estimate": change_cell(loss),
-             "reference": f"full {full} of {s['n']}",
-             "verdict": verdict_text(lost, oaks_open_measurement(summary, "mask_vs_full"))},
-            {"claim": "reference agreement misses that loss (agreement minus completeness, pp)",
-             "paper": protocols.paper.numbers.removesuffix(" pp"), "estimate": change_cell(gap),
-             "reference": f"full {full} of {s['n']}" + (" (rule grader)" if rule_only else ""),
-             "verdict": verdict_text(protocols, oaks_open_measurement(summary, "agreement_minus_complete"))}]
+    graded = [(summary, ", ".join(summary["graders"]), summary.get("judge_validation"))]
+    if "rule_grader" in summary:
+        graded.append((summary["rule_grader"], f"{grading.RULE_GRADER} (same answers)", None))
+    rows = []
+    for claim, quantity, text in ((lost, "mask_vs_full", "masking the old source loses source-complete answers "
+                                   "(mask - full, pp)"),
+                                  (protocols, "agreement_minus_complete", "reference agreement misses that loss "
+                                   "(agreement minus completeness, pp)")):
+        for s, grader, gate in graded:
+            panel = s["panels"]["answerable"]
+            d = panel["protocols"]["complete"]["mask_vs_full"] if quantity == "mask_vs_full" else \
+                panel["agreement_minus_complete"]
+            m = oaks_open_measurement(s, quantity)
+            m = replace(m, not_testable=join_reasons(gate, m.not_testable))
+            rows.append({"claim": text, "grader": grader, "paper": claim.paper.numbers.removesuffix(" pp"),
+                         "estimate": change_cell(d),
+                         "reference": f"full {panel['protocols']['complete']['counts']['full']} of {panel['n']}",
+                         "verdict": verdict_text(claim, m) + (f" ({m.not_testable})" if m.not_testable else "")})
+    return rows
 
 
 def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
@@ -287,9 +340,12 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
     if claims:
         lines += ["### The paper's effects at this size", "", f"Verdicts: {VERDICT_RULE}. Reference arm: full access "
                   "on the answerable questions.", "",
-                  *table_head(["the paper's claim", "paper", "ours [95% CI]", "reference arm", "verdict"])]
-        lines += [table_row([c["claim"], c["paper"], c["estimate"], c["reference"], c["verdict"]]) for c in claims]
+                  *table_head(["the paper's claim", "grader", "paper", "ours [95% CI]", "reference arm", "verdict"])]
+        lines += [table_row([c["claim"], c["grader"], c["paper"], c["estimate"], c["reference"], c["verdict"]])
+                  for c in claims]
         lines.append("")
+        if summary.get("rule_audit"):
+            lines += [f"The rule grader is a baseline, not gated by its audit: {summary['rule_audit']}.", ""]
     lines += paper.lines()
     return "\n".join(lines)
 
