@@ -1,12 +1,14 @@
-"""The quantity study's claims on planted summaries (issue 46 items 8d and 9): the state operations against the
-source mask (rebuild loses, compaction keeps or gains), judged by the one rule; and the committed Qwen-1.5B run's
-rows read as its summary says. No model is loaded."""
+"""The quantity study's claims and unit readouts on planted data (issue 46 items 8d and 9): the state operations
+against the source mask (rebuild loses, compaction keeps or gains), judged by the one rule; the unit-cluster
+bootstrap beside the group bootstrap and the warning signal within unit; and the committed Qwen-1.5B run's rows and
+summary read as the issue recounted them. No model is loaded."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kvprobe.studies.common.claims import INCONCLUSIVE, NOT_TESTABLE, REPLICATES, evaluate_run, judge
@@ -76,3 +78,83 @@ def test_the_committed_qwen_run_reads_as_its_summary():
 def test_smollm2_cannot_test_the_state_operations(key):
     rows = [r for r in evaluate_run(ARTIFACTS / "quantity" / "smollm2-135m-instruct", CLAIMS) if r.claim.key == key]
     assert rows and all(r.verdict == NOT_TESTABLE for r in rows)
+
+
+# --------------------------------------------------------------------------- the unit as the resampled level (item 9)
+
+
+def test_within_unit_auc_ignores_the_ranking_between_units():
+    """Lost answers in one unit with a high D_c and kept ones in another rank perfectly when pooled; within unit
+    only the unit holding both classes counts (here a: lost 3 and 1 against kept 2, AUC 0.5)."""
+    from kvprobe.readouts.stats import auc, group_bootstrap_indices
+    from kvprobe.studies.quantity.unit_cluster import within_unit_auc
+
+    d_c = np.array([3.0, 1.0, 2.0, 9.0, 8.0, 0.1, 0.2])
+    lost = np.array([True, True, False, True, True, False, False])
+    units = np.array(["a", "a", "a", "b", "b", "c", "c"])
+    boot = group_bootstrap_indices(np.arange(7), n_draws=500, seed=3)
+    w = within_unit_auc(d_c, lost, units, np.arange(7), boot)
+    assert auc(d_c, lost) > 0.8 and w["auc"] == 0.5 and w["units_with_both"] == ["a"]
+    assert [(u["unit"], u["lost"], u["kept"], u["auc"]) for u in w["per_unit"]] == [
+        ("a", 2, 1, 0.5), ("b", 2, 0, None), ("c", 0, 2, None)]
+    assert 0 < w["draws_kept"] < 500 and w["auc_ci"][0] <= 0.5 <= w["auc_ci"][1]
+    none = within_unit_auc(d_c[3:], lost[3:], units[3:], np.arange(4), boot)
+    assert none["auc"] is None and none["auc_ci"] is None and none["units_with_both"] == []
+
+
+def _unit_cells(per_unit: dict[str, tuple[int, bool]]) -> tuple[dict, list[str]]:
+    """Rows of full, source and source-control per group: ``per_unit[unit] = (groups, lost)``; a lost group is
+    complete under full access and its control, incomplete under the mask (D_c 2.0), a kept one complete in all
+    three (D_c 0.5 - a small per-group offset)."""
+    cells: dict = {("unit_from_a", "current", c): {} for c in ("full", "source", "source-control")}
+    order = []
+    for unit, (n, lost) in per_unit.items():
+        for i in range(n):
+            g = f"{unit}-{i}"
+            order.append(g)
+            d_c = 2.0 if lost else 0.5 - i / 100
+            for condition in ("full", "source", "source-control"):
+                ok = not (lost and condition == "source")
+                cells[("unit_from_a", "current", condition)][g] = {
+                    "relation": "replacement", "unit": unit, "complete": ok, "lenient_complete": ok,
+                    "logp_right": -d_c if condition == "source" else 0.0, "margin_change_vs_control": 1.0}
+    return cells, sorted(order)
+
+
+def test_a_loss_set_by_the_unit_has_a_wide_unit_cluster_interval():
+    """Two of four units lose every answer, two keep every one: the group bootstrap's interval excludes 0, the
+    unit-cluster one (four units resampled) reaches it; the within-unit AUC is undefined (no unit has both)."""
+    from kvprobe.readouts.stats import group_bootstrap_indices
+    from kvprobe.studies.quantity.unit_cluster import unit_cluster
+
+    cells, order = _unit_cells({"grams": (5, False), "volts": (5, False), "meters": (5, True), "hours": (5, True)})
+    summary_cells = [{"relation": "replacement", "information": "unit_from_a", "query": "current",
+                      "condition": "source", **{f"{r}_vs_{ref}": {"net_ci": [-0.7, -0.3]}
+                                                for r in ("complete", "lenient_complete") for ref in ("control", "full")}}]
+    boot = group_bootstrap_indices(order, n_draws=2000, seed=5)
+    uc = unit_cluster(cells, order, boot, seed=5, draws=2000, summary_cells=summary_cells)
+    e = uc["per_information"]["unit_from_a"]
+    assert (e["n"], e["units"]) == (20, 4)
+    c = e["rules"]["complete"]["source_vs_control"]
+    assert c["net"] == -0.5 and c["group_ci"] == [-0.7, -0.3]
+    assert c["unit_ci"][0] == -1.0 and c["unit_ci"][1] == 0.0  # all-lost and all-kept draws are both likely
+    w = e["warning_within_unit"]["complete"]
+    assert w["auc"] is None and {u["unit"]: (u["lost"], u["kept"]) for u in w["per_unit"]} == {
+        "meters": (5, 0), "volts": (0, 5), "grams": (0, 5), "hours": (5, 0)}
+
+
+def test_the_committed_qwen_summary_reports_both_bootstraps():
+    """Issue 46 item 9's numbers: -0.567 with the group interval [-0.717, -0.417] and the unit-cluster one
+    [-0.968, -0.107]; the warning signal within liters (the one unit with lost and kept answers) 0.56 against 0.76
+    pooled."""
+    s = json.loads((ARTIFACTS / QUANTITY_QWEN / "summary.json").read_text())
+    e = s["unit_cluster"]["per_information"]["unit_from_a"]
+    c = e["rules"]["complete"]["source_vs_control"]
+    assert round(c["net"], 3) == -0.567 and [round(x, 3) for x in c["group_ci"]] == [-0.717, -0.417]
+    assert [round(x, 3) for x in c["unit_ci"]] == [-0.968, -0.107] and e["units"] == 6
+    w = e["warning_within_unit"]["complete"]
+    assert w["units_with_both"] == ["liters"] and w["auc"] == 0.5625
+    assert round(s["warning_signal"]["complete"]["unit_from_a"]["auc"], 2) == 0.76
+    report = (ARTIFACTS / QUANTITY_QWEN / "report.md").read_text()
+    assert "| unit_from_a | complete | source vs control | 60 | 6 | -0.567 [-0.717, -0.417] | -0.567 [-0.968, -0.107] |" \
+        in report

@@ -62,7 +62,8 @@ def _subset(cells, info: str, subset: dict[str, str]) -> list[dict[str, Any]]:
     return [rows[g] for g in sorted(rows) if rows[g]["relation"] == subset["relation"]]
 
 
-def _unit_order(units) -> list[str]:
+def unit_order(units) -> list[str]:
+    """``units`` in the paper's order (:data:`UNIT_ORDER`), any others after it, sorted."""
     return [u for u in UNIT_ORDER if u in units] + sorted(set(units) - set(UNIT_ORDER))
 
 
@@ -81,7 +82,7 @@ def unit_breakdown(cells, subset: dict[str, str] = SUBSET) -> dict[str, Any]:
         if not rows:
             continue
         units = []
-        for unit in _unit_order({r["unit"] for r in rows}):
+        for unit in unit_order({r["unit"] for r in rows}):
             mine = [r for r in rows if r["unit"] == unit]
             entry: dict[str, Any] = {"unit": unit, "n": len(mine)}
             entry.update({rule: sum(bool(r[rule]) for r in mine) for rule in UNIT_RULES})

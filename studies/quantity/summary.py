@@ -48,6 +48,7 @@ from .claims import CLAIMS as PAPER_CLAIMS
 from .claims import quantity_change_measurement, quantity_margin_measurement, quantity_spearman
 from .diagnostics import capped_lines, capped_outputs, failure_lines, unit_breakdown, unit_lines
 from .threshold import LABELS, RULES as SIGNAL_RULES, SIGNAL_CONDITIONS, signal
+from .unit_cluster import unit_cluster, unit_cluster_lines
 
 #: ``summary.json``'s indent (``kvprobe.studies.common.summary``; the other studies write 1).
 SUMMARY_INDENT = 2
@@ -245,6 +246,9 @@ class _SummaryKeys(TypedDict):
     capped_outputs: dict[str, Any]
     #: Per rule: how well D_c and Delta m rank lost above kept answers.
     warning_signal: dict[str, Any]
+    #: The unit as the resampled level: headline changes under a unit-cluster bootstrap beside the group
+    #: bootstrap, and the warning signal within unit (:func:`.unit_cluster.unit_cluster`).
+    unit_cluster: dict[str, Any]
 
 
 class Summary(_SummaryKeys, total=False):
@@ -328,6 +332,7 @@ def summarize(out_dir: Path | str, seed: int = PAPER_SEED, draws: int = DRAWS) -
     summary["unit_breakdown"] = unit_breakdown(cells)
     summary["capped_outputs"] = capped_outputs(cells)
     summary["warning_signal"] = {rule: warning_signal(cells, order, boot, rule) for rule in SIGNAL_RULES}
+    summary["unit_cluster"] = unit_cluster(cells, order, boot, seed, draws, summary["cells"])
     decomposition = candidate_decomposition(cells, order, boot)
     if decomposition is not None:
         summary["candidate_decomposition"] = decomposition
@@ -624,6 +629,8 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
         lines += capped_lines(summary["capped_outputs"])
     if summary.get("warning_signal"):
         lines += _warning_lines(summary["warning_signal"])
+    if summary.get("unit_cluster"):
+        lines += unit_cluster_lines(summary["unit_cluster"], RULE_NAMES)
     if summary.get("candidate_decomposition"):
         lines += _decomposition_lines(summary["candidate_decomposition"])
     lines += _deletion_lines(summary)
