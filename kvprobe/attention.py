@@ -116,8 +116,8 @@ def grouped_eager_attention(
     key: torch.Tensor,
     value: torch.Tensor,
     attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
     dropout: float = 0.0,
+    scaling: float | None = None,
     softcap: float | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -137,14 +137,18 @@ def kvprobe_attention(
     key: torch.Tensor,
     value: torch.Tensor,
     attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
     dropout: float = 0.0,
+    scaling: float | None = None,
     softcap: float | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """kvprobe's default attention: shared-history, eager or SDPA (see the module docstring).
 
     Returns (output [B, Q, H, Dv], probabilities [B, H, Q, S] or ``None`` when SDPA ran).
+
+    The parameters follow transformers' attention interface (``sdpa_attention_forward``: ``dropout`` before
+    ``scaling``), so a wrapper registered over every attention function that passes ``dropout`` by position, as
+    kvpress does when it is imported, calls it correctly.
     """
     return _attend(KVPROBE_SDPA, module, query, key, value, attention_mask, scaling, dropout, softcap, kwargs)
 

@@ -82,9 +82,9 @@ def test_sdpa_and_grouped_attention_equal_transformers_eager(name):
     mask = uncached_mask(model, ids.shape[1], len(h), hidden)
     calls = []
 
-    def both(module, q, k, v, m, scaling=None, dropout=0.0, softcap=None, **kw):
-        out, _ = kvprobe_attention(module, q, k, v, m, scaling, dropout, softcap, **kw)
-        ref, _ = grouped_eager_attention(module, q, k, v, m, scaling, dropout, softcap, **kw)
+    def both(module, q, k, v, m, dropout=0.0, scaling=None, softcap=None, **kw):
+        out, _ = kvprobe_attention(module, q, k, v, m, dropout, scaling, softcap, **kw)
+        ref, _ = grouped_eager_attention(module, q, k, v, m, dropout, scaling, softcap, **kw)
         calls.append(float((out - ref).abs().max()))
         return out, None
 
@@ -154,7 +154,7 @@ def test_shared_attention_function_with_several_bases_and_per_head_masks(llama):
                 valid[r, ..., : bases[j][0].shape[2]] = True
             valid[..., T0:] = True
             eager_mask = mask.masked_fill(~valid, torch.finfo(torch.float32).min)
-            ref, ref_probs = grouped_eager_attention(module, q, full_k, full_v, eager_mask, 0.3, softcap=softcap)
+            ref, ref_probs = grouped_eager_attention(module, q, full_k, full_v, eager_mask, scaling=0.3, softcap=softcap)
             for block in (attention.SHARED_SCORE_BLOCK, B * H * (sum(b[0].shape[2] for b in bases) + F)):
                 old, attention.SHARED_SCORE_BLOCK = attention.SHARED_SCORE_BLOCK, block  # 1 query row per block
                 try:
