@@ -158,3 +158,38 @@ def test_the_committed_qwen_summary_reports_both_bootstraps():
     report = (ARTIFACTS / QUANTITY_QWEN / "report.md").read_text()
     assert "| unit_from_a | complete | source vs control | 60 | 6 | -0.567 [-0.717, -0.417] | -0.567 [-0.968, -0.107] |" \
         in report
+
+
+def _unit_summary(tmp_path: Path, unit_ci: list[float], mixed: bool) -> Path:
+    per_unit = [{"unit": "liters", "lost": 8, "kept": 2 if mixed else 0, "auc": 0.5625 if mixed else None},
+                {"unit": "grams", "lost": 0, "kept": 11, "auc": None}]
+    within = {"units_with_both": ["liters"] if mixed else [], "per_unit": per_unit,
+              "auc": 0.5625 if mixed else None, "auc_ci": [0.125, 1.0] if mixed else None, "draws_kept": 8731}
+    contrast = {"net": -0.5, "unit_ci": unit_ci, "group_ci": [-0.7, -0.3]}
+    summary = {"cells": [_cell("source-control", 57), _cell("full", 58)],
+               "unit_cluster": {"per_information": {"unit_from_a": {
+                   "n": 60, "units": 6, "rules": {"complete": {"source_vs_control": contrast,
+                                                               "source_vs_full": contrast}},
+                   "warning_within_unit": {"complete": within}}}}}
+    run = tmp_path / "u"
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run
+
+
+def test_the_unit_cluster_rows_are_secondary_and_flag_their_few_units(tmp_path):
+    from kvprobe.studies.quantity.claims import quantity_change_by_unit, quantity_warning_within_unit
+
+    wide = quantity_change_by_unit("unit_from_a", "complete")(_unit_summary(tmp_path, [-0.95, 0.05], True))
+    assert (wide.value, wide.ci, wide.units) == (-50.0, (-95.0, 5.0), 6)
+    assert wide.reference == "source-control 57/60" and wide.note == "group bootstrap -50.0 [-70.0, -30.0] pp"
+    assert judge(BY_KEY["quantity.unit-loss"], wide) == INCONCLUSIVE  # the group interval alone would replicate
+    full = quantity_change_by_unit("unit_from_a", "complete", "full")(_unit_summary(tmp_path, [-0.95, -0.1], True))
+    assert full.reference == "full 58/60" and judge(BY_KEY["quantity.unit-loss-full"], full) == REPLICATES
+    within = quantity_warning_within_unit("complete", "unit_from_a")(_unit_summary(tmp_path, [-0.9, -0.1], True))
+    assert (within.value, within.ci, within.units, within.n) == (0.5625, (0.125, 1.0), 10, "liters: 8 lost, 2 kept")
+    assert judge(BY_KEY["quantity.warning"], within) == INCONCLUSIVE
+    none = quantity_warning_within_unit("complete", "unit_from_a")(_unit_summary(tmp_path, [-0.9, -0.1], False))
+    assert judge(BY_KEY["quantity.warning"], none) == NOT_TESTABLE and "no unit holds both" in none.not_testable
+    qwen = [t for c in CLAIMS for t in c.tests if "unit-cluster" in t.rule or "within unit" in t.rule]
+    assert len(qwen) == 2 and all(not t.primary and t.run == QUANTITY_QWEN for t in qwen)

@@ -16,7 +16,8 @@ from kvprobe.studies.common.report import estimate
 
 __all__ = ["CLAIMS", "QUANTITY", "QUANTITY_QWEN", "QUANTITY_RUNS", "quantity_change", "quantity_change_measurement",
            "quantity_margin", "quantity_margin_follows_old", "quantity_margin_measurement", "quantity_recompute",
-           "quantity_spearman", "quantity_vs_source", "quantity_warning"]
+           "quantity_spearman", "quantity_change_by_unit", "quantity_vs_source", "quantity_warning",
+           "quantity_warning_within_unit"]
 
 
 QUANTITY = "quantity/smollm2-135m-instruct"
@@ -133,6 +134,40 @@ def quantity_recompute(information: str, rule: str) -> Callable[[Path], Measurem
     return quantity_vs_source("recompute", information, rule)
 
 
+def quantity_change_by_unit(information: str, rule: str, reference: str = "control") -> Callable[[Path], Measurement]:
+    """The source mask's answer change against ``reference`` (``control``: its equal-token control; ``full``) with
+    the unit-cluster bootstrap's interval (``summary.json`` ``unit_cluster``: the units resampled, not the groups),
+    a secondary view of :func:`quantity_change`: its resampled units are the units."""
+    def measure(run: Path) -> Measurement:
+        s = read_summary(run)
+        e = s["unit_cluster"]["per_information"][information]
+        c = e["rules"][rule]["source_vs_control" if reference == "control" else "source_vs_full"]
+        ref_name = "source-control" if reference == "control" else "full"
+        ref = _quantity_cell(s, information, ref_name)
+        value, ci = share_pp(c["net"], c["unit_ci"])
+        return pp_measurement(value, ci, f"{e['n']} groups in {e['units']} units", f"{ref_name} {ref[rule]}/{ref['n']}",
+                              floor_reason(ref[rule], ref["n"], ref_name), units=e["units"], answers=e["n"],
+                              note=f"group bootstrap {estimate(*share_pp(c['net'], c['group_ci']), '+.1f')} pp")
+    return measure
+
+
+def quantity_warning_within_unit(rule: str, information: str) -> Callable[[Path], Measurement]:
+    """The warning signal's AUC within unit (``summary.json`` ``unit_cluster``: macro over the units holding both
+    lost and kept answers), a secondary view of :func:`quantity_warning`."""
+    def measure(run: Path) -> Measurement:
+        w = read_summary(run)["unit_cluster"]["per_information"][information]["warning_within_unit"][rule]
+        mixed = [u for u in w["per_unit"] if u["auc"] is not None]
+        n = (", ".join(f"{u['unit']}: {u['lost']} lost, {u['kept']} kept" for u in mixed) or
+             "no unit with lost and kept answers")
+        units = sum(u["lost"] + u["kept"] for u in mixed)
+        if w["auc"] is None or w["auc_ci"] is None:
+            return Measurement(None, None, "AUC", ".3f", n, null=0.5, units=units,
+                               not_testable="AUC within unit undefined: no unit holds both lost and kept answers")
+        return Measurement(w["auc"], tuple(w["auc_ci"]), "AUC", ".3f", n, "chance 0.5", null=0.5, units=units,
+                           note=f"{w['draws_kept']} draws keep both classes in every unit")
+    return measure
+
+
 def quantity_warning(rule: str, information: str) -> Callable[[Path], Measurement]:
     """AUC of the current answer's probability drop D_c ranking lost above kept answers."""
     def measure(run: Path) -> Measurement:
@@ -173,12 +208,15 @@ CLAIMS: tuple[Claim, ...] = (
                 "Preferring the New Value Does Not Ensure a Complete Answer",
                 "full access and controls 98.3-100% (59-60 of 60); six of eight models lose answers"),
           "down",
-          tuple(t for run in QUANTITY_RUNS for t in (
+          (*(t for run in QUANTITY_RUNS for t in (
               Test(run, f"{PAPER_RULE}: complete answer (one JSON answer field, unit, EOS); source mask vs "
                    "source-control; 60 replacements, B refers to A's unit",
                    quantity_change("unit_from_a", "source", "complete")),
               Test(run, f"{LENIENT}: right number and unit anywhere, no EOS needed; source mask vs source-control",
                    quantity_change("unit_from_a", "source", "lenient_complete"), primary=False))),
+           Test(QUANTITY_QWEN, f"{PAPER_RULE}: complete answer; source mask vs source-control; unit-cluster "
+                "bootstrap (the units resampled, not the groups)", quantity_change_by_unit("unit_from_a", "complete"),
+                primary=False)),
           reference="source-control", units="groups"),
     Claim("quantity.unit-loss-full", "quantity",
           "When only A states the unit, hiding A loses complete current answers against full access",
@@ -211,11 +249,14 @@ CLAIMS: tuple[Claim, ...] = (
                 "answers.", (375, 376), "Preferring the New Value Does Not Ensure a Complete Answer",
                 "AUC 0.89-0.98, four models"),
           "up",
-          tuple(t for run in QUANTITY_RUNS for t in (
+          (*(t for run in QUANTITY_RUNS for t in (
               Test(run, f"{PAPER_RULE}: lost/kept complete answers, B refers to A's unit",
                    quantity_warning("complete", "unit_from_a")),
               Test(run, f"{LENIENT}: lost/kept lenient answers, B refers to A's unit",
                    quantity_warning("lenient_complete", "unit_from_a"), primary=False))),
+           Test(QUANTITY_QWEN, f"{PAPER_RULE}: lost/kept complete answers within unit (macro AUC over the units "
+                "holding both), B refers to A's unit", quantity_warning_within_unit("complete", "unit_from_a"),
+                primary=False)),
           reference="chance 0.5", units="groups"),
     Claim("quantity.recompute-unit", "quantity",
           "Deleting A's text and recomputing loses the unit-dependent answers the source mask keeps",
