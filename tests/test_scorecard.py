@@ -659,3 +659,18 @@ def test_the_validation_soft_bias_is_a_no_change_claim_judged_on_the_held_out_qu
     step = pp_measurement(-1.0, (-4.0, 2.0), "40 questions", "full 31/40", units=27, answers=40)
     assert judge(claim, step) == REPLICATES  # strictly inside +-5 pp, one answer 2.5 pp
     assert judge(claim, pp_measurement(-12.5, (-26.3, 2.0), "n", "r", units=27, answers=40)) == INCONCLUSIVE
+
+
+def test_fact_map_later_states_has_the_papers_recompute_current_direction(tmp_path):
+    """fact-map.later-states: the paper's recompute raises current answers beyond the source mask (up), so a
+    recompute that lowers the current-minus-old margin reads opposite, not a directionless 'replicates'."""
+    from kvprobe.studies.fact_map.claims import CLAIMS as FACT, fact_map_target
+
+    claim = next(c for c in FACT if c.key == "fact-map.later-states")
+    assert claim.direction == "up" and claim.paper.lines == (504, 505)
+    scope = {"n_cases": 40, "n_groups": 20, "conditions": {}}
+    lower = fact_map_target()(_write(tmp_path / "a", {"all": {**scope, "target_effect": {
+        "change": -0.447, "change_ci": [-0.712, -0.218]}}}))
+    higher = fact_map_target()(_write(tmp_path / "b", {"all": {**scope, "target_effect": {
+        "change": 0.4, "change_ci": [0.1, 0.7]}}}))
+    assert judge(claim, lower) == OPPOSITE and judge(claim, higher) == REPLICATES

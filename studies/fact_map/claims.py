@@ -49,11 +49,13 @@ def fact_map_recovery(condition: str, variant: str | None = None) -> Callable[[P
 
 
 CLAIMS: tuple[Claim, ...] = (
-    Claim("fact-map.later-states", "fact-map", "Later states keep information from the hidden record: recompute "
-          "differs from the mask",
-          Paper("Later states also retain useful information from earlier records", (163, 163), "Abstract",
-                "historical -20.2 to -41.0 pp under recompute (MQuAKE)", (505, 506)),
-          "either",
+    Claim("fact-map.later-states", "fact-map", "Recomputing without the hidden record raises the current answer "
+          "beyond the source mask: the later states formed with it favour the old answer (current-minus-old margin, "
+          "recompute minus mask)",
+          Paper("Recomputing the history after deleting the same records improves current matches by a further "
+                "4.2--9.6 percentage points", (504, 505), "Later Cache States Can Preserve Earlier Relations",
+                "MQuAKE current answers +4.2 to +9.6 pp, recompute vs source mask"),
+          "up",
           (Test("fact-map/smollm2-135m-instruct-quantity", "candidate margin; recompute vs source mask; quantity",
                 fact_map_target()),
            Test("fact-map/smollm2-135m-instruct-records", "candidate margin; recompute vs source mask; records",
