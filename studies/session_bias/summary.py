@@ -52,9 +52,10 @@ from typing import Any, TypedDict
 import numpy as np
 
 from kvprobe.readouts.stats import DRAWS, group_bootstrap_weights, mean_change_pp, paired_change
-from kvprobe.studies.common.report import Items, corrections_reversals, data_items, estimate, heading, ordered, run_time, table_head, table_row
+from kvprobe.studies.common.report import (Items, corrections_reversals, data_items, heading, ordered, run_time, table_head,
+                                           table_row)
 from kvprobe.studies.common.claims import grader_validity
-from kvprobe.studies.common.formatting import share_of
+from kvprobe.studies.common.formatting import pp_change, share_of
 from kvprobe.studies.common.judge_audit import AUDIT_DIR
 from kvprobe.studies.common.grades import grade_of, read_grade_lines
 from kvprobe.studies.common.runner import read_rows
@@ -521,9 +522,9 @@ def _correct(cell: dict[str, Any]) -> str:
 
 
 def _delta(change: dict[str, Any] | None) -> str:
-    if not change:
-        return ""
-    return f"{estimate(change['pp'], change['ci'])} ({corrections_reversals(change, '/')})"
+    """A paired change as the reports spell a change in pp (``formatting.pp_change``) with its corrections and
+    reversals: ``-12.5 [-26.3, +2.0] (2/7)``; empty for none (the reference arm)."""
+    return f"{pp_change(change, ci='ci')} ({corrections_reversals(change, '/')})" if change else ""
 
 
 def items(config: dict[str, Any]) -> Items:
