@@ -34,10 +34,13 @@ FOLDERS = {"kvprobe.extract": "extract", "kvprobe.interventions": "interventions
 #: What builds a claim or a measure (a claim's paper reference, its tests, a measurement, the summary reader).
 BUILDERS = {"Paper", "Test", "Measurement", "pp_measurement", "read_summary"}
 #: Claim numbers that another study's claims cite on purpose (claim key, the folder that cites them): the
-#: fact map's claims rest on MQuAKE's recompute and rebuild numbers, the OAKS choice numbers are shared by the
+#: fact map's claims rest on MQuAKE's recompute and rebuild numbers (fact-map.later-states quotes the recompute-current
+#: sentence: its direction is the paper's recompute-current effect), the OAKS choice numbers are shared by the
 #: matched-scores OAKS arm and the OAKS study, and the quantity rebuild is the answer-level analogue of MQuAKE's
 #: rebuild sentence (the paper runs no quantity rebuild), so the two claims quote it both.
 CITED_ACROSS = {("mquake.recompute-historical", "studies/fact_map/claims.py"),
+                ("mquake.recompute-current", "studies/fact_map/claims.py"),
+                ("fact-map.later-states", "studies/mquake/claims.py"),
                 ("mquake.rebuild", "studies/fact_map/claims.py"),
                 ("mquake.rebuild", "studies/quantity/claims.py"), ("quantity.rebuild", "studies/mquake/claims.py"),
                 ("oaks.obsolete-choices", "studies/matched_scores/claims.py")}
