@@ -79,7 +79,10 @@ def test_estimator_on_the_hand_computed_case():
     assert out["min_delta"]["panel"] == "history" and out["min_delta"]["lower"] == pytest.approx(-0.5)
     assert out["criterion_met"] == {"matching": True, "relation": False, "surface_advantage": False}
     assert out["verdicts"] == {"matching": "replicates", "relation": "opposite",
-                               "surface_advantage": "no effect found"}  # a no-effect claim never replicates
+                               "surface_advantage": "no effect found",  # a no-effect claim never replicates
+                               "different_alias": "replicates"}  # d_V 1.0 [1.0, 1.0] within the stratum, above 0.5
+    assert p["intrinsic"]["relation"]["by_stratum"]["different_alias"]["score"] == {
+        "auc": pytest.approx(1.0), "ci": pytest.approx([1.0, 1.0])}
     assert out["dropped_draws"] == 0
 
 
@@ -193,3 +196,42 @@ def test_run_on_a_tiny_model(llama, tmp_path):
     first = (tmp_path / "report.md").read_bytes()
     assert summary["counts"]["all"]["comparisons"] == 54 and summary["draws"] == 50
     assert write_summary("native-pairs", tmp_path, seed=1) == summary and (tmp_path / "report.md").read_bytes() == first
+
+
+# ----------------------------------------------------------------------------- the different-alias claim (issue 46)
+
+
+def _stratum_summary(auc_value: float, ci: list[float], counts: bool = True) -> dict:
+    cell = {"score": {"auc": auc_value, "ci": ci}, "token_jaccard": {"auc": 0.646, "ci": [0.6, 0.69]},
+            "char_distance": {"auc": 0.504, "ci": [0.45, 0.55]}}
+    s = {"panels": {"intrinsic": {"relation": {"by_stratum": {"different_alias": cell, "same_alias": cell}}}}}
+    if counts:
+        s["counts"] = {"intrinsic": {"components": 216}}
+    return s
+
+
+@pytest.mark.parametrize("value, ci, expected", [
+    (0.70, [0.62, 0.77], "replicates"),     # the paper's range, above its surface of 0.5
+    (0.497, [0.449, 0.544], "inconclusive"),  # SmolLM2
+    (0.436, [0.408, 0.460], "opposite"),      # Gemma 3: replacement ranked below alias confirmation
+])
+def test_the_different_alias_claim_reads_the_stratum_against_the_papers_surface(value, ci, expected):
+    from kvprobe.studies.common.claims import judge
+    from kvprobe.studies.native_pairs.claims import CLAIMS, different_alias_measurement
+
+    claim = next(c for c in CLAIMS if c.key == "native-pairs.different-alias")
+    m = different_alias_measurement(_stratum_summary(value, ci))
+    assert (m.value, m.ci, m.null, m.units) == (value, tuple(ci), 0.5, 108)  # 216 components over two strata
+    assert "token Jaccard 0.646" in m.note and "two-sided 95% CI" in m.note
+    assert judge(claim, m) == expected
+    assert different_alias_measurement(_stratum_summary(value, ci, counts=False)).units is None
+
+
+def test_verdict_intervals_are_labelled_as_one_sided_bounds():
+    """The matching/relation/surface rows read the 5th and 95th percentiles: their note says it is not a 95 % CI."""
+    from kvprobe.studies.native_pairs.claims import native_pairs_measurement
+
+    s = {"weaker": {"relation": {"panel": "intrinsic", "auc": 0.71, "lower": 0.687, "upper": 0.733}},
+         "min_delta": {"panel": "intrinsic", "diff": -0.1, "lower": -0.13, "upper": -0.09}, "criterion": 0.6}
+    for claim in ("relation", "surface"):
+        assert "90% two-sided interval, not a 95% CI" in native_pairs_measurement(s, claim).note

@@ -19,13 +19,17 @@ The estimator (:func:`estimate`):
   Jaccard and character distance, each in its stronger direction (either direction allowed, L2195, L2226), chosen
   on the panel's point macro AUC; Delta_panel = relation AUC - surface AUC per draw, and L.95(min Delta) is the
   5th percentile of the per-draw min(Delta_intrinsic, Delta_history) (L2181-2183).
+* **Intervals.** ``ci``: the two-sided 95 % percentile interval (2.5th and 97.5th percentiles); ``lower`` and
+  ``upper``: the one-sided 95 % bounds (5th and 95th percentiles), which together form a 90 % two-sided interval,
+  not a 95 % CI (reports label them so).
 * **Verdicts** (the claims of ``claims.py`` judged by :func:`kvprobe.studies.common.claims.judge` on the interval
   between the two one-sided 95 % bounds, the 5th and 95th percentiles): matching and relation against the paper's
   criterion "lower bound above
   0.60" (replicates when the lower bound exceeds 0.60, as for all nine of the paper's models; opposite when the
   upper bound is below it); the surface advantage against the paper's finding that no model has one
   (replicates when the upper bound of min Delta is below 0, opposite when its lower bound is above 0, the
-  paper's requirement met).
+  paper's requirement met); the different-alias stratum's relation AUC on its two-sided 95 % interval against
+  the paper's surface baseline there, 0.5 (``native-pairs.different-alias``).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from kvprobe.readouts.stats import ALPHA, DRAWS, GroupBootstrap, auc, bootstrap_
 from kvprobe.studies.common.claims import judge
 from kvprobe.studies.common.report import Items, heading, run_time, table_head, table_row
 from kvprobe.studies.common.runner import read_rows
-from .claims import CLAIMS, native_pairs_measurement
+from .claims import CLAIMS, PAPER_DIFFERENT_ALIAS_SURFACE, different_alias_measurement, native_pairs_measurement
 from .data import PANELS, TASKS
 
 ITEMS = Items("reconstruction", "record pairs without a question: our intrinsic panel (recognition vocabulary, "
@@ -167,6 +171,9 @@ def estimate(table: dict[str, np.ndarray], draws: int = DRAWS, seed: int = 0, al
     verdicts = {key: judge(claims[f"native-pairs.{claim}"], native_pairs_measurement(estimates, claim))
                 for key, claim in (("matching", "matching"), ("relation", "relation"),
                                    ("surface_advantage", "surface"))}
+    if "different_alias" in panels["intrinsic"]["relation"].get("by_stratum", {}):
+        verdicts["different_alias"] = judge(claims["native-pairs.different-alias"],
+                                            different_alias_measurement({"panels": panels}))
     return {"draws": int(draws), "dropped_draws": int((~kept).sum()), "alpha": alpha, "criterion": CRITERION,
             "panels": panels, "weaker": weaker, "min_delta": min_delta,
             "criterion_met": {"matching": weaker["matching"]["lower"] > CRITERION,
@@ -199,9 +206,11 @@ class Summary(TypedDict):
     alpha: float
     #: The paper's criterion: a one-sided 95 % lower bound above it (:data:`CRITERION`).
     criterion: float
-    #: Per panel and task: the AUCs with their intervals.
+    #: Per panel and task: the AUCs with their intervals (``ci`` two-sided 95 %; ``lower``/``upper`` the one-sided
+    #: 95 % bounds, together a 90 % two-sided interval) and, per stratum, each score's AUC with its 95 % ``ci``.
     panels: dict[str, Any]
-    #: The weaker panel's bounds (matching, relation) and the smallest surface advantage.
+    #: The weaker panel's bounds (matching, relation) and the smallest surface advantage (``lower``/``upper``: the
+    #: one-sided 95 % bounds the verdicts read, not a 95 % CI).
     weaker: dict[str, Any]
     min_delta: dict[str, Any]
     criterion_met: dict[str, bool]
@@ -252,9 +261,10 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
                   f"difference is the {md['panel']} panel's.", ""]
     lines += ["## Claims", "", f"Criterion (paper L2181-2183, L2349-2350): weaker-panel lower bound above "
               f"{summary['criterion']:.2f}; for the surface comparison, L.95(min Delta) above 0, which no model of the "
-              "paper meets. Verdict: the interval between the one-sided 95% bounds (5th and 95th percentiles) "
-              "against the paper's outcome.", ""]
-    lines += table_head(["claim", "estimate [5th, 95th percentile]", "criterion met", "paper", "verdict"])
+              "paper meets. Verdict: the interval between the one-sided 95% bounds (5th and 95th percentiles; "
+              "together a 90% two-sided interval, not a 95% CI) against the paper's outcome.", ""]
+    lines += table_head(["claim", "estimate [one-sided 95% bounds: 5th, 95th percentile]", "criterion met", "paper",
+                         "verdict"])
     claims = (("matching AUC, weaker panel", w["matching"], "matching", "met by all nine models"),
               ("relation AUC, weaker panel", w["relation"], "relation", "met by all nine models"),
               ("relation minus surface, smaller difference", md, "surface_advantage", "met by none"))
@@ -267,8 +277,8 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
               "Macro AUC over the panel's strata (intrinsic: the two alias strata; history: the five update "
               "families) with its 95% interval and one-sided lower bound; the surface baseline is the stronger of "
               "token Jaccard and character distance in its stronger direction.", ""]
-    lines += table_head(["panel", "task", "n (positives)", "AUC [95% CI]", "lower bound", "surface", "surface AUC",
-                         "minus surface [95% CI]", "L.95"])
+    lines += table_head(["panel", "task", "n (positives)", "AUC [95% CI]", "one-sided 95% lower bound", "surface",
+                         "surface AUC", "minus surface [95% CI]", "L.95"])
     for panel in PANELS:
         for task in TASKS:
             cell = p[panel][task]
@@ -293,6 +303,11 @@ def format_report(summary: dict[str, Any], config: dict[str, Any], timing: dict[
             lines.append(table_row([panel, STRATUM_NAMES.get(st, st), f"{v['auc']:.3f} [{v['ci'][0]:.3f}, "
                                     f"{v['ci'][1]:.3f}]", f"{cell['token_jaccard']['auc']:.3f}",
                                     f"{cell['char_distance']['auc']:.3f}", *paper]))
+    if "different_alias" in summary["verdicts"]:
+        v = p["intrinsic"]["relation"]["by_stratum"]["different_alias"]["score"]
+        lines += ["", f"The paper's one positive native finding (native-pairs.different-alias): d_V within the "
+                  f"different-alias stratum {v['auc']:.3f} [{v['ci'][0]:.3f}, {v['ci'][1]:.3f}] (95% CI) against the "
+                  f"paper's surface of {PAPER_DIFFERENT_ALIAS_SURFACE}: {summary['verdicts']['different_alias']}."]
     lines += ["", "## Matching by stratum", "", "Key similarity s_K, same entity and attribute against the other "
               "entity's record, within each stratum, 95% interval from the same draws.", ""]
     lines += table_head(["panel", "stratum", "s_K AUC [95% CI]", "token Jaccard", "character distance"])
