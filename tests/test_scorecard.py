@@ -674,3 +674,27 @@ def test_fact_map_later_states_has_the_papers_recompute_current_direction(tmp_pa
     higher = fact_map_target()(_write(tmp_path / "b", {"all": {**scope, "target_effect": {
         "change": 0.4, "change_ci": [0.1, 0.7]}}}))
     assert judge(claim, lower) == OPPOSITE and judge(claim, higher) == REPLICATES
+
+
+# --------------------------------------------------------------------------- issue 46 item 8: the missing results
+
+
+def test_the_missing_results_have_rows_at_the_rule(rows):
+    """Item 8a, 8c, 8d: the Qwen-0.5B OAKS choice row (control below two-way chance: not testable, as its report),
+    the native-pairs different-alias stratum, the Qwen-1.5B rebuild and compaction against the source mask; and
+    item 9's unit-cluster and within-unit rows are secondary, never deciding their claims."""
+    primary = {(r.claim.key, r.test.run): r for r in rows if r.test.primary}
+    oaks = primary[("matched-scores.oaks-choices", "matched-scores/qwen2.5-coder-0.5b-instruct-oaks")]
+    assert oaks.verdict == NOT_TESTABLE and "control not above chance: 37/114" in oaks.reason
+    report = (ARTIFACTS / "matched-scores" / "qwen2.5-coder-0.5b-instruct-oaks" / "report.md").read_text()
+    assert "| -5.3 [-9.6, -0.9] | control 37 of 114 | not testable here |" in report
+    alias = {run: primary[("native-pairs.different-alias", run)].verdict
+             for run in ("native-pairs/smollm2-135m-instruct", "native-pairs/gemma3-270m")}
+    assert alias == {"native-pairs/smollm2-135m-instruct": INCONCLUSIVE, "native-pairs/gemma3-270m": OPPOSITE}
+    assert primary[("quantity.rebuild", QUANTITY_QWEN)].verdict == REPLICATES
+    assert primary[("quantity.compact", QUANTITY_QWEN)].verdict == INCONCLUSIVE
+    assert primary[("matched-scores.all-answers", "matched-scores/qwen2.5-coder-1.5b-instruct")].estimate_text == \
+        "-16.3 [-20.0, -13.3] pp"  # complete answers, the paper's table's rule
+    by_unit = [r for r in rows if "unit-cluster" in r.test.rule or "within unit" in r.test.rule]
+    assert [r.verdict for r in by_unit] == [REPLICATES, INCONCLUSIVE] and not any(r.test.primary for r in by_unit)
+    assert all("fewer than" in r.n_text for r in by_unit)  # 6 units, 10 answers of one unit
