@@ -127,12 +127,15 @@ class Trace:
 
             self._stack.callback(self.model.hf.register_forward_hook(keep_logits).remove)
             self._tracer = self.model.nn.trace(**self._plan.kwargs)
+            # What nnsight's Tracer.__enter__ does, from here so that the frame both calls look two frames up
+            # to is the user's `with` statement: read its block (nnsight raises when it cannot, e.g. code run
+            # by exec), and skip the body so nnsight runs it in the forward.
+            self._tracer.capture()
         except BaseException:
+            # __exit__ never runs when __enter__ raises: undo the forward context, the edits' hooks and the
+            # logits hook here, or they would stay on the model and change every later forward.
             self._stack.close()
             raise
-        # What nnsight's Tracer.__enter__ does, from here so that the frame both calls look two frames up to
-        # is the user's `with` statement: read its block, and skip the body so nnsight runs it in the forward.
-        self._tracer.capture()
         if skippable(self._tracer.node):
             skip_context(self._tracer)
         return self
