@@ -34,6 +34,7 @@ from .attention import KVPROBE_IMPLEMENTATIONS
 from .component_edits import HeadEdit, edit_heads, patch_columns, patch_rows
 from .forward_context import ForwardContext, active_selector, forward_context
 from .masks import layer_type_masks
+from .model_guard import check_model
 from .rows import Rows, RowState, fork_rows, recurrent_states
 from .slots import SlotLayer
 from .transformers_api import cache_argument
@@ -155,6 +156,7 @@ def traced_forward(
         >>> out = traced_forward(model, rows, ids, valid, logits_to_keep=1)  # doctest: +SKIP
         >>> out.logits.shape  # [B, 1, vocabulary]  # doctest: +SKIP
     """
+    check_model(model)  # another library may have changed the model since it was loaded (before rows change)
     inputs = ForwardInputs(input_ids, query_valid, query_pos, capture_attention, logits_to_keep, affected_rows,
                            new_hidden, capture_hidden, causal_block)
     plan = plan_forward(model, rows, inputs)

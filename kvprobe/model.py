@@ -12,6 +12,7 @@ from .arch import ArchSummary, adapter_for
 from .decoding import CandidateScores, Generation, Request, generate_greedy, run_with_cache, score_candidates
 from .forward import extend_state
 from .history import History, kv_digest, weights_fingerprint
+from .model_guard import ModelExpectation, check_model, switch_attention
 from .prompts import Prompt, RenderedPrompt
 from .rows import RowState
 from .tracing import ModelEnvoy, Trace
@@ -48,6 +49,9 @@ class Model:
         share_history: let batch rows that read the same history K/V share one copy of
             it (default True; where the family and attention allow, see
             :func:`kvprobe.forward.shares_history`); False gives every row its own copy.
+        expected: what the forwards rely on, recorded here (the attention implementation, the attention
+            modules and their hooks: :class:`kvprobe.model_guard.ModelExpectation`); a forward of a model
+            another library changed since is refused by name (:class:`~kvprobe.model_guard.ModelChangedError`).
     """
 
     def __init__(self, hf: Any, tokenizer: Any, *, name: str = "", source: str = "", weight_hash: str = ""):
@@ -67,6 +71,7 @@ class Model:
         self.nn = ModelEnvoy(self.hf, tokenizer)  # nnsight's envoys; nn.trace("text") tokenizes
         self._layers = self.nn.model.layers
         self.share_history = True
+        self.expected = ModelExpectation.of(self.hf, self.arch.attention_layers)
 
     # -- facts ---------------------------------------------------------------
     @property
@@ -124,6 +129,12 @@ class Model:
 
     def __repr__(self) -> str:
         return f"Model({self.name!r}, {self.arch.describe()})"
+
+    def set_attn_implementation(self, name: str) -> None:
+        """Switch the transformers attention implementation to ``name`` (``kvprobe``, ``kvprobe_grouped``,
+        ``eager``, ``sdpa``...) on purpose: later forwards run under it. Switching ``m.hf`` directly (as
+        TransformerLens's bridge does) is refused at the next forward (:mod:`kvprobe.model_guard`)."""
+        switch_attention(self, name)
 
     # -- prefill -------------------------------------------------------------
     def tokenize(self, prompt: Prompt) -> tuple[RenderedPrompt, torch.Tensor, list[tuple[int, int]]]:
@@ -299,6 +310,7 @@ class Model:
                 x = m.nn.model.layers[3].output[t.row("source")].save()
             t.logits["source"]
         """
+        check_model(self)  # the trace's forward runs through nnsight, not traced_forward
         return Trace(self, history, question, _conditions(access), candidates, cross_checkpoint)
 
     def run(self, history: History, requests: Sequence[Request], max_new_tokens: int = 40) -> list[Generation]:

@@ -21,6 +21,7 @@ import torch
 
 from .forward import mask_argument
 from .masks import layer_type_masks
+from .model_guard import switch_attention
 from .transformers_api import cache_argument
 
 if TYPE_CHECKING:
@@ -51,16 +52,24 @@ def transformers_eager(model: "ModelLike") -> Iterator[None]:
 
 @contextmanager
 def attention_implementation(model: "ModelLike", impl: str) -> Iterator[None]:
-    """Run ``model.hf`` with transformers attention implementation ``impl`` inside the block, then restore."""
+    """Run ``model`` with transformers attention implementation ``impl`` inside the block, then restore.
+
+    A deliberate switch (:func:`kvprobe.model_guard.switch_attention`): kvprobe's own forwards inside the block
+    run under ``impl``; afterwards the implementation and kvprobe's expectation are both as they were.
+    """
     before = model.hf.config._attn_implementation
     if before == impl:
         yield
         return
-    model.hf.set_attn_implementation(impl)
+    expected = getattr(model, "expected", None)
+    recorded = None if expected is None else expected.attention
+    switch_attention(model, impl)
     try:
         yield
     finally:
         model.hf.set_attn_implementation(before)
+        if expected is not None:
+            expected.attention = recorded
 
 
 def uncached_mask(

@@ -56,7 +56,7 @@ def test_slot_cache_equals_concatenating_cache_beyond_its_capacity(llama):
     n = SPARE_SLOTS + 40  # forces the buffers to grow
     ids = torch.randint(5, 900, (1, n))
     got = []
-    llama.hf.set_attn_implementation(GROUPED_EAGER)  # one kernel for both (SDPA rounds per block shape)
+    llama.set_attn_implementation(GROUPED_EAGER)  # one kernel for both (SDPA rounds per block shape)
     try:
         with torch.inference_mode():
             for t in range(0, n, 17):  # uneven blocks
@@ -65,7 +65,7 @@ def test_slot_cache_equals_concatenating_cache_beyond_its_capacity(llama):
             ref = llama.hf(input_ids=ids, position_ids=torch.arange(len(h), len(h) + n)[None],
                            use_cache=True, **cache_argument(llama.hf, plain)).logits
     finally:
-        llama.hf.set_attn_implementation(KVPROBE_SDPA)
+        llama.set_attn_implementation(KVPROBE_SDPA)
     assert torch.allclose(torch.cat(got, dim=1), ref, atol=TOL)
     layer = rows.cache.layers[0]
     assert isinstance(layer, SlotLayer) and layer.keys.shape[2] == len(h) + n

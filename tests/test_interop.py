@@ -4,7 +4,11 @@
   registers over every attention function after kvprobe is imported (kvpress does this on import, passing
   ``dropout`` by position) leaves every result unchanged;
 * a trace that fails on entry (nnsight cannot read the block's source, as in code run by ``exec``: a
-  notebook-like runner) leaves no forward context and no hook behind: later batches equal a fresh model's.
+  notebook-like runner) leaves no forward context and no hook behind: later batches equal a fresh model's;
+* a model changed under kvprobe (TransformerLens's ``TransformerBridge.boot_transformers(hf_model=m.hf)``
+  calls ``m.hf.set_attn_implementation("eager")`` in place; a wrapper replacing an attention module; a forward
+  hook left on one) is refused by name at the next forward (``kvprobe.model_guard``); a deliberate switch
+  (``m.set_attn_implementation``, ``kvprobe.reference.attention_implementation``) works and equals eager.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 import kvprobe
 from kvprobe import Compose, Full, Mask, matched_control
 from kvprobe.attention import GROUPED_EAGER, KVPROBE_SDPA
+from kvprobe.decoding import suffix_ids
+from kvprobe.model_guard import ModelChangedError
+from kvprobe.reference import LOGIT_TOLERANCE, attention_implementation, reference_score
 from kvprobe.forward_context import current_context
 from kvprobe.interventions import HeadAblation, Patch, Zero
 
@@ -53,7 +60,7 @@ def _results(model: kvprobe.Model) -> dict:
 @pytest.mark.parametrize("impl", [KVPROBE_SDPA, GROUPED_EAGER])
 def test_a_wrapper_registered_after_import_like_kvpress_changes_nothing(llama, impl):
     before = llama.hf.config._attn_implementation
-    llama.hf.set_attn_implementation(impl)
+    llama.set_attn_implementation(impl)
     original = ALL_ATTENTION_FUNCTIONS[impl]
     try:
         plain = _results(llama)
@@ -62,7 +69,7 @@ def test_a_wrapper_registered_after_import_like_kvpress_changes_nothing(llama, i
         wrapped = _results(llama)
     finally:
         ALL_ATTENTION_FUNCTIONS[impl] = original
-        llama.hf.set_attn_implementation(before)
+        llama.set_attn_implementation(before)
     assert calls, "the wrapper was never called: the test did not go through the registered function"
     for name, (logprobs, tokens) in plain.items():
         assert wrapped[name][1] == tokens, name
@@ -89,3 +96,97 @@ def test_a_trace_that_fails_on_entry_leaves_nothing_behind(llama):
     assert after.keys() == fresh.keys()
     for name in fresh:
         assert after[name] == pytest.approx(fresh[name], abs=1e-6), name
+
+
+def _scores(model: kvprobe.Model, h) -> dict:
+    source = Mask(h.span("A"), name="source")
+    access = {"full": Full(), "source": source, "zero-heads": Zero(h.span("A"), layers=[0], heads=[0])}
+    return {name: s.logprobs for name, s in model.score(h, QUESTIONS[0], CANDIDATES, access=access).items()}
+
+
+def test_an_attention_switch_behind_kvprobes_back_is_refused_by_name_and_a_deliberate_one_works(one_thread):
+    """What TransformerLens's bridge does to ``hf_model=m.hf`` (``force_eager_attention``: the public
+    ``set_attn_implementation("eager")``, in place): every kvprobe forward then refuses, naming the change
+    and the fix; after ``m.set_attn_implementation("eager")`` kvprobe runs under eager and equals a model
+    loaded with eager attention and transformers' uncached eager reference."""
+    m = kvprobe.load_model("tiny-llama")
+    assert m.expected.attention == KVPROBE_SDPA
+    h = make_history(m)
+    m.hf.set_attn_implementation("eager")  # behind kvprobe's back
+    message = r"attention implementation of tiny-llama was changed from 'kvprobe' to 'eager' outside kvprobe"
+    with pytest.raises(ModelChangedError, match=message) as refused:
+        m.score(h, QUESTIONS[0], CANDIDATES)
+    assert "TransformerBridge" in str(refused.value) and "m.set_attn_implementation('kvprobe')" in str(refused.value)
+    for call in (lambda: m.generate(h, QUESTIONS[0], max_new_tokens=2), lambda: make_history(m),
+                 lambda: m.run_with_cache(h, QUESTIONS[0]), lambda: m.trace(h, QUESTIONS[0])):
+        with pytest.raises(ModelChangedError, match=message):
+            call()
+    assert h.check_digest()  # the refusal came before anything ran
+
+    m.set_attn_implementation("eager")  # deliberately
+    got = _scores(m, h)
+    eager = kvprobe.load_model("tiny-llama", attn_implementation="eager")
+    assert eager.expected.attention == "eager"
+    want = _scores(eager, make_history(eager))
+    for name in want:
+        assert got[name] == pytest.approx(want[name], abs=LOGIT_TOLERANCE), name  # (histories: kvprobe vs eager)
+    q = suffix_ids(m, h, QUESTIONS[0])
+    for i, candidate in enumerate(CANDIDATES):
+        ids = m.tokenizer(candidate, add_special_tokens=False)["input_ids"]
+        assert abs(got["full"][i] - reference_score(m, h.input_ids.tolist(), q, ids)) <= LOGIT_TOLERANCE
+
+    m.set_attn_implementation(KVPROBE_SDPA)  # and back: kvprobe's own attention again
+    assert _scores(m, h)["full"] == pytest.approx(got["full"], abs=1e-4)
+
+
+def test_a_deliberate_switch_through_the_references_restores_the_expectation(llama):
+    """``kvprobe.reference.attention_implementation`` (verify, bench) switches on purpose: kvprobe's forwards
+    run inside the block, and afterwards both the implementation and the expectation are as before."""
+    h = make_history(llama)
+    before = _scores(llama, h)
+    with attention_implementation(llama, GROUPED_EAGER):
+        assert llama.expected.attention == GROUPED_EAGER
+        inside = _scores(llama, h)
+    assert llama.hf.config._attn_implementation == llama.expected.attention == KVPROBE_SDPA
+    for name in before:
+        assert inside[name] == pytest.approx(before[name], abs=1e-4), name
+    assert _scores(llama, h) == before
+
+
+def test_a_foreign_hook_or_a_replaced_attention_module_is_refused_by_layer(one_thread):
+    """A torch forward hook another library left on an attention module (nnsight and kvprobe's own edits
+    register none outside kvprobe's contexts), or an attention module replaced by a wrapper (TransformerLens's
+    bridge components), is refused naming the layers; undone, the model works again with the same results."""
+    m = kvprobe.load_model("tiny-llama")
+    h = make_history(m)
+    want = _scores(m, h)
+
+    def foreign_hook(_module, _args, output):
+        return output
+
+    handle = m.hf.model.layers[2].self_attn.register_forward_hook(foreign_hook)
+    with pytest.raises(ModelChangedError, match=r"hooks were registered outside kvprobe .* layers 2 \(.*foreign_hook\)"):
+        _scores(m, h)
+    handle.remove()
+    assert _scores(m, h) == want
+
+    original = m.hf.model.layers[1].self_attn
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args, **kwargs):
+            return self.inner(*args, **kwargs)
+
+    m.hf.model.layers[1].self_attn = Wrapper(original)
+    with pytest.raises(ModelChangedError, match=r"attention modules of tiny-llama's layers 1 \(Wrapper\) were replaced"):
+        m.trace(h, QUESTIONS[0])
+    m.hf.model.layers[1].self_attn = original
+    assert _scores(m, h) == want
+    # kvprobe's own trace registers its edit hooks after the check and removes them on exit
+    with m.trace(h, QUESTIONS[0], access={"full": Full(), "z": Zero(h.span("A"), layers=[2], heads=[0])}):
+        pass
+    assert not m.hf.model.layers[2].self_attn._forward_pre_hooks and _scores(m, h) == want
+

@@ -53,12 +53,12 @@ def _conditions(h):
 def _answers(model, items, share: bool, impl: str = KVPROBE_SDPA, max_new_tokens: int = 6):
     model.share_history = share
     before = model.hf.config._attn_implementation
-    model.hf.set_attn_implementation(impl)
+    model.set_attn_implementation(impl)  # deliberately (kvprobe.model_guard refuses m.hf's own switch)
     try:
         return answer(model, items, [CANDIDATES] * len(items), max_new_tokens=max_new_tokens)
     finally:
         model.share_history = True
-        model.hf.set_attn_implementation(before)
+        model.set_attn_implementation(before)
 
 
 def _assert_same(shared, per_row, tol):
