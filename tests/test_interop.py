@@ -8,7 +8,9 @@
 * a model changed under kvprobe (TransformerLens's ``TransformerBridge.boot_transformers(hf_model=m.hf)``
   calls ``m.hf.set_attn_implementation("eager")`` in place; a wrapper replacing an attention module; a forward
   hook left on one) is refused by name at the next forward (``kvprobe.model_guard``); a deliberate switch
-  (``m.set_attn_implementation``, ``kvprobe.reference.attention_implementation``) works and equals eager.
+  (``m.set_attn_implementation``, ``kvprobe.reference.attention_implementation``) works and equals eager;
+* ``kvprobe run``'s progress bar counts cases from what is on disk, a batch's cases at once, with an ETA from
+  the invocation's own rate, and keeps its elapsed time moving while a batch runs.
 """
 
 from __future__ import annotations
@@ -190,3 +192,64 @@ def test_a_foreign_hook_or_a_replaced_attention_module_is_refused_by_layer(one_t
         pass
     assert not m.hf.model.layers[2].self_attn._forward_pre_hooks and _scores(m, h) == want
 
+
+def test_the_run_progress_counts_cases_from_disk_at_the_invocations_own_rate(llama, tmp_path, monkeypatch):
+    """Issue 48 item 7: a quantity run of 2 batches of 2 cases, interrupted after its first batch and resumed.
+    The resumed bar starts at the 2 cases on disk, shows both cases of its batch at once (no 3/4: several
+    updates inside tqdm's redraw interval used to show only the first), computes its rate from its own cases
+    and seconds (2 cases here, not the 4 it shows), and is redrawn while its batch runs."""
+    import threading
+    import time
+
+    import tqdm
+
+    from kvprobe.studies.common import progress
+    from kvprobe.studies.common.runner import read_rows, run_study
+    from kvprobe.studies.quantity.study import QuantityStudy
+
+    bars, shown = [], []
+
+    class Recording(tqdm.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            bars.append(self)
+
+        def refresh(self, *args, **kwargs):  # every redraw: what the line says
+            shown.append((len(bars), self.n, self.format_meter(**self.format_dict)))
+            return super().refresh(*args, **kwargs)
+
+    monkeypatch.setattr(tqdm, "tqdm", Recording)
+    monkeypatch.setattr(progress, "REFRESH_SECONDS", 0.02)
+    study = QuantityStudy(n_groups=2, max_new_tokens=2, operations=False, cases_per_batch=2)
+    run_cases, calls = study.run_cases, []
+
+    def interrupted_after_one_batch(model, batch, state):
+        calls.append(len(batch))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        time.sleep(0.3)  # a batch that takes a while: the bar is redrawn meanwhile
+        return run_cases(model, batch, state)
+
+    monkeypatch.setattr(study, "run_cases", interrupted_after_one_batch)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(study, llama, tmp_path)
+    first = bars[0]
+    assert (first.initial, first.n, first.total) == (0, 2, 4)
+    assert not any(t.name == "kvprobe-progress" for t in threading.enumerate())  # closed by the interrupt too
+    assert len({row["case_id"] for row in read_rows(tmp_path)}) == 2
+
+    calls.clear()
+    monkeypatch.setattr(study, "run_cases", lambda model, batch, state: (time.sleep(0.3), run_cases(model, batch, state))[1])
+    run_study(study, llama, tmp_path)
+    resumed = bars[1]
+    assert (resumed.initial, resumed.n, resumed.total) == (2, 4, 4)
+    lines = [line for bar, n, line in shown if bar == 2]
+    assert lines[0].split("|")[-1].strip().startswith("2/4") and any(line.startswith("quantity") for line in lines)
+    counts = [n for bar, n, _ in shown if bar == 2]
+    assert 3 not in counts and counts.count(2) >= 3, counts  # redrawn while the batch ran; then 4 at once
+    # the rate on the line after the batch: this invocation's 2 cases over its own seconds
+    d = resumed.format_dict
+    assert d["initial"] == 2 and d["rate"] is None  # no smoothing: tqdm's (n - initial) / elapsed
+    after = next(line for bar, n, line in shown if bar == 2 and n == 4)
+    rate = float(after.split("case/s")[0].split(",")[-1])
+    assert rate < 2 / 0.3 * 1.05, after  # 2 cases in >= 0.3 s; counting the 4 on disk would double it

@@ -55,6 +55,7 @@ import kvprobe
 from kvprobe.files import atomic_write_text, versions
 from kvprobe.sharding import model_description
 
+from .progress import CaseProgress
 from .protocol import RunState, Study
 
 if TYPE_CHECKING:
@@ -268,11 +269,9 @@ def run_study(study: Study, model: kvprobe.Model | None, out_dir: Path | str, pr
     batches = [cases[i : i + size] for i in range(0, len(cases), size)]
     batches = [b for b in batches if not all(c.case_id in done for c in b)]
     bar = None
-    if progress:
-        from tqdm import tqdm
-
+    if progress:  # counts cases from what is on disk, a batch's at once; ETA from this invocation's rate
         where = model.name if pool is None else f"{pool.spec.name} ({len(pool.actors)} Ray workers)"
-        bar = tqdm(total=len(cases), initial=len(cases) - len(todo), desc=f"{study.name} on {where}", unit="case")
+        bar = CaseProgress(len(cases), len(cases) - len(todo), f"{study.name} on {where}", size)
     if pool is None:
         finished: Iterable[tuple[int, list[list[dict[str, Any]]]]] = (
             (b, study.run_cases(model, batch, state)) for b, batch in enumerate(batches))
@@ -281,21 +280,25 @@ def run_study(study: Study, model: kvprobe.Model | None, out_dir: Path | str, pr
         finished = pool.map_sharded(_run_batch, [(batch[0].case_id, (batch,)) for batch in batches],
                                     shared=(study, state))
     start, written = time.perf_counter(), 0
-    with open(results, "a") as f:
-        for b, batch_rows in finished:
-            for case, rows in zip(batches[b], batch_rows):
-                if case.case_id in done:
-                    continue
-                f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-                f.flush()
-                os.fsync(f.fileno())
-                _commit(results, f.tell())
-                done.add(case.case_id)
-                written += len(rows)
+    try:
+        with open(results, "a") as f:
+            for b, batch_rows in finished:
+                new = 0
+                for case, rows in zip(batches[b], batch_rows):
+                    if case.case_id in done:
+                        continue
+                    f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+                    f.flush()
+                    os.fsync(f.fileno())
+                    _commit(results, f.tell())
+                    done.add(case.case_id)
+                    written += len(rows)
+                    new += 1
                 if bar is not None:
-                    bar.update(1)
-    if bar is not None:
-        bar.close()
+                    bar.advance(new)
+    finally:
+        if bar is not None:
+            bar.close()
     if order_by_case(results, ids):  # after a Ray invocation, or a local one resuming it
         _commit(results, results.stat().st_size)
     info = RunInfo(len(cases), len(cases) - len(todo), len(todo), written, time.perf_counter() - start)
