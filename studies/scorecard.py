@@ -6,12 +6,10 @@ its claims (the paper's words, lines and numbers) and the measures of its own ru
 :mod:`kvprobe.studies.common.claims` holds the claim types, the readers and the verdict rule (the rule
 itself is :func:`verdict`, ``kvprobe.studies.common.report.claim_verdict``).
 
-A study's claims are found through the study registry by convention: the ``claims`` module beside the
-study's anchor module (``kvprobe.studies.registry.study_anchors``: a run study's study module,
-``kvprobe.studies.quantity.claims`` for ``quantity.study:QuantityStudy``; a command study's commands module,
-``kvprobe.studies.recognition.claims`` for ``recognition.commands:add_commands``), so a study with claims is
-its folder plus its registry line. The studies come in :data:`ORDER`, then any other registered study in
-registry order.
+A study's claims are the ``claims`` module beside its anchor module in the registry
+(``kvprobe.studies.registry.study_anchors``: ``quantity.claims`` for ``quantity.study:QuantityStudy``,
+``recognition.claims`` for the command study ``recognition.commands``), so a study with claims is its folder plus
+its registry line. The studies come in :data:`ORDER`, then any other registered study in registry order.
 
 Example::
 
@@ -151,15 +149,6 @@ def _positive_control(row: Row, rows: Sequence[Row]) -> str:
     return f"positive control {row.claim.control} (row {found.index}): {found.verdict}, {found.estimate_text}"
 
 
-def _claim_verdict_text(result: ClaimResult) -> str:
-    """``**replicates** on m1, m2`` (the models whose primary row gives the claim's verdict)."""
-    return f"**{result.verdict}**" + (f" on {', '.join(result.models)}" if result.models else "")
-
-
-def _primary_cells(result: ClaimResult) -> str:
-    return "; ".join(f"{r.model}: {r.verdict} (row {r.index})" for r in result.rows)
-
-
 def _study_rows(rows: Sequence[Row], all_rows: Sequence[Row], artifacts_link: str) -> list[str]:
     """The rows table of one study (or of the construction checks)."""
     lines = table_head(["#", "claim", "model (run)", "test", "rule; reference arm", "ours [95% CI]", "n", "verdict",
@@ -186,8 +175,11 @@ def _claims_table(results: Sequence[ClaimResult]) -> list[str]:
     for res in results:
         c = res.claim
         kind = c.kind + (f" (positive control: {c.control})" if c.control else "")
-        lines.append(table_row([f"**{c.key}**", kind, _cell(c.reference), _cell(c.units), _cell(_primary_cells(res)),
-                                _claim_verdict_text(res)]))
+        primary = "; ".join(f"{r.model}: {r.verdict} (row {r.index})" for r in res.rows)
+        # the claim's verdict and the models whose primary row gives it
+        verdict_text = f"**{res.verdict}**" + (f" on {', '.join(res.models)}" if res.models else "")
+        lines.append(table_row([f"**{c.key}**", kind, _cell(c.reference), _cell(c.units), _cell(primary),
+                                verdict_text]))
     return lines
 
 
