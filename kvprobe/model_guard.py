@@ -15,7 +15,8 @@ the check the next traced forward failed with an unrelated error (or computed so
 Deliberate switches go through :func:`switch_attention` (``Model.set_attn_implementation``, and the
 references' ``kvprobe.reference.attention_implementation``), which records the new expectation. The check
 runs outside kvprobe's own contexts only: kvprobe's edit hooks (``kvprobe.forward.hooked_edits``) are put
-on after it and removed before the next forward; nnsight wraps ``forward`` and registers no torch hooks.
+on after it and removed before the next forward; nnsight wraps ``forward`` and registers no torch hooks;
+transformers' own output-capturing hooks (:data:`OWN_HOOK_PACKAGES`) are not changes.
 
 Example:
     >>> m.hf.set_attn_implementation("eager")  # behind kvprobe's back  # doctest: +SKIP
@@ -102,23 +103,30 @@ class ModelExpectation:
                          "outside kvprobe (TransformerLens's TransformerBridge does this); reload the model or call "
                          f"m.set_attn_implementation({self.attention!r}) (or m.set_attn_implementation({now!r}) "
                          "to run kvprobe under it on purpose)")
-        replaced, hooked = [], []
+        replaced: dict[str, list[int]] = {}  # what replaced them -> layers
+        hooked: dict[str, list[int]] = {}  # the hooks' names -> layers
         for layer, (module, hooks) in self.modules.items():
             current = attention_module(hf, layer)
             if current is not module:
-                replaced.append(f"{layer} ({type(current).__name__})")
+                replaced.setdefault(type(current).__name__, []).append(layer)
             elif (module._forward_hooks or module._forward_pre_hooks) and not _hook_ids(module) <= hooks:
                 extra = _foreign_hooks(module, hooks)
                 if extra:
-                    hooked.append(f"{layer} ({', '.join(getattr(h, '__qualname__', type(h).__name__) for h in extra)})")
+                    names = ", ".join(getattr(h, "__qualname__", type(h).__name__) for h in extra)
+                    hooked.setdefault(names, []).append(layer)
         if replaced:
-            found.append(f"the attention modules of {name}'s layers {', '.join(replaced)} were replaced outside "
+            found.append(f"the attention modules of {name}'s layers {_by_layer(replaced)} were replaced outside "
                          "kvprobe (a wrapper such as TransformerLens's bridge components); reload the model")
         if hooked:
             found.append(f"torch forward hooks were registered outside kvprobe on the attention modules of {name}'s "
-                         f"layers {', '.join(hooked)}; remove them (handle.remove()) or reload the model, and read "
+                         f"layers {_by_layer(hooked)}; remove them (handle.remove()) or reload the model, and read "
                          "internals through m.trace or m.run_with_cache instead")
         return found
+
+
+def _by_layer(found: dict[str, list[int]]) -> str:
+    """``{"Wrapper": [0, 1]}`` -> ``0, 1 (Wrapper)``: the layers of each finding, one group per finding."""
+    return "; ".join(f"{', '.join(map(str, layers))} ({what})" for what, layers in found.items())
 
 
 def check_model(model: "ModelLike") -> None:
