@@ -253,3 +253,20 @@ def test_the_run_progress_counts_cases_from_disk_at_the_invocations_own_rate(lla
     after = next(line for bar, n, line in shown if bar == 2 and n == 4)
     rate = float(after.split("case/s")[0].split(",")[-1])
     assert rate < 2 / 0.3 * 1.05, after  # 2 cases in >= 0.3 s; counting the 4 on disk would double it
+
+
+def test_every_block_of_docs_interop_runs_in_order(tmp_path, monkeypatch):
+    """docs/interop.md's ``python`` blocks run as written, in order, in one namespace, the way
+    tests/test_python_docs.py runs docs/python.md's (tracebacks point into the page)."""
+    from pathlib import Path
+
+    from test_python_docs import python_blocks
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "interop.md"
+    blocks = python_blocks(page.read_text())
+    assert len(blocks) >= 6
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "docs_interop"}
+    for line, code in blocks:
+        exec(compile("\n" * (line - 1) + code, str(page), "exec"), namespace)
+    assert namespace["m"].expected.attention == KVPROBE_SDPA  # the page leaves the model as it found it
