@@ -40,13 +40,14 @@ from .finch import Finch
 from .quest import Quest, RecentPages
 from .refreshkv import RefreshKV
 from .recompute import OnlineMask, Rebuild, SegmentRebuild, SelectiveRefresh, rebuild_segments, recompute_hidden
-from .registry import CONDITIONS, RegisteredCondition, parse_condition
+from .registry import CONDITIONS, ConditionSpecError, RegisteredCondition, parse_condition
 from .rope import rotate_keys
 from .text import NoContext, TextRecompute
 from .zeroing import Zero
 
 __all__ = [
     "CONDITIONS",
+    "ConditionSpecError",
     "NoContext",
     "Compact",
     "Drop",

@@ -43,7 +43,18 @@ if TYPE_CHECKING:
 VALUES = ("zero", "mean")
 
 
+def layer_index(name: str, layer: int, arch: "ArchSummary") -> int:
+    """``layer`` as a decoder layer index (negative counts from the last, as everywhere in kvprobe); an
+    :class:`OperationError` naming ``name`` when it is out of range."""
+    n = arch.num_layers
+    if not -n <= layer < n:
+        raise OperationError(f"{name}: layer {layer} out of range (0..{n - 1}, or -{n}..-1 from the last)")
+    return layer % n
+
+
 def _check_attention_layer(name: str, layer: int, arch: "ArchSummary") -> None:
+    if -arch.num_layers <= layer < 0:
+        layer %= arch.num_layers
     if layer not in arch.attention_layers:
         raise OperationError(f"{name}: layer {layer} is not an attention layer of this model (attention layers: "
                              f"{list(arch.attention_layers)})")
@@ -83,7 +94,7 @@ class HeadAblation(Condition):
     """Replace attention heads' outputs in one layer for every token after the history.
 
     Args:
-        layer: an attention layer.
+        layer: an attention layer (negative counts from the last).
         heads: query-head indices.
         value: ``"zero"`` (zero ablation) or ``"mean"`` (each head's mean output over the history's tokens).
     """
@@ -108,12 +119,13 @@ class HeadAblation(Condition):
                                  f"{arch.num_heads} query heads (0..{arch.num_heads - 1})")
 
     def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
-        output_projection(model, self.layer)
-        if self.layer in state.head_edits:
-            raise OperationError(f"{self.name}: layer {self.layer} already has ablated heads in this condition; "
+        layer = layer_index(self.name, self.layer, model.arch)
+        output_projection(model, layer)
+        if layer in state.head_edits:
+            raise OperationError(f"{self.name}: layer {layer} already has ablated heads in this condition; "
                                  "ablate them with one HeadAblation")
-        values = None if self.value == "zero" else head_means(model, history, self.layer, self.heads)
-        return replace(state, head_edits={**state.head_edits, self.layer: HeadEdit(self.heads, values)})
+        values = None if self.value == "zero" else head_means(model, history, layer, self.heads)
+        return replace(state, head_edits={**state.head_edits, layer: HeadEdit(self.heads, values)})
 
 
 @dataclass(frozen=True)
@@ -122,7 +134,7 @@ class Patch(Condition):
 
     Args:
         source: the name of another condition of the same call (e.g. ``"full"``).
-        layer: the decoder layer whose output is patched.
+        layer: the decoder layer whose output is patched (negative counts from the last).
         positions: indices into the question's tokens (negative from its end), or None for all of them.
     """
 
@@ -138,10 +150,10 @@ class Patch(Condition):
             set_fields(self, positions=tuple(int(p) for p in self.positions))
 
     def validate(self, history_len: int, arch: "ArchSummary") -> None:
-        if not 0 <= self.layer < arch.num_layers:
-            raise OperationError(f"{self.name}: layer {self.layer} out of range (0..{arch.num_layers - 1})")
+        layer_index(self.name, self.layer, arch)
 
     def apply(self, model: "Model", history: "History", state: RowState, question: str = "") -> RowState:
-        if self.layer in state.patches:
-            raise OperationError(f"{self.name}: layer {self.layer} is already patched in this condition")
-        return replace(state, patches={**state.patches, self.layer: ResidualPatch(self.source, self.positions)})
+        layer = layer_index(self.name, self.layer, model.arch)
+        if layer in state.patches:
+            raise OperationError(f"{self.name}: layer {layer} is already patched in this condition")
+        return replace(state, patches={**state.patches, layer: ResidualPatch(self.source, self.positions)})

@@ -36,6 +36,12 @@ if TYPE_CHECKING:
     from kvprobe.history import History
 
 
+class ConditionSpecError(ValueError):
+    """A condition named by text (``NAME[:ARG][@LAYERS]``) whose name is unknown or whose argument is not of
+    its condition's form (a capacity, a layer list, ``LAYER#HEADS``, ``SOURCE>LAYER``). Arguments naming
+    segments that the history lacks raise :class:`kvprobe.SpanError`."""
+
+
 def _spans(h: "History", arg: str):
     if not arg:
         raise SpanError("this condition needs segment names, e.g. NAME:A")
@@ -46,7 +52,10 @@ def _layers(text: str) -> list[int]:
     out: list[int] = []
     for part in text.split(","):
         lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
+        try:
+            out.extend(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            raise ConditionSpecError(f"{text!r} is not a list of indices; write e.g. 0-3,7") from None
     return out
 
 
@@ -58,7 +67,7 @@ def _segments(arg: str) -> list[str]:
 
 def _capacity(arg: str) -> int:
     if not arg.strip().isdigit():
-        raise SpanError(f"query-aware conditions need a capacity in tokens, e.g. quest:128 (got {arg!r})")
+        raise ConditionSpecError(f"query-aware conditions need a capacity in tokens, e.g. quest:128 (got {arg!r})")
     return int(arg)
 
 
@@ -89,15 +98,15 @@ def _zero_heads(h: "History", arg: str) -> Condition:
 
 def _head_ablation(h: "History", arg: str) -> Condition:
     layer, sep, heads = arg.partition("#")
-    if not sep or not layer.strip().isdigit() or not heads.strip():
-        raise SpanError("head-ablation needs LAYER#HEADS, e.g. head-ablation:3#0,1")
+    if not sep or not layer.strip().lstrip("-").isdigit() or not heads.strip():
+        raise ConditionSpecError("head-ablation needs LAYER#HEADS, e.g. head-ablation:3#0,1")
     return HeadAblation(int(layer), tuple(_layers(heads)))
 
 
 def _patch(h: "History", arg: str) -> Condition:
     source, sep, layer = arg.partition(">")
-    if not sep or not source.strip() or not layer.strip().isdigit():
-        raise SpanError("patch needs SOURCE>LAYER (the condition whose residual stream is copied), e.g. patch:full>3")
+    if not sep or not source.strip() or not layer.strip().lstrip("-").isdigit():
+        raise ConditionSpecError("patch needs SOURCE>LAYER (the condition whose residual stream is copied), e.g. patch:full>3")
     return Patch(source.strip(), int(layer))
 
 
@@ -212,10 +221,10 @@ def parse_condition(spec: str, history: "History") -> Condition:
     name, _, arg = spec.partition(":")
     arg, _, layers = arg.partition("@")
     if name not in CONDITIONS:
-        raise SpanError(f"unknown condition {name!r}; known: {', '.join(CONDITIONS)}")
+        raise ConditionSpecError(f"unknown condition {name!r}; known: {', '.join(CONDITIONS)}")
     condition = CONDITIONS[name].build(history, arg)
     if layers:
         if not isinstance(condition, (Mask, SegmentRebuild)):
-            raise SpanError(f"@layers is supported for mask and rebuild-segments conditions only, not {name!r}")
+            raise ConditionSpecError(f"@layers is supported for mask and rebuild-segments conditions only, not {name!r}")
         condition = replace(condition, layers=_layers(layers))
     return condition

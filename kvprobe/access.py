@@ -72,15 +72,19 @@ def select_layers(layers: Sequence[int] | None, arch: "ArchSummary") -> tuple[in
     return attention if layers is None else tuple(i for i in sorted(set(layers)) if i in attention)
 
 
+class LayerError(ValueError):
+    """Layer indices that do not exist in the model, or that name none of its attention layers."""
+
+
 def check_layers(name: str, layers: Sequence[int] | None, arch: "ArchSummary") -> None:
-    """Raise ``SpanError`` if explicit layer indices do not exist or include no attention layer."""
+    """Raise :class:`LayerError` if explicit layer indices do not exist or include no attention layer."""
     if layers is None:
         return
     bad = [i for i in layers if not 0 <= i < arch.num_layers]
     if bad:
-        raise SpanError(f"{name}: layers {bad} do not exist (model has {arch.num_layers})")
+        raise LayerError(f"{name}: layers {bad} do not exist (model has {arch.num_layers})")
     if not select_layers(layers, arch):
-        raise SpanError(f"{name}: none of layers {list(layers)} is an attention layer")
+        raise LayerError(f"{name}: none of layers {list(layers)} is an attention layer")
 
 
 def slots_in_state(state: "RowState", positions: torch.Tensor) -> torch.Tensor:

@@ -58,19 +58,10 @@ def load_args(args: argparse.Namespace, quiet: bool, name: str | None = None):
 
 
 def _check_device(device: str) -> None:
-    """Refuse a device torch cannot see, by name, before any model loads."""
-    import torch
+    """Refuse a device torch cannot see, by name, before any model loads (:func:`kvprobe.loading.check_device`)."""
+    from .loading import check_device
 
-    if device in ("cpu", "auto"):
-        return
-    try:
-        kind = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise ValueError(f"--device {device!r}: not a torch device (cpu, cuda, cuda:N or auto)") from None
-    if kind.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {device!r}: torch sees no CUDA device on this machine")
-    if kind.type == "cuda" and kind.index is not None and kind.index >= torch.cuda.device_count():
-        raise ValueError(f"--device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    check_device(device, "--device")
 
 
 def add_placement_arguments(p, device: bool = True) -> None:
@@ -168,10 +159,18 @@ def _inventory(args: argparse.Namespace) -> int:
     import json as _json
 
     from .files import atomic_write_text
-    from .tools.inventory import format_table, inventory
+    from .model_registry import ModelNotInstalledError
+    from .tools.inventory import format_missing, format_table, installed_inventory
 
-    rows = inventory(args.names or None)
-    text = (_json.dumps([r.to_dict() for r in rows], indent=1) if args.json else format_table(rows)) + "\n"
+    rows, missing = installed_inventory(args.names or None)
+    if missing and args.names:  # a model asked for by name must be there
+        raise ValueError(str(ModelNotInstalledError(missing[0])))
+    if args.json:
+        text = _json.dumps([r.to_dict() for r in rows]
+                           + [{"name": n, "installed": False, "pull": f"kvprobe models pull {n}"} for n in missing],
+                           indent=1) + "\n"
+    else:
+        text = format_table(rows) + format_missing(missing) + "\n"
     if args.out:
         atomic_write_text(args.out, text)
         print(f"inventory of {len(rows)} models written to {args.out}")
@@ -267,12 +266,22 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvprobe`` script."""
     args = build_parser(argv).parse_args(argv)
+    where = " ".join(x for x in (args.command, getattr(args, "study", None)) if isinstance(x, str))
     try:
         return int(args.func(args))
     except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError) as exc:
-        where = " ".join(x for x in (args.command, getattr(args, "study", None)) if isinstance(x, str))
         print(f"kvprobe {where}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"\nkvprobe {where}: interrupted. {INTERRUPTED.get(args.command, '')}".rstrip(), file=sys.stderr)
+        return 130
+
+
+#: What an interrupted command leaves, by command (printed after Ctrl-C; the exit status is 130).
+INTERRUPTED = {
+    "run": "The cases finished so far are kept in the output directory; rerun the same command to resume.",
+    "extract": "The records written so far are kept; rerun the same command to resume.",
+}
 
 
 if __name__ == "__main__":

@@ -57,30 +57,50 @@ def weights_fingerprint(hf: Any, refresh: bool = False) -> str:
     return _FINGERPRINTS[hf]
 
 
+#: tokenizer -> (its size when fingerprinted, its fingerprint); a tokenizer grown since is fingerprinted again.
+_TOKENIZER_FINGERPRINTS: "weakref.WeakKeyDictionary[Any, tuple[int, str]]" = weakref.WeakKeyDictionary()
+
+
 def tokenizer_fingerprint(tokenizer: Any) -> str:
     """SHA-256 of a tokenizer's vocabulary (token -> id) and special tokens: equal for tokenizers that map
-    every text to the same ids."""
+    every text to the same ids. Kept per tokenizer object while its size is unchanged."""
+    size = len(tokenizer)
+    try:
+        known = _TOKENIZER_FINGERPRINTS.get(tokenizer)
+    except TypeError:  # not weakly referenceable: computed each time
+        known = None
+    if known is not None and known[0] == size:
+        return known[1]
     blob = json.dumps([sorted(tokenizer.get_vocab().items()), tokenizer.all_special_tokens], sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
+    value = hashlib.sha256(blob.encode()).hexdigest()
+    try:
+        _TOKENIZER_FINGERPRINTS[tokenizer] = (size, value)
+    except TypeError:
+        pass
+    return value
 
 
 def check_reader(model: "ModelLike", history: "History", cross_checkpoint: bool = False) -> None:
     """Refuse a history read by another model than its writer, before any forward.
 
-    The same model object, or another load of the same weights (:func:`weights_fingerprint`), may read
-    it. Another checkpoint may read it only when the call says so (``cross_checkpoint=True``), with the
-    same tokenizer (:func:`tokenizer_fingerprint`) and the same cached shapes in every layer.
+    Every reader must have the tokenizer the history was tokenized by (:attr:`History.tokenizer_fingerprint`,
+    :func:`tokenizer_fingerprint`). The same model object, or another load of the same weights
+    (:func:`weights_fingerprint`), may read it. Another checkpoint may read it only when the call says so
+    (``cross_checkpoint=True``), with the same cached shapes in every layer.
     """
     writer = history.model
+    written = history.tokenizer_fingerprint or tokenizer_fingerprint(writer.tokenizer)
+    if written != tokenizer_fingerprint(model.tokenizer):
+        raise ModelMismatchError(
+            f"this history was tokenized by another tokenizer than {model.name!r}'s (tokenizer fingerprints "
+            f"{written[:12]} and {tokenizer_fingerprint(model.tokenizer)[:12]} differ), so its token ids mean "
+            "different text to the reader; prefill it with the reading model and its own tokenizer")
     if writer is model or writer.hf is model.hf or history.model_fingerprint == model.fingerprint:
         return
     if not cross_checkpoint:
         raise ModelMismatchError(
             f"this history was prefilled by {writer.name!r} and is read by {model.name!r}, whose weights differ; "
             "prefill it with the reading model, or pass cross_checkpoint=True to read another checkpoint's cache")
-    if tokenizer_fingerprint(writer.tokenizer) != tokenizer_fingerprint(model.tokenizer):
-        raise ModelMismatchError(f"cross-checkpoint read: {writer.name!r} and {model.name!r} have different "
-                                 "tokenizers, so the history's token ids mean different text to the reader")
     shapes = [(s.kind, s.key_shape, s.value_shape) for s in writer.arch.layers]
     if shapes != [(s.kind, s.key_shape, s.value_shape) for s in model.arch.layers]:
         raise ModelMismatchError(f"cross-checkpoint read: {writer.name!r} and {model.name!r} cache different "
@@ -165,6 +185,8 @@ class History:
             after the history; ``kv`` holds ``(None, None)`` for those layers.
         reused_tokens: leading tokens whose K/V were copied from an earlier history
             (``Model.prefill(reuse=...)``) instead of computed.
+        tokenizer_fingerprint: :func:`tokenizer_fingerprint` of the tokenizer that made ``input_ids``
+            (empty: its model's tokenizer); a reader with another tokenizer is refused (:func:`check_reader`).
     """
 
     model: "ModelLike"
@@ -177,6 +199,7 @@ class History:
     digest: str
     recurrent: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     reused_tokens: int = 0
+    tokenizer_fingerprint: str = ""
 
     @property
     def model_fingerprint(self) -> str:

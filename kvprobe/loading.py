@@ -98,6 +98,24 @@ def model_dtype(dtype: torch.dtype | str) -> torch.dtype:
     return dtype
 
 
+def check_device(device: str | torch.device, label: str = "device") -> None:
+    """Refuse a device torch cannot see (``ValueError`` naming it and ``label``), before any model loads."""
+    device = str(device)
+    if device in ("cpu", "auto"):
+        return
+    try:
+        kind = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"{label} {device!r}: not a torch device (cpu, cuda, cuda:N or auto)") from None
+    if kind.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{label} {device!r}: torch sees no CUDA device on this machine (torch "
+                         f"{torch.__version__}{'' if torch.version.cuda else ', built without CUDA'}); use 'cpu'")
+    if kind.type == "cuda" and kind.index is not None and kind.index >= torch.cuda.device_count():
+        raise ValueError(f"{label} {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if kind.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{label} {device!r}: torch sees no MPS device on this machine; use 'cpu'")
+
+
 def load_weights(
     name: str,
     *,
@@ -114,6 +132,7 @@ def load_weights(
     from .tiny import SHAPED_MODELS, TINY_MODELS, build_shaped, build_tiny
 
     dtype = model_dtype(dtype)
+    check_device(device)
     name = str(name)
     t0 = time.perf_counter()
     path = Path(name).expanduser()

@@ -11,10 +11,11 @@ from .activations import NAMES as ACTIVATION_NAMES, ActivationCache
 from .arch import ArchSummary, adapter_for
 from .decoding import CandidateScores, Generation, Request, generate_greedy, run_with_cache, score_candidates
 from .forward import extend_state
-from .history import History, kv_digest, weights_fingerprint
+from .history import History, kv_digest, tokenizer_fingerprint, weights_fingerprint
 from .model_guard import ModelExpectation, check_model, switch_attention
 from .prompts import Prompt, RenderedPrompt
 from .rows import RowState
+from .tokenizer_check import check_tokenizer
 from .tracing import ModelEnvoy, Trace
 
 
@@ -57,11 +58,7 @@ class Model:
     def __init__(self, hf: Any, tokenizer: Any, *, name: str = "", source: str = "", weight_hash: str = ""):
         if not getattr(tokenizer, "is_fast", False):
             raise TypeError(f"model {name!r}: kvprobe needs a fast tokenizer (character offsets)")
-        rows = hf.get_input_embeddings().num_embeddings
-        if len(tokenizer) > rows:
-            raise ValueError(f"model {name!r}: its tokenizer has {len(tokenizer)} token ids but the embedding has "
-                             f"{rows} rows, so ids {rows}..{len(tokenizer) - 1} cannot be embedded (a tokenizer of "
-                             "another model?)")
+        check_tokenizer(hf, tokenizer, name)  # another model's tokenizer: TokenizerMismatchError
         self.hf = hf.eval()
         _contiguous_output_layer(hf)
         self.tokenizer = tokenizer
@@ -153,6 +150,12 @@ class Model:
         equals a fresh prefill up to float rounding (tested). Hybrid models reuse
         only a whole history (their recurrent states exist only at its end).
         """
+        if not isinstance(prompt, Prompt):
+            several = isinstance(prompt, (list, tuple)) and all(isinstance(p, Prompt) for p in prompt)
+            raise TypeError(f"prefill takes one Prompt, got {type(prompt).__name__}"
+                            + ("; prefill each: [m.prefill(p) for p in prompts] (reuse=an earlier history "
+                               "shares a common prefix's K/V)" if several else
+                               "; build one with kvprobe.Prompt([(name, text), ...]) or Prompt('text')"))
         rendered, ids, offsets = self.tokenize(prompt)
         return self.prefill_tokens(prompt, rendered, ids, offsets, chunk_size=chunk_size, reuse=reuse)
 
@@ -187,6 +190,7 @@ class Model:
             digest=kv_digest(state.kv, recurrent) if digest else "",
             recurrent=recurrent,
             reused_tokens=n,
+            tokenizer_fingerprint=tokenizer_fingerprint(self.tokenizer),
         )
 
     def empty_state(self) -> RowState:
@@ -256,6 +260,8 @@ class Model:
         """
         conditions = _conditions(access)
         questions = [question] if isinstance(question, str) else list(question)
+        if not questions:
+            raise ValueError("generate: no questions (an empty list); pass a question or a list of them")
         requests = [Request(q, a, name) for name, a in conditions.items() for q in questions]
         outs = generate_greedy(self, history, requests, max_new_tokens=max_new_tokens,
                                cross_checkpoint=cross_checkpoint, capture=capture, layers=layers)
@@ -335,9 +341,9 @@ def _conditions(access: Condition | Mapping[str, Condition] | None) -> dict[str,
             raise ValueError("empty mapping of access conditions")
         for name, a in access.items():
             if not isinstance(a, Condition):
-                raise TypeError(f"condition {name!r} is not an Condition object")
+                raise TypeError(f"condition {name!r} is not a Condition object, got {type(a).__name__}")
         return dict(access)
-    raise TypeError(f"access must be an Condition or a mapping of them, got {type(access).__name__}")
+    raise TypeError(f"access must be a Condition or a mapping of them, got {type(access).__name__}")
 
 
 def load_model(name: str = "smollm2-135m-instruct", **kwargs: Any) -> Model:

@@ -149,6 +149,13 @@ def _show(value: Any) -> str:
     return "none" if value is None else str(value)
 
 
+def _turned_off(text: str) -> str:
+    """Help of a ``--no-NAME`` flag from the field's comment, which says what the field does when on: the flag
+    turns that off (``--no-operations``: "Turn off (on by default): run the cache operations ...")."""
+    said = text[:1].lower() + text[1:] if text[:2] != text[:2].upper() else text
+    return f"Turn off (on by default): {said}" if text else "Turn off (on by default)."
+
+
 def add_field_options(parser: argparse.ArgumentParser | Any, cls: type, reserved: set[str] = frozenset()) -> None:
     """Add one option per public field of dataclass ``cls`` to ``parser`` (or an argument group).
 
@@ -169,7 +176,7 @@ def add_field_options(parser: argparse.ArgumentParser | Any, cls: type, reserved
         if kind is bool and not optional:
             if default:
                 parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false",
-                                    default=argparse.SUPPRESS, help=f"{text} (default: on; this turns it off)")
+                                    default=argparse.SUPPRESS, help=_turned_off(text))
             else:
                 parser.add_argument(option, dest=f.name, action="store_true", default=argparse.SUPPRESS,
                                     help=f"{text} (default: off)")

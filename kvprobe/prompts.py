@@ -23,6 +23,10 @@ from typing import Any, Iterable, Sequence
 _SENTINEL = "\u2063KVPROBE_QUESTION\u2063"
 
 
+#: The name of the one segment of a prompt given as a plain string (``Prompt("some text")``).
+PLAIN_SEGMENT = "text"
+
+
 class SpanError(ValueError):
     """A span that cannot be mapped cleanly onto tokens, is empty, or lies outside the prompt."""
 
@@ -115,7 +119,8 @@ class Prompt:
     """A history assembled from named segments.
 
     Args:
-        segments: ``(name, text)`` pairs in order. Names must be unique and non-empty.
+        segments: ``(name, text)`` pairs in order. Names must be unique and non-empty. A plain string is
+            one segment named ``"text"`` (:data:`PLAIN_SEGMENT`): ``Prompt("...")``, ``h.span("text")``.
         chat: render through the tokenizer's chat template (system + one user message
             holding the segments and then the question, plus the generation prompt).
         system: system message text (chat mode only); ``None`` omits it (the template
@@ -133,7 +138,7 @@ class Prompt:
             (the whole history text is encoded at once).
     """
 
-    segments: Sequence[tuple[str, str]]
+    segments: Sequence[tuple[str, str]] | str
     chat: bool = True
     system: str | None = None
     sep: str = "\n\n"
@@ -144,7 +149,16 @@ class Prompt:
     encode_segments: bool = False
 
     def __post_init__(self) -> None:
-        self.segments = [(str(n), str(t)) for n, t in self.segments]
+        if isinstance(self.segments, str):  # Prompt("text"): one segment, named "text"
+            self.segments = [(PLAIN_SEGMENT, self.segments)]
+        pairs = []
+        for segment in self.segments:
+            if isinstance(segment, str) or not isinstance(segment, (tuple, list)) or len(segment) != 2:
+                raise TypeError(f"a prompt's segments are (name, text) pairs, got {segment!r}; e.g. "
+                                f"Prompt([('A', 'Record A.'), ('B', 'Record B.')]), or Prompt('some text') "
+                                f"for one segment named {PLAIN_SEGMENT!r}")
+            pairs.append((str(segment[0]), str(segment[1])))
+        self.segments = pairs
         names = [n for n, _ in self.segments]
         if not names:
             raise SpanError("a prompt needs at least one segment")

@@ -97,6 +97,7 @@ def cmd_run(args: argparse.Namespace, cli) -> int:
         return 2
     if args.out:
         cli.check_out_dir(args.out)
+    study.cases()  # read the study's data now: a missing or bad data set fails before the model loads
     runner = entry.run_function()
     model, pool = cli.backend(args)
     try:

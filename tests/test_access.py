@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import kvprobe
+from kvprobe.access import LayerError
 from kvprobe import Full, Mask, SpanError, TokenSpan, matched_control
 from kvprobe.decoding import Request, suffix_ids
 from kvprobe.reference import reference_generate, reference_score
@@ -199,7 +200,7 @@ def test_span_outside_history_is_refused(llama):
 
 def test_bad_layers_are_refused(llama):
     h = make_history(llama)
-    with pytest.raises(SpanError, match="do not exist"):
+    with pytest.raises(LayerError, match="do not exist"):
         llama.score(h, QUESTIONS[0], CANDIDATES, access=Mask(h.span("A"), layers=[7]))
     with pytest.raises(SpanError, match="at least one span"):
         Mask([])

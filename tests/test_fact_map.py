@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import kvprobe
+from kvprobe.access import LayerError
 from kvprobe.access import positions_of
 from kvprobe.forward import traced_forward
 from kvprobe.rows import RowState, fork_rows
@@ -125,7 +126,7 @@ def test_segment_rebuild_refuses_what_it_cannot_do(llama, hybrid):
         SegmentRebuild(B, [note])
     with pytest.raises(kvprobe.SpanError, match="in order and disjoint"):
         SegmentRebuild(A, [B, note])
-    with pytest.raises(kvprobe.SpanError, match="layers \\[99\\] do not exist"):
+    with pytest.raises(LayerError, match="layers \\[99\\] do not exist"):
         SegmentRebuild(A, [B], layers=[99]).prepare(llama, h)
     hh = make_history(hybrid)
     with pytest.raises(OperationError, match="recurrent \\(linear-attention\\) layers carry one state"):

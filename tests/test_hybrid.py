@@ -8,6 +8,7 @@ import torch
 from transformers import DynamicCache
 
 from kvprobe import Full, Mask, SpanError
+from kvprobe.access import LayerError
 from kvprobe.tools.verify import verify_model
 from kvprobe.interventions import Compact, Drop, OperationError, Rebuild, TextRecompute, Zero
 from kvprobe.transformers_api import cache_argument
@@ -31,7 +32,7 @@ def test_history_carries_recurrent_states(hybrid):
 
 def test_masks_apply_to_attention_layers_only(hybrid):
     h = make_history(hybrid)
-    with pytest.raises(SpanError, match="not an attention layer|is an attention layer"):
+    with pytest.raises(LayerError, match="not an attention layer|is an attention layer"):
         hybrid.score(h, QUESTIONS[0], ["Room 18"], access=Mask(h.span("A"), layers=[0, 2]))
     state = Mask(h.span("A")).prepare(hybrid, h)
     assert set(state.hidden) == {1, 3}

@@ -9,6 +9,8 @@ import torch
 from transformers import DynamicCache
 
 import kvprobe
+from kvprobe.access import LayerError
+from kvprobe.interventions import ConditionSpecError
 from kvprobe import Compose, Full, Mask, SpanError
 from kvprobe.access import positions_of
 from kvprobe.decoding import question_logits, suffix_ids
@@ -70,7 +72,7 @@ def test_zero_layer_selection(llama):
     state = Zero(h.span("A"), "kv", layers=[1]).prepare(llama, h)
     assert torch.equal(state.kv[0][0], h.kv[0][0])
     assert not torch.equal(state.kv[1][0], h.kv[1][0])
-    with pytest.raises(SpanError, match="do not exist"):
+    with pytest.raises(LayerError, match="do not exist"):
         Zero(h.span("A"), layers=[9]).prepare(llama, h)
     with pytest.raises(ValueError, match="component"):
         Zero(h.span("A"), "q")
@@ -424,7 +426,7 @@ def test_parse_condition(llama):
     assert masked.layers == (0, 1, 3)
     assert isinstance(parse_condition("recompute-prefix:A", h), TextRecompute)
     assert parse_condition("bias:A=-0.5", h).values[0] == (h.span("A").start, -0.5)
-    with pytest.raises(SpanError, match="unknown condition 'squash'"):
+    with pytest.raises(ConditionSpecError, match="unknown condition 'squash'"):
         parse_condition("squash:A", h)
     with pytest.raises(SpanError, match="OLD>NEW"):
         parse_condition("online-mask:A", h)

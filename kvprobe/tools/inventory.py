@@ -172,6 +172,27 @@ def inventory(names: Sequence[str] | None = None) -> list[InventoryRow]:
     return [row_from_config(n, model_config(n)) for n in (names or default_models())]
 
 
+def installed_inventory(names: Sequence[str] | None = None) -> tuple[list[InventoryRow], list[str]]:
+    """:func:`inventory` of the models that are installed, and the registry models among ``names`` (default
+    :func:`default_models`) that are not (``kvprobe models pull NAME`` installs one)."""
+    from kvprobe.model_registry import ModelNotInstalledError
+
+    rows, missing = [], []
+    for name in names or default_models():
+        try:
+            rows.append(row_from_config(name, model_config(name)))
+        except ModelNotInstalledError:
+            missing.append(name)
+    return rows, missing
+
+
+def format_missing(missing: Sequence[str]) -> str:
+    """The table's closing line naming the registry models not installed ("" when every one is)."""
+    if not missing:
+        return ""
+    return (f"\nnot installed ({len(missing)}; `kvprobe models pull NAME` installs one): " + ", ".join(missing))
+
+
 def _count(n: int | None) -> str:
     return "" if n is None else f"{n:,}"
 

@@ -155,9 +155,20 @@ class BabilongStudy(HistoryStudy):
     def questions(self, model: kvprobe.Model, case: BabilongCase, history: kvprobe.History) -> list[Question]:
         """The bAbI question, once its prompt, question and answer budget are known to fit the model."""
         question = Question(QUERY, case.sample.question)
-        require_fits(model, case.case_id, len(history), [question.text], self.max_new_tokens, FRAMING_TOKENS,
-                     "lengths" if self.source == GENERATED else "released_lengths", "; use a shorter length")
+        self._require_fits(model, case, len(history))
         return [question]
+
+    def _require_fits(self, model: kvprobe.Model, case: BabilongCase, history_tokens: int) -> None:
+        require_fits(model, case.case_id, history_tokens, [case.sample.question], self.max_new_tokens, FRAMING_TOKENS,
+                     "lengths" if self.source == GENERATED else "released_lengths", "; use a shorter length")
+
+    def preflight(self, model: kvprobe.Model, cases: list[BabilongCase]) -> None:
+        """Every case's window check (as :meth:`questions` makes it) on its tokenized prompt, before the run
+        writes anything."""
+        if model.context_length is None:
+            return
+        for case in cases:
+            self._require_fits(model, case, len(model.tokenize(self.prompt(model, case))[1]))
 
     def conditions(self, model: kvprobe.Model, case: BabilongCase, history: kvprobe.History
                    ) -> dict[str, kvprobe.Condition]:

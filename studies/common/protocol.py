@@ -272,9 +272,13 @@ def require_fits(model: kvprobe.Model, case_id: str, history_tokens: int, questi
     limit = model.context_length
     need, longest = positions_needed(model, history_tokens, questions, max_new_tokens, framing)
     if limit is not None and need > limit:
+        room = limit - need + max_new_tokens
+        if room < 1:  # no answer budget fits: never suggest a budget below 1
+            advice = (f"; the history and question alone need {need - max_new_tokens} positions, so no answer "
+                      "budget fits: a shorter input or a model with a longer window")
         raise InvalidParameter(field_name, f"{case_id}: {history_tokens} history tokens + a {longest}-token question "
                                f"+ {max_new_tokens} answer tokens exceed {model.name}'s {limit} positions (no RoPE "
-                               "extension)" + advice.format(room=limit - need + max_new_tokens))
+                               "extension)" + advice.format(room=room))
 
 
 class Study:
@@ -312,6 +316,10 @@ class Study:
         """What else decides the rows besides the fields and the digests (derived constants, a detector's
         settings...); added to ``config.json`` as is."""
         return {}
+
+    def preflight(self, model: kvprobe.Model, cases: Sequence[CaseLike]) -> None:
+        """Refuse, before a run writes anything, what would fail part way (a case too long for the model's
+        window, see :func:`require_fits`); called by the runner with every case. Default: nothing to check."""
 
     # ------------------------------------------------------------------ what the protocol computes
     def cases(self) -> list[CaseLike]:

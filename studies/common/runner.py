@@ -239,7 +239,6 @@ def run_study(study: Study, model: kvprobe.Model | None, out_dir: Path | str, pr
     compute with the same torch thread count).
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     if (model is None) == (pool is None):
         raise ValueError("run_study needs exactly one of model (local run) and pool (Ray workers)")
     state = state or RunState()
@@ -248,6 +247,9 @@ def run_study(study: Study, model: kvprobe.Model | None, out_dir: Path | str, pr
     cases = study.cases()
     config["cases"] = len(cases)
     config_path = out / CONFIG
+    if model is not None:  # what would fail mid-run (a case too long for the window) fails before any file
+        study.preflight(model, cases)
+    out.mkdir(parents=True, exist_ok=True)
     if config_path.exists():
         existing = json.loads(config_path.read_text())
         mine = {k: v for k, v in config.items() if k != "versions"}

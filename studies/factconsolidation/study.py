@@ -192,12 +192,28 @@ class FactConsolidationStudy(HistoryStudy):
 
     def questions(self, model: kvprobe.Model, case: FCHistory, history: kvprobe.History) -> list[Question]:
         """Every question, followed by the boxed-answer instruction, in the query template; ``query``: hop type."""
-        template = QUERY_TEMPLATES[self.query_template]
-        questions = [Question(q.hop, template.format(question=q.question + strings.QUESTION_JOINER
-                                                     + strings.BOXED_INSTRUCTION), None, q) for q in case.questions]
-        require_fits(model, case.case_id, len(history), [q.text for q in questions], self.max_new_tokens,
-                     FRAMING_TOKENS, "max_new_tokens", "; give at most --max-new-tokens {room} or a shorter tier")
+        questions = self._questions(case)
+        self._require_fits(model, case, len(history), questions)
         return questions
+
+    def _questions(self, case: FCHistory) -> list[Question]:
+        template = QUERY_TEMPLATES[self.query_template]
+        return [Question(q.hop, template.format(question=q.question + strings.QUESTION_JOINER
+                                                + strings.BOXED_INSTRUCTION), None, q) for q in case.questions]
+
+    def _require_fits(self, model: kvprobe.Model, case: FCHistory, history_tokens: int,
+                      questions: list[Question]) -> None:
+        require_fits(model, case.case_id, history_tokens, [q.text for q in questions], self.max_new_tokens,
+                     FRAMING_TOKENS, "max_new_tokens", "; give at most --max-new-tokens {room} or a shorter tier")
+
+    def preflight(self, model: kvprobe.Model, cases: Sequence[FCHistory]) -> None:
+        """Every case's window check (as :meth:`questions` makes it) on its tokenized prompt, before the run
+        writes anything."""
+        if model.context_length is None:
+            return
+        for case in cases:
+            tokens = len(model.tokenize(self.prompt(model, case))[1])
+            self._require_fits(model, case, tokens, self._questions(case))
 
     def conditions(self, model: kvprobe.Model, case: FCHistory, history: kvprobe.History
                    ) -> dict[str, kvprobe.Condition]:
