@@ -254,3 +254,46 @@ def test_the_readme_says_where_to_run_python_from():
 
     text = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
     assert "shadows the installed package" in text and "(unknown location)" in text
+
+
+# -- docs/errors.md -----------------------------------------------------------------------------------------
+def _package_exceptions() -> dict[str, str]:
+    """Every public exception (and warning) class defined in the package's sources -> its file (read with ast:
+    a class whose bases reach a builtin exception through builtins or classes of the package)."""
+    import ast
+    import builtins
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    bases: dict[str, tuple[str, list[str]]] = {}
+    for folder in ("kvprobe", "extract", "readouts", "interventions", "studies"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef):
+                    names = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
+                    bases[node.name] = (str(path.relative_to(root)), names)
+
+    def is_exception(name: str, seen: frozenset = frozenset()) -> bool:
+        builtin = getattr(builtins, name, None)
+        if isinstance(builtin, type) and issubclass(builtin, BaseException):
+            return True
+        return name in bases and name not in seen and any(is_exception(b, seen | {name}) for b in bases[name][1])
+
+    return {name: path for name, (path, names) in bases.items()
+            if not name.startswith("_") and any(is_exception(b) for b in names)}
+
+
+def test_every_exception_class_has_its_section_in_errors_md():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "errors.md").read_text()
+    documented = {name for line in text.splitlines() if line.startswith("### ") for name in re.findall(r"`(\w+)`", line)}
+    found = _package_exceptions()
+    assert {"SpanError", "TokenizerMismatchError", "ModelMismatchError", "StoreError"} <= set(found)
+    missing = sorted(set(found) - documented)
+    assert not missing, f"docs/errors.md has no section for {missing} ({[found[m] for m in missing]})"
+    stale = sorted(documented - set(found))
+    assert not stale, f"docs/errors.md documents {stale}, which the package no longer defines"
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "(docs/errors.md)" in readme
