@@ -29,14 +29,15 @@ Statistics (:mod:`readouts.stats`, the statistics of every study too)
     GroupBootstrap                                          compact sequence of group-bootstrap draws
 
 Readouts of a store group or arrays (:mod:`readouts.estimators`, scikit-learn classifiers)
-    KeySimilarity(sign="select", select_split="dev")        s_K of A alone vs B alone; fit picks the sign
-    ValueDistance(sign="select", select_split="dev")        d_V of A alone vs B alone; fit picks the sign
-    HeadValueDistance(sign="select", select_split="dev")    d_V of one (layer, head); fit picks head and sign
-    Probe(features="joint_kv", probe=None, C=None, C_grid, train_split="train", select_split="dev")
+    KeySimilarity(sign="select", select_split=None)         s_K of A alone vs B alone; fit picks the sign
+    ValueDistance(sign="select", select_split=None)         d_V of A alone vs B alone; fit picks the sign
+    HeadValueDistance(sign="select", select_split=None)     d_V of one (layer, head); fit picks head and sign
+    Probe(features="joint_kv", probe=None, C=None, C_grid, train_split=None, select_split=None)
                                                             a learned probe; C chosen on select_split
+    (split None: every row, whatever the group's split names; name one to hold rows out)
     r.fit(group) / r.fit(X, y, splits=...); r.decision_function(group); r.auc(group, split="test")
-    transfer(readout, other_group, split="test", reference=None) -> dict    (:mod:`readouts.transfers`)
-    edit_transfer(original, edited, readout=..., split="test") -> dict     across cache edits
+    transfer(readout, other_group, split=None, reference=None) -> dict      (:mod:`readouts.transfers`)
+    edit_transfer(original, edited, readout=..., split=None) -> dict       across cache edits
 
 Probes (:mod:`readouts.probes`, scikit-learn estimators on arrays)
     RademacherProjection(n_components=128, seed=PROBE_SEED)  PROBE_SEED, PAIR_SEED, INTERACTION_SEED: 20260910/15/16

@@ -11,7 +11,8 @@ Every readout here is a binary classifier (``fit``, ``decision_function``,
   ``splits`` every row does both.
 
 Split names are the caller's: ``train_split`` trains a probe, ``select_split`` chooses
-a fixed score's sign and head or a probe's C, and ``auc(X, split=...)``,
+a fixed score's sign and head or a probe's C (both default None: every row, so a readout
+fits any group whatever its split names; name a split to hold rows out), and ``auc(X, split=...)``,
 :func:`~kvprobe.readouts.transfer` and :func:`~kvprobe.readouts.edit_transfer` test
 on whichever split they are told.
 
@@ -157,7 +158,7 @@ class GroupReadout(ClassifierMixin, BaseEstimator):
 class _FixedScore(GroupReadout):
     """A dev-chosen column and sign of fixed scores (the base of the three fixed readouts)."""
 
-    def __init__(self, sign: str | int = "select", select_split: str | None = "dev"):
+    def __init__(self, sign: str | int = "select", select_split: str | None = None):
         self.sign = sign
         self.select_split = select_split
 
@@ -206,8 +207,8 @@ class KeySimilarity(_FixedScore):
     Parameters
     ----------
     sign : "select", 1 or -1, default="select"
-    select_split : str or None, default="dev"
-        The rows that choose the sign (None: every row).
+    select_split : str or None, default=None
+        The split whose rows choose the sign (None: every row).
 
     Attributes
     ----------
@@ -290,7 +291,7 @@ class Probe(GroupReadout):
     C : float or None, default=None
         None: choose from ``C_grid`` by AUC on ``select_split`` (ties to the smaller C).
     C_grid : sequence of float, default=(0.01, 0.1, 1, 10)
-    train_split, select_split : str or None, default="train", "dev"
+    train_split, select_split : str or None, default=None
         Split names of the rows that train and that choose C (None: every row).
 
     Attributes
@@ -309,8 +310,8 @@ class Probe(GroupReadout):
     """
 
     def __init__(self, features: str = "joint_kv", probe: Any = None, C: float | None = None,
-                 C_grid: Sequence[float] = C_GRID, train_split: str | None = "train",
-                 select_split: str | None = "dev"):
+                 C_grid: Sequence[float] = C_GRID, train_split: str | None = None,
+                 select_split: str | None = None):
         self.features = features
         self.probe = probe
         self.C = C

@@ -52,13 +52,13 @@ def _positive(readout: Any, g: StoreGroup) -> np.ndarray:
     return (g.labels == readout.classes_[1]).astype(np.int64)
 
 
-def transfer(readout: Any, other: StoreGroup, split: str | None = "test", reference: StoreGroup | None = None,
+def transfer(readout: Any, other: StoreGroup, split: str | None = None, reference: StoreGroup | None = None,
              splits: Any = None, draws: int = DRAWS, seed: int = 0) -> dict[str, Any]:
     """Score ``other`` with a fitted readout; AUC on its ``split`` cases with a group-bootstrap interval.
 
     ``readout``: a fitted :class:`~kvprobe.readouts.Probe`, :class:`~kvprobe.readouts.ValueDistance`...
     (any readout of :mod:`readouts.estimators`), fitted on a group of the same
-    architecture's widths. ``split``: the cases to test on (None: all), by
+    architecture's widths. ``split``: the cases to test on (default None: all), by
     ``other.splits`` or ``splits`` (one name per case). ``reference``: a group of the same
     cases and token ids (e.g. the one the readout was fitted on, another checkpoint's):
     both are scored on the same bootstrap draws of ``other``'s groups, so
@@ -88,7 +88,7 @@ def transfer(readout: Any, other: StoreGroup, split: str | None = "test", refere
 
 
 def edit_transfer(original: StoreGroup, edited: dict[str, StoreGroup], draws: int = DRAWS, seed: int = 0, *,
-                  readout: Any = None, split: str | None = "test", splits: Any = None) -> dict[str, Any]:
+                  readout: Any = None, split: str | None = None, splits: Any = None) -> dict[str, Any]:
     """Score ``original``'s cases and their edited caches (``FeatureStore.edited(name)``) with one readout.
 
     With ``readout`` (fitted, e.g. on ``original``; it must read B after A, as

@@ -94,10 +94,11 @@ def test_estimators_reproduce_evaluate_records(store, monkeypatch):
     result = evaluate.evaluate_records(g, draws=100)
     held_out = np.isin(g.splits, ["dev", "test"])
     splits = role_splits(g)
-    readouts = {"fixed d_V": ValueDistance(sign=1), "sign-chosen d_V": ValueDistance(),
-                "head-chosen d_V": HeadValueDistance(), "key similarity s_K": KeySimilarity(sign=1),
-                "joint K/V probe": Probe("joint_kv"), "joint hidden probe": Probe("joint_hidden"),
-                "pairwise linear probe": Probe("separate_kv", PairwiseProbe(kind="linear"))}
+    dev, split = {"select_split": "dev"}, {"train_split": "train", "select_split": "dev"}  # the records' own names
+    readouts = {"fixed d_V": ValueDistance(sign=1, **dev), "sign-chosen d_V": ValueDistance(**dev),
+                "head-chosen d_V": HeadValueDistance(**dev), "key similarity s_K": KeySimilarity(sign=1, **dev),
+                "joint K/V probe": Probe("joint_kv", **split), "joint hidden probe": Probe("joint_hidden", **split),
+                "pairwise linear probe": Probe("separate_kv", PairwiseProbe(kind="linear"), **split)}
     for name, readout in readouts.items():
         readout.fit(g, splits=splits)
         expected = np.asarray(result["case_scores"]["scores"][name])
@@ -119,7 +120,7 @@ def test_any_split_names_and_arrays_give_the_same_readout(store):
     g = store["tiny-llama/records"]
     renamed = np.array([{"train": "fit", "dev": "pick", "test": "eval"}[s] for s in g.splits])
     probe = Probe(train_split="fit", select_split="pick").fit(g, splits=renamed)
-    same = Probe().fit(g)  # the group's own split names
+    same = Probe(train_split="train", select_split="dev").fit(g)  # the group's own split names
     assert np.array_equal(probe.decision_function(g), same.decision_function(g))
     X, y = probe.inputs(g), g.labels
     on_arrays = Probe(train_split="fit", select_split="pick").fit(X, y, splits=renamed)
@@ -129,14 +130,14 @@ def test_any_split_names_and_arrays_give_the_same_readout(store):
                                          r"\['dev', 'test', 'train'\]\)"):
         Probe(train_split="fit").fit(g)
     with pytest.raises(ValueError, match="no rows of split 'dev' to choose the sign on"):
-        ValueDistance().fit(g, splits=renamed)
+        ValueDistance(select_split="dev").fit(g, splits=renamed)
     with pytest.raises(ValueError, match="one split name per row"):
         Probe().fit(X, y, splits=renamed[:5])
 
 
 def test_transfer_scores_another_checkpoint_on_shared_draws(store):
     llama, qwen = store["tiny-llama/records"], store["tiny-qwen3/records"]
-    probe = Probe().fit(llama)
+    probe = Probe(train_split="train", select_split="dev").fit(llama)
     r = transfer(probe, qwen, split="test", reference=llama, draws=200)
     assert r["target"] == "tiny-qwen3/records" and r["reference"] == "tiny-llama/records"
     test = qwen.splits == "test"
@@ -168,7 +169,7 @@ def test_transfer_refuses_other_widths_and_other_records(store, tmp_path):
 
 def test_edit_transfer_scores_the_edited_caches_with_a_fitted_readout(store):
     g, edited = store["tiny-llama/records"], store.edited("tiny-llama/records")
-    probe = Probe().fit(g)
+    probe = Probe(train_split="train", select_split="dev").fit(g)
     r = edit_transfer(g, edited, readout=probe, split="test", draws=200)
     assert r["edited_groups"] == {"compact": "tiny-llama/records@compact"} and r["edits"]["compact"]["action"] == \
         "re-rotated"
@@ -181,3 +182,21 @@ def test_edit_transfer_scores_the_edited_caches_with_a_fitted_readout(store):
         edit_transfer(g, edited, readout=ValueDistance().fit(g), draws=50)
     with pytest.raises(StoreError, match="no edited groups"):
         edit_transfer(g, {}, readout=probe)
+
+
+def test_readouts_fit_any_group_on_every_row_by_default(store):
+    """Issue 48 item 8: no built-in split name is assumed; a group with its own names fits on every row."""
+    g = store["tiny-llama/records"]
+    renamed = np.array([{"train": "fold-a", "dev": "fold-b", "test": "fold-c"}[s] for s in g.splits])
+    every = np.full(len(g), "all")
+    for readout in (ValueDistance(sign=1), ValueDistance(), KeySimilarity(), HeadValueDistance(),
+                    Probe("joint_kv", C=1.0)):
+        fitted = readout.fit(g, splits=renamed)
+        again = type(readout)(**readout.get_params()).fit(g, splits=every)  # one split holding every row
+        assert np.array_equal(fitted.decision_function(g), again.decision_function(g)), type(readout).__name__
+    d_v = ValueDistance(sign=1).fit(g, splits=renamed)
+    assert d_v.select_auc_ == pytest.approx(evaluate.auc(d_v.decision_function(g), g.labels))  # chosen on every row
+    assert ValueDistance().get_params()["select_split"] is None
+    assert Probe().get_params()["train_split"] is None and Probe().get_params()["select_split"] is None
+    r = transfer(d_v, store["tiny-qwen3/records"], draws=20)  # every case unless a split is named
+    assert r["split"] is None and r["n_cases"] == len(store["tiny-qwen3/records"])
