@@ -31,6 +31,7 @@ Every sibling has its own name and weight hash (``kvprobe.weight_files.state_dic
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -39,6 +40,7 @@ import torch
 from kvprobe.model import Model, load_model
 from kvprobe.siblings import NOISE_SCALE, int8_sibling, perturbed_sibling, rounded_sibling
 from kvprobe.prompts import Prompt
+from kvprobe.tokenizer_check import TokenizerMismatchWarning
 
 from .checks import check_compatible
 from .reading import union_stop_ids
@@ -83,9 +85,12 @@ class SiblingPair:
 
 
 def share_tokenizer(main: Model, sibling: Model) -> SiblingPair:
-    """Pair a separately loaded sibling with ``main``: the sibling renders with the main tokenizer."""
-    rewrapped = Model(sibling.hf, main.tokenizer, name=sibling.name, source=sibling.source,
-                      weight_hash=sibling.weight_hash)
+    """Pair a separately loaded sibling with ``main``: the sibling renders with the main tokenizer (on purpose, so
+    the loading-place warning of :mod:`kvprobe.tokenizer_check` is silenced; a real mismatch still raises)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TokenizerMismatchWarning)
+        rewrapped = Model(sibling.hf, main.tokenizer, name=sibling.name, source=sibling.source,
+                          weight_hash=sibling.weight_hash)
     return SiblingPair(main, rewrapped, recipe=sibling.name, sibling_tokenizer=sibling.tokenizer)
 
 
