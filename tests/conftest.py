@@ -43,7 +43,8 @@ SLOW_TESTS = {"test_run_summary_and_resume", "test_records_evaluation_and_report
               "test_summary_recomputes_from_rows",
               "test_committed_summary_is_reproduced_byte_for_byte[quantity/smollm2-135m-instruct]",
               "test_committed_summary_is_reproduced_byte_for_byte[quantity/smollm2-135m-instruct-five-conditions]",
-              "test_committed_summary_is_reproduced_byte_for_byte[quantity/qwen2.5-coder-1.5b-instruct]"}
+              "test_committed_summary_is_reproduced_byte_for_byte[quantity/qwen2.5-coder-1.5b-instruct]",
+              "test_committed_summary_is_reproduced_byte_for_byte[quantity/qwen2.5-coder-1.5b-instruct-operation-controls]"}
 
 
 #: Torch and BLAS threads of the test process and of the processes it starts (``KVPROBE_TEST_THREADS``; 1 unless

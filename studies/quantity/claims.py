@@ -14,7 +14,7 @@ from kvprobe.studies.common.claims import (LENIENT, PAPER_RULE, Claim, Measureme
                                            find_entry, floor_reason, pp_measurement, read_summary, share_pp)
 from kvprobe.studies.common.report import estimate
 
-__all__ = ["CLAIMS", "QUANTITY", "QUANTITY_QWEN", "QUANTITY_RUNS", "quantity_change", "quantity_change_measurement",
+__all__ = ["CLAIMS", "QUANTITY", "QUANTITY_QWEN", "QUANTITY_QWEN_CONTROLS", "QUANTITY_RUNS", "quantity_change", "quantity_change_measurement",
            "quantity_margin", "quantity_margin_follows_old", "quantity_margin_measurement", "quantity_recompute",
            "quantity_spearman", "quantity_change_by_unit", "quantity_vs_source", "quantity_warning",
            "quantity_warning_within_unit"]
@@ -24,6 +24,8 @@ QUANTITY = "quantity/smollm2-135m-instruct"
 QUANTITY_QWEN = "quantity/qwen2.5-coder-1.5b-instruct"
 #: The committed quantity runs, one per model (the first writes no JSON answer, the second does).
 QUANTITY_RUNS = (QUANTITY, QUANTITY_QWEN)
+#: Qwen2.5-Coder-1.5B with ``--operation-controls``: each operation also on its own equal-token control.
+QUANTITY_QWEN_CONTROLS = "quantity/qwen2.5-coder-1.5b-instruct-operation-controls"
 
 
 def _quantity_cell(s: dict[str, Any], information: str, condition: str, relation: str = "replacement",
@@ -31,23 +33,26 @@ def _quantity_cell(s: dict[str, Any], information: str, condition: str, relation
     return find_entry(s["cells"], relation=relation, information=information, query=query, condition=condition)
 
 
-def quantity_margin_measurement(s: dict[str, Any], information: str) -> Measurement:
-    """Margin change of the whole-source mask against its equal-token control (replacements, current question) in
-    a summary ``s``; no interval when it gives none.
+def quantity_margin_measurement(s: dict[str, Any], information: str, condition: str = "source") -> Measurement:
+    """Margin change of ``condition`` (the whole-source mask, or an operation on it in a run with
+    ``--operation-controls``) against its own equal-token control (replacements, current question) in a summary
+    ``s``; no interval when it gives none.
 
     The run's report (``summary.claim_rows``) and the scorecard (:func:`quantity_margin`) both judge this
     measurement.
     """
-    cell = _quantity_cell(s, information, "source")
-    m = cell["margin_change_vs_control"]
+    cell = _quantity_cell(s, information, condition)
+    m = cell.get("margin_change_vs_control")
+    if m is None:
+        raise KeyError(f"the run has no {condition}-control (an operation's own control needs --operation-controls)")
     return Measurement(m["mean"], tuple(m["ci"]) if m["ci"] else None, "nats", "+.2f", f"{cell['n']} groups",
-                       "source-control", units=cell["n"])
+                       f"{condition}-control", units=cell["n"])
 
 
-def quantity_margin(information: str) -> Callable[[Path], Measurement]:
+def quantity_margin(information: str, condition: str = "source") -> Callable[[Path], Measurement]:
     """:func:`quantity_margin_measurement` of a committed run."""
     def measure(run: Path) -> Measurement:
-        return quantity_margin_measurement(read_summary(run), information)
+        return quantity_margin_measurement(read_summary(run), information, condition)
     return measure
 
 
@@ -296,4 +301,23 @@ CLAIMS: tuple[Claim, ...] = (
               Test(run, f"{LENIENT}; compact vs source mask",
                    quantity_vs_source("compact", "unit_from_a", "lenient_complete"), primary=False))),
           reference="source mask", units="groups"),
+    Claim("quantity.compact-margin", "quantity",
+          "Compaction still raises the current-minus-old margin against compaction's own equal-token control",
+          Paper("Each control applies the same operation to an equal number of unrelated-note tokens.", (4540, 4540),
+                "Positions and Later States on MQuAKE", "Qwen3-32B +7.86 [+7.09, +8.70] nats (masking +7.35)",
+                (4531, 4546)),
+          "up",
+          (Test(QUANTITY_QWEN_CONTROLS, "candidate margin; compact vs compact-control; 60 replacements, B refers to "
+                "A's unit", quantity_margin("unit_from_a", "compact")),),
+          reference="compact-control", units="groups"),
+    Claim("quantity.recompute-margin", "quantity",
+          "Text recomputation still raises the current-minus-old margin against recomputation's own equal-token "
+          "control",
+          Paper("Each control applies the same operation to an equal number of unrelated-note tokens.", (4540, 4540),
+                "Positions and Later States on MQuAKE", "Qwen3-32B +2.31 [+1.45, +3.14] nats (masking +7.35)",
+                (4531, 4546)),
+          "up",
+          (Test(QUANTITY_QWEN_CONTROLS, "candidate margin; recompute vs recompute-control; 60 replacements, B refers "
+                "to A's unit", quantity_margin("unit_from_a", "recompute")),),
+          reference="recompute-control", units="groups"),
 )
