@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import types
+from pathlib import Path
 
 import pytest
 
@@ -47,6 +48,9 @@ SLOW_TESTS = {"test_run_summary_and_resume", "test_records_evaluation_and_report
               "test_committed_summary_is_reproduced_byte_for_byte[quantity/qwen2.5-coder-1.5b-instruct-operation-controls]"}
 
 
+#: The development data beside a source checkout (``kvprobe.data._checkout_data``'s folder, found independently).
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
 #: Torch and BLAS threads of the test process and of the processes it starts (``KVPROBE_TEST_THREADS``; 1 unless
 #: set): see :func:`pytest_configure`.
 THREADS = int(os.environ.get("KVPROBE_TEST_THREADS", "1"))
@@ -72,14 +76,17 @@ def pytest_configure(config):
 def pytest_runtest_makereport(item, call):
     """A test that stops on a data set the machine lacks (``kvprobe.data.MissingDataError``: a clone with no
     data directory and no ``shared/data`` beside it) is reported as skipped, with the set and the pull command;
-    where the data is present (CI, development) nothing changes. The data layer's own tests (tests/test_data.py),
-    whose subject these errors are, fail on them."""
+    where a ``shared/data`` sits beside the checkout (CI, development: :data:`SHARED_DATA`) they fail, so a broken
+    resolver cannot pass as skips. The data layer's own tests (tests/test_data.py), whose subject these errors are,
+    always fail on them."""
     from kvprobe.data import MissingDataError
 
     outcome = yield
     report = outcome.get_result()
+    # Where the development data sits beside the checkout (CI, development), a missing set is a failure: a broken
+    # resolver must not turn every data-reading test into a skip.
     error = call.excinfo.value if report.failed and call.excinfo is not None and item.path.name != "test_data.py" \
-        else None
+        and not SHARED_DATA.is_dir() else None
     while error is not None and not isinstance(error, MissingDataError):  # a study may wrap it (InvalidParameter)
         error = error.__cause__ or error.__context__
     if error is not None:

@@ -31,6 +31,18 @@ def no_data(tmp_path, monkeypatch):
 
 
 @needs_mirror
+def test_a_checkout_finds_the_shared_data_beside_it(tmp_path, monkeypatch):
+    """The development fallback (``kvprobe.data._checkout_data``): a source checkout with ``shared/data`` beside it
+    reads every set from there when the user data directory is empty. Without this test a wrong path in the
+    fallback turns every data-reading test into a skip (the skip hook in conftest), and the suite still passes."""
+    monkeypatch.setenv("KVPROBE_DATA", str(tmp_path / "empty"))
+    assert data._checkout_data() == MIRROR.resolve()
+    for name, dataset in DATASETS.items():
+        folder, where = data.find(name)
+        assert folder == MIRROR.resolve() / dataset.folder, (name, where)
+
+
+@needs_mirror
 def test_the_registry_describes_the_mirror_byte_for_byte():
     for dataset in DATASETS.values():
         for path, sha256, size in dataset.files:
