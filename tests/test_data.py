@@ -198,6 +198,18 @@ def test_a_pull_from_the_publisher_is_the_registered_files_byte_for_byte(publish
     assert publisher.requests[asked:] == [f"owner/toy/{COMMIT}/COPYING"]
 
 
+def test_a_corrupt_file_already_pulled_is_fetched_again(publisher, toy):
+    """A file in the data folder whose bytes no longer match the registry (same size, one byte changed) is not
+    kept: the next pull fetches it again (``data._holds`` compares the sha256, not the presence or the size)."""
+    data.pull("toy", base_url=publisher.url)
+    kept = toy.folder / "prompts/q.json"
+    kept.write_bytes(kept.read_bytes().replace(b"1", b"2", 1))
+    asked = len(publisher.requests)
+    data.pull("toy", base_url=publisher.url)
+    assert publisher.requests[asked:] == [f"owner/toy/{COMMIT}/data/q.json"]
+    assert kept.read_bytes() == toy.files["prompts/q.json"]
+
+
 def test_a_corrupt_published_file_is_refused_and_nothing_is_left(publisher, toy, monkeypatch):
     monkeypatch.setenv("KVPROBE_DATA_URL_BASE", publisher.url)  # the documented override
     served = publisher.root / f"owner/toy/{COMMIT}/data/q.json"
