@@ -239,6 +239,27 @@ def test_net_accuracy_of_a_hand_built_outcome_list_equals_the_hand_computation(t
     assert s["cells"][1]["complete_change_vs_full"]["change"] == 1
 
 
+def test_the_change_interval_resamples_whole_histories(tmp_path):
+    """With at least MIN_HISTORIES histories the change against full access gets a bootstrap interval over whole
+    histories (paper: histories are the resampled unit), in the direction policy minus full. Six histories of four
+    questions: under the source mask three gain all four answers (full wrong, source complete), three keep all four.
+    The change is +12 answers; resampling histories, the sum is 4 x Binomial(6, 1/2), interval [4, 20]; resampling
+    the 24 questions instead would give about [7, 17]."""
+    rows = []
+    for h in range(6):
+        for q in range(4):
+            for cond, label in (("full", "wrong" if h < 3 else "complete"), ("source", "complete")):
+                rows.append({"case_id": f"h{h}", "qa_pair_id": f"q{q}", "condition": cond, "hop": "sh",
+                             "stop_reason": "eos", "label": label, "grader": "rule-v1", "output_tokens": 5,
+                             "old_in_box": False, "official_match": False, "final_match": False, "valid_box": True,
+                             "only_box": False})
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    change = summarize(tmp_path, draws=2000, seed=1)["cells"][1]["complete_change_vs_full"]
+    assert (change["change"], change["corrections"], change["reversals"]) == (12, 12, 0)  # source minus full
+    lo, hi = change["ci"]
+    assert lo <= 4 and hi >= 20, change["ci"]  # whole histories, not questions
+
+
 # ----------------------------------------------------------------------------- real runs
 
 
