@@ -74,3 +74,19 @@ def test_comments_are_the_help_and_private_fields_are_not_options():
 def test_a_field_may_not_take_a_common_option():
     with pytest.raises(ValueError, match="--dev is already a common option"):
         add_field_options(argparse.ArgumentParser(), Params, reserved={"--dev"})
+
+
+@pytest.mark.parametrize("low", [0, 1, 2])
+def test_at_least_accepts_its_bound_and_refuses_one_below_by_name(low):
+    """Every count option (``--workers``, ``--steps``, ``--n-groups``...) is parsed by ``at_least``: the bound
+    itself passes, one below it is refused with the bound and the value in the message."""
+    import argparse
+
+    from kvprobe.parameters import at_least
+
+    parse = at_least(low)
+    assert parse(str(low)) == low and parse(str(low + 1)) == low + 1
+    with pytest.raises(argparse.ArgumentTypeError, match=rf"must be at least {low}, got {low - 1}$"):
+        parse(str(low - 1))
+    with pytest.raises(argparse.ArgumentTypeError, match="expected int, got 'x'"):
+        parse("x")

@@ -374,6 +374,11 @@ def test_study_statistics_reproduce_the_schemes_they_replace():
     assert np.allclose(bootstrap_mean([1.0, 2.0, 4.0], w), w @ [1.0, 2.0, 4.0] / w.sum(axis=1))
     change = paired_change([1, 1, 0], [0, 1, 1], w)
     assert (change["change"], change["corrections"], change["reversals"]) == (0, 1, 1)
+    # asymmetric data: the direction is outcomes minus reference, in the change and in every draw (by hand:
+    # diff = [+1, 0, +1]; draws w @ diff = 2+1, 0, 1+1 = [3, 0, 2])
+    change = paired_change([1, 1, 1], [0, 1, 0], w)
+    assert (change["change"], change["corrections"], change["reversals"]) == (2, 2, 0)
+    assert change["ci"][0] >= 0.0 and change["ci"][1] <= 3.0 and change["ci"][1] > 2.0
     # the two-sample AUC is the rank AUC
     pos, neg = rng.integers(0, 4, size=9).astype(float), rng.integers(0, 4, size=7).astype(float)
     assert auc_two_samples(pos, neg) == auc(np.r_[pos, neg], np.r_[np.ones(9), np.zeros(7)])
