@@ -18,7 +18,8 @@ import pytest
 from kvprobe import data
 from kvprobe.data import DATASETS, DataSet, DownloadError, MissingDataError, Upstream
 
-MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data"
+from conftest import SHARED_DATA as MIRROR  # shared/data beside this checkout
+
 needs_mirror = pytest.mark.skipif(not MIRROR.is_dir(), reason="no shared/data mirror beside this checkout")
 
 

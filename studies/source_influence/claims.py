@@ -21,6 +21,11 @@ __all__ = ["CLAIMS", "OAKS_CHANCE_PCT", "SOURCE_MODELS", "oaks_books", "prompt_f
 SOURCE_MODELS = ("smollm2-135m-instruct", "gemma3-270m", "qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct")
 
 
+#: The paper's sentence of OAKS's three requirements (quote, lines, section), split into one claim each.
+_REQUIREMENTS = ("Twenty-one of 22 checkpoints meet the specified requirements of fewer obsolete choices, preserved "
+                 "control accuracy, and improvement across the required number of books.", (2098, 2100),
+                 "Natural-Source Candidate Decisions and the Gemma 4 31B Exception")
+
 #: Chance on the OAKS choices: a random pick of the two supplied answers (percent right).
 OAKS_CHANCE_PCT = 50.0
 
@@ -87,9 +92,7 @@ CLAIMS: tuple[Claim, ...] = (
           reference="control", units="events"),
     Claim("oaks.obsolete-choices", "oaks", "Hiding the earlier source reduces obsolete answer choices on natural "
           "text (the first of the paper's three requirements)",
-          Paper("Twenty-one of 22 checkpoints meet the specified requirements of fewer obsolete choices, preserved "
-                "control accuracy, and improvement across the required number of books.", (2098, 2100),
-                "Natural-Source Candidate Decisions and the Gemma 4 31B Exception",
+          Paper(*_REQUIREMENTS,
                 "Qwen3-32B -16.77 [-21.16, -12.78] pp", (2118, 2118)),
           "down",
           tuple(Test(f"oaks/{model}", "old-choice change, source mask minus control; generated demonstration set",
@@ -98,9 +101,7 @@ CLAIMS: tuple[Claim, ...] = (
           reference="control", units="events"),
     Claim("oaks.control-accuracy", "oaks", "The equal-token control preserves the choice accuracy of full access "
           "(the second requirement: L.95 of control minus full above -3 pp)",
-          Paper("Twenty-one of 22 checkpoints meet the specified requirements of fewer obsolete choices, preserved "
-                "control accuracy, and improvement across the required number of books.", (2098, 2100),
-                "Natural-Source Candidate Decisions and the Gemma 4 31B Exception",
+          Paper(*_REQUIREMENTS,
                 "Qwen3-32B full 52.14, control 51.49 (%)", (2118, 2118)),
           "up",
           tuple(Test(f"oaks/{model}", "control minus full accuracy; one-sided L.95 vs -3 pp; generated "
@@ -110,9 +111,7 @@ CLAIMS: tuple[Claim, ...] = (
           reference="full access", units="events"),
     Claim("oaks.books", "oaks", "Obsolete choices fall in most books (the third requirement: the required number of "
           "books)",
-          Paper("Twenty-one of 22 checkpoints meet the specified requirements of fewer obsolete choices, preserved "
-                "control accuracy, and improvement across the required number of books.", (2098, 2100),
-                "Natural-Source Candidate Decisions and the Gemma 4 31B Exception",
+          Paper(*_REQUIREMENTS,
                 "Qwen3-32B 5/5 books", (2118, 2118)),
           "up",
           tuple(Test(f"oaks/{model}", "share of books with fewer obsolete choices (source mask minus control); vs "
